@@ -1,0 +1,65 @@
+# One entry point for a fresh machine. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PY_OP      ?= python3.11
+PY_TRAINER ?= python3.9
+VENV_OP    := .venv/op
+VENV_TR    := .venv/trainer
+OP         := $(VENV_OP)/bin
+TR         := $(VENV_TR)/bin
+export DTR_CACHE ?= $(HOME)/.cache/dtr
+export DTR_TRAINER_PYTHON ?= $(CURDIR)/$(TR)/python
+
+.PHONY: help setup setup-op setup-trainer lint test test-fast test-unit test-trainer test-integration test-e2e cluster-build run clean
+
+help: ## list targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+setup: setup-op setup-trainer ## create both Python environments (pinned)
+
+$(OP)/dtr: operator/requirements.txt operator/pyproject.toml
+	$(PY_OP) -m venv $(VENV_OP)
+	$(OP)/pip install -q --upgrade pip
+	$(OP)/pip install -q -r operator/requirements.txt
+	$(OP)/pip install -q --no-deps -e operator/
+	touch $@
+
+setup-op: $(OP)/dtr
+
+$(TR)/.installed: trainer/requirements.txt trainer/requirements-test.txt trainer/pyproject.toml
+	$(PY_TRAINER) -m venv $(VENV_TR)
+	$(TR)/pip install -q --upgrade pip
+	$(TR)/pip install -q -r trainer/requirements.txt -r trainer/requirements-test.txt
+	$(TR)/pip install -q --no-deps -e trainer/
+	touch $@
+
+setup-trainer: $(TR)/.installed
+
+lint: setup-op ## ruff on all Python
+	$(OP)/ruff check operator trainer tests bench
+
+cluster-build: ## build etcd, kube-apiserver, kube-controller-manager, training-operator (cached)
+	bash tests/cluster/build.sh
+
+test-unit: setup-op ## pure functions, seconds
+	$(OP)/pytest -q tests/unit
+
+test-trainer: setup-trainer ## real multi-process TensorFlow runs
+	$(TR)/pytest -q tests/trainer
+
+test-integration: setup-op cluster-build ## the operator against a real local control plane
+	$(OP)/pytest -q tests/integration
+
+test-e2e: setup cluster-build ## full runs: control plane + process node + trainer
+	$(OP)/pytest -q tests/e2e
+
+test-fast: lint test-unit ## lint and unit tests only
+
+test: lint test-unit test-trainer test-integration test-e2e ## everything CI runs
+
+run: setup ## train examples/digits.yaml locally, no cluster
+	$(OP)/dtr run examples/digits.yaml
+
+clean: ## remove environments and local run output
+	rm -rf .venv .dtr

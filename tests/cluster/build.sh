@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Build the local control plane from Go modules into a cache outside the repo.
+# Each binary is rebuilt only when its pinned version (tests/cluster/versions.env) changes.
+#   etcd                      go.etcd.io/etcd/server/v3
+#   kube-apiserver            k8s.io/kubernetes/cmd/kube-apiserver
+#   kube-controller-manager   k8s.io/kubernetes/cmd/kube-controller-manager
+#   training-operator         github.com/kubeflow/training-operator/cmd/training-operator.v1 (+ its TFJob CRD)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+cache=${DTR_CACHE:-$HOME/.cache/dtr}
+bin="$cache/bin"
+work="$cache/build"
+mkdir -p "$bin" "$work"
+export GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0
+
+log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+stamp_ok() { [ -x "$bin/$1" ] && [ "$(cat "$bin/$1.version" 2>/dev/null)" = "$2" ]; }
+stamp() { echo "$2" > "$bin/$1.version"; }
+
+build_etcd() {
+  stamp_ok etcd "$ETCD_VERSION" && { log "etcd $ETCD_VERSION cached"; return; }
+  local d="$work/etcd"; rm -rf "$d"; mkdir -p "$d"
+  cat > "$d/go.mod" <<MOD
+module dtr.local/etcd
+
+go 1.26.0
+MOD
+  cat > "$d/main.go" <<'GO'
+// etcd as a plain main, because go install refuses server/v3's replace directives.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  (cd "$d" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" && go mod tidy \
+     && go build -trimpath -ldflags "-s -w" -o "$bin/etcd" .)
+  stamp etcd "$ETCD_VERSION"; log "etcd $ETCD_VERSION built"
+}
+
+build_k8s() {
+  if stamp_ok kube-apiserver "$K8S_VERSION" && stamp_ok kube-controller-manager "$K8S_VERSION"; then
+    log "kubernetes $K8S_VERSION cached"; return
+  fi
+  local d="$work/k8s"; rm -rf "$d"; mkdir -p "$d"
+  local gomod staging minor
+  gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  # Staging modules are required at v0.0.0 with replaces that a dependant cannot see;
+  # each k8s.io/kubernetes vX.Y.Z matches the published vX-1.Y.Z tags of its staging modules.
+  staging=$(sed -n 's|^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/src/.*|\1|p' "$gomod")
+  minor=${K8S_VERSION#v1.}
+  {
+    echo "module dtr.local/k8s"; echo; echo "go 1.26.0"; echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"; echo
+    echo "replace ("
+    for m in $staging; do echo "	$m => $m v0.$minor"; done
+    echo ")"
+  } > "$d/go.mod"
+  cat > "$d/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+)
+GO
+  local major=${K8S_VERSION#v}; major=${major%%.*}
+  local minor_only=${minor%%.*}
+  local ld="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor_only -X $p.gitTreeState=clean"
+  done
+  (cd "$d" && go mod tidy -e >/dev/null 2>&1 || true
+   cd "$d" && go mod download all >/dev/null 2>&1 || true
+   for c in kube-apiserver kube-controller-manager; do
+     log "building $c $K8S_VERSION (slow on a cold cache)"
+     go build -tags tools -trimpath -ldflags "$ld" -o "$bin/$c" "k8s.io/kubernetes/cmd/$c"
+     stamp "$c" "$K8S_VERSION"
+   done)
+  log "kubernetes $K8S_VERSION built"
+}
+
+build_training_operator() {
+  stamp_ok training-operator "$TRAINING_OPERATOR_VERSION" && [ -f "$cache/crds/kubeflow.org_tfjobs.yaml" ] \
+    && { log "training-operator $TRAINING_OPERATOR_VERSION cached"; return; }
+  local d="$work/training-operator"; rm -rf "$d"; mkdir -p "$d"
+  local mod=github.com/kubeflow/training-operator
+  printf 'module dtr.local/training-operator\n\ngo 1.26.0\n' > "$d/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s/cmd/training-operator.v1"\n' "$mod" > "$d/tools.go"
+  (cd "$d" && go get "$mod@$TRAINING_OPERATOR_VERSION" && go mod tidy -e >/dev/null 2>&1 || true
+   cd "$d" && go build -trimpath -ldflags "-s -w" -o "$bin/training-operator" "$mod/cmd/training-operator.v1")
+  local src
+  src=$(cd "$d" && go list -m -f '{{.Dir}}' "$mod")
+  mkdir -p "$cache/crds"
+  cp "$src/manifests/base/crds/kubeflow.org_tfjobs.yaml" "$cache/crds/"
+  chmod u+w "$cache/crds/kubeflow.org_tfjobs.yaml"
+  stamp training-operator "$TRAINING_OPERATOR_VERSION"; log "training-operator $TRAINING_OPERATOR_VERSION built"
+}
+
+want=${*:-etcd k8s training-operator}
+for w in $want; do
+  case $w in
+    etcd) build_etcd ;;
+    k8s) build_k8s ;;
+    training-operator) build_training_operator ;;
+    *) echo "unknown component: $w" >&2; exit 2 ;;
+  esac
+done
+echo "$bin"
