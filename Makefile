@@ -14,7 +14,7 @@ export DTR_TRAINER_PYTHON ?= $(CURDIR)/$(TR)/python
 .PHONY: help setup setup-op setup-trainer lint test test-fast test-unit test-trainer test-integration test-e2e cluster-build run clean
 
 help: ## list targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 setup: setup-op setup-trainer ## create both Python environments (pinned)
 
@@ -60,6 +60,25 @@ test: lint test-unit test-trainer test-integration test-e2e ## everything CI run
 
 run: setup ## train examples/digits.yaml locally, no cluster
 	$(OP)/dtr run examples/digits.yaml
+
+# Deploy: linters for the scripts and Dockerfiles; the k3d quickstart (docs/k3d.md, needs Docker).
+.PHONY: lint-deploy k3d-up k3d-down
+VENV_LINT := .venv/lint
+
+$(VENV_LINT)/bin/hadolint: deploy/requirements-lint.txt
+	$(PY_OP) -m venv $(VENV_LINT)
+	$(VENV_LINT)/bin/pip install -q -r deploy/requirements-lint.txt
+	touch $@
+
+lint-deploy: $(VENV_LINT)/bin/hadolint ## shellcheck the k3d scripts, hadolint the Dockerfiles
+	$(VENV_LINT)/bin/shellcheck -o all deploy/k3d/*.sh
+	$(VENV_LINT)/bin/hadolint Dockerfile.*
+
+k3d-up: ## k3d cluster + images + training-operator + operator, train an example
+	bash deploy/k3d/up.sh
+
+k3d-down: ## delete the k3d cluster (ARGS=--purge also deletes the model volume)
+	bash deploy/k3d/down.sh $(ARGS)
 
 clean: ## remove environments and local run output
 	rm -rf .venv .dtr
