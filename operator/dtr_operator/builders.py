@@ -1,0 +1,207 @@
+"""RunSpec -> the manifests the operator creates: a Kubeflow TFJob and (maybe) a PVC. Pure.
+
+The same builders serve the operator and `dtr run` (which runs the TFJob's workers as local
+processes), so a run behaves the same with or without a cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .spec import API_VERSION, KIND, RunSpec
+
+RUN_LABEL = "distml.dev/run"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "dtr-operator"}
+
+TFJOB_GROUP = "kubeflow.org"
+TFJOB_VERSION = "v1"
+TFJOB_PLURAL = "tfjobs"
+TFJOB_API_VERSION = f"{TFJOB_GROUP}/{TFJOB_VERSION}"
+
+# The training-operator only wires TF_CONFIG and the services into a container with this name.
+CONTAINER_NAME = "tensorflow"
+PORT_NAME = "tfjob-port"
+PORT = 2222
+MOUNT_PATH = "/mnt/dtr"
+VOLUME_NAME = "dtr-data"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+TRAINER_COMMAND = ("python", "-m", "dtr_trainer")
+RUN_AS = 1000
+
+# Labels the training-operator puts on the pods it creates (to find the chief).
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+
+
+def run_labels(run: RunSpec) -> dict[str, str]:
+    return {RUN_LABEL: run.name, **MANAGED_BY}
+
+
+def export_dir(run: RunSpec) -> str:
+    return f"{MOUNT_PATH}/models/{run.model_name}"
+
+
+def trainer_args(run: RunSpec) -> list[str]:
+    """The trainer command line (docs/architecture.md, "The trainer command line")."""
+    t = run.training
+    args = [
+        "--model", t.model,
+        "--dataset", t.dataset,
+        "--epochs", str(t.epochs),
+        "--batch-size-per-worker", str(t.batch_size_per_worker),
+    ]
+    if t.steps_per_epoch is not None:
+        args += ["--steps-per-epoch", str(t.steps_per_epoch)]
+    args += [
+        "--learning-rate", repr(t.learning_rate),
+        "--seed", str(t.seed),
+        "--data-dir", f"{MOUNT_PATH}/data",
+        "--export-dir", export_dir(run),
+        "--backup-dir", f"{MOUNT_PATH}/backup/{run.name}",
+        "--tensorboard-dir", f"{MOUNT_PATH}/logs/{run.name}",
+        "--termination-message-path", TERMINATION_MESSAGE_PATH,
+    ]
+    return args
+
+
+def _container(run: RunSpec) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": run.image,
+        "imagePullPolicy": run.image_pull_policy,
+        "command": list(TRAINER_COMMAND),
+        "args": trainer_args(run),
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
+        "volumeMounts": [{"name": VOLUME_NAME, "mountPath": MOUNT_PATH}],
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        # On success the trainer writes its JSON summary there; on a crash the log tail explains it.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+        },
+    }
+    if run.resources:
+        container["resources"] = copy.deepcopy(dict(run.resources))
+    return container
+
+
+def build_tfjob(run: RunSpec) -> dict[str, Any]:
+    """The kubeflow.org/v1 TFJob for a run (no owner reference; see owned_by)."""
+    labels = run_labels(run)
+    run_policy: dict[str, Any] = {
+        # Keep finished pods so `kubectl logs` and the chief's termination message stay readable.
+        "cleanPodPolicy": "None",
+        "backoffLimit": run.backoff_limit,
+    }
+    if run.active_deadline_seconds is not None:
+        run_policy["activeDeadlineSeconds"] = run.active_deadline_seconds
+    if run.ttl_seconds_after_finished is not None:
+        run_policy["ttlSecondsAfterFinished"] = run.ttl_seconds_after_finished
+    return {
+        "apiVersion": TFJOB_API_VERSION,
+        "kind": "TFJob",
+        "metadata": {"name": run.tfjob_name, "namespace": run.namespace, "labels": labels},
+        "spec": {
+            "runPolicy": run_policy,
+            # Every worker saves (MWMS needs it); wait for all of them, not just worker 0.
+            "successPolicy": "AllWorkers",
+            "tfReplicaSpecs": {
+                "Worker": {
+                    "replicas": run.workers,
+                    "restartPolicy": run.restart_policy,
+                    "template": {
+                        "metadata": {"labels": dict(labels)},
+                        "spec": {
+                            "securityContext": {
+                                "runAsNonRoot": True,
+                                "runAsUser": RUN_AS,
+                                "runAsGroup": RUN_AS,
+                                "fsGroup": RUN_AS,
+                                "seccompProfile": {"type": "RuntimeDefault"},
+                            },
+                            "containers": [_container(run)],
+                            "volumes": [
+                                {"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": run.pvc_name}}
+                            ],
+                        },
+                    },
+                }
+            },
+        },
+    }
+
+
+def build_pvc(run: RunSpec) -> dict[str, Any] | None:
+    """The PVC the operator creates, or None when the run uses an existing claim."""
+    if not run.creates_pvc:
+        return None
+    spec: dict[str, Any] = {
+        "accessModes": [run.storage.access_mode],
+        "resources": {"requests": {"storage": run.storage.size}},
+    }
+    if run.storage.storage_class_name is not None:
+        spec["storageClassName"] = run.storage.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": run.pvc_name, "namespace": run.namespace, "labels": run_labels(run)},
+        "spec": spec,
+    }
+
+
+def owner_reference(run: RunSpec) -> dict[str, Any]:
+    if not run.uid:
+        raise ValueError(f"run {run.namespace}/{run.name} has no uid; only runs read from the API can own objects")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": run.name,
+        "uid": run.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def owned_by(manifest: dict[str, Any], run: RunSpec) -> dict[str, Any]:
+    """A copy of manifest with the run as its controller (garbage-collected with the run)."""
+    out = copy.deepcopy(manifest)
+    out["metadata"]["ownerReferences"] = [owner_reference(run)]
+    return out
+
+
+def children(run: RunSpec) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(PVC or None, TFJob) as the operator creates them, owner references included.
+
+    The TFJob is always owned by the run. A created PVC is owned only with reclaimPolicy Delete:
+    with Retain it must outlive the run (it holds the model), so it carries only the run label.
+    """
+    pvc = build_pvc(run)
+    if pvc is not None and run.storage.reclaim_policy == "Delete":
+        pvc = owned_by(pvc, run)
+    return pvc, owned_by(build_tfjob(run), run)
+
+
+def is_owned_by(obj: dict[str, Any], run_uid: str | None) -> bool:
+    """Whether obj is controlled by the run with this uid (never adopt anything else)."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return bool(run_uid) and any(r.get("uid") == run_uid for r in refs)
+
+
+def is_reusable_pvc(pvc: dict[str, Any], run: RunSpec) -> bool:
+    """Whether an existing PVC named like our created claim is ours to mount.
+
+    Ours: owned by this run, or unowned and labelled with our run name (a PVC retained by an
+    earlier run of the same name; it is reused, never adopted, so the trainer writes the next model
+    version beside the old one and the PVC stays after this run too).
+    """
+    if is_owned_by(pvc, run.uid):
+        return True
+    meta = pvc.get("metadata") or {}
+    return not meta.get("ownerReferences") and (meta.get("labels") or {}).get(RUN_LABEL) == run.name

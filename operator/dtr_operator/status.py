@@ -1,0 +1,297 @@
+"""What the run's status should say, from what exists (TFJob, its pods) and what it said before. Pure.
+
+The operator writes the result with a merge patch; everything here is deterministic given its
+inputs (the clock is a parameter), so the same observation twice gives the same status and no
+write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .builders import CONTAINER_NAME, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from .spec import RunSpec
+
+PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
+TERMINAL = (SUCCEEDED, FAILED)
+CONDITION_TYPES = ("Created", "Running", "Succeeded", "Failed")
+
+# Reasons (docs/api.md lists them with their meaning).
+CREATING = "Creating"
+WAITING_FOR_PVC = "WaitingForPVC"
+TFJOB_CRD_MISSING = "TFJobCRDMissing"
+TFJOB_SUBMITTED = "TFJobSubmitted"
+TFJOB_CREATED = "TFJobCreated"
+TFJOB_SUSPENDED = "TFJobSuspended"
+TFJOB_RUNNING = "TFJobRunning"
+TFJOB_RESTARTING = "TFJobRestarting"
+TRAINING_SUCCEEDED = "TrainingSucceeded"
+METRICS_UNAVAILABLE = "MetricsUnavailable"
+TFJOB_FAILED = "TFJobFailed"
+TFJOB_DELETED = "TFJobDeleted"
+NAME_CONFLICT = "NameConflict"
+CHILDREN_CREATED = "ChildrenCreated"
+
+MAX_MESSAGE = 400
+
+
+@dataclass(frozen=True)
+class State:
+    """Where a run is: the phase, why, and one line for a person."""
+
+    phase: str
+    reason: str
+    message: str
+    created: bool = False
+
+
+def _short(text: str, limit: int = MAX_MESSAGE) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ---- TFJob -> state ---------------------------------------------------------------------------
+
+
+def _true_conditions(tfjob: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    conditions = (tfjob.get("status") or {}).get("conditions") or []
+    return {c.get("type", ""): c for c in conditions if c.get("status") == "True"}
+
+
+def tfjob_state(tfjob: Mapping[str, Any]) -> State:
+    """The run's state from its TFJob's conditions alone (terminal conditions win)."""
+    true = _true_conditions(tfjob)
+    name = (tfjob.get("metadata") or {}).get("name", "")
+
+    def msg(cond_type: str, fallback: str) -> str:
+        return _short(true[cond_type].get("message") or fallback)
+
+    if "Failed" in true:
+        reason = true["Failed"].get("reason") or TFJOB_FAILED
+        return State(FAILED, reason, msg("Failed", f"TFJob {name} failed"), created=True)
+    if "Succeeded" in true:
+        return State(SUCCEEDED, TRAINING_SUCCEEDED, msg("Succeeded", f"TFJob {name} succeeded"), created=True)
+    if "Suspended" in true:
+        return State(PENDING, TFJOB_SUSPENDED, msg("Suspended", f"TFJob {name} is suspended"), created=True)
+    if "Restarting" in true:
+        return State(RUNNING, TFJOB_RESTARTING, msg("Restarting", "restarting a failed worker"), created=True)
+    if "Running" in true:
+        return State(RUNNING, TFJOB_RUNNING, msg("Running", f"TFJob {name} is running"), created=True)
+    if "Created" in true:
+        return State(
+            PENDING, TFJOB_CREATED, f"TFJob {name} created, waiting for its worker pods to run", created=True
+        )
+    return State(PENDING, TFJOB_SUBMITTED, f"TFJob {name} submitted, waiting for the training-operator", created=True)
+
+
+def worker_counts(tfjob: Mapping[str, Any]) -> dict[str, int]:
+    replica = ((tfjob.get("status") or {}).get("replicaStatuses") or {}).get("Worker") or {}
+    return {key: int(replica.get(key) or 0) for key in ("active", "succeeded", "failed")}
+
+
+# ---- pods -------------------------------------------------------------------------------------
+
+
+def _tensorflow_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == CONTAINER_NAME:
+            return cs
+    return {}
+
+
+def chief_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """Worker 0 (the chief when a TFJob has no Chief replica)."""
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if labels.get(REPLICA_TYPE_LABEL) == "worker" and labels.get(REPLICA_INDEX_LABEL) == "0":
+            return pod
+    return None
+
+
+def termination_message(pod: Mapping[str, Any] | None) -> str | None:
+    if pod is None:
+        return None
+    terminated = (_tensorflow_status(pod).get("state") or {}).get("terminated") or {}
+    return terminated.get("message")
+
+
+def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per worker whose tensorflow container last exited non-zero, sorted by pod name."""
+    lines = []
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", "")):
+        cs = _tensorflow_status(pod)
+        for key in ("state", "lastState"):
+            terminated = (cs.get(key) or {}).get("terminated") or {}
+            code = terminated.get("exitCode")
+            if code:
+                name = (pod.get("metadata") or {}).get("name", "?")
+                tail = [line for line in (terminated.get("message") or "").splitlines() if line.strip()]
+                detail = f": {tail[-1].strip()}" if tail else ""
+                lines.append(f"worker {name} exited with code {code}{detail}")
+                break
+    return lines
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The chief's final summary, or why there is none."""
+
+    metrics: dict[str, Any] | None
+    model: dict[str, Any] | None
+    problem: str | None
+
+
+def parse_summary(message: str | None, claim: str) -> Summary:
+    """The trainer's termination message (one JSON object) -> metrics and model."""
+    if not message or not message.strip():
+        return Summary(None, None, "the chief worker left no termination message, so no metrics")
+    data: Any = None
+    for candidate in (message.strip(), *reversed(message.strip().splitlines())):
+        try:
+            data = json.loads(candidate)
+            break
+        except ValueError:
+            continue
+    if not isinstance(data, dict):
+        return Summary(None, None, "the chief worker's termination message is not a JSON object, so no metrics")
+    metrics = {}
+    for key in ("loss", "accuracy", "examplesPerSecond"):
+        value = data.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            metrics[key] = float(value)
+    if isinstance(data.get("epochs"), int) and not isinstance(data.get("epochs"), bool):
+        metrics["epochs"] = data["epochs"]
+    model = None
+    if isinstance(data.get("modelPath"), str) and data["modelPath"]:
+        model = {"path": data["modelPath"], "claim": claim}
+        if isinstance(data.get("modelVersion"), int) and not isinstance(data.get("modelVersion"), bool):
+            model["version"] = data["modelVersion"]
+    problem = None if ("accuracy" in metrics and model) else "the chief worker's summary lacks accuracy or modelPath"
+    return Summary(metrics or None, model, problem)
+
+
+# ---- conditions -------------------------------------------------------------------------------
+
+
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]],
+    cond_type: str,
+    status: bool,
+    reason: str,
+    message: str,
+    now: str,
+    generation: int | None,
+) -> list[dict[str, Any]]:
+    """conditions with cond_type set; lastTransitionTime only moves when the status changes."""
+    value = "True" if status else "False"
+    previous = next((c for c in conditions if c.get("type") == cond_type), None)
+    since = previous["lastTransitionTime"] if previous and previous.get("status") == value else now
+    new: dict[str, Any] = {
+        "type": cond_type,
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+    }
+    if generation is not None:
+        new["observedGeneration"] = generation
+    others = [dict(c) for c in conditions if c.get("type") != cond_type]
+    return sorted([*others, new], key=_condition_order)
+
+
+def _condition_order(c: Mapping[str, Any]) -> int:
+    t = c.get("type", "")
+    return CONDITION_TYPES.index(t) if t in CONDITION_TYPES else len(CONDITION_TYPES)
+
+
+def conditions_for(
+    state: State, previous: Sequence[Mapping[str, Any]], now: str, generation: int | None, children: str
+) -> list[dict[str, Any]]:
+    conds = list(previous)
+    created_msg = children if state.created else state.message
+    created_reason = CHILDREN_CREATED if state.created else state.reason
+    conds = set_condition(conds, "Created", state.created, created_reason, created_msg, now, generation)
+    for cond_type, phase in (("Running", RUNNING), ("Succeeded", SUCCEEDED), ("Failed", FAILED)):
+        conds = set_condition(conds, cond_type, state.phase == phase, state.reason, state.message, now, generation)
+    return conds
+
+
+# ---- the whole status -------------------------------------------------------------------------
+
+
+def _base(run: RunSpec, state: State, previous: Mapping[str, Any], now: str) -> dict[str, Any]:
+    children = f"TFJob {run.tfjob_name} and PVC {run.pvc_name} exist"
+    return {
+        "phase": state.phase,
+        "reason": state.reason,
+        "message": state.message,
+        "observedGeneration": run.generation,
+        "tfJob": run.tfjob_name,
+        "pvc": run.pvc_name,
+        "conditions": conditions_for(state, previous.get("conditions") or [], now, run.generation, children),
+    }
+
+
+def is_terminal(status: Mapping[str, Any] | None) -> bool:
+    return bool(status) and status.get("phase") in TERMINAL
+
+
+def state_status(run: RunSpec, state: State, previous: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """Status for a run whose TFJob is not (yet) there: waiting, or failed before it ran."""
+    status = _base(run, state, previous, now)
+    status["workersReady"] = previous.get("workersReady") or f"0/{run.workers}"
+    return status
+
+
+def tfjob_status(
+    run: RunSpec,
+    tfjob: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    previous: Mapping[str, Any],
+    now: str,
+) -> dict[str, Any]:
+    """Status mirrored from the run's TFJob; pods are read only once the TFJob has finished."""
+    state = tfjob_state(tfjob)
+    summary = None
+    if state.phase == SUCCEEDED:
+        summary = parse_summary(termination_message(chief_pod(pods)), run.pvc_name)
+        if summary.model and summary.metrics and "accuracy" in summary.metrics:
+            state = State(
+                SUCCEEDED,
+                TRAINING_SUCCEEDED,
+                f"accuracy {summary.metrics['accuracy']:.4f}, model exported to {summary.model['path']}",
+                created=True,
+            )
+        else:
+            state = State(SUCCEEDED, METRICS_UNAVAILABLE, f"training succeeded, but {summary.problem}", created=True)
+    elif state.phase == FAILED:
+        why = failed_workers(pods)
+        if why:
+            state = State(FAILED, state.reason, _short(f"{state.message} {'; '.join(why)}"), created=True)
+
+    status = _base(run, state, previous, now)
+    counts = worker_counts(tfjob)
+    status["workers"] = counts
+    status["workersReady"] = f"{counts['active'] + counts['succeeded']}/{run.workers}"
+    job_status = tfjob.get("status") or {}
+    for key in ("startTime", "completionTime"):
+        if job_status.get(key):
+            status[key] = job_status[key]
+    if summary is not None:
+        if summary.metrics:
+            status["metrics"] = summary.metrics
+        if summary.model:
+            status["model"] = summary.model
+    return status
+
+
+def next_status(previous: Mapping[str, Any] | None, proposed: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What to write, or None: nothing changed, or the run already ended (a finished run never regresses)."""
+    previous = previous or {}
+    if is_terminal(previous):
+        return None
+    changed = {k: v for k, v in proposed.items() if previous.get(k) != v}
+    return changed or None

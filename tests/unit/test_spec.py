@@ -1,0 +1,264 @@
+"""spec.py: every field's default, accepted values and rejections (with the field named)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from dtr_fixtures import REPO, make_run
+from dtr_operator.spec import (
+    DEFAULT_TRAINER_IMAGE,
+    MAX_NAME_LENGTH,
+    RunSpec,
+    SpecError,
+    StorageSpec,
+    TrainingSpec,
+    parse_run,
+)
+
+
+def test_defaults_for_an_empty_spec():
+    run = parse_run(make_run({}))
+    assert run == RunSpec(
+        name="mnist-cnn",
+        namespace="ml",
+        workers=2,
+        image=DEFAULT_TRAINER_IMAGE,
+        image_pull_policy="IfNotPresent",
+        training=TrainingSpec("cnn", "mnist", 3, 64, None, 0.001, 42),
+        storage=StorageSpec(None, "1Gi", None, "ReadWriteOnce", "Retain"),
+        model_name="mnist-cnn",
+        resources={},
+        restart_policy="OnFailure",
+        backoff_limit=3,
+        active_deadline_seconds=None,
+        ttl_seconds_after_finished=None,
+    )
+    assert run.pvc_name == "mnist-cnn-data" and run.creates_pvc and run.tfjob_name == "mnist-cnn"
+
+
+def test_missing_spec_and_namespace_take_defaults():
+    run = parse_run({"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "metadata": {"name": "a"}})
+    assert run.namespace == "default" and run.workers == 2
+
+
+def test_operator_default_image_applies_only_when_unset():
+    assert parse_run(make_run({}), default_image="reg/t:9").image == "reg/t:9"
+    assert parse_run(make_run({"image": "mine:1"}), default_image="reg/t:9").image == "mine:1"
+
+
+# (spec, attribute path on RunSpec, expected value): every field, a non-default value.
+ACCEPTED = [
+    ({"workers": 1}, "workers", 1),
+    ({"workers": 64}, "workers", 64),
+    ({"image": "reg.example/trainer:2"}, "image", "reg.example/trainer:2"),
+    ({"imagePullPolicy": "Always"}, "image_pull_policy", "Always"),
+    ({"imagePullPolicy": "Never"}, "image_pull_policy", "Never"),
+    ({"training": {"model": "dropout"}}, "training.model", "dropout"),
+    ({"training": {"model": "batch_norm"}}, "training.model", "batch_norm"),
+    ({"training": {"dataset": "fashion_mnist"}}, "training.dataset", "fashion_mnist"),
+    ({"training": {"dataset": "digits"}}, "training.dataset", "digits"),
+    ({"training": {"dataset": "synthetic"}}, "training.dataset", "synthetic"),
+    ({"training": {"dataset": "sets/my-data_v1.2.npz"}}, "training.dataset", "sets/my-data_v1.2.npz"),
+    ({"training": {"dataset": "a..b.npz"}}, "training.dataset", "a..b.npz"),
+    ({"training": {"epochs": 1000}}, "training.epochs", 1000),
+    ({"training": {"batchSizePerWorker": 1}}, "training.batch_size_per_worker", 1),
+    ({"training": {"stepsPerEpoch": 7}}, "training.steps_per_epoch", 7),
+    ({"training": {"learningRate": 0.1}}, "training.learning_rate", 0.1),
+    ({"training": {"learningRate": 1}}, "training.learning_rate", 1.0),
+    ({"training": {"seed": 0}}, "training.seed", 0),
+    ({"storage": {"claimName": "shared.data-1"}}, "storage.claim_name", "shared.data-1"),
+    ({"storage": {"size": "500Mi"}}, "storage.size", "500Mi"),
+    ({"storage": {"size": "2G"}}, "storage.size", "2G"),
+    ({"storage": {"storageClassName": "fast"}}, "storage.storage_class_name", "fast"),
+    ({"storage": {"accessMode": "ReadWriteMany"}}, "storage.access_mode", "ReadWriteMany"),
+    ({"storage": {"reclaimPolicy": "Delete"}}, "storage.reclaim_policy", "Delete"),
+    ({"storage": {"claimName": "x", "reclaimPolicy": "Retain"}}, "storage.reclaim_policy", "Retain"),
+    ({"export": {"modelName": "digits_v2.small"}}, "model_name", "digits_v2.small"),
+    ({"resources": {"limits": {"cpu": "2", "memory": "4Gi"}}}, "resources", {"limits": {"cpu": "2", "memory": "4Gi"}}),
+    ({"resources": {"requests": {"cpu": 1}}}, "resources", {"requests": {"cpu": 1}}),
+    ({"restartPolicy": "Never"}, "restart_policy", "Never"),
+    ({"restartPolicy": "ExitCode"}, "restart_policy", "ExitCode"),
+    ({"backoffLimit": 0}, "backoff_limit", 0),
+    ({"activeDeadlineSeconds": 600}, "active_deadline_seconds", 600),
+    ({"ttlSecondsAfterFinished": 0}, "ttl_seconds_after_finished", 0),
+]
+
+
+def _attr(obj, path):
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@pytest.mark.parametrize(("spec", "attr", "expected"), ACCEPTED)
+def test_accepted_values(spec, attr, expected):
+    assert _attr(parse_run(make_run(spec)), attr) == expected
+
+
+def test_claim_name_replaces_the_created_pvc():
+    run = parse_run(make_run({"storage": {"claimName": "shared"}}))
+    assert run.pvc_name == "shared" and not run.creates_pvc
+
+
+# (spec or None for a name test, name, the field the message must name, a word of the reason)
+REJECTED = [
+    ({}, "Mnist", "metadata.name", "DNS-1035"),
+    ({}, "1abc", "metadata.name", "DNS-1035"),
+    ({}, "abc-", "metadata.name", "DNS-1035"),
+    ({}, "a.b", "metadata.name", "DNS-1035"),
+    ({}, "a" * (MAX_NAME_LENGTH + 1), "metadata.name", "at most 52"),
+    ({}, "", "metadata.name", "required"),
+    ({"workers": 0}, "r", "spec.workers", "1..64"),
+    ({"workers": 65}, "r", "spec.workers", "1..64"),
+    ({"workers": "2"}, "r", "spec.workers", "integer"),
+    ({"workers": True}, "r", "spec.workers", "integer"),
+    ({"image": ""}, "r", "spec.image", "empty"),
+    ({"image": 3}, "r", "spec.image", "string"),
+    ({"imagePullPolicy": "Sometimes"}, "r", "spec.imagePullPolicy", "one of"),
+    ({"training": {"model": "resnet"}}, "r", "spec.training.model", "one of"),
+    ({"training": {"dataset": "imagenet"}}, "r", "spec.training.dataset", ".npz"),
+    ({"training": {"dataset": "/etc/x.npz"}}, "r", "spec.training.dataset", "leading"),
+    ({"training": {"dataset": "../x.npz"}}, "r", "spec.training.dataset", ".."),
+    ({"training": {"dataset": "a/../../x.npz"}}, "r", "spec.training.dataset", ".."),
+    ({"training": {"dataset": "./x.npz"}}, "r", "spec.training.dataset", ".."),
+    ({"training": {"dataset": "x.npz/.."}}, "r", "spec.training.dataset", ".."),
+    ({"training": {"dataset": "x y.npz"}}, "r", "spec.training.dataset", ".npz"),
+    ({"training": {"dataset": "data.csv"}}, "r", "spec.training.dataset", ".npz"),
+    ({"training": {"epochs": 0}}, "r", "spec.training.epochs", "1..1000"),
+    ({"training": {"epochs": 1001}}, "r", "spec.training.epochs", "1..1000"),
+    ({"training": {"epochs": 2.5}}, "r", "spec.training.epochs", "integer"),
+    ({"training": {"batchSizePerWorker": 0}}, "r", "spec.training.batchSizePerWorker", "1..4096"),
+    ({"training": {"batchSizePerWorker": 4097}}, "r", "spec.training.batchSizePerWorker", "1..4096"),
+    ({"training": {"stepsPerEpoch": 0}}, "r", "spec.training.stepsPerEpoch", "1..1000000"),
+    ({"training": {"learningRate": 0}}, "r", "spec.training.learningRate", "greater than 0"),
+    ({"training": {"learningRate": 11}}, "r", "spec.training.learningRate", "at most 10"),
+    ({"training": {"learningRate": "fast"}}, "r", "spec.training.learningRate", "number"),
+    ({"training": {"seed": -1}}, "r", "spec.training.seed", "0..2147483647"),
+    ({"training": {"optimizer": "sgd"}}, "r", "spec.training.optimizer", "unknown field"),
+    ({"storage": {"claimName": "x", "size": "1Gi"}}, "r", "spec.storage.size", "claimName"),
+    ({"storage": {"claimName": "x", "storageClassName": "s"}}, "r", "spec.storage.storageClassName", "claimName"),
+    ({"storage": {"claimName": "x", "reclaimPolicy": "Delete"}}, "r", "spec.storage.reclaimPolicy", "never deletes"),
+    ({"storage": {"claimName": "Bad_Name"}}, "r", "spec.storage.claimName", "PVC name"),
+    ({"storage": {"size": "lots"}}, "r", "spec.storage.size", "quantity"),
+    ({"storage": {"size": "0"}}, "r", "spec.storage.size", "positive"),
+    ({"storage": {"size": "-1Gi"}}, "r", "spec.storage.size", "positive"),
+    ({"storage": {"size": 5}}, "r", "spec.storage.size", "string"),
+    ({"storage": {"accessMode": "ReadOnlyMany"}}, "r", "spec.storage.accessMode", "one of"),
+    ({"storage": {"reclaimPolicy": "Recycle"}}, "r", "spec.storage.reclaimPolicy", "one of"),
+    ({"export": {"modelName": "../etc"}}, "r", "spec.export.modelName", "directory"),
+    ({"export": {"modelName": "a/b"}}, "r", "spec.export.modelName", "directory"),
+    ({"export": {"modelName": "UPPER"}}, "r", "spec.export.modelName", "directory"),
+    ({"export": {"modelName": "m" * 64}}, "r", "spec.export.modelName", "at most 63"),
+    ({"export": {"path": "/x"}}, "r", "spec.export.path", "unknown field"),
+    ({"resources": {"limits": {"cpu": "two"}}}, "r", "spec.resources.limits.cpu", "quantity"),
+    ({"resources": {"limits": "2"}}, "r", "spec.resources.limits", "object"),
+    ({"resources": {"claims": []}}, "r", "spec.resources.claims", "unknown field"),
+    ({"restartPolicy": "Always"}, "r", "spec.restartPolicy", "one of"),
+    ({"backoffLimit": -1}, "r", "spec.backoffLimit", "0..100"),
+    ({"backoffLimit": 101}, "r", "spec.backoffLimit", "0..100"),
+    ({"activeDeadlineSeconds": 0}, "r", "spec.activeDeadlineSeconds", ">= 1"),
+    ({"ttlSecondsAfterFinished": -1}, "r", "spec.ttlSecondsAfterFinished", ">= 0"),
+    ({"replicas": 2}, "r", "spec.replicas", "unknown field"),
+    ({"training": []}, "r", "spec.training", "object"),
+]
+
+
+@pytest.mark.parametrize(("spec", "name", "field", "word"), REJECTED)
+def test_rejected_values_name_the_field(spec, name, field, word):
+    with pytest.raises(SpecError) as err:
+        parse_run(make_run(spec, name=name))
+    message = str(err.value)
+    assert message.startswith(f"{field}: "), message
+    assert word in message, message
+    assert "\n" not in message
+
+
+def test_wrong_kind_is_rejected():
+    with pytest.raises(SpecError, match="not a DistTrainingRun"):
+        parse_run({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}})
+
+
+def test_the_longest_name_keeps_worker_pod_names_valid():
+    name = "a" * MAX_NAME_LENGTH
+    run = parse_run(make_run({"workers": 64}, name=name))
+    assert len(f"{run.name}-worker-{run.workers - 1}") <= 63
+
+
+# ---- the CRD and spec.py must agree ---------------------------------------------------------
+
+
+def _crd_spec_schema():
+    crd = yaml.safe_load((REPO / "crds" / "disttrainingrun.yaml").read_text())
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
+def _leaves(schema, path=""):
+    for key, sub in (schema.get("properties") or {}).items():
+        here = f"{path}.{key}" if path else key
+        if sub.get("type") == "object" and "properties" in sub and key != "resources":
+            yield from _leaves(sub, here)
+        else:
+            yield here, sub
+
+
+def _set(spec, path, value):
+    parts = path.split(".")
+    for p in parts[:-1]:
+        spec = spec.setdefault(p, {})
+    spec[parts[-1]] = value
+
+
+def test_crd_and_parser_share_defaults():
+    for path, schema in _leaves(_crd_spec_schema()):
+        if "default" not in schema:
+            continue
+        explicit = make_run({})
+        _set(explicit["spec"], path, schema["default"])
+        assert parse_run(explicit) == parse_run(make_run({})), path
+
+
+def test_crd_and_parser_share_enums():
+    for path, schema in _leaves(_crd_spec_schema()):
+        for value in schema.get("enum", []):
+            run = make_run({})
+            _set(run["spec"], path, value)
+            parse_run(run)  # accepted
+        if "enum" in schema:
+            run = make_run({})
+            _set(run["spec"], path, "NotAnOption")
+            with pytest.raises(SpecError, match=f"spec.{path}"):
+                parse_run(run)
+
+
+def test_crd_and_parser_share_integer_ranges():
+    for path, schema in _leaves(_crd_spec_schema()):
+        if schema.get("type") != "integer":
+            continue
+        for bound, delta in (("minimum", -1), ("maximum", 1)):
+            if bound not in schema:
+                continue
+            ok = make_run({})
+            _set(ok["spec"], path, schema[bound])
+            parse_run(ok)
+            bad = make_run({})
+            _set(bad["spec"], path, schema[bound] + delta)
+            with pytest.raises(SpecError, match=f"spec.{path}"):
+                parse_run(bad)
+
+
+def test_every_crd_field_has_a_description():
+    crd = yaml.safe_load((REPO / "crds" / "disttrainingrun.yaml").read_text())
+    root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    missing = []
+
+    def walk(schema, path):
+        for key, sub in (schema.get("properties") or {}).items():
+            here = f"{path}.{key}"
+            if key != "metadata" and not sub.get("description"):
+                missing.append(here)
+            walk(sub, here)
+            if isinstance(sub.get("items"), dict):
+                walk(sub["items"], here + "[]")
+
+    walk(root, "")
+    assert not missing, missing

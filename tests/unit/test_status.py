@@ -1,0 +1,242 @@
+"""status.py: TFJob (+ pods) -> run status; every TFJob condition, summaries, conditions' times."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from dtr_fixtures import make_run
+from dtr_operator import status as st
+from dtr_operator.spec import parse_run
+
+T0, T1, T2 = "2026-11-29T18:00:00Z", "2026-11-29T18:01:00Z", "2026-11-29T18:02:00Z"
+RUN = parse_run(make_run({"workers": 2}, uid="u-1", generation=1))
+
+
+def cond(type_, status="True", reason=None, message=""):
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason or f"TFJob{type_}",
+        "message": message,
+        "lastUpdateTime": T0,
+        "lastTransitionTime": T0,
+    }
+
+
+def tfjob(conditions=(), active=0, succeeded=0, failed=0, start=None, completion=None):
+    status = {"conditions": list(conditions)}
+    if active or succeeded or failed:
+        status["replicaStatuses"] = {"Worker": {"active": active, "succeeded": succeeded, "failed": failed}}
+    if start:
+        status["startTime"] = start
+    if completion:
+        status["completionTime"] = completion
+    return {"metadata": {"name": "mnist-cnn", "namespace": "ml"}, "status": status}
+
+
+def pod(index, exit_code=None, message=None, last_exit=None, last_message=None, running=False):
+    cs = {"name": "tensorflow", "state": {}, "lastState": {}}
+    if exit_code is not None:
+        cs["state"] = {"terminated": {"exitCode": exit_code, "message": message}}
+    elif running:
+        cs["state"] = {"running": {"startedAt": T0}}
+    if last_exit is not None:
+        cs["lastState"] = {"terminated": {"exitCode": last_exit, "message": last_message}}
+    return {
+        "metadata": {
+            "name": f"mnist-cnn-worker-{index}",
+            "labels": {
+                "training.kubeflow.org/job-name": "mnist-cnn",
+                "training.kubeflow.org/replica-type": "worker",
+                "training.kubeflow.org/replica-index": str(index),
+            },
+        },
+        "status": {"containerStatuses": [{"name": "istio-proxy"}, cs]},
+    }
+
+
+SUMMARY = {
+    "loss": 0.07,
+    "accuracy": 0.98,
+    "epochs": 3,
+    "examplesPerSecond": 5400,
+    "modelPath": "/mnt/dtr/models/mnist-cnn/1",
+    "modelVersion": 1,
+}
+DONE_PODS = [pod(0, 0, json.dumps(SUMMARY)), pod(1, 0, None)]
+
+
+# Every TFJob condition as the training-operator writes them: (conditions, phase, reason, workersReady)
+CONDITIONS = [
+    ([], "Pending", "TFJobSubmitted", {}),
+    ([cond("Created")], "Pending", "TFJobCreated", {}),
+    ([cond("Created"), cond("Running")], "Running", "TFJobRunning", {"active": 2}),
+    ([cond("Created"), cond("Running", "False"), cond("Restarting")], "Running", "TFJobRestarting", {"active": 1}),
+    ([cond("Created"), cond("Suspended")], "Pending", "TFJobSuspended", {}),
+    ([cond("Created"), cond("Running", "False"), cond("Succeeded")], "Succeeded", "TrainingSucceeded", {"succeeded": 2}),
+    ([cond("Created"), cond("Running", "False"), cond("Failed", reason="TFJobFailed")], "Failed", "TFJobFailed", {"failed": 1}),
+    # Failed wins over anything else that is still True.
+    ([cond("Created"), cond("Running"), cond("Failed")], "Failed", "TFJobFailed", {"active": 1, "failed": 1}),
+    # A status of False is not a state.
+    ([cond("Created"), cond("Running", "False")], "Pending", "TFJobCreated", {}),
+]
+
+
+@pytest.mark.parametrize(("conditions", "phase", "reason", "counts"), CONDITIONS)
+def test_phase_follows_every_tfjob_condition(conditions, phase, reason, counts):
+    job = tfjob(conditions, **counts)
+    pods = DONE_PODS if phase == "Succeeded" else []
+    status = st.tfjob_status(RUN, job, pods, {}, T1)
+    assert status["phase"] == phase
+    assert status["reason"] == reason
+    assert status["observedGeneration"] == 1
+    assert status["tfJob"] == "mnist-cnn" and status["pvc"] == "mnist-cnn-data"
+    by_type = {c["type"]: c for c in status["conditions"]}
+    assert [c["type"] for c in status["conditions"]] == ["Created", "Running", "Succeeded", "Failed"]
+    assert by_type["Created"]["status"] == "True"
+    for type_ in ("Running", "Succeeded", "Failed"):
+        assert by_type[type_]["status"] == ("True" if phase == type_ else "False")
+        assert by_type[type_]["reason"] == reason
+        assert by_type[type_]["lastTransitionTime"] == T1
+    expected_workers = {"active": 0, "succeeded": 0, "failed": 0, **counts}
+    assert status["workers"] == expected_workers
+    assert status["workersReady"] == f"{expected_workers['active'] + expected_workers['succeeded']}/2"
+
+
+def test_tfjob_messages_are_carried_over():
+    job = tfjob([cond("Created"), cond("Failed", message="TFJob ml/mnist-cnn has failed because it has "
+                                                         "reached the specified backoff limit")])
+    status = st.tfjob_status(RUN, job, [], {}, T1)
+    assert status["message"].startswith("TFJob ml/mnist-cnn has failed because it has reached")
+
+
+def test_success_reads_the_chief_summary():
+    job = tfjob([cond("Created"), cond("Succeeded")], succeeded=2, start=T0, completion=T2)
+    status = st.tfjob_status(RUN, job, list(reversed(DONE_PODS)), {}, T2)
+    assert status["phase"] == "Succeeded" and status["reason"] == "TrainingSucceeded"
+    assert status["metrics"] == {"loss": 0.07, "accuracy": 0.98, "examplesPerSecond": 5400.0, "epochs": 3}
+    assert status["model"] == {"path": "/mnt/dtr/models/mnist-cnn/1", "claim": "mnist-cnn-data", "version": 1}
+    assert status["startTime"] == T0 and status["completionTime"] == T2
+    assert status["message"] == "accuracy 0.9800, model exported to /mnt/dtr/models/mnist-cnn/1"
+    assert status["workersReady"] == "2/2"
+
+
+def test_summary_model_claim_is_the_existing_claim():
+    run = parse_run(make_run({"storage": {"claimName": "shared"}}, uid="u"))
+    status = st.tfjob_status(run, tfjob([cond("Succeeded")], succeeded=2), DONE_PODS, {}, T1)
+    assert status["model"]["claim"] == "shared" and status["pvc"] == "shared"
+
+
+# (chief termination message, the problem mentioned in the message)
+BAD_SUMMARIES = [
+    (None, "no termination message"),
+    ("", "no termination message"),
+    ("   \n", "no termination message"),
+    ("Epoch 3/3 done", "not a JSON object"),
+    ("[1, 2]", "not a JSON object"),
+    ('"text"', "not a JSON object"),
+    (json.dumps({"loss": 0.1}), "lacks accuracy or modelPath"),
+    (json.dumps({"accuracy": 0.9}), "lacks accuracy or modelPath"),
+]
+
+
+@pytest.mark.parametrize(("message", "problem"), BAD_SUMMARIES)
+def test_success_without_a_usable_summary_says_so(message, problem):
+    pods = [pod(0, 0, message), pod(1, 0)]
+    status = st.tfjob_status(RUN, tfjob([cond("Succeeded")], succeeded=2), pods, {}, T1)
+    assert status["phase"] == "Succeeded"
+    assert status["reason"] == "MetricsUnavailable"
+    assert problem in status["message"]
+    assert "model" not in status or "accuracy" not in status.get("metrics", {})
+
+
+def test_success_without_a_chief_pod_says_so():
+    status = st.tfjob_status(RUN, tfjob([cond("Succeeded")], succeeded=2), [pod(1, 0)], {}, T1)
+    assert status["reason"] == "MetricsUnavailable" and "no termination message" in status["message"]
+    assert "metrics" not in status
+
+
+def test_summary_after_log_lines_is_found():
+    message = "some log line\n" + json.dumps(SUMMARY)
+    summary = st.parse_summary(message, "c")
+    assert summary.problem is None and summary.metrics["accuracy"] == 0.98
+
+
+def test_summary_ignores_wrongly_typed_values():
+    summary = st.parse_summary(json.dumps({**SUMMARY, "loss": "low", "epochs": True, "modelVersion": "1"}), "c")
+    assert "loss" not in summary.metrics and "epochs" not in summary.metrics
+    assert summary.model == {"path": SUMMARY["modelPath"], "claim": "c"}
+
+
+def test_failure_names_the_failed_workers():
+    pods = [
+        pod(0, running=True, last_exit=137, last_message="Killed"),
+        pod(1, 2, "Traceback (most recent call last):\n  ...\nValueError: unknown dataset"),
+    ]
+    job = tfjob([cond("Created"), cond("Failed", message="TFJob ml/mnist-cnn has failed because 1 Worker replica(s) failed.")])
+    status = st.tfjob_status(RUN, job, pods, {}, T1)
+    assert status["phase"] == "Failed"
+    assert "worker mnist-cnn-worker-0 exited with code 137: Killed" in status["message"]
+    assert "worker mnist-cnn-worker-1 exited with code 2: ValueError: unknown dataset" in status["message"]
+    assert "metrics" not in status
+
+
+def test_long_messages_are_bounded_to_one_line():
+    long = "x" * 2000 + "\nsecond line"
+    job = tfjob([cond("Failed", message=long)])
+    status = st.tfjob_status(RUN, job, [pod(i, 1, long) for i in range(20)], {}, T1)
+    assert len(status["message"]) <= st.MAX_MESSAGE and "\n" not in status["message"]
+
+
+def test_last_transition_time_only_moves_when_status_changes():
+    running = tfjob([cond("Created"), cond("Running")], active=2)
+    first = st.tfjob_status(RUN, running, [], {}, T1)
+    again = st.tfjob_status(RUN, running, [], first, T2)
+    assert again == first  # nothing changed, so nothing moved
+    assert st.next_status(first, again) is None
+    restarting = tfjob([cond("Created"), cond("Restarting")], active=1)
+    third = st.tfjob_status(RUN, restarting, [], again, T2)
+    by_type = {c["type"]: c for c in third["conditions"]}
+    assert by_type["Running"]["status"] == "True" and by_type["Running"]["lastTransitionTime"] == T1
+    assert by_type["Running"]["reason"] == "TFJobRestarting"
+    assert by_type["Created"]["lastTransitionTime"] == T1
+    assert by_type["Failed"]["lastTransitionTime"] == T1
+    done = st.tfjob_status(RUN, tfjob([cond("Succeeded")], succeeded=2), DONE_PODS, third, T2)
+    by_type = {c["type"]: c for c in done["conditions"]}
+    assert by_type["Running"]["status"] == "False" and by_type["Running"]["lastTransitionTime"] == T2
+    assert by_type["Succeeded"]["status"] == "True" and by_type["Succeeded"]["lastTransitionTime"] == T2
+
+
+def test_waiting_states_before_the_tfjob_exists():
+    state = st.State(st.PENDING, st.WAITING_FOR_PVC, "waiting for PVC shared in namespace ml")
+    status = st.state_status(RUN, state, {}, T1)
+    assert status["phase"] == "Pending" and status["reason"] == "WaitingForPVC"
+    assert status["workersReady"] == "0/2"
+    created = next(c for c in status["conditions"] if c["type"] == "Created")
+    assert created == {
+        "type": "Created",
+        "status": "False",
+        "reason": "WaitingForPVC",
+        "message": "waiting for PVC shared in namespace ml",
+        "lastTransitionTime": T1,
+        "observedGeneration": 1,
+    }
+
+
+def test_terminal_status_never_regresses():
+    done = st.tfjob_status(RUN, tfjob([cond("Succeeded")], succeeded=2), DONE_PODS, {}, T1)
+    assert st.next_status(done, st.tfjob_status(RUN, tfjob([cond("Running")]), [], done, T2)) is None
+    deleted = st.state_status(RUN, st.State(st.FAILED, st.TFJOB_DELETED, "gone"), done, T2)
+    assert st.next_status(done, deleted) is None
+    failed = st.state_status(RUN, st.State(st.FAILED, st.NAME_CONFLICT, "clash"), {}, T1)
+    assert st.next_status(failed, st.tfjob_status(RUN, tfjob([cond("Running")]), [], failed, T2)) is None
+
+
+def test_next_status_writes_only_what_changed():
+    first = st.tfjob_status(RUN, tfjob([cond("Created")]), [], {}, T1)
+    assert st.next_status({}, first) == first
+    assert st.next_status(None, first) == first
+    running = st.tfjob_status(RUN, tfjob([cond("Running")], active=2), [], first, T2)
+    patch = st.next_status(first, running)
+    assert patch["phase"] == "Running" and "tfJob" not in patch and "pvc" not in patch
