@@ -1,8 +1,137 @@
-"""The `dtr` command (filled in by later steps)."""
+"""The `dtr` command: one subcommand per job, each registered by a small `add_parser` function.
 
+    dtr render FILE     print the PVC and TFJob the operator would create (no cluster needed)
+    dtr operator        run the operator (kopf, standalone)
+
+To add a subcommand, write `add_parser(subparsers)` that adds a parser and sets `func` (a function
+of the parsed args returning the exit code), and list its module in EXTENSIONS (or SUBCOMMANDS for
+code in this file). Imports of heavy modules (kopf, kubernetes) stay inside the `func`s so that
+`dtr render` starts fast and works without a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
 import sys
+from collections.abc import Callable, Sequence
+
+import yaml
+
+from . import __version__
+from .spec import DEFAULT_TRAINER_IMAGE, SpecError
+
+AddParser = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+# Modules with an `add_parser(subparsers)`; skipped when the module does not exist (yet).
+EXTENSIONS = ("dtr_operator.local.cli",)
 
 
-def main(argv: list[str] | None = None) -> int:
-    print("dtr: not implemented yet", file=sys.stderr)
-    return 2
+def _fail(message: str) -> int:
+    print(f"dtr: {message}", file=sys.stderr)
+    return 1
+
+
+# ---- dtr render -------------------------------------------------------------------------------
+
+
+def render(path: str, default_image: str) -> str:
+    """The YAML of every object the operator would create for the runs in a file."""
+    from .builders import build_pvc, build_tfjob
+    from .runfile import read_run_file
+
+    docs = []
+    for run in read_run_file(path, default_image=default_image):
+        pvc = build_pvc(run)
+        if pvc is not None:
+            docs.append(pvc)
+        docs.append(build_tfjob(run))
+    return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
+
+
+def _render(args: argparse.Namespace) -> int:
+    from .runfile import RunFileError
+
+    try:
+        sys.stdout.write(render(args.file, args.trainer_image))
+    except (RunFileError, SpecError) as err:
+        return _fail(str(err))
+    return 0
+
+
+def _add_render(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "render",
+        help="print the PVC and TFJob the operator would create for a run file (no cluster)",
+        description="Print, as YAML, the PVC and TFJob the operator would create for each DistTrainingRun "
+        "in FILE. Owner references are added by the operator (they need the run's uid).",
+    )
+    p.add_argument("file", metavar="FILE", help="a YAML file with one or more DistTrainingRuns")
+    p.add_argument(
+        "--trainer-image",
+        default=os.environ.get("DTR_TRAINER_IMAGE") or DEFAULT_TRAINER_IMAGE,
+        metavar="IMG",
+        help="image for runs without spec.image, as the operator's --trainer-image (env DTR_TRAINER_IMAGE)",
+    )
+    p.set_defaults(func=_render)
+
+
+# ---- dtr operator -----------------------------------------------------------------------------
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from . import settings as cfg
+
+    try:
+        settings = cfg.from_args(args, os.environ)
+    except cfg.SettingsError as err:
+        return _fail(str(err))
+    from .main import run_operator
+
+    return run_operator(settings)
+
+
+def _add_operator(sub: argparse._SubParsersAction) -> None:
+    from . import settings as cfg
+
+    p = sub.add_parser(
+        "operator",
+        help="run the operator (kopf, standalone; one replica)",
+        description="Watch DistTrainingRuns and expand each into a TFJob and a PVC. Uses the in-cluster "
+        "service account, else KUBECONFIG.",
+    )
+    cfg.add_arguments(p)
+    p.set_defaults(func=_operator)
+
+
+SUBCOMMANDS: list[AddParser] = [_add_render, _add_operator]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dtr", description="DistTrainingRun: distributed TensorFlow training runs.")
+    parser.add_argument("--version", action="version", version=f"dtr {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in SUBCOMMANDS:
+        add(sub)
+    for module in EXTENSIONS:
+        try:
+            ext = importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name != module:
+                raise
+            continue
+        ext.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Operator settings: flags of `dtr operator`, each with an environment variable (docs/architecture.md).
+
+Flags win over the environment; the environment wins over the defaults. Pure apart from reading
+the mapping it is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .spec import DEFAULT_TRAINER_IMAGE
+
+LOG_FORMATS = ("plain", "json")
+
+
+@dataclass(frozen=True)
+class Settings:
+    namespaces: tuple[str, ...] = ()  # empty: all namespaces
+    trainer_image: str = DEFAULT_TRAINER_IMAGE
+    log_format: str = "plain"
+    liveness_port: int = 8080  # kopf's health endpoint at /healthz; 0 = off
+    metrics_port: int = 9090  # Prometheus /metrics; 0 = off
+    verbose: bool = False
+
+    @property
+    def all_namespaces(self) -> bool:
+        return not self.namespaces
+
+    @property
+    def liveness_endpoint(self) -> str | None:
+        return f"http://0.0.0.0:{self.liveness_port}/healthz" if self.liveness_port else None
+
+
+class SettingsError(ValueError):
+    """A bad flag or environment variable; the message names it."""
+
+
+def _port(value: str, name: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise SettingsError(f"{name}: must be a port number, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise SettingsError(f"{name}: must be in 0..65535, got {port}")
+    return port
+
+
+def from_env(env: Mapping[str, str]) -> Settings:
+    namespaces = tuple(ns.strip() for ns in env.get("DTR_NAMESPACE", "").split(",") if ns.strip())
+    log_format = env.get("DTR_LOG_FORMAT", "plain") or "plain"
+    if log_format not in LOG_FORMATS:
+        raise SettingsError(f"DTR_LOG_FORMAT: must be plain or json, got {log_format!r}")
+    return Settings(
+        namespaces=namespaces,
+        trainer_image=env.get("DTR_TRAINER_IMAGE") or DEFAULT_TRAINER_IMAGE,
+        log_format=log_format,
+        liveness_port=_port(env.get("DTR_LIVENESS_PORT", "8080") or "8080", "DTR_LIVENESS_PORT"),
+        metrics_port=_port(env.get("DTR_METRICS_PORT", "9090") or "9090", "DTR_METRICS_PORT"),
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--namespace", "-n", action="append", metavar="NS",
+        help="watch only this namespace (repeatable; env DTR_NAMESPACE, comma-separated)",
+    )  # fmt: skip
+    scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch all namespaces (the default)")
+    parser.add_argument("--trainer-image", metavar="IMG", help="default spec.image (env DTR_TRAINER_IMAGE)")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, help="log format (env DTR_LOG_FORMAT; default plain)")
+    parser.add_argument(
+        "--liveness-port", metavar="N", help="kopf health endpoint port, /healthz; 0 = off (env DTR_LIVENESS_PORT)"
+    )
+    parser.add_argument(
+        "--metrics-port", metavar="N", help="Prometheus /metrics port; 0 = off (env DTR_METRICS_PORT)"
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+
+
+def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
+    base = from_env(env)
+    namespaces: Sequence[str] = base.namespaces
+    if args.all_namespaces:
+        namespaces = ()
+    elif args.namespace:
+        namespaces = [ns for arg in args.namespace for ns in arg.split(",") if ns]
+    return Settings(
+        namespaces=tuple(namespaces),
+        trainer_image=args.trainer_image or base.trainer_image,
+        log_format=args.log_format or base.log_format,
+        liveness_port=_port(args.liveness_port, "--liveness-port") if args.liveness_port else base.liveness_port,
+        metrics_port=_port(args.metrics_port, "--metrics-port") if args.metrics_port else base.metrics_port,
+        verbose=bool(args.verbose),
+    )

@@ -1,0 +1,133 @@
+"""`dtr render` (through main(), as a user runs it) and the operator settings."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import yaml
+from dtr_fixtures import REPO
+from dtr_operator import cli
+from dtr_operator import settings as cfg
+
+
+def render_docs(capsys, *argv):
+    assert cli.main(["render", *argv]) == 0
+    return list(yaml.safe_load_all(capsys.readouterr().out))
+
+
+def test_render_mnist_example(capsys):
+    pvc, job = render_docs(capsys, str(REPO / "examples" / "mnist.yaml"))
+    assert pvc["kind"] == "PersistentVolumeClaim" and pvc["metadata"]["name"] == "mnist-cnn-data"
+    assert job["kind"] == "TFJob" and job["metadata"]["name"] == "mnist-cnn"
+    worker = job["spec"]["tfReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 2
+    (container,) = worker["template"]["spec"]["containers"]
+    assert container["name"] == "tensorflow"
+    assert container["ports"][0]["name"] == "tfjob-port" and container["ports"][0]["containerPort"] == 2222
+    assert container["volumeMounts"][0]["mountPath"] == "/mnt/dtr"
+    assert worker["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "mnist-cnn-data"
+    args = container["args"]
+    assert args[args.index("--dataset") + 1] == "mnist"
+    assert args[args.index("--export-dir") + 1] == "/mnt/dtr/models/mnist-cnn"
+    assert container["resources"] == {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
+
+
+def test_render_digits_example_is_offline_data(capsys):
+    _, job = render_docs(capsys, str(REPO / "examples" / "digits.yaml"))
+    args = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--dataset") + 1] == "digits"
+
+
+def test_render_uses_the_trainer_image_flag(capsys):
+    _, job = render_docs(capsys, str(REPO / "examples" / "digits.yaml"), "--trainer-image", "reg/t:9")
+    assert job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] == "reg/t:9"
+
+
+def test_render_several_runs_and_an_existing_claim(tmp_path, capsys):
+    f = tmp_path / "runs.yaml"
+    f.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n"
+        "apiVersion: distml.dev/v1alpha1\nkind: DistTrainingRun\nmetadata: {name: a}\n"
+        "spec: {storage: {claimName: shared}}\n---\n"
+        "apiVersion: distml.dev/v1alpha1\nkind: DistTrainingRun\nmetadata: {name: b}\n"
+    )
+    kinds = [(d["kind"], d["metadata"]["name"]) for d in render_docs(capsys, str(f))]
+    assert kinds == [("TFJob", "a"), ("PersistentVolumeClaim", "b-data"), ("TFJob", "b")]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "No such file"),
+        ("a: [1\n", "not valid YAML"),
+        ("- 1\n", "must be a mapping"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", "no DistTrainingRun"),
+        (
+            "apiVersion: distml.dev/v1alpha1\nkind: DistTrainingRun\nmetadata: {name: r}\nspec: {workers: 0}\n",
+            "DistTrainingRun r: spec.workers: must be in 1..64",
+        ),
+    ],
+)
+def test_render_errors_are_one_clear_line(tmp_path, capsys, content, expected):
+    f = tmp_path / "run.yaml"
+    if content is not None:
+        f.write_text(content)
+    assert cli.main(["render", str(f)]) == 1
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.startswith("dtr: ") and expected in out.err and out.err.count("\n") == 1
+
+
+def _operator_args(*argv):
+    p = argparse.ArgumentParser()
+    cfg.add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_settings_defaults():
+    s = cfg.from_args(_operator_args(), {})
+    assert s == cfg.Settings()
+    assert s.all_namespaces and s.trainer_image == "distml/trainer:0.1.0" and s.log_format == "plain"
+    assert s.liveness_endpoint == "http://0.0.0.0:8080/healthz" and s.metrics_port == 9090
+
+
+def test_settings_from_env():
+    env = {
+        "DTR_NAMESPACE": "a, b",
+        "DTR_TRAINER_IMAGE": "reg/t:2",
+        "DTR_LOG_FORMAT": "json",
+        "DTR_LIVENESS_PORT": "0",
+        "DTR_METRICS_PORT": "9999",
+    }
+    s = cfg.from_args(_operator_args(), env)
+    assert s.namespaces == ("a", "b") and not s.all_namespaces
+    assert s.trainer_image == "reg/t:2" and s.log_format == "json"
+    assert s.liveness_endpoint is None and s.metrics_port == 9999
+
+
+def test_flags_win_over_env():
+    env = {"DTR_NAMESPACE": "a", "DTR_TRAINER_IMAGE": "reg/t:2", "DTR_LIVENESS_PORT": "1"}
+    s = cfg.from_args(_operator_args("-n", "x", "--namespace", "y,z", "--trainer-image", "i:3", "--liveness-port", "0"), env)
+    assert s.namespaces == ("x", "y", "z") and s.trainer_image == "i:3" and s.liveness_port == 0
+    assert cfg.from_args(_operator_args("--all-namespaces"), env).all_namespaces
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "named"),
+    [
+        ({"DTR_LOG_FORMAT": "xml"}, (), "DTR_LOG_FORMAT"),
+        ({"DTR_LIVENESS_PORT": "http"}, (), "DTR_LIVENESS_PORT"),
+        ({"DTR_METRICS_PORT": "70000"}, (), "DTR_METRICS_PORT"),
+        ({}, ("--metrics-port", "-1"), "--metrics-port"),
+    ],
+)
+def test_bad_settings_name_the_setting(env, argv, named):
+    with pytest.raises(cfg.SettingsError, match=named):
+        cfg.from_args(_operator_args(*argv), env)
+
+
+def test_operator_with_bad_settings_exits_with_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("DTR_LOG_FORMAT", "xml")
+    assert cli.main(["operator"]) == 1
+    assert capsys.readouterr().err.startswith("dtr: DTR_LOG_FORMAT: must be plain or json")
