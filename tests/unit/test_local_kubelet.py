@@ -4,7 +4,9 @@ import pytest
 from dtr_operator.local import kubelet as k
 
 
-@pytest.mark.parametrize(("returncode", "code"), [(0, 0), (1, 1), (138, 138), (-9, 137), (-15, 143)])
+@pytest.mark.parametrize(
+    ("returncode", "code"), [(0, 0), (1, 1), (138, 138), (-9, 137), (-15, 143)]
+)
 def test_exit_code_of(returncode, code):
     assert k.exit_code_of(returncode) == code
 
@@ -43,7 +45,10 @@ def test_backoff_doubles_and_is_capped():
 def test_termination_message(file_text, code, policy, expected):
     logs = "line1\nline2\nbad TF_CONFIG\n"
     assert (
-        k.termination_message(file_text, "line2\nbad TF_CONFIG\n" if code else logs, code, policy) == expected
+        k.termination_message(
+            file_text, "line2\nbad TF_CONFIG\n" if code else logs, code, policy
+        )
+        == expected
     )
 
 
@@ -66,7 +71,11 @@ def test_terminated_state():
         "containerID": "id",
     }
     killed = k.terminated(137, "oops", "t0", "t1", "id")["terminated"]
-    assert (killed["reason"], killed["signal"], killed["message"]) == ("Error", 9, "oops")
+    assert (killed["reason"], killed["signal"], killed["message"]) == (
+        "Error",
+        9,
+        "oops",
+    )
 
 
 @pytest.mark.parametrize(
@@ -81,7 +90,9 @@ def test_terminated_state():
 )
 def test_phase_of(state, phase):
     assert k.phase_of(state) == phase
-    status = k.pod_status([k.container_status("tensorflow", "img", state, 0)], "t0", "t1", "127.0.0.1")
+    status = k.pod_status(
+        [k.container_status("tensorflow", "img", state, 0)], "t0", "t1", "127.0.0.1"
+    )
     assert status["phase"] == phase
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == ("True" if "running" in state else "False")
@@ -92,5 +103,9 @@ def test_pod_status_after_a_restart_carries_the_last_state_and_count():
     cs = k.container_status("tensorflow", "img", k.running("c"), 1, last, "id/1")
     status = k.pod_status([cs], "t0", "t1", "127.0.0.1")
     got = status["containerStatuses"][0]
-    assert got["restartCount"] == 1 and got["lastState"] == last and got["containerID"] == "id/1"
+    assert (
+        got["restartCount"] == 1
+        and got["lastState"] == last
+        and got["containerID"] == "id/1"
+    )
     assert got["ready"] is True and status["podIP"] == "127.0.0.1"

@@ -40,11 +40,15 @@ def test_rewrite_tf_config_maps_each_address_to_its_loopback_port_and_keeps_the_
     out = t.rewrite_tf_config(TWO_WORKERS, ports)
     assert out["cluster"] == {"worker": ["127.0.0.1:21001", "127.0.0.1:21002"]}
     assert out["task"] == TWO_WORKERS["task"] and out["environment"] == "cloud"
-    assert TWO_WORKERS["cluster"]["worker"][0] == "d-worker-0.ns.svc:2222"  # input untouched
+    assert (
+        TWO_WORKERS["cluster"]["worker"][0] == "d-worker-0.ns.svc:2222"
+    )  # input untouched
 
 
 def test_rewrite_tf_config_sparse_form():
-    out = t.rewrite_tf_config({"cluster": {"worker": {"1": "h:2"}}, "task": {}}, {"h:2": 9})
+    out = t.rewrite_tf_config(
+        {"cluster": {"worker": {"1": "h:2"}}, "task": {}}, {"h:2": 9}
+    )
     assert out["cluster"] == {"worker": {"1": "127.0.0.1:9"}}
 
 
@@ -60,7 +64,11 @@ def test_parse_tf_config_rejects_non_json(raw):
 
 
 PM = t.sort_path_map(
-    [("/mnt/dtr", "/v/claim"), ("/mnt/dtr/cache", "/scratch"), ("/dev/termination-log", "/p/term")]
+    [
+        ("/mnt/dtr", "/v/claim"),
+        ("/mnt/dtr/cache", "/scratch"),
+        ("/dev/termination-log", "/p/term"),
+    ]
 )
 
 
@@ -71,7 +79,10 @@ PM = t.sort_path_map(
         ("/mnt/dtr/", "/v/claim/"),
         ("/mnt/dtr/models/m", "/v/claim/models/m"),
         ("/mnt/dtr/cache/x", "/scratch/x"),  # the nested mount wins
-        ("/mnt/dtrx/models", "/mnt/dtrx/models"),  # a sibling with the same prefix is not under the mount
+        (
+            "/mnt/dtrx/models",
+            "/mnt/dtrx/models",
+        ),  # a sibling with the same prefix is not under the mount
         ("--export-dir=/mnt/dtr/models/m", "--export-dir=/v/claim/models/m"),
         ("--export-dir=/elsewhere", "--export-dir=/elsewhere"),
         ("/dev/termination-log", "/p/term"),
@@ -91,7 +102,11 @@ def test_volume_dirs_and_mounts():
         {"name": "token", "projected": {"sources": []}},
     ]
     dirs = t.volume_dirs(volumes, lambda c: f"/state/volumes/ns/{c}", "/pod/volumes")
-    assert dirs == {"data": "/state/volumes/ns/run-data", "tmp": "/pod/volumes/tmp", "host": "/srv/x"}
+    assert dirs == {
+        "data": "/state/volumes/ns/run-data",
+        "tmp": "/pod/volumes/tmp",
+        "host": "/srv/x",
+    }
     mounts = [
         {"name": "data", "mountPath": "/mnt/dtr"},
         {"name": "data", "mountPath": "/sub", "subPath": "models"},
@@ -105,19 +120,34 @@ def test_volume_dirs_and_mounts():
 
 @pytest.mark.parametrize(
     ("image", "expected"),
-    [("distml/trainer:0.1.0", "/exact"), ("distml/trainer:dev", "/glob"), ("other:1", "/default")],
+    [
+        ("distml/trainer:0.1.0", "/exact"),
+        ("distml/trainer:dev", "/glob"),
+        ("other:1", "/default"),
+    ],
 )
 def test_python_for_image(image, expected):
     images = {"distml/trainer:0.1.0": "/exact", "distml/trainer:*": "/glob"}
     assert t.python_for_image(image, images, "/default") == expected
 
 
-@pytest.mark.parametrize("python", ["python", "python3", "python3.9", "/usr/bin/python3"])
+@pytest.mark.parametrize(
+    "python", ["python", "python3", "python3.9", "/usr/bin/python3"]
+)
 def test_local_argv_maps_python_to_the_environment(python):
     argv = t.local_argv(
-        [python, "-m", "dtr_trainer"], ["--data-dir", "/mnt/dtr/data"], "/venv/bin/python", PM
+        [python, "-m", "dtr_trainer"],
+        ["--data-dir", "/mnt/dtr/data"],
+        "/venv/bin/python",
+        PM,
     )
-    assert argv == ["/venv/bin/python", "-m", "dtr_trainer", "--data-dir", "/v/claim/data"]
+    assert argv == [
+        "/venv/bin/python",
+        "-m",
+        "dtr_trainer",
+        "--data-dir",
+        "/v/claim/data",
+    ]
 
 
 def test_local_argv_keeps_other_programs_and_needs_a_command():
@@ -146,7 +176,12 @@ def container(**extra):
         "name": "tensorflow",
         "image": "distml/trainer:0.1.0",
         "command": ["python", "-m", "dtr_trainer"],
-        "args": ["--export-dir", "/mnt/dtr/models/m", "--termination-message-path", "/dev/termination-log"],
+        "args": [
+            "--export-dir",
+            "/mnt/dtr/models/m",
+            "--termination-message-path",
+            "/dev/termination-log",
+        ],
         "env": [
             {"name": "TF_CONFIG", "value": json.dumps(TWO_WORKERS)},
             {"name": "OUT", "value": "/mnt/dtr/out"},
@@ -157,18 +192,20 @@ def container(**extra):
 
 
 def translate(c, **kw):
-    args = dict(
-        python="/venv/bin/python",
-        ports={"d-worker-0.ns.svc:2222": 21001, "d-worker-1.ns.svc:2222": 21002},
-        claim_dir=lambda claim: f"/state/volumes/ns/{claim}",
-        scratch_dir="/pod/volumes",
-        termination_path="/pod/tensorflow.termination-log",
-        fields={},
-        base_env={"PATH": "/bin", "OUT": "base"},
-    )
+    args = {
+        "python": "/venv/bin/python",
+        "ports": {"d-worker-0.ns.svc:2222": 21001, "d-worker-1.ns.svc:2222": 21002},
+        "claim_dir": lambda claim: f"/state/volumes/ns/{claim}",
+        "scratch_dir": "/pod/volumes",
+        "termination_path": "/pod/tensorflow.termination-log",
+        "fields": {},
+        "base_env": {"PATH": "/bin", "OUT": "base"},
+    }
     args.update(kw)
     return t.translate_container(
-        c, [{"name": "data", "persistentVolumeClaim": {"claimName": "run-data"}}], **args
+        c,
+        [{"name": "data", "persistentVolumeClaim": {"claimName": "run-data"}}],
+        **args,
     )
 
 
@@ -183,8 +220,13 @@ def test_translate_container_end_to_end():
         "--termination-message-path",
         "/pod/tensorflow.termination-log",
     ]
-    assert json.loads(p.env["TF_CONFIG"])["cluster"]["worker"] == ["127.0.0.1:21001", "127.0.0.1:21002"]
-    assert p.env["OUT"] == "/state/volumes/ns/run-data/out"  # the pod's env wins over the base env
+    assert json.loads(p.env["TF_CONFIG"])["cluster"]["worker"] == [
+        "127.0.0.1:21001",
+        "127.0.0.1:21002",
+    ]
+    assert (
+        p.env["OUT"] == "/state/volumes/ns/run-data/out"
+    )  # the pod's env wins over the base env
     assert p.env["PATH"] == "/bin"
     assert p.cwd is None and p.unresolved_env == []
 
@@ -199,9 +241,42 @@ def test_translate_container_custom_termination_path_and_workdir():
     )
     assert p.argv[-1] == "/pod/tensorflow.termination-log"
     assert p.cwd == "/state/volumes/ns/run-data/work"
-    assert translate(container(workingDir="/app")).cwd is None  # the image's own dir does not exist here
+    assert (
+        translate(container(workingDir="/app")).cwd is None
+    )  # the image's own dir does not exist here
 
 
 def test_translate_container_without_tf_config_leaves_env_alone():
     p = translate(container(env=[{"name": "X", "value": "y"}]), ports={})
     assert "TF_CONFIG" not in p.env and p.env["X"] == "y"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '{"modelPath": "/v/claim/models/m/1"}',
+            '{"modelPath": "/mnt/dtr/models/m/1"}',
+        ),
+        ("wrote /scratch/x and /v/claim", "wrote /mnt/dtr/cache/x and /mnt/dtr"),
+        (
+            "/v/claim-2/models",
+            "/v/claim-2/models",
+        ),  # another directory that only shares a prefix
+        ("see /p/term", "see /dev/termination-log"),
+    ],
+)
+def test_unmap_text_turns_local_paths_back_into_container_paths(text, expected):
+    assert t.unmap_text(text, PM) == expected
+
+
+def test_base_env_and_default_python():
+    env = t.base_env({"PATH": "/bin", "HOME": "/root", "SECRET": "x"}, "d-worker-0")
+    assert env == {
+        "PATH": "/bin",
+        "HOME": "/root",
+        "HOSTNAME": "d-worker-0",
+        "PYTHONUNBUFFERED": "1",
+    }
+    assert t.default_python({"DTR_TRAINER_PYTHON": "/py"}, "/repo") == "/py"
+    assert t.default_python({}, "/repo") == "/repo/.venv/trainer/bin/python"

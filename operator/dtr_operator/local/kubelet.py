@@ -65,9 +65,7 @@ def running(started_at: str) -> dict[str, Any]:
     return {"running": {"startedAt": started_at}}
 
 
-def terminated(
-    exit_code: int, message: str, started_at: str, finished_at: str, container_id: str
-) -> dict[str, Any]:
+def terminated(exit_code: int, message: str, started_at: str, finished_at: str, container_id: str) -> dict[str, Any]:
     body: dict[str, Any] = {
         "exitCode": exit_code,
         "reason": "Completed" if exit_code == 0 else "Error",

@@ -76,9 +76,7 @@ def rewrite_tf_config(tf_config: Mapping[str, Any], ports: Mapping[str, int]) ->
         return f"{LOOPBACK}:{ports[addr]}"
 
     cluster = {
-        job: (
-            {k: local(a) for k, a in tasks.items()} if isinstance(tasks, dict) else [local(a) for a in tasks]
-        )
+        job: ({k: local(a) for k, a in tasks.items()} if isinstance(tasks, dict) else [local(a) for a in tasks])
         for job, tasks in (tf_config.get("cluster") or {}).items()
     }
     return {**tf_config, "cluster": cluster}
@@ -123,6 +121,16 @@ def rewrite_value(value: str, path_map: PathMap) -> str:
         if mapped is not None:
             return f"{head}={mapped}"
     return value
+
+
+def unmap_text(text: str, path_map: PathMap) -> str:
+    """Local paths in a message (the trainer's summary, a log tail) back to the container's paths, so
+    the pod status says `/mnt/dtr/models/m/1` exactly as a real container's would."""
+    for inside, local in sorted(path_map, key=lambda e: len(e[1]), reverse=True):
+        if local and local != "/":
+            target = inside.rstrip("/") or "/"
+            text = re.sub(re.escape(local.rstrip("/")) + r"(?![\w.-])", lambda _m, t=target: t, text)
+    return text
 
 
 def volume_dirs(
@@ -175,9 +183,7 @@ def local_argv(command: Sequence[str], args: Sequence[str], python: str, path_ma
     return [argv[0], *(rewrite_value(a, path_map) for a in argv[1:])]
 
 
-def resolve_env(
-    env: Sequence[Mapping[str, Any]], fields: Mapping[str, str]
-) -> tuple[dict[str, str], list[str]]:
+def resolve_env(env: Sequence[Mapping[str, Any]], fields: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """Container env -> (values, names left unresolved); fieldRef values come from `fields`."""
     out: dict[str, str] = {}
     missing: list[str] = []
@@ -207,6 +213,19 @@ def _expand(value: str, defined: Mapping[str, str]) -> str:
     )
 
 
+PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER")
+
+
+def base_env(environ: Mapping[str, str], hostname: str) -> dict[str, str]:
+    """What a local process gets besides the pod's env: enough of ours to run, and the pod's hostname."""
+    return {**{k: environ[k] for k in PASS_ENV if k in environ}, "HOSTNAME": hostname, "PYTHONUNBUFFERED": "1"}
+
+
+def default_python(environ: Mapping[str, str], repo: str) -> str:
+    """$DTR_TRAINER_PYTHON, else the repository's .venv/trainer/bin/python (docs/architecture.md)."""
+    return environ.get("DTR_TRAINER_PYTHON") or os.path.join(repo, ".venv", "trainer", "bin", "python")
+
+
 @dataclass(frozen=True)
 class LocalProcess:
     """Everything needed to start one container as a local process."""
@@ -216,6 +235,7 @@ class LocalProcess:
     cwd: str | None
     termination_path: str
     unresolved_env: list[str]
+    path_map: list[tuple[str, str]]
 
 
 def translate_container(
@@ -251,4 +271,5 @@ def translate_container(
         cwd=cwd,
         termination_path=termination_path,
         unresolved_env=missing,
+        path_map=path_map,
     )

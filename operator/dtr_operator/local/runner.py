@@ -1,0 +1,481 @@
+"""`dtr run FILE`: train a DistTrainingRun with local processes, no cluster.
+
+The run is rendered by the operator's own builders (build_tfjob/build_pvc), and each replica of
+the TFJob runs the way the process node runs its pod (translate.py): the TF_CONFIG the
+training-operator would inject, rewritten to loopback ports; the PVC as ./.dtr/volumes/<claim>
+with the mountPath rewritten to it; the termination message in a per-replica file. The TFJob's
+restart policy and backoffLimit apply as the training-operator and kubelet would apply them, and
+the final status is computed by the operator's status.py from the TFJob and pod statuses this
+runner plays, so it reads exactly like `kubectl get dtr NAME -o yaml` would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from dtr_operator import builders, status
+from dtr_operator.local import kubelet, ports, translate
+from dtr_operator.spec import KIND, RunSpec, SpecError, parse_run
+
+EPOCH = re.compile(r"\bepoch (\d+)/(\d+) end\b", re.IGNORECASE)  # the trainer's progress lines
+STOP_GRACE_SECONDS = 5.0
+POLL_SECONDS = 0.2
+
+
+class RunError(Exception):
+    """Bad input for `dtr run`: one line for the user."""
+
+
+# --- pure decisions (unit-tested in tests/unit/test_local_runner.py) -----------------------------
+
+
+def job_restarts(policy: str, exit_code: int) -> bool:
+    """Does the replica run again after this exit? OnFailure/Always: the kubelet restarts it in place;
+    ExitCode: the training-operator recreates the pod for a retryable code (>= 128); Never: no."""
+    if policy == "ExitCode":
+        return exit_code >= 128
+    return kubelet.restarts(policy, exit_code)
+
+
+def past_backoff_limit(policy: str, restarts: int, limit: int) -> bool:
+    """The training-operator's pastBackoffLimit: the sum of container restarts reaching backoffLimit
+    fails the job (it counts in-place restarts, so only OnFailure and Always)."""
+    if policy not in ("OnFailure", "Always"):
+        return False
+    return restarts > 0 if limit == 0 else restarts >= limit
+
+
+def job_outcome(exits: Mapping[str, int | None], success_policy: str, chief: str) -> str | None:
+    """Succeeded, Failed or None (still running) from each replica's final exit code (None = not final)."""
+    if any(code not in (None, 0) for code in exits.values()):
+        return status.FAILED
+    if success_policy == "AllWorkers":
+        return status.SUCCEEDED if all(code == 0 for code in exits.values()) else None
+    return status.SUCCEEDED if exits.get(chief) == 0 else None
+
+
+def tfjob_view(
+    tfjob: Mapping[str, Any],
+    phase: str,
+    reason: str,
+    message: str,
+    counts: Mapping[str, int],
+    start: str,
+    completion: str | None,
+) -> dict[str, Any]:
+    """The TFJob with the status the training-operator would have written for this outcome."""
+    conds = [{"type": "Created", "status": "True", "reason": "TFJobCreated", "lastTransitionTime": start}]
+    running = phase == status.RUNNING
+    conds.append({"type": "Running", "status": "True" if running else "False", "reason": "TFJobRunning"})
+    if phase in status.TERMINAL:
+        conds.append({"type": phase, "status": "True", "reason": reason, "message": message})
+    job_status: dict[str, Any] = {"conditions": conds, "replicaStatuses": {"Worker": dict(counts)}, "startTime": start}
+    if completion:
+        job_status["completionTime"] = completion
+    return {**tfjob, "status": job_status}
+
+
+def pod_view(pod_name: str, namespace: str, labels: Mapping[str, str], pod_status: Mapping[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": pod_name, "namespace": namespace, "labels": dict(labels)}, "status": dict(pod_status)}
+
+
+def replica_labels(job: str, rtype: str, index: int) -> dict[str, str]:
+    """The labels the training-operator puts on a replica's pod (status.py finds the chief by them)."""
+    return {
+        builders.JOB_NAME_LABEL: job,
+        builders.REPLICA_TYPE_LABEL: rtype.lower(),
+        builders.REPLICA_INDEX_LABEL: str(index),
+    }
+
+
+def load_run(text: str, source: str) -> RunSpec:
+    """The one DistTrainingRun in a YAML file (other documents are ignored)."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    except yaml.YAMLError as exc:
+        raise RunError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from None
+    runs = [d for d in docs if d.get("kind") == KIND]
+    if len(runs) != 1:
+        raise RunError(f"{source}: expected exactly one {KIND} document, found {len(runs)}")
+    try:
+        return parse_run(runs[0])
+    except SpecError as exc:
+        raise RunError(f"{source}: {exc}") from None
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- the imperative shell ------------------------------------------------------------------------
+
+
+@dataclass
+class Replica:
+    rtype: str
+    index: int
+    pod: str
+    container: dict[str, Any]
+    dir: Path
+    proc: subprocess.Popen[bytes] | None = None
+    reader: threading.Thread | None = None
+    process: translate.LocalProcess | None = None
+    restart_count: int = 0
+    attempts: int = 0
+    started_at: str = ""
+    state: dict[str, Any] = field(default_factory=lambda: kubelet.waiting("ContainerCreating"))
+    last_state: dict[str, Any] = field(default_factory=dict)
+    next_start: float = 0.0
+    final_code: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.rtype.lower()}-{self.index}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / f"{self.label}.log"
+
+    @property
+    def termination_path(self) -> Path:
+        return self.dir / f"{self.label}.termination-log"
+
+
+class Console:
+    """Lines from several replicas, whole lines at a time."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.lock = threading.Lock()
+        self.epoch: dict[str, tuple[int, int]] = {}
+        self.started = time.monotonic()
+
+    def say(self, text: str) -> None:
+        with self.lock:
+            print(text, file=self.out, flush=True)
+
+    def replica_line(self, label: str, line: str) -> None:
+        self.say(f"[{label}] {line}")
+        m = EPOCH.search(line)
+        if m and label.endswith("-0"):
+            done, total = int(m.group(1)), int(m.group(2))
+            self.say(f"[dtr] epoch {done}/{total} done ({time.monotonic() - self.started:.0f}s)")
+
+
+class LocalRun:
+    def __init__(self, run: RunSpec, base_dir: Path, python: str, console: Console) -> None:
+        # As the API server would have it once created: generation 1 (status.observedGeneration).
+        run = dataclasses.replace(run, generation=run.generation or 1)
+        self.run = run
+        self.console = console
+        self.python = python
+        self.tfjob = builders.build_tfjob(run)
+        self.pvc = builders.build_pvc(run)
+        job = self.tfjob["spec"]
+        self.success_policy = job.get("successPolicy", "")
+        self.run_policy = job.get("runPolicy") or {}
+        (rtype, rspec), *others = job["tfReplicaSpecs"].items()
+        if others:
+            raise RunError("dtr run handles TFJobs with one replica type (Worker)")
+        self.rtype = rtype
+        self.policy = rspec.get("restartPolicy", "Never")
+        self.template = rspec["template"]
+        self.volume_root = base_dir / "volumes"
+        self.run_dir = base_dir / "runs" / run.name
+        count = int(rspec.get("replicas", 1))
+        container = next(c for c in self.template["spec"]["containers"] if c["name"] == builders.CONTAINER_NAME)
+        self.replicas = [
+            Replica(
+                rtype,
+                i,
+                f"{run.tfjob_name}-{rtype.lower()}-{i}",
+                self.with_tf_config(container, count, i),
+                self.run_dir,
+            )
+            for i in range(count)
+        ]
+        self.ports: dict[str, int] = {}
+        self.start_time = ""
+        self.interrupted = False
+
+    def with_tf_config(self, container: Mapping[str, Any], count: int, index: int) -> dict[str, Any]:
+        """The container as the training-operator hands it to the pod: TF_CONFIG added when distributed."""
+        port = next(
+            (p["containerPort"] for p in container.get("ports") or [] if p.get("name") == builders.PORT_NAME),
+            translate.TF_PORT,
+        )
+        cfg = translate.tf_config_for(
+            self.run.tfjob_name, self.run.namespace, {self.rtype: count}, self.rtype, index, port
+        )
+        env = [e for e in container.get("env") or [] if e.get("name") != "TF_CONFIG"]
+        if cfg is not None:
+            env.append({"name": "TF_CONFIG", "value": json.dumps(cfg, separators=(",", ":"))})
+        return {**container, "env": env}
+
+    def claim_dir(self, claim: str) -> str:
+        return str((self.volume_root / claim).resolve())
+
+    # -- processes --
+
+    def start(self, r: Replica) -> None:
+        volumes = self.template["spec"].get("volumes") or []
+        raw = next((e["value"] for e in r.container["env"] if e["name"] == "TF_CONFIG"), None)
+        tf_config = translate.parse_tf_config(raw)
+        ports.allocate(translate.tf_config_addresses(tf_config or {}), self.ports)
+        proc_spec = translate.translate_container(
+            r.container,
+            volumes,
+            python=self.python,
+            ports=self.ports,
+            claim_dir=self.claim_dir,
+            scratch_dir=str(r.dir / f"{r.label}-volumes"),
+            termination_path=str(r.termination_path.resolve()),
+            fields={"metadata.name": r.pod, "metadata.namespace": self.run.namespace},
+            base_env=translate.base_env(os.environ, r.pod),
+        )
+        for local in translate.volume_dirs(volumes, self.claim_dir, str(r.dir / f"{r.label}-volumes")).values():
+            Path(local).mkdir(parents=True, exist_ok=True)
+        if r.attempts > 0:
+            r.restart_count += 1
+        r.attempts += 1
+        r.termination_path.write_text("")
+        r.process = proc_spec
+        try:
+            r.proc = subprocess.Popen(
+                proc_spec.argv,
+                env=proc_spec.env,
+                cwd=proc_spec.cwd or str(r.dir),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise RunError(f"cannot start {proc_spec.argv[0]}: {exc.strerror}") from None
+        r.started_at = now_rfc3339()
+        r.state = kubelet.running(r.started_at)
+        r.reader = threading.Thread(target=self.pump, args=(r, r.proc), daemon=True)
+        r.reader.start()
+
+    def pump(self, r: Replica, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        with open(r.log_path, "ab") as logf:
+            logf.write(f"--- attempt {r.attempts} ---\n".encode())
+            for raw in iter(proc.stdout.readline, b""):
+                logf.write(raw)
+                logf.flush()
+                for part in raw.decode(errors="replace").replace("\r", "\n").split("\n"):
+                    if part.strip():
+                        self.console.replica_line(r.label, part.rstrip())
+
+    def on_exit(self, r: Replica, code: int) -> None:
+        if r.reader is not None:
+            r.reader.join(timeout=5)  # the last lines (the summary) are in the log before we read it
+        logs = _read(r.log_path).split(f"--- attempt {r.attempts} ---\n")[-1]
+        message = kubelet.termination_message(
+            _read(r.termination_path), logs, code, r.container.get("terminationMessagePolicy", "File")
+        )
+        message = translate.unmap_text(message, r.process.path_map if r.process else [])
+        state = kubelet.terminated(code, message, r.started_at, now_rfc3339(), f"local://{r.pod}/{r.attempts}")
+        r.proc = None
+        if not self.interrupted and job_restarts(self.policy, code):
+            delay = kubelet.backoff_seconds(r.restart_count)
+            self.console.say(f"[dtr] {r.label} exited with code {code}; restarting in {delay:g}s ({self.policy})")
+            r.last_state, r.state = state, kubelet.waiting("CrashLoopBackOff")
+            r.next_start = time.monotonic() + delay
+        else:
+            if code != 0:
+                self.console.say(f"[dtr] {r.label} exited with code {code} (restartPolicy {self.policy})")
+            r.state, r.final_code = state, code
+
+    def stop_all(self) -> None:
+        live = [r for r in self.replicas if r.proc is not None]
+        for r in live:
+            _signal_group(r.proc, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for r in live:
+            assert r.proc is not None
+            try:
+                r.proc.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                _signal_group(r.proc, signal.SIGKILL)
+                r.proc.wait()
+            code = kubelet.exit_code_of(r.proc.returncode)
+            self.on_exit(r, code)
+            if r.final_code is None:
+                r.final_code = code
+
+    # -- the job --
+
+    def execute(self) -> tuple[str, str, str]:
+        """Run to the end: (phase, TFJob condition reason, message)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for r in self.replicas:
+            r.log_path.write_text("")
+        self.start_time = now_rfc3339()
+        started = time.monotonic()
+        deadline = self.run_policy.get("activeDeadlineSeconds")
+        limit = int(self.run_policy.get("backoffLimit", 0 if self.policy == "Never" else 6))
+        for r in self.replicas:
+            self.start(r)
+        job = f"{self.run.namespace}/{self.run.tfjob_name}"
+        while True:
+            if self.interrupted:
+                self.stop_all()
+                return status.FAILED, "Interrupted", f"dtr run of TFJob {job} was interrupted"
+            for r in self.replicas:
+                if r.proc is not None and (rc := r.proc.poll()) is not None:
+                    self.on_exit(r, kubelet.exit_code_of(rc))
+                if r.proc is None and r.final_code is None and r.next_start and time.monotonic() >= r.next_start:
+                    r.next_start = 0.0
+                    self.start(r)
+            exits = {r.label: r.final_code for r in self.replicas}
+            outcome = job_outcome(exits, self.success_policy, f"{self.rtype.lower()}-0")
+            if outcome == status.SUCCEEDED:
+                self.stop_all()  # only with a worker-0 success policy can others still be running
+                return status.SUCCEEDED, "TFJobSucceeded", f"TFJob {job} successfully completed."
+            if outcome == status.FAILED:
+                self.stop_all()
+                failed = sum(1 for c in exits.values() if c not in (None, 0))
+                return (
+                    status.FAILED,
+                    "TFJobFailed",
+                    f"TFJob {job} has failed because {failed} {self.rtype} replica(s) failed.",
+                )
+            if past_backoff_limit(self.policy, sum(r.restart_count for r in self.replicas), limit):
+                self.stop_all()
+                return (
+                    status.FAILED,
+                    "BackoffLimitExceeded",
+                    f"TFJob {job} has failed because it has reached the specified backoff limit",
+                )
+            if deadline is not None and time.monotonic() - started > deadline:
+                self.stop_all()
+                return (
+                    status.FAILED,
+                    "DeadlineExceeded",
+                    f"TFJob {job} has failed because it was active longer than specified deadline",
+                )
+            time.sleep(POLL_SECONDS)
+
+    def final_status(self, phase: str, reason: str, message: str) -> dict[str, Any]:
+        pods = [
+            pod_view(
+                r.pod,
+                self.run.namespace,
+                replica_labels(self.run.tfjob_name, r.rtype, r.index),
+                kubelet.pod_status(
+                    [
+                        kubelet.container_status(
+                            builders.CONTAINER_NAME,
+                            r.container.get("image", ""),
+                            r.state,
+                            r.restart_count,
+                            r.last_state,
+                        )
+                    ],
+                    self.start_time,
+                    now_rfc3339(),
+                    translate.LOOPBACK,
+                ),
+            )
+            for r in self.replicas
+        ]
+        counts = {
+            "active": sum(1 for r in self.replicas if r.final_code is None),
+            "succeeded": sum(1 for r in self.replicas if r.final_code == 0),
+            "failed": sum(1 for r in self.replicas if r.final_code not in (None, 0)),
+        }
+        tfjob = tfjob_view(self.tfjob, phase, reason, message, counts, self.start_time, now_rfc3339())
+        return status.tfjob_status(self.run, tfjob, pods, {}, now_rfc3339())
+
+
+def _signal_group(proc: subprocess.Popen[bytes] | None, sig: int) -> None:
+    if proc is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def run_file(
+    path: str,
+    *,
+    base_dir: Path,
+    python: str,
+    out: TextIO = sys.stdout,
+    on_signal: Callable[[int, Callable[[int, Any], None]], Any] = signal.signal,
+) -> int:
+    """`dtr run FILE`: exit 0 when the run Succeeded, 1 when it Failed, 2 for bad input, 130 interrupted."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        print(f"dtr run: cannot read {path}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        run = load_run(text, path)
+        if not Path(python).exists():
+            raise RunError(
+                f"the trainer's Python {python} does not exist: run `make setup-trainer` (or set DTR_TRAINER_PYTHON)"
+            )
+        console = Console(out)
+        local = LocalRun(run, base_dir, python, console)
+    except RunError as exc:
+        print(f"dtr run: {exc}", file=sys.stderr)
+        return 2
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        local.interrupted = True
+
+    previous = {s: on_signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    claim = local.claim_dir(run.pvc_name)
+    console.say(
+        f"[dtr] run {run.name}: {len(local.replicas)} {local.rtype.lower()}(s), restartPolicy {local.policy}; "
+        f"volume {run.pvc_name} -> {claim}; logs in {local.run_dir}"
+    )
+    try:
+        phase, reason, message = local.execute()
+    except RunError as exc:
+        local.stop_all()
+        print(f"dtr run: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        for s, handler in previous.items():
+            on_signal(s, handler)
+    final = local.final_status(phase, reason, message)
+    console.say(yaml.safe_dump({"status": final}, sort_keys=False).rstrip())
+    model = final.get("model") or {}
+    if model.get("path", "").startswith(builders.MOUNT_PATH):
+        console.say(f"[dtr] model on disk: {claim}{model['path'][len(builders.MOUNT_PATH) :]}")
+    if local.interrupted:
+        return 130
+    return 0 if final.get("phase") == status.SUCCEEDED else 1
+
+
+def default_base_dir() -> Path:
+    return Path(os.environ.get("DTR_RUN_DIR") or ".dtr")
+
+
+def default_python() -> str:
+    return translate.default_python(os.environ, str(Path(__file__).resolve().parents[3]))

@@ -1,0 +1,111 @@
+"""Pure decisions of `dtr run` (dtr_operator.local.runner): restarts, outcome, the status it prints."""
+
+import json
+
+import pytest
+import yaml
+from dtr_operator import builders, status
+from dtr_operator.local import kubelet
+from dtr_operator.local import runner as r
+from dtr_operator.spec import parse_run
+
+RUN = """
+apiVersion: distml.dev/v1alpha1
+kind: DistTrainingRun
+metadata: {name: digits}
+spec: {workers: 2, training: {dataset: digits, epochs: 1}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "again"),
+    [
+        ("OnFailure", 0, False), ("OnFailure", 1, True), ("OnFailure", 137, True),
+        ("Always", 0, True),
+        ("Never", 1, False), ("Never", 137, False),
+        ("ExitCode", 0, False), ("ExitCode", 4, False), ("ExitCode", 127, False), ("ExitCode", 138, True),
+    ],
+)  # fmt: skip
+def test_job_restarts(policy, code, again):
+    assert r.job_restarts(policy, code) is again
+
+
+@pytest.mark.parametrize(
+    ("policy", "restarts", "limit", "past"),
+    [
+        ("OnFailure", 0, 3, False), ("OnFailure", 2, 3, False), ("OnFailure", 3, 3, True),
+        ("OnFailure", 1, 0, True), ("OnFailure", 0, 0, False),
+        ("Never", 9, 3, False), ("ExitCode", 9, 3, False),
+    ],
+)  # fmt: skip
+def test_past_backoff_limit(policy, restarts, limit, past):
+    assert r.past_backoff_limit(policy, restarts, limit) is past
+
+
+@pytest.mark.parametrize(
+    ("exits", "policy", "outcome"),
+    [
+        ({"worker-0": None, "worker-1": None}, "AllWorkers", None),
+        ({"worker-0": 0, "worker-1": None}, "AllWorkers", None),
+        ({"worker-0": 0, "worker-1": 0}, "AllWorkers", status.SUCCEEDED),
+        ({"worker-0": 0, "worker-1": None}, "", status.SUCCEEDED),
+        ({"worker-0": None, "worker-1": 0}, "", None),
+        ({"worker-0": None, "worker-1": 137}, "AllWorkers", status.FAILED),
+        ({"worker-0": 0, "worker-1": 3}, "", status.FAILED),
+    ],
+)
+def test_job_outcome(exits, policy, outcome):
+    assert r.job_outcome(exits, policy, "worker-0") == outcome
+
+
+def test_load_run_errors_are_one_line_naming_the_problem():
+    assert r.load_run(RUN, "f.yaml").name == "digits"
+    with pytest.raises(r.RunError, match="not valid YAML"):
+        r.load_run("a: [", "f.yaml")
+    with pytest.raises(
+        r.RunError, match="exactly one DistTrainingRun document, found 0"
+    ):
+        r.load_run("kind: Pod\n", "f.yaml")
+    with pytest.raises(r.RunError, match=r"f\.yaml: spec\.workers"):
+        r.load_run(RUN.replace("workers: 2", "workers: 0"), "f.yaml")
+
+
+def _pods(states):
+    return [
+        r.pod_view(
+            f"digits-worker-{i}", "default", r.replica_labels("digits", "Worker", i),
+            kubelet.pod_status([kubelet.container_status("tensorflow", "img", s, 0)], "t0", "t1", "127.0.0.1"),
+        )
+        for i, s in enumerate(states)
+    ]  # fmt: skip
+
+
+def test_a_succeeded_local_job_reads_like_the_cluster_status():
+    run = parse_run(yaml.safe_load(RUN))
+    summary = {"loss": 0.2, "accuracy": 0.93, "epochs": 1, "examplesPerSecond": 100.0,
+               "modelPath": "/mnt/dtr/models/digits/1", "modelVersion": 1}  # fmt: skip
+    states = [
+        kubelet.terminated(0, json.dumps(summary), "a", "b", "c"),
+        kubelet.terminated(0, "", "a", "b", "c"),
+    ]
+    tfjob = r.tfjob_view(builders.build_tfjob(run), status.SUCCEEDED, "TFJobSucceeded", "done",
+                         {"active": 0, "succeeded": 2, "failed": 0}, "t0", "t9")  # fmt: skip
+    st = status.tfjob_status(run, tfjob, _pods(states), {}, "t9")
+    assert st["phase"] == "Succeeded" and st["reason"] == status.TRAINING_SUCCEEDED
+    assert st["metrics"]["accuracy"] == 0.93
+    assert st["model"] == {
+        "path": "/mnt/dtr/models/digits/1",
+        "claim": "digits-data",
+        "version": 1,
+    }
+    assert st["workersReady"] == "2/2" and st["completionTime"] == "t9"
+
+
+def test_a_failed_local_job_names_the_worker():
+    run = parse_run(yaml.safe_load(RUN))
+    states = [kubelet.running("t"), kubelet.terminated(137, "killed", "a", "b", "c")]
+    tfjob = r.tfjob_view(builders.build_tfjob(run), status.FAILED, "TFJobFailed", "1 Worker replica(s) failed.",
+                         {"active": 1, "succeeded": 0, "failed": 1}, "t0", "t9")  # fmt: skip
+    st = status.tfjob_status(run, tfjob, _pods(states), {}, "t9")
+    assert st["phase"] == "Failed"
+    assert "digits-worker-1" in st["message"]
