@@ -62,10 +62,10 @@ def test_load_run_errors_are_one_line_naming_the_problem():
     assert r.load_run(RUN, "f.yaml").name == "digits"
     with pytest.raises(r.RunError, match="not valid YAML"):
         r.load_run("a: [", "f.yaml")
-    with pytest.raises(
-        r.RunError, match="exactly one DistTrainingRun document, found 0"
-    ):
+    with pytest.raises(r.RunError, match="no DistTrainingRun"):
         r.load_run("kind: Pod\n", "f.yaml")
+    with pytest.raises(r.RunError, match="one DistTrainingRun at a time; this file has 2"):
+        r.load_run(RUN + "---" + RUN, "f.yaml")
     with pytest.raises(r.RunError, match=r"f\.yaml: spec\.workers"):
         r.load_run(RUN.replace("workers: 2", "workers: 0"), "f.yaml")
 

@@ -31,6 +31,7 @@ import yaml
 
 from dtr_operator import builders, status
 from dtr_operator.local import kubelet, ports, translate
+from dtr_operator.runfile import RunFileError, runs_from_text
 from dtr_operator.spec import KIND, RunSpec, SpecError, parse_run
 
 EPOCH = re.compile(r"\bepoch (\d+)/(\d+) end\b", re.IGNORECASE)  # the trainer's progress lines
@@ -105,18 +106,14 @@ def replica_labels(job: str, rtype: str, index: int) -> dict[str, str]:
 
 
 def load_run(text: str, source: str) -> RunSpec:
-    """The one DistTrainingRun in a YAML file (other documents are ignored)."""
+    """The one DistTrainingRun of a run file, read exactly as `dtr render` reads it."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
-    except yaml.YAMLError as exc:
-        raise RunError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from None
-    runs = [d for d in docs if d.get("kind") == KIND]
-    if len(runs) != 1:
-        raise RunError(f"{source}: expected exactly one {KIND} document, found {len(runs)}")
-    try:
-        return parse_run(runs[0])
-    except SpecError as exc:
-        raise RunError(f"{source}: {exc}") from None
+        docs = runs_from_text(text, source)
+        if len(docs) != 1:
+            raise RunError(f"{source}: dtr run trains one {KIND} at a time; this file has {len(docs)}")
+        return parse_run(docs[0])
+    except (RunFileError, SpecError) as exc:
+        raise RunError(f"{source}: {exc}" if not str(exc).startswith(source) else str(exc)) from None
 
 
 def now_rfc3339() -> str:

@@ -1,0 +1,49 @@
+"""`dtr run` and `dtr dev-cluster`: the subcommands of the local tooling (registered by dtr_operator.cli)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dtr_operator.local import runner
+
+    return runner.run_file(args.file, base_dir=args.dir, python=args.python)
+
+
+def _dev_cluster(args: argparse.Namespace) -> int:
+    from dtr_operator.local import devcluster
+
+    return devcluster.main(args.action, args.dir)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from dtr_operator.local import devcluster, runner
+
+    p = sub.add_parser(
+        "run",
+        help="train a run file with local processes, no cluster (the embedded default)",
+        description="Train the DistTrainingRun in FILE on this machine: the TFJob the operator would create, "
+        "its workers as local processes (TF_CONFIG on loopback ports), the PVC as DIR/volumes/<claim>. "
+        "Streams the workers' logs, prints the final status as the cluster would report it, and exits 0 "
+        "when the run Succeeded (1 Failed, 2 bad input).",
+    )
+    p.add_argument("file", metavar="FILE", help="a YAML file with one DistTrainingRun")
+    p.add_argument("--dir", type=Path, default=runner.default_base_dir(),
+                   help="volumes and logs [./.dtr, env DTR_RUN_DIR]")  # fmt: skip
+    p.add_argument("--python", default=runner.default_python(),
+                   help="the trainer's Python 3.9 [env DTR_TRAINER_PYTHON, else .venv/trainer/bin/python]")  # fmt: skip
+    p.set_defaults(func=_run)
+
+    d = sub.add_parser(
+        "dev-cluster",
+        help="start/stop the local stack: control plane, training-operator, process node, this operator",
+        description="Run the whole stack in the background from a source checkout and print the KUBECONFIG "
+        "to export (docs/local.md).",
+    )
+    d.add_argument("action", choices=("up", "down", "status"))
+    d.add_argument(
+        "--dir", type=Path, default=devcluster.DEFAULT_DIR, help=f"state directory [{devcluster.DEFAULT_DIR}]"
+    )
+    d.set_defaults(func=_dev_cluster)
