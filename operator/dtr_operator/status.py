@@ -215,7 +215,9 @@ def conditions_for(
     created_reason = CHILDREN_CREATED if state.created else state.reason
     conds = set_condition(conds, "Created", state.created, created_reason, created_msg, now, generation)
     for cond_type, phase in (("Running", RUNNING), ("Succeeded", SUCCEEDED), ("Failed", FAILED)):
-        conds = set_condition(conds, cond_type, state.phase == phase, state.reason, state.message, now, generation)
+        holds = state.phase == phase
+        # The message belongs to the condition that holds; the others only say why not (the reason).
+        conds = set_condition(conds, cond_type, holds, state.reason, state.message if holds else "", now, generation)
     return conds
 
 
@@ -244,6 +246,19 @@ def state_status(run: RunSpec, state: State, previous: Mapping[str, Any], now: s
     status = _base(run, state, previous, now)
     status["workersReady"] = previous.get("workersReady") or f"0/{run.workers}"
     return status
+
+
+def unparsed_status(
+    state: State, previous: Mapping[str, Any], now: str, generation: int | None
+) -> dict[str, Any]:
+    """Status for a run whose spec cannot be read (stored before a schema change): why, and nothing else."""
+    return {
+        "phase": state.phase,
+        "reason": state.reason,
+        "message": state.message,
+        "observedGeneration": generation,
+        "conditions": conditions_for(state, previous.get("conditions") or [], now, generation, ""),
+    }
 
 
 def tfjob_status(

@@ -99,6 +99,7 @@ def test_phase_follows_every_tfjob_condition(conditions, phase, reason, counts):
         assert by_type[type_]["status"] == ("True" if phase == type_ else "False")
         assert by_type[type_]["reason"] == reason
         assert by_type[type_]["lastTransitionTime"] == T1
+        assert by_type[type_]["message"] == (status["message"] if phase == type_ else "")
     expected_workers = {"active": 0, "succeeded": 0, "failed": 0, **counts}
     assert status["workers"] == expected_workers
     assert status["workersReady"] == f"{expected_workers['active'] + expected_workers['succeeded']}/2"

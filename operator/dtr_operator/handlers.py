@@ -1,0 +1,77 @@
+"""kopf handlers: thin glue between kopf and reconcile.py. Importing this module registers them.
+
+- startup: operator settings, the API client, kopf tuning.
+- create/resume of a DistTrainingRun: ensure its PVC and TFJob (retries with backoff while waiting).
+- events of TFJobs labelled distml.dev/run: mirror their status into the owning run.
+- events of DistTrainingRuns: keep the runs-by-phase metric.
+No finalizers, no delete handler: children go with the run by owner references (garbage collector).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from . import metrics, reconcile
+from .builders import RUN_LABEL, TFJOB_GROUP, TFJOB_PLURAL, TFJOB_VERSION
+from .kube import Kube
+from .settings import Settings, from_env
+from .spec import GROUP, PLURAL, VERSION
+
+_phases = metrics.PhaseTracker()
+
+
+def emit(body: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+    """A Kubernetes event on the run (kopf posts it in the background; failures are only logged)."""
+    kopf.event(dict(body), type=kind, reason=reason, message=message)
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    if getattr(memo, "settings", None) is None:  # started by `kopf run` / KopfRunner, not `dtr operator`
+        memo.settings = from_env(os.environ)
+    ours: Settings = memo.settings
+    memo.kube = Kube.from_environment()
+    settings.posting.reporting_component = "dtr-operator"
+    settings.posting.reporting_instance = os.environ.get("HOSTNAME", "local")
+    # Our own events go out through kopf.event; handler log lines stay in the log.
+    settings.posting.loggers = False
+    # Server-side watch timeouts: a silently dead connection is noticed and re-established.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.execution.max_workers = 8
+    logger.info("dtr-operator: default trainer image %s", ours.trainer_image)
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+def ensure_children(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    started = time.perf_counter()
+    try:
+        delay = reconcile.reconcile_run(memo.kube, dict(body), memo.settings.trainer_image, emit, retry)
+    finally:
+        metrics.RECONCILE_SECONDS.labels(handler="run").observe(time.perf_counter() - started)
+    if delay is not None:
+        # The reason is already in the run's status; kopf just calls us again after `delay`.
+        raise kopf.TemporaryError(f"waiting; next attempt in {delay:.0f}s", delay=delay)
+
+
+@kopf.on.event(TFJOB_GROUP, TFJOB_VERSION, TFJOB_PLURAL, labels={RUN_LABEL: kopf.PRESENT})
+def tfjob_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    started = time.perf_counter()
+    try:
+        reconcile.tfjob_event(memo.kube, type, dict(body), memo.settings.trainer_image, emit)
+    finally:
+        metrics.RECONCILE_SECONDS.labels(handler="tfjob").observe(time.perf_counter() - started)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def run_seen(type: str | None, body: kopf.Body, uid: str, **_: Any) -> None:
+    if type == "DELETED":
+        _phases.gone(uid)
+    else:
+        _phases.seen(uid, (body.get("status") or {}).get("phase"))

@@ -1,0 +1,224 @@
+"""The only module that talks to the Kubernetes API (the operator's own calls; kopf makes its own).
+
+Plain JSON dicts in and out over the official client's REST layer, so the manifests the pure
+builders make go to the API server exactly as written (no model round trip), and every error
+becomes one of the few exceptions below.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from . import __version__, metrics
+from .builders import JOB_NAME_LABEL, TFJOB_API_VERSION, TFJOB_GROUP, TFJOB_PLURAL
+from .spec import API_VERSION, PLURAL
+
+log = logging.getLogger(__name__)
+
+TFJOB_CRD = f"{TFJOB_PLURAL}.{TFJOB_GROUP}"
+REQUEST_TIMEOUT = (5, 30)  # connect, read (seconds)
+FIELD_MANAGER = "dtr-operator"
+USER_AGENT = f"dtr-operator/{__version__}"
+
+
+class ApiError(Exception):
+    """A failed API call: HTTP status (0 = no answer), the API's reason and message."""
+
+    def __init__(self, status: int, reason: str, message: str, details: Mapping[str, Any] | None = None):
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.details = dict(details or {})
+
+    @property
+    def retryable(self) -> bool:
+        # No answer, throttled, timeouts, server errors: try again later. 4xx otherwise: it will not fix itself.
+        return self.status == 0 or self.status == 429 or self.status >= 500 or self.status == 408
+
+
+class AlreadyExists(ApiError):
+    pass
+
+
+class NotFound(ApiError):
+    pass
+
+
+class Conflict(ApiError):
+    """The object changed since we read it (resourceVersion precondition failed)."""
+
+
+class ResourceMissing(ApiError):
+    """The resource type itself is not served (its CRD is not installed)."""
+
+
+def _api_path(api_version: str) -> str:
+    return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+
+
+def _path(api_version: str, namespace: str, plural: str, name: str | None = None, sub: str | None = None) -> str:
+    path = f"{_api_path(api_version)}/namespaces/{quote(namespace, safe='')}/{plural}"
+    if name is not None:
+        path += f"/{quote(name, safe='')}"
+    if sub is not None:
+        path += f"/{sub}"
+    return path
+
+
+_PLURALS = {("v1", "PersistentVolumeClaim"): "persistentvolumeclaims", (TFJOB_API_VERSION, "TFJob"): TFJOB_PLURAL}
+
+
+class Kube:
+    """A thread-safe handle on one API server (sync handlers run in kopf's thread pool)."""
+
+    def __init__(self, api_client: client.ApiClient):
+        self.api = api_client
+        self._lock = threading.Lock()
+        self.requests = 0  # API calls made, for the benchmark and metrics
+
+    @classmethod
+    def from_environment(cls) -> Kube:
+        """In a pod: its service account; elsewhere: KUBECONFIG / ~/.kube/config."""
+        configuration = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=configuration)
+        configuration.connection_pool_maxsize = 16
+        api = client.ApiClient(configuration)
+        api.user_agent = USER_AGENT
+        return cls(api)
+
+    # ---- transport --------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        with self._lock:
+            self.requests += 1
+        metrics.API_REQUESTS.inc()
+        try:
+            return self._request(method, path, body, query, content_type)
+        except ApiError as err:
+            metrics.API_ERRORS.labels(status=str(err.status)).inc()
+            raise
+
+    def _request(
+        self, method: str, path: str, body: Any, query: list[tuple[str, str]] | None, content_type: str
+    ) -> dict[str, Any]:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        if method in ("POST", "PATCH", "PUT"):
+            # Our writes show up as ours in managedFields.
+            query = [*(query or []), ("fieldManager", FIELD_MANAGER)]
+        try:
+            method, url, headers, body, _ = self.api.param_serialize(
+                method=method, resource_path=path, query_params=query or [], header_params=headers,
+                body=body, auth_settings=["BearerToken"],
+            )  # fmt: skip
+            response = self.api.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=REQUEST_TIMEOUT
+            )
+            raw = response.read()
+        except ApiException as err:  # no HTTP answer at all (connection refused, timeout)
+            raise ApiError(0, "Unreachable", str(err.reason or err)) from None
+        except OSError as err:
+            raise ApiError(0, "Unreachable", str(err)) from None
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError:
+            data = {"message": raw.decode("utf-8", "replace")[:300]}
+        if 200 <= response.status < 300:
+            return data
+        raise _error(response.status, data)
+
+    # ---- objects ----------------------------------------------------------------------------
+
+    def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a namespaced object; AlreadyExists on 409, ResourceMissing if its type is not served."""
+        api_version, kind = manifest["apiVersion"], manifest["kind"]
+        meta = manifest["metadata"]
+        path = _path(api_version, meta["namespace"], _PLURALS[(api_version, kind)])
+        try:
+            return self.request("POST", path, body=manifest)
+        except NotFound as err:
+            # POST to a collection is only 404 when the resource type (or the namespace) is missing.
+            if api_version == TFJOB_API_VERSION and not self.tfjob_crd_installed():
+                raise ResourceMissing(404, "NotFound", f"{TFJOB_CRD} is not installed") from None
+            raise err from None
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object, or None if it does not exist; ResourceMissing if its type is not served."""
+        try:
+            return self.request("GET", _path(api_version, namespace, _PLURALS[(api_version, kind)], name))
+        except NotFound as err:
+            # The API names the object it did not find; a bare 404 means no such resource type.
+            bare = not err.details.get("name")
+            if api_version == TFJOB_API_VERSION and bare and not self.tfjob_crd_installed():
+                raise ResourceMissing(404, "NotFound", f"{TFJOB_CRD} is not installed") from None
+            return None
+
+    def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.get("v1", "PersistentVolumeClaim", namespace, name)
+
+    def get_tfjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.get(TFJOB_API_VERSION, "TFJob", namespace, name)
+
+    def tfjob_crd_installed(self) -> bool:
+        try:
+            self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{TFJOB_CRD}")
+            return True
+        except NotFound:
+            return False
+
+    def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        data = self.request(
+            "GET", _path("v1", namespace, "pods"), query=[("labelSelector", f"{JOB_NAME_LABEL}={job}")]
+        )
+        return list(data.get("items") or [])
+
+    def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.request("GET", _path(API_VERSION, namespace, PLURAL, name))
+        except NotFound:
+            return None
+
+    def patch_run_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
+    ) -> dict[str, Any]:
+        """Merge-patch the run's status; with resource_version, Conflict if the run changed meanwhile."""
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return self.request(
+            "PATCH",
+            _path(API_VERSION, namespace, PLURAL, name, "status"),
+            body=body,
+            content_type="application/merge-patch+json",
+        )
+
+
+def _error(status: int, data: Mapping[str, Any]) -> ApiError:
+    reason = str(data.get("reason") or status)
+    message = str(data.get("message") or reason)
+    details = data.get("details") if isinstance(data.get("details"), Mapping) else None
+    if status == 404:
+        return NotFound(status, reason, message, details)
+    if status == 409 and reason == "AlreadyExists":
+        return AlreadyExists(status, reason, message, details)
+    if status == 409:
+        return Conflict(status, reason, message, details)
+    return ApiError(status, reason, message, details)

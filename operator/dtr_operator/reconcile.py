@@ -1,0 +1,241 @@
+"""The operator's decisions in order: read, decide with the pure core, write. Knows nothing of kopf.
+
+Two entry points, both idempotent and safe to run concurrently for one run:
+- reconcile_run: a run was created or the operator restarted: make sure its PVC and TFJob exist.
+- tfjob_event: its TFJob changed (or vanished): mirror that into the run's status.
+
+Every status write is a merge patch guarded by the run's resourceVersion, recomputed on conflict,
+and skipped once the run has finished, so two writers cannot regress a run and a Succeeded run
+stays Succeeded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from .builders import children, is_owned_by, is_reusable_pvc
+from .kube import AlreadyExists, ApiError, Conflict, Kube, ResourceMissing
+from .spec import GROUP, KIND, RunSpec, SpecError, parse_run
+from .status import (
+    FAILED,
+    NAME_CONFLICT,
+    PENDING,
+    TERMINAL,
+    TFJOB_CRD_MISSING,
+    TFJOB_DELETED,
+    WAITING_FOR_PVC,
+    State,
+    is_terminal,
+    next_status,
+    state_status,
+    tfjob_state,
+    tfjob_status,
+    unparsed_status,
+)
+
+log = logging.getLogger(__name__)
+
+INVALID_SPEC = "InvalidSpec"
+INVALID_TFJOB = "InvalidTFJob"
+API_UNAVAILABLE = "APIUnavailable"
+MAX_BACKOFF = 300.0
+WRITE_ATTEMPTS = 5
+TRAINING_OPERATOR_INSTALL = (
+    "kubectl apply --server-side -k "
+    '"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"'
+)
+
+# emit(run body, "Normal" | "Warning", reason, message): a Kubernetes event on the run.
+Emit = Callable[[Mapping[str, Any], str, str, str], None]
+WARNING_REASONS = {WAITING_FOR_PVC, TFJOB_CRD_MISSING, API_UNAVAILABLE}
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def backoff(retry: int) -> float:
+    """Seconds before the next attempt: 5, 10, 20, ... capped at 5 minutes."""
+    return min(5.0 * 2 ** min(retry, 10), MAX_BACKOFF)
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    return body.get("metadata") or {}
+
+
+def record(
+    kube: Kube, body: Mapping[str, Any], compute: Callable[[Mapping[str, Any]], dict[str, Any]], emit: Emit
+) -> dict[str, Any] | None:
+    """Write compute(previous status) to the run, unless nothing changed or the run has finished.
+
+    Returns the patch written (None if none). An event goes out when the phase or reason changes.
+    """
+    meta = _meta(body)
+    namespace, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid")
+    for _ in range(WRITE_ATTEMPTS):
+        previous = body.get("status") or {}
+        proposed = compute(previous)
+        patch = next_status(previous, proposed)
+        if patch is None:
+            return None
+        try:
+            kube.patch_run_status(namespace, name, patch, _meta(body).get("resourceVersion"))
+        except Conflict:
+            fresh = kube.get_run(namespace, name)
+            if fresh is None or _meta(fresh).get("uid") != uid or _meta(fresh).get("deletionTimestamp"):
+                return None
+            body = fresh
+            continue
+        if (previous.get("phase"), previous.get("reason")) != (proposed.get("phase"), proposed.get("reason")):
+            kind = "Warning" if proposed["phase"] == FAILED or proposed.get("reason") in WARNING_REASONS else "Normal"
+            emit(body, kind, proposed.get("reason") or proposed["phase"], proposed.get("message") or "")
+        return patch
+    raise ApiError(409, "Conflict", f"status of {namespace}/{name} kept changing; will retry")
+
+
+def _put(kube: Kube, body: Mapping[str, Any], run: RunSpec, state: State, emit: Emit) -> None:
+    record(kube, body, lambda prev: state_status(run, state, prev, now()), emit)
+
+
+def _was_created(status: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == "Created" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _name_conflict(kind: str, name: str) -> str:
+    return (
+        f"a {kind} named {name} already exists and does not belong to this run; it was left untouched: "
+        f"delete it, or create the run under another name"
+    )
+
+
+def reconcile_run(kube: Kube, body: Mapping[str, Any], default_image: str, emit: Emit, retry: int = 0) -> float | None:
+    """Make sure the run's PVC and TFJob exist. Returns seconds until a retry is due, or None when done."""
+    status = body.get("status") or {}
+    if is_terminal(status):
+        return None
+    try:
+        run = parse_run(body, default_image=default_image)
+    except SpecError as err:
+        # The CRD rejects these at admission; this catches objects stored under an older schema.
+        failed = State(FAILED, INVALID_SPEC, str(err))
+        generation = _meta(body).get("generation")
+        record(kube, body, lambda prev: unparsed_status(failed, prev, now(), generation), emit)
+        return None
+    try:
+        return _ensure_children(kube, body, run, status, emit, retry)
+    except ResourceMissing:
+        message = (
+            f"the TFJob CRD (tfjobs.kubeflow.org) is not installed: install the Kubeflow training-operator "
+            f"({TRAINING_OPERATOR_INSTALL}); retrying with backoff (up to {int(MAX_BACKOFF)}s)"
+        )
+        _put(kube, body, run, State(PENDING, TFJOB_CRD_MISSING, message), emit)
+        return backoff(retry)
+    except ApiError as err:
+        if err.retryable or err.status in (401, 403, 409):
+            # 403: RBAC may be fixed by an admin; 409: a write race that a retry resolves.
+            message = f"API error {err.status} {err.reason}: {err.message[:200]}; retrying with backoff"
+            try:
+                _put(kube, body, run, State(PENDING, API_UNAVAILABLE, message), emit)
+            except ApiError:
+                log.warning("could not record status of %s/%s: %s", run.namespace, run.name, err)
+            return backoff(retry)
+        # The API refused our object for good (e.g. a TFJob admission webhook): say so, stop.
+        refused = State(FAILED, INVALID_TFJOB, f"the API refused a child object: {err.message[:300]}")
+        _put(kube, body, run, refused, emit)
+        return None
+
+
+def _ensure_children(
+    kube: Kube, body: Mapping[str, Any], run: RunSpec, status: Mapping[str, Any], emit: Emit, retry: int
+) -> float | None:
+    tfjob = kube.get_tfjob(run.namespace, run.tfjob_name)
+    if tfjob is None and _was_created(status):
+        _put(kube, body, run, State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run)), emit)
+        return None
+    if tfjob is not None and not is_owned_by(tfjob, run.uid):
+        _put(kube, body, run, State(FAILED, NAME_CONFLICT, _name_conflict("TFJob", run.tfjob_name)), emit)
+        return None
+
+    pvc_manifest, tfjob_manifest = children(run)
+    created = []
+    if pvc_manifest is not None:
+        try:
+            kube.create(pvc_manifest)
+            created.append(f"PVC {run.pvc_name}")
+        except AlreadyExists:
+            existing = kube.get_pvc(run.namespace, run.pvc_name)
+            if existing is None:  # deleted between our create and get: try again shortly
+                return backoff(0)
+            if not is_reusable_pvc(existing, run):
+                _put(kube, body, run, State(FAILED, NAME_CONFLICT, _name_conflict("PVC", run.pvc_name)), emit)
+                return None
+    elif kube.get_pvc(run.namespace, run.pvc_name) is None:
+        message = (
+            f"waiting for PVC {run.pvc_name} in namespace {run.namespace} (spec.storage.claimName): create it, "
+            f"or create a run without claimName to get a new PVC"
+        )
+        _put(kube, body, run, State(PENDING, WAITING_FOR_PVC, message), emit)
+        return backoff(retry)
+
+    if tfjob is None:
+        try:
+            tfjob = kube.create(tfjob_manifest)
+            created.append(f"TFJob {run.tfjob_name}")
+        except AlreadyExists:
+            tfjob = kube.get_tfjob(run.namespace, run.tfjob_name)
+            if tfjob is None:
+                return backoff(0)
+            if not is_owned_by(tfjob, run.uid):
+                _put(kube, body, run, State(FAILED, NAME_CONFLICT, _name_conflict("TFJob", run.tfjob_name)), emit)
+                return None
+    if created:
+        emit(body, "Normal", "Created", f"created {' and '.join(created)}")
+    sync_status(kube, body, run, tfjob, emit)
+    return None
+
+
+def _tfjob_deleted_message(run: RunSpec) -> str:
+    return (
+        f"TFJob {run.tfjob_name} was deleted before the run finished; the run cannot continue: "
+        f"create a new DistTrainingRun to train again"
+    )
+
+
+def sync_status(kube: Kube, body: Mapping[str, Any], run: RunSpec, tfjob: Mapping[str, Any], emit: Emit) -> None:
+    """Mirror the TFJob into the run's status; on a finished TFJob read its pods once, for the summary."""
+    pods: list[dict[str, Any]] = []
+    if tfjob_state(tfjob).phase in TERMINAL:
+        pods = kube.list_job_pods(run.namespace, run.tfjob_name)
+    record(kube, body, lambda prev: tfjob_status(run, tfjob, pods, prev, now()), emit)
+
+
+def controller_run(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ownerReference of the DistTrainingRun controlling obj, if any."""
+    for ref in _meta(obj).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/"):
+            return ref
+    return None
+
+
+def tfjob_event(kube: Kube, event_type: str | None, tfjob: Mapping[str, Any], default_image: str, emit: Emit) -> None:
+    """A TFJob we watch changed (event_type None = seen in the initial listing)."""
+    owner = controller_run(tfjob)
+    if owner is None:
+        return  # not ours (a foreign TFJob that happens to carry our label)
+    namespace = _meta(tfjob).get("namespace", "")
+    body = kube.get_run(namespace, owner["name"])
+    if body is None or _meta(body).get("uid") != owner.get("uid") or _meta(body).get("deletionTimestamp"):
+        return  # the run is gone or going: its children are being garbage-collected
+    if is_terminal(body.get("status")):
+        return
+    try:
+        run = parse_run(body, default_image=default_image)
+    except SpecError:
+        return  # reconcile_run records why
+    if event_type == "DELETED":
+        _put(kube, body, run, State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run)), emit)
+    else:
+        sync_status(kube, body, run, tfjob, emit)
