@@ -61,6 +61,14 @@ test: lint test-unit test-trainer test-integration test-e2e ## everything CI run
 run: setup ## train examples/digits.yaml locally, no cluster
 	$(OP)/dtr run examples/digits.yaml
 
+# The local stack in the background (docs/local.md): control plane, training-operator, process node, operator.
+.PHONY: dev-cluster dev-cluster-down
+dev-cluster: setup cluster-build ## start the local cluster with the process node and the operator; prints KUBECONFIG
+	$(OP)/dtr dev-cluster up
+
+dev-cluster-down: ## stop everything dev-cluster started
+	$(OP)/dtr dev-cluster down
+
 # Deploy: linters for the scripts and Dockerfiles; the k3d quickstart (docs/k3d.md, needs Docker).
 .PHONY: lint-deploy k3d-up k3d-down
 VENV_LINT := .venv/lint
