@@ -1,0 +1,164 @@
+"""The DistTrainingRun CRD on the real API server: what it refuses (with the field named), what it
+defaults, that spec is immutable, and what `kubectl get` / `kubectl explain` show. No operator runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from cluster_fixtures import Cluster
+
+
+def run_doc(name: str, namespace: str, spec: dict[str, Any] | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "apiVersion": "distml.dev/v1alpha1",
+        "kind": "DistTrainingRun",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+    if spec is not None:
+        doc["spec"] = spec
+    return doc
+
+
+# (id, name, spec, words the API server's answer must contain: the field, then the reason)
+REJECTED = [
+    ("name-uppercase", "Mnist", {}, ["metadata.name", "DNS-1035"]),
+    ("name-starts-with-digit", "1mnist", {}, ["metadata.name", "DNS-1035"]),
+    ("name-too-long", "a" * 53, {}, ["metadata.name", "at most 52"]),
+    ("workers-zero", "r", {"workers": 0}, ["spec.workers", "greater than or equal to 1"]),
+    ("workers-too-many", "r", {"workers": 65}, ["spec.workers", "less than or equal to 64"]),
+    ("workers-string", "r", {"workers": "two"}, ["spec.workers", "integer"]),
+    ("pull-policy", "r", {"imagePullPolicy": "Sometimes"}, ["spec.imagePullPolicy", "Unsupported value"]),
+    ("image-empty", "r", {"image": ""}, ["spec.image", "at least 1"]),
+    ("model", "r", {"training": {"model": "resnet"}}, ["spec.training.model", "Unsupported value"]),
+    ("dataset-unknown", "r", {"training": {"dataset": "imagenet"}}, ["spec.training.dataset", ".npz"]),
+    ("dataset-absolute", "r", {"training": {"dataset": "/etc/x.npz"}}, ["spec.training.dataset", "leading '/'"]),
+    ("dataset-escape", "r", {"training": {"dataset": "a/../../x.npz"}}, ["spec.training.dataset", "'..'"]),
+    ("epochs-zero", "r", {"training": {"epochs": 0}}, ["spec.training.epochs", "greater than or equal to 1"]),
+    ("epochs-high", "r", {"training": {"epochs": 1001}}, ["spec.training.epochs", "less than or equal to 1000"]),
+    ("batch-zero", "r", {"training": {"batchSizePerWorker": 0}}, ["spec.training.batchSizePerWorker", "1"]),
+    ("steps-zero", "r", {"training": {"stepsPerEpoch": 0}}, ["spec.training.stepsPerEpoch", "1"]),
+    ("lr-zero", "r", {"training": {"learningRate": 0}}, ["spec.training.learningRate", "greater than 0"]),
+    ("lr-high", "r", {"training": {"learningRate": 11}}, ["spec.training.learningRate", "less than or equal to 10"]),
+    ("seed-negative", "r", {"training": {"seed": -1}}, ["spec.training.seed", "greater than or equal to 0"]),
+    ("claim-and-size", "r", {"storage": {"claimName": "c", "size": "1Gi"}}, ["spec.storage.size", "claimName"]),
+    (
+        "claim-and-class",
+        "r",
+        {"storage": {"claimName": "c", "storageClassName": "fast"}},
+        ["spec.storage.storageClassName", "claimName"],
+    ),
+    (
+        "claim-and-delete",
+        "r",
+        {"storage": {"claimName": "c", "reclaimPolicy": "Delete"}},
+        ["spec.storage.reclaimPolicy", "never deletes"],
+    ),
+    ("claim-name-shape", "r", {"storage": {"claimName": "Bad_Claim"}}, ["spec.storage.claimName", "PVC name"]),
+    ("size-not-quantity", "r", {"storage": {"size": "lots"}}, ["spec.storage.size", "quantity"]),
+    ("size-zero", "r", {"storage": {"size": "0"}}, ["spec.storage.size", "positive"]),
+    ("size-negative", "r", {"storage": {"size": "-1Gi"}}, ["spec.storage.size", "positive"]),
+    ("access-mode", "r", {"storage": {"accessMode": "ReadOnlyMany"}}, ["spec.storage.accessMode", "Unsupported"]),
+    ("reclaim-policy", "r", {"storage": {"reclaimPolicy": "Recycle"}}, ["spec.storage.reclaimPolicy", "Unsupported"]),
+    ("model-name-escape", "r", {"export": {"modelName": "../etc"}}, ["spec.export.modelName", "directory name"]),
+    ("model-name-slash", "r", {"export": {"modelName": "a/b"}}, ["spec.export.modelName", "directory name"]),
+    ("resources-quantity", "r", {"resources": {"limits": {"cpu": "two"}}}, ["spec.resources.limits.cpu", "match"]),
+    ("restart-policy", "r", {"restartPolicy": "Always"}, ["spec.restartPolicy", "Unsupported value"]),
+    ("backoff-negative", "r", {"backoffLimit": -1}, ["spec.backoffLimit", "greater than or equal to 0"]),
+    ("deadline-zero", "r", {"activeDeadlineSeconds": 0}, ["spec.activeDeadlineSeconds", "greater than or equal to 1"]),
+    ("ttl-negative", "r", {"ttlSecondsAfterFinished": -1}, ["spec.ttlSecondsAfterFinished", "greater than or equal"]),
+    ("unknown-field", "r", {"replicas": 2}, ['unknown field "spec.replicas"']),
+    ("unknown-nested-field", "r", {"training": {"optimizer": "sgd"}}, ['unknown field "spec.training.optimizer"']),
+]
+
+
+@pytest.mark.parametrize(("name", "spec", "words"), [r[1:] for r in REJECTED], ids=[r[0] for r in REJECTED])
+def test_the_api_server_rejects_with_the_field_named(
+    control_plane: Cluster, namespace: str, name: str, spec: dict[str, Any], words: list[str]
+) -> None:
+    proc = control_plane.create(run_doc(name, namespace, spec), check=False)
+    assert proc.returncode != 0, f"accepted: {spec}"
+    for word in words:
+        assert word in proc.stderr, proc.stderr
+    # Nothing was stored.
+    assert control_plane.kubectl("get", "dtr", "-n", namespace, "-o", "name").stdout.strip() == ""
+
+
+def test_defaults_are_filled_in_by_the_api_server(control_plane: Cluster, namespace: str) -> None:
+    control_plane.create(run_doc("defaults", namespace, None))
+    spec = control_plane.kubectl_json("get", "dtr", "defaults", "-n", namespace)["spec"]
+    assert spec == {
+        "workers": 2,
+        "imagePullPolicy": "IfNotPresent",
+        "training": {
+            "model": "cnn", "dataset": "mnist", "epochs": 3, "batchSizePerWorker": 64,
+            "learningRate": 0.001, "seed": 42,
+        },
+        "storage": {"accessMode": "ReadWriteOnce", "reclaimPolicy": "Retain"},
+        "export": {},
+        "restartPolicy": "OnFailure",
+        "backoffLimit": 3,
+    }  # fmt: skip
+
+
+def test_longest_valid_name_and_relative_npz_are_accepted(control_plane: Cluster, namespace: str) -> None:
+    name = "a" * 52
+    spec = {"workers": 64, "training": {"dataset": "sets/my-data_v1.2.npz"}, "storage": {"claimName": "shared"}}
+    control_plane.create(run_doc(name, namespace, spec))
+    assert control_plane.kubectl_json("get", "dtr", name, "-n", namespace)["spec"]["workers"] == 64
+
+
+def test_spec_is_immutable_but_metadata_and_status_are_not(control_plane: Cluster, namespace: str) -> None:
+    control_plane.create(run_doc("frozen", namespace, {"workers": 2}))
+    k = control_plane.kubectl
+    proc = k("patch", "dtr", "frozen", "-n", namespace, "--type=merge", "-p", '{"spec":{"workers":3}}', check=False)
+    assert proc.returncode != 0
+    assert "spec is immutable: create a new DistTrainingRun" in proc.stderr
+    k("label", "dtr", "frozen", "-n", namespace, "team=ml")
+    status = {"status": {"phase": "Running", "workersReady": "2/2", "kopf": {"progress": {}}}}
+    k("patch", "dtr", "frozen", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    got = control_plane.kubectl_json("get", "dtr", "frozen", "-n", namespace)
+    assert got["spec"]["workers"] == 2
+    assert got["status"]["phase"] == "Running"
+    assert got["status"]["kopf"] == {"progress": {}}  # kept, not pruned
+
+
+def test_status_cannot_be_written_through_the_main_resource(control_plane: Cluster, namespace: str) -> None:
+    control_plane.create(run_doc("sub", namespace, {}))
+    control_plane.kubectl(
+        "patch", "dtr", "sub", "-n", namespace, "--type=merge", "-p", '{"status":{"phase":"Succeeded"}}'
+    )
+    assert "status" not in control_plane.kubectl_json("get", "dtr", "sub", "-n", namespace)
+
+
+def test_kubectl_get_names_and_columns(control_plane: Cluster, namespace: str) -> None:
+    control_plane.create(run_doc("cols", namespace, {}))
+    status = {
+        "status": {
+            "phase": "Succeeded",
+            "workersReady": "2/2",
+            "metrics": {"accuracy": 0.975},
+            "model": {"path": "/mnt/dtr/models/cols/1"},
+            "message": "accuracy 0.9750, model exported",
+        }
+    }
+    control_plane.kubectl(
+        "patch", "dtr", "cols", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status)
+    )
+    for resource in ("distrainingruns", "dtr", "disttrainingruns", "disttrainingrun", "disttrainingruns.distml.dev"):
+        lines = control_plane.kubectl("get", resource, "-n", namespace).stdout.splitlines()
+        assert lines[0].split() == ["NAME", "PHASE", "WORKERS", "ACCURACY", "MODEL", "AGE"], resource
+        row = lines[1].split()
+        assert row[:5] == ["cols", "Succeeded", "2/2", "0.975", "/mnt/dtr/models/cols/1"], resource
+    wide = control_plane.kubectl("get", "dtr", "-n", namespace, "-o", "wide").stdout.splitlines()
+    assert wide[0].split()[-1] == "MESSAGE" and "accuracy 0.9750, model exported" in wide[1]
+
+
+def test_kubectl_explain_describes_every_level(control_plane: Cluster) -> None:
+    out = control_plane.kubectl("explain", "disttrainingrun.spec.training").stdout
+    for field in ("model", "dataset", "epochs", "batchSizePerWorker", "stepsPerEpoch", "learningRate", "seed"):
+        assert field in out
+    assert "digits" in out
+    storage = control_plane.kubectl("explain", "disttrainingrun.spec.storage.reclaimPolicy").stdout
+    assert "Retain" in storage and "keeps it (and the model on it)" in storage
