@@ -23,9 +23,7 @@ def port_is_free(port: int) -> bool:
         return True
 
 
-def allocate(
-    addresses: Iterable[str], ports: MutableMapping[str, int], rng: random.Random | None = None
-) -> None:
+def allocate(addresses: Iterable[str], ports: MutableMapping[str, int], rng: random.Random | None = None) -> None:
     """Give each address without a port a free one (in place), distinct from every port handed out."""
     rng = rng or random.Random()
     taken = set(ports.values())
