@@ -30,6 +30,12 @@ def emit(body: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
     kopf.event(dict(body), type=kind, reason=reason, message=message)
 
 
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In a pod: the service account; elsewhere: KUBECONFIG as it is now (not when a library was imported)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: Any) -> None:
     if getattr(memo, "settings", None) is None:  # started by `kopf run` / KopfRunner, not `dtr operator`

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -92,7 +93,8 @@ class Kube:
         try:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
-            config.load_kube_config(client_configuration=configuration)
+            # Read KUBECONFIG now: the client library only reads it once, when first imported.
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration)
         configuration.connection_pool_maxsize = 16
         api = client.ApiClient(configuration)
         api.user_agent = USER_AGENT

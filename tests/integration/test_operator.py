@@ -1,0 +1,417 @@
+"""The operator (kopf.testing.KopfRunner, in this process) against the real local control plane:
+kube-apiserver, kube-controller-manager (garbage collector) and the Kubeflow training-operator.
+
+No kubelet runs here, so worker pods stay Pending; where a test needs workers to run or finish it
+writes the pods' status itself, as a kubelet would, and the real training-operator turns that into
+the TFJob's status, which the operator mirrors into the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from cluster_fixtures import Cluster, wait_for
+from kopf.testing import KopfRunner
+
+IMAGE = "distml/trainer:0.1.0-test"
+RUN_LABEL = "distml.dev/run"
+SUMMARY = {
+    "loss": 0.071,
+    "accuracy": 0.9812,
+    "epochs": 3,
+    "examplesPerSecond": 5400.5,
+    "modelPath": "/mnt/dtr/models/mnist-cnn/1",
+    "modelVersion": 1,
+}
+
+
+class Operator:
+    """The operator for one namespace; start/stop as often as a test needs (a restart = stop + start)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.runner: KopfRunner | None = None
+        self.outputs: list[str] = []
+
+    def start(self) -> None:
+        assert self.runner is None
+        os.environ["DTR_TRAINER_IMAGE"] = IMAGE
+        args = ["run", "--standalone", "--namespace", self.namespace, "-m", "dtr_operator.handlers"]
+        self.runner = KopfRunner(args, timeout=60)
+        self.runner.__enter__()
+
+    def stop(self) -> None:
+        if self.runner is None:
+            return
+        runner, self.runner = self.runner, None
+        runner.__exit__(None, None, None)
+        self.outputs.append(runner.output)
+        assert runner.exit_code == 0, runner.output[-3000:]
+        assert "Traceback" not in runner.output, runner.output[-5000:]
+
+
+@pytest.fixture
+def operator(control_plane: Cluster, namespace: str) -> Iterator[Operator]:
+    op = Operator(namespace)
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+
+def create_run(cluster: Cluster, namespace: str, name: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    doc = {
+        "apiVersion": "distml.dev/v1alpha1",
+        "kind": "DistTrainingRun",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec or {},
+    }
+    cluster.create(doc)
+    return cluster.kubectl_json("get", "dtr", name, "-n", namespace)
+
+
+def get(cluster: Cluster, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+    proc = cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json", "--ignore-not-found", check=False)
+    return json.loads(proc.stdout) if proc.stdout.strip() else None
+
+
+def status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    run = get(cluster, namespace, "dtr", name)
+    return (run or {}).get("status") or {}
+
+
+def wait_status(cluster: Cluster, namespace: str, name: str, what: str, timeout: float = 60, **expected: Any):
+    def probe() -> dict[str, Any] | None:
+        st = status(cluster, namespace, name)
+        return st if all(st.get(k) == v for k, v in expected.items()) else None
+
+    return wait_for(probe, f"run {name}: {what} {expected} (last: {status(cluster, namespace, name)})", timeout=timeout)
+
+
+def items(cluster: Cluster, namespace: str, kind: str, selector: str) -> list[dict[str, Any]]:
+    return cluster.kubectl_json("get", kind, "-n", namespace, "-l", selector)["items"]
+
+
+def events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str, str]]:
+    got = cluster.kubectl_json(
+        "get", "events", "-n", namespace, "--field-selector", f"involvedObject.kind=DistTrainingRun,involvedObject.name={name}"
+    )["items"]
+    got.sort(key=lambda e: (e.get("firstTimestamp") or e.get("eventTime") or "", e["metadata"]["name"]))
+    return [(e["type"], e["reason"], e.get("message", "")) for e in got]
+
+
+def condition(st: dict[str, Any], cond_type: str) -> dict[str, Any]:
+    return next(c for c in st.get("conditions", []) if c["type"] == cond_type)
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def worker_pods(cluster: Cluster, namespace: str, job: str, count: int) -> list[dict[str, Any]]:
+    def probe() -> list[dict[str, Any]] | None:
+        pods = items(cluster, namespace, "pods", f"training.kubeflow.org/job-name={job}")
+        return pods if len(pods) == count else None
+
+    pods = wait_for(probe, f"{count} worker pods of TFJob {job} (created by the training-operator)", timeout=60)
+    return sorted(pods, key=lambda p: int(p["metadata"]["labels"]["training.kubeflow.org/replica-index"]))
+
+
+def set_pod_state(cluster: Cluster, namespace: str, pod: dict[str, Any], state: str, exit_code: int = 0,
+                  message: str = "") -> None:
+    """Write a pod's status as a kubelet would: Running, Succeeded or Failed (tensorflow container)."""
+    container = {"name": "tensorflow", "image": IMAGE, "imageID": "", "restartCount": 0, "ready": state == "Running"}
+    started = now()
+    if state == "Running":
+        container["state"] = {"running": {"startedAt": started}}
+    else:
+        container["state"] = {
+            "terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                           "message": message, "startedAt": started, "finishedAt": now()}
+        }  # fmt: skip
+    body = {"status": {"phase": state, "startTime": started, "containerStatuses": [container]}}
+    cluster.kubectl(
+        "patch", "pod", pod["metadata"]["name"], "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps(body),
+    )  # fmt: skip
+
+
+# ---- children ---------------------------------------------------------------------------------
+
+
+def test_children_are_created_with_owner_references(control_plane: Cluster, namespace: str, operator: Operator):
+    run = create_run(control_plane, namespace, "mnist-cnn", {"workers": 3, "training": {"dataset": "digits"}})
+    uid = run["metadata"]["uid"]
+    st = wait_status(control_plane, namespace, "mnist-cnn", "children created", tfJob="mnist-cnn", pvc="mnist-cnn-data")
+    assert st["phase"] == "Pending" and st["observedGeneration"] == 1
+    assert condition(st, "Created")["status"] == "True"
+
+    job = get(control_plane, namespace, "tfjob", "mnist-cnn")
+    assert job is not None
+    (ref,) = job["metadata"]["ownerReferences"]
+    assert ref == {
+        "apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "name": "mnist-cnn", "uid": uid,
+        "controller": True, "blockOwnerDeletion": True,
+    }  # fmt: skip
+    assert job["metadata"]["labels"][RUN_LABEL] == "mnist-cnn"
+    worker = job["spec"]["tfReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 3
+    (container,) = worker["template"]["spec"]["containers"]
+    assert container["name"] == "tensorflow" and container["image"] == IMAGE
+    assert "digits" in container["args"]
+
+    # Retain (the default): the PVC is labelled but has no owner, so it outlives the run.
+    pvc = get(control_plane, namespace, "pvc", "mnist-cnn-data")
+    assert pvc is not None and pvc["metadata"]["labels"][RUN_LABEL] == "mnist-cnn"
+    assert not pvc["metadata"].get("ownerReferences")
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "1Gi"
+
+    # The real training-operator accepted the TFJob: it made one pod per worker and said so.
+    worker_pods(control_plane, namespace, "mnist-cnn", 3)
+    wait_status(control_plane, namespace, "mnist-cnn", "TFJob created", reason="TFJobCreated")
+    reasons = [reason for _, reason, _ in events(control_plane, namespace, "mnist-cnn")]
+    assert "Created" in reasons
+
+
+def test_a_delete_policy_pvc_is_owned_by_the_run(control_plane: Cluster, namespace: str, operator: Operator):
+    run = create_run(control_plane, namespace, "owned", {"storage": {"reclaimPolicy": "Delete", "size": "2Gi"}})
+    wait_status(control_plane, namespace, "owned", "children created", tfJob="owned")
+    pvc = get(control_plane, namespace, "pvc", "owned-data")
+    assert pvc is not None
+    (ref,) = pvc["metadata"]["ownerReferences"]
+    assert ref["uid"] == run["metadata"]["uid"] and ref["controller"] is True
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "2Gi"
+
+
+def test_no_duplicates_after_operator_restarts(control_plane: Cluster, namespace: str, operator: Operator):
+    create_run(control_plane, namespace, "steady")
+    wait_status(control_plane, namespace, "steady", "children created", tfJob="steady")
+    job_uid = get(control_plane, namespace, "tfjob", "steady")["metadata"]["uid"]
+    pvc_uid = get(control_plane, namespace, "pvc", "steady-data")["metadata"]["uid"]
+
+    for _ in range(2):
+        operator.stop()
+        operator.start()
+        time.sleep(3)  # let the restarted operator resume every run
+    # A run created while the operator is down is picked up when it comes back.
+    operator.stop()
+    create_run(control_plane, namespace, "late")
+    operator.start()
+    wait_status(control_plane, namespace, "late", "children created", tfJob="late")
+
+    jobs = items(control_plane, namespace, "tfjobs", f"{RUN_LABEL}=steady")
+    pvcs = items(control_plane, namespace, "pvc", f"{RUN_LABEL}=steady")
+    assert [j["metadata"]["uid"] for j in jobs] == [job_uid]
+    assert [p["metadata"]["uid"] for p in pvcs] == [pvc_uid]
+    assert len(items(control_plane, namespace, "tfjobs", RUN_LABEL)) == 2
+    assert len(items(control_plane, namespace, "pvc", RUN_LABEL)) == 2
+    created = ("Normal", "Created", "created PVC steady-data and TFJob steady")
+    assert events(control_plane, namespace, "steady").count(created) == 1
+    assert status(control_plane, namespace, "steady")["phase"] == "Pending"
+
+
+# ---- status follows the TFJob -------------------------------------------------------------------
+
+
+def test_status_follows_the_tfjob_to_success(control_plane: Cluster, namespace: str, operator: Operator):
+    create_run(control_plane, namespace, "mnist-cnn")
+    wait_status(control_plane, namespace, "mnist-cnn", "children created", tfJob="mnist-cnn")
+    pods = worker_pods(control_plane, namespace, "mnist-cnn", 2)
+
+    for pod in pods:
+        set_pod_state(control_plane, namespace, pod, "Running")
+    st = wait_status(control_plane, namespace, "mnist-cnn", "running", phase="Running", workersReady="2/2")
+    assert st["workers"] == {"active": 2, "succeeded": 0, "failed": 0}
+    assert st["startTime"] and condition(st, "Running")["status"] == "True"
+    running_since = condition(st, "Running")["lastTransitionTime"]
+
+    set_pod_state(control_plane, namespace, pods[1], "Succeeded")
+    set_pod_state(control_plane, namespace, pods[0], "Succeeded", message=json.dumps(SUMMARY))
+    st = wait_status(control_plane, namespace, "mnist-cnn", "succeeded", phase="Succeeded")
+    assert st["reason"] == "TrainingSucceeded"
+    assert st["metrics"] == {"loss": 0.071, "accuracy": 0.9812, "epochs": 3, "examplesPerSecond": 5400.5}
+    assert st["model"] == {"path": "/mnt/dtr/models/mnist-cnn/1", "claim": "mnist-cnn-data", "version": 1}
+    assert st["workersReady"] == "2/2" and st["workers"]["succeeded"] == 2
+    assert st["completionTime"]
+    assert st["message"] == "accuracy 0.9812, model exported to /mnt/dtr/models/mnist-cnn/1"
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert conds["Succeeded"]["status"] == "True" and conds["Running"]["status"] == "False"
+    assert conds["Running"]["lastTransitionTime"] >= running_since
+
+    table = control_plane.kubectl("get", "distrainingruns", "-n", namespace).stdout.splitlines()
+    assert table[0].split() == ["NAME", "PHASE", "WORKERS", "ACCURACY", "MODEL", "AGE"]
+    assert table[1].split()[:5] == ["mnist-cnn", "Succeeded", "2/2", "0.9812", "/mnt/dtr/models/mnist-cnn/1"]
+
+    reasons = [(kind, reason) for kind, reason, _ in events(control_plane, namespace, "mnist-cnn")]
+    assert ("Normal", "TFJobRunning") in reasons and ("Normal", "TrainingSucceeded") in reasons
+    message = next(m for _, r, m in events(control_plane, namespace, "mnist-cnn") if r == "TrainingSucceeded")
+    assert "0.9812" in message and "/mnt/dtr/models/mnist-cnn/1" in message
+
+    # Finished is final: deleting the TFJob now (as its TTL would) changes nothing.
+    control_plane.kubectl("delete", "tfjob", "mnist-cnn", "-n", namespace)
+    time.sleep(2)
+    assert status(control_plane, namespace, "mnist-cnn") == st
+
+
+def test_success_without_a_summary_says_so(control_plane: Cluster, namespace: str, operator: Operator):
+    create_run(control_plane, namespace, "quiet", {"workers": 1})
+    wait_status(control_plane, namespace, "quiet", "children created", tfJob="quiet")
+    (pod,) = worker_pods(control_plane, namespace, "quiet", 1)
+    set_pod_state(control_plane, namespace, pod, "Succeeded", message="Epoch 3/3 - loss: 0.1 (not JSON)")
+    st = wait_status(control_plane, namespace, "quiet", "succeeded", phase="Succeeded")
+    assert st["reason"] == "MetricsUnavailable"
+    assert "not a JSON object" in st["message"]
+    assert "metrics" not in st and "model" not in st
+
+
+def test_a_failed_worker_fails_the_run_and_is_named(control_plane: Cluster, namespace: str, operator: Operator):
+    create_run(control_plane, namespace, "broken", {"restartPolicy": "Never"})
+    wait_status(control_plane, namespace, "broken", "children created", tfJob="broken")
+    pods = worker_pods(control_plane, namespace, "broken", 2)
+    set_pod_state(control_plane, namespace, pods[0], "Running")
+    set_pod_state(
+        control_plane, namespace, pods[1], "Failed", exit_code=2,
+        message="Traceback (most recent call last):\nValueError: dataset x.npz not found under /mnt/dtr/data",
+    )  # fmt: skip
+    st = wait_status(control_plane, namespace, "broken", "failed", phase="Failed")
+    assert "broken-worker-1 exited with code 2: ValueError: dataset x.npz not found" in st["message"]
+    assert condition(st, "Failed")["status"] == "True"
+    assert any(kind == "Warning" and st["reason"] == reason for kind, reason, _ in events(control_plane, namespace, "broken"))
+
+
+# ---- what passes the schema but cannot run -------------------------------------------------------
+
+
+def test_a_foreign_tfjob_with_the_runs_name_is_a_conflict(control_plane: Cluster, namespace: str, operator: Operator):
+    foreign = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "taken", "namespace": namespace, "labels": {"team": "other"}},
+        "spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {"containers": [
+            {"name": "tensorflow", "image": "someone/else:1"}]}}}}},
+    }  # fmt: skip
+    control_plane.create(foreign)
+    before = get(control_plane, namespace, "tfjob", "taken")
+    create_run(control_plane, namespace, "taken")
+    st = wait_status(control_plane, namespace, "taken", "conflict", phase="Failed", reason="NameConflict")
+    assert "TFJob named taken already exists and does not belong to this run" in st["message"]
+    after = get(control_plane, namespace, "tfjob", "taken")
+    assert after["metadata"].get("ownerReferences") is None
+    assert after["metadata"]["labels"] == {"team": "other"}
+    assert after["spec"] == before["spec"]
+    assert any(reason == "NameConflict" and kind == "Warning" for kind, reason, _ in events(control_plane, namespace, "taken"))
+    # Nothing else was made for the run (its PVC is only created once the TFJob name is known to be free).
+    assert get(control_plane, namespace, "pvc", "taken-data") is None
+
+
+def test_a_foreign_pvc_with_the_runs_claim_name_is_a_conflict(control_plane: Cluster, namespace: str, operator: Operator):
+    control_plane.create({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "clash-data", "namespace": namespace},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Mi"}}},
+    })  # fmt: skip
+    create_run(control_plane, namespace, "clash")
+    st = wait_status(control_plane, namespace, "clash", "conflict", phase="Failed", reason="NameConflict")
+    assert "PVC named clash-data already exists" in st["message"]
+    pvc = get(control_plane, namespace, "pvc", "clash-data")
+    assert not pvc["metadata"].get("ownerReferences") and RUN_LABEL not in (pvc["metadata"].get("labels") or {})
+    assert get(control_plane, namespace, "tfjob", "clash") is None
+
+
+def test_a_tfjob_deleted_out_of_band_fails_the_run(control_plane: Cluster, namespace: str, operator: Operator):
+    create_run(control_plane, namespace, "victim")
+    wait_status(control_plane, namespace, "victim", "children created", tfJob="victim")
+    control_plane.kubectl("delete", "tfjob", "victim", "-n", namespace)
+    st = wait_status(control_plane, namespace, "victim", "failed", phase="Failed", reason="TFJobDeleted")
+    assert "was deleted before the run finished" in st["message"]
+    # A restart does not bring it back: the run is over.
+    operator.stop()
+    operator.start()
+    time.sleep(3)
+    assert get(control_plane, namespace, "tfjob", "victim") is None
+    assert status(control_plane, namespace, "victim")["reason"] == "TFJobDeleted"
+
+
+def test_a_tfjob_deleted_while_the_operator_is_down_fails_the_run(
+    control_plane: Cluster, namespace: str, operator: Operator
+):
+    create_run(control_plane, namespace, "orphan")
+    wait_status(control_plane, namespace, "orphan", "children created", tfJob="orphan")
+    operator.stop()
+    control_plane.kubectl("delete", "tfjob", "orphan", "-n", namespace)
+    operator.start()
+    wait_status(control_plane, namespace, "orphan", "failed", phase="Failed", reason="TFJobDeleted")
+    assert get(control_plane, namespace, "tfjob", "orphan") is None
+
+
+def test_a_missing_claim_waits_then_proceeds(control_plane: Cluster, namespace: str, operator: Operator):
+    create_run(control_plane, namespace, "patient", {"storage": {"claimName": "shared"}})
+    st = wait_status(control_plane, namespace, "patient", "waiting", phase="Pending", reason="WaitingForPVC")
+    assert st["message"].startswith(f"waiting for PVC shared in namespace {namespace}")
+    assert get(control_plane, namespace, "tfjob", "patient") is None
+    assert any(r == "WaitingForPVC" and k == "Warning" for k, r, _ in events(control_plane, namespace, "patient"))
+
+    control_plane.create({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "shared", "namespace": namespace},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Mi"}}},
+    })  # fmt: skip
+    # Retries back off 5 s, 10 s, ...: the next attempt finds the claim.
+    st = wait_status(control_plane, namespace, "patient", "children created", timeout=60, reason="TFJobCreated")
+    job = get(control_plane, namespace, "tfjob", "patient")
+    volumes = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"]
+    assert volumes[0]["persistentVolumeClaim"]["claimName"] == "shared"
+    assert st["pvc"] == "shared"
+    assert get(control_plane, namespace, "pvc", "patient-data") is None
+    assert not get(control_plane, namespace, "pvc", "shared")["metadata"].get("ownerReferences")
+
+
+# ---- deletion ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("policy", "pvc_stays"), [("Retain", True), ("Delete", False)])
+def test_deleting_the_run_follows_the_reclaim_policy(
+    control_plane: Cluster, namespace: str, operator: Operator, policy: str, pvc_stays: bool
+):
+    create_run(control_plane, namespace, "gone", {"storage": {"reclaimPolicy": policy}})
+    wait_status(control_plane, namespace, "gone", "children created", tfJob="gone")
+    worker_pods(control_plane, namespace, "gone", 2)
+    control_plane.kubectl("delete", "dtr", "gone", "-n", namespace, "--wait=true")
+
+    # The garbage collector removes what the run owned: the TFJob, then its pods.
+    wait_for(lambda: get(control_plane, namespace, "tfjob", "gone") is None, "the TFJob to be garbage-collected")
+    wait_for(
+        lambda: not items(control_plane, namespace, "pods", "training.kubeflow.org/job-name=gone"),
+        "the worker pods to be garbage-collected",
+    )
+    if pvc_stays:
+        time.sleep(3)
+        pvc = get(control_plane, namespace, "pvc", "gone-data")
+        assert pvc is not None and not pvc["metadata"].get("deletionTimestamp")
+    else:
+        wait_for(lambda: get(control_plane, namespace, "pvc", "gone-data") is None, "the PVC to be garbage-collected")
+
+
+def test_a_retained_pvc_is_reused_by_a_new_run_of_the_same_name(
+    control_plane: Cluster, namespace: str, operator: Operator
+):
+    create_run(control_plane, namespace, "again")
+    wait_status(control_plane, namespace, "again", "children created", tfJob="again")
+    pvc_uid = get(control_plane, namespace, "pvc", "again-data")["metadata"]["uid"]
+    control_plane.kubectl("delete", "dtr", "again", "-n", namespace, "--wait=true")
+    wait_for(lambda: get(control_plane, namespace, "tfjob", "again") is None, "the old TFJob to go")
+
+    create_run(control_plane, namespace, "again")
+    st = wait_status(control_plane, namespace, "again", "children created", tfJob="again", pvc="again-data")
+    assert st["phase"] == "Pending"
+    assert get(control_plane, namespace, "pvc", "again-data")["metadata"]["uid"] == pvc_uid
