@@ -166,6 +166,15 @@ def apiserver_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
         f"--service-account-signing-key-file={pki / 'sa.key'}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--allow-privileged=true",
+        # The front-proxy (aggregation) trust, as kubeadm sets it up; without it every delegating
+        # component (controller-manager, webhooks) logs a missing requestheader CA forever.
+        f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+        f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
         "--profiling=false",
     ]
 
@@ -349,7 +358,7 @@ def make_leaf(pki: Path, ca: str, name: str, subject: str, usage: str, sans: Seq
 
 
 def make_cluster_pki(pki: Path) -> None:
-    """CA, apiserver serving cert, admin client cert (system:masters), service-account signing key."""
+    """CA, apiserver serving cert, admin client cert (system:masters), front-proxy pair, service-account key."""
     pki.mkdir(parents=True, exist_ok=True)
     make_ca(pki, "ca", "dtr-local-ca")
     make_leaf(
@@ -358,6 +367,8 @@ def make_cluster_pki(pki: Path) -> None:
          "DNS:kubernetes.default.svc.cluster.local", "IP:10.0.0.1"],
     )  # fmt: skip
     make_leaf(pki, "ca", "admin", "/O=system:masters/CN=admin", "clientAuth")
+    make_ca(pki, "front-proxy-ca", "dtr-front-proxy-ca")
+    make_leaf(pki, "front-proxy-ca", "front-proxy-client", "/CN=front-proxy-client", "clientAuth")
     # ES256 service-account tokens: the apiserver accepts EC keys, and they are quick to make.
     openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "sa.key", cwd=pki)
 
@@ -669,8 +680,10 @@ class ControlPlane:
         self.log(f"{component} started (pid {proc.pid})")
         return proc.pid
 
-    def _wait(self, component: str, ready: Callable[[], bool | str], timeout: float = START_TIMEOUT) -> None:
-        """Poll `ready` until true; fail fast with the log tail when the process dies."""
+    def _wait(
+        self, component: str, ready: Callable[[], bool | str], timeout: float = START_TIMEOUT, what: str = ""
+    ) -> None:
+        """Poll `ready` until true; fail fast with the log tail when `component`'s process dies."""
         deadline = time.monotonic() + timeout
         why: bool | str = False
         while time.monotonic() < deadline:
@@ -682,12 +695,12 @@ class ControlPlane:
                 )
             why = ready()
             if why is True:
-                self.log(f"{component} ready")
+                self.log(f"{what or component} ready")
                 return
             time.sleep(0.1)
         reason = f" ({why})" if isinstance(why, str) else ""
         raise ControlPlaneError(
-            f"{component} not ready after {timeout:.0f}s{reason}; log {self.layout.log_file(component)}:\n"
+            f"{what or component} not ready after {timeout:.0f}s{reason}; log {self.layout.log_file(component)}:\n"
             + tail(self.layout.log_file(component))
         )
 
@@ -778,7 +791,7 @@ class ControlPlane:
                     raise ControlPlaneError(f"CRD {name}: {why}")
                 return ok or why
 
-            self._wait("kube-apiserver", established, timeout=30)
+            self._wait("kube-apiserver", established, timeout=30, what=f"CRD {name}")
 
     def _save(self, state: State) -> None:
         tmp = self.layout.state.with_suffix(".tmp")
