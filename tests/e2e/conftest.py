@@ -61,7 +61,7 @@ def operator(
     control_plane: Cluster, namespace: str, tmp_path: Path
 ) -> Iterator[Operator]:
     port = devcluster.free_port()
-    argv = devcluster.operator_argv(port, ["--namespace", namespace])
+    argv = devcluster.operator_argv(port, [namespace])
     handle = Operator(argv, tmp_path / "operator.log", _env(control_plane), port=port)
     handle.start_healthy()
     yield handle

@@ -82,9 +82,10 @@ def node_argv(kubeconfig: Path, state_dir: Path, name: str = NODE_NAME, extra: S
             "--name", name, "--state-dir", str(state_dir), *extra]  # fmt: skip
 
 
-def operator_argv(liveness_port: int, extra: Sequence[str] = ()) -> list[str]:
-    return [*dtr_command(), "operator", "--all-namespaces", "--liveness-port", str(liveness_port),
-            "--metrics-port", "0", *extra]  # fmt: skip
+def operator_argv(liveness_port: int, namespaces: Sequence[str] = ()) -> list[str]:
+    """`dtr operator` on this liveness port, for these namespaces (all when none), no metrics port."""
+    scope = [a for ns in namespaces for a in ("--namespace", ns)] or ["--all-namespaces"]
+    return [*dtr_command(), "operator", *scope, "--liveness-port", str(liveness_port), "--metrics-port", "0"]
 
 
 def spawn(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
