@@ -16,13 +16,16 @@ mkdir -p "$bin" "$work"
 export GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0
 
 log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# Seconds since the given start (bash's SECONDS), for the cold-build figures in docs/cluster.md.
+took() { echo "$((SECONDS - $1)) s"; }
 
 stamp_ok() { [ -x "$bin/$1" ] && [ "$(cat "$bin/$1.version" 2>/dev/null)" = "$2" ]; }
 stamp() { echo "$2" > "$bin/$1.version"; }
 
 build_etcd() {
   stamp_ok etcd "$ETCD_VERSION" && { log "etcd $ETCD_VERSION cached"; return; }
-  local d="$work/etcd"; rm -rf "$d"; mkdir -p "$d"
+  local d="$work/etcd" t0=$SECONDS; rm -rf "$d"; mkdir -p "$d"
+  log "building etcd $ETCD_VERSION"
   cat > "$d/go.mod" <<MOD
 module dtr.local/etcd
 
@@ -42,14 +45,14 @@ func main() { etcdmain.Main(os.Args) }
 GO
   (cd "$d" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" && go mod tidy \
      && go build -trimpath -ldflags "-s -w" -o "$bin/etcd" .)
-  stamp etcd "$ETCD_VERSION"; log "etcd $ETCD_VERSION built"
+  stamp etcd "$ETCD_VERSION"; log "etcd $ETCD_VERSION built in $(took "$t0")"
 }
 
 build_k8s() {
   if stamp_ok kube-apiserver "$K8S_VERSION" && stamp_ok kube-controller-manager "$K8S_VERSION"; then
     log "kubernetes $K8S_VERSION cached"; return
   fi
-  local d="$work/k8s"; rm -rf "$d"; mkdir -p "$d"
+  local d="$work/k8s" t0=$SECONDS; rm -rf "$d"; mkdir -p "$d"
   local gomod staging minor
   gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
   # Staging modules are required at v0.0.0 with replaces that a dependant cannot see;
@@ -81,18 +84,22 @@ GO
   done
   (cd "$d" && go mod tidy -e >/dev/null 2>&1 || true
    cd "$d" && go mod download all >/dev/null 2>&1 || true
+   log "kubernetes $K8S_VERSION modules resolved in $(took "$t0")"
    for c in kube-apiserver kube-controller-manager; do
+     local t1=$SECONDS
      log "building $c $K8S_VERSION (slow on a cold cache)"
      go build -tags tools -trimpath -ldflags "$ld" -o "$bin/$c" "k8s.io/kubernetes/cmd/$c"
      stamp "$c" "$K8S_VERSION"
+     log "$c $K8S_VERSION built in $(took "$t1")"
    done)
-  log "kubernetes $K8S_VERSION built"
+  log "kubernetes $K8S_VERSION built in $(took "$t0")"
 }
 
 build_training_operator() {
   stamp_ok training-operator "$TRAINING_OPERATOR_VERSION" && [ -f "$cache/crds/kubeflow.org_tfjobs.yaml" ] \
     && { log "training-operator $TRAINING_OPERATOR_VERSION cached"; return; }
-  local d="$work/training-operator"; rm -rf "$d"; mkdir -p "$d"
+  local d="$work/training-operator" t0=$SECONDS; rm -rf "$d"; mkdir -p "$d"
+  log "building training-operator $TRAINING_OPERATOR_VERSION"
   local mod=github.com/kubeflow/training-operator
   printf 'module dtr.local/training-operator\n\ngo 1.26.0\n' > "$d/go.mod"
   printf '//go:build tools\n\npackage tools\n\nimport _ "%s/cmd/training-operator.v1"\n' "$mod" > "$d/tools.go"
@@ -103,7 +110,7 @@ build_training_operator() {
   mkdir -p "$cache/crds"
   cp "$src/manifests/base/crds/kubeflow.org_tfjobs.yaml" "$cache/crds/"
   chmod u+w "$cache/crds/kubeflow.org_tfjobs.yaml"
-  stamp training-operator "$TRAINING_OPERATOR_VERSION"; log "training-operator $TRAINING_OPERATOR_VERSION built"
+  stamp training-operator "$TRAINING_OPERATOR_VERSION"; log "training-operator $TRAINING_OPERATOR_VERSION built in $(took "$t0")"
 }
 
 want=${*:-etcd k8s training-operator}
