@@ -713,12 +713,13 @@ class ControlPlane:
         self._prepare_dir()
         ports = Ports(*free_ports(7))
         layout, pki = self.layout, self.layout.pki
-        make_cluster_pki(pki)
-        hook_pki = webhook_pki(self.cache)
-        install_webhook_certs(hook_pki)
         state = State(ports, {}, {c: str(b) for c, b in binaries.items()}, time.time())
 
         self._spawn("etcd", etcd_args(binaries["etcd"], layout, ports))
+        # etcd needs no certificates: make them while it starts.
+        make_cluster_pki(pki)
+        hook_pki = webhook_pki(self.cache)
+        install_webhook_certs(hook_pki)
         self._wait("etcd", lambda: http_get(f"http://127.0.0.1:{ports.etcd}/health")[1].find(b'"true"') >= 0)
 
         self._spawn("kube-apiserver", apiserver_args(binaries["kube-apiserver"], layout, ports))
@@ -791,7 +792,7 @@ class ControlPlane:
                     raise ControlPlaneError(f"CRD {name}: {why}")
                 return ok or why
 
-            self._wait("kube-apiserver", established, timeout=30, what=f"CRD {name}")
+            self._wait("kube-apiserver", established, timeout=60, what=f"CRD {name} (Established)")
 
     def _save(self, state: State) -> None:
         tmp = self.layout.state.with_suffix(".tmp")
@@ -817,8 +818,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--crds", default=str(PROJECT_CRDS), help="directory of CRDs applied after the training-operator")
     args = parser.parse_args(argv)
 
+    t0 = time.monotonic()
+
     def say(msg: str) -> None:
-        print(f"[controlplane] {msg}", file=sys.stderr)
+        print(f"[controlplane {time.monotonic() - t0:5.1f}s] {msg}", file=sys.stderr)
 
     plane = ControlPlane(args.dir, crd_dir=args.crds, stop_at_exit=False, log=say)
     try:
