@@ -17,6 +17,7 @@ import argparse
 import atexit
 import base64
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -438,6 +439,18 @@ def pid_runs(pid: int, binary: str) -> bool:
     return argv0 == binary
 
 
+def die_with_parent() -> None:
+    """In the child before exec: the kernel kills it when the starting thread dies.
+
+    atexit does not run when pytest is killed (a CI timeout's SIGTERM, SIGKILL); this still stops
+    the control plane then. SIGKILL, because all four die at once: a SIGTERMed apiserver whose etcd
+    is gone hangs in its shutdown.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
@@ -556,7 +569,11 @@ class State:
 
 
 class ControlPlane:
-    """One local control plane living in `workdir` (kubeconfig, logs, pids, certs, etcd data)."""
+    """One local control plane living in `workdir` (kubeconfig, logs, pids, certs, etcd data).
+
+    stop_at_exit=True (the test fixture) ties the processes to the calling thread's process: stopped
+    at interpreter exit, and by the kernel if that process is killed. The CLI's `up` detaches them.
+    """
 
     def __init__(
         self,
@@ -612,11 +629,21 @@ class ControlPlane:
         if self.build:
             self._build()
         t0 = time.monotonic()
-        try:
-            state = self._start_all()
-        except BaseException:
-            self.stop()
-            raise
+        attempts = 3
+        for attempt in range(1, attempts + 1):
+            try:
+                state = self._start_all()
+                break
+            except ControlPlaneError:
+                # Free ports are picked before the components bind them; another process may win one.
+                retry = attempt < attempts and self._port_was_taken()
+                self.stop()
+                if not retry:
+                    raise
+                self.log("a picked port was taken meanwhile; starting again on new ports")
+            except BaseException:
+                self.stop()
+                raise
         state.ready_seconds = round(time.monotonic() - t0, 2)
         self._save(state)
         if self.stop_at_exit:
@@ -669,11 +696,15 @@ class ControlPlane:
             (self.layout.root / sub).mkdir(parents=True)
         self.layout.etcd_data.mkdir(mode=0o700)
 
+    def _port_was_taken(self) -> bool:
+        return any("address already in use" in tail(log, 40).lower() for log in self.layout.logs.glob("*.log"))
+
     def _spawn(self, component: str, argv: list[str], env: dict[str, str] | None = None) -> int:
         with open(self.layout.log_file(component), "ab") as logf:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                 env=env, cwd=self.layout.root, start_new_session=True,  # a Ctrl-C in the shell does not kill it
+                preexec_fn=die_with_parent if self.stop_at_exit else None,  # noqa: PLW1509 (started from one thread)
             )  # fmt: skip
         self._children[component] = proc
         self.layout.pid_file(component).write_text(f"{proc.pid} {argv[0]}\n")
