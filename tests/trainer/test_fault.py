@@ -1,0 +1,62 @@
+"""A worker SIGKILLed mid-training; both restarted as a TFJob with restartPolicy OnFailure would;
+the run resumes from the BackupAndRestore state, not from epoch 1, and finishes with one model."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+
+from conftest import (
+    Volume,
+    all_entries,
+    free_ports,
+    kill_all,
+    start_workers,
+    wait_for_line,
+)
+
+EPOCHS = 10
+ARGS = ["--dataset", "digits", "--epochs", str(EPOCHS), "--batch-size-per-worker", "32", "--seed", "3"]
+PEER_LOST_TIMEOUT = 180  # the survivor must notice by itself, not hang
+
+
+def test_killed_worker_resumes_from_backup(tmp_path):
+    volume = Volume(tmp_path / "mnt-dtr")
+    ports = free_ports(2)
+    args = ARGS + volume.args()
+    backup = volume.root / "backup" / "run1"
+
+    first = start_workers(volume, ports, args, attempt="a")
+    try:
+        wait_for_line(first[1], f"epoch 2/{EPOCHS} end")
+        first[1].proc.send_signal(signal.SIGKILL)
+        assert first[1].wait() == -signal.SIGKILL
+        survivor_code = first[0].wait(timeout=PEER_LOST_TIMEOUT)
+    finally:
+        kill_all(first)
+    # The survivor sees the lost peer and asks for a restart (>= 128, retryable under ExitCode).
+    assert survivor_code == 138, first[0].log()[-3000:]
+    assert "error: lost a peer" in first[0].log()
+    assert any(p.name.startswith("ckpt-") for p in (backup / "chief").iterdir()), all_entries(backup)
+    assert all_entries(volume.root / "models" / "digits-cnn") == []  # nothing exported yet
+
+    # OnFailure: the kubelet restarts both failed containers with the same TF_CONFIG and volume.
+    second = start_workers(volume, ports, args, attempt="b")
+    try:
+        codes = [w.wait() for w in second]
+    finally:
+        kill_all(second)
+    assert codes == [0, 0], "\n".join(w.log()[-2000:] for w in second)
+
+    chief_log = second[0].log()
+    resumed = re.search(r"resumed from backup at epoch (\d+)/", chief_log)
+    assert resumed and int(resumed.group(1)) >= 3, chief_log[-3000:]  # epochs 1-2 were backed up
+    assert f"epoch 1/{EPOCHS} begin" not in chief_log
+    assert f"epoch {EPOCHS}/{EPOCHS} end" in chief_log
+    summary = json.loads(second[0].stdout_lines()[-1])
+    assert summary["epochs"] == EPOCHS and summary["modelVersion"] == 1
+    assert summary["accuracy"] >= 0.90
+    assert all_entries(volume.root / "models" / "digits-cnn") == ["1"]
+    # the killed process may leave TensorFlow's autograph files in TMPDIR, but no worker export copy
+    assert [n for n in all_entries(volume.tmp) if n.startswith("dtr-")] == []

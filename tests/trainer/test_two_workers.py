@@ -1,0 +1,85 @@
+"""Two real MWMS worker processes on loopback train on scikit-learn's digits and export one model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import (
+    Volume,
+    all_entries,
+    free_ports,
+    integer_dirs,
+    kill_all,
+    start_workers,
+)
+
+EPOCHS = 6
+ARGS = ["--model", "cnn", "--dataset", "digits", "--epochs", str(EPOCHS), "--batch-size-per-worker", "32",
+        "--learning-rate", "0.002", "--seed", "7"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    volume = Volume(tmp_path_factory.mktemp("two-workers") / "mnt-dtr")
+    workers = start_workers(volume, free_ports(2), ARGS + volume.args())
+    try:
+        codes = [w.wait() for w in workers]
+    finally:
+        kill_all(workers)
+    return volume, workers, codes
+
+
+def test_both_workers_succeed(finished_run):
+    _, workers, codes = finished_run
+    assert codes == [0, 0], "\n".join(w.log()[-2000:] for w in workers)
+
+
+def test_chief_reports_summary_on_stdout_and_termination_message(finished_run):
+    volume, workers, _ = finished_run
+    chief, other = workers
+    lines = chief.stdout_lines()
+    assert len(lines) == 1, chief.log()
+    summary = json.loads(lines[0])
+    assert set(summary) == {"loss", "accuracy", "epochs", "examplesPerSecond", "modelPath", "modelVersion"}
+    assert summary["accuracy"] >= 0.90
+    assert summary["epochs"] == EPOCHS
+    assert summary["examplesPerSecond"] > 0
+    assert summary["modelVersion"] == 1
+    assert summary["modelPath"] == str(volume.root / "models" / "digits-cnn" / "1")
+    assert json.loads(chief.termination_path.read_text()) == summary
+    assert other.stdout_lines() == [] and not other.termination_path.exists()
+
+
+def test_exactly_one_model_and_no_temporary_dirs(finished_run):
+    volume, _, _ = finished_run
+    export_dir = volume.root / "models" / "digits-cnn"
+    assert all_entries(export_dir) == ["1"]  # no staging or worker copies beside it
+    assert integer_dirs(volume.root / "models") == []
+    assert all_entries(volume.tmp) == []  # non-chief export went to TMPDIR and was removed
+    assert all_entries(volume.root / "backup" / "run1") == []  # BackupAndRestore cleans up on success
+
+
+def test_tensorboard_logs_from_the_chief(finished_run):
+    volume, _, _ = finished_run
+    events = list((volume.root / "logs" / "run1").rglob("events.out.tfevents.*"))
+    assert events, "no TensorBoard event file"
+
+
+def test_exported_model_serves_probabilities(finished_run):
+    import tensorflow as tf
+    from dtr_trainer.data import upscale_digits
+    from sklearn.datasets import load_digits
+
+    volume, _, _ = finished_run
+    loaded = tf.saved_model.load(str(volume.root / "models" / "digits-cnn" / "1"))
+    serve = loaded.signatures["serving_default"]
+    spec = serve.structured_input_signature[1]["images"]
+    assert spec.dtype == tf.float32 and spec.shape.as_list() == [None, 28, 28, 1]
+    digits = load_digits()
+    images = upscale_digits(digits.images[:64])
+    probs = serve(images=tf.constant(images))["probabilities"].numpy()
+    assert probs.shape == (64, 10)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-4)
+    assert (probs.argmax(axis=1) == digits.target[:64]).mean() >= 0.85

@@ -1,0 +1,152 @@
+"""Pure functions of the trainer (no TensorFlow process): TF_CONFIG, data shaping, versions."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dtr_trainer import data, export
+from dtr_trainer.cluster import LOCAL, parse_tf_config
+from dtr_trainer.errors import ConfigError, DataError
+
+
+def cfg(cluster, task) -> str:
+    return json.dumps({"cluster": cluster, "task": task})
+
+
+@pytest.mark.parametrize("raw, expected", [
+    (None, (LOCAL.task_type, 0, 1, True, False)),
+    ("  ", (LOCAL.task_type, 0, 1, True, False)),
+    (cfg({"worker": ["a:1", "b:1"]}, {"type": "worker", "index": 0}), ("worker", 0, 2, True, True)),
+    (cfg({"worker": ["a:1", "b:1"]}, {"type": "worker", "index": 1}), ("worker", 1, 2, False, True)),
+    (cfg({"worker": ["a:1", "b:1"]}, {"type": "worker", "index": "1"}), ("worker", 1, 2, False, True)),
+    (cfg({"chief": ["c:1"], "worker": ["a:1"]}, {"type": "chief", "index": 0}), ("chief", 0, 2, True, True)),
+    (cfg({"chief": ["c:1"], "worker": ["a:1"]}, {"type": "worker", "index": 0}), ("worker", 0, 2, False, True)),
+])
+def test_parse_tf_config(raw, expected):
+    info = parse_tf_config(raw)
+    assert (info.task_type, info.task_index, info.num_workers, info.is_chief, info.distributed) == expected
+
+
+@pytest.mark.parametrize("raw", [
+    "[]", "{", cfg({}, {"type": "worker", "index": 0}), cfg({"worker": "a:1"}, {"type": "worker", "index": 0}),
+    cfg({"worker": ["a:1"]}, {"type": "ps", "index": 0}), cfg({"worker": ["a:1"]}, {"type": "worker", "index": -1}),
+    cfg({"worker": ["a:1"]}, {"type": "worker", "index": True}), cfg({"worker": ["nohost"]}, {"type": "worker", "index": 0}),
+    cfg({"chief": ["a:1", "b:1"]}, {"type": "chief", "index": 0}),
+])
+def test_parse_tf_config_rejects(raw):
+    with pytest.raises(ConfigError, match="bad TF_CONFIG"):
+        parse_tf_config(raw)
+
+
+def test_upscale_digits_shape_and_range():
+    x = data.upscale_digits(np.full((2, 8, 8), 16.0))
+    assert x.shape == (2, 28, 28, 1) and x.dtype == np.float32
+    assert x[:, 2:26, 2:26].min() == 1.0 and x[:, :2].max() == 0.0 and x[:, :, 26:].max() == 0.0
+
+
+def test_to_unit_images_scales_uint8_and_rejects_bad_floats():
+    assert data.to_unit_images(np.full((1, 28, 28), 255, np.uint8), "t").max() == 1.0
+    with pytest.raises(DataError, match="in \\[0, 1\\]"):
+        data.to_unit_images(np.full((1, 28, 28), 2.0), "t")
+
+
+def test_to_labels_rejects_out_of_range():
+    with pytest.raises(DataError, match="0..9"):
+        data.to_labels(np.array([0, 10]), 2, "t")
+
+
+def test_hold_out_is_seeded_and_disjoint():
+    x, y = np.arange(100).reshape(100, 1), np.arange(100) % 10
+    a, b = data.hold_out(x, y, seed=1), data.hold_out(x, y, seed=1)
+    assert np.array_equal(a.x_eval, b.x_eval) and a.x_eval.shape[0] == 20
+    assert not set(a.x_train.ravel()) & set(a.x_eval.ravel())
+
+
+def test_digits_are_real_and_split(tmp_path):
+    splits = data.load_arrays("digits", str(tmp_path), seed=0)
+    assert splits.train_size + splits.x_eval.shape[0] == 1797
+    assert splits.x_train.min() >= 0.0 and splits.x_train.max() == 1.0
+
+
+def test_npz_without_test_split_holds_out(tmp_path):
+    np.savez(tmp_path / "d.npz", x_train=np.zeros((10, 28, 28, 1), np.float32), y_train=np.arange(10))
+    splits = data.load_arrays("d.npz", str(tmp_path), seed=0)
+    assert (splits.train_size, splits.x_eval.shape[0]) == (8, 2)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("/etc/passwd.npz", "relative"), ("../x.npz", "escapes"), ("sub/../../x.npz", "escapes"),
+    ("missing.npz", "not found"), ("x.csv", "unknown dataset"),
+])
+def test_resolve_npz_refuses(tmp_path, name, message):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "x.npz").write_bytes(b"")
+    with pytest.raises(DataError, match=message):
+        data.resolve_npz(str(tmp_path / "data"), name)
+
+
+def test_resolve_npz_refuses_symlink_out(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "x.npz").write_bytes(b"")
+    (tmp_path / "data" / "link.npz").symlink_to(tmp_path / "x.npz")
+    with pytest.raises(DataError, match="escapes"):
+        data.resolve_npz(str(tmp_path / "data"), "link.npz")
+
+
+def test_cached_keras_dataset_is_read_without_download(tmp_path):
+    cache = tmp_path / data.CACHE_SUBDIR
+    cache.mkdir()
+    x = np.random.RandomState(0).randint(0, 256, (6, 28, 28)).astype(np.uint8)
+    np.savez(cache / "mnist.npz", x_train=x, y_train=np.arange(6), x_test=x[:2], y_test=np.arange(2))
+    splits = data.load_arrays("mnist", str(tmp_path), seed=0)
+    assert splits.train_size == 6 and splits.x_eval.shape == (2, 28, 28, 1)
+
+
+def test_concurrent_cache_writers_publish_one_complete_file(tmp_path, monkeypatch):
+    """Two workers filling the cache at once: the file is absent or complete, never partial."""
+    x = np.zeros((3, 28, 28), np.uint8)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the writers swap HOME; restore it whatever they leave
+    monkeypatch.setattr(data, "_keras_loader", lambda name: lambda: ((x, np.arange(3)), (x, np.arange(3))))
+    paths = []
+    threads = [threading.Thread(target=lambda: paths.append(data.cached_keras_dataset("mnist", str(tmp_path))))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cache = tmp_path / data.CACHE_SUBDIR
+    assert sorted(p.name for p in cache.iterdir()) == ["mnist.npz"]
+    assert data.read_npz(cache / "mnist.npz", 0, "mnist").train_size == 3
+
+
+@pytest.mark.parametrize("names, expected", [([], 1), (["1", "2", "x", ".staging-3-ab"], 3), (["10", "9"], 11)])
+def test_next_version(names, expected):
+    assert export.next_version(names) == expected
+
+
+def test_choose_version_is_recorded_and_reused(tmp_path):
+    models, backup = tmp_path / "models", tmp_path / "backup"
+    (models / "4").mkdir(parents=True)
+    assert export.choose_version(str(models), str(backup)) == 5
+    (models / "5").mkdir()  # exported, then the chief restarted
+    assert export.choose_version(str(models), str(backup)) == 5
+    export.forget_version(str(backup))
+    assert export.choose_version(str(models), str(backup)) == 6
+
+
+def test_summary_json_has_the_contract_keys():
+    line = export.summary_json(0.1, 0.95, 3, 1234.56, "/mnt/dtr/models/m/1", 1)
+    assert "\n" not in line
+    assert json.loads(line) == {"loss": 0.1, "accuracy": 0.95, "epochs": 3, "examplesPerSecond": 1234.6,
+                                "modelPath": "/mnt/dtr/models/m/1", "modelVersion": 1}
+
+
+def test_remove_stale_staging(tmp_path):
+    (tmp_path / ".staging-2-abc").mkdir()
+    (tmp_path / "1").mkdir()
+    export.remove_stale_staging(str(tmp_path))
+    assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["1"]

@@ -1,0 +1,3 @@
+from dtr_trainer.main import cli
+
+cli()

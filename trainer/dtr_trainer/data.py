@@ -1,0 +1,266 @@
+"""Datasets as arrays (numpy only) and as sharded tf.data pipelines.
+
+Every dataset becomes float32 images [N, 28, 28, 1] in [0, 1] with int32 labels 0..9,
+split into a training part and a held-out evaluation part. `load_arrays` runs no
+TensorFlow op, so the CLI can validate data before it creates the strategy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from dtr_trainer.errors import DataError, DownloadError
+
+KERAS_DATASETS = ("mnist", "fashion_mnist")
+BUILTIN_DATASETS = (*KERAS_DATASETS, "digits", "synthetic")
+OFFLINE_HINT = "use --dataset digits or synthetic (no download), or put a .npz file in --data-dir"
+EVAL_FRACTION = 0.2  # held out when a dataset has no test split of its own
+NUM_CLASSES = 10
+IMAGE_SHAPE = (28, 28, 1)
+CACHE_SUBDIR = "keras"  # <data-dir>/keras/<name>.npz: the Keras download, cached on the volume
+
+
+@dataclass(frozen=True)
+class Splits:
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_eval: np.ndarray
+    y_eval: np.ndarray
+
+    @property
+    def train_size(self) -> int:
+        return int(self.x_train.shape[0])
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def to_unit_images(x: np.ndarray, what: str) -> np.ndarray:
+    """uint8 0..255 or float 0..1 images [N,28,28] or [N,28,28,1] -> float32 [N,28,28,1] in [0,1]."""
+    if x.ndim == 3:
+        x = x[..., np.newaxis]
+    if x.ndim != 4 or x.shape[1:] != IMAGE_SHAPE:
+        raise DataError(f"{what}: images must have shape [N,28,28] or [N,28,28,1], got {list(x.shape)}")
+    if x.shape[0] == 0:
+        raise DataError(f"{what}: no images")
+    if np.issubdtype(x.dtype, np.integer):
+        if x.min() < 0 or x.max() > 255:
+            raise DataError(f"{what}: integer pixels must be in 0..255")
+        return (x.astype(np.float32) / 255.0).astype(np.float32)
+    if not np.issubdtype(x.dtype, np.floating):
+        raise DataError(f"{what}: images must be integers 0..255 or floats 0..1, got {x.dtype}")
+    if not np.isfinite(x).all() or x.min() < 0.0 or x.max() > 1.0:
+        raise DataError(f"{what}: float pixels must be finite and in [0, 1]")
+    return x.astype(np.float32)
+
+
+def to_labels(y: np.ndarray, count: int, what: str) -> np.ndarray:
+    y = np.asarray(y).reshape(-1)
+    if y.shape[0] != count:
+        raise DataError(f"{what}: {y.shape[0]} labels for {count} images")
+    whole_floats = np.issubdtype(y.dtype, np.floating) and bool(np.all(np.mod(y, 1) == 0))
+    if not (np.issubdtype(y.dtype, np.integer) or whole_floats):
+        raise DataError(f"{what}: labels must be integers 0..9")
+    if y.min() < 0 or y.max() >= NUM_CLASSES:
+        raise DataError(f"{what}: labels must be integers 0..9")
+    return y.astype(np.int32)
+
+
+def hold_out(x: np.ndarray, y: np.ndarray, seed: int, fraction: float = EVAL_FRACTION) -> Splits:
+    """A seeded split into train and held-out eval (same on every worker)."""
+    order = np.random.RandomState(seed).permutation(x.shape[0])
+    n_eval = max(1, round(x.shape[0] * fraction))
+    if x.shape[0] - n_eval < 1:
+        raise DataError("dataset too small to hold out an evaluation split")
+    ev, tr = order[:n_eval], order[n_eval:]
+    return Splits(x[tr], y[tr], x[ev], y[ev])
+
+
+def upscale_digits(images_8x8: np.ndarray) -> np.ndarray:
+    """scikit-learn's 8x8 digits (0..16) -> [N,28,28,1] in [0,1]: 3x nearest upscale to 24x24,
+    padded by 2 on each side, like MNIST's centred digit in a 28x28 frame."""
+    x = images_8x8.reshape(-1, 8, 8).astype(np.float32) / 16.0
+    x = np.kron(x, np.ones((1, 3, 3), dtype=np.float32))
+    x = np.pad(x, ((0, 0), (2, 2), (2, 2)))
+    return x[..., np.newaxis].astype(np.float32)
+
+
+def synthetic(seed: int, n_train: int = 4096, n_eval: int = 1024) -> Splits:
+    """Ten random prototype images plus noise: learnable, offline, any size."""
+    rng = np.random.RandomState(seed)
+    prototypes = rng.uniform(0.0, 1.0, size=(NUM_CLASSES, *IMAGE_SHAPE)).astype(np.float32)
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.randint(0, NUM_CLASSES, size=n).astype(np.int32)
+        noise = rng.normal(0.0, 0.35, size=(n, *IMAGE_SHAPE)).astype(np.float32)
+        return np.clip(prototypes[y] + noise, 0.0, 1.0).astype(np.float32), y
+
+    x_train, y_train = draw(n_train)
+    x_eval, y_eval = draw(n_eval)
+    return Splits(x_train, y_train, x_eval, y_eval)
+
+
+def resolve_npz(data_dir: str, name: str) -> Path:
+    """The .npz path under data_dir; refuse anything that escapes it (symlinks included)."""
+    if not name.endswith(".npz"):
+        raise DataError(f"unknown dataset {name!r}: choose {', '.join(BUILTIN_DATASETS)} or a .npz file")
+    if os.path.isabs(name):
+        raise DataError(f"dataset {name!r}: give a path relative to --data-dir, not an absolute path")
+    root = Path(data_dir).resolve()
+    path = (root / name).resolve()
+    if path != root and root not in path.parents:
+        raise DataError(f"dataset {name!r} escapes --data-dir {data_dir}")
+    if not path.is_file():
+        raise DataError(f"dataset file {name!r} not found in --data-dir {data_dir}")
+    return path
+
+
+def validate_dataset_name(name: str, data_dir: str) -> None:
+    """Cheap checks before the strategy exists (so bad input fails before joining the cluster)."""
+    if name not in BUILTIN_DATASETS:
+        resolve_npz(data_dir, name)
+
+
+# ---------------------------------------------------------------- file I/O
+
+
+def read_npz(path: Path, seed: int, what: str) -> Splits:
+    """Keys: x_train, y_train and optionally x_test, y_test (else 20% is held out)."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays: dict[str, np.ndarray] = {k: f[k] for k in f.files}
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{what}: cannot read as .npz ({exc})") from None
+    missing = {"x_train", "y_train"} - set(arrays)
+    if missing:
+        raise DataError(f"{what}: missing keys {sorted(missing)} (need x_train, y_train; optional x_test, y_test)")
+    x = to_unit_images(arrays["x_train"], what)
+    y = to_labels(arrays["y_train"], x.shape[0], what)
+    if ("x_test" in arrays) != ("y_test" in arrays):
+        raise DataError(f"{what}: x_test and y_test must come together")
+    if "x_test" not in arrays:
+        return hold_out(x, y, seed)
+    xt = to_unit_images(arrays["x_test"], what)
+    return Splits(x, y, xt, to_labels(arrays["y_test"], xt.shape[0], what))
+
+
+@contextlib.contextmanager
+def _private_keras_home(parent: Path) -> Iterator[Path]:
+    """Keras' loaders download under $HOME/.keras with no cache_dir argument (fashion_mnist
+    takes none); point HOME at a directory private to this process so two workers never
+    write the same partial file."""
+    home = Path(tempfile.mkdtemp(prefix=".download-", dir=parent))
+    old = os.environ.get("HOME")
+    os.environ["HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        if old is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = old
+        _rmtree(home)
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _keras_loader(name: str) -> Callable[[], tuple]:
+    from tensorflow import keras  # the loaders run no TF op
+
+    return {"mnist": keras.datasets.mnist.load_data, "fashion_mnist": keras.datasets.fashion_mnist.load_data}[name]
+
+
+def cached_keras_dataset(name: str, data_dir: str) -> Path:
+    """<data-dir>/keras/<name>.npz, downloading through the Keras loader once.
+
+    Workers download into private dirs and publish with an atomic rename: the cache
+    file is either absent or complete, and a second writer replaces it with equal bytes.
+    """
+    cache_dir = Path(data_dir) / CACHE_SUBDIR
+    target = cache_dir / f"{name}.npz"
+    if target.is_file():
+        return target
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"cannot create cache dir {cache_dir}: {exc.strerror}") from None
+    # Keras prints its progress on stdout, which carries only the summary JSON: send it to stderr.
+    with _private_keras_home(cache_dir), contextlib.redirect_stdout(sys.stderr):
+        try:
+            (x_train, y_train), (x_test, y_test) = _keras_loader(name)()
+        except Exception as exc:  # Keras wraps every network failure in a plain Exception
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise DownloadError(f"cannot download {name} ({reason}); {OFFLINE_HINT}") from None
+    partial = cache_dir / f".{name}.{uuid.uuid4().hex}.npz"
+    try:
+        np.savez(partial, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
+
+
+def load_arrays(name: str, data_dir: str, seed: int) -> Splits:
+    """The dataset named on the command line, as train/eval arrays."""
+    if name == "synthetic":
+        return synthetic(seed)
+    if name == "digits":
+        from sklearn.datasets import load_digits  # ships with scikit-learn: no network
+
+        bunch = load_digits()
+        return hold_out(upscale_digits(bunch.images), bunch.target.astype(np.int32), seed)
+    if name in KERAS_DATASETS:
+        return read_npz(cached_keras_dataset(name, data_dir), seed, name)
+    return read_npz(resolve_npz(data_dir, name), seed, f"dataset {name!r}")
+
+
+# ---------------------------------------------------------------- tf.data
+
+
+def steps_for(train_size: int, global_batch: int) -> int:
+    return max(1, train_size // global_batch)
+
+
+def make_datasets(splits: Splits, global_batch: int, seed: int, cache: bool = True):
+    """Training (shuffled, repeated) and evaluation pipelines batched by the global batch.
+
+    AutoShardPolicy.DATA needs every worker to produce the same element order: the
+    shuffle is seeded, so it is, and each worker keeps its own share of every batch.
+    """
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.deterministic = True
+
+    train = tf.data.Dataset.from_tensor_slices((splits.x_train, splits.y_train))
+    if cache:
+        train = train.cache()
+    train = (
+        train.shuffle(splits.train_size, seed=seed, reshuffle_each_iteration=True)
+        .repeat()
+        .batch(global_batch, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+        .with_options(options)
+    )
+    evaluation = (
+        tf.data.Dataset.from_tensor_slices((splits.x_eval, splits.y_eval))
+        .batch(global_batch)
+        .prefetch(tf.data.AUTOTUNE)
+        .with_options(options)
+    )
+    return train, evaluation

@@ -1,0 +1,46 @@
+"""Errors the trainer reports, each with the exit code the TFJob restart policy acts on.
+
+1..127 are permanent (a restart cannot fix them); >= 128 are retryable.
+The table is documented in docs/trainer.md; keep the two in sync.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1  # a bug: unexpected exception
+EXIT_USAGE = 2  # bad command line (argparse's own code)
+EXIT_TF_CONFIG = 3  # TF_CONFIG is not a valid cluster description
+EXIT_DATA = 4  # dataset missing, malformed, or a path escaping --data-dir
+EXIT_DOWNLOAD = 5  # dataset not cached and cannot be downloaded (offline)
+EXIT_EXPORT = 6  # the model could not be written to --export-dir
+EXIT_PEER_LOST = 138  # a peer died or a collective timed out: restart every worker
+
+
+class TrainerError(Exception):
+    """An error with a one-line message for the user and an exit code."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class UsageError(TrainerError):
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(TrainerError):
+    exit_code = EXIT_TF_CONFIG
+
+
+class DataError(TrainerError):
+    exit_code = EXIT_DATA
+
+
+class DownloadError(TrainerError):
+    exit_code = EXIT_DOWNLOAD
+
+
+class ExportError(TrainerError):
+    exit_code = EXIT_EXPORT
+
+
+class PeerLostError(TrainerError):
+    exit_code = EXIT_PEER_LOST

@@ -1,0 +1,213 @@
+"""`python -m dtr_trainer`: validate input, create the strategy first, train, export, report.
+
+Imperative shell: each step is a small function; errors become one line and an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dtr_trainer import data, export
+from dtr_trainer.cluster import ClusterInfo, parse_tf_config
+from dtr_trainer.errors import EXIT_INTERNAL, EXIT_PEER_LOST, TrainerError, UsageError
+from dtr_trainer.models import MODELS
+
+# Defaults chosen by bench/trainer (see bench/trainer/results.md).
+DEFAULT_STEPS_PER_EXECUTION = 1
+DEFAULT_BYTES_PER_PACK = 0  # 0 = TensorFlow's own packing
+DEFAULT_JIT_COMPILE = False
+
+_TASK = "worker-0"
+
+
+def log(message: str) -> None:
+    print(f"dtr_trainer[{_TASK}]: {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- command line
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not argparse's usage dump
+        raise UsageError(f"{message} (see --help)")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m dtr_trainer",
+                description="MultiWorkerMirroredStrategy trainer (TF_CONFIG decides the task)")
+    p.add_argument("--model", choices=MODELS, default="cnn")
+    p.add_argument("--dataset", default="mnist",
+                   help="mnist | fashion_mnist | digits | synthetic | <file>.npz (relative to --data-dir)")
+    p.add_argument("--epochs", type=_positive_int, default=3)
+    p.add_argument("--batch-size-per-worker", type=_positive_int, default=64)
+    p.add_argument("--steps-per-epoch", type=_positive_int, default=None,
+                   help="default: training examples // global batch")
+    p.add_argument("--learning-rate", type=_positive_float, default=0.001)
+    p.add_argument("--seed", type=_non_negative_int, default=42)
+    p.add_argument("--data-dir", default="/mnt/dtr/data")
+    p.add_argument("--export-dir", required=True, help="the model lands in <export-dir>/<version>/")
+    p.add_argument("--backup-dir", default=None, help="BackupAndRestore state (fault tolerance)")
+    p.add_argument("--tensorboard-dir", default=None, help="TensorBoard logs (chief only)")
+    p.add_argument("--termination-message-path", default="/dev/termination-log")
+    tuning = p.add_argument_group("performance (defaults from bench/trainer)")
+    tuning.add_argument("--steps-per-execution", type=_positive_int, default=DEFAULT_STEPS_PER_EXECUTION)
+    tuning.add_argument("--bytes-per-pack", type=_non_negative_int, default=DEFAULT_BYTES_PER_PACK,
+                        help="gradient all-reduce packing (0 = TensorFlow default)")
+    tuning.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=DEFAULT_JIT_COMPILE)
+    tuning.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
+                        help="cache the decoded training set in memory")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+# ---------------------------------------------------------------- TensorFlow steps
+
+
+def make_strategy(bytes_per_pack: int):
+    """The first TF call of the process: MWMS reads TF_CONFIG and starts its gRPC server here."""
+    import tensorflow as tf
+
+    options = tf.distribute.experimental.CommunicationOptions(
+        bytes_per_pack=bytes_per_pack,
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+    )
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+@dataclass
+class TrainOutcome:
+    model: object
+    loss: float
+    accuracy: float
+    examples_per_second: float
+
+
+def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, splits: data.Splits) -> TrainOutcome:
+    import tensorflow as tf
+
+    from dtr_trainer.models import build_model, compile_model
+    from dtr_trainer.progress import Progress
+
+    global_batch = args.batch_size_per_worker * strategy.num_replicas_in_sync
+    steps = args.steps_per_epoch or data.steps_for(splits.train_size, global_batch)
+    log(f"{cluster.num_workers} worker(s), {strategy.num_replicas_in_sync} replica(s), global batch {global_batch}, "
+        f"{steps} steps/epoch, {splits.train_size} train / {splits.x_eval.shape[0]} eval examples")
+    with strategy.scope():
+        train_ds, eval_ds = data.make_datasets(splits, global_batch, args.seed, cache=args.cache)
+        model = build_model(args.model, args.seed)
+        compile_model(model, args.learning_rate, args.steps_per_execution, args.jit_compile)
+
+    progress = Progress(args.epochs, steps * global_batch, log)
+    callbacks = [progress]
+    if args.backup_dir:
+        # Restores weights, optimizer and epoch after a restart; deleted when fit succeeds.
+        callbacks.insert(0, tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir))
+    if cluster.is_chief and args.tensorboard_dir:
+        callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=args.tensorboard_dir, profile_batch=0,
+                                                        write_graph=False, update_freq="epoch"))
+    model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    results = model.evaluate(eval_ds, verbose=0, return_dict=True)
+    return TrainOutcome(model, float(results["loss"]), float(results["accuracy"]), progress.examples_per_second())
+
+
+# ---------------------------------------------------------------- the whole run
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    global _TASK
+    args = parse_args(argv)
+    cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
+    _TASK = cluster.name
+    data.validate_dataset_name(args.dataset, args.data_dir)
+    splits = data.load_arrays(args.dataset, args.data_dir, args.seed)  # numpy only: no TF op yet
+    version = None
+    if cluster.is_chief:
+        export.remove_stale_staging(args.export_dir)
+        version = export.choose_version(args.export_dir, args.backup_dir)
+
+    strategy = make_strategy(args.bytes_per_pack)
+    outcome = train(args, cluster, strategy, splits)
+    path = export.save_everywhere(outcome.model, args.export_dir, version, cluster.is_chief)
+    if not cluster.is_chief:
+        log(f"done: accuracy={outcome.accuracy:.4f} (the chief exports the model)")
+        return 0
+    line = export.summary_json(outcome.loss, outcome.accuracy, args.epochs, outcome.examples_per_second,
+                               str(path), version)
+    export.report_summary(line, args.termination_message_path)
+    export.forget_version(args.backup_dir)
+    log(f"model exported to {path}")
+    return 0
+
+
+def _is_peer_failure(exc: BaseException) -> bool:
+    """A lost peer or a collective timeout: restarting every worker fixes it."""
+    import tensorflow as tf
+
+    retryable = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
+                 tf.errors.CancelledError)
+    if isinstance(exc, retryable):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, tf.errors.OpError) and any(
+        word in text for word in ("collective", "coordination service", "heartbeat", "socket closed",
+                                  "connection reset", "failed to connect"))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's INFO chatter out of pod logs
+    try:
+        return run(argv)
+    except TrainerError as exc:
+        log(f"error: {exc}")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    except Exception as exc:  # classified below; never a stack trace for the user
+        if "tensorflow" in sys.modules and _is_peer_failure(exc):
+            log(f"error: lost a peer or a collective timed out ({type(exc).__name__}: {_first_line(exc)}); "
+                f"restart all workers to resume from the backup")
+            return EXIT_PEER_LOST
+        log(f"error: internal: {type(exc).__name__}: {_first_line(exc)}")
+        if os.environ.get("DTR_TRACEBACK"):
+            import traceback
+
+            traceback.print_exc()
+        return EXIT_INTERNAL
+
+
+def cli() -> None:
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""A Keras callback that logs epoch boundaries and times the steady state."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import tensorflow as tf
+
+
+class Progress(tf.keras.callbacks.Callback):
+    """Logs `epoch N/M begin|end` (the fault test and `dtr run` read these lines) and
+    `resumed from backup at epoch N/M` when BackupAndRestore skipped finished epochs."""
+
+    def __init__(self, epochs: int, examples_per_epoch: int, log: Callable[[str], None]):
+        super().__init__()
+        self.epochs, self.examples_per_epoch, self.log = epochs, examples_per_epoch, log
+        self.first_epoch: int | None = None
+        self.epoch_ends: list[float] = []
+        self.started = 0.0
+
+    def on_train_begin(self, logs=None):
+        self.started = time.perf_counter()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.first_epoch is None:
+            self.first_epoch = epoch
+            if epoch > 0:
+                self.log(f"resumed from backup at epoch {epoch + 1}/{self.epochs}")
+        self.log(f"epoch {epoch + 1}/{self.epochs} begin")
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch_ends.append(time.perf_counter())
+        shown = " ".join(f"{k}={v:.4f}" for k, v in sorted((logs or {}).items()))
+        self.log(f"epoch {epoch + 1}/{self.epochs} end {shown}")
+
+    def examples_per_second(self) -> float:
+        """Global examples/s; excludes this process's first epoch (tracing) when it can."""
+        ends = self.epoch_ends
+        if len(ends) >= 2:
+            return self.examples_per_epoch * (len(ends) - 1) / (ends[-1] - ends[0])
+        if ends:
+            return self.examples_per_epoch / max(ends[0] - self.started, 1e-9)
+        return 0.0
