@@ -150,6 +150,8 @@ def set_pod_state(cluster: Cluster, namespace: str, pod: dict[str, Any], state: 
 
 
 def test_children_are_created_with_owner_references(control_plane: Cluster, namespace: str, operator: Operator):
+    # The worker pods must be admitted under the restricted Pod Security Standard.
+    control_plane.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
     run = create_run(control_plane, namespace, "mnist-cnn", {"workers": 3, "training": {"dataset": "digits"}})
     uid = run["metadata"]["uid"]
     st = wait_status(control_plane, namespace, "mnist-cnn", "children created", tfJob="mnist-cnn", pvc="mnist-cnn-data")
