@@ -768,6 +768,8 @@ class ControlPlane:
         # What the training-operator needs before it starts: its CRD, its namespace, the Secret its
         # cert rotator reads (pre-seeded with the shared pair), the webhook configuration.
         crd_names = [self._apply_crd(api, doc) for doc in read_crd_docs(tfjob_crd)]
+        # The project's CRDs do not depend on the operator; they get established meanwhile.
+        project_names = [self._apply_crd(api, doc) for doc in project_docs]
         api.create_if_missing("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})
         api.create_if_missing(
             f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/secrets",
@@ -787,7 +789,6 @@ class ControlPlane:
         env = training_operator_env(layout)
         self._spawn("training-operator", training_operator_args(binaries["training-operator"], ports), env)
 
-        project_names = [self._apply_crd(api, doc) for doc in project_docs]
         self._wait_established(api, project_names)
 
         def controllers_ready() -> bool | str:
