@@ -14,6 +14,7 @@ Development tooling: the control plane comes from the repository's tests/cluster
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import os
 import signal
@@ -88,14 +89,22 @@ def operator_argv(liveness_port: int, namespaces: Sequence[str] = ()) -> list[st
     return [*dtr_command(), "operator", *scope, "--liveness-port", str(liveness_port), "--metrics-port", "0"]
 
 
-def spawn(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """A background process in its own session (a Ctrl-C in the shell does not reach it), logging to a file."""
+def spawn(
+    argv: Sequence[str], log: Path, env: dict[str, str] | None = None, die_with_parent: bool = False
+) -> subprocess.Popen[bytes]:
+    """A background process in its own session (a Ctrl-C in the shell does not reach it), logging to a
+    file. With die_with_parent (tests) the kernel kills it when the starting thread dies, so a killed
+    pytest leaves nothing running."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         return subprocess.Popen(
             list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,
+            env=env, start_new_session=True, preexec_fn=_pdeathsig if die_with_parent else None,
         )  # fmt: skip
+
+
+def _pdeathsig() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float, alive: Callable[[], bool], log: Path) -> None:
