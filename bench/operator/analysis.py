@@ -1,0 +1,144 @@
+"""Pure parts of the operator benchmark: percentiles, audit-log request counts, goals, the table.
+
+No I/O here; bench/operator/run.py measures and calls these.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+# User agents of the operator process: its own REST calls (kube.py) and kopf's (watches, patches, events).
+OPERATOR_AGENTS = ("dtr-operator/", "kopf/")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def latency_summary(seconds: Sequence[float]) -> dict[str, float | int]:
+    """n, p50, p95, min, max in milliseconds (rounded to 0.1 ms)."""
+    ms = [s * 1000.0 for s in seconds]
+
+    def r(x: float) -> float:
+        return round(x, 1)
+
+    return {
+        "n": len(ms),
+        "p50_ms": r(percentile(ms, 50)),
+        "p95_ms": r(percentile(ms, 95)),
+        "min_ms": r(min(ms)) if ms else math.nan,
+        "max_ms": r(max(ms)) if ms else math.nan,
+    }
+
+
+def audit_requests(lines: Iterable[str], agents: Sequence[str] = OPERATOR_AGENTS) -> Counter[str]:
+    """Requests in audit-log lines (one JSON event per line, stage ResponseComplete) from the given user
+    agents, counted by "VERB resource[/subresource]". Watches are counted when their response starts
+    (ResponseStarted), so a watch that is still open at the end is counted too."""
+    counts: Counter[str] = Counter()
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line cut mid-write at the window's edge
+        if not str(event.get("userAgent", "")).startswith(tuple(agents)):
+            continue
+        verb = event.get("verb", "?")
+        stage = event.get("stage")
+        if verb == "watch" and stage != "ResponseStarted":
+            continue
+        if verb != "watch" and stage != "ResponseComplete":
+            continue
+        ref = event.get("objectRef") or {}
+        resource = ref.get("resource") or event.get("requestURI", "?").split("?")[0]
+        if ref.get("subresource"):
+            resource += "/" + ref["subresource"]
+        counts[f"{verb} {resource}"] += 1
+    return counts
+
+
+def goals(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The issue's three goals, each with the measured value, the target and whether it is met."""
+    ours = results["create_to_children"]["p50_ms"]
+    ref = results["reference_tfjob_to_pods"]["p50_ms"]
+    burst = results["burst"]["seconds_to_all_expanded"]
+    rss = results["operator_process"]["peak_rss_mb"]
+    return [
+        {"goal": "create->TFJob+PVC p50 <= training-operator TFJob->pods+services p50",
+         "value": f"{ours} ms vs {ref} ms", "met": ours <= ref},
+        {"goal": f"{results['burst']['runs']} runs expanded in < 20 s",
+         "value": f"{burst} s", "met": burst < 20.0},
+        {"goal": "operator peak RSS < 150 MB", "value": f"{rss} MB", "met": rss < 150.0},
+    ]  # fmt: skip
+
+
+def markdown(results: Mapping[str, Any]) -> str:
+    """The results as a short markdown page (bench/operator/results.md)."""
+    env = results["environment"]
+    lat = [
+        ("DistTrainingRun created -> TFJob and PVC exist (dtr-operator)", results["create_to_children"]),
+        ("TFJob created -> its pods and services exist (training-operator, reference)",
+         results["reference_tfjob_to_pods"]),
+        ("TFJob status patched -> run status reflects it (dtr-operator)", results["tfjob_status_to_run"]),
+    ]  # fmt: skip
+    burst = results["burst"]
+    proc = results["operator_process"]
+    ref_proc = results.get("training_operator_process") or {}
+    out = [
+        "# Operator benchmark results",
+        "",
+        (f"Measured {env['finished']} on {env['cpus']} CPUs (load average before: {env['loadavg_before']}, "
+        f"after: {env['loadavg_after']}); control plane built from source, no kubelet (pods stay Pending). "
+        f"Settings: {env['operator_args']}"
+        + (f" with kopf overrides {', '.join(env['kopf_overrides'])}" if env.get("kopf_overrides") else "")
+        + ". Produced by `make bench-operator`."),
+        "",
+        "| latency (watch-observed) | n | p50 ms | p95 ms | min ms | max ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, s in lat:
+        out.append(f"| {label} | {s['n']} | {s['p50_ms']} | {s['p95_ms']} | {s['min_ms']} | {s['max_ms']} |")
+    ratio = results.get("ratio_ours_to_reference_p50")
+    out += [
+        "",
+        f"Ratio of p50s, dtr-operator / training-operator, in this run: **{ratio}**.",
+        "",
+        "| burst | value |",
+        "|---|---:|",
+        f"| runs created at once | {burst['runs']} |",
+        f"| seconds to create them (client) | {burst['seconds_to_create']} |",
+        f"| seconds until all have TFJob and PVC | {burst['seconds_to_all_expanded']} |",
+        f"| runs expanded per second | {burst['runs_per_second']} |",
+        f"| seconds until every run's status mirrors its TFJob | {burst['seconds_to_all_status']} |",
+        f"| operator API requests per run (audit log) | {burst['operator_requests_per_run']} |",
+        "",
+        "| process | peak RSS MB | CPU s (whole run) | CPU s (during the burst) |",
+        "|---|---:|---:|---:|",
+        f"| dtr-operator | {proc['peak_rss_mb']} | {proc['cpu_seconds_total']} | {proc['cpu_seconds_burst']} |",
+    ]
+    if ref_proc:
+        out.append(
+            f"| training-operator (reference) | {ref_proc['peak_rss_mb']} | {ref_proc['cpu_seconds_total']} | "
+            f"{ref_proc['cpu_seconds_burst']} |"
+        )
+    out += ["", "| goal | measured | met |", "|---|---|---|"]
+    for g in results["goals"]:
+        out.append(f"| {g['goal']} | {g['value']} | {'yes' if g['met'] else '**no**'} |")
+    out += ["", "Operator requests during the burst, by verb and resource:", ""]
+    for key, n in sorted(burst["operator_requests"].items(), key=lambda kv: -kv[1]):
+        out.append(f"- `{key}`: {n}")
+    out.append("")
+    return "\n".join(out)
