@@ -90,3 +90,12 @@ k3d-down: ## delete the k3d cluster (ARGS=--purge also deletes the model volume)
 
 clean: ## remove environments and local run output
 	rm -rf .venv .dtr
+
+# Operator benchmark (docs/performance.md): its own control plane and 200 runs; minutes, not part of `make test`.
+.PHONY: bench-operator
+$(VENV_OP)/.bench-operator: bench/operator/requirements.txt $(OP)/dtr
+	$(OP)/pip install -q -r bench/operator/requirements.txt
+	touch $@
+
+bench-operator: setup-op cluster-build $(VENV_OP)/.bench-operator ## operator latency/throughput/RSS vs the training-operator -> bench/operator/results.*
+	$(OP)/python bench/operator/run.py $(ARGS)
