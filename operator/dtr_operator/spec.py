@@ -121,6 +121,12 @@ def _object(value: Any, path: str) -> Mapping[str, Any]:
     return value
 
 
+def _get(obj: Mapping[str, Any], key: str, default: Any) -> Any:
+    """obj[key], or default when it is absent or null (the API server defaults nulls the same way)."""
+    value = obj.get(key)
+    return default if value is None else value
+
+
 def _no_unknown(obj: Mapping[str, Any], known: set[str], path: str) -> None:
     unknown = sorted(set(obj) - known)
     if unknown:
@@ -128,7 +134,7 @@ def _no_unknown(obj: Mapping[str, Any], known: set[str], path: str) -> None:
 
 
 def _int(obj: Mapping[str, Any], key: str, path: str, default: int | None, lo: int, hi: int | None) -> int | None:
-    value = obj.get(key, default)
+    value = _get(obj, key, default)
     if value is None:
         return None
     where = f"{path}.{key}"
@@ -142,7 +148,7 @@ def _int(obj: Mapping[str, Any], key: str, path: str, default: int | None, lo: i
 
 
 def _str(obj: Mapping[str, Any], key: str, path: str, default: str | None, max_len: int) -> str | None:
-    value = obj.get(key, default)
+    value = _get(obj, key, default)
     if value is None:
         return None
     where = f"{path}.{key}"
@@ -222,7 +228,7 @@ def _training(obj: Mapping[str, Any]) -> TrainingSpec:
         {"model", "dataset", "epochs", "batchSizePerWorker", "stepsPerEpoch", "learningRate", "seed"},
         path,
     )
-    lr = obj.get("learningRate", 0.001)
+    lr = _get(obj, "learningRate", 0.001)
     if isinstance(lr, bool) or not isinstance(lr, int | float):
         raise _fail(f"{path}.learningRate", f"must be a number, got {lr!r}")
     if not 0 < lr <= 10:
@@ -253,7 +259,7 @@ def _storage(obj: Mapping[str, Any]) -> StorageSpec:
     reclaim = _enum(obj, "reclaimPolicy", path, "Retain", RECLAIM_POLICIES)
     if claim is not None:
         for key in ("size", "storageClassName"):
-            if key in obj:
+            if obj.get(key) is not None:
                 raise _fail(
                     f"{path}.{key}",
                     f"cannot be set with {path}.claimName: {key} is only for the PVC the operator creates",

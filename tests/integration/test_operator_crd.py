@@ -102,6 +102,17 @@ def test_defaults_are_filled_in_by_the_api_server(control_plane: Cluster, namesp
     }  # fmt: skip
 
 
+def test_nulls_are_dropped_and_defaulted_like_dtr_render_does(control_plane: Cluster, namespace: str) -> None:
+    from dtr_operator.spec import parse_run
+
+    doc = run_doc("nulls", namespace, {"workers": None, "training": {"epochs": None}, "restartPolicy": None})
+    control_plane.create(doc)
+    stored = control_plane.kubectl_json("get", "dtr", "nulls", "-n", namespace)
+    assert stored["spec"]["workers"] == 2 and stored["spec"]["training"]["epochs"] == 3
+    assert stored["spec"]["restartPolicy"] == "OnFailure"
+    assert parse_run(doc) == parse_run({**stored, "metadata": doc["metadata"]})
+
+
 def test_longest_valid_name_and_relative_npz_are_accepted(control_plane: Cluster, namespace: str) -> None:
     name = "a" * 52
     spec = {"workers": 64, "training": {"dataset": "sets/my-data_v1.2.npz"}, "storage": {"claimName": "shared"}}

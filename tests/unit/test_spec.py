@@ -81,6 +81,12 @@ ACCEPTED = [
     ({"backoffLimit": 0}, "backoff_limit", 0),
     ({"activeDeadlineSeconds": 600}, "active_deadline_seconds", 600),
     ({"ttlSecondsAfterFinished": 0}, "ttl_seconds_after_finished", 0),
+    # null is "unset", as the API server treats it: the default applies.
+    ({"workers": None}, "workers", 2),
+    ({"image": None}, "image", DEFAULT_TRAINER_IMAGE),
+    ({"training": {"learningRate": None}}, "training.learning_rate", 0.001),
+    ({"storage": {"claimName": "c", "size": None}}, "storage.claim_name", "c"),
+    ({"restartPolicy": None}, "restart_policy", "OnFailure"),
 ]
 
 
