@@ -1,0 +1,519 @@
+"""deploy/ against the real local control plane: the manifests pass the API server's own checks,
+and the operator's ServiceAccount can do exactly what docs/architecture.md lists and nothing else.
+
+Both install modes are exercised: deploy/ (all namespaces, ClusterRole) and deploy/namespaced/
+(a Role in `dtr-runs`). They share the ServiceAccount dtr-operator in dtr-system, so a mode is
+installed for real, checked, and its RBAC removed again before the other mode is installed
+(the CRD and the namespaces stay: other tests of the session use the CRD).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import socket
+import subprocess
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cluster_fixtures import KUBECTL, Cluster, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+SA_NAMESPACE = "dtr-system"
+SA_NAME = "dtr-operator"
+SA_USER = f"system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}"
+SERVED_NAMESPACE = "dtr-runs"  # deploy/namespaced/
+
+Triple = tuple[str, str, str]  # (api group, resource[/subresource], verb)
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    kustomization: Path
+    served_namespace: str | None  # None = all namespaces
+
+
+CLUSTER_MODE = Mode("cluster", REPO / "deploy", None)
+NAMESPACED_MODE = Mode("namespaced", REPO / "deploy" / "namespaced", SERVED_NAMESPACE)
+MODES = (CLUSTER_MODE, NAMESPACED_MODE)
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def render(kustomization: Path) -> list[dict[str, Any]]:
+    """`kubectl kustomize DIR` as a list of objects, in kustomize's output order."""
+    proc = subprocess.run(
+        [KUBECTL, "kustomize", str(kustomization)], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert proc.returncode == 0, f"kubectl kustomize {kustomization} failed: {proc.stderr.strip()}"
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def only(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''} in the rendered manifests, found {len(found)}"
+    return found[0]
+
+
+def rule_triples(rules: list[dict[str, Any]]) -> set[Triple]:
+    """RBAC PolicyRules (Role/ClusterRole `rules`, or a rules review's resourceRules) as triples."""
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule.get("apiGroups", [])
+        for resource in rule.get("resources", [])
+        for verb in rule.get("verbs", [])
+    }
+
+
+def architecture_triples(markdown: str) -> set[Triple]:
+    """The permission list of docs/architecture.md ("What the operator needs from the API").
+
+    Bullets look like: - `distml.dev` `disttrainingruns`: get, list; `disttrainingruns/status`: get
+    A backticked token with a dot (or `""`, the core group) is a group; any other is a resource
+    in the group named last. Parenthesised remarks are ignored.
+    """
+    section = re.search(r"^## What the operator needs from the API.*?\n(.*?)(?=^## |\Z)", markdown, re.MULTILINE | re.DOTALL)
+    assert section, "docs/architecture.md has no section 'What the operator needs from the API'"
+    triples: set[Triple] = set()
+    for line in section.group(1).splitlines():
+        if not line.startswith("- "):
+            continue
+        group = None
+        for part in re.sub(r"\([^)]*\)", "", line[2:]).split(";"):
+            names, _, verbs_text = part.partition(":")
+            resources: list[tuple[str, str]] = []
+            for token in re.findall(r"`([^`]*)`", names):
+                if token == '""' or "." in token:
+                    group = "" if token == '""' else token
+                else:
+                    assert group is not None, f"resource {token!r} before any group in: {line}"
+                    resources.append((group, token))
+            verbs = [v.strip() for v in verbs_text.split(",") if v.strip()]
+            assert resources and verbs, f"cannot read this permission bullet: {line}"
+            triples |= {(g, r, v) for g, r in resources for v in verbs}
+    return triples
+
+
+NAMESPACES = ("", "namespaces")
+CLUSTER_SCOPED = {("apiextensions.k8s.io", "customresourcedefinitions"), NAMESPACES}
+
+
+def without_namespaces(triples: set[Triple]) -> set[Triple]:
+    """kopf lists and watches namespaces only when it serves named ones, never cluster-wide."""
+    return {t for t in triples if t[:2] != NAMESPACES}
+
+
+def cluster_scoped(triples: set[Triple]) -> set[Triple]:
+    return {t for t in triples if t[:2] in CLUSTER_SCOPED}
+
+
+# ---------------------------------------------------------------- the manifests, rendered (no cluster needed)
+
+
+def documented() -> set[Triple]:
+    return architecture_triples((REPO / "docs" / "architecture.md").read_text())
+
+
+def test_architecture_doc_lists_the_permissions_the_clusterrole_grants() -> None:
+    wanted = documented()
+    assert {t[:2] for t in wanted} >= CLUSTER_SCOPED, "the doc names the cluster-scoped reads"
+    granted = rule_triples(only(render(REPO / "deploy"), "ClusterRole", "dtr-operator")["rules"])
+    expected = without_namespaces(wanted)
+    assert granted == expected, f"only granted: {granted - expected}; only in the doc: {expected - granted}"
+    # And the doc's own list is least privilege in the ways that matter most.
+    assert not {t for t in wanted if "*" in t}, "wildcards"
+    assert not {t for t in wanted if t[1] == "secrets"}, "secrets"
+    assert not {t for t in wanted if t[2] in ("delete", "deletecollection", "update", "escalate", "bind")}
+
+
+def test_namespaced_mode_splits_the_list_into_a_role_and_cluster_wide_reads() -> None:
+    wanted = documented()
+    docs = render(REPO / "deploy" / "namespaced")
+    role = only(docs, "Role", "dtr-operator")
+    assert role["metadata"]["namespace"] == SERVED_NAMESPACE
+    assert rule_triples(role["rules"]) == wanted - cluster_scoped(wanted)
+    discovery = only(docs, "ClusterRole", "dtr-operator-discovery")
+    assert rule_triples(discovery["rules"]) == cluster_scoped(wanted)
+    assert {t[2] for t in cluster_scoped(wanted)} <= {"get", "list", "watch"}, "cluster-wide reads only"
+    assert [d["kind"] for d in docs].count("ClusterRole") == 1, "namespaced mode has one, read-only, ClusterRole"
+    binding = only(docs, "RoleBinding", "dtr-operator")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": SA_NAMESPACE}]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_crds_come_first_and_the_deployment_is_hardened(mode: Mode) -> None:
+    docs = render(mode.kustomization)
+    kinds = [d["kind"] for d in docs]
+    first_other = next(i for i, k in enumerate(kinds) if k not in ("Namespace", "CustomResourceDefinition"))
+    assert "CustomResourceDefinition" in kinds[:first_other], f"CRD not ahead of the rest: {kinds}"
+    assert only(docs, "CustomResourceDefinition")["metadata"]["name"] == "disttrainingruns.distml.dev"
+
+    deployment = only(docs, "Deployment", "dtr-operator")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == SA_NAME
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["image"] == "distml/operator:0.1.0"
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert set(container["resources"]) == {"requests", "limits"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8080, "metrics": 9090}
+    probe = container["livenessProbe"]["httpGet"]
+    assert probe["path"] == "/healthz" and ports[probe["port"]] == 8080
+    args = container["args"]
+    assert "--liveness-port=8080" in args and "--metrics-port=9090" in args
+    if mode.served_namespace is None:
+        assert "--all-namespaces" in args and not any(a.startswith("--namespace") for a in args)
+    else:
+        assert f"--namespace={mode.served_namespace}" in args and "--all-namespaces" not in args
+    # Read-only root: the only writable place is the /tmp emptyDir.
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp"]
+
+
+# ---------------------------------------------------------------- against the API server
+
+
+def kubectl(cluster: Cluster, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    return cluster.kubectl(*args, input=input, check=False)
+
+
+def as_yaml(docs: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def ensure_namespaces(cluster: Cluster, docs: list[dict[str, Any]]) -> None:
+    """Server-side dry-runs of namespaced objects need their namespace to exist for real."""
+    namespaces = [d for d in docs if d["kind"] == "Namespace"]
+    cluster.kubectl("apply", "-f", "-", input=as_yaml(namespaces))
+
+
+def can_i(cluster: Cluster, verb: str, resource: str, namespace: str | None, subresource: str = "") -> bool:
+    where = ["--all-namespaces"] if namespace is None else ["-n", namespace]
+    extra = [f"--subresource={subresource}"] if subresource else []
+    proc = kubectl(cluster, "auth", "can-i", verb, resource, *where, *extra, f"--as={SA_USER}")
+    answer = proc.stdout.strip()
+    assert answer in ("yes", "no"), f"kubectl auth can-i {verb} {resource}: {proc.stdout}{proc.stderr}"
+    return answer == "yes"
+
+
+def json_stream(text: str) -> list[Any]:
+    decoder, objects, at = json.JSONDecoder(), [], 0
+    while text[at:].strip():
+        obj, end = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+        objects.append(obj)
+        at = end
+    return objects
+
+
+def access_reviews(cluster: Cluster, checks: list[tuple[str, str, str, str | None]]) -> list[bool]:
+    """`kubectl auth can-i` for many (verb, resource[.group], subresource, namespace) in one call:
+    the same SelfSubjectAccessReviews, impersonating the ServiceAccount (None = all namespaces)."""
+    items = []
+    for verb, qualified, subresource, namespace in checks:
+        resource, _, group = qualified.partition(".")
+        attributes = {"verb": verb, "resource": resource, "group": group, "subresource": subresource,
+                      "namespace": namespace or ""}  # fmt: skip
+        items.append({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                      "spec": {"resourceAttributes": attributes}})  # fmt: skip
+    request = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    proc = cluster.kubectl("create", "--validate=false", "-f", "-", "-o", "json", f"--as={SA_USER}", input=request)
+    reviews = json_stream(proc.stdout)  # kubectl prints one JSON object per created item
+    assert len(reviews) == len(checks), proc.stdout[:2000]
+    return [bool(r["status"].get("allowed")) for r in reviews]
+
+
+def rules_review(cluster: Cluster, user: str, namespace: str) -> set[Triple]:
+    """What `user` may do in `namespace`, as the API server's authorizer reports it."""
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": {"namespace": namespace}}
+    proc = cluster.kubectl("create", "--validate=false", "-f", "-", "-o", "json", f"--as={user}", input=json.dumps(review))
+    return rule_triples(json.loads(proc.stdout)["status"]["resourceRules"])
+
+
+def rbac_objects(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a mode's teardown removes: everything but the CRD and the Namespaces."""
+    return [d for d in docs if d["kind"] not in ("CustomResourceDefinition", "Namespace")]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_every_manifest_passes_server_side_dry_run(control_plane: Cluster, mode: Mode) -> None:
+    docs = render(mode.kustomization)
+    ensure_namespaces(control_plane, docs)
+    proc = kubectl(control_plane, "apply", "--dry-run=server", "-f", "-", input=as_yaml(docs))
+    assert proc.returncode == 0, proc.stderr
+    # One "... (server dry run)" line per object, and no warning from the server (PodSecurity warns
+    # on a Deployment it would refuse pods of). kubectl's own note about the CRD that the control
+    # plane created without `kubectl apply` is not about the manifests.
+    assert proc.stdout.count("(server dry run)") == len(docs), proc.stdout
+    warnings = [w for w in proc.stderr.splitlines() if w.startswith("Warning") and "last-applied-configuration" not in w]
+    assert not warnings, proc.stderr
+
+
+@pytest.fixture(scope="module", params=MODES, ids=lambda m: m.name)
+def installed(request: pytest.FixtureRequest, control_plane: Cluster) -> Iterator[Mode]:
+    """`kubectl apply -k` of one mode, for real; its RBAC and Deployment are removed afterwards."""
+    mode: Mode = request.param
+    docs = render(mode.kustomization)
+    control_plane.kubectl("apply", "-k", str(mode.kustomization), timeout=120)
+    # The RBAC authorizer's caches follow the bindings within a moment.
+    wait_for(lambda: can_i(control_plane, "list", "tfjobs.kubeflow.org", mode.served_namespace or "default"),
+             f"the {mode.name} RBAC to take effect")  # fmt: skip
+    try:
+        yield mode
+    finally:
+        control_plane.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=as_yaml(rbac_objects(docs)))
+
+
+def test_the_operator_pod_is_admitted_under_the_restricted_pod_security_standard(
+    control_plane: Cluster, installed: Mode
+) -> None:
+    deployment = only(render(installed.kustomization), "Deployment", "dtr-operator")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "dtr-operator-admission-check", "namespace": SA_NAMESPACE},
+        "spec": deployment["spec"]["template"]["spec"],
+    }
+    accepted = kubectl(control_plane, "create", "--dry-run=server", "-f", "-", input=json.dumps(pod))
+    assert accepted.returncode == 0, accepted.stderr
+
+    # The check has teeth: the same pod without its container securityContext is refused.
+    weakened = copy.deepcopy(pod)
+    del weakened["spec"]["containers"][0]["securityContext"]
+    refused = kubectl(control_plane, "create", "--dry-run=server", "-f", "-", input=json.dumps(weakened))
+    assert refused.returncode != 0 and 'violates PodSecurity "restricted' in refused.stderr, refused.stderr
+
+
+def test_service_account_may_do_exactly_what_the_architecture_lists(
+    control_plane: Cluster, installed: Mode, namespace: str
+) -> None:
+    """The authorizer's own view of the ServiceAccount, minus what every account gets anyway."""
+    wanted = documented()
+    baseline_user = f"system:serviceaccount:{namespace}:default"  # no bindings of its own
+    baseline = rules_review(control_plane, baseline_user, namespace)
+    if installed.served_namespace is None:
+        assert rules_review(control_plane, SA_USER, namespace) - baseline == without_namespaces(wanted)
+    else:
+        inside = rules_review(control_plane, SA_USER, installed.served_namespace) - baseline
+        assert inside == wanted
+        outside = rules_review(control_plane, SA_USER, namespace) - baseline
+        assert outside == cluster_scoped(wanted)
+
+
+# (verb, resource, subresource) the operator needs, asked in a namespace it serves.
+NEEDED = [
+    ("get", "disttrainingruns.distml.dev", ""),
+    ("watch", "disttrainingruns.distml.dev", ""),
+    ("patch", "disttrainingruns.distml.dev", ""),
+    ("patch", "disttrainingruns.distml.dev", "status"),
+    ("create", "tfjobs.kubeflow.org", ""),
+    ("watch", "tfjobs.kubeflow.org", ""),
+    ("create", "persistentvolumeclaims", ""),
+    ("get", "pods", ""),
+    ("create", "events", ""),
+    ("create", "events.events.k8s.io", ""),
+]
+# What it must never be able to do, anywhere.
+FORBIDDEN = [
+    ("get", "secrets", ""),
+    ("list", "secrets", ""),
+    ("delete", "tfjobs.kubeflow.org", ""),
+    ("update", "tfjobs.kubeflow.org", ""),
+    ("patch", "tfjobs.kubeflow.org", ""),
+    ("delete", "disttrainingruns.distml.dev", ""),
+    ("update", "disttrainingruns.distml.dev", ""),
+    ("delete", "persistentvolumeclaims", ""),
+    ("create", "pods", ""),
+    ("delete", "pods", ""),
+    ("create", "pods", "exec"),
+    ("get", "deployments.apps", ""),
+    ("create", "deployments.apps", ""),
+    ("patch", "deployments.apps", ""),
+    ("delete", "deployments.apps", ""),
+    ("create", "configmaps", ""),
+    ("create", "serviceaccounts", "token"),
+    ("create", "rolebindings.rbac.authorization.k8s.io", ""),
+    ("create", "customresourcedefinitions.apiextensions.k8s.io", ""),
+    ("delete", "namespaces", ""),
+]
+
+
+def test_can_i_allows_what_the_operator_needs(control_plane: Cluster, installed: Mode) -> None:
+    where = installed.served_namespace or "default"
+    refused = [n for n in NEEDED if not can_i(control_plane, n[0], n[1], where, n[2])]
+    assert not refused, f"{installed.name} mode refuses what the operator needs: {refused}"
+    assert can_i(control_plane, "watch", "customresourcedefinitions.apiextensions.k8s.io", None)
+    if installed.served_namespace is None:
+        assert can_i(control_plane, "list", "disttrainingruns.distml.dev", None)
+        assert not can_i(control_plane, "list", "namespaces", None)
+    else:
+        assert can_i(control_plane, "watch", "namespaces", None)
+
+
+def test_can_i_refuses_secrets_deletes_and_everything_else(
+    control_plane: Cluster, installed: Mode, namespace: str
+) -> None:
+    where = installed.served_namespace or "default"
+    # The headline refusals, asked exactly as a person would ...
+    assert not can_i(control_plane, "get", "secrets", where)
+    assert not can_i(control_plane, "list", "secrets", None)
+    assert not can_i(control_plane, "delete", "tfjobs.kubeflow.org", where)
+    assert not can_i(control_plane, "create", "deployments.apps", where)
+    # ... and the whole matrix (every forbidden action, served namespace, another, its own, all).
+    checks = [(v, r, sub, p) for v, r, sub in FORBIDDEN for p in (where, namespace, SA_NAMESPACE, None)]
+    allowed = [c for c, ok in zip(checks, access_reviews(control_plane, checks), strict=True) if ok]
+    assert not allowed, f"{installed.name} mode allows: {allowed}"
+    # The bulk check is not blind: the same call answers yes where the operator is allowed.
+    needed = [(v, r, sub, where) for v, r, sub in NEEDED]
+    assert all(access_reviews(control_plane, needed))
+
+
+@pytest.mark.parametrize("installed", [NAMESPACED_MODE], ids=lambda m: m.name, indirect=True)
+def test_namespaced_mode_cannot_act_outside_its_namespace(
+    control_plane: Cluster, installed: Mode, namespace: str
+) -> None:
+    outside = [n for n in NEEDED if can_i(control_plane, n[0], n[1], namespace, n[2])]
+    assert not outside, f"allowed outside {installed.served_namespace}: {outside}"
+    everywhere = [("list", "disttrainingruns.distml.dev"), ("list", "tfjobs.kubeflow.org"),
+                  ("list", "persistentvolumeclaims"), ("list", "pods")]  # fmt: skip
+    assert not [e for e in everywhere if can_i(control_plane, *e, None)]
+
+
+# ---------------------------------------------------------------- the operator, as its ServiceAccount
+
+SUMMARY = {"loss": 0.08, "accuracy": 0.975, "epochs": 2, "examplesPerSecond": 812.5,
+           "modelPath": "/mnt/dtr/models/{name}/1", "modelVersion": 1}  # fmt: skip
+# The API's refusal names the user; in a JSON log line its quotes are escaped.
+RBAC_DENIAL = re.compile(rf'User \\*"{re.escape(SA_USER)}\\*" cannot')
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def operator_command(docs: list[dict[str, Any]], liveness: int, metrics: int) -> tuple[list[str], dict[str, str]]:
+    """`dtr operator` with the rendered Deployment's args and env (ports moved to free ones)."""
+    (container,) = only(docs, "Deployment", "dtr-operator")["spec"]["template"]["spec"]["containers"]
+    ports = {"--liveness-port": liveness, "--metrics-port": metrics}
+    args = [a if a.split("=")[0] not in ports else f"{a.split('=')[0]}={ports[a.split('=')[0]]}" for a in container["args"]]
+    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    return [str(REPO / ".venv" / "op" / "bin" / "dtr"), "operator", *args], env
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def finish_pod(cluster: Cluster, namespace: str, pod: str, image: str, message: str) -> None:
+    """What a kubelet writes when the tensorflow container exits 0 (no kubelet runs here)."""
+    terminated = {"exitCode": 0, "reason": "Completed", "message": message, "startedAt": utc_now(), "finishedAt": utc_now()}
+    container = {"name": "tensorflow", "image": image, "imageID": "", "restartCount": 0, "ready": False,
+                 "state": {"terminated": terminated}}  # fmt: skip
+    body = {"status": {"phase": "Succeeded", "startTime": utc_now(), "containerStatuses": [container]}}
+    cluster.kubectl("patch", "pod", pod, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(body))
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def test_operator_as_its_service_account_completes_a_run(
+    control_plane: Cluster, installed: Mode, namespace: str, tmp_path: Path
+) -> None:
+    """`dtr operator` with the Deployment's flags and only the ServiceAccount's token (no admin
+    credentials to fall back on) expands a run and follows it to Succeeded."""
+    k = control_plane.kubectl
+    token = k("create", "token", SA_NAME, "-n", SA_NAMESPACE, "--duration=30m").stdout.strip()
+    as_operator = control_plane.as_token(token, tmp_path)
+    whoami = json.loads(as_operator.kubectl("auth", "whoami", "-o", "json").stdout)
+    assert whoami["status"]["userInfo"]["username"] == SA_USER
+
+    liveness, metrics = free_port(), free_port()
+    command, deployment_env = operator_command(render(installed.kustomization), liveness, metrics)
+    env = {**os.environ, **deployment_env, "KUBECONFIG": str(as_operator.kubeconfig)}
+    image = deployment_env["DTR_TRAINER_IMAGE"]
+    log_path = tmp_path / "operator.log"
+    run_ns = installed.served_namespace or namespace
+    name = f"deploy-{installed.name}-{uuid.uuid4().hex[:5]}"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        wait_for(lambda: http_ok(f"http://127.0.0.1:{liveness}/healthz") or proc.poll() is not None,
+                 "the operator's liveness endpoint", timeout=60)  # fmt: skip
+        assert proc.poll() is None, f"the operator exited ({proc.returncode}):\n{log_path.read_text()[-4000:]}"
+        assert http_ok(f"http://127.0.0.1:{metrics}/metrics")
+
+        run_doc = {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun",
+                   "metadata": {"name": name, "namespace": run_ns},
+                   "spec": {"workers": 2, "training": {"dataset": "digits", "epochs": 2}}}  # fmt: skip
+        control_plane.create(run_doc)
+        uid = k("get", "dtr", name, "-n", run_ns, "-o", "jsonpath={.metadata.uid}").stdout
+
+        def children() -> tuple[dict[str, Any], dict[str, Any]] | None:
+            job = k("get", "tfjob", name, "-n", run_ns, "-o", "json", "--ignore-not-found").stdout
+            pvc = k("get", "pvc", f"{name}-data", "-n", run_ns, "-o", "json", "--ignore-not-found").stdout
+            return (json.loads(job), json.loads(pvc)) if job.strip() and pvc.strip() else None
+
+        job, pvc = wait_for(children, f"TFJob and PVC of {name}", timeout=60)
+        assert job["metadata"]["ownerReferences"][0]["uid"] == uid
+        assert pvc["metadata"]["labels"]["distml.dev/run"] == name
+        (container,) = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+        assert container["image"] == image
+
+        # The training-operator makes the worker pods; finish them as a kubelet would.
+        def pods() -> list[str] | None:
+            names = k("get", "pods", "-n", run_ns, "-l", f"training.kubeflow.org/job-name={name}",
+                      "-o", "jsonpath={.items[*].metadata.name}").stdout.split()  # fmt: skip
+            return sorted(names) if len(names) == 2 else None
+
+        summary = json.dumps({**SUMMARY, "modelPath": SUMMARY["modelPath"].format(name=name)})
+        for pod in wait_for(pods, f"the 2 worker pods of TFJob {name}", timeout=60):
+            finish_pod(control_plane, run_ns, pod, image, summary if pod.endswith("-worker-0") else "")
+
+        def succeeded() -> dict[str, Any] | None:
+            status = json.loads(k("get", "dtr", name, "-n", run_ns, "-o", "json").stdout).get("status") or {}
+            return status if status.get("phase") == "Succeeded" else None
+
+        status = wait_for(succeeded, f"run {name} to reach Succeeded", timeout=90)
+        assert status["metrics"]["accuracy"] == SUMMARY["accuracy"]
+        assert status["model"]["path"] == f"/mnt/dtr/models/{name}/1"
+        assert status["tfJob"] == name and status["pvc"] == f"{name}-data"
+        reasons = k("get", "events", "-n", run_ns, "--field-selector", f"involvedObject.name={name}",
+                    "-o", "jsonpath={.items[*].reason}").stdout.split()  # fmt: skip
+        assert "Created" in reasons, f"no Created event on the run (the operator posts events): {reasons}"
+        assert proc.poll() is None, "the operator died during the run"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        k("delete", "dtr", name, "-n", run_ns, "--ignore-not-found", "--wait=false", check=False)
+    output = log_path.read_text()
+    denials = [line for line in output.splitlines() if RBAC_DENIAL.search(line)]
+    assert not denials, "RBAC refused the operator something:\n" + "\n".join(denials[:5])
+    assert "Traceback" not in output, output[-5000:]
