@@ -69,7 +69,9 @@ def operator(
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[None]:
     """Keep each phase's report on the test item, so a fixture can tell that the test failed."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]

@@ -54,7 +54,9 @@ class Background:
     starts: int = field(default=0)
 
     def start(self) -> None:
-        self.proc = devcluster.spawn(self.argv, self.log, self.env, die_with_parent=True)
+        self.proc = devcluster.spawn(
+            self.argv, self.log, self.env, die_with_parent=True
+        )
         self.starts += 1
 
     def alive(self) -> bool:

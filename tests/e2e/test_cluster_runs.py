@@ -258,9 +258,13 @@ def test_operator_killed_and_restarted_mid_run_continues_without_duplicates(
 
 
 @pytest.fixture(autouse=True)
-def _logs_on_failure(request: pytest.FixtureRequest, node: Node, operator: Operator) -> Any:
+def _logs_on_failure(
+    request: pytest.FixtureRequest, node: Node, operator: Operator
+) -> Any:
     """On a failed test, print the tails of the node's and the operator's logs (shown in the report)."""
     yield
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
-        print(f"--- node log ---\n{node.tail(60)}\n--- operator log ---\n{operator.tail(60)}")
+        print(
+            f"--- node log ---\n{node.tail(60)}\n--- operator log ---\n{operator.tail(60)}"
+        )

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
-from e2e_support import saved_models
+from cluster_fixtures import wait_for
+from e2e_support import digits_run, saved_models
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_dtr_run_digits_example_trains_exports_and_prints_the_final_status(tmp_path: Path) -> None:
+def test_dtr_run_digits_example_trains_exports_and_prints_the_final_status(
+    tmp_path: Path,
+) -> None:
     env = {**os.environ, "DTR_RUN_DIR": str(tmp_path / ".dtr")}
     env.pop("KUBECONFIG", None)  # no cluster involved
     proc = subprocess.run(
@@ -22,7 +26,9 @@ def test_dtr_run_digits_example_trains_exports_and_prints_the_final_status(tmp_p
         check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     out = proc.stdout
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{out[-3000:]}\n{proc.stderr[-2000:]}"
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\n{out[-3000:]}\n{proc.stderr[-2000:]}"
+    )
 
     # logs streamed per replica, with epoch progress
     assert "[worker-0] " in out and "[worker-1] " in out
@@ -33,12 +39,74 @@ def test_dtr_run_digits_example_trains_exports_and_prints_the_final_status(tmp_p
     status = yaml.safe_load(block)["status"]
     assert status["phase"] == "Succeeded"
     assert status["workers"] == {"active": 0, "succeeded": 2, "failed": 0}
-    assert status["model"] == {"path": "/mnt/dtr/models/digits-cnn/1", "claim": "digits-cnn-data", "version": 1}
+    assert status["model"] == {
+        "path": "/mnt/dtr/models/digits-cnn/1",
+        "claim": "digits-cnn-data",
+        "version": 1,
+    }
 
-    summary = json.loads(next(ln.split("] ", 1)[1] for ln in out.splitlines() if ln.startswith("[worker-0] {")))
+    summary = json.loads(
+        next(
+            ln.split("] ", 1)[1]
+            for ln in out.splitlines()
+            if ln.startswith("[worker-0] {")
+        )
+    )
     assert status["metrics"]["accuracy"] == summary["accuracy"]
     assert status["metrics"]["accuracy"] >= 0.9  # real data, real training
 
     volume = tmp_path / ".dtr" / "volumes" / "digits-cnn-data"
-    assert saved_models(volume) == [volume / "models" / "digits-cnn" / "1"], "exactly one model on the volume"
+    assert saved_models(volume) == [volume / "models" / "digits-cnn" / "1"], (
+        "exactly one model on the volume"
+    )
     assert f"[dtr] model on disk: {volume}/models/digits-cnn/1" in out
+
+
+def test_dtr_run_restarts_a_killed_worker_which_resumes_from_its_backup(
+    tmp_path: Path,
+) -> None:
+    run = digits_run("heal-local", epochs=5, steps=30, restart="OnFailure", backoff=8)
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text(yaml.safe_dump(run))
+    out_file = tmp_path / "out.log"
+    env = {**os.environ, "DTR_RUN_DIR": str(tmp_path / ".dtr")}
+    with open(out_file, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dtr_operator.cli", "run", str(run_file)],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: "[worker-1] dtr_trainer[worker-1]: epoch 2/5 end" in out_file.read_text(),
+                 "worker-1 to finish epoch 2", timeout=600, interval=0.2)  # fmt: skip
+        pids = trainer_pids(str(tmp_path), "heal-local-worker-1")
+        assert len(pids) == 1, pids
+        os.kill(pids[0], signal.SIGKILL)
+        code = proc.wait(600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = out_file.read_text()
+    assert code == 0, out[-3000:]
+    assert "[dtr] worker-1 exited with code 137; restarting" in out
+    assert "[worker-1] dtr_trainer[worker-1]: resumed from backup at epoch 3/5" in out
+    assert "\n  phase: Succeeded\n" in out
+    volume = tmp_path / ".dtr" / "volumes" / "heal-local-data"
+    assert saved_models(volume) == [volume / "models" / "heal-local" / "1"]
+
+
+def trainer_pids(marker: str, hostname: str) -> list[int]:
+    """Live trainer processes with marker in their command line and HOSTNAME=hostname."""
+    out = []
+    entry = f"HOSTNAME={hostname}".encode()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            found = marker.encode() in (d / "cmdline").read_bytes() and entry in (
+                d / "environ"
+            ).read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if found:
+            out.append(int(d.name))
+    return out
