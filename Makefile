@@ -36,7 +36,7 @@ $(TR)/.installed: trainer/requirements.txt trainer/requirements-test.txt trainer
 
 setup-trainer: $(TR)/.installed
 
-lint: setup-op ## ruff on all Python
+lint: setup-op lint-deploy ## ruff on all Python; shellcheck and hadolint on the deploy files
 	$(OP)/ruff check operator trainer tests bench
 
 cluster-build: ## build etcd, kube-apiserver, kube-controller-manager, training-operator (cached)
