@@ -8,6 +8,7 @@ its own bare etcd + kube-apiserver from the same binaries and the same helpers
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -49,7 +50,7 @@ def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         (layout.root / sub).mkdir()
     layout.etcd_data.mkdir(mode=0o700)
     make_cluster_pki(layout.pki)
-    ports = Ports(*free_ports(7))
+    ports = Ports(*free_ports(len(dataclasses.fields(Ports))))
     procs: list[subprocess.Popen[bytes]] = []
 
     def spawn(name: str, argv: list[str]) -> None:
