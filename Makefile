@@ -3,7 +3,8 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PY_OP      ?= python3.11
-PY_TRAINER ?= python3.9
+# python3.9 on PATH, else pyenv's 3.9 (pyenv's shim exists but refuses when 3.9 is not its global version)
+PY_TRAINER ?= $(shell python3.9 -c 'import sys; print(sys.executable)' 2>/dev/null || ls -d $(HOME)/.pyenv/versions/3.9*/bin/python3.9 2>/dev/null | tail -n1)
 VENV_OP    := .venv/op
 VENV_TR    := .venv/trainer
 OP         := $(VENV_OP)/bin
@@ -32,6 +33,7 @@ $(TR)/.installed: trainer/requirements.txt trainer/requirements-test.txt trainer
 	$(TR)/pip install -q --upgrade pip
 	$(TR)/pip install -q -r trainer/requirements.txt -r trainer/requirements-test.txt
 	$(TR)/pip install -q --no-deps -e trainer/
+	TF_CPP_MIN_LOG_LEVEL=2 $(TR)/python -c "import tensorflow as tf, numpy; assert tf.__version__ == '2.11.0', tf.__version__; print('TensorFlow', tf.__version__, 'numpy', numpy.__version__)"
 	touch $@
 
 setup-trainer: $(TR)/.installed
@@ -47,6 +49,10 @@ test-unit: setup-op ## pure functions, seconds
 
 test-trainer: setup-trainer ## real multi-process TensorFlow runs
 	$(TR)/pytest -q tests/trainer
+
+.PHONY: bench-trainer
+bench-trainer: setup-trainer ## MWMS scaling efficiency (2 pinned workers vs 2 independent) -> bench/trainer/results.{json,md}
+	$(TR)/python bench/trainer/run_bench.py
 
 test-integration: setup-op cluster-build ## the operator against a real local control plane
 	$(OP)/pytest -q tests/integration
