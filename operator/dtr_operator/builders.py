@@ -194,6 +194,21 @@ def is_owned_by(obj: dict[str, Any], run_uid: str | None) -> bool:
     return bool(run_uid) and any(r.get("uid") == run_uid for r in refs)
 
 
+def left_by_earlier_run(obj: dict[str, Any], run: RunSpec) -> bool:
+    """Whether obj is going away: being deleted, or controlled by an earlier run of the same name.
+
+    Names are unique per namespace, so such a run no longer exists and the garbage collector is
+    about to remove obj: the new run waits for that instead of calling it a conflict.
+    """
+    meta = obj.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return True
+    return any(
+        ref.get("controller") and ref.get("kind") == KIND and ref.get("name") == run.name and ref.get("uid") != run.uid
+        for ref in meta.get("ownerReferences") or []
+    )
+
+
 def is_reusable_pvc(pvc: dict[str, Any], run: RunSpec) -> bool:
     """Whether an existing PVC named like our created claim is ours to mount.
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .builders import children, is_owned_by, is_reusable_pvc
+from .builders import children, is_owned_by, is_reusable_pvc, left_by_earlier_run
 from .kube import AlreadyExists, ApiError, Conflict, Kube, ResourceMissing
 from .spec import GROUP, KIND, RunSpec, SpecError, parse_run
 from .status import (
@@ -26,6 +26,7 @@ from .status import (
     TERMINAL,
     TFJOB_CRD_MISSING,
     TFJOB_DELETED,
+    WAITING_FOR_CLEANUP,
     WAITING_FOR_PVC,
     State,
     is_terminal,
@@ -50,7 +51,7 @@ TRAINING_OPERATOR_INSTALL = (
 
 # emit(run body, "Normal" | "Warning", reason, message): a Kubernetes event on the run.
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
-WARNING_REASONS = {WAITING_FOR_PVC, TFJOB_CRD_MISSING, API_UNAVAILABLE}
+WARNING_REASONS = {WAITING_FOR_PVC, WAITING_FOR_CLEANUP, TFJOB_CRD_MISSING, API_UNAVAILABLE}
 
 
 def now() -> str:
@@ -155,10 +156,17 @@ def _ensure_children(
     if tfjob is None and _was_created(status):
         _put(kube, body, run, State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run)), emit)
         return None
-    if tfjob is not None and not is_owned_by(tfjob, run.uid):
+    if tfjob is not None:
+        if is_owned_by(tfjob, run.uid):
+            # Created earlier (a restart or a retry): nothing to create, just catch up on its status.
+            sync_status(kube, body, run, tfjob, emit)
+            return None
+        if left_by_earlier_run(tfjob, run):
+            return _wait_for_cleanup(kube, body, run, "TFJob", run.tfjob_name, emit, retry)
         _put(kube, body, run, State(FAILED, NAME_CONFLICT, _name_conflict("TFJob", run.tfjob_name)), emit)
         return None
 
+    # No TFJob yet: storage first, so that the workers never wait for a volume that will not come.
     pvc_manifest, tfjob_manifest = children(run)
     created = []
     if pvc_manifest is not None:
@@ -169,10 +177,14 @@ def _ensure_children(
             existing = kube.get_pvc(run.namespace, run.pvc_name)
             if existing is None:  # deleted between our create and get: try again shortly
                 return backoff(0)
+            if left_by_earlier_run(existing, run):
+                return _wait_for_cleanup(kube, body, run, "PVC", run.pvc_name, emit, retry)
             if not is_reusable_pvc(existing, run):
                 _put(kube, body, run, State(FAILED, NAME_CONFLICT, _name_conflict("PVC", run.pvc_name)), emit)
                 return None
-    elif kube.get_pvc(run.namespace, run.pvc_name) is None:
+    elif (claim := kube.get_pvc(run.namespace, run.pvc_name)) is not None and left_by_earlier_run(claim, run):
+        return _wait_for_cleanup(kube, body, run, "PVC", run.pvc_name, emit, retry)
+    elif claim is None:
         message = (
             f"waiting for PVC {run.pvc_name} in namespace {run.namespace} (spec.storage.claimName): create it, "
             f"or create a run without claimName to get a new PVC"
@@ -180,21 +192,33 @@ def _ensure_children(
         _put(kube, body, run, State(PENDING, WAITING_FOR_PVC, message), emit)
         return backoff(retry)
 
-    if tfjob is None:
-        try:
-            tfjob = kube.create(tfjob_manifest)
-            created.append(f"TFJob {run.tfjob_name}")
-        except AlreadyExists:
-            tfjob = kube.get_tfjob(run.namespace, run.tfjob_name)
-            if tfjob is None:
-                return backoff(0)
-            if not is_owned_by(tfjob, run.uid):
-                _put(kube, body, run, State(FAILED, NAME_CONFLICT, _name_conflict("TFJob", run.tfjob_name)), emit)
-                return None
+    try:
+        tfjob = kube.create(tfjob_manifest)
+        created.append(f"TFJob {run.tfjob_name}")
+    except AlreadyExists:  # someone else was faster: ours (a concurrent handler) or not
+        tfjob = kube.get_tfjob(run.namespace, run.tfjob_name)
+        if tfjob is None:
+            return backoff(0)
+        if not is_owned_by(tfjob, run.uid):
+            if left_by_earlier_run(tfjob, run):
+                return _wait_for_cleanup(kube, body, run, "TFJob", run.tfjob_name, emit, retry)
+            _put(kube, body, run, State(FAILED, NAME_CONFLICT, _name_conflict("TFJob", run.tfjob_name)), emit)
+            return None
     if created:
         emit(body, "Normal", "Created", f"created {' and '.join(created)}")
     sync_status(kube, body, run, tfjob, emit)
     return None
+
+
+def _wait_for_cleanup(
+    kube: Kube, body: Mapping[str, Any], run: RunSpec, kind: str, name: str, emit: Emit, retry: int
+) -> float:
+    message = (
+        f"waiting for {kind} {name}, left by an earlier run of the same name or being deleted, to be removed "
+        f"by the garbage collector"
+    )
+    _put(kube, body, run, State(PENDING, WAITING_FOR_CLEANUP, message), emit)
+    return backoff(retry)
 
 
 def _tfjob_deleted_message(run: RunSpec) -> str:

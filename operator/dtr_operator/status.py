@@ -22,6 +22,7 @@ CONDITION_TYPES = ("Created", "Running", "Succeeded", "Failed")
 # Reasons (docs/api.md lists them with their meaning).
 CREATING = "Creating"
 WAITING_FOR_PVC = "WaitingForPVC"
+WAITING_FOR_CLEANUP = "WaitingForCleanup"
 TFJOB_CRD_MISSING = "TFJobCRDMissing"
 TFJOB_SUBMITTED = "TFJobSubmitted"
 TFJOB_CREATED = "TFJobCreated"

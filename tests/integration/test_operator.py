@@ -417,3 +417,31 @@ def test_a_retained_pvc_is_reused_by_a_new_run_of_the_same_name(
     st = wait_status(control_plane, namespace, "again", "children created", tfJob="again", pvc="again-data")
     assert st["phase"] == "Pending"
     assert get(control_plane, namespace, "pvc", "again-data")["metadata"]["uid"] == pvc_uid
+
+
+def test_a_run_re_created_at_once_waits_for_the_old_children_to_go(
+    control_plane: Cluster, namespace: str, operator: Operator
+):
+    create_run(control_plane, namespace, "redo", {"storage": {"reclaimPolicy": "Delete"}})
+    wait_status(control_plane, namespace, "redo", "children created", tfJob="redo")
+    worker_pods(control_plane, namespace, "redo", 2)
+    # A finalizer holds the old TFJob back, so the new run certainly meets it (owned by the old uid).
+    hold = '{"metadata":{"finalizers":["test.distml.dev/hold"]}}'
+    control_plane.kubectl("patch", "tfjob", "redo", "-n", namespace, "--type=merge", "-p", hold)
+    control_plane.kubectl("delete", "dtr", "redo", "-n", namespace, "--wait=false")
+    wait_for(lambda: get(control_plane, namespace, "dtr", "redo") is None, "the old run to be gone")
+    new_uid = create_run(control_plane, namespace, "redo", {"storage": {"reclaimPolicy": "Delete"}})["metadata"]["uid"]
+    st = wait_status(control_plane, namespace, "redo", "waiting for the old TFJob", reason="WaitingForCleanup")
+    assert st["phase"] == "Pending" and "TFJob redo, left by an earlier run of the same name" in st["message"]
+    control_plane.kubectl("patch", "tfjob", "redo", "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+
+    def owned_by_new_run() -> bool:
+        job, pvc = get(control_plane, namespace, "tfjob", "redo"), get(control_plane, namespace, "pvc", "redo-data")
+        return bool(job and pvc) and all(
+            o["metadata"]["ownerReferences"][0]["uid"] == new_uid for o in (job, pvc)  # type: ignore[index]
+        )
+
+    wait_for(owned_by_new_run, "the new run's own TFJob and PVC", timeout=90)
+    st = wait_status(control_plane, namespace, "redo", "children created", tfJob="redo")
+    assert st["phase"] == "Pending" and condition(st, "Created")["status"] == "True"
+    assert not [r for k, r, _ in events(control_plane, namespace, "redo") if r == "NameConflict"]

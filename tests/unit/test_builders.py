@@ -10,6 +10,7 @@ from dtr_operator.builders import (
     children,
     is_owned_by,
     is_reusable_pvc,
+    left_by_earlier_run,
     owner_reference,
     trainer_args,
 )
@@ -219,3 +220,14 @@ def test_ownership_checks():
     assert is_reusable_pvc(mine, run) and is_reusable_pvc(retained, run)
     assert not is_reusable_pvc(foreign, run) and not is_reusable_pvc(bare, run)
     assert not is_reusable_pvc(other_run, run)
+
+
+def test_objects_left_by_an_earlier_run_of_the_same_name():
+    run = run_of()
+    earlier = {"controller": True, "kind": "DistTrainingRun", "name": "mnist-cnn", "uid": "old-uid"}
+    assert left_by_earlier_run({"metadata": {"ownerReferences": [earlier]}}, run)
+    assert left_by_earlier_run({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}, run)
+    assert not left_by_earlier_run({"metadata": {"ownerReferences": [{**earlier, "uid": UID}]}}, run)
+    assert not left_by_earlier_run({"metadata": {"ownerReferences": [{**earlier, "name": "other"}]}}, run)
+    assert not left_by_earlier_run({"metadata": {"ownerReferences": [{**earlier, "kind": "Job"}]}}, run)
+    assert not left_by_earlier_run({"metadata": {"labels": {"distml.dev/run": "mnist-cnn"}}}, run)
