@@ -75,6 +75,13 @@ dev-cluster: setup cluster-build ## start the local cluster with the process nod
 dev-cluster-down: ## stop everything dev-cluster started
 	$(OP)/dtr dev-cluster down
 
+# Reliability and security suite (docs/reliability.md): invalid runs, generated specs, faults, Pod Security.
+# About 10 minutes on 2 cores; writes .dtr/reliability/results.json, then the doc from it (even when red).
+.PHONY: test-reliability
+test-reliability: setup-op cluster-build ## invalid runs, hypothesis specs, faults, Pod Security; writes docs/reliability.md
+	rm -f .dtr/reliability/results.json .dtr/reliability/results.session.json
+	$(OP)/pytest -q tests/reliability; status=$$?; $(OP)/python tests/reliability/report.py; exit $$status
+
 # Deploy: linters for the scripts and Dockerfiles; the k3d quickstart (docs/k3d.md, needs Docker).
 .PHONY: lint-deploy k3d-up k3d-down
 VENV_LINT := .venv/lint
