@@ -28,3 +28,32 @@ def ledger() -> Iterator[Ledger]:
     book = Ledger()
     yield book
     book.save(results_path())
+
+
+_started: dict[str, float] = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    import time
+
+    _started["at"] = time.time()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Beside the records: how the session went (the report shows it, so a red run is not hidden)."""
+    import json
+    import time
+
+    if not session.testscollected:
+        return
+    meta = {
+        "started": _started.get("at"),
+        "seconds": round(time.time() - _started.get("at", time.time()), 1),
+        "collected": session.testscollected,
+        "failed": session.testsfailed,
+        "exitstatus": int(exitstatus),
+        "selection": " ".join(session.config.invocation_params.args),
+    }
+    path = results_path().with_suffix(".session.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(meta, indent=1) + "\n")

@@ -33,7 +33,7 @@ from faults import (
 )
 from ledger import Ledger, Record
 
-KILLS = int(os.environ.get("DTR_RELIABILITY_KILLS", "24"))
+KILLS = int(os.environ.get("DTR_RELIABILITY_KILLS", "20"))
 SEED = 6
 
 
