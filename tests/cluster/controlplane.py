@@ -58,6 +58,8 @@ CONTROLLERS = (
     "persistentvolume-binder-controller",
     "persistentvolume-protection-controller",
     "persistentvolumeclaim-protection-controller",
+    # Quota admission enforces only what this controller has written into a quota's status.
+    "resourcequota-controller",
 )
 
 SERVICE_CIDR = "10.0.0.0/24"

@@ -201,6 +201,20 @@ def test_pv_binder_binds_a_claim_to_a_matching_volume(control_plane: Cluster, na
         control_plane.kubectl("delete", "pv", pv, "--wait=false", check=False)
 
 
+def test_resource_quota_is_counted_and_enforced(control_plane: Cluster, namespace: str) -> None:
+    control_plane.kubectl("create", "quota", "one-cm", "-n", namespace, "--hard=configmaps=2")
+    # kube-root-ca.crt is one; the quota controller counts it before admission can enforce anything.
+    wait_for(
+        lambda: control_plane.kubectl(
+            "get", "quota", "one-cm", "-n", namespace, "-o", "jsonpath={.status.used.configmaps}"
+        ).stdout == "1",
+        "the quota controller to count the namespace's ConfigMaps",
+    )
+    control_plane.kubectl("create", "configmap", "fits", "-n", namespace)
+    refused = control_plane.kubectl("create", "configmap", "over", "-n", namespace, check=False)
+    assert refused.returncode != 0 and "exceeded quota" in refused.stderr
+
+
 def project_crds() -> list[dict[str, Any]]:
     import yaml
 
