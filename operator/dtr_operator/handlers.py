@@ -18,7 +18,7 @@ import kopf
 
 from . import metrics, reconcile
 from .builders import RUN_LABEL, TFJOB_GROUP, TFJOB_PLURAL, TFJOB_VERSION
-from .kube import Kube
+from .kube import Kube, NoCredentials
 from .settings import Settings, from_env
 from .spec import GROUP, PLURAL, VERSION
 
@@ -41,7 +41,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_
     if getattr(memo, "settings", None) is None:  # started by `kopf run` / KopfRunner, not `dtr operator`
         memo.settings = from_env(os.environ)
     ours: Settings = memo.settings
-    memo.kube = Kube.from_environment()
+    try:
+        memo.kube = Kube.from_environment()
+    except NoCredentials as err:
+        raise kopf.PermanentError(str(err)) from None
     settings.posting.reporting_component = "dtr-operator"
     settings.posting.reporting_instance = os.environ.get("HOSTNAME", "local")
     # Our own events go out through kopf.event; handler log lines stay in the log.

@@ -30,6 +30,10 @@ FIELD_MANAGER = "dtr-operator"
 USER_AGENT = f"dtr-operator/{__version__}"
 
 
+class NoCredentials(Exception):
+    """Neither a service account nor a usable kubeconfig; the message says which file was tried."""
+
+
 class ApiError(Exception):
     """A failed API call: HTTP status (0 = no answer), the API's reason and message."""
 
@@ -88,13 +92,20 @@ class Kube:
 
     @classmethod
     def from_environment(cls) -> Kube:
-        """In a pod: its service account; elsewhere: KUBECONFIG / ~/.kube/config."""
+        """In a pod: its service account; elsewhere: KUBECONFIG / ~/.kube/config. NoCredentials if neither."""
         configuration = client.Configuration()
         try:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
             # Read KUBECONFIG now: the client library only reads it once, when first imported.
-            config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration)
+            where = os.environ.get("KUBECONFIG")
+            try:
+                config.load_kube_config(config_file=where, client_configuration=configuration)
+            except (config.ConfigException, OSError) as err:
+                raise NoCredentials(
+                    f"no Kubernetes credentials: not in a pod, and the kubeconfig "
+                    f"({where or '~/.kube/config'}) cannot be used: {err}"
+                ) from None
         configuration.connection_pool_maxsize = 16
         api = client.ApiClient(configuration)
         api.user_agent = USER_AGENT
@@ -116,7 +127,7 @@ class Kube:
         try:
             return self._request(method, path, body, query, content_type)
         except ApiError as err:
-            metrics.API_ERRORS.labels(status=str(err.status)).inc()
+            metrics.count_api_error(err.status)
             raise
 
     def _request(

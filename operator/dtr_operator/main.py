@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import kopf
 
@@ -10,6 +11,13 @@ from .settings import Settings
 
 
 def run_operator(settings: Settings) -> int:
+    from .kube import Kube, NoCredentials
+
+    try:
+        Kube.from_environment()  # fail fast, in one line, before kopf starts retrying
+    except NoCredentials as err:
+        print(f"dtr: {err}", file=sys.stderr)
+        return 1
     log_format = kopf.LogFormat.JSON if settings.log_format == "json" else kopf.LogFormat.FULL
     kopf.configure(verbose=settings.verbose, log_format=log_format)
     from . import handlers  # noqa: F401  (importing registers the handlers)

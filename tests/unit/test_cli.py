@@ -131,3 +131,12 @@ def test_operator_with_bad_settings_exits_with_one_line(monkeypatch, capsys):
     monkeypatch.setenv("DTR_LOG_FORMAT", "xml")
     assert cli.main(["operator"]) == 1
     assert capsys.readouterr().err.startswith("dtr: DTR_LOG_FORMAT: must be plain or json")
+
+
+def test_operator_without_credentials_exits_with_one_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert cli.main(["operator", "--liveness-port", "0", "--metrics-port", "0"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dtr: no Kubernetes credentials") and str(tmp_path / "missing") in err
+    assert err.count("\n") == 1
