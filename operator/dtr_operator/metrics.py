@@ -1,5 +1,5 @@
 """Prometheus metrics of the operator (served on --metrics-port at /metrics). Names are documented in
-docs/operator.md; change them only together with that page."""
+docs/performance.md; change them only together with that page."""
 
 from __future__ import annotations
 
@@ -15,11 +15,29 @@ RECONCILE_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 API_ERRORS = Counter(
-    "dtr_api_errors_total", "Failed Kubernetes API calls made by the operator, by HTTP status", ["status"]
+    "dtr_api_errors_total",
+    "Failed Kubernetes API calls made by the operator, by HTTP status (0 = no answer); "
+    "404 NotFound and 409 AlreadyExists/Conflict are answers the operator acts on, not errors",
+    ["status"],
 )
 API_REQUESTS = Counter("dtr_api_requests_total", "Kubernetes API calls made by the operator's handlers")
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed")
+HANDLERS = ("run", "tfjob")
+# Answers the operator expects and acts on (absent object, create race, stale resourceVersion).
+EXPECTED_STATUSES = (404, 409)
+
+# Every series exists from the start (0 rather than "no data" on a dashboard).
+for _phase in PHASES:
+    RUNS.labels(phase=_phase).set(0)
+for _handler in HANDLERS:
+    RECONCILE_SECONDS.labels(handler=_handler)
+
+
+def count_api_error(status: int) -> None:
+    """Count a failed API call, unless its status is an answer the operator acts on."""
+    if status not in EXPECTED_STATUSES:
+        API_ERRORS.labels(status=str(status)).inc()
 
 
 class PhaseTracker:

@@ -1,0 +1,125 @@
+"""The operator's Prometheus /metrics, scraped from a real `dtr operator` process (as the Deployment
+runs it) against the real local control plane. Names: docs/performance.md."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cluster_fixtures import Cluster, wait_for
+
+DTR = Path(sys.executable).parent / "dtr"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict[str, float] | None:
+    """Samples of dtr_* metrics ('name{labels}' -> value), or None while the endpoint is not up."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    samples = {}
+    for line in text.splitlines():
+        m = re.match(r"^(dtr_\S+) (\S+)$", line)
+        if m:
+            samples[m.group(1)] = float(m.group(2))
+    return samples
+
+
+class OperatorProcess:
+    def __init__(self, cluster: Cluster, namespace: str, log: Path) -> None:
+        self.port = free_port()
+        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+        self.log = log
+        self.proc = subprocess.Popen(
+            [str(DTR), "operator", "--namespace", namespace, "--trainer-image", "distml/trainer:0.1.0-test",
+             "--metrics-port", str(self.port), "--liveness-port", str(free_port())],
+            stdout=log.open("wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+
+    def metrics(self) -> dict[str, float]:
+        assert self.proc.poll() is None, f"dtr operator exited ({self.proc.returncode}): {self.log.read_text()[-3000:]}"
+        return scrape(self.port) or {}
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        return self.log.read_text()
+
+
+@pytest.fixture
+def operator_process(control_plane: Cluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    op = OperatorProcess(control_plane, namespace, tmp_path / "operator.log")
+    try:
+        yield op
+    finally:
+        output = op.stop()
+        assert "Traceback" not in output, output[-5000:]
+
+
+def run_doc(name: str) -> dict[str, object]:
+    return {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "metadata": {"name": name}, "spec": {}}
+
+
+def test_metrics_move_with_runs_reconciles_and_api_errors(
+    control_plane: Cluster, namespace: str, operator_process: OperatorProcess
+) -> None:
+    op = operator_process
+    before = wait_for(lambda: scrape(op.port), "the operator's /metrics endpoint")
+    # The phase gauge is there from the start, at zero, so a dashboard shows 0 rather than no data.
+    for phase in ("Pending", "Running", "Succeeded", "Failed"):
+        assert before[f'dtr_runs{{phase="{phase}"}}'] == 0.0, before
+
+    # A quota of zero PVCs: the API refuses the operator's PVC create with 403 Forbidden. Admission
+    # enforces the quota's status; no quota controller runs here, so the test writes it as one would.
+    control_plane.kubectl("create", "quota", "no-pvcs", "-n", namespace, "--hard=persistentvolumeclaims=0")
+    control_plane.kubectl(
+        "patch", "quota", "no-pvcs", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", '{"status": {"hard": {"persistentvolumeclaims": "0"}, "used": {"persistentvolumeclaims": "0"}}}',
+    )  # fmt: skip
+    control_plane.create({**run_doc("blocked"), "metadata": {"name": "blocked", "namespace": namespace}})
+    after = wait_for(
+        lambda: (m := op.metrics()).get('dtr_api_errors_total{status="403"}', 0) >= 1 and m,
+        "dtr_api_errors_total{status=\"403\"} after a PVC create over quota",
+    )
+    assert after['dtr_runs{phase="Pending"}'] == 1.0, after
+    assert after['dtr_reconcile_seconds_count{handler="run"}'] >= 1, after
+    assert after["dtr_api_requests_total"] > before.get("dtr_api_requests_total", 0), after
+    # A NotFound on the get-before-create is an answer, not an error.
+    assert 'dtr_api_errors_total{status="404"}' not in after, after
+
+    # Without the quota a second run expands; its TFJob's events go through the tfjob handler.
+    control_plane.kubectl("delete", "quota", "no-pvcs", "-n", namespace)
+    control_plane.create({**run_doc("fine"), "metadata": {"name": "fine", "namespace": namespace}})
+    wait_for(
+        lambda: control_plane.kubectl("get", "tfjob", "fine", "-n", namespace, check=False).returncode == 0,
+        "TFJob fine",
+    )
+    final = wait_for(
+        lambda: (m := op.metrics()).get('dtr_reconcile_seconds_count{handler="tfjob"}', 0) >= 1 and m,
+        "a reconcile of the tfjob handler",
+    )
+    assert final['dtr_runs{phase="Pending"}'] == 2.0, final
+    assert final['dtr_reconcile_seconds_count{handler="run"}'] > after['dtr_reconcile_seconds_count{handler="run"}']
+    assert final['dtr_reconcile_seconds_sum{handler="run"}'] > 0
+
+    # Deleting a run takes it out of the gauge.
+    control_plane.kubectl("delete", "dtr", "fine", "-n", namespace)
+    wait_for(lambda: op.metrics().get('dtr_runs{phase="Pending"}') == 1.0, "dtr_runs{phase=Pending} back to 1")
