@@ -44,8 +44,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import json
     import time
 
-    if not session.testscollected:
-        return
+    results = results_path()
+    if not session.testscollected or not results.exists() or results.stat().st_mtime < _started.get("at", 0):
+        return  # this session recorded nothing (e.g. only the report's unit tests ran)
     meta = {
         "started": _started.get("at"),
         "seconds": round(time.time() - _started.get("at", time.time()), 1),
@@ -54,6 +55,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "exitstatus": int(exitstatus),
         "selection": " ".join(session.config.invocation_params.args),
     }
-    path = results_path().with_suffix(".session.json")
+    path = results.with_suffix(".session.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(meta, indent=1) + "\n")
