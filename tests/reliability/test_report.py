@@ -21,8 +21,8 @@ RECORDS = [
 
 def test_figures_add_up_from_the_records() -> None:
     f = figures(RECORDS)  # type: ignore[arg-type]
-    assert f["invalid manifests"] == 2
-    assert f["invalid inputs sent (manifest x client)"] == 3
+    assert (f["invalid manifests (new runs)"], f["spec edits after creation"]) == (1, 1)
+    assert f["invalid inputs sent (manifests x 2 clients + edits)"] == 3
     assert f["refused naming the field"] == 2
     assert f["generated specs tried"] == 10 and f["generated specs accepted (runs driven)"] == 6
     assert f["faults injected"] == 22
