@@ -13,57 +13,37 @@ import copy
 import json
 import os
 import re
-import socket
 import subprocess
-import urllib.request
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
-import yaml
-from cluster_fixtures import KUBECTL, Cluster, wait_for
-
-REPO = Path(__file__).resolve().parents[2]
-SA_NAMESPACE = "dtr-system"
-SA_NAME = "dtr-operator"
-SA_USER = f"system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}"
-SERVED_NAMESPACE = "dtr-runs"  # deploy/namespaced/
+from cluster_fixtures import Cluster
+from deploy_support import (
+    MODES,
+    NAMESPACED_MODE,
+    REPO,
+    SA_NAME,
+    SA_NAMESPACE,
+    SA_USER,
+    SERVED_NAMESPACE,
+    Mode,
+    as_yaml,
+    can_i,
+    free_port,
+    installed_mode,
+    only,
+    operator_completes_a_run,
+    operator_flags,
+    render,
+    service_account_cluster,
+)
 
 Triple = tuple[str, str, str]  # (api group, resource[/subresource], verb)
 
 
-@dataclass(frozen=True)
-class Mode:
-    name: str
-    kustomization: Path
-    served_namespace: str | None  # None = all namespaces
-
-
-CLUSTER_MODE = Mode("cluster", REPO / "deploy", None)
-NAMESPACED_MODE = Mode("namespaced", REPO / "deploy" / "namespaced", SERVED_NAMESPACE)
-MODES = (CLUSTER_MODE, NAMESPACED_MODE)
-
-
 # ---------------------------------------------------------------- pure helpers
-
-
-def render(kustomization: Path) -> list[dict[str, Any]]:
-    """`kubectl kustomize DIR` as a list of objects, in kustomize's output order."""
-    proc = subprocess.run(
-        [KUBECTL, "kustomize", str(kustomization)], capture_output=True, text=True, check=False, timeout=60
-    )
-    assert proc.returncode == 0, f"kubectl kustomize {kustomization} failed: {proc.stderr.strip()}"
-    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
-
-
-def only(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
-    assert len(found) == 1, f"expected one {kind} {name or ''} in the rendered manifests, found {len(found)}"
-    return found[0]
 
 
 def rule_triples(rules: list[dict[str, Any]]) -> set[Triple]:
@@ -195,23 +175,10 @@ def kubectl(cluster: Cluster, *args: str, input: str | None = None) -> subproces
     return cluster.kubectl(*args, input=input, check=False)
 
 
-def as_yaml(docs: list[dict[str, Any]]) -> str:
-    return yaml.safe_dump_all(docs, sort_keys=False)
-
-
 def ensure_namespaces(cluster: Cluster, docs: list[dict[str, Any]]) -> None:
     """Server-side dry-runs of namespaced objects need their namespace to exist for real."""
     namespaces = [d for d in docs if d["kind"] == "Namespace"]
     cluster.kubectl("apply", "-f", "-", input=as_yaml(namespaces))
-
-
-def can_i(cluster: Cluster, verb: str, resource: str, namespace: str | None, subresource: str = "") -> bool:
-    where = ["--all-namespaces"] if namespace is None else ["-n", namespace]
-    extra = [f"--subresource={subresource}"] if subresource else []
-    proc = kubectl(cluster, "auth", "can-i", verb, resource, *where, *extra, f"--as={SA_USER}")
-    answer = proc.stdout.strip()
-    assert answer in ("yes", "no"), f"kubectl auth can-i {verb} {resource}: {proc.stdout}{proc.stderr}"
-    return answer == "yes"
 
 
 def json_stream(text: str) -> list[Any]:
@@ -247,11 +214,6 @@ def rules_review(cluster: Cluster, user: str, namespace: str) -> set[Triple]:
     return rule_triples(json.loads(proc.stdout)["status"]["resourceRules"])
 
 
-def rbac_objects(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What a mode's teardown removes: everything but the CRD and the Namespaces."""
-    return [d for d in docs if d["kind"] not in ("CustomResourceDefinition", "Namespace")]
-
-
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
 def test_every_manifest_passes_server_side_dry_run(control_plane: Cluster, mode: Mode) -> None:
     docs = render(mode.kustomization)
@@ -268,17 +230,9 @@ def test_every_manifest_passes_server_side_dry_run(control_plane: Cluster, mode:
 
 @pytest.fixture(scope="module", params=MODES, ids=lambda m: m.name)
 def installed(request: pytest.FixtureRequest, control_plane: Cluster) -> Iterator[Mode]:
-    """`kubectl apply -k` of one mode, for real; its RBAC and Deployment are removed afterwards."""
-    mode: Mode = request.param
-    docs = render(mode.kustomization)
-    control_plane.kubectl("apply", "-k", str(mode.kustomization), timeout=120)
-    # The RBAC authorizer's caches follow the bindings within a moment.
-    wait_for(lambda: can_i(control_plane, "list", "tfjobs.kubeflow.org", mode.served_namespace or "default"),
-             f"the {mode.name} RBAC to take effect")  # fmt: skip
-    try:
+    """One mode installed for real with `kubectl apply -k` (its RBAC removed afterwards)."""
+    with installed_mode(control_plane, request.param) as mode:
         yield mode
-    finally:
-        control_plane.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=as_yaml(rbac_objects(docs)))
 
 
 def test_the_operator_pod_is_admitted_under_the_restricted_pod_security_standard(
@@ -398,122 +352,22 @@ def test_namespaced_mode_cannot_act_outside_its_namespace(
 
 # ---------------------------------------------------------------- the operator, as its ServiceAccount
 
-SUMMARY = {"loss": 0.08, "accuracy": 0.975, "epochs": 2, "examplesPerSecond": 812.5,
-           "modelPath": "/mnt/dtr/models/{name}/1", "modelVersion": 1}  # fmt: skip
-# The API's refusal names the user; in a JSON log line its quotes are escaped.
-RBAC_DENIAL = re.compile(rf'User \\*"{re.escape(SA_USER)}\\*" cannot')
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def operator_command(docs: list[dict[str, Any]], liveness: int, metrics: int) -> tuple[list[str], dict[str, str]]:
-    """`dtr operator` with the rendered Deployment's args and env (ports moved to free ones)."""
-    (container,) = only(docs, "Deployment", "dtr-operator")["spec"]["template"]["spec"]["containers"]
-    ports = {"--liveness-port": liveness, "--metrics-port": metrics}
-    args = [a if a.split("=")[0] not in ports else f"{a.split('=')[0]}={ports[a.split('=')[0]]}" for a in container["args"]]
-    env = {e["name"]: e["value"] for e in container.get("env", [])}
-    return [str(REPO / ".venv" / "op" / "bin" / "dtr"), "operator", *args], env
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def finish_pod(cluster: Cluster, namespace: str, pod: str, image: str, message: str) -> None:
-    """What a kubelet writes when the tensorflow container exits 0 (no kubelet runs here)."""
-    terminated = {"exitCode": 0, "reason": "Completed", "message": message, "startedAt": utc_now(), "finishedAt": utc_now()}
-    container = {"name": "tensorflow", "image": image, "imageID": "", "restartCount": 0, "ready": False,
-                 "state": {"terminated": terminated}}  # fmt: skip
-    body = {"status": {"phase": "Succeeded", "startTime": utc_now(), "containerStatuses": [container]}}
-    cluster.kubectl("patch", "pod", pod, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(body))
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
 
 def test_operator_as_its_service_account_completes_a_run(
     control_plane: Cluster, installed: Mode, namespace: str, tmp_path: Path
 ) -> None:
-    """`dtr operator` with the Deployment's flags and only the ServiceAccount's token (no admin
-    credentials to fall back on) expands a run and follows it to Succeeded."""
-    k = control_plane.kubectl
-    token = k("create", "token", SA_NAME, "-n", SA_NAMESPACE, "--duration=30m").stdout.strip()
-    as_operator = control_plane.as_token(token, tmp_path)
-    whoami = json.loads(as_operator.kubectl("auth", "whoami", "-o", "json").stdout)
-    assert whoami["status"]["userInfo"]["username"] == SA_USER
-
-    liveness, metrics = free_port(), free_port()
-    command, deployment_env = operator_command(render(installed.kustomization), liveness, metrics)
+    """`dtr operator` (the dev environment's) with the Deployment's flags and only the
+    ServiceAccount's token, no admin credentials to fall back on, expands a run and follows it to
+    Succeeded. tests/integration/test_deploy_images.py runs the image's environment the same way."""
+    as_operator = service_account_cluster(control_plane, tmp_path)
+    ports = free_port(), free_port()
+    args, deployment_env = operator_flags(render(installed.kustomization), *ports)
+    command = [str(REPO / ".venv" / "op" / "bin" / "dtr"), "operator", *args]
     env = {**os.environ, **deployment_env, "KUBECONFIG": str(as_operator.kubeconfig)}
-    image = deployment_env["DTR_TRAINER_IMAGE"]
-    log_path = tmp_path / "operator.log"
+
+    def start(log: IO[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+
     run_ns = installed.served_namespace or namespace
-    name = f"deploy-{installed.name}-{uuid.uuid4().hex[:5]}"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
-    try:
-        wait_for(lambda: http_ok(f"http://127.0.0.1:{liveness}/healthz") or proc.poll() is not None,
-                 "the operator's liveness endpoint", timeout=60)  # fmt: skip
-        assert proc.poll() is None, f"the operator exited ({proc.returncode}):\n{log_path.read_text()[-4000:]}"
-        assert http_ok(f"http://127.0.0.1:{metrics}/metrics")
-
-        run_doc = {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun",
-                   "metadata": {"name": name, "namespace": run_ns},
-                   "spec": {"workers": 2, "training": {"dataset": "digits", "epochs": 2}}}  # fmt: skip
-        control_plane.create(run_doc)
-        uid = k("get", "dtr", name, "-n", run_ns, "-o", "jsonpath={.metadata.uid}").stdout
-
-        def children() -> tuple[dict[str, Any], dict[str, Any]] | None:
-            job = k("get", "tfjob", name, "-n", run_ns, "-o", "json", "--ignore-not-found").stdout
-            pvc = k("get", "pvc", f"{name}-data", "-n", run_ns, "-o", "json", "--ignore-not-found").stdout
-            return (json.loads(job), json.loads(pvc)) if job.strip() and pvc.strip() else None
-
-        job, pvc = wait_for(children, f"TFJob and PVC of {name}", timeout=60)
-        assert job["metadata"]["ownerReferences"][0]["uid"] == uid
-        assert pvc["metadata"]["labels"]["distml.dev/run"] == name
-        (container,) = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
-        assert container["image"] == image
-
-        # The training-operator makes the worker pods; finish them as a kubelet would.
-        def pods() -> list[str] | None:
-            names = k("get", "pods", "-n", run_ns, "-l", f"training.kubeflow.org/job-name={name}",
-                      "-o", "jsonpath={.items[*].metadata.name}").stdout.split()  # fmt: skip
-            return sorted(names) if len(names) == 2 else None
-
-        summary = json.dumps({**SUMMARY, "modelPath": SUMMARY["modelPath"].format(name=name)})
-        for pod in wait_for(pods, f"the 2 worker pods of TFJob {name}", timeout=60):
-            finish_pod(control_plane, run_ns, pod, image, summary if pod.endswith("-worker-0") else "")
-
-        def succeeded() -> dict[str, Any] | None:
-            status = json.loads(k("get", "dtr", name, "-n", run_ns, "-o", "json").stdout).get("status") or {}
-            return status if status.get("phase") == "Succeeded" else None
-
-        status = wait_for(succeeded, f"run {name} to reach Succeeded", timeout=90)
-        assert status["metrics"]["accuracy"] == SUMMARY["accuracy"]
-        assert status["model"]["path"] == f"/mnt/dtr/models/{name}/1"
-        assert status["tfJob"] == name and status["pvc"] == f"{name}-data"
-        reasons = k("get", "events", "-n", run_ns, "--field-selector", f"involvedObject.name={name}",
-                    "-o", "jsonpath={.items[*].reason}").stdout.split()  # fmt: skip
-        assert "Created" in reasons, f"no Created event on the run (the operator posts events): {reasons}"
-        assert proc.poll() is None, "the operator died during the run"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        k("delete", "dtr", name, "-n", run_ns, "--ignore-not-found", "--wait=false", check=False)
-    output = log_path.read_text()
-    denials = [line for line in output.splitlines() if RBAC_DENIAL.search(line)]
-    assert not denials, "RBAC refused the operator something:\n" + "\n".join(denials[:5])
-    assert "Traceback" not in output, output[-5000:]
+    image = deployment_env["DTR_TRAINER_IMAGE"]
+    operator_completes_a_run(control_plane, start, ports, run_ns, image, tmp_path / "operator.log")

@@ -1,11 +1,13 @@
 """The two images without Docker: their install steps, run for real on this machine.
 
-There is no Docker engine here, so the Dockerfiles cannot be built. What can be checked is that the
-Python environment each image gets is the one the project tests: the build stage of
-Dockerfile.operator is replayed (its WORKDIR, COPY, ENV and RUN lines) into a temporary directory
-with the host's python3.11, and Dockerfile.trainer must install the very requirements file that
-`make setup-trainer` installs into .venv/trainer, which must hold exactly those pins, pass
-`pip check` and import TensorFlow 2.11.0.
+There is no Docker engine here, so the Dockerfiles cannot be built. What can be checked is the
+Python environment each image gets, and how the operator's runs:
+- the build stage of Dockerfile.operator is replayed (its WORKDIR, COPY, ENV and RUN lines) with the
+  system's python3.11, /opt mapped into a temporary directory; the result holds exactly the pinned
+  runtime packages, and run the way the kubelet would run the Deployment's container (uid 1000,
+  read-only root, /tmp emptyDir, no capabilities, in-cluster token) it takes a run to Succeeded;
+- Dockerfile.trainer must install the very requirements file that `make setup-trainer` installs
+  into .venv/trainer, which must hold exactly those pins, pass `pip check` and import TF 2.11.0.
 """
 
 from __future__ import annotations
@@ -14,67 +16,30 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-# ---------------------------------------------------------------- reading a Dockerfile
-
-
-@dataclass(frozen=True)
-class Instruction:
-    keyword: str  # upper case: FROM, RUN, COPY, ...
-    args: str
-
-
-@dataclass(frozen=True)
-class Stage:
-    base: str
-    name: str | None
-    instructions: list[Instruction]
-
-    def all(self, keyword: str) -> list[str]:
-        return [i.args for i in self.instructions if i.keyword == keyword]
-
-
-def parse_dockerfile(text: str) -> list[Stage]:
-    """Stages of a Dockerfile: continuation lines joined, comments and blank lines dropped."""
-    logical: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
-            continue
-        if line.startswith("#"):  # a comment inside a continued instruction
-            continue
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        logical.append(pending + line)
-        pending = ""
-    stages: list[Stage] = []
-    for line in logical:
-        keyword, _, args = line.partition(" ")
-        keyword = keyword.upper()
-        if keyword == "FROM":
-            words = args.split()
-            name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
-            stages.append(Stage(words[0], name, []))
-        else:
-            assert stages, f"instruction before FROM: {line}"
-            stages[-1].instructions.append(Instruction(keyword, args.strip()))
-    return stages
-
-
-def env_pairs(args: str) -> dict[str, str]:
-    """ENV k=v k2=v2 (the form these Dockerfiles use)."""
-    return dict(word.split("=", 1) for word in shlex.split(args))
+from cluster_fixtures import Cluster
+from deploy_support import (
+    CLUSTER_MODE,
+    REPO,
+    Stage,
+    apiserver_address,
+    as_the_pod,
+    free_port,
+    image_command,
+    in_opt,
+    installed_mode,
+    kubernetes_service,
+    operator_completes_a_run,
+    operator_container,
+    parse_dockerfile,
+    render,
+    replay_build_stage,
+    write_pod_files,
+)
 
 
 def pins(requirements: Path) -> dict[str, str]:
@@ -126,45 +91,16 @@ def test_operator_dockerfile_is_two_slim_stages_ending_non_root_with_dtr_operato
 
 
 @pytest.fixture(scope="module")
-def operator_image_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Replays the build stage of Dockerfile.operator; returns the image's /opt/dtr."""
-    build = OPERATOR[0]
-    root = tmp_path_factory.mktemp("operator-image")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
-    cwd = root
+def operator_image_opt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The image's /opt, made by replaying the build stage of Dockerfile.operator."""
+    opt = replay_build_stage(REPO / "Dockerfile.operator", tmp_path_factory.mktemp("operator-image"))
+    assert (opt / "dtr" / "bin" / "dtr").exists(), "the build stage did not install the dtr command into /opt/dtr"
+    return opt
 
-    def here(path: str) -> Path:
-        return root / path.lstrip("/") if path.startswith("/") else cwd / path
 
-    for ins in build.instructions:
-        if ins.keyword == "ENV":
-            env.update(env_pairs(ins.args))
-            # The image build must not keep pip's cache; a test run may reuse it (same files).
-            env.pop("PIP_NO_CACHE_DIR", None)
-        elif ins.keyword == "WORKDIR":
-            cwd = here(ins.args)
-            cwd.mkdir(parents=True, exist_ok=True)
-        elif ins.keyword == "COPY":
-            *sources, dest = shlex.split(ins.args)
-            target = here(dest)
-            for source in sources:
-                src = REPO / source
-                if src.is_dir():
-                    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-                    shutil.copytree(src, target / src.name if dest.endswith("/") else target, ignore=ignore)
-                else:
-                    (target if dest.endswith("/") else target.parent).mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(src, target / src.name if dest.endswith("/") else target)
-        elif ins.keyword == "RUN":
-            # The image's absolute paths live under `root`; its `python` is the host's python3.11.
-            command = re.sub(r"(?<![\w./])/(opt|src)\b", lambda m: f"{root}/{m.group(1)}", ins.args)
-            command = re.sub(r"^python\b", "python3.11", command)
-            run(["bash", "-c", command], cwd=cwd, env=env)
-        else:
-            pytest.fail(f"Dockerfile.operator build stage: no replay for {ins.keyword} {ins.args}", pytrace=False)
-    venv = root / "opt" / "dtr"
-    assert (venv / "bin" / "dtr").exists(), "the build stage did not install the dtr command into /opt/dtr"
-    return venv
+@pytest.fixture(scope="module")
+def operator_image_env(operator_image_opt: Path) -> Path:
+    return operator_image_opt / "dtr"
 
 
 def test_operator_image_holds_exactly_pinned_runtime_packages(operator_image_env: Path) -> None:
@@ -179,10 +115,9 @@ def test_operator_image_holds_exactly_pinned_runtime_packages(operator_image_env
         assert tool not in packages, f"{tool} must not be in the operator image"
 
 
-def test_operator_image_entrypoint_runs(operator_image_env: Path) -> None:
-    env = {**os.environ, "PATH": f"{operator_image_env / 'bin'}:{os.environ['PATH']}"}
-    env.pop("KUBECONFIG", None)
-    out = run(["dtr", "operator", "--help"], cwd=Path("/"), env=env, timeout=60)
+def test_operator_image_entrypoint_runs(operator_image_opt: Path) -> None:
+    # Inside a mount namespace where /opt is the image's, as the shebangs pip wrote expect.
+    out = run(in_opt(operator_image_opt.parent, ["/opt/dtr/bin/dtr", "operator", "--help"]), cwd=Path("/"), timeout=60)
     for flag in ("--namespace", "--all-namespaces", "--trainer-image", "--log-format", "--liveness-port", "--metrics-port"):
         assert flag in out, f"`dtr operator --help` does not mention {flag}:\n{out}"
 
@@ -240,3 +175,46 @@ def test_trainer_environment_holds_the_pins_and_imports_tensorflow_2_11(trainer_
     out = run([str(trainer_python), "-c", code], cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
     assert out.split()[-2:] == ["2.11.0", pins(REPO / TRAINER_REQUIREMENTS)["numpy"]], out
     assert out.startswith("(3, 9)"), out
+
+
+
+# ---------------------------------------------------------------- the operator image, run as its pod
+
+
+def test_operator_image_runs_as_its_pod_and_completes_a_run(
+    control_plane: Cluster, operator_image_opt: Path, namespace: str, tmp_path: Path
+) -> None:
+    """The image's environment, started with the image's ENTRYPOINT and the Deployment's args and
+    env, under the Deployment's securityContext: uid 1000, read-only root filesystem with only the
+    /tmp emptyDir writable, no capabilities, no privilege escalation, and in-cluster credentials
+    (the ServiceAccount's token where the kubelet mounts it). It must serve /healthz and /metrics
+    and take a run to Succeeded, with RBAC never refusing it."""
+    docs = render(CLUSTER_MODE.kustomization)
+    pod_spec = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    container = dict(operator_container(docs))
+    liveness, metrics = free_port(), free_port()
+    container["args"] = [
+        {"--liveness-port": f"--liveness-port={liveness}", "--metrics-port": f"--metrics-port={metrics}"}.get(
+            a.split("=")[0], a
+        )
+        for a in container["args"]
+    ]
+    argv, env = image_command(REPO / "Dockerfile.operator", container)
+    apiserver = apiserver_address(control_plane)
+    with installed_mode(control_plane, CLUSTER_MODE), kubernetes_service(apiserver) as service_ip:
+        # kubernetes.default.svc:443 (kopf's in-cluster login) resolves to the Service stand-in; the
+        # environment the kubelet sets names the API server by an address its certificate holds.
+        pod_files = write_pod_files(control_plane, tmp_path / "pod", service_ip)
+        host, _, port = apiserver.rpartition(":")
+        env |= {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port, "HOSTNAME": "dtr-operator-test"}
+        command = as_the_pod(operator_image_opt, pod_files, {**pod_spec, "containers": [container]}, argv, env)
+
+        def start(log: IO[str]) -> subprocess.Popen[bytes]:
+            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd="/")
+
+        image = env["DTR_TRAINER_IMAGE"]
+        output = operator_completes_a_run(control_plane, start, (liveness, metrics), namespace, image,
+                                          tmp_path / "operator.log")  # fmt: skip
+    # JSON logs (--log-format=json) and nothing about a file it could not write.
+    assert output.lstrip().startswith("{"), output[:500]
+    assert "Read-only file system" not in output and "Permission denied" not in output, output[-3000:]
