@@ -17,6 +17,7 @@ class Progress(tf.keras.callbacks.Callback):
         self.epochs, self.examples_per_epoch, self.log = epochs, examples_per_epoch, log
         self.first_epoch: int | None = None
         self.epoch_ends: list[float] = []
+        self.cpu_ends: list[float] = []  # process CPU seconds (all threads) at each epoch end
         self.started = 0.0
 
     def on_train_begin(self, logs=None):
@@ -31,8 +32,18 @@ class Progress(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.epoch_ends.append(time.perf_counter())
+        self.cpu_ends.append(time.process_time())
         shown = " ".join(f"{k}={v:.4f}" for k, v in sorted((logs or {}).items()))
         self.log(f"epoch {epoch + 1}/{self.epochs} end {shown}")
+
+    def on_train_end(self, logs=None):
+        # One machine-readable line for bench/trainer: wall and CPU seconds of the steady-state window.
+        if len(self.epoch_ends) >= 2:
+            epochs = len(self.epoch_ends) - 1
+            wall = self.epoch_ends[-1] - self.epoch_ends[0]
+            cpu = self.cpu_ends[-1] - self.cpu_ends[0]
+            self.log(f"window epochs={epochs} examples={self.examples_per_epoch * epochs} "
+                     f"wall_s={wall:.4f} cpu_s={cpu:.4f}")
 
     def examples_per_second(self) -> float:
         """Global examples/s; excludes this process's first epoch (tracing) when it can."""

@@ -1,0 +1,276 @@
+"""Scaling benchmark of the trainer: two MWMS workers vs two independent single-worker processes.
+
+Each process is pinned to one core with taskset and runs the real trainer CLI
+(`python -m dtr_trainer`) on the synthetic dataset with the same per-worker batch and the
+same step window: epoch 1 is the warm-up (tracing, first collectives), the window is
+epochs 2..E, timed by the trainer itself (its `window ... wall_s= cpu_s=` log line).
+
+    scaling efficiency = MWMS global examples/s / sum of the two independent examples/s
+
+1.0 is the limit (two independent processes use both cores fully). Variants and rounds are
+interleaved so that drift in the shared machine's load hits every variant alike; the
+median over rounds is reported, with the min and max.
+
+    make bench-trainer            (or: .venv/trainer/bin/python bench/trainer/run_bench.py --help)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TIMEOUT = 600
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    flags: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    note: str = ""
+
+
+def trainer_defaults() -> dict:
+    """The trainer's current defaults (what a run without tuning flags gets)."""
+    from dtr_trainer import main
+
+    return {"steps_per_execution": main.DEFAULT_STEPS_PER_EXECUTION, "bytes_per_pack": main.DEFAULT_BYTES_PER_PACK,
+            "jit_compile": main.DEFAULT_JIT_COMPILE}
+
+
+# Flags are explicit, so a variant means the same whatever the trainer's defaults are.
+# bytes_per_pack=0 is TF 2.11's "one pack": all gradients concatenated into a single all-reduce
+# (cross_device_utils.group_by_size); a positive size splits them so early packs can start while
+# later gradients are still being computed.
+SMALL_PACK = str(128 << 10)
+VARIANTS = {
+    "plain": Variant("plain", ("--steps-per-execution", "1", "--bytes-per-pack", "0", "--no-jit-compile", "--cache"),
+                     note="model.fit defaults: 1 step per call, one gradient pack, no XLA, cached input"),
+    "no_cache": Variant("no_cache", ("--steps-per-execution", "1", "--bytes-per-pack", "0", "--no-jit-compile",
+                                     "--no-cache"), note="input pipeline without .cache()"),
+    "pack_128k": Variant("pack_128k", ("--steps-per-execution", "1", "--bytes-per-pack", SMALL_PACK,
+                                       "--no-jit-compile", "--cache"), note="gradients in 128 KiB packs"),
+    "spe10": Variant("spe10", ("--steps-per-execution", "10", "--bytes-per-pack", "0", "--no-jit-compile", "--cache"),
+                     note="10 steps per tf.function call"),
+    "spe10_pack_128k": Variant("spe10_pack_128k", ("--steps-per-execution", "10", "--bytes-per-pack", SMALL_PACK,
+                                                   "--no-jit-compile", "--cache"), note="10 steps per call + 128 KiB packs"),
+    "xla": Variant("xla", ("--steps-per-execution", "1", "--bytes-per-pack", "0", "--jit-compile", "--cache"),
+                   note="XLA-compiled train step"),
+    "spe10_xla": Variant("spe10_xla", ("--steps-per-execution", "10", "--bytes-per-pack", "0", "--jit-compile",
+                                       "--cache"), note="10 steps per call + XLA"),
+    "default": Variant("default", (), note="the trainer's defaults (no tuning flags)"),
+}
+DEFAULT_RUN = ("plain", "spe10", "pack_128k", "xla", "spe10_xla", "no_cache")
+
+
+def free_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def trainer_cmd(core: int, variant: Variant, args: argparse.Namespace, work: Path, tag: str) -> list[str]:
+    return [
+        "taskset", "-c", str(core), sys.executable, "-m", "dtr_trainer",
+        "--dataset", "synthetic", "--model", args.model,
+        "--epochs", str(args.epochs), "--steps-per-epoch", str(args.steps),
+        "--batch-size-per-worker", str(args.batch), "--seed", "1",
+        "--data-dir", str(work / "data"), "--export-dir", str(work / f"models-{tag}"),
+        "--termination-message-path", "", *variant.flags,
+    ]
+
+
+WINDOW = re.compile(r"window epochs=(\d+) examples=(\d+) wall_s=([\d.]+) cpu_s=([\d.]+)")
+
+
+@dataclass(frozen=True)
+class Window:
+    """One process's steady-state window, from the trainer's `window ...` log line."""
+
+    examples: int  # global examples (the whole cluster's) in the window
+    wall: float
+    cpu: float  # this process's CPU seconds, all threads
+
+    @property
+    def utilization(self) -> float:  # < 1: the core was shared with something else
+        return self.cpu / self.wall
+
+
+def launch(cmds: list[list[str]], envs: list[dict], logs: list[Path]) -> list[Window]:
+    """Start all at once, wait, return each process's window."""
+    procs = []
+    for cmd, env, log in zip(cmds, envs, logs):
+        with open(log, "w") as out:
+            procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
+    for proc, log in zip(procs, logs):
+        try:
+            proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise SystemExit(f"benchmark process timed out; see {log}") from None
+        if proc.returncode != 0:
+            raise SystemExit(f"benchmark process failed ({proc.returncode}); see {log}:\n{log.read_text()[-2000:]}")
+    windows = []
+    for log in logs:
+        found = WINDOW.search(log.read_text())
+        if not found:
+            raise SystemExit(f"no window line in {log}")
+        _, examples, wall, cpu = found.groups()
+        windows.append(Window(int(examples), float(wall), float(cpu)))
+    return windows
+
+
+def base_env(variant: Variant) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "no_proxy": "localhost,127.0.0.1", "NO_PROXY": "localhost,127.0.0.1"})
+    env.update(dict(variant.env))
+    return env
+
+
+def measure_mwms(variant: Variant, args: argparse.Namespace, work: Path, rnd: int) -> list[Window]:
+    ports = free_ports(2)
+    cluster = {"worker": [f"localhost:{p}" for p in ports]}
+    envs = [{**base_env(variant), "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})}
+            for i in range(2)]
+    cmds = [trainer_cmd(i, variant, args, work, f"mwms-{variant.name}-{rnd}") for i in range(2)]
+    logs = [work / f"mwms-{variant.name}-{rnd}-w{i}.log" for i in range(2)]
+    return launch(cmds, envs, logs)
+
+
+def measure_independent(variant: Variant, args: argparse.Namespace, work: Path, rnd: int) -> list[Window]:
+    cmds = [trainer_cmd(i, variant, args, work, f"solo-{variant.name}-{rnd}-{i}") for i in range(2)]
+    logs = [work / f"solo-{variant.name}-{rnd}-p{i}.log" for i in range(2)]
+    return launch(cmds, [base_env(variant)] * 2, logs)
+
+
+def compare(mwms: list[Window], solo: list[Window]) -> dict:
+    """Wall efficiency (the goal's definition) and CPU efficiency (examples per CPU-second, which
+    other load on the machine does not distort, but which also does not see idle waiting)."""
+    chief = mwms[0]
+    mwms_rate = chief.examples / chief.wall
+    solo_rate = sum(w.examples / w.wall for w in solo)
+    mwms_per_cpu = chief.examples / sum(w.cpu for w in mwms)
+    solo_per_cpu = sum(w.examples for w in solo) / sum(w.cpu for w in solo)
+    return {
+        "mwms": round(mwms_rate, 1), "independent": [round(w.examples / w.wall, 1) for w in solo],
+        "efficiency": round(mwms_rate / solo_rate, 3),
+        "cpu_efficiency": round(mwms_per_cpu / solo_per_cpu, 3),
+        "utilization_mwms": round(statistics.mean(w.utilization for w in mwms), 2),
+        "utilization_independent": round(statistics.mean(w.utilization for w in solo), 2),
+    }
+
+
+def summarize(samples: list[dict]) -> dict:
+    def med(key: str) -> float:
+        return round(statistics.median(s[key] for s in samples), 3)
+
+    eff = [s["efficiency"] for s in samples]
+    return {
+        "efficiency_median": med("efficiency"),
+        "efficiency_min": round(min(eff), 3),
+        "efficiency_max": round(max(eff), 3),
+        "cpu_efficiency_median": med("cpu_efficiency"),
+        "utilization_mwms_median": med("utilization_mwms"),
+        "utilization_independent_median": med("utilization_independent"),
+        "mwms_examples_per_s_median": round(statistics.median(s["mwms"] for s in samples), 1),
+        "independent_sum_examples_per_s_median": round(statistics.median(sum(s["independent"]) for s in samples), 1),
+        "rounds": samples,
+    }
+
+
+def markdown(report: dict) -> str:
+    cfg = report["config"]
+    window = cfg["steps"] * (cfg["epochs"] - 1)
+    method = (
+        f"Model `{cfg['model']}`, synthetic 28x28 data, per-worker batch {cfg['batch']}, {cfg['steps']} steps/epoch, "
+        f"{cfg['epochs']} epochs: epoch 1 is warm-up, the window is epochs 2..{cfg['epochs']} ({window} steps). "
+        "Each process is pinned to one core (`taskset`). Efficiency = MWMS global examples/s / the sum of two "
+        "independent single-worker processes' examples/s, measured back to back, median of "
+        f"{cfg['rounds']} interleaved rounds (min..max). CPU efficiency = the same ratio in examples per "
+        "CPU-second (all threads): blind to idle waiting, but not distorted by other load. Core share = CPU "
+        "seconds / wall seconds of a pinned process: below 1.00 the core was shared with the machine's other "
+        "work, and the wall figures carry that noise."
+    )
+    header = ("| variant | what | efficiency (median) | min..max | CPU efficiency | core share MWMS / indep. "
+              "| MWMS global ex/s | independent sum ex/s |")
+    lines = [
+        "# Trainer scaling benchmark",
+        "",
+        (f"Generated by `make bench-trainer` on {report['date']} ({report['cpus']} cores, shared machine; "
+        f"1-min load average {report['loadavg_start']} at start, {report['loadavg_end']} at end)."),
+        "",
+        method,
+        "",
+        header,
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in report["variants"].items():
+        lines.append(f"| `{name}` | {VARIANTS[name].note} | **{r['efficiency_median']:.3f}** | "
+                     f"{r['efficiency_min']:.3f}..{r['efficiency_max']:.3f} | {r['cpu_efficiency_median']:.3f} | "
+                     f"{r['utilization_mwms_median']:.2f} / {r['utilization_independent_median']:.2f} | "
+                     f"{r['mwms_examples_per_s_median']:.0f} | {r['independent_sum_examples_per_s_median']:.0f} |")
+    lines += ["", f"Trainer defaults when this ran: `{json.dumps(report['trainer_defaults'])}`.", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variants", default=",".join(DEFAULT_RUN), help=f"comma-separated of {', '.join(VARIANTS)}")
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--batch", type=int, default=64, help="per-worker batch (the API's default)")
+    p.add_argument("--steps", type=int, default=40, help="steps per epoch (a multiple of 10 for steps_per_execution)")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--model", default="cnn")
+    p.add_argument("--out", default=str(HERE))
+    args = p.parse_args()
+    if (os.cpu_count() or 1) < 2:
+        raise SystemExit("needs 2 cores")
+    names = [n for n in args.variants.split(",") if n]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}")
+    report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
+              "loadavg_start": round(os.getloadavg()[0], 2), "trainer_defaults": trainer_defaults(),
+              "config": {"batch": args.batch, "steps": args.steps, "epochs": args.epochs, "rounds": args.rounds,
+                         "model": args.model}}
+    samples: dict[str, list[dict]] = {n: [] for n in names}
+    work = Path(tempfile.mkdtemp(prefix="dtr-bench-"))  # kept on failure: the logs are there
+    print(f"logs in {work}", flush=True)
+    for rnd in range(args.rounds):
+        for name in names:
+            variant = VARIANTS[name]
+            result = compare(measure_mwms(variant, args, work, rnd), measure_independent(variant, args, work, rnd))
+            samples[name].append(result)
+            print(f"round {rnd + 1}/{args.rounds} {name:>13}: MWMS {result['mwms']:7.1f} ex/s, independent "
+                  f"{' + '.join(map(str, result['independent']))} ex/s -> efficiency {result['efficiency']:.3f} "
+                  f"(cpu {result['cpu_efficiency']:.3f}; core share mwms {result['utilization_mwms']:.2f}, "
+                  f"independent {result['utilization_independent']:.2f})", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    report["loadavg_end"] = round(os.getloadavg()[0], 2)
+    report["variants"] = {n: summarize(s) for n, s in samples.items()}
+    out = Path(args.out)
+    (out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "results.md").write_text(markdown(report))
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()
