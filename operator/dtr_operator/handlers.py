@@ -52,7 +52,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_
     # Server-side watch timeouts: a silently dead connection is noticed and re-established.
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    settings.execution.max_workers = 8
+    # Sync handlers run in this many threads; each waits on API calls, not CPU. As many as the API
+    # client's connection pool (kube.py), so no connection is opened just to be discarded.
+    settings.execution.max_workers = 16
     logger.info("dtr-operator: default trainer image %s", ours.trainer_image)
 
 
@@ -79,7 +81,10 @@ def tfjob_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) 
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def run_seen(type: str | None, body: kopf.Body, uid: str, **_: Any) -> None:
+async def run_seen(type: str | None, body: kopf.Body, uid: str, **_: Any) -> None:
+    # async: bookkeeping in memory, not worth a thread. As a sync handler it queued behind slow
+    # ensure_children calls in the thread pool, holding up this run's own event processing until
+    # kopf's consistency wait (5 s) ran out and a stale event ran the create handler a second time.
     if type == "DELETED":
         _phases.gone(uid)
     else:
