@@ -228,6 +228,14 @@ def test_every_manifest_passes_server_side_dry_run(control_plane: Cluster, mode:
     assert not warnings, proc.stderr
 
 
+def test_the_examples_the_k3d_script_applies_pass_server_side_dry_run(control_plane: Cluster, namespace: str) -> None:
+    examples = sorted((REPO / "examples").glob("*.yaml"))
+    assert REPO / "examples" / "mnist.yaml" in examples  # deploy/k3d/up.sh's default
+    for example in examples:
+        proc = kubectl(control_plane, "apply", "--dry-run=server", "-n", namespace, "-f", str(example))
+        assert proc.returncode == 0 and "(server dry run)" in proc.stdout, f"{example.name}: {proc.stderr}"
+
+
 @pytest.fixture(scope="module", params=MODES, ids=lambda m: m.name)
 def installed(request: pytest.FixtureRequest, control_plane: Cluster) -> Iterator[Mode]:
     """One mode installed for real with `kubectl apply -k` (its RBAC removed afterwards)."""
