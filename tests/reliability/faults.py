@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from api import Api, poll
+from controlplane import die_with_parent
 
 DTR = Path(sys.executable).parent / "dtr"
 KUBECTL = os.environ.get("DTR_KUBECTL") or shutil.which("kubectl") or "/usr/bin/kubectl"
@@ -128,6 +129,8 @@ def restart_apiserver(root: Path, kubeconfig: Path, down_seconds: float = 2.0) -
     argv = _cmdline(pid)
     if not argv or Path(argv[0]).name != "kube-apiserver":
         raise AssertionError(f"pid {pid} is not the kube-apiserver: {argv[:1]}")
+    # Started by this process (the session fixture): the new one must also die with it.
+    ours = _parent(pid) == os.getpid()
     os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
@@ -136,7 +139,7 @@ def restart_apiserver(root: Path, kubeconfig: Path, down_seconds: float = 2.0) -
     started = time.monotonic()
     with open(root / "logs" / "kube-apiserver.log", "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=root,
-                                start_new_session=True)  # fmt: skip
+                                start_new_session=True, preexec_fn=die_with_parent if ours else None)  # noqa: PLW1509
     state["pids"]["kube-apiserver"] = proc.pid
     tmp = state_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=2))
@@ -155,6 +158,13 @@ def restart_apiserver(root: Path, kubeconfig: Path, down_seconds: float = 2.0) -
     if not poll(ready, 90, 0.2):
         raise AssertionError("kube-apiserver did not come back within 90 s")
     return time.monotonic() - started
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _zombie(pid: int) -> bool:
