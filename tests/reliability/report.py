@@ -32,6 +32,8 @@ EXPECTED = {
     ("fault", "TFJob deleted out-of-band (then an operator restart)"),
     ("fault", "foreign TFJob / PVC already holding the run's child names"),
     ("fault", "PVC deleted under a running job"),
+    ("fault", "run deleted while the operator is down"),
+    ("fault", "claimName missing, then created (with an operator restart while waiting)"),
     ("security", "restricted PSS enforced: the run's TFJob worker pods"),
     ("security", "restricted PSS enforced: the operator Deployment (deploy/), server dry-run"),
 }

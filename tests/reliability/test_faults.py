@@ -372,3 +372,68 @@ def test_pvc_deleted_under_a_running_job(api: Api, namespace: str, operator: Ope
         )
     )
     assert ok, (terminating_while_used, during.get("phase"), kept_after_success, jobs, job_uid, pvcs, pvc_uid, gone)
+
+
+def test_run_deleted_while_the_operator_is_down(
+    api: Api, namespace: str, operator: OperatorProcess, ledger: Ledger
+) -> None:
+    create(api, namespace, "gone-run", {"workers": 1, "training": {"dataset": "digits"}})
+    wait_phase(api, namespace, "gone-run", "Pending", 60, tfJob="gone-run")
+    (_,), (pvc_uid,) = children(api, namespace, "gone-run")
+    operator.kill()
+    api.custom.delete_namespaced_custom_object("distml.dev", "v1alpha1", namespace, "disttrainingruns", "gone-run")
+    gc = poll(lambda: api.tfjob(namespace, "gone-run") is None, 60)  # the garbage collector, not the operator
+    operator.start()
+    time.sleep(5)
+    jobs, pvcs = children(api, namespace, "gone-run")
+    ok = bool(gc) and not jobs and pvcs == [pvc_uid] and api.run(namespace, "gone-run") is None
+    ledger.add(
+        Record(
+            area="fault",
+            case="run deleted while the operator is down",
+            tried=1,
+            correct=int(ok),
+            lost=int(pvcs != [pvc_uid]),
+            duplicated=int(bool(jobs) or len(pvcs) > 1),
+            user_sees="the TFJob goes with the run (garbage collector); the Retain PVC stays; nothing is recreated "
+            "when the operator comes back",
+            detail={"runs": 1, "runs_correct": int(ok), "tfjob_collected": bool(gc), "pvc_kept": pvcs == [pvc_uid]},
+        )
+    )
+    assert ok, (gc, jobs, pvcs, pvc_uid)
+
+
+def test_waiting_run_proceeds_once_its_claim_appears(
+    api: Api, namespace: str, operator: OperatorProcess, ledger: Ledger
+) -> None:
+    from kubernetes import client
+
+    create(api, namespace, "late-claim", {"workers": 1, "storage": {"claimName": "late"}})
+    waiting = wait_phase(api, namespace, "late-claim", "Pending", 60, reason="WaitingForPVC")
+    operator.kill()  # the wait survives a restart too
+    operator.start()
+    pvc = client.V1PersistentVolumeClaim(
+        metadata=client.V1ObjectMeta(name="late"),
+        spec=client.V1PersistentVolumeClaimSpec(
+            access_modes=["ReadWriteOnce"], resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"})
+        ),
+    )
+    api.core.create_namespaced_persistent_volume_claim(namespace, pvc)
+    # The next attempt comes within the backoff (5 s, 10 s, ...): well inside a minute.
+    got = poll(lambda: api.tfjob(namespace, "late-claim") and (s := api.status(namespace, "late-claim")).get("reason")
+               not in (None, "WaitingForPVC") and s, 60)  # fmt: skip
+    started = got or api.status(namespace, "late-claim")
+    jobs, pvcs = children(api, namespace, "late-claim")
+    ok = len(jobs) == 1 and not pvcs and started.get("pvc") == "late"
+    ledger.add(
+        Record(
+            area="fault",
+            case="claimName missing, then created (with an operator restart while waiting)",
+            tried=1,
+            correct=int(ok),
+            duplicated=int(len(jobs) > 1 or bool(pvcs)),
+            user_sees=f"{sees(waiting)} -> {sees(started)}",
+            detail={"runs": 1, "runs_correct": int(ok)},
+        )
+    )
+    assert ok, (jobs, pvcs, started)
