@@ -228,7 +228,7 @@ def start_control_plane(workdir: Path) -> controlplane.ControlPlane:
 
     def with_audit(*args: Any, **kwargs: Any) -> list[str]:
         return [*plain_args(*args, **kwargs), f"--audit-policy-file={policy}", f"--audit-log-path={audit_log}",
-                "--audit-log-format=json", "--audit-log-mode=blocking"]  # fmt: skip
+                "--audit-log-format=json", "--audit-log-mode=batch"]  # fmt: skip
 
     controlplane.apiserver_args = with_audit
     cp = controlplane.ControlPlane(workdir / "cluster", log=lambda m: log(f"control plane: {m}"))
@@ -331,10 +331,10 @@ def read_from(path: Path, offset: int) -> tuple[list[str], int]:
 
 
 async def burst_phase(api: Api, hub: Hub, w: dict[str, Watch], runs_n: int, audit_log: Path, sampler: Sampler,
-                      op_pid: int, ref_pid: int) -> dict[str, Any]:  # fmt: skip
+                      pids: dict[str, int]) -> dict[str, Any]:  # fmt: skip
     names = [f"burst-{i:03d}" for i in range(runs_n)]
     offset = audit_log.stat().st_size
-    cpu0 = proc_cpu_seconds(op_pid), proc_cpu_seconds(ref_pid)
+    cpu0 = {name: proc_cpu_seconds(pid) for name, pid in pids.items()}
     gate = asyncio.Semaphore(32)
 
     async def create(name: str) -> None:
@@ -392,8 +392,44 @@ async def burst_phase(api: Api, hub: Hub, w: dict[str, Watch], runs_n: int, audi
         "operator_requests_total": total,
         "operator_requests_per_run": round(total / runs_n, 2),
         "window_seconds": round(time.perf_counter() - t0, 1),
-        "operator_cpu_seconds": round(proc_cpu_seconds(op_pid) - cpu0[0], 2),
-        "training_operator_cpu_seconds": round(proc_cpu_seconds(ref_pid) - cpu0[1], 2),
+        "cpu_seconds": {name: round(proc_cpu_seconds(pid) - cpu0[name], 2) for name, pid in pids.items()},
+    }
+    return result
+
+
+async def reference_burst(api: Api, hub: Hub, w: dict[str, Watch], n: int, sampler: Sampler) -> dict[str, Any]:
+    """The same burst for the training-operator: n TFJobs at once -> all their pods and services exist."""
+    names = [f"refburst-{i:03d}" for i in range(n)]
+    children = [f"{name}-worker-{i}" for name in names for i in (0, 1)]
+    gate = asyncio.Semaphore(32)
+
+    async def create(name: str) -> None:
+        async with gate:
+            await api.call("POST", f"{TFJOBS}/namespaces/{REF_NS}/tfjobs", reference_tfjob(name))
+
+    def done() -> bool:
+        return all(c in w["ref_pods"].first_seen and c in w["ref_svcs"].first_seen for c in children)
+
+    sampler.mark("reference burst")
+    t0 = time.perf_counter()
+    await asyncio.gather(*(create(name) for name in names))
+    result: dict[str, Any] = {"tfjobs": n, "seconds_to_create": round(time.perf_counter() - t0, 2)}
+    try:
+        await hub.wait(done, 240, "pods and services of every reference TFJob")
+    except TimeoutError as err:
+        result["error"] = str(err)
+    seen = [max(w["ref_pods"].first_seen[f"{name}-worker-{i}"], w["ref_svcs"].first_seen[f"{name}-worker-{i}"])
+            for name in names for i in (0, 1)
+            if f"{name}-worker-{i}" in w["ref_pods"].first_seen and f"{name}-worker-{i}" in w["ref_svcs"].first_seen]  # fmt: skip
+    per_job = sorted(
+        round(max(w["ref_pods"].first_seen[f"{name}-worker-{i}"] for i in (0, 1)) - t0, 3)
+        for name in names
+        if all(f"{name}-worker-{i}" in w["ref_pods"].first_seen for i in (0, 1))
+    )
+    result |= {
+        "seconds_to_all_pods_and_services": round(max(seen) - t0, 2) if seen else None,
+        "tfjobs_per_second": round(n / (max(seen) - t0), 1) if len(seen) == 2 * n else None,
+        "pods_seconds": per_job,
     }
     return result
 
@@ -448,11 +484,11 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             await watch.start()
         metrics_port = free_port()
         op = start_operator(cp.kubeconfig, workdir, metrics_port, args.operator_arg, args.kopf_setting)
-        ref_pid = state.pids["training-operator"]
-        sampler = Sampler({"dtr-operator": op.pid, "training-operator": ref_pid})
+        pids = {"dtr-operator": op.pid, **{c: state.pids[c] for c in ("training-operator", "kube-apiserver")}}
+        sampler = Sampler({"dtr-operator": op.pid, "training-operator": pids["training-operator"]})
         sampler_task = asyncio.create_task(sampler.run())
         await wait_operator_ready(api, watches, op)
-        cpu_start = proc_cpu_seconds(op.pid), proc_cpu_seconds(ref_pid)
+        cpu_start = {name: proc_cpu_seconds(pid) for name, pid in pids.items()}
         log("operator ready; latency phase")
         sampler.mark("latency")
         ours, ref, names = await latency_phase(api, hub, watches, args.samples)
@@ -460,24 +496,24 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         sampler.mark("status")
         status = await status_phase(api, hub, watches, names)
         log(f"burst of {args.runs} runs")
-        burst = await burst_phase(api, hub, watches, args.runs, workdir / "audit.log", sampler, op.pid, ref_pid)
+        burst = await burst_phase(api, hub, watches, args.runs, workdir / "audit.log", sampler, pids)
+        log(f"reference burst of {args.runs} TFJobs")
+        ref_burst = await reference_burst(api, hub, watches, args.runs, sampler)
         metrics = scrape(metrics_port)
         results: dict[str, Any] = {
             "create_to_children": latency_summary(ours),
             "reference_tfjob_to_pods": latency_summary(ref),
             "tfjob_status_to_run": latency_summary(status),
             "burst": burst,
-            "operator_process": {
-                "peak_rss_mb": round(proc_status_kb(op.pid, "VmHWM") / 1024, 1),
-                "cpu_seconds_total": round(proc_cpu_seconds(op.pid), 2),
-                "cpu_seconds_after_startup": round(proc_cpu_seconds(op.pid) - cpu_start[0], 2),
-                "cpu_seconds_burst": burst["operator_cpu_seconds"],
-            },
-            "training_operator_process": {
-                "peak_rss_mb": round(proc_status_kb(ref_pid, "VmHWM") / 1024, 1),
-                "cpu_seconds_total": round(proc_cpu_seconds(ref_pid), 2),
-                "cpu_seconds_after_startup": round(proc_cpu_seconds(ref_pid) - cpu_start[1], 2),
-                "cpu_seconds_burst": burst["training_operator_cpu_seconds"],
+            "reference_burst": ref_burst,
+            "processes": {
+                name: {
+                    "peak_rss_mb": round(proc_status_kb(pid, "VmHWM") / 1024, 1),
+                    "cpu_seconds_total": round(proc_cpu_seconds(pid), 2),
+                    "cpu_seconds_after_startup": round(proc_cpu_seconds(pid) - cpu_start[name], 2),
+                    "cpu_seconds_burst": burst["cpu_seconds"][name],
+                }
+                for name, pid in pids.items()
             },
             "operator_metrics": metrics,
             "samples_seconds": {"create_to_children": ours, "reference_tfjob_to_pods": ref, "tfjob_status_to_run": status},
@@ -539,9 +575,12 @@ def plot(results: dict[str, Any], path: Path) -> bool:
     a.legend(fontsize=7)
     burst = results["burst"]
     xs = burst["expansion_seconds"]
-    b.step(xs, range(1, len(xs) + 1), where="post")
+    b.step(xs, range(1, len(xs) + 1), where="post", label="dtr-operator: run -> TFJob+PVC")
+    rb = results.get("reference_burst", {}).get("pods_seconds") or []
+    if rb:
+        b.step(rb, range(1, len(rb) + 1), where="post", label="training-operator: TFJob -> pods")
     b.axvline(20, color="red", linestyle=":", label="goal: 20 s")
-    b.set(xlabel="seconds since the first create", ylabel="runs with TFJob and PVC",
+    b.set(xlabel="seconds since the first create", ylabel="runs (TFJobs) expanded",
           title=f"{burst['runs']} runs at once: {burst['seconds_to_all_expanded']} s")  # fmt: skip
     b.legend(fontsize=7)
     for name, series in results["rss_series_mb"].items():

@@ -56,7 +56,7 @@ def test_goals_compare_against_the_reference_and_the_fixed_limits() -> None:
         "create_to_children": {"p50_ms": 90.0},
         "reference_tfjob_to_pods": {"p50_ms": 100.0},
         "burst": {"runs": 200, "seconds_to_all_expanded": 25.0},
-        "operator_process": {"peak_rss_mb": 149.9},
+        "processes": {"dtr-operator": {"peak_rss_mb": 149.9}},
     }
     assert [g["met"] for g in goals(results)] == [True, False, True]
     results["create_to_children"]["p50_ms"] = 100.1
