@@ -117,10 +117,12 @@ def _cmdline(pid: int) -> list[str]:
     return [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
 
 
-def restart_apiserver(root: Path, kubeconfig: Path, down_seconds: float = 2.0) -> float:
+def restart_apiserver(root: Path, kubeconfig: Path, down_seconds: float = 2.0, die_with_test: bool = False) -> float:
     """SIGKILL kube-apiserver, wait, start it again with the same arguments; seconds until ready again.
 
     The control plane's state.json and pid file are updated, so its teardown stops the new process.
+    die_with_test: the plane was started by this test process (the session fixture), whose processes
+    die with it (PR_SET_PDEATHSIG); the new apiserver must too. Not for a reused (DTR_KUBECONFIG) plane.
     (A small method on ControlPlane would be the better home for this; see the report.)
     """
     state_file = root / "state.json"
@@ -129,8 +131,6 @@ def restart_apiserver(root: Path, kubeconfig: Path, down_seconds: float = 2.0) -
     argv = _cmdline(pid)
     if not argv or Path(argv[0]).name != "kube-apiserver":
         raise AssertionError(f"pid {pid} is not the kube-apiserver: {argv[:1]}")
-    # Started by this process (the session fixture): the new one must also die with it.
-    ours = _parent(pid) == os.getpid()
     os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
@@ -139,7 +139,7 @@ def restart_apiserver(root: Path, kubeconfig: Path, down_seconds: float = 2.0) -
     started = time.monotonic()
     with open(root / "logs" / "kube-apiserver.log", "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=root,
-                                start_new_session=True, preexec_fn=die_with_parent if ours else None)  # noqa: PLW1509
+                                start_new_session=True, preexec_fn=die_with_parent if die_with_test else None)  # noqa: PLW1509
     state["pids"]["kube-apiserver"] = proc.pid
     tmp = state_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=2))
@@ -158,13 +158,6 @@ def restart_apiserver(root: Path, kubeconfig: Path, down_seconds: float = 2.0) -
     if not poll(ready, 90, 0.2):
         raise AssertionError("kube-apiserver did not come back within 90 s")
     return time.monotonic() - started
-
-
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 def _zombie(pid: int) -> bool:
