@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Any
 
 import kopf
-from dtr_operator import handlers  # noqa: F401  (registers the operator's handlers, configure() first)
+from dtr_operator import (
+    handlers,  # noqa: F401  (registers the operator's handlers, configure() first)
+    reconcile,
+)
 from dtr_operator.cli import main
 from dtr_operator.kube import Kube
 from kubernetes.client import ApiClient
@@ -47,6 +51,33 @@ def override(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_:
         setattr(target, path[-1], value)
         logger.info("bench: kopf setting %s = %s", ".".join(path), value)
 
+
+def skip_first_tfjob_get() -> None:
+    """What-if (DTR_BENCH_SKIP_GET=1), not the operator's behaviour: for a run without status, the create
+    handler's first GET of the TFJob is answered "absent" without asking the API (its create's 409
+    still reveals an existing TFJob, whose second GET goes to the API)."""
+    fresh = threading.local()
+    reconcile_run, get_tfjob = reconcile.reconcile_run, Kube.get_tfjob
+
+    def reconcile_run_marked(kube: Kube, body: Any, *args: Any, **kwargs: Any) -> Any:
+        fresh.skip = not body.get("status")
+        try:
+            return reconcile_run(kube, body, *args, **kwargs)
+        finally:
+            fresh.skip = False
+
+    def get_tfjob_unless_fresh(self: Kube, namespace: str, name: str) -> Any:
+        if getattr(fresh, "skip", False):
+            fresh.skip = False
+            return None
+        return get_tfjob(self, namespace, name)
+
+    reconcile.reconcile_run = reconcile_run_marked
+    Kube.get_tfjob = get_tfjob_unless_fresh
+
+
+if os.environ.get("DTR_BENCH_SKIP_GET"):
+    skip_first_tfjob_get()
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
