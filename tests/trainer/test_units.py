@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dtr_trainer import data, export
+from dtr_trainer import data, export, main
 from dtr_trainer.cluster import LOCAL, parse_tf_config
 from dtr_trainer.errors import ConfigError, DataError
 
@@ -150,3 +150,22 @@ def test_remove_stale_staging(tmp_path):
     (tmp_path / "1").mkdir()
     export.remove_stale_staging(str(tmp_path))
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["1"]
+
+
+@pytest.mark.parametrize("type_name, message, retryable", [
+    ("UnavailableError", "Graph execution error:\n\nConnection reset by peer", True),
+    ("DeadlineExceededError", "collective timed out", True),
+    ("InternalError", "Socket closed", True),
+    ("InvalidArgumentError", "Only compiling NCCL/auto collective is supported, got: ring", False),
+    ("UnimplementedError", "Collectives are not yet implemented for CPU devices when compiling with XLA", False),
+    ("ValueError", "unavailable", False),
+])
+def test_is_peer_failure(type_name, message, retryable):
+    assert main.is_peer_failure(type_name, message) is retryable
+
+
+def test_one_line_skips_the_node_trace():
+    message = ("Graph execution error:\n\nDetected at node 'x' defined at (most recent call last):\n"
+               "    File \"a.py\", line 1\nNode: 'x'\nConnection reset by peer\n\t [[{{node x}}]]")
+    assert main.one_line(message, "UnavailableError") == "Connection reset by peer"
+    assert main.one_line("Graph execution error:\n", "UnavailableError") == "UnavailableError"

@@ -19,7 +19,6 @@ from dtr_trainer.models import MODELS
 # Defaults chosen by bench/trainer (see bench/trainer/results.md).
 DEFAULT_STEPS_PER_EXECUTION = 1
 DEFAULT_BYTES_PER_PACK = 0  # 0 = TensorFlow's own packing
-DEFAULT_JIT_COMPILE = False
 
 _TASK = "worker-0"
 
@@ -78,7 +77,6 @@ def build_parser() -> argparse.ArgumentParser:
     tuning.add_argument("--steps-per-execution", type=_positive_int, default=DEFAULT_STEPS_PER_EXECUTION)
     tuning.add_argument("--bytes-per-pack", type=_non_negative_int, default=DEFAULT_BYTES_PER_PACK,
                         help="gradient all-reduce packing (0 = TensorFlow default)")
-    tuning.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=DEFAULT_JIT_COMPILE)
     tuning.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
                         help="cache the decoded training set in memory")
     return p
@@ -97,7 +95,7 @@ def make_strategy(bytes_per_pack: int):
 
     options = tf.distribute.experimental.CommunicationOptions(
         bytes_per_pack=bytes_per_pack,
-        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+        implementation=tf.distribute.experimental.CommunicationImplementation.AUTO,
     )
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
@@ -123,7 +121,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, splits: data
     with strategy.scope():
         train_ds, eval_ds = data.make_datasets(splits, global_batch, args.seed, cache=args.cache)
         model = build_model(args.model, args.seed)
-        compile_model(model, args.learning_rate, args.steps_per_execution, args.jit_compile)
+        compile_model(model, args.learning_rate, args.steps_per_execution)
 
     progress = Progress(args.epochs, steps * global_batch, log)
     callbacks = [progress]
@@ -167,23 +165,33 @@ def run(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _is_peer_failure(exc: BaseException) -> bool:
-    """A lost peer or a collective timeout: restarting every worker fixes it."""
-    import tensorflow as tf
+PEER_WORDS = ("connection reset", "socket closed", "failed to connect", "connection refused", "heartbeat",
+              "coordination service", "unavailable")
 
-    retryable = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
-                 tf.errors.CancelledError)
-    if isinstance(exc, retryable):
+
+def is_peer_failure(type_name: str, message: str) -> bool:
+    """A lost peer or a collective timeout, which restarting every worker fixes.
+
+    TF raises these as UnavailableError/DeadlineExceededError/AbortedError/CancelledError, and
+    sometimes as InternalError/UnknownError carrying the gRPC status in the text. Anything else
+    (InvalidArgumentError, ...) is a real error: retrying would fail the same way.
+    """
+    if type_name in ("UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"):
         return True
-    text = str(exc).lower()
-    return isinstance(exc, tf.errors.OpError) and any(
-        word in text for word in ("collective", "coordination service", "heartbeat", "socket closed",
-                                  "connection reset", "failed to connect"))
+    text = message.lower()
+    return type_name in ("InternalError", "UnknownError") and any(word in text for word in PEER_WORDS)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+_NOISE = ("graph execution error", "detected at node", "file ", "node:", "[[", "function call stack", "for more")
+
+
+def one_line(message: str, fallback: str) -> str:
+    """The line of a TensorFlow error that says what went wrong (not the node trace around it)."""
+    for raw in message.splitlines():
+        line = raw.strip()
+        if line and not raw.startswith((" ", "\t")) and not line.lower().startswith(_NOISE):
+            return line[:300]
+    return fallback
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -197,15 +205,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         log("interrupted")
         return 130
     except Exception as exc:  # classified below; never a stack trace for the user
-        if "tensorflow" in sys.modules and _is_peer_failure(exc):
-            log(f"error: lost a peer or a collective timed out ({type(exc).__name__}: {_first_line(exc)}); "
-                f"restart all workers to resume from the backup")
-            return EXIT_PEER_LOST
-        log(f"error: internal: {type(exc).__name__}: {_first_line(exc)}")
+        name = type(exc).__name__
+        what = one_line(getattr(exc, "message", None) or str(exc), name)
         if os.environ.get("DTR_TRACEBACK"):
             import traceback
 
             traceback.print_exc()
+        if is_peer_failure(name, str(exc)):
+            log(f"error: lost a peer or a collective timed out ({name}: {what}); "
+                "restart all workers to resume from the backup")
+            return EXIT_PEER_LOST
+        log(f"error: {name}: {what}")
         return EXIT_INTERNAL
 
 

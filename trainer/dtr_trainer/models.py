@@ -46,7 +46,9 @@ def build_model(kind: str, seed: int):
     return tf.keras.Model(inputs, x, name=kind)
 
 
-def compile_model(model, learning_rate: float, steps_per_execution: int, jit_compile: bool) -> None:
+def compile_model(model, learning_rate: float, steps_per_execution: int) -> None:
+    """No jit_compile: TF 2.11 cannot XLA-compile MWMS collectives on CPU ("Collectives are not
+    yet implemented for CPU devices when compiling with XLA"); see bench/trainer/results.md."""
     import tensorflow as tf
 
     model.compile(
@@ -54,5 +56,4 @@ def compile_model(model, learning_rate: float, steps_per_execution: int, jit_com
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
         steps_per_execution=steps_per_execution,
-        jit_compile=jit_compile,
     )
