@@ -122,6 +122,13 @@ def render(records: list[dict[str, Any]], session: dict[str, Any] | None, meta: 
     for name, value in figures(records).items():
         add(f"| {name} | {value} |")
     add("")
+    short = [r for r in records if r["correct"] < r["tried"]]
+    if short:
+        add("**Did not survive as required:**")
+        add("")
+        for r in short:
+            add(f"- {r['area']} / {r['case']}: {r['correct']} of {r['tried']}: {cell(r['user_sees'], 500)}")
+        add("")
     missing = sorted(EXPECTED - {(r["area"], r["case"]) for r in records})
     if missing:
         add("**Not recorded (the test stopped before recording):** " + "; ".join(f"{a}: {c}" for a, c in missing))
