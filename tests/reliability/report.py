@@ -127,7 +127,7 @@ def render(records: list[dict[str, Any]], session: dict[str, Any] | None, meta: 
         add("**Did not survive as required:**")
         add("")
         for r in short:
-            add(f"- {r['area']} / {r['case']}: {r['correct']} of {r['tried']}: {cell(r['user_sees'], 500)}")
+            add(f"- {r['area']} / {r['case']}: {r['correct']} of {r['tried']}: {cell(r['user_sees'], 900)}")
         add("")
     missing = sorted(EXPECTED - {(r["area"], r["case"]) for r in records})
     if missing:
