@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -148,7 +149,8 @@ class Kube:
             raw = response.read()
         except ApiException as err:  # no HTTP answer at all (connection refused, timeout)
             raise ApiError(0, "Unreachable", str(err.reason or err)) from None
-        except OSError as err:
+        except (OSError, urllib3.exceptions.HTTPError) as err:
+            # urllib3 gives up after its own retries with MaxRetryError, not an OSError.
             raise ApiError(0, "Unreachable", str(err)) from None
         try:
             data = json.loads(raw) if raw else {}
