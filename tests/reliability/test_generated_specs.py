@@ -166,7 +166,8 @@ def finish(h: Harness, ledger: Ledger, elapsed: float) -> None:
         attempts_seen[name] = attempts
         allowed = retries_allowed(time.monotonic() - created) + 1  # +1: a resume on restart, none here
         if attempts == 0:
-            t.problems.append(f"{name}: no retry seen in the operator's log (is the log format still the same?)")
+            seen = [ln[:160] for ln in output.splitlines() if name in ln][:3]
+            t.problems.append(f"{name}: no retry seen in the operator's log (is the log format still the same?) {seen}")
         if attempts > allowed:
             t.problems.append(f"{name}: {attempts} attempts, the backoff allows {allowed}")
     ledger.add(
