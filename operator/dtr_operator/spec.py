@@ -32,6 +32,8 @@ RESTART_POLICIES = ("Never", "OnFailure", "ExitCode")
 # 52 + len("-worker-63") = 62, one character to spare.
 MAX_NAME_LENGTH = 52
 MAX_WORKERS = 64
+# The operator reads the chief's termination message after the TFJob ends; a shorter TTL races it.
+MIN_TTL_SECONDS = 60
 
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _PVC_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
@@ -347,5 +349,5 @@ def parse_run(obj: Mapping[str, Any], default_image: str = DEFAULT_TRAINER_IMAGE
         restart_policy=_enum(spec, "restartPolicy", "spec", "OnFailure", RESTART_POLICIES),
         backoff_limit=_int(spec, "backoffLimit", "spec", 3, 0, 100),  # type: ignore[arg-type]
         active_deadline_seconds=_int(spec, "activeDeadlineSeconds", "spec", None, 1, None),
-        ttl_seconds_after_finished=_int(spec, "ttlSecondsAfterFinished", "spec", None, 0, None),
+        ttl_seconds_after_finished=_int(spec, "ttlSecondsAfterFinished", "spec", None, MIN_TTL_SECONDS, None),
     )

@@ -80,7 +80,7 @@ ACCEPTED = [
     ({"restartPolicy": "ExitCode"}, "restart_policy", "ExitCode"),
     ({"backoffLimit": 0}, "backoff_limit", 0),
     ({"activeDeadlineSeconds": 600}, "active_deadline_seconds", 600),
-    ({"ttlSecondsAfterFinished": 0}, "ttl_seconds_after_finished", 0),
+    ({"ttlSecondsAfterFinished": 60}, "ttl_seconds_after_finished", 60),
     # null is "unset", as the API server treats it: the default applies.
     ({"workers": None}, "workers", 2),
     ({"image": None}, "image", DEFAULT_TRAINER_IMAGE),
@@ -163,7 +163,8 @@ REJECTED = [
     ({"backoffLimit": -1}, "r", "spec.backoffLimit", "0..100"),
     ({"backoffLimit": 101}, "r", "spec.backoffLimit", "0..100"),
     ({"activeDeadlineSeconds": 0}, "r", "spec.activeDeadlineSeconds", ">= 1"),
-    ({"ttlSecondsAfterFinished": -1}, "r", "spec.ttlSecondsAfterFinished", ">= 0"),
+    ({"ttlSecondsAfterFinished": -1}, "r", "spec.ttlSecondsAfterFinished", ">= 60"),
+    ({"ttlSecondsAfterFinished": 59}, "r", "spec.ttlSecondsAfterFinished", ">= 60"),
     ({"replicas": 2}, "r", "spec.replicas", "unknown field"),
     ({"training": []}, "r", "spec.training", "object"),
 ]
