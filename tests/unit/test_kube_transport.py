@@ -3,9 +3,8 @@
 import socket
 
 import pytest
-from kubernetes import client
-
 from dtr_operator.kube import ApiError, Kube
+from kubernetes import client
 
 
 def closed_port() -> int:
