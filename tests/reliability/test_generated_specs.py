@@ -87,7 +87,7 @@ def spec_strategy(bad: bool) -> st.SearchStrategy[dict[str, Any]]:
             "restartPolicy": mostly(st.sampled_from(["Never", "OnFailure", "ExitCode"]), st.just("Always")),
             "backoffLimit": mostly(st.integers(0, 100), st.just(-1)),
             "activeDeadlineSeconds": mostly(st.integers(1, 10**6), st.just(0)),
-            "ttlSecondsAfterFinished": mostly(st.integers(0, 3600), st.just(-1)),
+            "ttlSecondsAfterFinished": mostly(st.integers(60, 3600), st.just(-1)),
         },
     )
     return specs

@@ -231,7 +231,7 @@ def test_the_boundaries_are_accepted(control_plane: Cluster, corpus_ns: str) -> 
         "b1": {"workers": 1, "training": {"epochs": 1, "batchSizePerWorker": 1, "seed": 0, "learningRate": 1e-9,
                                           "dataset": "sets/v1.2/my-data_x.npz"}},
         "c-1": {"export": {"modelName": "m" * 63}, "storage": {"claimName": "shared.vol-1"}, "backoffLimit": 100,
-                "activeDeadlineSeconds": 1, "ttlSecondsAfterFinished": 0},
+                "activeDeadlineSeconds": 1, "ttlSecondsAfterFinished": 60},
     }  # fmt: skip
     for name, spec in specs.items():
         control_plane.kubectl("apply", "-f", "-", input=json.dumps(run_doc(name, corpus_ns, spec)))

@@ -63,7 +63,7 @@ specs = st.fixed_dictionaries(
         "restartPolicy": maybe(st.sampled_from(["Never", "OnFailure", "ExitCode", "Always"])),
         "backoffLimit": maybe(st.integers(-1, 101)),
         "activeDeadlineSeconds": maybe(st.integers(0, 10)),
-        "ttlSecondsAfterFinished": maybe(st.integers(-1, 10)),
+        "ttlSecondsAfterFinished": maybe(st.integers(55, 70)),
     },
 )
 
