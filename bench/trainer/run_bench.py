@@ -208,9 +208,10 @@ def markdown(report: dict) -> str:
         "Each process is pinned to one core (`taskset`). Efficiency = MWMS global examples/s / the sum of two "
         "independent single-worker processes' examples/s, measured back to back, median of "
         f"{cfg['rounds']} interleaved rounds (min..max). CPU efficiency = the same ratio in examples per "
-        "CPU-second (all threads): blind to idle waiting, but not distorted by other load. Core share = CPU "
-        "seconds / wall seconds of a pinned process: below 1.00 the core was shared with the machine's other "
-        "work, and the wall figures carry that noise."
+        "CPU-second (all threads): blind to idle waiting, less distorted by other load. Core share = CPU "
+        "seconds / wall seconds of a pinned process: below 1.00 it was not running, waiting (on a peer, on "
+        "its input) or preempted by the machine's other work; the wall figures carry that noise. Rounds with "
+        "an efficiency above 1.0 (impossible on idle cores) show how large the noise was."
     )
     header = ("| variant | what | efficiency (median) | min..max | CPU efficiency | core share MWMS / indep. "
               "| MWMS global ex/s | independent sum ex/s |")
@@ -243,7 +244,12 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--model", default="cnn")
     p.add_argument("--out", default=str(HERE))
+    p.add_argument("--render", action="store_true", help="only rewrite results.md from results.json")
     args = p.parse_args()
+    if args.render:
+        out = Path(args.out)
+        (out / "results.md").write_text(markdown(json.loads((out / "results.json").read_text())))
+        return
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("needs 2 cores")
     names = [n for n in args.variants.split(",") if n]

@@ -17,8 +17,8 @@ from dtr_trainer.errors import EXIT_INTERNAL, EXIT_PEER_LOST, TrainerError, Usag
 from dtr_trainer.models import MODELS
 
 # Defaults chosen by bench/trainer (see bench/trainer/results.md).
-DEFAULT_STEPS_PER_EXECUTION = 1
-DEFAULT_BYTES_PER_PACK = 0  # 0 = TensorFlow's own packing
+DEFAULT_STEPS_PER_EXECUTION = 10  # fewer per-step metric all-reduces: best CPU efficiency in every run
+DEFAULT_BYTES_PER_PACK = 0  # 0 = all gradients in one all-reduce; 128 KiB packs measured worse
 
 _TASK = "worker-0"
 
