@@ -11,10 +11,12 @@ No kubelet runs: the suite plays the kubelet for the worker pods the real traini
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,6 +118,23 @@ class Tally:
     problems: list[str] = field(default_factory=list)
 
 
+class RetryLog(logging.Handler):
+    """Counts kopf's "failed temporarily" records per run, read from the log records themselves.
+
+    KopfRunner.output holds only what reached the stderr it swapped in; once an earlier runner in the same
+    process has set up logging, kopf's records can go to another stream, so the output may miss them.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.INFO)
+        self.retries: Counter[str] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        ref = getattr(record, "k8s_ref", None) or {}
+        if record.getMessage().startswith("Handler 'ensure_children' failed temporarily"):
+            self.retries[f"{ref.get('namespace')}/{ref.get('name')}"] += 1
+
+
 @dataclass
 class Harness:
     cluster: Cluster
@@ -123,6 +142,7 @@ class Harness:
     namespace: str
     prefix: str
     runner: KopfRunner
+    retry_log: RetryLog
     tally: Tally = field(default_factory=Tally)
 
 
@@ -132,13 +152,16 @@ def harness(control_plane: Cluster, ledger: Ledger) -> Iterator[Harness]:
     control_plane.kubectl("create", "namespace", namespace)
     os.environ["DTR_TRAINER_IMAGE"] = IMAGE
     runner = KopfRunner(["run", "--standalone", "--namespace", namespace, "-m", "dtr_operator.handlers"], timeout=120)
+    retry_log = RetryLog()
+    logging.getLogger("kopf.objects").addHandler(retry_log)
     runner.__enter__()
-    h = Harness(control_plane, Api.from_kubeconfig(), namespace, f"g{uuid.uuid4().hex[:4]}", runner)
+    h = Harness(control_plane, Api.from_kubeconfig(), namespace, f"g{uuid.uuid4().hex[:4]}", runner, retry_log)
     started = time.monotonic()
     try:
         yield h
     finally:
         runner.__exit__(None, None, None)
+        logging.getLogger("kopf.objects").removeHandler(retry_log)
         finish(h, ledger, time.monotonic() - started)
         control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
@@ -162,7 +185,7 @@ def finish(h: Harness, ledger: Ledger, elapsed: float) -> None:
         t.problems.append(f"operator exit {h.runner.exit_code}, traceback: {'Traceback' in output}")
     attempts_seen = {}
     for name, created in t.waiting.items():
-        attempts = len(re.findall(rf"\[{h.namespace}/{name}\] Handler 'ensure_children' failed temporarily", output))
+        attempts = h.retry_log.retries[f"{h.namespace}/{name}"]
         attempts_seen[name] = attempts
         allowed = retries_allowed(time.monotonic() - created) + 1  # +1: a resume on restart, none here
         if attempts > allowed:
