@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .builders import children, is_owned_by, is_reusable_pvc, left_by_earlier_run
-from .kube import AlreadyExists, ApiError, Conflict, Kube, ResourceMissing
+from .kube import AlreadyExists, ApiError, Conflict, Kube, NotFound, ResourceMissing
 from .spec import GROUP, KIND, RunSpec, SpecError, parse_run
 from .status import (
     FAILED,
@@ -84,6 +84,8 @@ def record(
             return None
         try:
             kube.patch_run_status(namespace, name, patch, _meta(body).get("resourceVersion"))
+        except NotFound:
+            return None  # deleted meanwhile (our copy of it was older than the deletion)
         except Conflict:
             fresh = kube.get_run(namespace, name)
             if fresh is None or _meta(fresh).get("uid") != uid or _meta(fresh).get("deletionTimestamp"):
@@ -206,8 +208,16 @@ def _ensure_children(
             return None
     if created:
         emit(body, "Normal", "Created", f"created {' and '.join(created)}")
-    sync_status(kube, body, run, tfjob, emit)
+        # That event also tells of the move to TFJobSubmitted: one event per run fewer, which a
+        # burst of runs feels (every event is an API write).
+        sync_status(kube, body, run, tfjob, _silent)
+    else:
+        sync_status(kube, body, run, tfjob, emit)
     return None
+
+
+def _silent(body: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+    """An Emit that posts nothing."""
 
 
 def _wait_for_cleanup(
@@ -244,13 +254,38 @@ def controller_run(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def tfjob_event(kube: Kube, event_type: str | None, tfjob: Mapping[str, Any], default_image: str, emit: Emit) -> None:
-    """A TFJob we watch changed (event_type None = seen in the initial listing)."""
+def has_news(tfjob: Mapping[str, Any]) -> bool:
+    """Whether a TFJob's status says more than "submitted", which the run's creator already recorded.
+
+    A TFJob without conditions is one this operator just created (its status is written by the same
+    handler, which retries until it is) or one the training-operator has not looked at yet.
+    """
+    return bool((tfjob.get("status") or {}).get("conditions"))
+
+
+def tfjob_event(
+    kube: Kube,
+    event_type: str | None,
+    tfjob: Mapping[str, Any],
+    default_image: str,
+    emit: Emit,
+    cached_run: Callable[[str, str], Mapping[str, Any] | None] = lambda namespace, name: None,
+) -> None:
+    """A TFJob we watch changed (event_type None = seen in the initial listing).
+
+    cached_run(namespace, name) is the run as the operator's watch last saw it, or None: it saves a
+    GET per TFJob event. A stale copy is safe: status writes carry its resourceVersion, so the API
+    refuses them and record() re-reads the run.
+    """
     owner = controller_run(tfjob)
     if owner is None:
         return  # not ours (a foreign TFJob that happens to carry our label)
+    if event_type != "DELETED" and not has_news(tfjob):
+        return
     namespace = _meta(tfjob).get("namespace", "")
-    body = kube.get_run(namespace, owner["name"])
+    body = cached_run(namespace, owner["name"])
+    if body is None or _meta(body).get("uid") != owner.get("uid"):
+        body = kube.get_run(namespace, owner["name"])  # not seen yet, or a newer run of that name
     if body is None or _meta(body).get("uid") != owner.get("uid") or _meta(body).get("deletionTimestamp"):
         return  # the run is gone or going: its children are being garbage-collected
     if is_terminal(body.get("status")):

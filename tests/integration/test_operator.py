@@ -181,8 +181,14 @@ def test_children_are_created_with_owner_references(control_plane: Cluster, name
     # The real training-operator accepted the TFJob: it made one pod per worker and said so.
     worker_pods(control_plane, namespace, "mnist-cnn", 3)
     wait_status(control_plane, namespace, "mnist-cnn", "TFJob created", reason="TFJobCreated")
-    reasons = [reason for _, reason, _ in events(control_plane, namespace, "mnist-cnn")]
+    # kopf posts events in the background: wait for the last one expected.
+    reasons = wait_for(
+        lambda: (r := [reason for _, reason, _ in events(control_plane, namespace, "mnist-cnn")]) and "TFJobCreated" in r and r,
+        "the TFJobCreated event", timeout=30,
+    )
     assert "Created" in reasons
+    # One event per transition: Created stands for the move to TFJobSubmitted (docs/api.md#events).
+    assert "TFJobSubmitted" not in reasons and reasons.count("TFJobCreated") == 1, reasons
 
 
 def test_a_delete_policy_pvc_is_owned_by_the_run(control_plane: Cluster, namespace: str, operator: Operator):
