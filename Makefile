@@ -52,7 +52,7 @@ test-trainer: setup-trainer ## real multi-process TensorFlow runs
 
 .PHONY: bench-trainer
 bench-trainer: setup-trainer ## MWMS scaling efficiency (2 pinned workers vs 2 independent) -> bench/trainer/results.{json,md}
-	$(TR)/python bench/trainer/run_bench.py
+	$(TR)/python bench/trainer/run_bench.py $(ARGS)
 
 test-integration: setup-op cluster-build ## the operator against a real local control plane
 	$(OP)/pytest -q tests/integration
