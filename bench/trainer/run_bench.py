@@ -47,7 +47,7 @@ def trainer_defaults() -> dict:
     from dtr_trainer import main
 
     return {"steps_per_execution": main.DEFAULT_STEPS_PER_EXECUTION, "bytes_per_pack": main.DEFAULT_BYTES_PER_PACK,
-            "xla": "off"}
+            "lazy_metrics": main.DEFAULT_LAZY_METRICS, "xla": "off"}
 
 
 # Flags are explicit, so a variant means the same whatever the trainer's defaults are.
@@ -57,25 +57,31 @@ def trainer_defaults() -> dict:
 SMALL_PACK = str(128 << 10)
 XLA_AUTO = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
 VARIANTS = {
-    "plain": Variant("plain", ("--steps-per-execution", "1", "--bytes-per-pack", "0", "--cache"),
+    "plain": Variant("plain", ("--steps-per-execution", "1", "--bytes-per-pack", "0", "--cache", "--no-lazy-metrics"),
                      note="model.fit defaults: 1 step per call, one gradient pack, no XLA, cached input"),
     "no_cache": Variant("no_cache", ("--steps-per-execution", "1", "--bytes-per-pack", "0",
-                                     "--no-cache"), note="input pipeline without .cache()"),
+                                     "--no-cache", "--no-lazy-metrics"), note="input pipeline without .cache()"),
     "pack_128k": Variant("pack_128k", ("--steps-per-execution", "1", "--bytes-per-pack", SMALL_PACK,
-                                       "--cache"), note="gradients in 128 KiB packs"),
-    "spe10": Variant("spe10", ("--steps-per-execution", "10", "--bytes-per-pack", "0", "--cache"),
+                                       "--cache", "--no-lazy-metrics"), note="gradients in 128 KiB packs"),
+    "spe10": Variant("spe10", ("--steps-per-execution", "10", "--bytes-per-pack", "0", "--cache",
+                               "--no-lazy-metrics"),
                      note="10 steps per tf.function call"),
+    "spe10_lazy": Variant("spe10_lazy", ("--steps-per-execution", "10", "--bytes-per-pack", "0", "--cache",
+                                         "--lazy-metrics"),
+                          note="10 steps per call, metrics read (all-reduced) once per call"),
     "spe10_pack_128k": Variant("spe10_pack_128k", ("--steps-per-execution", "10", "--bytes-per-pack", SMALL_PACK,
-                                                   "--cache"), note="10 steps per call + 128 KiB packs"),
+                                                   "--cache", "--no-lazy-metrics"), note="10 steps per call + 128 KiB packs"),
     # Keras' jit_compile=True cannot work here: TF 2.11 cannot XLA-compile the MWMS collectives on
     # CPU. Auto-clustering compiles the model's ops and leaves the collectives to the runtime.
-    "xla_auto": Variant("xla_auto", ("--steps-per-execution", "1", "--bytes-per-pack", "0", "--cache"),
+    "xla_auto": Variant("xla_auto", ("--steps-per-execution", "1", "--bytes-per-pack", "0", "--cache",
+                                     "--no-lazy-metrics"),
                         env=(("TF_XLA_FLAGS", XLA_AUTO),), note="XLA auto-clustering (TF_XLA_FLAGS)"),
-    "spe10_xla_auto": Variant("spe10_xla_auto", ("--steps-per-execution", "10", "--bytes-per-pack", "0", "--cache"),
+    "spe10_xla_auto": Variant("spe10_xla_auto", ("--steps-per-execution", "10", "--bytes-per-pack", "0", "--cache",
+                                                 "--no-lazy-metrics"),
                               env=(("TF_XLA_FLAGS", XLA_AUTO),), note="10 steps per call + XLA auto-clustering"),
     "default": Variant("default", (), note="the trainer's defaults (no tuning flags)"),
 }
-DEFAULT_RUN = ("plain", "spe10", "pack_128k", "xla_auto", "spe10_pack_128k", "no_cache")
+DEFAULT_RUN = ("plain", "spe10", "spe10_lazy", "pack_128k", "xla_auto", "spe10_pack_128k", "no_cache")
 
 
 def free_ports(count: int) -> list[int]:

@@ -19,6 +19,7 @@ from dtr_trainer.models import MODELS
 # Defaults chosen by bench/trainer (see bench/trainer/results.md).
 DEFAULT_STEPS_PER_EXECUTION = 10  # fewer per-step metric all-reduces: best CPU efficiency in every run
 DEFAULT_BYTES_PER_PACK = 0  # 0 = all gradients in one all-reduce; 128 KiB packs measured worse
+DEFAULT_LAZY_METRICS = True  # +9% MWMS examples/s over spe10 alone (bench/trainer/results-lazy.md)
 
 _TASK = "worker-0"
 
@@ -77,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     tuning.add_argument("--steps-per-execution", type=_positive_int, default=DEFAULT_STEPS_PER_EXECUTION)
     tuning.add_argument("--bytes-per-pack", type=_non_negative_int, default=DEFAULT_BYTES_PER_PACK,
                         help="gradient all-reduce packing (0 = TensorFlow default)")
+    tuning.add_argument("--lazy-metrics", action=argparse.BooleanOptionalAction, default=DEFAULT_LAZY_METRICS,
+                        help="read (all-reduce) the training metrics only at the end of each execution")
     tuning.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
                         help="cache the decoded training set in memory")
     return p
@@ -111,7 +114,7 @@ class TrainOutcome:
 def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, splits: data.Splits) -> TrainOutcome:
     import tensorflow as tf
 
-    from dtr_trainer.models import build_model, compile_model
+    from dtr_trainer.models import build_model, compile_model, read_metrics_at_execution_end
     from dtr_trainer.progress import Progress
 
     global_batch = args.batch_size_per_worker * strategy.num_replicas_in_sync
@@ -122,6 +125,8 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, splits: data
         train_ds, eval_ds = data.make_datasets(splits, global_batch, args.seed, cache=args.cache)
         model = build_model(args.model, args.seed)
         compile_model(model, args.learning_rate, args.steps_per_execution)
+        if args.lazy_metrics and args.steps_per_execution > 1:
+            read_metrics_at_execution_end(model)
 
     progress = Progress(args.epochs, steps * global_batch, log)
     callbacks = [progress]
