@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dtr_trainer import data, export
+from dtr_trainer import data, export, memory
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
 from dtr_trainer.errors import EXIT_INTERNAL, EXIT_PEER_LOST, TrainerError, UsageError
 from dtr_trainer.models import MODELS
@@ -20,6 +20,7 @@ from dtr_trainer.models import MODELS
 DEFAULT_STEPS_PER_EXECUTION = 10  # fewer Python calls per step (+15% MWMS ex/s); lazy metrics need > 1
 DEFAULT_BYTES_PER_PACK = 0  # 0 = all gradients in one all-reduce; 128 KiB packs measured worse
 DEFAULT_LAZY_METRICS = True  # +9% MWMS examples/s over spe10 alone (bench/trainer/results-lazy.md)
+DEFAULT_RETAIN_MEMORY = True  # no page faults per step from malloc trimming (dtr_trainer/memory.py)
 
 _TASK = "worker-0"
 
@@ -82,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="read (all-reduce) the training metrics only at the end of each execution")
     tuning.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
                         help="cache the decoded training set in memory")
+    tuning.add_argument("--retain-memory", action=argparse.BooleanOptionalAction, default=DEFAULT_RETAIN_MEMORY,
+                        help="keep memory freed by one step for the next (glibc malloc thresholds)")
     return p
 
 
@@ -147,6 +150,8 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, splits: data
 def run(argv: Sequence[str] | None = None) -> int:
     global _TASK
     args = parse_args(argv)
+    if args.retain_memory:
+        memory.retain_freed_memory()
     cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
     _TASK = cluster.name
     data.validate_dataset_name(args.dataset, args.data_dir)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import resource
 import time
 from typing import Callable
 
 import tensorflow as tf
+
+
+def max_rss_mb() -> float:
+    """This process's peak resident memory (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class Progress(tf.keras.callbacks.Callback):
@@ -43,7 +49,7 @@ class Progress(tf.keras.callbacks.Callback):
             wall = self.epoch_ends[-1] - self.epoch_ends[0]
             cpu = self.cpu_ends[-1] - self.cpu_ends[0]
             self.log(f"window epochs={epochs} examples={self.examples_per_epoch * epochs} "
-                     f"wall_s={wall:.4f} cpu_s={cpu:.4f}")
+                     f"wall_s={wall:.4f} cpu_s={cpu:.4f} max_rss_mb={max_rss_mb():.0f}")
 
     def examples_per_second(self) -> float:
         """Global examples/s; excludes this process's first epoch (tracing) when it can."""
