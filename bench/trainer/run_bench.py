@@ -47,41 +47,43 @@ def trainer_defaults() -> dict:
     from dtr_trainer import main
 
     return {"steps_per_execution": main.DEFAULT_STEPS_PER_EXECUTION, "bytes_per_pack": main.DEFAULT_BYTES_PER_PACK,
-            "lazy_metrics": main.DEFAULT_LAZY_METRICS, "xla": "off"}
+            "lazy_metrics": main.DEFAULT_LAZY_METRICS, "retain_memory": main.DEFAULT_RETAIN_MEMORY, "xla": "off"}
 
 
 # Flags are explicit, so a variant means the same whatever the trainer's defaults are.
 # bytes_per_pack=0 is TF 2.11's "one pack": all gradients concatenated into a single all-reduce
 # (cross_device_utils.group_by_size); a positive size splits them so early packs can start while
 # later gradients are still being computed.
-SMALL_PACK = str(128 << 10)
-XLA_AUTO = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
-VARIANTS = {
-    "plain": Variant("plain", ("--steps-per-execution", "1", "--bytes-per-pack", "0", "--cache", "--no-lazy-metrics"),
-                     note="model.fit defaults: 1 step per call, one gradient pack, no XLA, cached input"),
-    "no_cache": Variant("no_cache", ("--steps-per-execution", "1", "--bytes-per-pack", "0",
-                                     "--no-cache", "--no-lazy-metrics"), note="input pipeline without .cache()"),
-    "pack_128k": Variant("pack_128k", ("--steps-per-execution", "1", "--bytes-per-pack", SMALL_PACK,
-                                       "--cache", "--no-lazy-metrics"), note="gradients in 128 KiB packs"),
-    "spe10": Variant("spe10", ("--steps-per-execution", "10", "--bytes-per-pack", "0", "--cache",
-                               "--no-lazy-metrics"),
-                     note="10 steps per tf.function call"),
-    "spe10_lazy": Variant("spe10_lazy", ("--steps-per-execution", "10", "--bytes-per-pack", "0", "--cache",
-                                         "--lazy-metrics"),
-                          note="10 steps per call, metrics read (all-reduced) once per call"),
-    "spe10_pack_128k": Variant("spe10_pack_128k", ("--steps-per-execution", "10", "--bytes-per-pack", SMALL_PACK,
-                                                   "--cache", "--no-lazy-metrics"), note="10 steps per call + 128 KiB packs"),
+SMALL_PACK = 128 << 10
+XLA_AUTO = (("TF_XLA_FLAGS", "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"),)
+
+
+def flags(spe: int = 1, pack: int = 0, cache: bool = True, lazy: bool = False, retain: bool = False) -> tuple[str, ...]:
+    """Every tuning flag spelled out (the defaults here are model.fit's, not the trainer's)."""
+    return ("--steps-per-execution", str(spe), "--bytes-per-pack", str(pack),
+            "--cache" if cache else "--no-cache", "--lazy-metrics" if lazy else "--no-lazy-metrics",
+            "--retain-memory" if retain else "--no-retain-memory")
+
+
+VARIANTS = {v.name: v for v in (
+    Variant("plain", flags(), note="model.fit defaults: 1 step per call, one gradient pack, no XLA, cached input"),
+    Variant("no_cache", flags(cache=False), note="input pipeline without .cache()"),
+    Variant("pack_128k", flags(pack=SMALL_PACK), note="gradients in 128 KiB packs"),
+    Variant("spe10", flags(spe=10), note="10 steps per tf.function call"),
+    Variant("spe10_lazy", flags(spe=10, lazy=True), note="10 steps per call, metrics read (all-reduced) once per call"),
+    Variant("spe10_pack_128k", flags(spe=10, pack=SMALL_PACK), note="10 steps per call + 128 KiB packs"),
     # Keras' jit_compile=True cannot work here: TF 2.11 cannot XLA-compile the MWMS collectives on
     # CPU. Auto-clustering compiles the model's ops and leaves the collectives to the runtime.
-    "xla_auto": Variant("xla_auto", ("--steps-per-execution", "1", "--bytes-per-pack", "0", "--cache",
-                                     "--no-lazy-metrics"),
-                        env=(("TF_XLA_FLAGS", XLA_AUTO),), note="XLA auto-clustering (TF_XLA_FLAGS)"),
-    "spe10_xla_auto": Variant("spe10_xla_auto", ("--steps-per-execution", "10", "--bytes-per-pack", "0", "--cache",
-                                                 "--no-lazy-metrics"),
-                              env=(("TF_XLA_FLAGS", XLA_AUTO),), note="10 steps per call + XLA auto-clustering"),
-    "default": Variant("default", (), note="the trainer's defaults (no tuning flags)"),
-}
-DEFAULT_RUN = ("plain", "spe10", "spe10_lazy", "pack_128k", "xla_auto", "spe10_pack_128k", "no_cache")
+    Variant("xla_auto", flags(), env=XLA_AUTO, note="XLA auto-clustering (TF_XLA_FLAGS)"),
+    Variant("spe10_xla_auto", flags(spe=10), env=XLA_AUTO, note="10 steps per call + XLA auto-clustering"),
+    Variant("spe10_lazy_retain", flags(spe=10, lazy=True, retain=True),
+            note="spe10_lazy + malloc keeps freed memory (no page faults per step)"),
+    Variant("spe10_lazy_bfc", flags(spe=10, lazy=True), env=(("TF_CPU_ALLOCATOR_USE_BFC", "true"),),
+            note="spe10_lazy + TensorFlow's BFC allocator for CPU tensors"),
+    Variant("spe50_lazy_retain", flags(spe=50, lazy=True, retain=True), note="50 steps per call, lazy metrics, retain"),
+    Variant("default", (), note="the trainer's defaults (no tuning flags)"),
+)}
+DEFAULT_RUN = ("plain", "spe10", "spe10_lazy", "spe50_lazy_retain", "pack_128k", "xla_auto", "no_cache")
 
 
 def free_ports(count: int) -> list[int]:
@@ -106,7 +108,7 @@ def trainer_cmd(core: int, variant: Variant, args: argparse.Namespace, work: Pat
     ]
 
 
-WINDOW = re.compile(r"window epochs=(\d+) examples=(\d+) wall_s=([\d.]+) cpu_s=([\d.]+)")
+WINDOW = re.compile(r"window epochs=(\d+) examples=(\d+) wall_s=([\d.]+) cpu_s=([\d.]+)(?: max_rss_mb=(\d+))?")
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ class Window:
     examples: int  # global examples (the whole cluster's) in the window
     wall: float
     cpu: float  # this process's CPU seconds, all threads
+    max_rss_mb: int  # peak resident memory of the process (0: not reported)
 
     @property
     def utilization(self) -> float:  # < 1: the core was shared with something else
@@ -142,8 +145,8 @@ def launch(cmds: list[list[str]], envs: list[dict], logs: list[Path]) -> list[Wi
         found = WINDOW.search(log.read_text())
         if not found:
             raise SystemExit(f"no window line in {log}")
-        _, examples, wall, cpu = found.groups()
-        windows.append(Window(int(examples), float(wall), float(cpu)))
+        _, examples, wall, cpu, rss = found.groups()
+        windows.append(Window(int(examples), float(wall), float(cpu), int(rss or 0)))
     return windows
 
 
@@ -184,6 +187,7 @@ def compare(mwms: list[Window], solo: list[Window]) -> dict:
         "cpu_efficiency": round(mwms_per_cpu / solo_per_cpu, 3),
         "utilization_mwms": round(statistics.mean(w.utilization for w in mwms), 2),
         "utilization_independent": round(statistics.mean(w.utilization for w in solo), 2),
+        "max_rss_mb_mwms": max(w.max_rss_mb for w in mwms), "max_rss_mb_independent": max(w.max_rss_mb for w in solo),
     }
 
 
@@ -237,7 +241,7 @@ def markdown(report: dict) -> str:
     )
     header = ("| variant | what | efficiency (median) | min..max | CPU efficiency | slower-core efficiency "
               "| core share MWMS / indep. | MWMS global ex/s | independent sum ex/s | independent per core ex/s "
-              "(medians) |")
+              "(medians) | peak RSS MB MWMS / indep. |")
     lines = [
         "# Trainer scaling benchmark",
         "",
@@ -247,18 +251,19 @@ def markdown(report: dict) -> str:
         method,
         "",
         header,
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in report["variants"].items():
         rounds = r["rounds"]
         slower = statistics.median(slower_core_efficiency(x) for x in rounds)
+        rss = " / ".join(str(max(x.get(k, 0) for x in rounds)) for k in ("max_rss_mb_mwms", "max_rss_mb_independent"))
         per_core = " / ".join(f"{statistics.median(x['independent'][i] for x in rounds):.0f}" for i in range(2))
         lines.append(f"| `{name}` | {VARIANTS[name].note} | **{r['efficiency_median']:.3f}** | "
                      f"{r['efficiency_min']:.3f}..{r['efficiency_max']:.3f} | {r['cpu_efficiency_median']:.3f} | "
                      f"{slower:.3f} | "
                      f"{r['utilization_mwms_median']:.2f} / {r['utilization_independent_median']:.2f} | "
                      f"{r['mwms_examples_per_s_median']:.0f} | {r['independent_sum_examples_per_s_median']:.0f} | "
-                     f"{per_core} |")
+                     f"{per_core} | {rss} |")
     lines += ["", f"Trainer defaults when this ran: `{json.dumps(report['trainer_defaults'])}`.", ""]
     return "\n".join(lines)
 
