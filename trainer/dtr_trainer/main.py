@@ -17,7 +17,11 @@ from dtr_trainer.errors import EXIT_INTERNAL, EXIT_PEER_LOST, TrainerError, Usag
 from dtr_trainer.models import MODELS
 
 # Defaults chosen by bench/trainer (see bench/trainer/results.md).
-DEFAULT_STEPS_PER_EXECUTION = 10  # fewer Python calls per step (+15% MWMS ex/s); lazy metrics need > 1
+# 50 steps per tf.function call: each call ends in a metric read (4 all-reduces) and a trip through
+# Python during which neither worker computes; at 10 per call that was 0.812 vs 0.885 scaling
+# efficiency (bench/trainer/results.md). Epoch logs and backups are per epoch either way, and Keras
+# shortens a call that would cross an epoch's end.
+DEFAULT_STEPS_PER_EXECUTION = 50
 DEFAULT_BYTES_PER_PACK = 0  # 0 = all gradients in one all-reduce; 128 KiB packs measured worse
 DEFAULT_LAZY_METRICS = True  # +9% MWMS examples/s over spe10 alone (bench/trainer/results-lazy.md)
 DEFAULT_RETAIN_MEMORY = True  # no page faults per step from malloc trimming (dtr_trainer/memory.py)
