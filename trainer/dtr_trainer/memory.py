@@ -1,4 +1,4 @@
-"""Keep glibc malloc from handing memory back to the kernel at every training step.
+"""Keep glibc malloc from handing memory back to the kernel between training steps.
 
 TensorFlow allocates each step's tensors (activations of several MB, the packed gradients, gRPC
 buffers) with malloc and frees them at the end of the step. glibc's defaults then now and then
@@ -6,8 +6,8 @@ return the freed top of a heap to the kernel (trim) or serve a large block with 
 the next step takes page faults and zeroes the same pages again. bench/trainer measured one MWMS
 worker taking 138,800 page faults (0.7 s of kernel time, 7% of its CPU) in a 150-step window,
 another in the same run 4,168; which process hits it changes from run to run. Fixed thresholds
-make the freed memory stay in the process for the next step. Peak memory does not grow: the
-same blocks are reused.
+make the freed memory stay in the process for the next step. Peak RSS did not grow in the bench
+(bench/trainer/results.md): the same blocks are reused.
 """
 
 from __future__ import annotations
