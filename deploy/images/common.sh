@@ -1,0 +1,49 @@
+# Shared by deploy/images/*.sh (sourced, not run): paths, messages, and installing
+# the few Debian packages the image scripts need on a fresh CI machine.
+# shellcheck shell=bash
+
+IMAGES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "${IMAGES_DIR}/../.." && pwd)"
+STATE="${DTR_STATE:-${ROOT}/.dtr}"
+readonly IMAGES_DIR ROOT STATE
+
+step() { printf '\n==> %s\n' "$*"; }
+info() { printf '    %s\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Whether these scripts may install system packages themselves: as root, and either in CI
+# (CI=true, as GitHub Actions and most CI systems set it) or when asked (DTR_INSTALL=1).
+MAY_INSTALL=0
+if ((EUID == 0)) && [[ "${CI:-}" == true || "${DTR_INSTALL:-}" == 1 ]]; then
+  MAY_INSTALL=1
+fi
+readonly MAY_INSTALL
+
+# need_packages NEED:PACKAGE...  Install (apt-get) each PACKAGE whose NEED is missing (a command
+# name, or an absolute path), when MAY_INSTALL; otherwise fail with one line naming what to install.
+# `apt-get update` runs at most once an hour across the scripts (a stamp in STATE).
+need_packages() {
+  local pair need missing=()
+  for pair in "$@"; do
+    need="${pair%%:*}"
+    if [[ "${need}" == /* ]]; then
+      [[ -e "${need}" ]] || missing+=("${pair#*:}")
+    else
+      command -v "${need}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+    fi
+  done
+  ((${#missing[@]} == 0)) && return 0
+  ((MAY_INSTALL)) ||
+    die "missing ${missing[*]}: run 'apt-get install -y ${missing[*]}' as root (or re-run as root with CI=true or DTR_INSTALL=1 to let this script do it)"
+  command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get here: install them with your package manager"
+  local stamp="${STATE}/apt-updated"
+  mkdir -p "${STATE}"
+  if [[ -z "$(find "${stamp}" -mmin -60 2>/dev/null || true)" ]]; then
+    step "apt-get update (to install ${missing[*]})"
+    apt-get update -qq
+    touch "${stamp}"
+  fi
+  step "apt-get install ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+}
+
