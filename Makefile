@@ -101,6 +101,21 @@ k3d-up: ## k3d cluster + images + training-operator + operator, train an example
 k3d-down: ## delete the k3d cluster (ARGS=--purge also deletes the model volume)
 	bash deploy/k3d/down.sh $(ARGS)
 
+# Images (docs/images.md): a running Docker engine, the python:3.X-slim bases (local stand-ins
+# built with debootstrap when no registry answers), both images, and tests that run them.
+.PHONY: docker-up base-images images test-images
+docker-up: ## start dockerd unless a Docker engine answers (CI=true as root: installs docker.io)
+	bash deploy/images/docker-up.sh
+
+base-images: docker-up ## python:3.11-slim, python:3.9-slim: pull, else local stand-ins (offline fallback)
+	bash deploy/images/base-images.sh
+
+images: ## build distml/operator:0.1.0 and distml/trainer:0.1.0 (ARGS go to docker build)
+	bash deploy/images/build.sh $(ARGS)
+
+test-images: images setup-op ## run both images as uid 1000, read-only: TF, training, 2 workers, the operator
+	$(OP)/pytest -q tests/images
+
 clean: ## remove environments and local run output
 	rm -rf .venv .dtr
 
