@@ -61,6 +61,21 @@ CONTROLLERS = (
     # Quota admission enforces only what this controller has written into a quota's status.
     "resourcequota-controller",
 )
+# With a real node (tests/cluster/node.py), what it and its pods need: its taints managed,
+# Deployments (the operator, CoreDNS, local-path, training-operator), EndpointSlices (kube-proxy,
+# CoreDNS), finished pods collected.
+NODE_CONTROLLERS = (
+    # Lifts the not-ready taint kubelet registers the node with (and taints a node that stops posting).
+    "node-lifecycle-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "endpoints-controller",
+    "endpointslice-controller",
+    "endpointslice-mirroring-controller",
+    "pod-garbage-collector-controller",
+    "ttl-after-finished-controller",
+    "job-controller",
+)
 
 SERVICE_CIDR = "10.0.0.0/24"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -150,14 +165,25 @@ def etcd_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
     ]
 
 
-def apiserver_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
+def apiserver_args(binary: Path, layout: Layout, ports: Ports, node_ip: str | None = None) -> list[str]:
+    """node_ip: a real node's address; pods reach the apiserver there (the `kubernetes` Service's
+    endpoint, which may not be a loopback address), and the apiserver reaches the kubelet."""
     pki = layout.pki
+    if node_ip:
+        where = [
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={node_ip}",
+            f"--kubelet-client-certificate={pki / 'admin.crt'}",
+            f"--kubelet-client-key={pki / 'admin.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
+        ]
+    else:
+        # Without --advertise-address the apiserver looks for a host interface with a default route.
+        where = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"]
     return [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd}",
-        "--bind-address=127.0.0.1",
-        # Without it the apiserver looks for a host interface with a default route.
-        "--advertise-address=127.0.0.1",
+        *where,
         f"--secure-port={ports.apiserver}",
         f"--cert-dir={layout.root / 'apiserver'}",
         f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -182,7 +208,7 @@ def apiserver_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
     ]
 
 
-def controller_manager_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
+def controller_manager_args(binary: Path, layout: Layout, ports: Ports, node: bool = False) -> list[str]:
     kubeconfig, pki = layout.kubeconfig, layout.pki
     return [
         str(binary),
@@ -193,7 +219,7 @@ def controller_manager_args(binary: Path, layout: Layout, ports: Ports) -> list[
         f"--secure-port={ports.controller_manager}",
         f"--cert-dir={layout.root / 'controller-manager'}",
         "--leader-elect=false",
-        f"--controllers={','.join(CONTROLLERS)}",
+        f"--controllers={','.join(CONTROLLERS + (NODE_CONTROLLERS if node else ()))}",
         f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--root-ca-file={pki / 'ca.crt'}",
         "--use-service-account-credentials=false",
@@ -360,14 +386,14 @@ def make_leaf(pki: Path, ca: str, name: str, subject: str, usage: str, sans: Seq
     (pki / f"{name}.ext").unlink()
 
 
-def make_cluster_pki(pki: Path) -> None:
+def make_cluster_pki(pki: Path, node_ip: str | None = None) -> None:
     """CA, apiserver serving cert, admin client cert (system:masters), front-proxy pair, service-account key."""
     pki.mkdir(parents=True, exist_ok=True)
     make_ca(pki, "ca", "dtr-local-ca")
     make_leaf(
         pki, "ca", "apiserver", "/CN=kube-apiserver", "serverAuth",
         ["DNS:localhost", "IP:127.0.0.1", "DNS:kubernetes", "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
-         "DNS:kubernetes.default.svc.cluster.local", "IP:10.0.0.1"],
+         "DNS:kubernetes.default.svc.cluster.local", "IP:10.0.0.1", *([f"IP:{node_ip}"] if node_ip else [])],
     )  # fmt: skip
     make_leaf(pki, "ca", "admin", "/O=system:masters/CN=admin", "clientAuth")
     make_ca(pki, "front-proxy-ca", "dtr-front-proxy-ca")
@@ -585,8 +611,13 @@ class ControlPlane:
         build: bool = True,
         stop_at_exit: bool = True,
         log: Callable[[str], None] | None = None,
+        node_ip: str | None = None,
     ) -> None:
+        """node_ip: serve a real node (tests/cluster/node.py) at that address. The training-operator
+        then runs as a pod from its own manifests (the node applies them), not as a host process."""
         self.layout = Layout(Path(workdir).resolve())
+        self.node_ip = node_ip
+        self.components = COMPONENTS if node_ip is None else COMPONENTS[:-1]
         self.cache = Path(cache or os.environ.get("DTR_CACHE") or Path.home() / ".cache" / "dtr")
         self.crd_dir = Path(crd_dir)
         self.build = build
@@ -618,8 +649,8 @@ class ControlPlane:
         """component -> running (False for every component when it was never started)."""
         state = self.state()
         if state is None:
-            return {c: False for c in COMPONENTS}
-        return {c: c in state.pids and pid_runs(state.pids[c], state.binaries[c]) for c in COMPONENTS}
+            return {c: False for c in self.components}
+        return {c: c in state.pids and pid_runs(state.pids[c], state.binaries[c]) for c in self.components}
 
     def start(self) -> State:
         running = [c for c, up in self.status().items() if up]
@@ -738,7 +769,7 @@ class ControlPlane:
         )
 
     def _start_all(self) -> State:
-        binaries = {c: self._binary(c) for c in COMPONENTS}
+        binaries = {c: self._binary(c) for c in self.components}
         tfjob_crd = self.cache / "crds" / "kubeflow.org_tfjobs.yaml"
         if not tfjob_crd.exists():
             raise ControlPlaneError(f"{tfjob_crd} is missing; run `bash tests/cluster/build.sh`")
@@ -750,12 +781,12 @@ class ControlPlane:
 
         self._spawn("etcd", etcd_args(binaries["etcd"], layout, ports))
         # etcd needs no certificates: make them while it starts.
-        make_cluster_pki(pki)
+        make_cluster_pki(pki, self.node_ip)
         hook_pki = webhook_pki(self.cache)
         install_webhook_certs(hook_pki)
         self._wait("etcd", lambda: http_get(f"http://127.0.0.1:{ports.etcd}/health")[1].find(b'"true"') >= 0)
 
-        self._spawn("kube-apiserver", apiserver_args(binaries["kube-apiserver"], layout, ports))
+        self._spawn("kube-apiserver", apiserver_args(binaries["kube-apiserver"], layout, ports, self.node_ip))
         api = Api(ports.apiserver, pki)
         self._wait("kube-apiserver", lambda: http_get(f"{api.base}/readyz", api.context)[0] == 200)
         server = f"https://127.0.0.1:{ports.apiserver}"
@@ -765,7 +796,12 @@ class ControlPlane:
         layout.kubeconfig.write_text(json.dumps(kubeconfig, indent=2) + "\n")
         layout.kubeconfig.chmod(0o600)
 
-        self._spawn("kube-controller-manager", controller_manager_args(binaries["kube-controller-manager"], layout, ports))
+        self._spawn(
+            "kube-controller-manager",
+            controller_manager_args(binaries["kube-controller-manager"], layout, ports, node=self.node_ip is not None),
+        )
+        if self.node_ip is not None:
+            return self._finish_without_training_operator(api, state, project_docs, ports)
 
         # What the training-operator needs before it starts: its CRD, its namespace, the Secret its
         # cert rotator reads (pre-seeded with the shared pair), the webhook configuration.
@@ -793,18 +829,26 @@ class ControlPlane:
 
         self._wait_established(api, project_names)
 
-        def controllers_ready() -> bool | str:
-            if http_get(f"https://127.0.0.1:{ports.controller_manager}/healthz", _insecure())[0] != 200:
-                return "healthz not ok"
-            # The serviceaccount controller at work: every namespace gets `default`.
-            if api.call("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] != 200:
-                return "no default ServiceAccount yet"
-            return True
-
-        self._wait("kube-controller-manager", controllers_ready)
+        self._wait("kube-controller-manager", lambda: self._controllers_ready(api, ports))
         self._wait("training-operator", lambda: http_get(f"http://127.0.0.1:{ports.operator_probe}/readyz")[0] == 200)
         state.pids = {c: p.pid for c, p in self._children.items()}
         return state
+
+    def _finish_without_training_operator(
+        self, api: Api, state: State, project_docs: list[dict[str, Any]], ports: Ports
+    ) -> State:
+        self._wait_established(api, [self._apply_crd(api, doc) for doc in project_docs])
+        self._wait("kube-controller-manager", lambda: self._controllers_ready(api, ports))
+        state.pids = {c: p.pid for c, p in self._children.items()}
+        return state
+
+    def _controllers_ready(self, api: Api, ports: Ports) -> bool | str:
+        if http_get(f"https://127.0.0.1:{ports.controller_manager}/healthz", _insecure())[0] != 200:
+            return "healthz not ok"
+        # The serviceaccount controller at work: every namespace gets `default`.
+        if api.call("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] != 200:
+            return "no default ServiceAccount yet"
+        return True
 
     def _apply_crd(self, api: Api, doc: dict[str, Any]) -> str:
         name = doc.get("metadata", {}).get("name")
