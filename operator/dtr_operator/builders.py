@@ -25,6 +25,10 @@ PORT_NAME = "tfjob-port"
 PORT = 2222
 MOUNT_PATH = "/mnt/dtr"
 VOLUME_NAME = "dtr-data"
+# The root filesystem is read-only; Python and TensorFlow still want a scratch dir.
+SCRATCH_VOLUME = "tmp"
+SCRATCH_PATH = "/tmp"
+SCRATCH_SIZE = "256Mi"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TRAINER_COMMAND = ("python", "-m", "dtr_trainer")
 RUN_AS = 1000
@@ -75,13 +79,18 @@ def _container(run: RunSpec) -> dict[str, Any]:
         "args": trainer_args(run),
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
         "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
-        "volumeMounts": [{"name": VOLUME_NAME, "mountPath": MOUNT_PATH}],
+        "volumeMounts": [
+            {"name": VOLUME_NAME, "mountPath": MOUNT_PATH},
+            {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_PATH},
+        ],
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         # On success the trainer writes its JSON summary there; on a crash the log tail explains it.
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
+            # Writes go to the run's volume or the scratch dir, nowhere else.
+            "readOnlyRootFilesystem": True,
             "runAsNonRoot": True,
             "runAsUser": RUN_AS,
             "runAsGroup": RUN_AS,
@@ -119,6 +128,8 @@ def build_tfjob(run: RunSpec) -> dict[str, Any]:
                     "template": {
                         "metadata": {"labels": dict(labels)},
                         "spec": {
+                            # The trainer never calls the API: no ServiceAccount token in its pods.
+                            "automountServiceAccountToken": False,
                             "securityContext": {
                                 "runAsNonRoot": True,
                                 "runAsUser": RUN_AS,
@@ -128,7 +139,8 @@ def build_tfjob(run: RunSpec) -> dict[str, Any]:
                             },
                             "containers": [_container(run)],
                             "volumes": [
-                                {"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": run.pvc_name}}
+                                {"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": run.pvc_name}},
+                                {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE}},
                             ],
                         },
                     },

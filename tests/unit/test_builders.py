@@ -54,12 +54,15 @@ def test_tfjob_shape_for_defaults():
     assert c["image"] == "distml/trainer:0.1.0" and c["imagePullPolicy"] == "IfNotPresent"
     assert c["command"] == ["python", "-m", "dtr_trainer"]
     assert c["ports"] == [{"name": "tfjob-port", "containerPort": 2222, "protocol": "TCP"}]
-    assert c["volumeMounts"] == [{"name": "dtr-data", "mountPath": "/mnt/dtr"}]
+    assert c["volumeMounts"] == [{"name": "dtr-data", "mountPath": "/mnt/dtr"}, {"name": "tmp", "mountPath": "/tmp"}]
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert c["terminationMessagePath"] == "/dev/termination-log"
     assert "resources" not in c
     pod = worker(job)["template"]["spec"]
-    assert pod["volumes"] == [{"name": "dtr-data", "persistentVolumeClaim": {"claimName": "mnist-cnn-data"}}]
+    assert pod["volumes"] == [
+        {"name": "dtr-data", "persistentVolumeClaim": {"claimName": "mnist-cnn-data"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+    ]
     assert worker(job)["template"]["metadata"]["labels"]["distml.dev/run"] == "mnist-cnn"
 
 
@@ -72,6 +75,8 @@ def test_pod_security_is_restricted_and_non_root():
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["runAsNonRoot"] is True
+    assert sc["readOnlyRootFilesystem"] is True
+    assert worker(job)["template"]["spec"]["automountServiceAccountToken"] is False
 
 
 def test_trainer_args_for_defaults_follow_the_contract():
