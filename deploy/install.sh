@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Everything after a cluster exists, for any cluster whose node can take images without a registry:
+#   build both images -> import them into the node -> Kubeflow training-operator v1.9.4
+#   (standalone overlay) -> DistTrainingRun CRD + operator (deploy/) -> [apply an example,
+#   wait for Succeeded, print where the model is].
+# Run by deploy/k3d/up.sh (import with k3d) and by the local real node (import with ctr);
+# steps in docs/k3d.md. Needs kubectl (current context = the cluster) and docker.
+# Settings (environment):
+#   DTR_IMPORT       k3d | ctr | none   how images get onto the node (default k3d)
+#   DTR_CLUSTER      k3d cluster name (DTR_IMPORT=k3d)
+#   DTR_CTR          the ctr command line that reaches the node's containerd (DTR_IMPORT=ctr)
+#   DTR_TRAINING_OPERATOR_KUSTOMIZE   the standalone overlay (default: upstream on GitHub)
+#   DTR_DEPLOY       the kustomization to apply (default deploy/; deploy/namespaced for one namespace)
+#   DTR_EXAMPLE      a DistTrainingRun file to apply and wait for; empty: install only
+#   DTR_HOST_DIR     the host directory holding the node's local-path volumes (to print the model)
+#   DTR_TIMEOUT      seconds to wait for the example (default 1800)
+#   DTR_SKIP_BUILD=1 reuse the images already built
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+readonly ROOT
+readonly IMPORT="${DTR_IMPORT:-k3d}"
+readonly CLUSTER="${DTR_CLUSTER:-dtr}"
+readonly DEPLOY="${DTR_DEPLOY:-${ROOT}/deploy}"
+readonly EXAMPLE="${DTR_EXAMPLE-${ROOT}/examples/digits.yaml}"
+readonly HOST_DIR="${DTR_HOST_DIR:-}"
+readonly TIMEOUT="${DTR_TIMEOUT:-1800}"
+readonly OPERATOR_IMAGE="distml/operator:0.1.0"
+readonly TRAINER_IMAGE="distml/trainer:0.1.0"
+readonly TRAINING_OPERATOR_REF="v1.9.4"
+readonly TRAINING_OPERATOR_KUSTOMIZE="${DTR_TRAINING_OPERATOR_KUSTOMIZE:-github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_REF}}"
+
+step() { printf '\n==> %s\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+build_images() {
+  if [[ "${DTR_SKIP_BUILD:-0}" == 1 ]]; then
+    docker image inspect "${OPERATOR_IMAGE}" "${TRAINER_IMAGE}" >/dev/null 2>&1 \
+      || die "DTR_SKIP_BUILD=1 but ${OPERATOR_IMAGE} or ${TRAINER_IMAGE} is not built; run make images"
+    return
+  fi
+  step "build ${OPERATOR_IMAGE} and ${TRAINER_IMAGE}"
+  bash "${ROOT}/deploy/images/build.sh"
+}
+
+import_images() {
+  step "import both images into the node (${IMPORT}; no registry involved)"
+  case "${IMPORT}" in
+    k3d) k3d image import --cluster "${CLUSTER}" "${OPERATOR_IMAGE}" "${TRAINER_IMAGE}" ;;
+    ctr)
+      [[ -n "${DTR_CTR:-}" ]] || die "DTR_IMPORT=ctr needs DTR_CTR (the ctr command that reaches the node's containerd)"
+      # What k3d image import does inside the k3s node: docker save | ctr -n k8s.io images import.
+      # shellcheck disable=SC2086 # DTR_CTR is a command line
+      docker save "${OPERATOR_IMAGE}" "${TRAINER_IMAGE}" | ${DTR_CTR} -n k8s.io images import - ;;
+    none) echo "skipped (DTR_IMPORT=none: the node pulls them itself)" ;;
+    *) die "DTR_IMPORT must be k3d, ctr or none, not '${IMPORT}'" ;;
+  esac
+}
+
+install_training_operator() {
+  step "Kubeflow training-operator ${TRAINING_OPERATOR_REF} (standalone overlay, namespace kubeflow)"
+  kubectl apply --server-side --force-conflicts -k "${TRAINING_OPERATOR_KUSTOMIZE}"
+  kubectl wait --for=condition=Established crd/tfjobs.kubeflow.org --timeout=120s
+  kubectl -n kubeflow rollout status deployment/training-operator --timeout=300s
+}
+
+install_dtr_operator() {
+  step "DistTrainingRun CRD and the operator (kubectl apply -k ${DEPLOY#"${ROOT}"/})"
+  kubectl apply -k "${DEPLOY}"
+  kubectl wait --for=condition=Established crd/disttrainingruns.distml.dev --timeout=120s
+  kubectl -n dtr-system rollout status deployment/dtr-operator --timeout=180s
+}
+
+# A field of the run in the example file, read by kubectl (needs the CRD installed).
+example_field() {
+  kubectl create --dry-run=client -f "${EXAMPLE}" -o jsonpath="{.metadata.$1}"
+}
+
+wait_for_run() {
+  local ns="$1" name="$2" phase message deadline now
+  step "waiting for ${ns}/${name} to finish (timeout ${TIMEOUT}s; watch: kubectl get dtr -n ${ns} -w)"
+  deadline=$((SECONDS + TIMEOUT))
+  while ((SECONDS < deadline)); do
+    phase="$(kubectl -n "${ns}" get disttrainingrun "${name}" -o jsonpath='{.status.phase}' 2>/dev/null || true)"
+    message="$(kubectl -n "${ns}" get disttrainingrun "${name}" -o jsonpath='{.status.message}' 2>/dev/null || true)"
+    now="$(date +%H:%M:%S)"
+    printf '  %s  phase=%-9s %s\n' "${now}" "${phase:-<none>}" "${message}"
+    case "${phase}" in
+      Succeeded) return 0 ;;
+      Failed)
+        kubectl -n "${ns}" describe disttrainingrun "${name}" >&2 || true
+        die "run ${ns}/${name} failed: ${message}" ;;
+      *) ;;  # not created yet, Pending or Running: keep waiting
+    esac
+    sleep 10
+  done
+  die "run ${ns}/${name} did not finish in ${TIMEOUT}s (see docs/k3d.md, 'Troubleshooting')"
+}
+
+print_model() {
+  local ns="$1" name="$2" model_path claim volume host_path
+  model_path="$(kubectl -n "${ns}" get disttrainingrun "${name}" -o jsonpath='{.status.model.path}')"
+  claim="$(kubectl -n "${ns}" get disttrainingrun "${name}" -o jsonpath='{.status.model.claim}')"
+  volume="$(kubectl -n "${ns}" get pvc "${claim}" -o jsonpath='{.spec.volumeName}')"
+  step "done"
+  kubectl -n "${ns}" get disttrainingrun "${name}"
+  echo "model (in the pods):  ${model_path}  on PVC ${ns}/${claim}"
+  [[ -n "${HOST_DIR}" ]] || return 0
+  # local-path names a volume's directory <pv>_<namespace>_<pvc>; the volume is
+  # mounted at /mnt/dtr in the pods, so strip that prefix to get the host path.
+  host_path="${HOST_DIR}/${volume}_${ns}_${claim}${model_path#/mnt/dtr}"
+  if [[ -d "${host_path}" ]]; then
+    echo "model (on this host): ${host_path}"
+    ls -l "${host_path}"
+  else
+    echo "model (on this host): expected at ${host_path}, not found there (another storage class?)"
+  fi
+}
+
+main() {
+  local tool
+  for tool in docker kubectl; do
+    command -v "${tool}" >/dev/null 2>&1 || die "${tool} not found on PATH (see docs/k3d.md, 'Prerequisites')"
+  done
+  [[ -z "${EXAMPLE}" || -f "${EXAMPLE}" ]] || die "example ${EXAMPLE} not found (DTR_EXAMPLE)"
+  build_images
+  import_images
+  install_training_operator
+  install_dtr_operator
+  [[ -n "${EXAMPLE}" ]] || return 0
+  local ns name
+  name="$(example_field name)"
+  ns="$(example_field namespace)"
+  ns="${ns:-default}"
+  step "apply ${EXAMPLE} (run ${ns}/${name})"
+  kubectl apply -f "${EXAMPLE}"
+  wait_for_run "${ns}" "${name}"
+  print_model "${ns}" "${name}"
+}
+
+main "$@"
