@@ -119,10 +119,20 @@ def termination_message(pod: Mapping[str, Any] | None) -> str | None:
     return terminated.get("message")
 
 
+# The trainer's exit code for "a peer died or a collective timed out" (docs/trainer.md, exit codes):
+# a consequence of another worker's failure, never its cause.
+EXIT_PEER_LOST = 138
+MAX_WORKER_DETAIL = 160
+
+
 def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per worker whose tensorflow container last exited non-zero, sorted by pod name."""
-    lines = []
-    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", "")):
+    """One line per worker whose tensorflow container last exited non-zero, the likely cause first.
+
+    When one worker dies, its peers exit with EXIT_PEER_LOST moments later: those go last, the
+    rest in the order they finished (then by name), so the message names the worker that failed.
+    """
+    found = []
+    for pod in pods:
         cs = _tensorflow_status(pod)
         for key in ("state", "lastState"):
             terminated = (cs.get(key) or {}).get("terminated") or {}
@@ -130,10 +140,11 @@ def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
             if code:
                 name = (pod.get("metadata") or {}).get("name", "?")
                 tail = [line for line in (terminated.get("message") or "").splitlines() if line.strip()]
-                detail = f": {tail[-1].strip()}" if tail else ""
-                lines.append(f"worker {name} exited with code {code}{detail}")
+                detail = f": {_short(tail[-1].strip(), MAX_WORKER_DETAIL)}" if tail else ""
+                order = (code == EXIT_PEER_LOST, terminated.get("finishedAt") or "", name)
+                found.append((order, f"worker {name} exited with code {code}{detail}"))
                 break
-    return lines
+    return [line for _, line in sorted(found)]
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,24 @@ def test_failure_names_the_failed_workers():
     assert "metrics" not in status
 
 
+def test_failure_names_the_killed_worker_before_the_peer_that_lost_it():
+    # Seen on the real node: worker-1 SIGKILLed (137), worker-0 then exits 138 with a long gRPC error.
+    grpc = "dtr_trainer[worker-0]: error: lost a peer or a collective timed out (UnavailableError: " + "x" * 400
+    pods = [pod(0, 138, grpc), pod(1, 137, "epoch 1/5 end")]
+    job = tfjob([cond("Created"), cond("Failed", message="TFJob ml/mnist-cnn has failed because 1 Worker replica(s) failed.")])
+    message = st.tfjob_status(RUN, job, pods, {}, T1)["message"]
+    assert "worker mnist-cnn-worker-1 exited with code 137" in message
+    assert message.index("worker-1") < message.index("worker-0"), message
+
+
+def test_failed_workers_in_the_order_they_finished():
+    first, second = pod(1, 2, "ValueError: a"), pod(0, 3, "ValueError: b")
+    first["status"]["containerStatuses"][1]["state"]["terminated"]["finishedAt"] = "2026-01-01T00:00:01Z"
+    second["status"]["containerStatuses"][1]["state"]["terminated"]["finishedAt"] = "2026-01-01T00:00:02Z"
+    lines = st.failed_workers([second, first])
+    assert [line.split()[1] for line in lines] == ["mnist-cnn-worker-1", "mnist-cnn-worker-0"]
+
+
 def test_long_messages_are_bounded_to_one_line():
     long = "x" * 2000 + "\nsecond line"
     job = tfjob([cond("Failed", message=long)])
