@@ -57,23 +57,34 @@ bench-trainer: setup-trainer ## MWMS scaling efficiency (2 pinned workers vs 2 i
 test-integration: setup-op cluster-build ## the operator against a real local control plane
 	$(OP)/pytest -q tests/integration
 
-test-e2e: setup cluster-build ## full runs: control plane + process node + trainer
+test-e2e: setup ## `dtr run` end to end: real TF worker processes, no cluster
 	$(OP)/pytest -q tests/e2e
+
+# The real node (docs/cluster.md): containerd, runc, CNI, kubelet, kube-scheduler, kube-proxy, CoreDNS,
+# local-path, as k3s bundles them; built and cached like the control plane. Needs root.
+.PHONY: node-build test-node
+node-build: cluster-build ## build the node's parts (containerd, runc, CoreDNS, local-path, their images; cached)
+	bash tests/cluster/build_node.sh
+
+test-node: setup images node-build ## both images as pods on a real node: kubectl apply -> Succeeded, faults, security
+	$(OP)/pytest -q tests/node
 
 test-fast: lint test-unit ## lint and unit tests only
 
-test: lint test-unit test-trainer test-integration test-e2e ## everything CI runs
+test: lint test-unit test-trainer test-integration test-e2e test-images test-node ## everything CI runs
 
 run: setup ## train examples/digits.yaml locally, no cluster
 	$(OP)/dtr run examples/digits.yaml
 
-# The local stack in the background (docs/local.md): control plane, training-operator, process node, operator.
+# The local stack in the background (docs/cluster.md): control plane, real node, training-operator and
+# the operator as pods (deploy/install.sh). Needs root.
 .PHONY: dev-cluster dev-cluster-down
-dev-cluster: setup cluster-build ## start the local cluster with the process node and the operator; prints KUBECONFIG
-	$(OP)/dtr dev-cluster up
+DEV_CLUSTER ?= .dtr/dev-cluster
+dev-cluster: setup images node-build ## start the local cluster on a real node with the operator; prints KUBECONFIG
+	$(OP)/python tests/cluster/node.py up --install --dir $(DEV_CLUSTER)
 
 dev-cluster-down: ## stop everything dev-cluster started
-	$(OP)/dtr dev-cluster down
+	$(OP)/python tests/cluster/node.py down --dir $(DEV_CLUSTER)
 
 # Reliability and security suite (docs/reliability.md): invalid runs, generated specs, faults, Pod Security.
 # About 10 minutes on 2 cores; writes .dtr/reliability/results.json, then the doc from it (even when red).
@@ -91,8 +102,8 @@ $(VENV_LINT)/bin/hadolint: deploy/requirements-lint.txt
 	$(VENV_LINT)/bin/pip install -q -r deploy/requirements-lint.txt
 	touch $@
 
-lint-deploy: $(VENV_LINT)/bin/hadolint ## shellcheck the k3d scripts, hadolint the Dockerfiles
-	$(VENV_LINT)/bin/shellcheck -o all deploy/k3d/*.sh
+lint-deploy: $(VENV_LINT)/bin/hadolint ## shellcheck the deploy and node scripts, hadolint the Dockerfiles
+	$(VENV_LINT)/bin/shellcheck -o all deploy/*.sh deploy/k3d/*.sh deploy/images/*.sh tests/cluster/build_node.sh
 	$(VENV_LINT)/bin/hadolint Dockerfile.*
 
 k3d-up: ## k3d cluster + images + training-operator + operator, train an example

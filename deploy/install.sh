@@ -66,8 +66,14 @@ install_training_operator() {
 
 install_dtr_operator() {
   step "DistTrainingRun CRD and the operator (kubectl apply -k ${DEPLOY#"${ROOT}"/})"
+  local existed=0
+  kubectl -n dtr-system get deployment/dtr-operator >/dev/null 2>&1 && existed=1
   kubectl apply -k "${DEPLOY}"
   kubectl wait --for=condition=Established crd/disttrainingruns.distml.dev --timeout=120s
+  # The image tag stays 0.1.0 when the image is rebuilt: restart so the new one runs.
+  if ((existed)) && [[ "${IMPORT}" != none ]]; then
+    kubectl -n dtr-system rollout restart deployment/dtr-operator
+  fi
   kubectl -n dtr-system rollout status deployment/dtr-operator --timeout=180s
 }
 

@@ -404,9 +404,16 @@ TOML
   log "every image imported and ran; ${t} removed"
 }
 
-want=${*:-containerd runc coredns local-path-provisioner images}
+# What the node itself runs on the host (tests/cluster/node.py): the CNI plugins (bridge,
+# host-local, portmap in /usr/lib/cni), iptables for kube-proxy and the bridge's FORWARD rule.
+host_packages() {
+  need_pkgs containernetworking-plugins iptables iproute2
+}
+
+want=${*:-host containerd runc coredns local-path-provisioner images}
 for w in ${want}; do
   case ${w} in
+    host) host_packages ;;
     containerd) build_containerd ;;
     runc) build_runc ;;
     coredns) build_coredns ;;

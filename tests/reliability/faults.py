@@ -1,5 +1,5 @@
 """Fault injection helpers: `dtr operator` as a killable subprocess, an API server restart, a kubelet
-stand-in for worker pods (the suite writes their status, as the e2e process node would)."""
+stand-in for worker pods (the suite writes their status, as a kubelet would)."""
 
 from __future__ import annotations
 

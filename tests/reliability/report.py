@@ -40,10 +40,10 @@ EXPECTED = {
 
 ELSEWHERE = [
     ("fault", "a worker SIGKILLed mid-run (resumes from backup; `Never` fails naming the worker)",
-     ("tests/e2e/test_cluster_runs.py::test_worker_killed_with_on_failure_resumes_from_backup_and_succeeds, "
-      "::test_worker_killed_with_never_fails_the_run_naming_the_worker (real TF workers on the process node)")),
-    ("fault", "operator killed and restarted during a real training run",
-     "tests/e2e/test_cluster_runs.py::test_operator_killed_and_restarted_mid_run_continues_without_duplicates"),
+     ("tests/node/test_real_node.py::test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_no_token, "
+      "::test_worker_container_killed_with_never_fails_the_run_naming_the_worker (containers on the real node)")),
+    ("fault", "operator pod deleted during a real training run",
+     "tests/node/test_real_node.py::test_operator_pod_deleted_mid_run_is_replaced_and_the_run_continues_without_duplicates"),
     ("security", "RBAC least privilege: can-i, impersonated run, namespaced mode cannot leave its namespace",
      "tests/integration/test_deploy.py"),
     ("security", "the trainer refuses dataset paths that escape its volume (`escapes --data-dir`)",

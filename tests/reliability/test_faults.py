@@ -7,8 +7,8 @@
 
 For each: what the user sees (status phase/reason/message) and that nothing is lost or duplicated
 (one TFJob and one PVC per run, the same objects, by uid, from start to end). The suite plays the
-kubelet for worker pods (no node runs here); a worker killed for real is tests/e2e's job
-(tests/e2e/test_cluster_runs.py: a worker SIGKILLed mid-run resumes from its backup).
+kubelet for worker pods (no node runs here); a worker killed for real is the real-node tier's job
+(tests/node/test_real_node.py: a worker's container SIGKILLed mid-run resumes from its backup).
 """
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-"""Running DistTrainingRuns without a real cluster: `dtr run` (runner.py) and the dev cluster's
-process-backed node (node.py). Both share translate.py (pod container -> local process) and
-kubelet.py (what a kubelet decides and reports). Development and test tooling; the operator
-itself never imports this package."""
+"""Running DistTrainingRuns without a cluster: `dtr run` (runner.py), built on translate.py (pod
+container -> local process) and kubelet.py (what a kubelet decides and reports). The operator
+itself never imports this package. A real cluster on this machine: tests/cluster/node.py."""

@@ -1,4 +1,4 @@
-"""`dtr run` and `dtr dev-cluster`: the subcommands of the local tooling (registered by dtr_operator.cli)."""
+"""`dtr run`: the subcommand of the local tooling (registered by dtr_operator.cli)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,8 @@ def _run(args: argparse.Namespace) -> int:
     return runner.run_file(args.file, base_dir=args.dir, python=args.python)
 
 
-def _dev_cluster(args: argparse.Namespace) -> int:
-    from dtr_operator.local import devcluster
-
-    return devcluster.main(args.action, args.dir)
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from dtr_operator.local import devcluster, runner
+    from dtr_operator.local import runner
 
     p = sub.add_parser(
         "run",
@@ -36,14 +30,3 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the trainer's Python 3.9 [env DTR_TRAINER_PYTHON, else .venv/trainer/bin/python]")  # fmt: skip
     p.set_defaults(func=_run)
 
-    d = sub.add_parser(
-        "dev-cluster",
-        help="start/stop the local stack: control plane, training-operator, process node, this operator",
-        description="Run the whole stack in the background from a source checkout and print the KUBECONFIG "
-        "to export (docs/local.md).",
-    )
-    d.add_argument("action", choices=("up", "down", "status"))
-    d.add_argument(
-        "--dir", type=Path, default=devcluster.DEFAULT_DIR, help=f"state directory [{devcluster.DEFAULT_DIR}]"
-    )
-    d.set_defaults(func=_dev_cluster)

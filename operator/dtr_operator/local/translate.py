@@ -1,7 +1,7 @@
 """How a pod's container becomes a local process (pure: no I/O, no clock).
 
-Shared by the process-backed node (`dtr_operator.local.node`) and `dtr run`
-(`dtr_operator.local.runner`), so both run a worker exactly the same way:
+Used by `dtr run` (`dtr_operator.local.runner`) to run each worker of the TFJob the operator
+would create:
 
 - Network: every TF_CONFIG address (`<job>-worker-<i>.<ns>.svc:2222`) is rewritten to
   `127.0.0.1:<port>`, one port per address, allocated by the caller and shared by all the

@@ -1,0 +1,154 @@
+"""Helpers for the real-node tier: bring-up, and a look at pods, containers and volumes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import controlplane as cp
+import node as realnode
+import pytest
+from cluster_fixtures import Cluster, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+TRAINER_PYTHON = os.environ.get("DTR_TRAINER_PYTHON") or str(REPO / ".venv" / "trainer" / "bin" / "python")
+RESTRICTED = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
+JOB_LABEL = "training.kubeflow.org/job-name"
+OPERATOR_SELECTOR = "app.kubernetes.io/name=dtr-operator"
+
+
+@dataclass
+class RealNode:
+    cluster: Cluster
+    node: realnode.Node
+    install_seconds: float = 0.0
+
+    # -- the API
+
+    def create_restricted_namespace(self, name: str) -> None:
+        doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": RESTRICTED}}
+        self.cluster.create(doc)
+
+    def apply(self, namespace: str, doc: dict[str, Any]) -> None:
+        self.cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+
+    def run_status(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.cluster.kubectl_json("get", "distrainingruns", name, "-n", namespace).get("status") or {}
+
+    def wait_terminal(self, namespace: str, name: str, timeout: float = 900, seen: list[str] | None = None) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            st = self.run_status(namespace, name)
+            if seen is not None and st.get("phase") and (not seen or seen[-1] != st["phase"]):
+                seen.append(st["phase"])
+            return st if st.get("phase") in ("Succeeded", "Failed") else None
+
+        return wait_for(probe, f"run {namespace}/{name} to finish", timeout=timeout, interval=1)
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.cluster.kubectl_json("get", "pod", name, "-n", namespace)
+
+    def logs(self, namespace: str, pod: str, previous: bool = False) -> str:
+        args = ["logs", "-n", namespace, pod, "-c", "tensorflow", *(["--previous"] if previous else [])]
+        proc = self.cluster.kubectl(*args, check=False)
+        return proc.stdout if proc.returncode == 0 else ""
+
+    def wait_log(self, namespace: str, pod: str, text: str, timeout: float = 600) -> None:
+        wait_for(lambda: text in self.logs(namespace, pod), f"{text!r} in {pod}'s log", timeout=timeout, interval=1)
+
+    def names(self, kind: str, namespace: str, selector: str) -> list[str]:
+        return self.cluster.kubectl("get", kind, "-n", namespace, "-l", selector, "-o", "name").stdout.split()
+
+    # -- the node
+
+    def volume(self, namespace: str, claim: str) -> Path:
+        """The claim's directory on this machine, where local-path put it (<pv>_<namespace>_<claim>)."""
+        pv = self.cluster.kubectl_json("get", "pvc", claim, "-n", namespace)["spec"]["volumeName"]
+        return self.node.storage / f"{pv}_{namespace}_{claim}"
+
+    def container_id(self, namespace: str, pod: str) -> str:
+        status = tensorflow_status(self.pod(namespace, pod))
+        return status["containerID"].removeprefix("containerd://")
+
+    def kill_container(self, namespace: str, pod: str) -> None:
+        """SIGKILL the worker's container through containerd: as the OOM killer or a crash would."""
+        self.node.ctr("tasks", "kill", "--signal", "SIGKILL", self.container_id(namespace, pod))
+
+    def exec(self, namespace: str, pod: str, *argv: str) -> subprocess.CompletedProcess[str]:
+        return self.cluster.kubectl("exec", "-n", namespace, pod, "-c", "tensorflow", "--", *argv, check=False)
+
+    def diagnostics(self) -> str:
+        parts = []
+        for args in (("get", "pods", "-A", "-o", "wide"), ("get", "events", "-A", "--sort-by=.lastTimestamp"),
+                     ("logs", "-n", "dtr-system", "-l", OPERATOR_SELECTOR, "--tail=60")):  # fmt: skip
+            proc = self.cluster.kubectl(*args, check=False)
+            parts.append(f"$ kubectl {' '.join(args)}\n{proc.stdout[-6000:]}{proc.stderr[-2000:]}")
+        for component in realnode.COMPONENTS:
+            parts.append(f"--- {component} log ---\n{cp.tail(self.node.layout.log_file(component), 20)}")
+        return "\n".join(parts)
+
+
+def tensorflow_status(pod: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in pod["status"].get("containerStatuses") or [] if c["name"] == "tensorflow")
+
+
+def saved_models(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.rglob("saved_model.pb"))
+
+
+def score_model(model_dir: Path) -> float:
+    """Load the exported SavedModel with the trainer's TensorFlow and score it on digits' held-out split."""
+    proc = subprocess.run(
+        [TRAINER_PYTHON, str(Path(__file__).with_name("score_model.py")), str(model_dir)],
+        capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+    assert proc.returncode == 0, f"scoring {model_dir} failed:\n{proc.stderr[-3000:]}"
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["accuracy"])
+
+
+@contextlib.contextmanager
+def start_real_node(workdir: Path) -> Iterator[RealNode]:
+    existing = os.environ.get("DTR_NODE_DIR")
+    plane: cp.ControlPlane | None = None
+    node: realnode.Node | None = None
+    previous = os.environ.get("KUBECONFIG")
+    try:
+        if existing:
+            root = Path(existing).resolve()
+            plane = cp.ControlPlane(root / "control-plane", stop_at_exit=False, node_ip=realnode.NODE_IP)
+            node = realnode.Node(plane, root / "node", stop_at_exit=False)
+            owned = False
+        else:
+            plane = cp.ControlPlane(workdir / "control-plane", node_ip=realnode.NODE_IP)
+            node = realnode.Node(plane, workdir / "node")
+            owned = True
+            try:
+                plane.start()
+                node.start()
+            except cp.ControlPlaneError as err:
+                pytest.fail(f"the real node did not start: {err}", pytrace=False)
+        cluster = Cluster(plane.kubeconfig, plane.dir)
+        os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+        t0 = time.monotonic()
+        try:
+            node.install()
+        except cp.ControlPlaneError as err:
+            pytest.fail(str(err), pytrace=False)
+        yield RealNode(cluster, node, round(time.monotonic() - t0, 1))
+    finally:
+        if existing is None:
+            if node is not None and owned:
+                node.stop()
+            if plane is not None and owned:
+                plane.stop()
+        if previous is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = previous

@@ -1,0 +1,175 @@
+"""Full runs on a real node: containers from the built images, the operator as its Deployment.
+
+What the process node could not show: the images, the restricted pod settings under Pod Security
+`restricted`, volume permissions for uid 1000 on local-path, cluster DNS between workers, a
+container killed by the runtime, the operator's ServiceAccount and RBAC from deploy/.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import yaml
+from cluster_fixtures import wait_for
+from e2e_support import digits_run  # the same small runs as the dtr run tests
+from node_support import (
+    JOB_LABEL,
+    OPERATOR_SELECTOR,
+    REPO,
+    RealNode,
+    saved_models,
+    score_model,
+    tensorflow_status,
+)
+
+TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def test_digits_example_applied_with_kubectl_succeeds_and_its_model_scores_on_the_host(
+    real_node: RealNode, namespace: str
+) -> None:
+    example = REPO / "examples" / "digits.yaml"
+    name = yaml.safe_load(example.read_text())["metadata"]["name"]
+    t0 = time.monotonic()
+    real_node.cluster.kubectl("apply", "-n", namespace, "-f", str(example))
+    phases: list[str] = []
+    st = real_node.wait_terminal(namespace, name, seen=phases)
+    elapsed = time.monotonic() - t0
+    print(f"examples/digits.yaml: kubectl apply -> {st['phase']} in {elapsed:.0f} s")
+
+    assert st["phase"] == "Succeeded", st
+    assert "Running" in phases, phases
+    assert st["model"]["path"] == f"/mnt/dtr/models/{name}/1"
+    assert st["workers"] == {"active": 0, "succeeded": 2, "failed": 0}
+
+    table = real_node.cluster.kubectl("get", "distrainingruns", "-n", namespace).stdout
+    row = next(line for line in table.splitlines() if line.startswith(name))
+    assert re.match(rf"{name}\s+Succeeded\s+2/2\s+0\.\d+\s+/mnt/dtr/models/{name}/1\s", row), table
+
+    volume = real_node.volume(namespace, st["model"]["claim"])
+    model = volume / "models" / name / "1"
+    assert saved_models(volume) == [model], "exactly one model on the volume, where the status says"
+    accuracy = score_model(model)
+    assert accuracy >= 0.85, accuracy
+    assert abs(accuracy - st["metrics"]["accuracy"]) < 0.02, (accuracy, st["metrics"])
+
+    for i in range(2):
+        pod = real_node.pod(namespace, f"{name}-worker-{i}")
+        assert pod["status"]["phase"] == "Succeeded"
+        assert tensorflow_status(pod)["state"]["terminated"]["exitCode"] == 0
+        assert pod["spec"]["automountServiceAccountToken"] is False
+        mounts = [m["mountPath"] for c in pod["spec"]["containers"] for m in c.get("volumeMounts", [])]
+        assert not any("serviceaccount" in m for m in mounts), mounts
+
+
+def test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_no_token(
+    real_node: RealNode, namespace: str
+) -> None:
+    name = "heal"
+    worker = f"{name}-worker-1"
+    real_node.apply(namespace, digits_run(name, epochs=5, steps=30, backoff=8))
+    real_node.wait_log(namespace, worker, "epoch 2/5 end")
+
+    # While it runs: no credential in the container, and nothing writable but the volume and /tmp.
+    assert real_node.exec(namespace, worker, "test", "-e", TOKEN).returncode == 1, "a token is mounted"
+    refused = real_node.exec(namespace, worker, "python", "-c", "open('/home/dtr/x', 'w')")
+    assert refused.returncode != 0 and "Read-only file system" in refused.stderr, refused.stderr
+    for ok in ("/tmp/x", "/mnt/dtr/x"):
+        wrote = real_node.exec(namespace, worker, "python", "-c", f"open({ok!r}, 'w').write('ok')")
+        assert wrote.returncode == 0, (ok, wrote.stderr)
+    real_node.exec(namespace, worker, "rm", "-f", "/mnt/dtr/x")
+
+    real_node.kill_container(namespace, worker)
+    st = real_node.wait_terminal(namespace, name)
+    assert st["phase"] == "Succeeded", st
+    status = tensorflow_status(real_node.pod(namespace, worker))
+    assert status["restartCount"] >= 1
+    assert status["lastState"]["terminated"]["exitCode"] == 137, status
+    later = real_node.logs(namespace, worker)
+    assert "resumed from backup at epoch" in later, "the restarted worker started over instead of resuming"
+    assert "epoch 1/5 begin" not in later
+    volume = real_node.volume(namespace, f"{name}-data")
+    assert saved_models(volume) == [volume / "models" / name / "1"]
+
+
+def test_worker_container_killed_with_never_fails_the_run_naming_the_worker(
+    real_node: RealNode, namespace: str
+) -> None:
+    name = "never"
+    worker = f"{name}-worker-1"
+    real_node.apply(namespace, digits_run(name, epochs=5, steps=30, restart="Never"))
+    real_node.wait_log(namespace, worker, "epoch 1/5 end")
+    real_node.kill_container(namespace, worker)
+
+    st = real_node.wait_terminal(namespace, name)
+    assert st["phase"] == "Failed", st
+    assert worker in st["message"], st["message"]
+    pod = real_node.pod(namespace, worker)
+    assert pod["status"]["phase"] == "Failed"
+    status = tensorflow_status(pod)
+    assert status["restartCount"] == 0 and status["state"]["terminated"]["exitCode"] == 137
+
+
+def test_run_deleted_mid_training_stops_its_pods_and_keeps_the_pvc_only_with_retain(
+    real_node: RealNode, namespace: str
+) -> None:
+    runs = {"keep": ("Retain", 2), "drop": ("Delete", 1)}
+    for name, (reclaim, workers) in runs.items():
+        real_node.apply(namespace, digits_run(name, workers=workers, epochs=100, steps=20, reclaim=reclaim))
+    for name in runs:
+        real_node.wait_log(namespace, f"{name}-worker-0", "epoch 1/100 end")
+    keep_volume = real_node.volume(namespace, "keep-data")
+
+    real_node.cluster.kubectl("delete", "distrainingruns", *runs, "-n", namespace, "--timeout=60s")
+
+    def all_gone() -> bool:
+        return not (real_node.names("tfjobs", namespace, "distml.dev/run") or real_node.names("pods", namespace, JOB_LABEL))
+
+    wait_for(all_gone, "TFJobs and pods to go", timeout=180, interval=1)
+    wait_for(lambda: not real_node.names("pvc", namespace, "distml.dev/run=drop"), "the Delete run's PVC to go", timeout=120)
+    kept = real_node.cluster.kubectl_json("get", "pvc", "keep-data", "-n", namespace)
+    assert "deletionTimestamp" not in kept["metadata"]
+    assert (keep_volume / "backup" / "keep").exists(), "the retained volume keeps its data"
+
+
+def test_operator_pod_deleted_mid_run_is_replaced_and_the_run_continues_without_duplicates(
+    real_node: RealNode, namespace: str
+) -> None:
+    name = "phoenix"
+    real_node.apply(namespace, digits_run(name, epochs=4, steps=20))
+    wait_for(lambda: real_node.run_status(namespace, name).get("phase") == "Running", "phase Running", timeout=600)
+    before = {
+        kind: real_node.cluster.kubectl_json("get", kind, "-n", namespace, "-l", f"distml.dev/run={name}")["items"]
+        for kind in ("tfjobs", "pvc")
+    }
+    old = real_node.names("pods", "dtr-system", OPERATOR_SELECTOR)
+    real_node.cluster.kubectl("delete", "pod", "-n", "dtr-system", "-l", OPERATOR_SELECTOR, "--wait=false")
+
+    st = real_node.wait_terminal(namespace, name)
+    assert st["phase"] == "Succeeded", st
+    assert "accuracy" in st["metrics"]
+    now_pods = real_node.names("pods", "dtr-system", OPERATOR_SELECTOR)
+    assert now_pods and set(now_pods).isdisjoint(old), (old, now_pods)
+    for kind, items in before.items():
+        now = real_node.cluster.kubectl_json("get", kind, "-n", namespace, "-l", f"distml.dev/run={name}")["items"]
+        assert [o["metadata"]["uid"] for o in now] == [o["metadata"]["uid"] for o in items], f"{kind} duplicated"
+
+
+def test_namespaced_deploy_serves_its_namespace_only(real_node: RealNode) -> None:
+    """deploy/namespaced/ in place of the cluster-wide operator (last: it replaces it)."""
+    kubectl = real_node.cluster.kubectl
+    kubectl("delete", "clusterrolebinding", "dtr-operator", "--ignore-not-found")
+    kubectl("delete", "clusterrole", "dtr-operator", "--ignore-not-found")
+    kubectl("apply", "-k", str(REPO / "deploy" / "namespaced"))
+    kubectl("-n", "dtr-system", "rollout", "status", "deployment/dtr-operator", "--timeout=180s", timeout=200)
+    real_node.apply("dtr-runs", digits_run("served", epochs=2, steps=5))
+    real_node.create_restricted_namespace("t-elsewhere")
+    real_node.apply("t-elsewhere", digits_run("ignored", epochs=2, steps=5))
+
+    st = real_node.wait_terminal("dtr-runs", "served")
+    assert st["phase"] == "Succeeded", st
+    assert real_node.run_status("t-elsewhere", "ignored") == {}, "a run outside the served namespace got a status"
+    assert not real_node.names("tfjobs", "t-elsewhere", "distml.dev/run")
+
+
