@@ -4,6 +4,7 @@
 - create/resume of a DistTrainingRun: ensure its PVC and TFJob (retries with backoff while waiting).
 - events of TFJobs labelled distml.dev/run: mirror their status into the owning run, read from an
   index of runs that kopf keeps from its watch (no GET per event).
+- a timer on runs waiting for their worker pods: say why when the pods cannot start.
 - events of DistTrainingRuns: keep the runs-by-phase metric.
 No finalizers, no delete handler: children go with the run by owner references (garbage collector).
 """
@@ -106,6 +107,20 @@ def tfjob_changed(
         )
     finally:
         metrics.RECONCILE_SECONDS.labels(handler="tfjob").observe(time.perf_counter() - started)
+
+
+def _waits_for_pods(status: Mapping[str, Any], **_: Any) -> bool:
+    return status.get("phase") == reconcile.PENDING and status.get("reason") in reconcile.WAITING_FOR_PODS
+
+
+# Pods normally start within seconds: a run still waiting after 20 s is looked at every 20 s.
+@kopf.timer(GROUP, VERSION, PLURAL, interval=20, initial_delay=20, when=_waits_for_pods)
+def pods_not_starting(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    started = time.perf_counter()
+    try:
+        reconcile.check_waiting_pods(memo.kube, dict(body), memo.settings.trainer_image, emit)
+    finally:
+        metrics.RECONCILE_SECONDS.labels(handler="pods").observe(time.perf_counter() - started)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

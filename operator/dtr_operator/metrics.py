@@ -23,7 +23,7 @@ API_ERRORS = Counter(
 API_REQUESTS = Counter("dtr_api_requests_total", "Kubernetes API calls made by the operator's handlers")
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed")
-HANDLERS = ("run", "tfjob")
+HANDLERS = ("run", "tfjob", "pods")
 # Answers the operator expects and acts on (absent object, create race, stale resourceVersion).
 EXPECTED_STATUSES = (404, 409)
 

@@ -25,9 +25,11 @@ from .status import (
     PENDING,
     TERMINAL,
     TFJOB_CRD_MISSING,
+    TFJOB_CREATED,
     TFJOB_DELETED,
     WAITING_FOR_CLEANUP,
     WAITING_FOR_PVC,
+    WORKERS_NOT_STARTING,
     State,
     is_terminal,
     next_status,
@@ -35,6 +37,7 @@ from .status import (
     tfjob_state,
     tfjob_status,
     unparsed_status,
+    waiting_status,
 )
 
 log = logging.getLogger(__name__)
@@ -51,7 +54,9 @@ TRAINING_OPERATOR_INSTALL = (
 
 # emit(run body, "Normal" | "Warning", reason, message): a Kubernetes event on the run.
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
-WARNING_REASONS = {WAITING_FOR_PVC, WAITING_FOR_CLEANUP, TFJOB_CRD_MISSING, API_UNAVAILABLE}
+# Reasons of a run whose TFJob made its pods, none of which runs yet.
+WAITING_FOR_PODS = frozenset({TFJOB_CREATED, WORKERS_NOT_STARTING})
+WARNING_REASONS = {WAITING_FOR_PVC, WAITING_FOR_CLEANUP, TFJOB_CRD_MISSING, API_UNAVAILABLE, WORKERS_NOT_STARTING}
 
 
 def now() -> str:
@@ -298,3 +303,17 @@ def tfjob_event(
         _put(kube, body, run, State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run)), emit)
     else:
         sync_status(kube, body, run, tfjob, emit)
+
+
+def check_waiting_pods(kube: Kube, body: Mapping[str, Any], default_image: str, emit: Emit) -> None:
+    """A run still waiting for its worker pods: read them, and say so when they cannot start.
+
+    No TFJob event tells of a pod stuck in ImagePullBackOff or Unschedulable (the TFJob stays
+    Created), so the operator looks at the pods themselves while a run waits.
+    """
+    try:
+        run = parse_run(body, default_image=default_image)
+    except SpecError:
+        return  # reconcile_run records why
+    pods = kube.list_job_pods(run.namespace, run.tfjob_name)
+    record(kube, body, lambda prev: waiting_status(run, pods, prev, now()), emit)

@@ -26,6 +26,7 @@ WAITING_FOR_CLEANUP = "WaitingForCleanup"
 TFJOB_CRD_MISSING = "TFJobCRDMissing"
 TFJOB_SUBMITTED = "TFJobSubmitted"
 TFJOB_CREATED = "TFJobCreated"
+WORKERS_NOT_STARTING = "WorkerPodsNotStarting"
 TFJOB_SUSPENDED = "TFJobSuspended"
 TFJOB_RUNNING = "TFJobRunning"
 TFJOB_RESTARTING = "TFJobRestarting"
@@ -62,6 +63,10 @@ def _true_conditions(tfjob: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {c.get("type", ""): c for c in conditions if c.get("status") == "True"}
 
 
+def _created_message(tfjob_name: str) -> str:
+    return f"TFJob {tfjob_name} created, waiting for its worker pods to run"
+
+
 def tfjob_state(tfjob: Mapping[str, Any]) -> State:
     """The run's state from its TFJob's conditions alone (terminal conditions win)."""
     true = _true_conditions(tfjob)
@@ -82,9 +87,7 @@ def tfjob_state(tfjob: Mapping[str, Any]) -> State:
     if "Running" in true:
         return State(RUNNING, TFJOB_RUNNING, msg("Running", f"TFJob {name} is running"), created=True)
     if "Created" in true:
-        return State(
-            PENDING, TFJOB_CREATED, f"TFJob {name} created, waiting for its worker pods to run", created=True
-        )
+        return State(PENDING, TFJOB_CREATED, _created_message(name), created=True)
     return State(PENDING, TFJOB_SUBMITTED, f"TFJob {name} submitted, waiting for the training-operator", created=True)
 
 
@@ -145,6 +148,31 @@ def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
                 found.append((order, f"worker {name} exited with code {code}{detail}"))
                 break
     return [line for _, line in sorted(found)]
+
+
+# A container waiting for one of these will not start by itself: the kubelet retries, nothing changes
+# until someone fixes the image, the pull secret or the pod's configuration.
+STUCK_REASONS = frozenset({
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+    "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
+})  # fmt: skip
+
+
+def stuck_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per worker pod that cannot start or cannot be scheduled, sorted by pod name."""
+    lines = []
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", "")):
+        name = (pod.get("metadata") or {}).get("name", "?")
+        waiting = (_tensorflow_status(pod).get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in STUCK_REASONS:
+            detail = _short(waiting.get("message") or "", MAX_WORKER_DETAIL)
+            lines.append(f"worker {name} cannot start: {waiting['reason']}" + (f": {detail}" if detail else ""))
+            continue
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if (cond.get("type"), cond.get("status"), cond.get("reason")) == ("PodScheduled", "False", "Unschedulable"):
+                detail = _short(cond.get("message") or "", MAX_WORKER_DETAIL)
+                lines.append(f"worker {name} cannot be scheduled: {detail}")
+    return lines
 
 
 @dataclass(frozen=True)
@@ -298,6 +326,9 @@ def tfjob_status(
         why = failed_workers(pods)
         if why:
             state = State(FAILED, state.reason, _short(f"{state.message} {'; '.join(why)}"), created=True)
+    elif state.reason == TFJOB_CREATED and previous.get("reason") == WORKERS_NOT_STARTING:
+        # The TFJob says nothing new; the pods' own trouble, found by waiting_status, still holds.
+        state = State(PENDING, WORKERS_NOT_STARTING, previous.get("message") or state.message, created=True)
 
     status = _base(run, state, previous, now)
     counts = worker_counts(tfjob)
@@ -313,6 +344,24 @@ def tfjob_status(
         if summary.model:
             status["model"] = summary.model
     return status
+
+
+def waiting_status(
+    run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any], now: str
+) -> dict[str, Any]:
+    """A run whose TFJob created its pods but none runs yet: say why, when they cannot start by
+    themselves (a wrong image, a missing Secret, no node with room). Any other status is left as is."""
+    if previous.get("phase") != PENDING or previous.get("reason") not in (TFJOB_CREATED, WORKERS_NOT_STARTING):
+        return dict(previous)
+    lines = stuck_workers(pods)
+    if lines:
+        message = _short("worker pods cannot start: " + "; ".join(lines))
+        state = State(PENDING, WORKERS_NOT_STARTING, message, created=True)
+    elif previous.get("reason") == WORKERS_NOT_STARTING:
+        state = State(PENDING, TFJOB_CREATED, _created_message(run.tfjob_name), created=True)
+    else:
+        return dict(previous)
+    return {**previous, **_base(run, state, previous, now)}
 
 
 def next_status(previous: Mapping[str, Any] | None, proposed: Mapping[str, Any]) -> dict[str, Any] | None:

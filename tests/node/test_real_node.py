@@ -156,6 +156,25 @@ def test_operator_pod_deleted_mid_run_is_replaced_and_the_run_continues_without_
         assert [o["metadata"]["uid"] for o in now] == [o["metadata"]["uid"] for o in items], f"{kind} duplicated"
 
 
+def test_a_trainer_image_the_node_does_not_have_is_named_in_the_status(real_node: RealNode, namespace: str) -> None:
+    """The bug the process node hid: it ran any image. Here the kubelet cannot pull it."""
+    doc = digits_run("badtag", epochs=1, steps=5)
+    doc["spec"]["image"] = "distml/trainer:0.0.0-missing"
+    real_node.apply(namespace, doc)
+
+    def stuck() -> dict[str, object] | None:
+        st = real_node.run_status(namespace, "badtag")
+        return st if st.get("reason") == "WorkerPodsNotStarting" else None
+
+    st = wait_for(stuck, "reason WorkerPodsNotStarting", timeout=180, interval=2)
+    assert st["phase"] == "Pending"
+    assert re.search(r"worker badtag-worker-\d cannot start: (ErrImagePull|ImagePullBackOff)", st["message"]), st
+    assert "distml/trainer:0.0.0-missing" in st["message"], st
+    events = real_node.cluster.kubectl("get", "events", "-n", namespace, "--field-selector",
+                                       "involvedObject.name=badtag,reason=WorkerPodsNotStarting").stdout  # fmt: skip
+    assert "Warning" in events, events
+
+
 def test_namespaced_deploy_serves_its_namespace_only(real_node: RealNode) -> None:
     """deploy/namespaced/ in place of the cluster-wide operator (last: it replaces it)."""
     kubectl = real_node.cluster.kubectl
@@ -171,5 +190,3 @@ def test_namespaced_deploy_serves_its_namespace_only(real_node: RealNode) -> Non
     assert st["phase"] == "Succeeded", st
     assert real_node.run_status("t-elsewhere", "ignored") == {}, "a run outside the served namespace got a status"
     assert not real_node.names("tfjobs", "t-elsewhere", "distml.dev/run")
-
-

@@ -259,3 +259,63 @@ def test_next_status_writes_only_what_changed():
     running = st.tfjob_status(RUN, tfjob([cond("Running")], active=2), [], first, T2)
     patch = st.next_status(first, running)
     assert patch["phase"] == "Running" and "tfJob" not in patch and "pvc" not in patch
+
+
+# ---- worker pods that cannot start (waiting_status) ----------------------------------------------
+
+
+def waiting_pod(index, reason=None, message="", unschedulable=None):
+    p = pod(index)
+    cs = p["status"]["containerStatuses"][1]
+    cs["state"] = {"waiting": {"reason": reason, "message": message}} if reason else {}
+    if unschedulable is not None:
+        p["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable}
+        ]
+    return p
+
+
+def created_status():
+    return st.tfjob_status(RUN, tfjob([cond("Created")]), [], {}, T1)
+
+
+def test_a_wrong_image_makes_a_waiting_run_say_its_pods_cannot_start():
+    pulled = 'Back-off pulling image "distml/trainer:0.2.0": ErrImagePull: not found'
+    pods = [waiting_pod(1, "ImagePullBackOff", pulled), waiting_pod(0, "ImagePullBackOff", pulled)]
+    status = st.waiting_status(RUN, pods, created_status(), T2)
+    assert (status["phase"], status["reason"]) == ("Pending", "WorkerPodsNotStarting")
+    assert status["message"].startswith("worker pods cannot start: worker mnist-cnn-worker-0 cannot start: ImagePullBackOff")
+    assert "distml/trainer:0.2.0" in status["message"]
+    assert len(status["message"]) <= st.MAX_MESSAGE
+
+
+def test_an_unschedulable_pod_is_named_with_the_schedulers_reason():
+    why = "0/1 nodes are available: 1 Insufficient cpu."
+    status = st.waiting_status(RUN, [waiting_pod(0, unschedulable=why)], created_status(), T2)
+    assert status["reason"] == "WorkerPodsNotStarting"
+    assert "worker mnist-cnn-worker-0 cannot be scheduled: 0/1 nodes are available: 1 Insufficient cpu." in status["message"]
+
+
+def test_pods_merely_starting_leave_the_status_alone():
+    previous = created_status()
+    pods = [waiting_pod(0, "ContainerCreating"), waiting_pod(1)]
+    assert st.next_status(previous, st.waiting_status(RUN, pods, previous, T2)) is None
+
+
+def test_pods_that_start_after_all_clear_the_reason():
+    stuck = st.waiting_status(RUN, [waiting_pod(0, "ErrImagePull", "x")], created_status(), T2)
+    cleared = st.waiting_status(RUN, [waiting_pod(0, "ContainerCreating")], stuck, T2)
+    assert (cleared["reason"], cleared["message"]) == ("TFJobCreated", "TFJob mnist-cnn created, waiting for its worker pods to run")
+
+
+def test_waiting_status_never_touches_a_run_past_waiting():
+    running = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Running")], active=2), [], {}, T1)
+    assert st.waiting_status(RUN, [waiting_pod(0, "ErrImagePull", "x")], running, T2) == running
+
+
+def test_a_tfjob_event_that_says_nothing_new_keeps_the_pods_trouble():
+    stuck = st.waiting_status(RUN, [waiting_pod(0, "ErrImagePull", "x")], created_status(), T2)
+    again = st.tfjob_status(RUN, tfjob([cond("Created")]), [], stuck, T2)
+    assert st.next_status(stuck, again) is None
+    running = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Running")], active=2), [], stuck, T2)
+    assert running["reason"] == "TFJobRunning"
