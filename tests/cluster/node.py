@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import string
 import subprocess
@@ -284,18 +285,19 @@ def cleanup_host_network() -> None:
     run(["iptables", "-D", "FORWARD", "-j", IPTABLES_CHAIN], check=False)
     run(["iptables", "-F", IPTABLES_CHAIN], check=False)
     run(["iptables", "-X", IPTABLES_CHAIN], check=False)
-    # kube-proxy's own rules; its --cleanup would need the binary and a config, this is what it does.
-    for table, chains in (("nat", ("PREROUTING", "OUTPUT", "POSTROUTING")), ("filter", ("INPUT", "OUTPUT", "FORWARD"))):
+    # kube-proxy's and kubelet's own chains (KUBE-*): the jumps into them from the built-in chains,
+    # then the chains. (`kube-proxy --cleanup` would need its config; this is what it removes.)
+    for table in ("nat", "filter", "mangle"):
         rules = run(["iptables-save", "-t", table], check=False).stdout.splitlines()
         for rule in rules:
-            if rule.startswith("-A ") and "-j KUBE-" in rule and rule.split()[1] in chains:
-                run(["iptables", "-t", table, "-D", *rule.split()[1:]], check=False)
-        for rule in rules:
-            if rule.startswith(":KUBE-"):
-                run(["iptables", "-t", table, "-F", rule[1:].split()[0]], check=False)
-        for rule in rules:
-            if rule.startswith(":KUBE-"):
-                run(["iptables", "-t", table, "-X", rule[1:].split()[0]], check=False)
+            words = shlex.split(rule)
+            if words[:1] == ["-A"] and not words[1].startswith("KUBE-") and "-j" in words \
+                    and words[words.index("-j") + 1].startswith("KUBE-"):  # fmt: skip
+                run(["iptables", "-t", table, "-D", *words[1:]], check=False)
+        chains = [rule[1:].split()[0] for rule in rules if rule.startswith(":KUBE-")]
+        for flag in ("-F", "-X"):
+            for chain in chains:
+                run(["iptables", "-t", table, flag, chain], check=False)
     run(["ip", "link", "del", BRIDGE], check=False)
 
 
