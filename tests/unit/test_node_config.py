@@ -1,0 +1,78 @@
+"""The real node's rendered configuration (tests/cluster/node.py's pure parts): seconds, no root.
+
+The node tier proves these on a machine; here a typo in a manifest or a pin fails at once.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
+import node  # tests/cluster is not a package
+
+LAYOUT = node.NodeLayout(Path("/srv/dtr/node"))
+PINS = node.pinned(node.HERE / "versions.env")
+VALUES = {**PINS, "DNS_IP": node.DNS_IP, "CLUSTER_DOMAIN": node.CLUSTER_DOMAIN, "STORAGE_DIR": "/srv/dtr/node/storage"}
+
+
+def docs(addon: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(node.render_addon(addon, VALUES)) if d]
+
+
+def images(objects: list[dict]) -> set[str]:
+    return {c["image"] for o in objects if o["kind"] == "Deployment" for c in o["spec"]["template"]["spec"]["containers"]}
+
+
+def test_every_addon_renders_with_the_pinned_images():
+    assert images(docs("coredns")) == {PINS["COREDNS_IMAGE"]}
+    local_path = docs("local-path")
+    assert images(local_path) == {PINS["LOCAL_PATH_PROVISIONER_IMAGE"]}
+    helper = next(o for o in local_path if o["kind"] == "ConfigMap")["data"]
+    assert yaml.safe_load(helper["helperPod.yaml"])["spec"]["containers"][0]["image"] == PINS["BUSYBOX_IMAGE"]
+    assert json.loads(helper["config.json"])["nodePathMap"][0]["paths"] == ["/srv/dtr/node/storage"]
+    assert '"$VOL_DIR"' in helper["setup"]  # a shell variable, not a template hole
+
+
+def test_local_path_is_the_default_storage_class_binding_where_the_pod_lands():
+    sc = next(o for o in docs("local-path") if o["kind"] == "StorageClass")
+    assert sc["metadata"]["name"] == "local-path"
+    assert sc["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
+    assert sc["volumeBindingMode"] == "WaitForFirstConsumer"
+
+
+def test_cluster_dns_answers_cluster_names_only_at_the_kubelets_address():
+    objects = docs("coredns")
+    corefile = next(o for o in objects if o["kind"] == "ConfigMap")["data"]["Corefile"]
+    assert "forward" not in corefile, "nothing may ask a nameserver off this machine"
+    service = next(o for o in objects if o["kind"] == "Service")
+    assert service["spec"]["clusterIP"] == node.DNS_IP
+    assert node.kubelet_config(LAYOUT, Path("/pki"))["clusterDNS"] == [node.DNS_IP]
+
+
+def test_containerd_config_is_version_3_with_our_runc_cni_and_pinned_sandbox():
+    config = tomllib.loads(node.containerd_config(LAYOUT, Path("/cache/bin"), Path("/usr/lib/cni")))
+    assert config["version"] == 3
+    runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["restrict_oom_score_adj"] is True
+    assert runtime["containerd"]["runtimes"]["runc"]["options"]["BinaryName"] == "/cache/bin/runc"
+    assert runtime["cni"] == {"bin_dirs": ["/usr/lib/cni"], "conf_dir": "/srv/dtr/node/cni/net.d"}
+    images_ = config["plugins"]["io.containerd.cri.v1.images"]
+    assert images_["pinned_images"]["sandbox"] == PINS["PAUSE_IMAGE"]
+
+
+def test_cni_keeps_pod_traffic_on_the_bridge():
+    bridge = node.cni_conflist(LAYOUT)["plugins"][0]
+    assert (bridge["bridge"], bridge["ipMasq"], bridge["isGateway"]) == (node.BRIDGE, False, True)
+    assert bridge["ipam"]["ranges"] == [[{"subnet": node.POD_CIDR, "gateway": node.NODE_IP}]]
+
+
+def test_kubelet_keeps_imported_images_and_runs_on_cgroup_v1():
+    config = node.kubelet_config(LAYOUT, Path("/pki"))
+    assert config["imageGCHighThresholdPercent"] == 100
+    assert (config["failCgroupV1"], config["cgroupDriver"]) == (False, "cgroupfs")
+    assert config["authentication"]["anonymous"] == {"enabled": False}
