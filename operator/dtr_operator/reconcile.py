@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -156,61 +157,131 @@ def reconcile_run(kube: Kube, body: Mapping[str, Any], default_image: str, emit:
         return None
 
 
-def _ensure_children(
-    kube: Kube, body: Mapping[str, Any], run: RunSpec, status: Mapping[str, Any], emit: Emit, retry: int
-) -> float | None:
-    tfjob = kube.get_tfjob(run.namespace, run.tfjob_name)
-    if tfjob is None and _was_created(status):
-        _put(kube, body, run, State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run)), emit)
-        return None
+# ---- creating the children: observe -> decide (pure) -> act ------------------------------------
+
+UNREAD: Any = object()  # an object not read yet (the PVC of a run that creates its own is read only on a clash)
+MAX_OBSERVATIONS = 3  # create raced with something else that often: retry later instead
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What exists of the run's children: the object, None (absent) or UNREAD."""
+
+    tfjob: Mapping[str, Any] | None
+    pvc: Mapping[str, Any] | None = UNREAD
+
+
+@dataclass(frozen=True)
+class Create:
+    """Create the TFJob, and the PVC first when `pvc` (storage first: workers never wait for a volume)."""
+
+    pvc: bool
+
+
+@dataclass(frozen=True)
+class Sync:
+    """The TFJob is ours: mirror its status."""
+
+    tfjob: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Record:
+    """Write this state; retry after a backoff when `retry`, else stop."""
+
+    state: State
+    retry: bool
+
+
+Action = Create | Sync | Record
+
+
+def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed) -> Action:
+    """The one step that makes the run's children what they should be. Pure."""
+    tfjob = seen.tfjob
     if tfjob is not None:
         if is_owned_by(tfjob, run.uid):
             # Created earlier (a restart or a retry): nothing to create, just catch up on its status.
-            sync_status(kube, body, run, tfjob, emit)
-            return None
-        if left_by_earlier_run(tfjob, run):
-            return _wait_for_cleanup(kube, body, run, "TFJob", run.tfjob_name, emit, retry)
-        _put(kube, body, run, State(FAILED, NAME_CONFLICT, _name_conflict("TFJob", run.tfjob_name)), emit)
-        return None
-
-    # No TFJob yet: storage first, so that the workers never wait for a volume that will not come.
-    pvc_manifest, tfjob_manifest = children(run)
-    created = []
-    if pvc_manifest is not None:
-        try:
-            kube.create(pvc_manifest)
-            created.append(f"PVC {run.pvc_name}")
-        except AlreadyExists:
-            existing = kube.get_pvc(run.namespace, run.pvc_name)
-            if existing is None:  # deleted between our create and get: try again shortly
-                return backoff(0)
-            if left_by_earlier_run(existing, run):
-                return _wait_for_cleanup(kube, body, run, "PVC", run.pvc_name, emit, retry)
-            if not is_reusable_pvc(existing, run):
-                _put(kube, body, run, State(FAILED, NAME_CONFLICT, _name_conflict("PVC", run.pvc_name)), emit)
-                return None
-    elif (claim := kube.get_pvc(run.namespace, run.pvc_name)) is not None and left_by_earlier_run(claim, run):
-        return _wait_for_cleanup(kube, body, run, "PVC", run.pvc_name, emit, retry)
-    elif claim is None:
+            return Sync(tfjob)
+        return _clash("TFJob", run.tfjob_name, tfjob, run)
+    if _was_created(status):
+        return Record(State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run)), retry=False)
+    pvc = seen.pvc
+    if run.creates_pvc:
+        if pvc is UNREAD or pvc is None:
+            return Create(pvc=True)
+        if is_reusable_pvc(pvc, run) and not left_by_earlier_run(pvc, run):
+            return Create(pvc=False)  # ours, or retained by an earlier run of this name: mount it
+        return _clash("PVC", run.pvc_name, pvc, run)
+    if pvc is None or pvc is UNREAD:
         message = (
             f"waiting for PVC {run.pvc_name} in namespace {run.namespace} (spec.storage.claimName): create it, "
             f"or create a run without claimName to get a new PVC"
         )
-        _put(kube, body, run, State(PENDING, WAITING_FOR_PVC, message), emit)
-        return backoff(retry)
+        return Record(State(PENDING, WAITING_FOR_PVC, message), retry=True)
+    if left_by_earlier_run(pvc, run):
+        return _wait_for_cleanup("PVC", run.pvc_name)
+    return Create(pvc=False)
 
-    try:
-        tfjob = kube.create(tfjob_manifest)
-        created.append(f"TFJob {run.tfjob_name}")
-    except AlreadyExists:  # someone else was faster: ours (a concurrent handler) or not
-        tfjob = kube.get_tfjob(run.namespace, run.tfjob_name)
-        if tfjob is None:
-            return backoff(0)
-        if not is_owned_by(tfjob, run.uid):
-            if left_by_earlier_run(tfjob, run):
-                return _wait_for_cleanup(kube, body, run, "TFJob", run.tfjob_name, emit, retry)
-            _put(kube, body, run, State(FAILED, NAME_CONFLICT, _name_conflict("TFJob", run.tfjob_name)), emit)
+
+def _clash(kind: str, name: str, obj: Mapping[str, Any], run: RunSpec) -> Record:
+    """A child's name is taken: by an earlier run of ours (wait for the GC), else by a stranger."""
+    if left_by_earlier_run(obj, run):
+        return _wait_for_cleanup(kind, name)
+    return Record(State(FAILED, NAME_CONFLICT, _name_conflict(kind, name)), retry=False)
+
+
+def _wait_for_cleanup(kind: str, name: str) -> Record:
+    message = (
+        f"waiting for {kind} {name}, left by an earlier run of the same name or being deleted, to be removed "
+        f"by the garbage collector"
+    )
+    return Record(State(PENDING, WAITING_FOR_CLEANUP, message), retry=True)
+
+
+def observe(kube: Kube, run: RunSpec, read_pvc: bool) -> Observed:
+    """The TFJob, and the PVC when it matters: a claimName run's, or ours after a create clashed."""
+    tfjob = kube.get_tfjob(run.namespace, run.tfjob_name)
+    if tfjob is not None or (run.creates_pvc and not read_pvc):
+        return Observed(tfjob)
+    return Observed(tfjob, kube.get_pvc(run.namespace, run.pvc_name))
+
+
+def _ensure_children(
+    kube: Kube, body: Mapping[str, Any], run: RunSpec, status: Mapping[str, Any], emit: Emit, retry: int
+) -> float | None:
+    created: list[str] = []
+    read_pvc = False
+    for _ in range(MAX_OBSERVATIONS):
+        action = decide(run, status, observe(kube, run, read_pvc))
+        if isinstance(action, Record):
+            _put(kube, body, run, action.state, emit)
+            return backoff(retry) if action.retry else None
+        if isinstance(action, Sync):
+            _announce(kube, body, run, action.tfjob, created, emit)
             return None
+        pvc_manifest, tfjob_manifest = children(run)
+        try:
+            if action.pvc and pvc_manifest is not None and not created:
+                kube.create(pvc_manifest)
+                created.append(f"PVC {run.pvc_name}")
+        except AlreadyExists:
+            read_pvc = True  # look at the one that is there, then decide again
+            continue
+        try:
+            tfjob = kube.create(tfjob_manifest)
+        except AlreadyExists:  # someone else was faster: ours (a concurrent handler) or not
+            continue
+        created.append(f"TFJob {run.tfjob_name}")
+        _announce(kube, body, run, tfjob, created, emit)
+        return None
+    return backoff(0)  # the world kept changing under us: look again shortly
+
+
+def _announce(
+    kube: Kube, body: Mapping[str, Any], run: RunSpec, tfjob: Mapping[str, Any], created: list[str], emit: Emit
+) -> None:
+    """The status from the TFJob; with one `Created` event for what this call created."""
     if created:
         emit(body, "Normal", "Created", f"created {' and '.join(created)}")
         # That event also tells of the move to TFJobSubmitted: one event per run fewer, which a
@@ -218,22 +289,10 @@ def _ensure_children(
         sync_status(kube, body, run, tfjob, _silent)
     else:
         sync_status(kube, body, run, tfjob, emit)
-    return None
 
 
 def _silent(body: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
     """An Emit that posts nothing."""
-
-
-def _wait_for_cleanup(
-    kube: Kube, body: Mapping[str, Any], run: RunSpec, kind: str, name: str, emit: Emit, retry: int
-) -> float:
-    message = (
-        f"waiting for {kind} {name}, left by an earlier run of the same name or being deleted, to be removed "
-        f"by the garbage collector"
-    )
-    _put(kube, body, run, State(PENDING, WAITING_FOR_CLEANUP, message), emit)
-    return backoff(retry)
 
 
 def _tfjob_deleted_message(run: RunSpec) -> str:

@@ -1,0 +1,98 @@
+"""reconcile.decide: every branch of "what to do about the run's children", no API (milliseconds).
+
+The integration tier proves the same decisions against a real API server (observe and act).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from dtr_fixtures import make_run
+from dtr_operator import reconcile
+from dtr_operator.reconcile import UNREAD, Create, Observed, Record, Sync, decide
+from dtr_operator.spec import parse_run
+
+OWN = parse_run(make_run({"workers": 2}, uid="u-1", generation=1))
+CLAIMED = parse_run(make_run({"storage": {"claimName": "shared"}}, uid="u-1", generation=1))
+CREATED = {"conditions": [{"type": "Created", "status": "True"}]}
+
+
+def obj(*, owner_uid: str | None = None, owner_name: str = "mnist-cnn", labels: dict[str, str] | None = None,
+        deleting: bool = False) -> dict[str, Any]:  # fmt: skip
+    meta: dict[str, Any] = {"name": "x", "namespace": "ml", "labels": labels or {}}
+    if owner_uid:
+        meta["ownerReferences"] = [{"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun",
+                                    "name": owner_name, "uid": owner_uid, "controller": True}]  # fmt: skip
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta}
+
+
+def reason(action: reconcile.Action) -> tuple[str, bool]:
+    assert isinstance(action, Record), action
+    return action.state.reason, action.retry
+
+
+def test_a_new_run_creates_its_pvc_then_its_tfjob():
+    assert decide(OWN, {}, Observed(None)) == Create(pvc=True)
+
+
+def test_a_run_with_a_claim_creates_only_the_tfjob_once_the_claim_exists():
+    assert decide(CLAIMED, {}, Observed(None, obj())) == Create(pvc=False)
+
+
+@pytest.mark.parametrize("pvc", [None, UNREAD])
+def test_a_missing_claim_is_waited_for(pvc: Any):
+    assert reason(decide(CLAIMED, {}, Observed(None, pvc))) == ("WaitingForPVC", True)
+
+
+def test_our_tfjob_is_mirrored():
+    tfjob = obj(owner_uid="u-1")
+    assert decide(OWN, CREATED, Observed(tfjob)) == Sync(tfjob)
+
+
+def test_our_tfjob_gone_after_we_created_it_fails_the_run():
+    assert reason(decide(OWN, CREATED, Observed(None))) == ("TFJobDeleted", False)
+
+
+def test_a_foreign_tfjob_with_the_name_is_a_conflict():
+    assert reason(decide(OWN, {}, Observed(obj(owner_uid="someone-else", owner_name="other")))) == ("NameConflict", False)
+    assert reason(decide(OWN, {}, Observed(obj()))) == ("NameConflict", False)
+
+
+@pytest.mark.parametrize("tfjob", [obj(owner_uid="u-0"), obj(deleting=True)])
+def test_a_tfjob_left_by_an_earlier_run_or_being_deleted_is_waited_for(tfjob: dict[str, Any]):
+    assert reason(decide(OWN, {}, Observed(tfjob))) == ("WaitingForCleanup", True)
+
+
+def test_our_pvc_found_after_a_clash_is_used():
+    assert decide(OWN, {}, Observed(None, obj(owner_uid="u-1"))) == Create(pvc=False)
+
+
+def test_a_pvc_retained_by_an_earlier_run_of_the_name_is_mounted_again():
+    retained = obj(labels={"distml.dev/run": "mnist-cnn"})
+    assert decide(OWN, {}, Observed(None, retained)) == Create(pvc=False)
+
+
+def test_a_retained_pvc_being_deleted_is_waited_for_not_mounted():
+    going = obj(labels={"distml.dev/run": "mnist-cnn"}, deleting=True)
+    assert reason(decide(OWN, {}, Observed(None, going))) == ("WaitingForCleanup", True)
+
+
+def test_a_pvc_owned_by_an_earlier_run_is_waited_for():
+    assert reason(decide(OWN, {}, Observed(None, obj(owner_uid="u-0")))) == ("WaitingForCleanup", True)
+
+
+def test_a_foreign_pvc_with_the_name_is_a_conflict():
+    assert reason(decide(OWN, {}, Observed(None, obj()))) == ("NameConflict", False)
+    other_run = obj(labels={"distml.dev/run": "someone"})
+    assert reason(decide(OWN, {}, Observed(None, other_run))) == ("NameConflict", False)
+
+
+def test_a_claim_being_deleted_is_waited_for():
+    assert reason(decide(CLAIMED, {}, Observed(None, obj(deleting=True)))) == ("WaitingForCleanup", True)
+
+
+def test_a_pvc_that_vanished_after_a_clash_is_created_again():
+    assert decide(OWN, {}, Observed(None, None)) == Create(pvc=True)
