@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -84,12 +83,10 @@ _PLURALS = {("v1", "PersistentVolumeClaim"): "persistentvolumeclaims", (TFJOB_AP
 
 
 class Kube:
-    """A thread-safe handle on one API server (sync handlers run in kopf's thread pool)."""
+    """A handle on one API server, shared by kopf's thread pool (the API client is thread-safe)."""
 
     def __init__(self, api_client: client.ApiClient):
         self.api = api_client
-        self._lock = threading.Lock()
-        self.requests = 0  # API calls made, for the benchmark and metrics
 
     @classmethod
     def from_environment(cls) -> Kube:
@@ -122,8 +119,6 @@ class Kube:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        with self._lock:
-            self.requests += 1
         metrics.API_REQUESTS.inc()
         try:
             return self._request(method, path, body, query, content_type)

@@ -20,7 +20,6 @@ TERMINAL = (SUCCEEDED, FAILED)
 CONDITION_TYPES = ("Created", "Running", "Succeeded", "Failed")
 
 # Reasons (docs/api.md lists them with their meaning).
-CREATING = "Creating"
 WAITING_FOR_PVC = "WaitingForPVC"
 WAITING_FOR_CLEANUP = "WaitingForCleanup"
 TFJOB_CRD_MISSING = "TFJobCRDMissing"

@@ -228,7 +228,7 @@ def test_translate_container_end_to_end():
         p.env["OUT"] == "/state/volumes/ns/run-data/out"
     )  # the pod's env wins over the base env
     assert p.env["PATH"] == "/bin"
-    assert p.cwd is None and p.unresolved_env == []
+    assert p.cwd is None
 
 
 def test_translate_container_custom_termination_path_and_workdir():
@@ -280,3 +280,12 @@ def test_base_env_and_default_python():
     }
     assert t.default_python({"DTR_TRAINER_PYTHON": "/py"}, "/repo") == "/py"
     assert t.default_python({}, "/repo") == "/repo/.venv/trainer/bin/python"
+
+
+def test_an_env_var_that_needs_a_cluster_is_refused_not_dropped():
+    secret = {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+    with pytest.raises(t.TranslateError, match="env TOKEN: its valueFrom cannot be resolved without a cluster"):
+        t.translate_container(
+            container(env=[secret]), [], python="/py", ports={}, claim_dir=lambda c: f"/v/{c}", scratch_dir="/s",
+            termination_path="/t", fields={}, base_env={},
+        )  # fmt: skip

@@ -6,7 +6,6 @@ The table is documented in docs/trainer.md; keep the two in sync.
 
 from __future__ import annotations
 
-EXIT_OK = 0
 EXIT_INTERNAL = 1  # a bug: unexpected exception
 EXIT_USAGE = 2  # bad command line (argparse's own code)
 EXIT_TF_CONFIG = 3  # TF_CONFIG is not a valid cluster description
@@ -41,6 +40,3 @@ class DownloadError(TrainerError):
 class ExportError(TrainerError):
     exit_code = EXIT_EXPORT
 
-
-class PeerLostError(TrainerError):
-    exit_code = EXIT_PEER_LOST

@@ -234,7 +234,6 @@ class LocalProcess:
     env: dict[str, str]
     cwd: str | None
     termination_path: str
-    unresolved_env: list[str]
     path_map: list[tuple[str, str]]
 
 
@@ -257,6 +256,9 @@ def translate_container(
         [*mount_path_map(container.get("volumeMounts") or [], dirs), (inside_term, termination_path)]
     )
     env, missing = resolve_env(container.get("env") or [], fields)
+    if missing:
+        # Without a cluster there is no Secret, ConfigMap or resource field to read: say so, do not drop it.
+        raise TranslateError(f"env {', '.join(missing)}: its valueFrom cannot be resolved without a cluster")
     tf_config = parse_tf_config(env.get("TF_CONFIG"))
     if tf_config is not None:
         env["TF_CONFIG"] = json.dumps(rewrite_tf_config(tf_config, ports), separators=(",", ":"))
@@ -270,6 +272,5 @@ def translate_container(
         env={**base_env, **env},
         cwd=cwd,
         termination_path=termination_path,
-        unresolved_env=missing,
         path_map=path_map,
     )
