@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -140,3 +142,15 @@ def test_operator_without_credentials_exits_with_one_line(monkeypatch, capsys, t
     err = capsys.readouterr().err
     assert err.startswith("dtr: no Kubernetes credentials") and str(tmp_path / "missing") in err
     assert err.count("\n") == 1
+
+
+def test_the_operator_command_loads_none_of_the_local_tooling():
+    """`dtr operator` imports what it runs: not `dtr run`'s runner, translate or kubelet modules."""
+    code = (
+        "import sys\n"
+        "from dtr_operator import cli\n"
+        "cli.build_parser().parse_args(['operator', '--all-namespaces'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('dtr_operator.local.') and m != 'dtr_operator.local.cli'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

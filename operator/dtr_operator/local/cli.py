@@ -7,14 +7,14 @@ from pathlib import Path
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dtr_operator.local import runner
+    from dtr_operator.local import runner  # only when running: `dtr operator` never imports it
 
-    return runner.run_file(args.file, base_dir=args.dir, python=args.python)
+    base_dir = args.dir if args.dir is not None else runner.default_base_dir()
+    python = args.python if args.python is not None else runner.default_python()
+    return runner.run_file(args.file, base_dir=base_dir, python=python)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from dtr_operator.local import runner
-
     p = sub.add_parser(
         "run",
         help="train a run file with local processes, no cluster (the embedded default)",
@@ -24,9 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "when the run Succeeded (1 Failed, 2 bad input).",
     )
     p.add_argument("file", metavar="FILE", help="a YAML file with one DistTrainingRun")
-    p.add_argument("--dir", type=Path, default=runner.default_base_dir(),
-                   help="volumes and logs [./.dtr, env DTR_RUN_DIR]")  # fmt: skip
-    p.add_argument("--python", default=runner.default_python(),
+    p.add_argument("--dir", type=Path, default=None, help="volumes and logs [./.dtr, env DTR_RUN_DIR]")
+    p.add_argument("--python", default=None,
                    help="the trainer's Python 3.9 [env DTR_TRAINER_PYTHON, else .venv/trainer/bin/python]")  # fmt: skip
     p.set_defaults(func=_run)
-
