@@ -505,6 +505,55 @@ def terminate(pid: int, binary: str, timeout: float = STOP_TIMEOUT) -> None:
         time.sleep(0.05)
 
 
+class Supervisor:
+    """The processes of one part of the local cluster (the control plane, the node).
+
+    Each logs to ROOT/logs/<component>.log and has ROOT/pids/<component> ("<pid> <binary>"), so a
+    later `down` finds it; `wait` polls a readiness probe and fails fast, with the log's tail, when
+    the process exits. stop_at_exit: the kernel kills the processes when the caller dies.
+    """
+
+    def __init__(self, root: Path, stop_at_exit: bool, log: Callable[[str], None]) -> None:
+        self.root = root
+        self.stop_at_exit = stop_at_exit
+        self.log = log
+        self.children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def log_file(self, component: str) -> Path:
+        return self.root / "logs" / f"{component}.log"
+
+    def spawn(self, component: str, argv: list[str], env: dict[str, str] | None = None) -> int:
+        with open(self.log_file(component), "ab") as logf:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                env=env, cwd=self.root, start_new_session=True,  # a Ctrl-C in the shell does not kill it
+                preexec_fn=die_with_parent if self.stop_at_exit else None,  # noqa: PLW1509 (started from one thread)
+            )  # fmt: skip
+        self.children[component] = proc
+        (self.root / "pids" / component).write_text(f"{proc.pid} {argv[0]}\n")
+        self.log(f"{component} started (pid {proc.pid})")
+        return proc.pid
+
+    def wait(
+        self, component: str, ready: Callable[[], bool | str], timeout: float = START_TIMEOUT, what: str = ""
+    ) -> None:
+        """Poll `ready` until true; fail fast with the log tail when `component`'s process dies."""
+        deadline = time.monotonic() + timeout
+        why: bool | str = False
+        log = self.log_file(component)
+        while time.monotonic() < deadline:
+            proc = self.children.get(component)
+            if proc is not None and proc.poll() is not None:
+                raise ControlPlaneError(f"{component} exited with code {proc.returncode}; log {log}:\n{tail(log)}")
+            why = ready()
+            if why is True:
+                self.log(f"{what or component} ready")
+                return
+            time.sleep(0.1)
+        reason = f" ({why})" if isinstance(why, str) else ""
+        raise ControlPlaneError(f"{what or component} not ready after {timeout:.0f}s{reason}; log {log}:\n{tail(log)}")
+
+
 # ---------------------------------------------------------------- the API, just enough
 
 
@@ -623,7 +672,7 @@ class ControlPlane:
         self.build = build
         self.stop_at_exit = stop_at_exit
         self.log = log or (lambda msg: None)
-        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._procs = Supervisor(self.layout.root, stop_at_exit, self.log)
 
     # -- public
 
@@ -687,7 +736,7 @@ class ControlPlane:
         state = self.state()
         pids = dict(state.pids) if state else {}
         binaries = dict(state.binaries) if state else {}
-        for name, proc in self._children.items():
+        for name, proc in self._procs.children.items():
             pids.setdefault(name, proc.pid)
             binaries.setdefault(name, proc.args[0])  # type: ignore[index]
         for pid_file in self.layout.pids.glob("*") if self.layout.pids.is_dir() else []:
@@ -697,10 +746,10 @@ class ControlPlane:
         for component in reversed(COMPONENTS):
             if component in pids:
                 terminate(pids[component], binaries.get(component, ""))
-        for proc in self._children.values():
+        for proc in self._procs.children.values():
             with contextlib.suppress(OSError):
                 proc.wait(timeout=1)
-        self._children.clear()
+        self._procs.children.clear()
         with contextlib.suppress(FileNotFoundError):
             self.layout.state.unlink()
         if self.layout.pids.is_dir():
@@ -732,42 +781,6 @@ class ControlPlane:
     def _port_was_taken(self) -> bool:
         return any("address already in use" in tail(log, 40).lower() for log in self.layout.logs.glob("*.log"))
 
-    def _spawn(self, component: str, argv: list[str], env: dict[str, str] | None = None) -> int:
-        with open(self.layout.log_file(component), "ab") as logf:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                env=env, cwd=self.layout.root, start_new_session=True,  # a Ctrl-C in the shell does not kill it
-                preexec_fn=die_with_parent if self.stop_at_exit else None,  # noqa: PLW1509 (started from one thread)
-            )  # fmt: skip
-        self._children[component] = proc
-        self.layout.pid_file(component).write_text(f"{proc.pid} {argv[0]}\n")
-        self.log(f"{component} started (pid {proc.pid})")
-        return proc.pid
-
-    def _wait(
-        self, component: str, ready: Callable[[], bool | str], timeout: float = START_TIMEOUT, what: str = ""
-    ) -> None:
-        """Poll `ready` until true; fail fast with the log tail when `component`'s process dies."""
-        deadline = time.monotonic() + timeout
-        why: bool | str = False
-        while time.monotonic() < deadline:
-            proc = self._children.get(component)
-            if proc is not None and proc.poll() is not None:
-                raise ControlPlaneError(
-                    f"{component} exited with code {proc.returncode}; log {self.layout.log_file(component)}:\n"
-                    + tail(self.layout.log_file(component))
-                )
-            why = ready()
-            if why is True:
-                self.log(f"{what or component} ready")
-                return
-            time.sleep(0.1)
-        reason = f" ({why})" if isinstance(why, str) else ""
-        raise ControlPlaneError(
-            f"{what or component} not ready after {timeout:.0f}s{reason}; log {self.layout.log_file(component)}:\n"
-            + tail(self.layout.log_file(component))
-        )
-
     def _start_all(self) -> State:
         binaries = {c: self._binary(c) for c in self.components}
         tfjob_crd = self.cache / "crds" / "kubeflow.org_tfjobs.yaml"
@@ -779,16 +792,16 @@ class ControlPlane:
         layout, pki = self.layout, self.layout.pki
         state = State(ports, {}, {c: str(b) for c, b in binaries.items()}, time.time())
 
-        self._spawn("etcd", etcd_args(binaries["etcd"], layout, ports))
+        self._procs.spawn("etcd", etcd_args(binaries["etcd"], layout, ports))
         # etcd needs no certificates: make them while it starts.
         make_cluster_pki(pki, self.node_ip)
         hook_pki = webhook_pki(self.cache)
         install_webhook_certs(hook_pki)
-        self._wait("etcd", lambda: http_get(f"http://127.0.0.1:{ports.etcd}/health")[1].find(b'"true"') >= 0)
+        self._procs.wait("etcd", lambda: http_get(f"http://127.0.0.1:{ports.etcd}/health")[1].find(b'"true"') >= 0)
 
-        self._spawn("kube-apiserver", apiserver_args(binaries["kube-apiserver"], layout, ports, self.node_ip))
+        self._procs.spawn("kube-apiserver", apiserver_args(binaries["kube-apiserver"], layout, ports, self.node_ip))
         api = Api(ports.apiserver, pki)
-        self._wait("kube-apiserver", lambda: http_get(f"{api.base}/readyz", api.context)[0] == 200)
+        self._procs.wait("kube-apiserver", lambda: http_get(f"{api.base}/readyz", api.context)[0] == 200)
         server = f"https://127.0.0.1:{ports.apiserver}"
         kubeconfig = kubeconfig_doc(
             server, (pki / "ca.crt").read_bytes(), (pki / "admin.crt").read_bytes(), (pki / "admin.key").read_bytes()
@@ -796,7 +809,7 @@ class ControlPlane:
         layout.kubeconfig.write_text(json.dumps(kubeconfig, indent=2) + "\n")
         layout.kubeconfig.chmod(0o600)
 
-        self._spawn(
+        self._procs.spawn(
             "kube-controller-manager",
             controller_manager_args(binaries["kube-controller-manager"], layout, ports, node=self.node_ip is not None),
         )
@@ -825,21 +838,21 @@ class ControlPlane:
         self._wait_established(api, crd_names)
 
         env = training_operator_env(layout)
-        self._spawn("training-operator", training_operator_args(binaries["training-operator"], ports), env)
+        self._procs.spawn("training-operator", training_operator_args(binaries["training-operator"], ports), env)
 
         self._wait_established(api, project_names)
 
-        self._wait("kube-controller-manager", lambda: self._controllers_ready(api, ports))
-        self._wait("training-operator", lambda: http_get(f"http://127.0.0.1:{ports.operator_probe}/readyz")[0] == 200)
-        state.pids = {c: p.pid for c, p in self._children.items()}
+        self._procs.wait("kube-controller-manager", lambda: self._controllers_ready(api, ports))
+        self._procs.wait("training-operator", lambda: http_get(f"http://127.0.0.1:{ports.operator_probe}/readyz")[0] == 200)
+        state.pids = {c: p.pid for c, p in self._procs.children.items()}
         return state
 
     def _finish_without_training_operator(
         self, api: Api, state: State, project_docs: list[dict[str, Any]], ports: Ports
     ) -> State:
         self._wait_established(api, [self._apply_crd(api, doc) for doc in project_docs])
-        self._wait("kube-controller-manager", lambda: self._controllers_ready(api, ports))
-        state.pids = {c: p.pid for c, p in self._children.items()}
+        self._procs.wait("kube-controller-manager", lambda: self._controllers_ready(api, ports))
+        state.pids = {c: p.pid for c, p in self._procs.children.items()}
         return state
 
     def _controllers_ready(self, api: Api, ports: Ports) -> bool | str:
@@ -870,7 +883,7 @@ class ControlPlane:
                     raise ControlPlaneError(f"CRD {name}: {why}")
                 return ok or why
 
-            self._wait("kube-apiserver", established, timeout=60, what=f"CRD {name} (Established)")
+            self._procs.wait("kube-apiserver", established, timeout=60, what=f"CRD {name} (Established)")
 
     def _save(self, state: State) -> None:
         tmp = self.layout.state.with_suffix(".tmp")

@@ -336,7 +336,7 @@ class Node:
         self.build = build
         self.stop_at_exit = stop_at_exit
         self.log = log or (lambda msg: None)
-        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._procs = cp.Supervisor(self.layout.root, stop_at_exit, self.log)
 
     @property
     def bin(self) -> Path:
@@ -378,10 +378,10 @@ class Node:
             if component in pids:
                 cp.terminate(pids[component][0], pids[component][1])
         self._kill_shims()
-        for proc in self._children.values():
+        for proc in self._procs.children.values():
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 proc.wait(timeout=1)
-        self._children.clear()
+        self._procs.children.clear()
         unmount_below(self.layout.root)
         unmount_below(RUN_DIR)
         cleanup_host_network()
@@ -406,7 +406,7 @@ class Node:
                 pid_s, binary = (pids_dir / component).read_text().split(maxsplit=1)
                 if cp.pid_runs(int(pid_s), binary.strip()):
                     found.append((component, (int(pid_s), binary.strip())))
-        for component, proc in self._children.items():
+        for component, proc in self._procs.children.items():
             if proc.poll() is None and component not in dict(found):
                 found.append((component, (proc.pid, str(proc.args[0]))))  # type: ignore[index]
         return found
@@ -449,33 +449,6 @@ class Node:
         if not os.access(path, os.X_OK):
             raise NodeError(f"{path} is missing; run `bash tests/cluster/build_node.sh`")
         return path
-
-    def _spawn(self, component: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        with open(self.layout.log_file(component), "ab") as logf:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                cwd=self.layout.root, start_new_session=True,
-                preexec_fn=cp.die_with_parent if self.stop_at_exit else None,  # noqa: PLW1509
-            )  # fmt: skip
-        self._children[component] = proc
-        self.layout.pid_file(component).write_text(f"{proc.pid} {argv[0]}\n")
-        self.log(f"{component} started (pid {proc.pid})")
-
-    def _wait(self, component: str, ready: Callable[[], bool | str], timeout: float = START_TIMEOUT, what: str = "") -> None:
-        deadline = time.monotonic() + timeout
-        why: bool | str = False
-        log = self.layout.log_file(component)
-        while time.monotonic() < deadline:
-            proc = self._children.get(component)
-            if proc is not None and proc.poll() is not None:
-                raise NodeError(f"{component} exited with code {proc.returncode}; log {log}:\n{cp.tail(log)}")
-            why = ready()
-            if why is True:
-                self.log(f"{what or component} ready")
-                return
-            time.sleep(0.25)
-        reason = f" ({why})" if isinstance(why, str) else ""
-        raise NodeError(f"{what or component} not ready after {timeout:.0f}s{reason}; log {log}:\n{cp.tail(log)}")
 
     def _prepare_dir(self) -> None:
         unmount_below(self.layout.root)
@@ -521,18 +494,18 @@ class Node:
         (layout.sub('containerd') / "config.toml").write_text(containerd_config(layout, self.bin, cni_bin))
         (layout.sub('cni') / "net.d" / "10-dtr.conflist").write_text(json.dumps(cni_conflist(layout), indent=2))
         env = dict(os.environ, PATH=f"{self.bin}:{os.environ.get('PATH', '/usr/bin:/bin')}")
-        self._spawn("containerd", [str(binaries["containerd"]), f"--config={layout.sub('containerd') / 'config.toml'}"], env)
-        self._wait("containerd", lambda: self.ctr("version", check=False, timeout=10).returncode == 0)
+        self._procs.spawn("containerd", [str(binaries["containerd"]), f"--config={layout.sub('containerd') / 'config.toml'}"], env)
+        self._procs.wait("containerd", lambda: self.ctr("version", check=False, timeout=10).returncode == 0)
         self._import_images()
 
         (layout.sub('kubelet') / "config.json").write_text(json.dumps(kubelet_config(layout, pki), indent=2))
         self._kubeconfig("kubelet", "kubelet")
-        self._spawn("kubelet", kubelet_args(binaries["kubelet"], layout), env)
+        self._procs.spawn("kubelet", kubelet_args(binaries["kubelet"], layout), env)
         admin = self._kubeconfig("kube-proxy", "admin")
         sched_port, proxy_healthz, proxy_metrics = cp.free_ports(3)
-        self._spawn("kube-scheduler", scheduler_args(binaries["kube-scheduler"], admin, sched_port))
+        self._procs.spawn("kube-scheduler", scheduler_args(binaries["kube-scheduler"], admin, sched_port))
         (layout.sub('kube-proxy') / "config.json").write_text(json.dumps(kube_proxy_config(admin, proxy_healthz, proxy_metrics)))
-        self._spawn("kube-proxy", [str(binaries["kube-proxy"]), f"--config={layout.sub('kube-proxy') / 'config.json'}"], env)
+        self._procs.spawn("kube-proxy", [str(binaries["kube-proxy"]), f"--config={layout.sub('kube-proxy') / 'config.json'}"], env)
 
         api = cp.Api(self.plane.state().ports.apiserver, pki)  # type: ignore[union-attr]
 
@@ -545,10 +518,10 @@ class Node:
                 return True
             return ready[0].get("message", "not ready") if ready else "no Ready condition"
 
-        self._wait("kubelet", node_ready, what=f"node {NODE_NAME}")
-        self._wait("kube-proxy", lambda: cp.http_get(f"http://127.0.0.1:{proxy_healthz}/healthz")[0] == 200)
+        self._procs.wait("kubelet", node_ready, timeout=START_TIMEOUT, what=f"node {NODE_NAME}")
+        self._procs.wait("kube-proxy", lambda: cp.http_get(f"http://127.0.0.1:{proxy_healthz}/healthz")[0] == 200)
         self._apply_addons()
-        return NodeState({c: p.pid for c, p in self._children.items()}, {c: str(b) for c, b in binaries.items()}, time.time())
+        return NodeState({c: p.pid for c, p in self._procs.children.items()}, {c: str(b) for c, b in binaries.items()}, time.time())
 
     def _import_images(self) -> None:
         images = sorted((self.plane.cache / "images").glob("*.tar"))
