@@ -47,7 +47,7 @@ cluster-build: ## build etcd, kube-apiserver, kube-controller-manager, training-
 test-unit: setup-op ## pure functions, seconds
 	$(OP)/pytest -q tests/unit
 
-test-trainer: setup-trainer ## real multi-process TensorFlow runs
+test-trainer: setup-trainer setup-op ## real multi-process TensorFlow runs; the operator-trainer contract
 	$(TR)/pytest -q tests/trainer
 
 .PHONY: bench-trainer

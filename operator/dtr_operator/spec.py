@@ -46,6 +46,10 @@ _QUANTITY = re.compile(
 )
 
 
+DEFAULT_WORKERS = 2
+DEFAULT_PULL_POLICY = "IfNotPresent"
+
+
 class SpecError(ValueError):
     """A run the API server would reject; the message names the field."""
 
@@ -76,9 +80,9 @@ class RunSpec:
 
     name: str
     namespace: str
-    workers: int
+    workers: int  # DEFAULT_WORKERS
     image: str
-    image_pull_policy: str
+    image_pull_policy: str  # DEFAULT_PULL_POLICY
     training: TrainingSpec
     storage: StorageSpec
     model_name: str
@@ -146,6 +150,13 @@ def _int(obj: Mapping[str, Any], key: str, path: str, default: int | None, lo: i
     if value < lo or (hi is not None and value > hi):
         bounds = f"{lo}..{hi}" if hi is not None else f">= {lo}"
         raise _fail(where, f"must be in {bounds}, got {value}")
+    return value
+
+
+def _count(obj: Mapping[str, Any], key: str, path: str, default: int, lo: int, hi: int | None) -> int:
+    """_int for a field with a default: never None."""
+    value = _int(obj, key, path, default, lo, hi)
+    assert value is not None
     return value
 
 
@@ -230,21 +241,21 @@ def _training(obj: Mapping[str, Any]) -> TrainingSpec:
         {"model", "dataset", "epochs", "batchSizePerWorker", "stepsPerEpoch", "learningRate", "seed"},
         path,
     )
-    lr = _get(obj, "learningRate", 0.001)
+    lr = _get(obj, "learningRate", TrainingSpec.learning_rate)
     if isinstance(lr, bool) or not isinstance(lr, int | float):
         raise _fail(f"{path}.learningRate", f"must be a number, got {lr!r}")
     if not 0 < lr <= 10:
         raise _fail(f"{path}.learningRate", f"must be greater than 0 and at most 10, got {lr}")
-    dataset = _str(obj, "dataset", path, "mnist", 253)
+    dataset = _str(obj, "dataset", path, TrainingSpec.dataset, 253)
     assert dataset is not None
     return TrainingSpec(
-        model=_enum(obj, "model", path, "cnn", MODELS),
+        model=_enum(obj, "model", path, TrainingSpec.model, MODELS),
         dataset=check_dataset(dataset),
-        epochs=_int(obj, "epochs", path, 3, 1, 1000),  # type: ignore[arg-type]
-        batch_size_per_worker=_int(obj, "batchSizePerWorker", path, 64, 1, 4096),  # type: ignore[arg-type]
+        epochs=_count(obj, "epochs", path, TrainingSpec.epochs, 1, 1000),
+        batch_size_per_worker=_count(obj, "batchSizePerWorker", path, TrainingSpec.batch_size_per_worker, 1, 4096),
         steps_per_epoch=_int(obj, "stepsPerEpoch", path, None, 1, 1_000_000),
         learning_rate=float(lr),
-        seed=_int(obj, "seed", path, 42, 0, 2**31 - 1),  # type: ignore[arg-type]
+        seed=_count(obj, "seed", path, TrainingSpec.seed, 0, 2**31 - 1),
     )
 
 
@@ -258,7 +269,7 @@ def _storage(obj: Mapping[str, Any]) -> StorageSpec:
             "must be a PVC name: lower-case letters, digits, '-' and '.', starting and ending with a "
             "letter or digit",
         )
-    reclaim = _enum(obj, "reclaimPolicy", path, "Retain", RECLAIM_POLICIES)
+    reclaim = _enum(obj, "reclaimPolicy", path, StorageSpec.reclaim_policy, RECLAIM_POLICIES)
     if claim is not None:
         for key in ("size", "storageClassName"):
             if obj.get(key) is not None:
@@ -271,7 +282,7 @@ def _storage(obj: Mapping[str, Any]) -> StorageSpec:
                 f"{path}.reclaimPolicy",
                 f"Delete cannot be set with {path}.claimName: the operator never deletes a PVC it did not create",
             )
-    size = _str(obj, "size", path, "1Gi", 64)
+    size = _str(obj, "size", path, StorageSpec.size, 64)
     assert size is not None
     if not _is_positive_quantity(size):
         raise _fail(f"{path}.size", f"must be a positive Kubernetes quantity, such as 500Mi or 1Gi, got {size!r}")
@@ -279,7 +290,7 @@ def _storage(obj: Mapping[str, Any]) -> StorageSpec:
         claim_name=claim,
         size=size,
         storage_class_name=_str(obj, "storageClassName", path, None, 253),
-        access_mode=_enum(obj, "accessMode", path, "ReadWriteOnce", ACCESS_MODES),
+        access_mode=_enum(obj, "accessMode", path, StorageSpec.access_mode, ACCESS_MODES),
         reclaim_policy=reclaim,
     )
 
@@ -339,15 +350,15 @@ def parse_run(obj: Mapping[str, Any], default_image: str = DEFAULT_TRAINER_IMAGE
         namespace=str(meta.get("namespace") or "default"),
         uid=meta.get("uid"),
         generation=meta.get("generation"),
-        workers=_int(spec, "workers", "spec", 2, 1, MAX_WORKERS),  # type: ignore[arg-type]
+        workers=_count(spec, "workers", "spec", DEFAULT_WORKERS, 1, MAX_WORKERS),
         image=image,
-        image_pull_policy=_enum(spec, "imagePullPolicy", "spec", "IfNotPresent", PULL_POLICIES),
+        image_pull_policy=_enum(spec, "imagePullPolicy", "spec", DEFAULT_PULL_POLICY, PULL_POLICIES),
         training=_training(_object(spec.get("training"), "spec.training")),
         storage=_storage(_object(spec.get("storage"), "spec.storage")),
         model_name=_model_name(_object(spec.get("export"), "spec.export"), default=name),
         resources=_resources(_object(spec.get("resources"), "spec.resources")),
-        restart_policy=_enum(spec, "restartPolicy", "spec", "OnFailure", RESTART_POLICIES),
-        backoff_limit=_int(spec, "backoffLimit", "spec", 3, 0, 100),  # type: ignore[arg-type]
+        restart_policy=_enum(spec, "restartPolicy", "spec", RunSpec.restart_policy, RESTART_POLICIES),
+        backoff_limit=_count(spec, "backoffLimit", "spec", RunSpec.backoff_limit, 0, 100),
         active_deadline_seconds=_int(spec, "activeDeadlineSeconds", "spec", None, 1, None),
         ttl_seconds_after_finished=_int(spec, "ttlSecondsAfterFinished", "spec", None, MIN_TTL_SECONDS, None),
     )

@@ -1,0 +1,34 @@
+"""The operator's half of the operator-trainer contract, as JSON on stdout (run with the operator's
+Python 3.11): its model and dataset lists, its training defaults, and, for runs covering every
+model, dataset kind and optional flag, the trainer command line `builders.trainer_args` makes with
+the values it stands for. tests/trainer/test_contract.py parses each with the trainer's own parser.
+"""
+
+import dataclasses
+import itertools
+import json
+
+from dtr_operator import builders, spec
+
+
+def case(training: dict) -> dict:
+    run = spec.parse_run({"apiVersion": spec.API_VERSION, "kind": spec.KIND,
+                          "metadata": {"name": "contract", "namespace": "ns"}, "spec": {"training": training}})
+    return {"argv": builders.trainer_args(run), "training": dataclasses.asdict(run.training),
+            "export_dir": builders.export_dir(run)}
+
+
+datasets = [*spec.BUILTIN_DATASETS, "shards/train.npz"]
+cases = [case({"model": m, "dataset": d}) for m, d in itertools.product(spec.MODELS, datasets)]
+cases += [
+    case({"epochs": 1000, "batchSizePerWorker": 4096, "stepsPerEpoch": 1_000_000, "learningRate": 10, "seed": 0}),
+    case({"epochs": 1, "batchSizePerWorker": 1, "stepsPerEpoch": 1, "learningRate": 1e-07, "seed": 2**31 - 1}),
+    case({"learningRate": 0.1 + 0.2}),  # a float whose shortest repr has 17 digits
+]
+print(json.dumps({
+    "models": list(spec.MODELS),
+    "datasets": list(spec.BUILTIN_DATASETS),
+    "defaults": dataclasses.asdict(spec.TrainingSpec()),
+    "mount": builders.MOUNT_PATH,
+    "cases": cases,
+}))
