@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import ssl
 import subprocess
 import sys
@@ -213,12 +212,6 @@ def run_phase(obj: dict[str, Any]) -> str | None:
 # ---- the benchmark ------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_control_plane(workdir: Path) -> controlplane.ControlPlane:
     """The project's control plane, with the apiserver writing an audit log (Metadata level)."""
     policy = workdir / "audit-policy.yaml"
@@ -244,7 +237,7 @@ def start_operator(
     if kopf_settings:
         command = [sys.executable, str(HERE / "tuned.py")]
     args = [*command, "operator", "--namespace", NS, "--trainer-image", IMAGE,
-            "--metrics-port", str(metrics_port), "--liveness-port", str(free_port()), *extra]  # fmt: skip
+            "--metrics-port", str(metrics_port), "--liveness-port", str(controlplane.free_port()), *extra]  # fmt: skip
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "DTR_BENCH_KOPF": ",".join(kopf_settings)}
     out = open(workdir / "operator.log", "wb")  # noqa: SIM115 (lives as long as the process)
     return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
@@ -482,7 +475,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         watches["runs"].keys = {"phase": run_phase, "reason": run_reason}
         for watch in watches.values():
             await watch.start()
-        metrics_port = free_port()
+        metrics_port = controlplane.free_port()
         op = start_operator(cp.kubeconfig, workdir, metrics_port, args.operator_arg, args.kopf_setting)
         pids = {"dtr-operator": op.pid, **{c: state.pids[c] for c in ("training-operator", "kube-apiserver")}}
         sampler = Sampler({"dtr-operator": op.pid, "training-operator": pids["training-operator"]})
@@ -544,11 +537,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             await watch.stop()
         await api.close()
         if op is not None:
-            op.terminate()
-            try:
-                op.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                op.kill()
+            controlplane.stop_child(op)
         cp.stop()
 
 

@@ -327,6 +327,36 @@ def free_ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in socks]
 
 
+def run_build(script: Path, cache: Path) -> None:
+    """tests/cluster/build.sh or build_node.sh into `cache` (a cache hit once built)."""
+    env = dict(os.environ, DTR_CACHE=str(cache))
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        last = proc.stderr.strip().splitlines()[-5:]
+        raise ControlPlaneError(f"{script.relative_to(REPO)} failed: " + " | ".join(last))
+
+
+def built_binary(bin_dir: Path, name: str, script: Path) -> Path:
+    path = bin_dir / name
+    if not os.access(path, os.X_OK):
+        raise ControlPlaneError(f"{path} is missing; run `bash {script.relative_to(REPO)}`")
+    return path
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def stop_child(proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    """SIGTERM a process this one started, SIGKILL it after `timeout`, and reap it."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -759,17 +789,10 @@ class ControlPlane:
 
     def _build(self) -> None:
         self.log("build.sh (cached when built)")
-        env = dict(os.environ, DTR_CACHE=str(self.cache))
-        proc = subprocess.run(["bash", str(BUILD_SH)], env=env, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            last = proc.stderr.strip().splitlines()[-5:]
-            raise ControlPlaneError("tests/cluster/build.sh failed: " + " | ".join(last))
+        run_build(BUILD_SH, self.cache)
 
     def _binary(self, component: str) -> Path:
-        path = self.bin / component
-        if not os.access(path, os.X_OK):
-            raise ControlPlaneError(f"{path} is missing; run `bash tests/cluster/build.sh`")
-        return path
+        return built_binary(self.bin, component, BUILD_SH)
 
     def _prepare_dir(self) -> None:
         for sub in ("etcd", "pki", "apiserver", "controller-manager", "logs", "pids"):

@@ -437,18 +437,11 @@ class Node:
 
     def _build(self) -> None:
         self.log("build_node.sh (cached when built)")
-        env = dict(os.environ, DTR_CACHE=str(self.plane.cache))
         for script in (cp.BUILD_SH, BUILD_NODE_SH):
-            proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                last = proc.stderr.strip().splitlines()[-5:]
-                raise NodeError(f"{script.relative_to(cp.REPO)} failed: " + " | ".join(last))
+            cp.run_build(script, self.plane.cache)
 
     def _binary(self, name: str) -> Path:
-        path = self.bin / name
-        if not os.access(path, os.X_OK):
-            raise NodeError(f"{path} is missing; run `bash tests/cluster/build_node.sh`")
-        return path
+        return cp.built_binary(self.bin, name, BUILD_NODE_SH)
 
     def _prepare_dir(self) -> None:
         unmount_below(self.layout.root)

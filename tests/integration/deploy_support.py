@@ -27,6 +27,7 @@ from typing import IO, Any
 
 import yaml
 from cluster_fixtures import KUBECTL, Cluster, wait_for
+from controlplane import stop_child
 
 REPO = Path(__file__).resolve().parents[2]
 SA_NAMESPACE = "dtr-system"
@@ -364,12 +365,6 @@ SUMMARY = {"loss": 0.08, "accuracy": 0.975, "epochs": 2, "examplesPerSecond": 81
            "modelPath": "/mnt/dtr/models/{name}/1", "modelVersion": 1}  # fmt: skip
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def operator_flags(docs: list[dict[str, Any]], liveness: int, metrics: int) -> tuple[list[str], dict[str, str]]:
     """The rendered Deployment's args for `dtr operator` (ports moved to free ones) and its env."""
     container = operator_container(docs)
@@ -400,15 +395,6 @@ def http_ok(url: str) -> bool:
             return response.status == 200
     except OSError:
         return False
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def operator_completes_a_run(
@@ -473,7 +459,7 @@ def operator_completes_a_run(
         assert "Created" in reasons, f"no Created event on the run (the operator posts events): {reasons}"
         assert proc.poll() is None, "the operator died during the run"
     finally:
-        stop(proc)
+        stop_child(proc)
         k("delete", "dtr", name, "-n", run_ns, "--ignore-not-found", "--wait=false", check=False)
     output = log_path.read_text()
     denials = [line for line in output.splitlines() if RBAC_DENIAL.search(line)]

@@ -20,6 +20,7 @@ from typing import IO, Any
 
 import pytest
 from cluster_fixtures import Cluster
+from controlplane import free_port
 from deploy_support import (
     MODES,
     NAMESPACED_MODE,
@@ -31,7 +32,6 @@ from deploy_support import (
     Mode,
     as_yaml,
     can_i,
-    free_port,
     installed_mode,
     only,
     operator_completes_a_run,

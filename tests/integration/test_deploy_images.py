@@ -22,13 +22,13 @@ from typing import IO
 
 import pytest
 from cluster_fixtures import Cluster
+from controlplane import free_port
 from deploy_support import (
     CLUSTER_MODE,
     REPO,
     Stage,
     apiserver_address,
     as_the_pod,
-    free_port,
     image_command,
     in_opt,
     installed_mode,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -14,14 +13,9 @@ from pathlib import Path
 
 import pytest
 from cluster_fixtures import Cluster, wait_for
+from controlplane import free_port
 
 DTR = Path(sys.executable).parent / "dtr"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int) -> dict[str, float] | None:
