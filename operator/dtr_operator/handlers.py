@@ -30,9 +30,9 @@ RunKey = tuple[str, str]  # (namespace, name)
 RunBody = dict[str, Any]
 
 
-def emit(body: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+def emit(body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
     """A Kubernetes event on the run (kopf posts it in the background; failures are only logged)."""
-    kopf.event(dict(body), type=kind, reason=reason, message=message)
+    kopf.event(dict(body), type=event_type, reason=reason, message=message)
 
 
 @kopf.on.login()

@@ -53,7 +53,7 @@ TRAINING_OPERATOR_INSTALL = (
     '"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.4"'
 )
 
-# emit(run body, "Normal" | "Warning", reason, message): a Kubernetes event on the run.
+# emit(run body, event type "Normal" | "Warning", reason, message): a Kubernetes event on the run.
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
 # Reasons of a run whose TFJob made its pods, none of which runs yet.
 WAITING_FOR_PODS = frozenset({TFJOB_CREATED, WORKERS_NOT_STARTING})
@@ -99,8 +99,9 @@ def record(
             body = fresh
             continue
         if (previous.get("phase"), previous.get("reason")) != (proposed.get("phase"), proposed.get("reason")):
-            kind = "Warning" if proposed["phase"] == FAILED or proposed.get("reason") in WARNING_REASONS else "Normal"
-            emit(body, kind, proposed.get("reason") or proposed["phase"], proposed.get("message") or "")
+            warn = proposed["phase"] == FAILED or proposed.get("reason") in WARNING_REASONS
+            event_type = "Warning" if warn else "Normal"
+            emit(body, event_type, proposed.get("reason") or proposed["phase"], proposed.get("message") or "")
         return patch
     raise ApiError(409, "Conflict", f"status of {namespace}/{name} kept changing; will retry")
 
@@ -291,7 +292,7 @@ def _announce(
         sync_status(kube, body, run, tfjob, emit)
 
 
-def _silent(body: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+def _silent(body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
     """An Emit that posts nothing."""
 
 
