@@ -300,6 +300,25 @@ def unparsed_status(
     }
 
 
+def _explained(
+    state: State, run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any]
+) -> tuple[State, Summary | None]:
+    """The TFJob's state with what the pods add: the chief's summary, who failed, why none starts."""
+    if state.phase == SUCCEEDED:
+        summary = parse_summary(termination_message(chief_pod(pods)), run.pvc_name)
+        if summary.model and summary.metrics and "accuracy" in summary.metrics:
+            done = f"accuracy {summary.metrics['accuracy']:.4f}, model exported to {summary.model['path']}"
+            return State(SUCCEEDED, TRAINING_SUCCEEDED, done, created=True), summary
+        partial = f"training succeeded, but {summary.problem}"
+        return State(SUCCEEDED, METRICS_UNAVAILABLE, partial, created=True), summary
+    if state.phase == FAILED and (why := failed_workers(pods)):
+        return State(FAILED, state.reason, _short(f"{state.message} {'; '.join(why)}"), created=True), None
+    if state.reason == TFJOB_CREATED and previous.get("reason") == WORKERS_NOT_STARTING:
+        # The TFJob says nothing new; the pods' own trouble, found by waiting_status, still holds.
+        return State(PENDING, WORKERS_NOT_STARTING, previous.get("message") or state.message, created=True), None
+    return state, None
+
+
 def tfjob_status(
     run: RunSpec,
     tfjob: Mapping[str, Any],
@@ -308,27 +327,7 @@ def tfjob_status(
     now: str,
 ) -> dict[str, Any]:
     """Status mirrored from the run's TFJob; pods are read only once the TFJob has finished."""
-    state = tfjob_state(tfjob)
-    summary = None
-    if state.phase == SUCCEEDED:
-        summary = parse_summary(termination_message(chief_pod(pods)), run.pvc_name)
-        if summary.model and summary.metrics and "accuracy" in summary.metrics:
-            state = State(
-                SUCCEEDED,
-                TRAINING_SUCCEEDED,
-                f"accuracy {summary.metrics['accuracy']:.4f}, model exported to {summary.model['path']}",
-                created=True,
-            )
-        else:
-            state = State(SUCCEEDED, METRICS_UNAVAILABLE, f"training succeeded, but {summary.problem}", created=True)
-    elif state.phase == FAILED:
-        why = failed_workers(pods)
-        if why:
-            state = State(FAILED, state.reason, _short(f"{state.message} {'; '.join(why)}"), created=True)
-    elif state.reason == TFJOB_CREATED and previous.get("reason") == WORKERS_NOT_STARTING:
-        # The TFJob says nothing new; the pods' own trouble, found by waiting_status, still holds.
-        state = State(PENDING, WORKERS_NOT_STARTING, previous.get("message") or state.message, created=True)
-
+    state, summary = _explained(tfjob_state(tfjob), run, pods, previous)
     status = _base(run, state, previous, now)
     counts = worker_counts(tfjob)
     status["workers"] = counts

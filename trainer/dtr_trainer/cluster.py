@@ -39,14 +39,7 @@ def _task_list(cluster: Mapping[str, Any], job: str) -> list:
     return tasks
 
 
-def parse_tf_config(raw: str | None) -> ClusterInfo:
-    """Decide task, chief and replica count from the TF_CONFIG text.
-
-    Chief = the `chief` task when the cluster has a `chief` job, else worker 0
-    (the training-operator's TFJob with only Worker replicas has no chief job).
-    """
-    if raw is None or not raw.strip():
-        return LOCAL
+def _cluster_and_task(raw: str) -> tuple[dict, dict]:
     try:
         config = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -58,6 +51,18 @@ def parse_tf_config(raw: str | None) -> ClusterInfo:
         raise _fail("missing 'cluster' object")
     if not isinstance(task, dict):
         raise _fail("missing 'task' object")
+    return cluster, task
+
+
+def parse_tf_config(raw: str | None) -> ClusterInfo:
+    """Decide task, chief and replica count from the TF_CONFIG text.
+
+    Chief = the `chief` task when the cluster has a `chief` job, else worker 0
+    (the training-operator's TFJob with only Worker replicas has no chief job).
+    """
+    if raw is None or not raw.strip():
+        return LOCAL
+    cluster, task = _cluster_and_task(raw)
     unknown = sorted(set(cluster) - {"worker", "chief", "evaluator"})
     if unknown:
         raise _fail(f"unsupported jobs {unknown} (MultiWorkerMirroredStrategy uses chief/worker only)")

@@ -327,49 +327,48 @@ class LocalRun:
             r.log_path.write_text("")
         self.start_time = now_rfc3339()
         started = time.monotonic()
-        deadline = self.run_policy.get("activeDeadlineSeconds")
-        limit = int(self.run_policy.get("backoffLimit", 0 if self.policy == "Never" else 6))
         for r in self.replicas:
             self.start(r)
-        job = f"{self.run.namespace}/{self.run.tfjob_name}"
         while True:
-            if self.interrupted:
-                self.stop_all()
-                return status.FAILED, "Interrupted", f"dtr run of TFJob {job} was interrupted"
-            for r in self.replicas:
-                if r.proc is not None and (rc := r.proc.poll()) is not None:
-                    self.on_exit(r, kubelet.exit_code_of(rc))
-                if r.proc is None and r.final_code is None and r.next_start and time.monotonic() >= r.next_start:
-                    r.next_start = 0.0
-                    self.start(r)
-            exits = {r.label: r.final_code for r in self.replicas}
-            outcome = job_outcome(exits, self.success_policy, f"{self.rtype.lower()}-0")
-            if outcome == status.SUCCEEDED:
-                self.stop_all()  # only with a worker-0 success policy can others still be running
-                return status.SUCCEEDED, "TFJobSucceeded", f"TFJob {job} successfully completed."
-            if outcome == status.FAILED:
-                self.stop_all()
-                failed = sum(1 for c in exits.values() if c not in (None, 0))
-                return (
-                    status.FAILED,
-                    "TFJobFailed",
-                    f"TFJob {job} has failed because {failed} {self.rtype} replica(s) failed.",
-                )
-            if past_backoff_limit(self.policy, sum(r.restart_count for r in self.replicas), limit):
-                self.stop_all()
-                return (
-                    status.FAILED,
-                    "BackoffLimitExceeded",
-                    f"TFJob {job} has failed because it has reached the specified backoff limit",
-                )
-            if deadline is not None and time.monotonic() - started > deadline:
-                self.stop_all()
-                return (
-                    status.FAILED,
-                    "DeadlineExceeded",
-                    f"TFJob {job} has failed because it was active longer than specified deadline",
-                )
+            if not self.interrupted:
+                self.step()
+            ended = self.ended(time.monotonic() - started)
+            if ended is not None:
+                self.stop_all()  # only with a worker-0 success policy can others still run after a success
+                return ended
             time.sleep(POLL_SECONDS)
+
+    def step(self) -> None:
+        """Notice exits; start replicas whose restart delay is over (as the kubelet would)."""
+        for r in self.replicas:
+            if r.proc is not None and (rc := r.proc.poll()) is not None:
+                self.on_exit(r, kubelet.exit_code_of(rc))
+            if r.proc is None and r.final_code is None and r.next_start and time.monotonic() >= r.next_start:
+                r.next_start = 0.0
+                self.start(r)
+
+    def ended(self, elapsed: float) -> tuple[str, str, str] | None:
+        """The job's end as the training-operator would call it, or None while it goes on."""
+        job = f"{self.run.namespace}/{self.run.tfjob_name}"
+        if self.interrupted:
+            return status.FAILED, "Interrupted", f"dtr run of TFJob {job} was interrupted"
+        exits = {r.label: r.final_code for r in self.replicas}
+        outcome = job_outcome(exits, self.success_policy, f"{self.rtype.lower()}-0")
+        if outcome == status.SUCCEEDED:
+            return status.SUCCEEDED, "TFJobSucceeded", f"TFJob {job} successfully completed."
+        if outcome == status.FAILED:
+            failed = sum(1 for c in exits.values() if c not in (None, 0))
+            why = f"TFJob {job} has failed because {failed} {self.rtype} replica(s) failed."
+            return status.FAILED, "TFJobFailed", why
+        limit = int(self.run_policy.get("backoffLimit", 0 if self.policy == "Never" else 6))
+        if past_backoff_limit(self.policy, sum(r.restart_count for r in self.replicas), limit):
+            return (status.FAILED, "BackoffLimitExceeded",
+                    f"TFJob {job} has failed because it has reached the specified backoff limit")  # fmt: skip
+        deadline = self.run_policy.get("activeDeadlineSeconds")
+        if deadline is not None and elapsed > deadline:
+            return (status.FAILED, "DeadlineExceeded",
+                    f"TFJob {job} has failed because it was active longer than specified deadline")  # fmt: skip
+        return None
 
     def final_status(self, phase: str, reason: str, message: str) -> dict[str, Any]:
         pods = [
