@@ -443,16 +443,19 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def webhook_pki(cache: Path) -> Path:
-    """One webhook CA + serving cert per cache, shared by every control plane on this machine.
+def webhook_pki(home: Path = WEBHOOK_CERT_DIR.parent) -> Path:
+    """One webhook CA + serving cert per machine, shared by every control plane on it.
 
     The operator's cert dir is a fixed path in /tmp, so concurrent control planes must agree on its
-    content; they do when they all pre-seed the rotator's Secret with this same valid pair.
+    content; they do when they all pre-seed the rotator's Secret with this same valid pair. It lives
+    beside that fixed path, not in DTR_CACHE: two caches on one machine once held two pairs, and a
+    second control plane's files broke the first one's webhook ("crypto/rsa: verification error").
     """
-    pki = cache / "webhook-pki"
-    with file_lock(cache / "webhook-pki.lock"):
+    pki = home / "dtr-webhook-pki"
+    home.mkdir(parents=True, exist_ok=True)
+    with file_lock(home / ".dtr-webhook-pki.lock"):
         if not (pki / "tls.crt").exists():
-            tmp = Path(tempfile.mkdtemp(dir=cache, prefix="webhook-pki."))
+            tmp = Path(tempfile.mkdtemp(dir=home, prefix="dtr-webhook-pki."))
             make_ca(tmp, "ca", WEBHOOK_CA_NAME, rsa_pkcs1=True, san=f"DNS:{WEBHOOK_CA_NAME}")
             make_leaf(tmp, "ca", "tls", f"/CN={WEBHOOK_SERVICE_DNS}", "serverAuth",
                       [f"DNS:{WEBHOOK_SERVICE_DNS}", "DNS:localhost", "IP:127.0.0.1"])  # fmt: skip
@@ -818,7 +821,7 @@ class ControlPlane:
         self._procs.spawn("etcd", etcd_args(binaries["etcd"], layout, ports))
         # etcd needs no certificates: make them while it starts.
         make_cluster_pki(pki, self.node_ip)
-        hook_pki = webhook_pki(self.cache)
+        hook_pki = webhook_pki()
         install_webhook_certs(hook_pki)
         self._procs.wait("etcd", lambda: http_get(f"http://127.0.0.1:{ports.etcd}/health")[1].find(b'"true"') >= 0)
 
