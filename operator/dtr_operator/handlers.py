@@ -4,14 +4,16 @@
 - create/resume of a DistTrainingRun: ensure its PVC and TFJob (retries with backoff while waiting).
 - events of TFJobs labelled distml.dev/run: mirror their status into the owning run, read from an
   index of runs that kopf keeps from its watch (no GET per event).
-- a timer on runs waiting for their worker pods: say why when the pods cannot start.
+- a background check of runs waiting for their worker pods: say why when the pods cannot start.
 - events of DistTrainingRuns: keep the runs-by-phase metric.
 No finalizers, no delete handler: children go with the run by owner references (garbage collector).
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -21,11 +23,17 @@ import kopf
 
 from . import metrics, reconcile
 from .builders import RUN_LABEL, TFJOB_GROUP, TFJOB_PLURAL, TFJOB_VERSION
-from .kube import Kube, NoCredentials
+from .kube import ApiError, Kube, NoCredentials
 from .settings import Settings, from_env
 from .spec import GROUP, PLURAL, VERSION
 
+_log = logging.getLogger(__name__)
 _phases = metrics.PhaseTracker()
+# Pods normally start within seconds: a run still waiting after this long has its pods looked at,
+# and again every this long.
+POD_CHECK_SECONDS = 20.0
+_waiting = reconcile.WaitingRuns(after=POD_CHECK_SECONDS)
+_pod_checks: asyncio.Task[None] | None = None
 RunKey = tuple[str, str]  # (namespace, name)
 RunBody = dict[str, Any]
 
@@ -109,26 +117,45 @@ def tfjob_changed(
         metrics.RECONCILE_SECONDS.labels(handler="tfjob").observe(time.perf_counter() - started)
 
 
-def _waits_for_pods(status: Mapping[str, Any], **_: Any) -> bool:
-    return status.get("phase") == reconcile.PENDING and status.get("reason") in reconcile.WAITING_FOR_PODS
-
-
-# Pods normally start within seconds: a run still waiting after 20 s is looked at every 20 s.
-@kopf.timer(GROUP, VERSION, PLURAL, interval=20, initial_delay=20, when=_waits_for_pods)
-def pods_not_starting(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    started = time.perf_counter()
-    try:
-        reconcile.check_waiting_pods(memo.kube, dict(body), memo.settings.trainer_image, emit)
-    finally:
-        metrics.RECONCILE_SECONDS.labels(handler="pods").observe(time.perf_counter() - started)
-
-
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def run_seen(type: str | None, body: kopf.Body, uid: str, **_: Any) -> None:
+async def run_seen(
+    type: str | None, body: kopf.Body, uid: str, namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any
+) -> None:
     # async: bookkeeping in memory, not worth a thread. As a sync handler it queued behind slow
     # ensure_children calls in the thread pool, holding up this run's own event processing until
     # kopf's consistency wait (5 s) ran out and a stale event ran the create handler a second time.
+    ref = (namespace or "", name or "", uid)
     if type == "DELETED":
         _phases.gone(uid)
+        _waiting.gone(ref)
     else:
-        _phases.seen(uid, (body.get("status") or {}).get("phase"))
+        status = body.get("status") or {}
+        _phases.seen(uid, status.get("phase"))
+        _waiting.seen(ref, status, time.monotonic())
+    global _pod_checks
+    if _pod_checks is None or _pod_checks.done():
+        # Started here, not at startup: a task inherits the context it is created in, and only a
+        # handler's context lets kopf.event post (a startup task's events raise LookupError).
+        _pod_checks = asyncio.create_task(_check_waiting_runs(memo))
+
+
+@kopf.on.cleanup()
+async def stop_pod_checks(**_: Any) -> None:
+    if _pod_checks is not None:
+        _pod_checks.cancel()
+
+
+async def _check_waiting_runs(memo: kopf.Memo) -> None:
+    """Every POD_CHECK_SECONDS, the pods of each run that has waited that long for them."""
+    while True:
+        await asyncio.sleep(POD_CHECK_SECONDS)
+        for ref in _waiting.due(time.monotonic()):
+            started = time.perf_counter()
+            try:
+                await asyncio.to_thread(reconcile.check_waiting_pods, memo.kube, ref, memo.settings.trainer_image, emit)
+            except ApiError as err:  # the next round tries again
+                _log.warning("pods of run %s/%s not checked: %s", ref[0], ref[1], err)
+            except Exception:  # a bug: say so, and keep checking the other runs
+                _log.exception("pods of run %s/%s not checked", ref[0], ref[1])
+            finally:
+                metrics.RECONCILE_SECONDS.labels(handler="pods").observe(time.perf_counter() - started)

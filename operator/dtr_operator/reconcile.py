@@ -365,12 +365,46 @@ def tfjob_event(
         sync_status(kube, body, run, tfjob, emit)
 
 
-def check_waiting_pods(kube: Kube, body: Mapping[str, Any], default_image: str, emit: Emit) -> None:
-    """A run still waiting for its worker pods: read them, and say so when they cannot start.
+def waits_for_pods(status: Mapping[str, Any] | None) -> bool:
+    status = status or {}
+    return status.get("phase") == PENDING and status.get("reason") in WAITING_FOR_PODS
+
+
+RunRef = tuple[str, str, str]  # namespace, name, uid
+
+
+class WaitingRuns:
+    """The runs waiting for their worker pods, and since when (monotonic seconds). In memory only.
 
     No TFJob event tells of a pod stuck in ImagePullBackOff or Unschedulable (the TFJob stays
-    Created), so the operator looks at the pods themselves while a run waits.
+    Created), so the operator looks at such a run's pods itself once it has waited `after` seconds.
+    Not a kopf timer: kopf puts a finalizer on every object a timer serves, and a run must stay
+    deletable while the operator is down.
     """
+
+    def __init__(self, after: float) -> None:
+        self.after = after
+        self._since: dict[RunRef, float] = {}
+
+    def seen(self, ref: RunRef, status: Mapping[str, Any] | None, at: float) -> None:
+        if waits_for_pods(status):
+            self._since.setdefault(ref, at)
+        else:
+            self._since.pop(ref, None)
+
+    def gone(self, ref: RunRef) -> None:
+        self._since.pop(ref, None)
+
+    def due(self, at: float) -> list[RunRef]:
+        return [ref for ref, since in list(self._since.items()) if at - since >= self.after]
+
+
+def check_waiting_pods(kube: Kube, ref: RunRef, default_image: str, emit: Emit) -> None:
+    """A run still waiting for its worker pods: read them, and say so when they cannot start."""
+    namespace, name, uid = ref
+    body = kube.get_run(namespace, name)
+    if body is None or _meta(body).get("uid") != uid or not waits_for_pods(body.get("status")):
+        return
     try:
         run = parse_run(body, default_image=default_image)
     except SpecError:

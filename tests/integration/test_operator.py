@@ -451,3 +451,28 @@ def test_a_run_re_created_at_once_waits_for_the_old_children_to_go(
     st = wait_status(control_plane, namespace, "redo", "children created", tfJob="redo")
     assert st["phase"] == "Pending" and condition(st, "Created")["status"] == "True"
     assert not [r for k, r, _ in events(control_plane, namespace, "redo") if r == "NameConflict"]
+
+
+# ---- worker pods that cannot start ----------------------------------------------------------------
+
+
+def test_a_run_whose_pods_cannot_pull_their_image_says_so_and_carries_no_finalizer(
+    control_plane: Cluster, namespace: str, operator: Operator
+):
+    create_run(control_plane, namespace, "stuck")
+    wait_status(control_plane, namespace, "stuck", "TFJob created", reason="TFJobCreated")
+    pulled = f'Back-off pulling image "{IMAGE}": not found'
+    for pod in worker_pods(control_plane, namespace, "stuck", 2):
+        container = {"name": "tensorflow", "image": IMAGE, "imageID": "", "restartCount": 0, "ready": False,
+                     "state": {"waiting": {"reason": "ImagePullBackOff", "message": pulled}}}  # fmt: skip
+        body = {"status": {"phase": "Pending", "containerStatuses": [container]}}
+        control_plane.kubectl("patch", "pod", pod["metadata"]["name"], "-n", namespace, "--subresource=status",
+                              "--type=merge", "-p", json.dumps(body))  # fmt: skip
+
+    # The operator looks at the pods of a run that has waited 20 s, every 20 s.
+    st = wait_status(control_plane, namespace, "stuck", "pods not starting", timeout=90, reason="WorkerPodsNotStarting")
+    assert st["phase"] == "Pending"
+    assert "worker stuck-worker-0 cannot start: ImagePullBackOff" in st["message"], st["message"]
+    assert ("Warning", "WorkerPodsNotStarting", st["message"]) in events(control_plane, namespace, "stuck")
+    run = get(control_plane, namespace, "dtr", "stuck")
+    assert not (run or {}).get("metadata", {}).get("finalizers"), "a run must stay deletable while the operator is down"

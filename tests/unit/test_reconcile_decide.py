@@ -96,3 +96,28 @@ def test_a_claim_being_deleted_is_waited_for():
 
 def test_a_pvc_that_vanished_after_a_clash_is_created_again():
     assert decide(OWN, {}, Observed(None, None)) == Create(pvc=True)
+
+
+# ---- which waiting runs have their pods looked at (WaitingRuns) ----------------------------------
+
+WAITING = {"phase": "Pending", "reason": "TFJobCreated"}
+REF = ("ml", "mnist-cnn", "u-1")
+
+
+def test_a_run_waiting_for_its_pods_is_due_after_the_delay_and_until_it_stops_waiting():
+    runs = reconcile.WaitingRuns(after=20)
+    runs.seen(REF, WAITING, at=100)
+    assert runs.due(119) == []
+    assert runs.due(120) == [REF]
+    runs.seen(REF, {"phase": "Pending", "reason": "WorkerPodsNotStarting"}, at=125)
+    assert runs.due(126) == [REF], "still waiting: the clock keeps the first sighting"
+    runs.seen(REF, {"phase": "Running", "reason": "TFJobRunning"}, at=130)
+    assert runs.due(500) == []
+
+
+def test_runs_waiting_for_something_else_or_gone_are_never_due():
+    runs = reconcile.WaitingRuns(after=20)
+    runs.seen(REF, {"phase": "Pending", "reason": "WaitingForPVC"}, at=0)
+    runs.seen(("ml", "other", "u-2"), WAITING, at=0)
+    runs.gone(("ml", "other", "u-2"))
+    assert runs.due(1000) == []
