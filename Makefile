@@ -87,7 +87,7 @@ dev-cluster-down: ## stop everything dev-cluster started
 	$(OP)/python tests/cluster/node.py down --dir $(DEV_CLUSTER)
 
 # Reliability and security suite (docs/reliability.md): invalid runs, generated specs, faults, Pod Security.
-# About 10 minutes on 2 cores; writes .dtr/reliability/results.json, then the doc from it (even when red).
+# Writes .dtr/reliability/results.json, then the doc from it (even when red); its cost: docs/cluster.md#what-ci-costs.
 .PHONY: test-reliability
 test-reliability: setup-op cluster-build ## invalid runs, hypothesis specs, faults, Pod Security; writes docs/reliability.md
 	rm -f .dtr/reliability/results.json .dtr/reliability/results.session.json
