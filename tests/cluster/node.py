@@ -19,6 +19,7 @@ Python 3.11 standard library; PyYAML through controlplane.py for the CRDs.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import os
@@ -51,6 +52,7 @@ KUBELET_PORT = 10250
 # containerd's sockets must fit a unix socket path (108 bytes): a short fixed home, not DIR.
 RUN_DIR = Path("/run/dtr-node")
 IPTABLES_CHAIN = "DTR-NODE-FORWARD"
+OWNER = RUN_DIR / "owner"  # the directory of the node that holds the machine's node resources
 
 # Start order; teardown runs in reverse.
 COMPONENTS = ("containerd", "kubelet", "kube-scheduler", "kube-proxy")
@@ -301,6 +303,20 @@ def cleanup_host_network() -> None:
     run(["ip", "link", "del", BRIDGE], check=False)
 
 
+def running_node_dir() -> Path | None:
+    """The directory of the node that runs on this machine now, if any (its containerd or kubelet lives)."""
+    try:
+        root = Path(OWNER.read_text().strip())
+    except OSError:
+        return None
+    for component in ("containerd", "kubelet"):
+        with contextlib.suppress(OSError, ValueError):
+            pid, binary = (root / "pids" / component).read_text().split(maxsplit=1)
+            if cp.pid_runs(int(pid), binary.strip()):
+                return root
+    return None
+
+
 def unmount_below(root: Path) -> None:
     """Unmount everything kubelet and containerd mounted under root (deepest first)."""
     prefix = str(root.resolve()) + "/"
@@ -350,8 +366,13 @@ class Node:
     # -- public
 
     def start(self) -> NodeState:
-        if RUN_DIR.exists() and any(self._running_pids()):
-            raise NodeError(f"a node already runs on this machine (state under {RUN_DIR}); run `node.py down` first")
+        other = running_node_dir()
+        if other is not None:
+            raise NodeError(
+                f"a node already runs on this machine, from {other} (one at a time: containerd's socket, the "
+                f"bridge and kubelet's port are the machine's); stop it first: python tests/cluster/node.py down "
+                f"--dir {other.parent}"
+            )
         self.stop()
         if self.build:
             self._build()
@@ -364,8 +385,6 @@ class Node:
         state.ready_seconds = round(time.monotonic() - t0, 2)
         self.layout.state.write_text(json.dumps(asdict(state), indent=2))
         if self.stop_at_exit:
-            import atexit
-
             atexit.register(self.stop)
         return state
 
@@ -377,17 +396,20 @@ class Node:
                 self._remove_all_pods()
             if component in pids:
                 cp.terminate(pids[component][0], pids[component][1])
-        self._kill_shims()
         for proc in self._procs.children.values():
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 proc.wait(timeout=1)
         self._procs.children.clear()
         unmount_below(self.layout.root)
+        with contextlib.suppress(FileNotFoundError):
+            self.layout.state.unlink()
+        other = running_node_dir()
+        if other is not None and other != self.layout.root:
+            return  # another node holds the machine: leave its shims, network and state alone
+        self._kill_shims()
         unmount_below(RUN_DIR)
         cleanup_host_network()
         shutil.rmtree(RUN_DIR, ignore_errors=True)
-        with contextlib.suppress(FileNotFoundError):
-            self.layout.state.unlink()
 
     def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return run([str(self.bin / "ctr"), "--address", str(self.layout.socket), "-n", "k8s.io", *args],
@@ -453,6 +475,7 @@ class Node:
         # Cluster names only (kubelet adds the cluster DNS server and search path to every pod).
         (self.layout.root / "resolv.conf").write_text("options ndots:5\n")
         RUN_DIR.mkdir(parents=True, exist_ok=True)
+        OWNER.write_text(f"{self.layout.root}\n")
 
     def _kubeconfig(self, name: str, cert: str) -> Path:
         pki = self.plane.layout.pki

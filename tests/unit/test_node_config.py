@@ -76,3 +76,21 @@ def test_kubelet_keeps_imported_images_and_runs_on_cgroup_v1():
     assert config["imageGCHighThresholdPercent"] == 100
     assert (config["failCgroupV1"], config["cgroupDriver"]) == (False, "cgroupfs")
     assert config["authentication"]["anonymous"] == {"enabled": False}
+
+
+def test_the_machines_node_is_found_only_while_its_processes_run(tmp_path, monkeypatch):
+    import subprocess
+
+    owner, root = tmp_path / "owner", tmp_path / "node"
+    monkeypatch.setattr(node, "OWNER", owner)
+    assert node.running_node_dir() is None  # no node ever started here
+    (root / "pids").mkdir(parents=True)
+    owner.write_text(f"{root}\n")
+    sleeper = subprocess.Popen(["/bin/sleep", "30"])
+    try:
+        (root / "pids" / "containerd").write_text(f"{sleeper.pid} /bin/sleep\n")
+        assert node.running_node_dir() == root
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert node.running_node_dir() is None, "a crashed node's leftovers do not block the next one"
