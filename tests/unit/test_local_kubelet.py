@@ -1,4 +1,4 @@
-"""Pure kubelet decisions for the process node and `dtr run` (dtr_operator.local.kubelet)."""
+"""Pure kubelet decisions for `dtr run` (dtr_operator.local.kubelet)."""
 
 import pytest
 from dtr_operator.local import kubelet as k

@@ -1,9 +1,8 @@
 """What a kubelet would decide and report for a container played by a local process (pure).
 
-The process node (`node.py`) and `dtr run` (`runner.py`) keep the clock and the processes; these
-functions turn "the process is in this state" into the restart decision and the pod status a
-kubelet would write, so `kubectl get pods`, the training-operator and the operator see the same
-thing they would see on a real node.
+`dtr run` (`runner.py`) keeps the clock and the processes; these functions turn "the process is in
+this state" into the restart decision and the pod status a kubelet would write, so the status
+`dtr run` prints reads as it would on a real node.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`dtr run FILE`: train a DistTrainingRun with local processes, no cluster.
 
 The run is rendered by the operator's own builders (build_tfjob/build_pvc), and each replica of
-the TFJob runs the way the process node runs its pod (translate.py): the TF_CONFIG the
+the TFJob runs as a local process (translate.py): the TF_CONFIG the
 training-operator would inject, rewritten to loopback ports; the PVC as ./.dtr/volumes/<claim>
 with the mountPath rewritten to it; the termination message in a per-replica file. The TFJob's
 restart policy and backoffLimit apply as the training-operator and kubelet would apply them, and
