@@ -68,8 +68,10 @@ def test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_
 ) -> None:
     name = "heal"
     worker = f"{name}-worker-1"
-    real_node.apply(namespace, digits_run(name, epochs=5, steps=30, backoff=8))
-    real_node.wait_log(namespace, worker, "epoch 2/5 end")
+    # 20 short epochs: the checks below take seconds under load, and the kill must land mid-training
+    # (a finished run deletes its backup, and a worker restarted then trains from the start).
+    real_node.apply(namespace, digits_run(name, epochs=20, steps=30, backoff=8))
+    real_node.wait_log(namespace, worker, "epoch 1/20 end")
 
     # While it runs: no credential in the container, and nothing writable but the volume and /tmp.
     assert real_node.exec(namespace, worker, "test", "-e", TOKEN).returncode == 1, "a token is mounted"
@@ -80,6 +82,7 @@ def test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_
         assert wrote.returncode == 0, (ok, wrote.stderr)
     real_node.exec(namespace, worker, "rm", "-f", "/mnt/dtr/x")
 
+    real_node.wait_log(namespace, worker, "epoch 3/20 end")  # a backup exists
     real_node.kill_container(namespace, worker)
     st = real_node.wait_terminal(namespace, name)
     assert st["phase"] == "Succeeded", st
@@ -87,8 +90,11 @@ def test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_
     assert status["restartCount"] >= 1
     assert status["lastState"]["terminated"]["exitCode"] == 137, status
     later = real_node.logs(namespace, worker)
-    assert "resumed from backup at epoch" in later, "the restarted worker started over instead of resuming"
-    assert "epoch 1/5 begin" not in later
+    assert "resumed from backup at epoch" in later, (
+        f"the restarted worker started over instead of resuming; before the kill:\n"
+        f"{real_node.logs(namespace, worker, previous=True)[-3000:]}\nafter:\n{later[-3000:]}"
+    )
+    assert "epoch 1/20 begin" not in later
     volume = real_node.volume(namespace, f"{name}-data")
     assert saved_models(volume) == [volume / "models" / name / "1"]
 
@@ -98,8 +104,8 @@ def test_worker_container_killed_with_never_fails_the_run_naming_the_worker(
 ) -> None:
     name = "never"
     worker = f"{name}-worker-1"
-    real_node.apply(namespace, digits_run(name, epochs=5, steps=30, restart="Never"))
-    real_node.wait_log(namespace, worker, "epoch 1/5 end")
+    real_node.apply(namespace, digits_run(name, epochs=20, steps=30, restart="Never"))
+    real_node.wait_log(namespace, worker, "epoch 1/20 end")
     real_node.kill_container(namespace, worker)
 
     st = real_node.wait_terminal(namespace, name)
