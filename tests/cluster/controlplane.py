@@ -142,9 +142,6 @@ class Layout:
     def etcd_data(self) -> Path:
         return self.root / "etcd"
 
-    def pid_file(self, component: str) -> Path:
-        return self.pids / component
-
     def log_file(self, component: str) -> Path:
         return self.logs / f"{component}.log"
 

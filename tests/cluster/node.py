@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -78,18 +78,8 @@ class NodeLayout:
         return self.root / name
 
     @property
-    def state(self) -> Path:
-        return self.root / "state.json"
-
-    @property
     def socket(self) -> Path:
         return RUN_DIR / "containerd" / "containerd.sock"
-
-    def log_file(self, component: str) -> Path:
-        return self.root / "logs" / f"{component}.log"
-
-    def pid_file(self, component: str) -> Path:
-        return self.root / "pids" / component
 
 
 def containerd_config(layout: NodeLayout, bin_dir: Path, cni_bin: Path) -> str:
@@ -383,7 +373,6 @@ class Node:
             self.stop()
             raise
         state.ready_seconds = round(time.monotonic() - t0, 2)
-        self.layout.state.write_text(json.dumps(asdict(state), indent=2))
         if self.stop_at_exit:
             atexit.register(self.stop)
         return state
@@ -401,8 +390,6 @@ class Node:
                 proc.wait(timeout=1)
         self._procs.children.clear()
         unmount_below(self.layout.root)
-        with contextlib.suppress(FileNotFoundError):
-            self.layout.state.unlink()
         other = running_node_dir()
         if other is not None and other != self.layout.root:
             return  # another node holds the machine: leave its shims, network and state alone
@@ -410,6 +397,9 @@ class Node:
         unmount_below(RUN_DIR)
         cleanup_host_network()
         shutil.rmtree(RUN_DIR, ignore_errors=True)
+
+    def log_file(self, component: str) -> Path:
+        return self._procs.log_file(component)
 
     def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return run([str(self.bin / "ctr"), "--address", str(self.layout.socket), "-n", "k8s.io", *args],

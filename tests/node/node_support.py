@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,6 @@ OPERATOR_SELECTOR = "app.kubernetes.io/name=dtr-operator"
 class RealNode:
     cluster: Cluster
     node: realnode.Node
-    install_seconds: float = 0.0
 
     # -- the API
 
@@ -90,7 +88,7 @@ class RealNode:
             proc = self.cluster.kubectl(*args, check=False)
             parts.append(f"$ kubectl {' '.join(args)}\n{proc.stdout[-6000:]}{proc.stderr[-2000:]}")
         for component in realnode.COMPONENTS:
-            parts.append(f"--- {component} log ---\n{cp.tail(self.node.layout.log_file(component), 20)}")
+            parts.append(f"--- {component} log ---\n{cp.tail(self.node.log_file(component), 20)}")
         return "\n".join(parts)
 
 
@@ -136,12 +134,11 @@ def start_real_node(workdir: Path) -> Iterator[RealNode]:
                 pytest.fail(f"the real node did not start: {err}", pytrace=False)
         cluster = Cluster(plane.kubeconfig, plane.dir)
         os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-        t0 = time.monotonic()
         try:
             node.install()
         except cp.ControlPlaneError as err:
             pytest.fail(str(err), pytrace=False)
-        yield RealNode(cluster, node, round(time.monotonic() - t0, 1))
+        yield RealNode(cluster, node)
     finally:
         if existing is None:
             if node is not None and owned:
