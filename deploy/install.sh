@@ -17,8 +17,8 @@
 #   DTR_SKIP_BUILD=1 reuse the images already built
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-readonly ROOT
+# shellcheck source=deploy/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 readonly IMPORT="${DTR_IMPORT:-k3d}"
 readonly CLUSTER="${DTR_CLUSTER:-dtr}"
 readonly DEPLOY="${DTR_DEPLOY:-${ROOT}/deploy}"
@@ -29,9 +29,6 @@ readonly OPERATOR_IMAGE="distml/operator:0.1.0"
 readonly TRAINER_IMAGE="distml/trainer:0.1.0"
 readonly TRAINING_OPERATOR_REF="v1.9.4"
 readonly TRAINING_OPERATOR_KUSTOMIZE="${DTR_TRAINING_OPERATOR_KUSTOMIZE:-github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_REF}}"
-
-step() { printf '\n==> %s\n' "$*"; }
-die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 build_images() {
   if [[ "${DTR_SKIP_BUILD:-0}" == 1 ]]; then

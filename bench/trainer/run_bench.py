@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "tests" / "cluster"))
+from controlplane import free_ports
+
 TIMEOUT = 600
 
 
@@ -84,17 +86,6 @@ VARIANTS = {v.name: v for v in (
     Variant("default", (), note="the trainer's defaults (no tuning flags)"),
 )}
 DEFAULT_RUN = ("plain", "spe10", "spe10_lazy", "spe50_lazy_retain", "pack_128k", "xla_auto", "no_cache")
-
-
-def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def trainer_cmd(core: int, variant: Variant, args: argparse.Namespace, work: Path, tag: str) -> list[str]:

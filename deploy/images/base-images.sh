@@ -13,8 +13,8 @@
 # chroot) only when it builds a stand-in. Notes: docs/images.md.
 set -Eeuo pipefail
 
-# shellcheck source=deploy/images/common.sh
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source=deploy/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 readonly MIRROR="${DTR_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 readonly SECURITY_MIRROR="${DTR_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"

@@ -6,12 +6,12 @@
 # and ALL_PROXY, when set, reach the RUN steps as build args (Docker's predefined ones).
 set -euo pipefail
 
-# shellcheck source=deploy/images/common.sh
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source=deploy/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 readonly IMAGES=("operator:Dockerfile.operator:distml/operator:0.1.0" "trainer:Dockerfile.trainer:distml/trainer:0.1.0")
 
-bash "${IMAGES_DIR}/docker-up.sh"
+bash "${ROOT}/deploy/images/docker-up.sh"
 
 step "base images"
 # The FROM images of both Dockerfiles (the build stages' names are no images).
@@ -26,7 +26,7 @@ while read -r base; do
 done <<<"${bases}"
 if ((${#missing[@]} > 0)); then
   echo "missing: ${missing[*]}"
-  bash "${IMAGES_DIR}/base-images.sh"
+  bash "${ROOT}/deploy/images/base-images.sh"
 fi
 
 build_args=()

@@ -8,8 +8,8 @@
 # The engine keeps running after this script; stop it with: kill "$(cat .dtr/docker/dockerd.pid)".
 set -euo pipefail
 
-# shellcheck source=deploy/images/common.sh
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source=deploy/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 readonly DOCKER_STATE="${STATE}/docker"
 readonly LOG="${DOCKER_STATE}/dockerd.log"

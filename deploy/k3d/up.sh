@@ -8,17 +8,14 @@
 # DTR_SKIP_BUILD=1 (reuse images already built). Step-by-step notes: docs/k3d.md.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-readonly ROOT
+# shellcheck source=deploy/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 readonly CLUSTER="${DTR_CLUSTER:-dtr}"
 readonly HOST_DIR="${DTR_HOST_DIR:-${HOME}/.dtr/k3d/${CLUSTER}}"
 readonly EXAMPLE="${DTR_EXAMPLE:-${ROOT}/examples/mnist.yaml}"
 # Where k3s's local-path provisioner puts PersistentVolumes inside the node; the
 # host directory is mounted there, so a run's volume (and its model) is on the host.
 readonly NODE_STORAGE="/var/lib/rancher/k3s/storage"
-
-step() { printf '\n==> %s\n' "$*"; }
-die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 require_tools() {
   local tool

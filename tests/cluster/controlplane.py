@@ -205,22 +205,30 @@ def apiserver_args(binary: Path, layout: Layout, ports: Ports, node_ip: str | No
     ]
 
 
-def controller_manager_args(binary: Path, layout: Layout, ports: Ports, node: bool = False) -> list[str]:
-    kubeconfig, pki = layout.kubeconfig, layout.pki
+def loopback_component_args(binary: Path, kubeconfig: Path, port: int) -> list[str]:
+    """What the controller-manager and the scheduler share: one kubeconfig for all, HTTPS on loopback, no
+    leader election (one replica), no profiling."""
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1",
-        f"--secure-port={ports.controller_manager}",
-        f"--cert-dir={layout.root / 'controller-manager'}",
+        f"--secure-port={port}",
         "--leader-elect=false",
+        "--profiling=false",
+    ]
+
+
+def controller_manager_args(binary: Path, layout: Layout, ports: Ports, node: bool = False) -> list[str]:
+    pki = layout.pki
+    return [
+        *loopback_component_args(binary, layout.kubeconfig, ports.controller_manager),
+        f"--cert-dir={layout.root / 'controller-manager'}",
         f"--controllers={','.join(CONTROLLERS + (NODE_CONTROLLERS if node else ()))}",
         f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--root-ca-file={pki / 'ca.crt'}",
         "--use-service-account-credentials=false",
-        "--profiling=false",
     ]
 
 

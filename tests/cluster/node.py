@@ -205,16 +205,7 @@ def kubelet_args(binary: Path, layout: NodeLayout) -> list[str]:
 
 
 def scheduler_args(binary: Path, kubeconfig: Path, port: int) -> list[str]:
-    return [
-        str(binary),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        "--leader-elect=false",
-        "--profiling=false",
-    ]
+    return cp.loopback_component_args(binary, kubeconfig, port)
 
 
 def pinned(versions_env: Path) -> dict[str, str]:

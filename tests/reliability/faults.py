@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,17 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from api import Api, poll
-from controlplane import die_with_parent
+from controlplane import die_with_parent, free_port
 
 DTR = Path(sys.executable).parent / "dtr"
 KUBECTL = os.environ.get("DTR_KUBECTL") or shutil.which("kubectl") or "/usr/bin/kubectl"
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def healthy(port: int) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,19 +13,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
+
 STARTUP_AND_RUN_TIMEOUT = 300  # seconds; the machine is shared, TF import alone can take 10 s
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel hands out now; bound all at once so they differ."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def tf_config(ports: Sequence[int], index: int) -> str:

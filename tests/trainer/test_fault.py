@@ -10,11 +10,11 @@ import signal
 from conftest import (
     Volume,
     all_entries,
-    free_ports,
     kill_all,
     start_workers,
     wait_for_line,
 )
+from controlplane import free_ports
 
 EPOCHS = 10
 ARGS = ["--dataset", "digits", "--epochs", str(EPOCHS), "--batch-size-per-worker", "32", "--seed", "3"]

@@ -9,11 +9,11 @@ import pytest
 from conftest import (
     Volume,
     all_entries,
-    free_ports,
     integer_dirs,
     kill_all,
     start_workers,
 )
+from controlplane import free_ports
 
 EPOCHS = 6
 ARGS = ["--model", "cnn", "--dataset", "digits", "--epochs", str(EPOCHS), "--batch-size-per-worker", "32",

@@ -1,11 +1,10 @@
-# Shared by deploy/images/*.sh (sourced, not run): paths, messages, and installing
+# Shared by the scripts under deploy/ (sourced, not run): paths, messages, and installing
 # the few Debian packages the image scripts need on a fresh CI machine.
 # shellcheck shell=bash
 
-IMAGES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "${IMAGES_DIR}/../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE="${DTR_STATE:-${ROOT}/.dtr}"
-readonly IMAGES_DIR ROOT STATE
+readonly ROOT STATE
 
 step() { printf '\n==> %s\n' "$*"; }
 info() { printf '    %s\n' "$*"; }
