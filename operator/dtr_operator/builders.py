@@ -101,6 +101,11 @@ def _container(run: RunSpec) -> dict[str, Any]:
     return container
 
 
+def worker_pod_name(run: RunSpec, index: int) -> str:
+    """The name the training-operator gives worker `index`'s pod (worker 0 is the chief: no Chief replica)."""
+    return f"{run.tfjob_name}-worker-{index}"
+
+
 def build_tfjob(run: RunSpec) -> dict[str, Any]:
     """The kubeflow.org/v1 TFJob for a run (no owner reference; see owned_by)."""
     labels = run_labels(run)

@@ -5,6 +5,7 @@
 - events of TFJobs labelled distml.dev/run: mirror their status into the owning run, read from an
   index of runs that kopf keeps from its watch (no GET per event).
 - a background check of runs waiting for their worker pods: say why when the pods cannot start.
+- a background poll of running runs: the chief's last finished epoch into status.progress.
 - events of DistTrainingRuns: keep the runs-by-phase metric.
 No finalizers, no delete handler: children go with the run by owner references (garbage collector).
 """
@@ -33,7 +34,8 @@ _phases = metrics.PhaseTracker()
 # and again every this long.
 POD_CHECK_SECONDS = 20.0
 _waiting = reconcile.WaitingRuns(after=POD_CHECK_SECONDS)
-_pod_checks: asyncio.Task[None] | None = None
+_running = reconcile.RunningRuns()
+_background: list[asyncio.Task[None]] = []
 RunKey = tuple[str, str]  # (namespace, name)
 RunBody = dict[str, Any]
 
@@ -128,21 +130,30 @@ async def run_seen(
     if type == "DELETED":
         _phases.gone(uid)
         _waiting.gone(ref)
+        _running.gone(ref)
     else:
         status = body.get("status") or {}
         _phases.seen(uid, status.get("phase"))
         _waiting.seen(ref, status, time.monotonic())
-    global _pod_checks
-    if _pod_checks is None or _pod_checks.done():
+        _running.seen(ref, dict(body))
+    if not _background or any(task.done() for task in _background):
         # Started here, not at startup: a task inherits the context it is created in, and only a
         # handler's context lets kopf.event post (a startup task's events raise LookupError).
-        _pod_checks = asyncio.create_task(_check_waiting_runs(memo))
+        _cancel_background()
+        _background.append(asyncio.create_task(_check_waiting_runs(memo)))
+        if memo.settings.progress_interval:
+            _background.append(asyncio.create_task(_poll_running_runs(memo, memo.settings.progress_interval)))
+
+
+def _cancel_background() -> None:
+    for task in _background:
+        task.cancel()
+    _background.clear()
 
 
 @kopf.on.cleanup()
-async def stop_pod_checks(**_: Any) -> None:
-    if _pod_checks is not None:
-        _pod_checks.cancel()
+async def stop_background(**_: Any) -> None:
+    _cancel_background()
 
 
 async def _check_waiting_runs(memo: kopf.Memo) -> None:
@@ -159,3 +170,21 @@ async def _check_waiting_runs(memo: kopf.Memo) -> None:
                 _log.exception("pods of run %s/%s not checked", ref[0], ref[1])
             finally:
                 metrics.RECONCILE_SECONDS.labels(handler="pods").observe(time.perf_counter() - started)
+
+
+async def _poll_running_runs(memo: kopf.Memo, interval: float) -> None:
+    """Every `interval` seconds, the end of each running run's chief log (one GET each, one after another,
+    so the API sees at most one of these requests at a time)."""
+    while True:
+        await asyncio.sleep(interval)
+        for body in _running.bodies():
+            meta = body.get("metadata") or {}
+            started = time.perf_counter()
+            try:
+                await asyncio.to_thread(reconcile.poll_progress, memo.kube, body, memo.settings.trainer_image, emit)
+            except ApiError as err:  # the next round tries again
+                _log.debug("progress of run %s/%s not read: %s", meta.get("namespace"), meta.get("name"), err)
+            except Exception:  # a bug: say so, and keep polling the other runs
+                _log.exception("progress of run %s/%s not read", meta.get("namespace"), meta.get("name"))
+            finally:
+                metrics.RECONCILE_SECONDS.labels(handler="progress").observe(time.perf_counter() - started)

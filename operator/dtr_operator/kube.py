@@ -119,17 +119,26 @@ class Kube:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
+        raw = self._counted(method, path, body, query, content_type, "application/json")
+        try:
+            return json.loads(raw) if raw else {}
+        except ValueError:
+            return {"message": raw.decode("utf-8", "replace")[:300]}
+
+    def _counted(
+        self, method: str, path: str, body: Any, query: list[tuple[str, str]] | None, content_type: str, accept: str
+    ) -> bytes:
         metrics.API_REQUESTS.inc()
         try:
-            return self._request(method, path, body, query, content_type)
+            return self._request(method, path, body, query, content_type, accept)
         except ApiError as err:
             metrics.count_api_error(err.status)
             raise
 
     def _request(
-        self, method: str, path: str, body: Any, query: list[tuple[str, str]] | None, content_type: str
-    ) -> dict[str, Any]:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        self, method: str, path: str, body: Any, query: list[tuple[str, str]] | None, content_type: str, accept: str
+    ) -> bytes:
+        headers = {"Accept": accept, "Content-Type": content_type}
         if method in ("POST", "PATCH", "PUT"):
             # Our writes show up as ours in managedFields.
             query = [*(query or []), ("fieldManager", FIELD_MANAGER)]
@@ -147,13 +156,13 @@ class Kube:
         except (OSError, urllib3.exceptions.HTTPError) as err:
             # urllib3 gives up after its own retries with MaxRetryError, not an OSError.
             raise ApiError(0, "Unreachable", str(err)) from None
+        if 200 <= response.status < 300:
+            return raw
         try:
             data = json.loads(raw) if raw else {}
         except ValueError:
             data = {"message": raw.decode("utf-8", "replace")[:300]}
-        if 200 <= response.status < 300:
-            return data
-        raise _error(response.status, data)
+        raise _error(response.status, data if isinstance(data, Mapping) else {})
 
     # ---- objects ----------------------------------------------------------------------------
 
@@ -199,6 +208,25 @@ class Kube:
             "GET", _path("v1", namespace, "pods"), query=[("labelSelector", f"{JOB_NAME_LABEL}={job}")]
         )
         return list(data.get("items") or [])
+
+    def pod_log(
+        self, namespace: str, pod: str, container: str, tail_lines: int, limit_bytes: int, previous: bool = False
+    ) -> str | None:
+        """The end of a container's log, or None when there is none to read (no such pod, or the
+        container has not started: the API answers 400 while it waits)."""
+        query = [("container", container), ("tailLines", str(tail_lines)), ("limitBytes", str(limit_bytes))]
+        if previous:
+            query.append(("previous", "true"))
+        try:
+            path = _path("v1", namespace, "pods", pod, "log")
+            raw = self._counted("GET", path, None, query, "application/json", "*/*")
+        except NotFound:
+            return None
+        except ApiError as err:
+            if err.status == 400:
+                return None
+            raise
+        return raw.decode("utf-8", "replace")
 
     def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .builders import children, is_owned_by, is_reusable_pvc, left_by_earlier_run
+from .builders import CONTAINER_NAME, children, is_owned_by, is_reusable_pvc, left_by_earlier_run, worker_pod_name
 from .kube import AlreadyExists, ApiError, Conflict, Kube, NotFound, ResourceMissing
 from .spec import GROUP, KIND, RunSpec, SpecError, parse_run
 from .status import (
     FAILED,
     NAME_CONFLICT,
     PENDING,
+    RUNNING,
     TERMINAL,
     TFJOB_CRD_MISSING,
     TFJOB_CREATED,
@@ -34,6 +35,8 @@ from .status import (
     State,
     is_terminal,
     next_status,
+    parse_epoch_end,
+    running_progress,
     state_status,
     tfjob_state,
     tfjob_status,
@@ -411,3 +414,47 @@ def check_waiting_pods(kube: Kube, ref: RunRef, default_image: str, emit: Emit) 
         return  # reconcile_run records why
     pods = kube.list_job_pods(run.namespace, run.tfjob_name)
     record(kube, body, lambda prev: waiting_status(run, pods, prev, now()), emit)
+
+
+# ---- progress of running runs ------------------------------------------------------------------
+
+# The end of the chief's log read per poll: an epoch's line is among the last few (Keras prints nothing
+# between epochs with verbose=0); the byte limit bounds the read whatever the trainer prints.
+LOG_TAIL_LINES = 40
+LOG_LIMIT_BYTES = 32 * 1024
+
+
+class RunningRuns:
+    """Each Running run as the watch last saw it (its body, for the status write's resourceVersion)."""
+
+    def __init__(self) -> None:
+        self._bodies: dict[RunRef, Mapping[str, Any]] = {}
+
+    def seen(self, ref: RunRef, body: Mapping[str, Any]) -> None:
+        if (body.get("status") or {}).get("phase") == RUNNING:
+            self._bodies[ref] = body
+        else:
+            self._bodies.pop(ref, None)
+
+    def gone(self, ref: RunRef) -> None:
+        self._bodies.pop(ref, None)
+
+    def bodies(self) -> list[Mapping[str, Any]]:
+        return list(self._bodies.values())
+
+
+def poll_progress(kube: Kube, body: Mapping[str, Any], default_image: str, emit: Emit) -> None:
+    """A Running run: read the end of its chief's log and write the last finished epoch into status.progress.
+
+    One GET of pods/log per call, and a status write only when an epoch has finished since the last one.
+    """
+    try:
+        run = parse_run(body, default_image=default_image)
+    except SpecError:
+        return
+    log_text = kube.pod_log(run.namespace, worker_pod_name(run, 0), CONTAINER_NAME, LOG_TAIL_LINES, LOG_LIMIT_BYTES)
+    if log_text is None:
+        return
+    end = parse_epoch_end(log_text)
+    if end is not None:
+        record(kube, body, lambda prev: running_progress(prev, end, now()), emit)

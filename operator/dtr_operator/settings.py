@@ -22,6 +22,7 @@ class Settings:
     log_format: str = "plain"
     liveness_port: int = 8080  # kopf's health endpoint at /healthz; 0 = off
     metrics_port: int = 9090  # Prometheus /metrics; 0 = off
+    progress_interval: float = 5.0  # seconds between reads of a running run's chief log; 0 = off
     verbose: bool = False
 
     @property
@@ -47,6 +48,16 @@ def _port(value: str, name: str) -> int:
     return port
 
 
+def _seconds(value: str, name: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise SettingsError(f"{name}: must be a number of seconds, got {value!r}") from None
+    if not (seconds == 0 or 1 <= seconds <= 3600):
+        raise SettingsError(f"{name}: must be 0 (off) or in 1..3600 seconds, got {value}")
+    return seconds
+
+
 def from_env(env: Mapping[str, str]) -> Settings:
     namespaces = tuple(ns.strip() for ns in env.get("DTR_NAMESPACE", "").split(",") if ns.strip())
     log_format = env.get("DTR_LOG_FORMAT", "plain") or "plain"
@@ -58,6 +69,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         log_format=log_format,
         liveness_port=_port(env.get("DTR_LIVENESS_PORT", "8080") or "8080", "DTR_LIVENESS_PORT"),
         metrics_port=_port(env.get("DTR_METRICS_PORT", "9090") or "9090", "DTR_METRICS_PORT"),
+        progress_interval=_seconds(env.get("DTR_PROGRESS_INTERVAL", "5") or "5", "DTR_PROGRESS_INTERVAL"),
     )
 
 
@@ -76,6 +88,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-port", metavar="N", help="Prometheus /metrics port; 0 = off (env DTR_METRICS_PORT)"
     )
+    parser.add_argument(
+        "--progress-interval", metavar="S",
+        help="seconds between reads of each running run's chief log for status.progress; 0 = off "
+        "(env DTR_PROGRESS_INTERVAL; default 5)",
+    )  # fmt: skip
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
 
 
@@ -86,11 +103,13 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
         namespaces = ()
     elif args.namespace:
         namespaces = [ns for arg in args.namespace for ns in arg.split(",") if ns]
+    interval = args.progress_interval
     return Settings(
         namespaces=tuple(namespaces),
         trainer_image=args.trainer_image or base.trainer_image,
         log_format=args.log_format or base.log_format,
         liveness_port=_port(args.liveness_port, "--liveness-port") if args.liveness_port else base.liveness_port,
         metrics_port=_port(args.metrics_port, "--metrics-port") if args.metrics_port else base.metrics_port,
+        progress_interval=_seconds(interval, "--progress-interval") if interval else base.progress_interval,
         verbose=bool(args.verbose),
     )

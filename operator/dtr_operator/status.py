@@ -8,6 +8,8 @@ write.
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -212,6 +214,96 @@ def parse_summary(message: str | None, claim: str) -> Summary:
     return Summary(metrics or None, model, problem)
 
 
+# ---- progress (from the chief's log) -----------------------------------------------------------
+
+# The trainer's `epoch N/M end <name>=<value> ...` line (dtr_trainer/progress.py epoch_end_line).
+_EPOCH_END = re.compile(r"epoch (\d+)/(\d+) end\b(.*)$")
+_RATE_KEY, _REMAINING_KEY = "examples_per_second", "remaining_seconds"
+
+
+@dataclass(frozen=True)
+class EpochEnd:
+    epoch: int
+    epochs: int
+    metrics: tuple[tuple[str, float], ...]  # sorted by name
+    examples_per_second: float | None
+    remaining_seconds: int | None
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def parse_epoch_end(log: str) -> EpochEnd | None:
+    """The last finished epoch in a worker's log, or None when no epoch has finished yet."""
+    for line in reversed(log.splitlines()):
+        match = _EPOCH_END.search(line)
+        if not match:
+            continue
+        epoch, epochs = int(match[1]), int(match[2])
+        if not 0 < epoch <= epochs:
+            continue
+        values = dict(pair.split("=", 1) for pair in match[3].split() if "=" in pair)
+        numbers = {k: v for k, v in ((k, _number(v)) for k, v in values.items()) if v is not None}
+        rate = numbers.pop(_RATE_KEY, None)
+        remaining = numbers.pop(_REMAINING_KEY, None)
+        return EpochEnd(epoch, epochs, tuple(sorted(numbers.items())), rate,
+                        None if remaining is None else max(0, int(remaining)))  # fmt: skip
+    return None
+
+
+def progress_of(end: EpochEnd, now: str) -> dict[str, Any]:
+    """status.progress for a finished epoch; named as Kubeflow Trainer v2's trainerStatus where they mean
+    the same (progressPercentage, estimatedRemainingSeconds, metrics as name/value strings, lastUpdatedTime)."""
+    progress: dict[str, Any] = {
+        "epoch": end.epoch,
+        "epochs": end.epochs,
+        "epochsDone": f"{end.epoch}/{end.epochs}",
+        "progressPercentage": end.epoch * 100 // end.epochs,
+        "metrics": [{"name": name, "value": f"{value:.4f}"} for name, value in end.metrics],
+        "lastUpdatedTime": now,
+    }
+    if end.examples_per_second is not None:
+        progress["examplesPerSecond"] = round(end.examples_per_second, 1)
+    if end.remaining_seconds is not None:
+        progress["estimatedRemainingSeconds"] = end.remaining_seconds
+    return progress
+
+
+def _same_progress(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    def strip(p: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {k: v for k, v in (p or {}).items() if k != "lastUpdatedTime"}
+
+    return strip(a) == strip(b)
+
+
+def running_progress(previous: Mapping[str, Any], end: EpochEnd | None, now: str) -> dict[str, Any]:
+    """The status with the chief's last finished epoch, while Running; anything else is left as is."""
+    if previous.get("phase") != RUNNING or end is None:
+        return dict(previous)
+    progress = progress_of(end, now)
+    if _same_progress(previous.get("progress"), progress):
+        return dict(previous)
+    return {**previous, "progress": progress}
+
+
+def final_progress(previous: Mapping[str, Any] | None, epochs: int, now: str) -> dict[str, Any]:
+    """status.progress of a run that succeeded: every epoch done, nothing left; the last epoch's figures kept."""
+    return {
+        **(previous or {}),
+        "epoch": epochs,
+        "epochs": epochs,
+        "epochsDone": f"{epochs}/{epochs}",
+        "progressPercentage": 100,
+        "estimatedRemainingSeconds": 0,
+        "lastUpdatedTime": now,
+    }
+
+
 # ---- conditions -------------------------------------------------------------------------------
 
 
@@ -341,6 +433,8 @@ def tfjob_status(
             status["metrics"] = summary.metrics
         if summary.model:
             status["model"] = summary.model
+    if state.phase == SUCCEEDED:
+        status["progress"] = final_progress(previous.get("progress"), run.training.epochs, now)
     return status
 
 

@@ -149,6 +149,7 @@ def test_kubectl_get_names_and_columns(control_plane: Cluster, namespace: str) -
         "status": {
             "phase": "Succeeded",
             "workersReady": "2/2",
+            "progress": {"epoch": 3, "epochs": 3, "epochsDone": "3/3", "estimatedRemainingSeconds": 0},
             "metrics": {"accuracy": 0.975},
             "model": {"path": "/mnt/dtr/models/cols/1"},
             "message": "accuracy 0.9750, model exported",
@@ -159,11 +160,12 @@ def test_kubectl_get_names_and_columns(control_plane: Cluster, namespace: str) -
     )
     for resource in ("distrainingruns", "dtr", "disttrainingruns", "disttrainingrun", "disttrainingruns.distml.dev"):
         lines = control_plane.kubectl("get", resource, "-n", namespace).stdout.splitlines()
-        assert lines[0].split() == ["NAME", "PHASE", "WORKERS", "ACCURACY", "MODEL", "AGE"], resource
+        assert lines[0].split() == ["NAME", "PHASE", "WORKERS", "PROGRESS", "ACCURACY", "MODEL", "AGE"], resource
         row = lines[1].split()
-        assert row[:5] == ["cols", "Succeeded", "2/2", "0.975", "/mnt/dtr/models/cols/1"], resource
+        assert row[:6] == ["cols", "Succeeded", "2/2", "3/3", "0.975", "/mnt/dtr/models/cols/1"], resource
     wide = control_plane.kubectl("get", "dtr", "-n", namespace, "-o", "wide").stdout.splitlines()
-    assert wide[0].split()[-1] == "MESSAGE" and "accuracy 0.9750, model exported" in wide[1]
+    assert wide[0].split()[-2:] == ["ETA(S)", "MESSAGE"] and "accuracy 0.9750, model exported" in wide[1]
+    assert wide[1].split()[7] == "0", wide
 
 
 def test_kubectl_explain_describes_every_level(control_plane: Cluster) -> None:

@@ -52,8 +52,9 @@ class RealNode:
     def pod(self, namespace: str, name: str) -> dict[str, Any]:
         return self.cluster.kubectl_json("get", "pod", name, "-n", namespace)
 
-    def logs(self, namespace: str, pod: str, previous: bool = False) -> str:
-        args = ["logs", "-n", namespace, pod, "-c", "tensorflow", *(["--previous"] if previous else [])]
+    def logs(self, namespace: str, pod: str, previous: bool = False, timestamps: bool = False) -> str:
+        args = ["logs", "-n", namespace, pod, "-c", "tensorflow", *(["--previous"] if previous else []),
+                *(["--timestamps"] if timestamps else [])]  # fmt: skip
         proc = self.cluster.kubectl(*args, check=False)
         return proc.stdout if proc.returncode == 0 else ""
 

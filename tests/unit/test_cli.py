@@ -115,6 +115,13 @@ def test_flags_win_over_env():
     assert cfg.from_args(_operator_args("--all-namespaces"), env).all_namespaces
 
 
+def test_progress_interval_default_env_flag_and_off():
+    assert cfg.from_args(_operator_args(), {}).progress_interval == 5.0
+    assert cfg.from_args(_operator_args(), {"DTR_PROGRESS_INTERVAL": "2"}).progress_interval == 2.0
+    flag = _operator_args("--progress-interval", "0")
+    assert cfg.from_args(flag, {"DTR_PROGRESS_INTERVAL": "2"}).progress_interval == 0
+
+
 @pytest.mark.parametrize(
     ("env", "argv", "named"),
     [
@@ -122,6 +129,9 @@ def test_flags_win_over_env():
         ({"DTR_LIVENESS_PORT": "http"}, (), "DTR_LIVENESS_PORT"),
         ({"DTR_METRICS_PORT": "70000"}, (), "DTR_METRICS_PORT"),
         ({}, ("--metrics-port", "-1"), "--metrics-port"),
+        ({"DTR_PROGRESS_INTERVAL": "soon"}, (), "DTR_PROGRESS_INTERVAL"),
+        ({}, ("--progress-interval", "0.5"), "--progress-interval"),
+        ({}, ("--progress-interval", "7200"), "--progress-interval"),
     ],
 )
 def test_bad_settings_name_the_setting(env, argv, named):

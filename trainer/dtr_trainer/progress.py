@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Mapping, Sequence
 from typing import Callable
 
 import tensorflow as tf
@@ -14,8 +15,30 @@ def max_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def epoch_end_line(epoch: int, epochs: int, metrics: Mapping[str, float], examples_per_second: float,
+                   remaining_seconds: int | None) -> str:
+    """`epoch N/M end <metric>=<value> ... examples_per_second=X [remaining_seconds=S]`.
+
+    The operator reads the chief's last such line from its log for status.progress
+    (dtr_operator/status.py parse_epoch_end); tests/trainer/test_contract.py holds the two together.
+    """
+    shown = [f"{k}={v:.4f}" for k, v in sorted(metrics.items())]
+    shown.append(f"examples_per_second={examples_per_second:.1f}")
+    if remaining_seconds is not None:
+        shown.append(f"remaining_seconds={remaining_seconds}")
+    return f"epoch {epoch}/{epochs} end {' '.join(shown)}"
+
+
+def remaining_seconds(durations: Sequence[float], epochs_left: int) -> int | None:
+    """Epochs left x the mean epoch time, leaving out the first epoch (tracing) once there are others."""
+    steady = list(durations[1:]) or list(durations)
+    if not steady:
+        return None
+    return max(0, round(sum(steady) / len(steady) * epochs_left))
+
+
 class Progress(tf.keras.callbacks.Callback):
-    """Logs `epoch N/M begin|end` (the fault test and `dtr run` read these lines) and
+    """Logs `epoch N/M begin|end` (the operator, `dtr run` and the fault test read these lines) and
     `resumed from backup at epoch N/M` when BackupAndRestore skipped finished epochs."""
 
     def __init__(self, epochs: int, examples_per_epoch: int, log: Callable[[str], None]):
@@ -25,6 +48,8 @@ class Progress(tf.keras.callbacks.Callback):
         self.epoch_ends: list[float] = []
         self.cpu_ends: list[float] = []  # process CPU seconds (all threads) at each epoch end
         self.started = 0.0
+        self.epoch_began = 0.0
+        self.durations: list[float] = []  # wall seconds of each epoch this process ran
 
     def on_train_begin(self, logs=None):
         self.started = time.perf_counter()
@@ -35,12 +60,17 @@ class Progress(tf.keras.callbacks.Callback):
             if epoch > 0:
                 self.log(f"resumed from backup at epoch {epoch + 1}/{self.epochs}")
         self.log(f"epoch {epoch + 1}/{self.epochs} begin")
+        self.epoch_began = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
-        self.epoch_ends.append(time.perf_counter())
+        ended = time.perf_counter()
+        self.epoch_ends.append(ended)
         self.cpu_ends.append(time.process_time())
-        shown = " ".join(f"{k}={v:.4f}" for k, v in sorted((logs or {}).items()))
-        self.log(f"epoch {epoch + 1}/{self.epochs} end {shown}")
+        self.durations.append(ended - self.epoch_began)
+        rate = self.examples_per_epoch / max(self.durations[-1], 1e-9)
+        left = remaining_seconds(self.durations, self.epochs - (epoch + 1))
+        metrics = {k: float(v) for k, v in (logs or {}).items()}
+        self.log(epoch_end_line(epoch + 1, self.epochs, metrics, rate, left))
 
     def on_train_end(self, logs=None):
         # One machine-readable line for bench/trainer: wall and CPU seconds of the steady-state window.
