@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -210,13 +210,18 @@ class Kube:
         return list(data.get("items") or [])
 
     def pod_log(
-        self, namespace: str, pod: str, container: str, tail_lines: int, limit_bytes: int, previous: bool = False
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        tail_lines: int | None = None,
+        limit_bytes: int | None = None,
+        previous: bool = False,
+        timestamps: bool = False,
     ) -> str | None:
-        """The end of a container's log, or None when there is none to read (no such pod, or the
-        container has not started: the API answers 400 while it waits)."""
-        query = [("container", container), ("tailLines", str(tail_lines)), ("limitBytes", str(limit_bytes))]
-        if previous:
-            query.append(("previous", "true"))
+        """A container's log (its end, with tail_lines/limit_bytes), or None when there is none to read: no
+        such pod, the container has not started, or (previous) it has not restarted; the API says 400."""
+        query = _log_query(container, tail_lines, limit_bytes, previous, timestamps, follow=False)
         try:
             path = _path("v1", namespace, "pods", pod, "log")
             raw = self._counted("GET", path, None, query, "application/json", "*/*")
@@ -227,6 +232,40 @@ class Kube:
                 return None
             raise
         return raw.decode("utf-8", "replace")
+
+    def follow_pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None) -> Iterator[str]:
+        """The container's log lines as they are written, until the container stops (or the call is dropped)."""
+        query = _log_query(container, tail_lines, None, previous=False, timestamps=False, follow=True)
+        method, url, headers, _, _ = self.api.param_serialize(
+            method="GET", resource_path=_path("v1", namespace, "pods", pod, "log"), query_params=query,
+            header_params={"Accept": "*/*"}, auth_settings=["BearerToken"],
+        )  # fmt: skip
+        metrics.API_REQUESTS.inc()
+        try:
+            # No read timeout: a quiet training step can take longer than any sensible one.
+            response = self.api.call_api(method, url, header_params=headers, _request_timeout=(5, None))
+        except (ApiException, OSError, urllib3.exceptions.HTTPError) as err:
+            raise ApiError(0, "Unreachable", str(getattr(err, "reason", None) or err)) from None
+        if response.status >= 300:
+            raw = response.read()
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                data = {"message": raw.decode("utf-8", "replace")[:300]}
+            raise _error(response.status, data if isinstance(data, Mapping) else {})
+        pending = b""
+        try:
+            for chunk in response.response.stream(64 * 1024, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", "replace")
+        except (OSError, urllib3.exceptions.HTTPError):
+            pass  # the API server or the kubelet ended the stream: what was read is all there is
+        finally:
+            response.response.release_conn()
+        if pending:
+            yield pending.decode("utf-8", "replace")
 
     def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -247,6 +286,28 @@ class Kube:
             body=body,
             content_type="application/merge-patch+json",
         )
+
+
+def _log_query(
+    container: str, tail_lines: int | None, limit_bytes: int | None, previous: bool, timestamps: bool, follow: bool
+) -> list[tuple[str, str]]:
+    query = [("container", container)]
+    for key, value in (("tailLines", tail_lines), ("limitBytes", limit_bytes)):
+        if value is not None:
+            query.append((key, str(value)))
+    for key, flag in (("previous", previous), ("timestamps", timestamps), ("follow", follow)):
+        if flag:
+            query.append((key, "true"))
+    return query
+
+
+def current_namespace() -> str:
+    """The namespace of the kubeconfig's current context ("default" when it names none), as kubectl uses."""
+    try:
+        _, active = config.list_kube_config_contexts(config_file=os.environ.get("KUBECONFIG"))
+    except (config.ConfigException, OSError):
+        return "default"
+    return str((active or {}).get("context", {}).get("namespace") or "default")
 
 
 def _error(status: int, data: Mapping[str, Any]) -> ApiError:

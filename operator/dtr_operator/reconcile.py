@@ -452,7 +452,9 @@ def poll_progress(kube: Kube, body: Mapping[str, Any], default_image: str, emit:
         run = parse_run(body, default_image=default_image)
     except SpecError:
         return
-    log_text = kube.pod_log(run.namespace, worker_pod_name(run, 0), CONTAINER_NAME, LOG_TAIL_LINES, LOG_LIMIT_BYTES)
+    log_text = kube.pod_log(
+        run.namespace, worker_pod_name(run, 0), CONTAINER_NAME, tail_lines=LOG_TAIL_LINES, limit_bytes=LOG_LIMIT_BYTES
+    )
     if log_text is None:
         return
     end = parse_epoch_end(log_text)

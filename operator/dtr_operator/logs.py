@@ -1,0 +1,156 @@
+"""`dtr logs RUN`: the workers' logs of a run, merged and prefixed, from the API (kubectl's credentials).
+
+    dtr logs mnist-cnn                 every worker's log, merged in time order, "[worker-1] ..." prefixes
+    dtr logs mnist-cnn -f              follow them while they train
+    dtr logs mnist-cnn --worker 1      one worker
+    dtr logs mnist-cnn --previous      the log of each worker's previous container (before a restart)
+
+Pods go with the TFJob (ttlSecondsAfterFinished, or the run deleted); the trainer also writes each
+worker's log to the run's volume (docs/models.md), which outlives them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TextIO
+
+from .builders import CONTAINER_NAME, REPLICA_INDEX_LABEL
+from .spec import KIND
+
+VOLUME_LOGS = "/mnt/dtr/logs/<run>/ on the run's volume"
+
+
+class LogsError(Exception):
+    """Why there is nothing to show: one line for the user."""
+
+
+# ---- pure -------------------------------------------------------------------------------------
+
+
+def worker_index(pod: Mapping[str, Any]) -> int:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    try:
+        return int(labels.get(REPLICA_INDEX_LABEL, ""))
+    except ValueError:
+        return -1
+
+
+def select_workers(pods: Sequence[Mapping[str, Any]], worker: int | None) -> list[tuple[int, str]]:
+    """(index, pod name) of the worker pods asked for, by index."""
+    found = sorted((worker_index(p), (p.get("metadata") or {}).get("name", "")) for p in pods)
+    return [(i, name) for i, name in found if i >= 0 and (worker is None or i == worker)]
+
+
+def merged(logs: Iterable[tuple[int, str]]) -> list[str]:
+    """Lines of several workers' logs (`kubectl logs --timestamps` form: "<RFC 3339 time> <line>"),
+    in time order, each prefixed with its worker; a line without a time keeps its place after the
+    one before it. RFC 3339 times of one clock (the node's) sort as text once their widths agree."""
+    keyed = []
+    for index, text in logs:
+        last = ""
+        for seq, line in enumerate(text.splitlines()):
+            stamp, sep, rest = line.partition(" ")
+            if sep and stamp[:1].isdigit() and stamp.endswith("Z"):
+                last = stamp.rstrip("Z").ljust(30, "0")
+            else:
+                rest = line
+            keyed.append((last, index, seq, f"[worker-{index}] {rest}"))
+    return [line for *_, line in sorted(keyed)]
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+
+def _pods(kube: Any, namespace: str, name: str, worker: int | None) -> list[tuple[int, str]]:
+    run = kube.get_run(namespace, name)
+    if run is None:
+        raise LogsError(f"no {KIND} {name} in namespace {namespace}")
+    job = (run.get("status") or {}).get("tfJob") or name
+    workers = select_workers(kube.list_job_pods(namespace, job), worker)
+    if not workers:
+        which = f"worker {worker}" if worker is not None else "worker pods"
+        raise LogsError(
+            f"{name} has no {which} now (not started yet, or removed with the TFJob); "
+            f"every worker's log is also in {VOLUME_LOGS}"
+        )
+    return workers
+
+
+def show(kube: Any, namespace: str, name: str, worker: int | None, previous: bool, tail: int | None,
+         out: TextIO) -> None:  # fmt: skip
+    logs = []
+    for index, pod in _pods(kube, namespace, name, worker):
+        text = kube.pod_log(namespace, pod, CONTAINER_NAME, tail_lines=tail, previous=previous, timestamps=True)
+        if text is None:
+            what = "no previous container (it has not restarted)" if previous else "no log yet (not started)"
+            print(f"dtr logs: worker {index} ({pod}): {what}", file=sys.stderr)
+            continue
+        logs.append((index, text))
+    for line in merged(logs):
+        out.write(line + "\n")
+
+
+def follow(kube: Any, namespace: str, name: str, worker: int | None, tail: int | None, out: TextIO) -> None:
+    """One thread per worker; lines are written whole, as they come."""
+    lock = threading.Lock()
+
+    def pump(index: int, pod: str) -> None:
+        for line in kube.follow_pod_log(namespace, pod, CONTAINER_NAME, tail):
+            with lock:
+                out.write(f"[worker-{index}] {line}\n")
+                out.flush()
+
+    threads = [threading.Thread(target=pump, args=w, daemon=True) for w in _pods(kube, namespace, name, worker)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.5)  # wakes up for Ctrl-C
+
+
+def _logs(args: argparse.Namespace) -> int:
+    from .kube import ApiError, Kube, NoCredentials, current_namespace
+
+    if args.follow and args.previous:
+        print("dtr logs: --previous shows a container that has ended; it cannot be followed (-f)", file=sys.stderr)
+        return 2
+    namespace = args.namespace or current_namespace()
+    try:
+        kube = Kube.from_environment()
+        if args.follow:
+            follow(kube, namespace, args.run, args.worker, args.tail, sys.stdout)
+        else:
+            show(kube, namespace, args.run, args.worker, args.previous, args.tail, sys.stdout)
+    except (LogsError, NoCredentials) as err:
+        print(f"dtr logs: {err}", file=sys.stderr)
+        return 1
+    except ApiError as err:
+        print(f"dtr logs: the API server said {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "logs",
+        help="the workers' logs of a run, merged and prefixed (kubectl's credentials)",
+        description=__doc__.split("\n\n")[0] + " Pods go with the TFJob; each worker's log is also in "
+        f"{VOLUME_LOGS}.",
+    )
+    p.add_argument("run", metavar="RUN", help="the DistTrainingRun's name")
+    p.add_argument("-n", "--namespace", help="its namespace (default: the kubeconfig context's)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as the workers write them")
+    p.add_argument("--worker", type=_non_negative, metavar="N", help="only worker N (0 is the chief)")
+    p.add_argument("--previous", action="store_true", help="each worker's previous container (before a restart)")
+    p.add_argument("--tail", type=_non_negative, metavar="N", help="only the last N lines of each worker")
+    p.set_defaults(func=_logs)

@@ -1,0 +1,77 @@
+"""dtr logs' pure parts: which worker pods, and several workers' logs merged in time order."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from dtr_operator import logs
+from dtr_operator.cli import main
+
+
+def pod(name, index):
+    return {"metadata": {"name": name, "labels": {"training.kubeflow.org/replica-index": str(index)}}}
+
+
+PODS = [pod("r-worker-1", 1), pod("r-worker-0", 0), {"metadata": {"name": "stray", "labels": {}}}]
+
+
+def test_workers_by_index_and_one_worker():
+    assert logs.select_workers(PODS, None) == [(0, "r-worker-0"), (1, "r-worker-1")]
+    assert logs.select_workers(PODS, 1) == [(1, "r-worker-1")]
+    assert logs.select_workers(PODS, 5) == []
+
+
+def test_merged_in_time_order_with_prefixes():
+    w0 = "2026-11-30T18:00:01.5Z epoch 1/2 begin\n2026-11-30T18:00:03.25Z epoch 1/2 end\n"
+    w1 = "2026-11-30T18:00:01.123456789Z epoch 1/2 begin\n2026-11-30T18:00:02Z traced\n"
+    assert logs.merged([(0, w0), (1, w1)]) == [
+        "[worker-1] epoch 1/2 begin",
+        "[worker-0] epoch 1/2 begin",
+        "[worker-1] traced",
+        "[worker-0] epoch 1/2 end",
+    ]
+
+
+def test_a_line_without_a_time_stays_after_the_line_before_it():
+    w0 = "2026-11-30T18:00:05Z first\ncontinued without a stamp\n"
+    w1 = "2026-11-30T18:00:06Z later\n"
+    assert logs.merged([(1, w1), (0, w0)]) == ["[worker-0] first", "[worker-0] continued without a stamp",
+                                               "[worker-1] later"]  # fmt: skip
+
+
+class FakeKube:
+    def __init__(self, run, pods, texts):
+        self.run, self.pods, self.texts = run, pods, texts
+
+    def get_run(self, namespace, name):
+        return self.run
+
+    def list_job_pods(self, namespace, job):
+        assert job == "r"
+        return self.pods
+
+    def pod_log(self, namespace, pod, container, **kwargs):
+        assert container == "tensorflow" and kwargs["timestamps"] is True
+        return self.texts.get((pod, kwargs["previous"]))
+
+
+def test_show_merges_and_says_which_worker_has_no_previous_container(capsys):
+    kube = FakeKube({"status": {"tfJob": "r"}}, PODS,
+                    {("r-worker-1", True): "2026-11-30T18:00:01Z before the kill\n"})  # fmt: skip
+    out = io.StringIO()
+    logs.show(kube, "ns", "r", None, True, None, out)
+    assert out.getvalue() == "[worker-1] before the kill\n"
+    assert "worker 0 (r-worker-0): no previous container" in capsys.readouterr().err
+
+
+def test_no_run_and_no_pods_are_one_line_each():
+    with pytest.raises(logs.LogsError, match="no DistTrainingRun r in namespace ns"):
+        logs.show(FakeKube(None, [], {}), "ns", "r", None, False, None, io.StringIO())
+    with pytest.raises(logs.LogsError, match="/mnt/dtr/logs/"):
+        logs.show(FakeKube({"status": {"tfJob": "r"}}, [], {}), "ns", "r", None, False, None, io.StringIO())
+
+
+def test_follow_and_previous_together_are_refused(capsys):
+    assert main(["logs", "r", "-f", "--previous"]) == 2
+    assert "cannot be followed" in capsys.readouterr().err
