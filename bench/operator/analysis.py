@@ -110,10 +110,18 @@ def markdown(results: Mapping[str, Any]) -> str:
     for label, s in lat:
         out.append(f"| {label} | {s['n']} | {s['p50_ms']} | {s['p95_ms']} | {s['min_ms']} | {s['max_ms']} |")
     ratio = results.get("ratio_ours_to_reference_p50")
+    out += ["", f"Ratio of p50s, dtr-operator / training-operator, in this run: **{ratio}**.", ""]
+    running = results.get("running")
+    if running:
+        by_kind = ", ".join(f"`{k}` {v}" for k, v in sorted(running["operator_requests"].items())) or "none"
+        out += [
+            (f"With {running['running_runs']} runs Running (TFJob status patched; no pod runs) and nothing else "
+             f"happening for {running['seconds']:.0f} s, the operator made "
+             f"**{running['requests_per_running_run_per_minute']} API requests per running run per minute** "
+             f"({by_kind}): the chief-log reads of status.progress."),
+            "",
+        ]
     out += [
-        "",
-        f"Ratio of p50s, dtr-operator / training-operator, in this run: **{ratio}**.",
-        "",
         "| burst | value |",
         "|---|---:|",
         f"| runs created at once | {burst['runs']} |",

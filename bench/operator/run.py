@@ -315,6 +315,22 @@ async def status_phase(api: Api, hub: Hub, w: dict[str, Watch], names: list[str]
     return out
 
 
+async def running_phase(audit_log: Path, running: int, seconds: float) -> dict[str, Any]:
+    """The operator's requests while `running` runs are Running and nothing else happens: the cost of
+    status.progress (a chief-log read per running run per --progress-interval), from the audit log."""
+    offset = audit_log.stat().st_size
+    await asyncio.sleep(seconds)
+    lines, _ = read_from(audit_log, offset)
+    requests = audit_requests(lines)
+    total = sum(requests.values())
+    return {
+        "running_runs": running,
+        "seconds": seconds,
+        "operator_requests": dict(requests),
+        "requests_per_running_run_per_minute": round(total / running / seconds * 60, 2) if running else 0.0,
+    }
+
+
 def read_from(path: Path, offset: int) -> tuple[list[str], int]:
     with open(path, "rb") as f:
         f.seek(offset)
@@ -488,6 +504,9 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         log("status phase")
         sampler.mark("status")
         status = await status_phase(api, hub, watches, names)
+        log(f"{len(names)} runs Running for {args.running_seconds} s")
+        sampler.mark("running")
+        running = await running_phase(workdir / "audit.log", len(names), args.running_seconds)
         log(f"burst of {args.runs} runs")
         burst = await burst_phase(api, hub, watches, args.runs, workdir / "audit.log", sampler, pids)
         log(f"reference burst of {args.runs} TFJobs")
@@ -497,6 +516,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "create_to_children": latency_summary(ours),
             "reference_tfjob_to_pods": latency_summary(ref),
             "tfjob_status_to_run": latency_summary(status),
+            "running": running,
             "burst": burst,
             "reference_burst": ref_burst,
             "processes": {
@@ -590,6 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--samples", type=int, default=40, help="latency samples per measurement (default 40)")
     p.add_argument("--runs", type=int, default=200, help="runs created at once (default 200)")
+    p.add_argument("--running-seconds", type=float, default=30.0,
+                   help="how long to count requests while the latency samples' runs are Running (default 30)")
     p.add_argument("--out", type=Path, default=HERE, help="where results.json/.md/.png go (default bench/operator)")
     p.add_argument("--name", default="results", help="file name stem of the outputs (default results)")
     p.add_argument("--operator-arg", action="append", default=[], help="extra argument for `dtr operator`")

@@ -30,6 +30,7 @@ from .spec import GROUP, PLURAL, VERSION
 
 _log = logging.getLogger(__name__)
 _phases = metrics.PhaseTracker()
+_figures = metrics.RunFigures()
 # Pods normally start within seconds: a run still waiting after this long has its pods looked at,
 # and again every this long.
 POD_CHECK_SECONDS = 20.0
@@ -94,9 +95,14 @@ async def runs_by_name(namespace: str | None, name: str | None, body: kopf.Body,
     ensure_children calls, and kopf then handled stale events as new creations (66 of 200 runs of a
     burst ran their create handler twice).
     """
+    return {(namespace or "", name or ""): _slim(body)}
+
+
+def _slim(body: kopf.Body) -> RunBody:
+    """A copy of the run to keep in memory, without managedFields (the bulk of its size, never read)."""
     copied = copy.deepcopy(dict(body))
-    copied.get("metadata", {}).pop("managedFields", None)  # the bulk of a run's size, never read
-    return {(namespace or "", name or ""): copied}
+    copied.get("metadata", {}).pop("managedFields", None)
+    return copied
 
 
 def _cached(index: kopf.Index[RunKey, RunBody]) -> Callable[[str, str], RunBody | None]:
@@ -129,13 +135,15 @@ async def run_seen(
     ref = (namespace or "", name or "", uid)
     if type == "DELETED":
         _phases.gone(uid)
+        _figures.gone(ref[0], ref[1])
         _waiting.gone(ref)
         _running.gone(ref)
     else:
         status = body.get("status") or {}
         _phases.seen(uid, status.get("phase"))
+        _figures.seen(ref[0], ref[1], body)
         _waiting.seen(ref, status, time.monotonic())
-        _running.seen(ref, dict(body))
+        _running.seen(ref, _slim(body))
     if not _background or any(task.done() for task in _background):
         # Started here, not at startup: a task inherits the context it is created in, and only a
         # handler's context lets kopf.event post (a startup task's events raise LookupError).

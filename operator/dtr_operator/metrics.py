@@ -4,6 +4,9 @@ docs/performance.md; change them only together with that page."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -22,8 +25,29 @@ API_ERRORS = Counter(
 )
 API_REQUESTS = Counter("dtr_api_requests_total", "Kubernetes API calls made by the operator's handlers")
 
+# Per run, from its status (what users graph); a run's series go when the run is deleted.
+RUN_LABELS = ["namespace", "run"]
+RUN_GAUGES = {
+    "timeToRunningSeconds": Gauge(
+        "dtr_run_time_to_running_seconds", "Seconds from the run's creation to its TFJob running", RUN_LABELS
+    ),
+    "durationSeconds": Gauge(
+        "dtr_run_duration_seconds", "Seconds from the run's creation to its end (finished runs)", RUN_LABELS
+    ),
+    "workerRestarts": Gauge(
+        "dtr_run_worker_restarts", "Restarts of the run's worker containers (known when the run finishes)", RUN_LABELS
+    ),
+    "accuracy": Gauge("dtr_run_accuracy", "The run's final evaluation accuracy (succeeded runs)", RUN_LABELS),
+    "examplesPerSecond": Gauge(
+        "dtr_run_examples_per_second",
+        "Global training throughput: the last epoch's while running, the run's own once finished",
+        RUN_LABELS,
+    ),
+    "progressPercentage": Gauge("dtr_run_progress_percent", "Epochs finished, as a percentage of all", RUN_LABELS),
+}
+
 PHASES = ("Pending", "Running", "Succeeded", "Failed")
-HANDLERS = ("run", "tfjob", "pods")
+HANDLERS = ("run", "tfjob", "pods", "progress")
 # Answers the operator expects and acts on (absent object, create race, stale resourceVersion).
 EXPECTED_STATUSES = (404, 409)
 
@@ -63,6 +87,71 @@ class PhaseTracker:
             counts[phase] = counts.get(phase, 0) + 1
         for phase, n in counts.items():
             RUNS.labels(phase=phase).set(n)
+
+
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    if not start or not end:
+        return None
+    try:
+        return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    except ValueError:
+        return None
+
+
+def _ended_at(status: Mapping[str, Any]) -> str | None:
+    """When a finished run ended: its TFJob's completionTime, else when its terminal condition became true."""
+    if status.get("completionTime"):
+        return status["completionTime"]
+    phase = status.get("phase")
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == phase and cond.get("status") == "True":
+            return cond.get("lastTransitionTime")
+    return None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def run_figures(body: Mapping[str, Any]) -> dict[str, float]:
+    """The per-run figures a run's status and metadata give now (pure): keys of RUN_GAUGES."""
+    status = body.get("status") or {}
+    created = (body.get("metadata") or {}).get("creationTimestamp")
+    finished = status.get("phase") in ("Succeeded", "Failed")
+    metrics = status.get("metrics") or {}
+    progress = status.get("progress") or {}
+    rate = metrics.get("examplesPerSecond") if finished else progress.get("examplesPerSecond")
+    figures = {
+        "timeToRunningSeconds": _seconds_between(created, status.get("startTime")),
+        "durationSeconds": _seconds_between(created, _ended_at(status)) if finished else None,
+        "workerRestarts": _number(status.get("workerRestarts")),
+        "accuracy": _number(metrics.get("accuracy")),
+        "examplesPerSecond": _number(rate),
+        "progressPercentage": _number(progress.get("progressPercentage")),
+    }
+    return {key: value for key, value in figures.items() if value is not None}
+
+
+class RunFigures:
+    """The RUN_GAUGES series of every run the operator sees; a run's series go with the run."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys: dict[tuple[str, str], set[str]] = {}
+
+    def seen(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        figures = run_figures(body)
+        with self._lock:
+            for key in self._keys.get((namespace, name), set()) - figures.keys():
+                RUN_GAUGES[key].remove(namespace, name)
+            for key, value in figures.items():
+                RUN_GAUGES[key].labels(namespace=namespace, run=name).set(value)
+            self._keys[(namespace, name)] = set(figures)
+
+    def gone(self, namespace: str, name: str) -> None:
+        with self._lock:
+            for key in self._keys.pop((namespace, name), set()):
+                RUN_GAUGES[key].remove(namespace, name)
 
 
 def serve(port: int) -> None:

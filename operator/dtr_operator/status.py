@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .builders import CONTAINER_NAME, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from .builders import CONTAINER_NAME, MOUNT_PATH, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from .spec import RunSpec
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
@@ -129,6 +129,11 @@ EXIT_PEER_LOST = 138
 MAX_WORKER_DETAIL = 160
 
 
+def worker_restarts(pods: Sequence[Mapping[str, Any]]) -> int:
+    """Restarts of the workers' tensorflow containers, all pods together (the kubelet's restartCount)."""
+    return sum(int(_tensorflow_status(pod).get("restartCount") or 0) for pod in pods)
+
+
 def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per worker whose tensorflow container last exited non-zero, the likely cause first.
 
@@ -198,20 +203,46 @@ def parse_summary(message: str | None, claim: str) -> Summary:
             continue
     if not isinstance(data, dict):
         return Summary(None, None, "the chief worker's termination message is not a JSON object, so no metrics")
-    metrics = {}
+    metrics = _summary_metrics(data)
+    model = _summary_model(data, claim)
+    problem = None if ("accuracy" in metrics and model) else "the chief worker's summary lacks accuracy or modelPath"
+    return Summary(metrics or None, model, problem)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _summary_metrics(data: Mapping[str, Any]) -> dict[str, Any]:
+    metrics: dict[str, Any] = {}
     for key in ("loss", "accuracy", "examplesPerSecond"):
         value = data.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):
             metrics[key] = float(value)
-    if isinstance(data.get("epochs"), int) and not isinstance(data.get("epochs"), bool):
+    if _is_int(data.get("epochs")):
         metrics["epochs"] = data["epochs"]
-    model = None
-    if isinstance(data.get("modelPath"), str) and data["modelPath"]:
-        model = {"path": data["modelPath"], "claim": claim}
-        if isinstance(data.get("modelVersion"), int) and not isinstance(data.get("modelVersion"), bool):
-            model["version"] = data["modelVersion"]
-    problem = None if ("accuracy" in metrics and model) else "the chief worker's summary lacks accuracy or modelPath"
-    return Summary(metrics or None, model, problem)
+    return metrics
+
+
+def _summary_model(data: Mapping[str, Any], claim: str) -> dict[str, Any] | None:
+    path = data.get("modelPath")
+    if not isinstance(path, str) or not path:
+        return None
+    model: dict[str, Any] = {"path": path, "claim": claim}
+    if _is_int(data.get("modelVersion")):
+        model["version"] = data["modelVersion"]
+    if uri := storage_uri(claim, path):
+        model["storageUri"] = uri
+    return model
+
+
+def storage_uri(claim: str, model_path: str) -> str | None:
+    """KServe's storageUri of the model: pvc://<claim>/<its base directory inside the volume>, the directory
+    of numbered versions that TF Serving (and KServe's TensorFlow runtime) watches; None outside the volume."""
+    base, _, version = model_path.rstrip("/").rpartition("/")
+    if not version.isdigit() or not base.startswith(MOUNT_PATH + "/"):
+        return None
+    return f"pvc://{claim}/{base.removeprefix(MOUNT_PATH + '/')}"
 
 
 # ---- progress (from the chief's log) -----------------------------------------------------------
@@ -424,6 +455,8 @@ def tfjob_status(
     counts = worker_counts(tfjob)
     status["workers"] = counts
     status["workersReady"] = f"{counts['active'] + counts['succeeded']}/{run.workers}"
+    if pods:
+        status["workerRestarts"] = worker_restarts(pods)
     job_status = tfjob.get("status") or {}
     for key in ("startTime", "completionTime"):
         if job_status.get(key):

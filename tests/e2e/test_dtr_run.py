@@ -43,6 +43,7 @@ def test_dtr_run_digits_example_trains_exports_and_prints_the_final_status(
         "path": "/mnt/dtr/models/digits-cnn/1",
         "claim": "digits-cnn-data",
         "version": 1,
+        "storageUri": "pvc://digits-cnn-data/models/digits-cnn",
     }
 
     summary = json.loads(

@@ -248,7 +248,8 @@ def test_status_follows_the_tfjob_to_success(control_plane: Cluster, namespace: 
     st = wait_status(control_plane, namespace, "mnist-cnn", "succeeded", phase="Succeeded")
     assert st["reason"] == "TrainingSucceeded"
     assert st["metrics"] == {"loss": 0.071, "accuracy": 0.9812, "epochs": 3, "examplesPerSecond": 5400.5}
-    assert st["model"] == {"path": "/mnt/dtr/models/mnist-cnn/1", "claim": "mnist-cnn-data", "version": 1}
+    assert st["model"] == {"path": "/mnt/dtr/models/mnist-cnn/1", "claim": "mnist-cnn-data", "version": 1,
+                           "storageUri": "pvc://mnist-cnn-data/models/mnist-cnn"}  # fmt: skip
     assert st["workersReady"] == "2/2" and st["workers"]["succeeded"] == 2
     assert st["completionTime"]
     assert st["message"] == "accuracy 0.9812, model exported to /mnt/dtr/models/mnist-cnn/1"

@@ -3,6 +3,7 @@ runs it) against the real local control plane. Names: docs/performance.md."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -117,3 +118,27 @@ def test_metrics_move_with_runs_reconciles_and_api_errors(
     # Deleting a run takes it out of the gauge.
     control_plane.kubectl("delete", "dtr", "fine", "-n", namespace)
     wait_for(lambda: op.metrics().get('dtr_runs{phase="Pending"}') == 1.0, "dtr_runs{phase=Pending} back to 1")
+
+
+def test_per_run_figures_come_from_the_runs_status_and_go_with_the_run(
+    control_plane: Cluster, namespace: str, operator_process: OperatorProcess
+) -> None:
+    op = operator_process
+    wait_for(lambda: scrape(op.port), "the operator's /metrics endpoint")
+    control_plane.create({**run_doc("done"), "metadata": {"name": "done", "namespace": namespace}})
+    # A finished status, as the operator would have written it: the operator never writes a finished run again.
+    status = {"phase": "Succeeded", "startTime": "2099-01-01T00:00:00Z", "completionTime": "2099-01-01T00:01:40Z",
+              "workerRestarts": 1, "metrics": {"accuracy": 0.93, "examplesPerSecond": 512.5},
+              "progress": {"epoch": 3, "epochs": 3, "epochsDone": "3/3", "progressPercentage": 100}}  # fmt: skip
+    control_plane.kubectl("patch", "dtr", "done", "-n", namespace, "--subresource=status", "--type=merge",
+                          "-p", json.dumps({"status": status}))  # fmt: skip
+    labels = f'{{namespace="{namespace}",run="done"}}'
+    seen = wait_for(lambda: (m := op.metrics()).get(f"dtr_run_accuracy{labels}") == 0.93 and m, "dtr_run_accuracy")
+    assert seen[f"dtr_run_examples_per_second{labels}"] == 512.5, seen
+    assert seen[f"dtr_run_worker_restarts{labels}"] == 1, seen
+    assert seen[f"dtr_run_progress_percent{labels}"] == 100, seen
+    # Times from the run's creation (the API server's clock) to the status's times, in the future here.
+    assert seen[f"dtr_run_duration_seconds{labels}"] - seen[f"dtr_run_time_to_running_seconds{labels}"] == 100, seen
+
+    control_plane.kubectl("delete", "dtr", "done", "-n", namespace)
+    wait_for(lambda: not any(k.startswith("dtr_run_") for k in op.metrics()), "every dtr_run_* series gone")

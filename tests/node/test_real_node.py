@@ -7,8 +7,12 @@ container killed by the runtime, the operator's ServiceAccount and RBAC from dep
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import yaml
 from cluster_fixtures import wait_for
@@ -24,6 +28,7 @@ from node_support import (
 )
 
 TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+DTR = Path(sys.executable).parent / "dtr"
 
 
 def test_digits_example_applied_with_kubectl_succeeds_and_its_model_scores_on_the_host(
@@ -97,6 +102,25 @@ def test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_
     assert "epoch 1/20 begin" not in later
     volume = real_node.volume(namespace, f"{name}-data")
     assert saved_models(volume) == [volume / "models" / name / "1"]
+    assert st["workerRestarts"] >= 1, st
+
+    # dtr logs: both workers merged and prefixed; the killed container's own log with --previous.
+    both = dtr_logs(real_node, namespace, name)
+    assert both.returncode == 0, both.stderr
+    assert "[worker-0] dtr_trainer[worker-0]: epoch 20/20 end" in both.stdout, both.stdout[-2000:]
+    assert "[worker-1] dtr_trainer[worker-1]: resumed from backup at epoch" in both.stdout, both.stdout[-2000:]
+    before = dtr_logs(real_node, namespace, name, "--worker", "1", "--previous")
+    assert before.returncode == 0, before.stderr
+    assert "[worker-1] dtr_trainer[worker-1]: epoch 1/20 begin" in before.stdout, before.stdout[-2000:]
+    assert "[worker-0]" not in before.stdout and "resumed from backup" not in before.stdout
+    none = dtr_logs(real_node, namespace, name, "--worker", "0", "--previous")
+    assert none.returncode == 0 and "worker 0 (heal-worker-0): no previous container" in none.stderr, none
+
+
+def dtr_logs(real_node: RealNode, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(real_node.cluster.kubeconfig)}
+    return subprocess.run([str(DTR), "logs", "-n", namespace, *args], capture_output=True, text=True, env=env,
+                          timeout=60, check=False)  # fmt: skip
 
 
 def test_worker_container_killed_with_never_fails_the_run_naming_the_worker(

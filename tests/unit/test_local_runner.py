@@ -97,6 +97,7 @@ def test_a_succeeded_local_job_reads_like_the_cluster_status():
         "path": "/mnt/dtr/models/digits/1",
         "claim": "digits-data",
         "version": 1,
+        "storageUri": "pvc://digits-data/models/digits",
     }
     assert st["workersReady"] == "2/2" and st["completionTime"] == "t9"
 

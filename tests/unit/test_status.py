@@ -117,7 +117,8 @@ def test_success_reads_the_chief_summary():
     status = st.tfjob_status(RUN, job, list(reversed(DONE_PODS)), {}, T2)
     assert status["phase"] == "Succeeded" and status["reason"] == "TrainingSucceeded"
     assert status["metrics"] == {"loss": 0.07, "accuracy": 0.98, "examplesPerSecond": 5400.0, "epochs": 3}
-    assert status["model"] == {"path": "/mnt/dtr/models/mnist-cnn/1", "claim": "mnist-cnn-data", "version": 1}
+    assert status["model"] == {"path": "/mnt/dtr/models/mnist-cnn/1", "claim": "mnist-cnn-data", "version": 1,
+                               "storageUri": "pvc://mnist-cnn-data/models/mnist-cnn"}  # fmt: skip
     assert status["startTime"] == T0 and status["completionTime"] == T2
     assert status["message"] == "accuracy 0.9800, model exported to /mnt/dtr/models/mnist-cnn/1"
     assert status["workersReady"] == "2/2"
@@ -167,7 +168,7 @@ def test_summary_after_log_lines_is_found():
 def test_summary_ignores_wrongly_typed_values():
     summary = st.parse_summary(json.dumps({**SUMMARY, "loss": "low", "epochs": True, "modelVersion": "1"}), "c")
     assert "loss" not in summary.metrics and "epochs" not in summary.metrics
-    assert summary.model == {"path": SUMMARY["modelPath"], "claim": "c"}
+    assert summary.model == {"path": SUMMARY["modelPath"], "claim": "c", "storageUri": "pvc://c/models/mnist-cnn"}
 
 
 def test_failure_names_the_failed_workers():
@@ -319,3 +320,18 @@ def test_a_tfjob_event_that_says_nothing_new_keeps_the_pods_trouble():
     assert st.next_status(stuck, again) is None
     running = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Running")], active=2), [], stuck, T2)
     assert running["reason"] == "TFJobRunning"
+
+
+@pytest.mark.parametrize(
+    ("path", "uri"),
+    [
+        ("/mnt/dtr/models/digits-cnn/3", "pvc://claim/models/digits-cnn"),
+        ("/mnt/dtr/models/digits-cnn/3/", "pvc://claim/models/digits-cnn"),
+        ("/mnt/dtr/x/y/z/12", "pvc://claim/x/y/z"),
+        ("/elsewhere/models/m/1", None),
+        ("/mnt/dtr/models/m/latest", None),
+        ("/mnt/dtrx/models/m/1", None),
+    ],
+)
+def test_storage_uri_is_the_versions_base_directory_on_the_claim(path, uri):
+    assert st.storage_uri("claim", path) == uri
