@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +44,7 @@ class Volume:
             "--export-dir", str(self.root / "models" / model_name),
             "--backup-dir", str(self.root / "backup" / run),
             "--tensorboard-dir", str(self.root / "logs" / run),
+            "--log-dir", str(self.root / "logs" / run),
         ]
 
 
@@ -81,13 +82,15 @@ class Worker:
             raise AssertionError(f"worker {self.index} did not finish in {timeout}s; log:\n{self.log()[-3000:]}")
 
 
-def start_workers(volume: Volume, ports: Sequence[int], args: Sequence[str], attempt: str = "a") -> list[Worker]:
+def start_workers(volume: Volume, ports: Sequence[int], args: Sequence[str], attempt: str = "a",
+                  env_extra: Mapping[str, str] | None = None) -> list[Worker]:
+    """One process per port; env_extra is what the operator's builder would add to the pod's env."""
     workers = []
     for i in range(len(ports)):
         log_path = volume.root.parent / f"worker{i}-{attempt}.log"
         term = volume.root.parent / f"termination{i}-{attempt}"
         cmd = [sys.executable, "-m", "dtr_trainer", *args, "--termination-message-path", str(term)]
-        env = trainer_env(volume, tf_config(ports, i))
+        env = {**trainer_env(volume, tf_config(ports, i)), **(env_extra or {})}
         with open(log_path, "w") as out:  # stdout and stderr interleaved, as a pod log
             proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
         workers.append(Worker(i, proc, log_path, term))
@@ -131,3 +134,19 @@ def integer_dirs(path: Path) -> list[str]:
 
 def all_entries(path: Path) -> list[str]:
     return sorted(p.name for p in path.iterdir())
+
+
+def worker_log_file(volume: Volume, index: int, run: str = "run1") -> str:
+    """A worker's log as it lands on the volume (--log-dir): every line begins with its UTC time."""
+    return (volume.root / "logs" / run / f"worker-{index}.log").read_text()
+
+
+def validate_lineage(version_dir: Path) -> dict:
+    """The lineage beside an exported model, checked against docs/lineage.schema.json."""
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "lineage.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    doc = json.loads((version_dir / "lineage.json").read_text())
+    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(doc)
+    return doc

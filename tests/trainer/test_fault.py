@@ -13,6 +13,7 @@ from conftest import (
     kill_all,
     start_workers,
     wait_for_line,
+    worker_log_file,
 )
 from controlplane import free_ports
 
@@ -39,7 +40,8 @@ def test_killed_worker_resumes_from_backup(tmp_path):
     assert survivor_code == 138, first[0].log()[-3000:]
     assert "error: lost a peer" in first[0].log()
     assert any(p.name.startswith("ckpt-") for p in (backup / "chief").iterdir()), all_entries(backup)
-    assert all_entries(volume.root / "models" / "digits-cnn") == []  # nothing exported yet
+    assert all_entries(volume.root / "models" / "digits-cnn") == []  # nothing exported yet...
+    assert all_entries(volume.root / "models" / ".dtr-export" / "digits-cnn") == ["claim-1"]  # ...but claimed
 
     # OnFailure: the kubelet restarts both failed containers with the same TF_CONFIG and volume.
     second = start_workers(volume, ports, args, attempt="b")
@@ -57,6 +59,17 @@ def test_killed_worker_resumes_from_backup(tmp_path):
     summary = json.loads(second[0].stdout_lines()[-1])
     assert summary["epochs"] == EPOCHS and summary["modelVersion"] == 1
     assert summary["accuracy"] >= 0.90
-    assert all_entries(volume.root / "models" / "digits-cnn") == ["1"]
+    assert all_entries(volume.root / "models" / "digits-cnn") == ["1"]  # the restart kept its claim
+    assert all_entries(volume.root / "models" / ".dtr-export" / "digits-cnn") == ["claim-1"]
     # the killed process may leave TensorFlow's autograph files in TMPDIR, but no worker export copy
     assert [n for n in all_entries(volume.tmp) if n.startswith("dtr-")] == []
+
+    # Each worker's file on the volume holds both containers' lines, the restart's after the first's.
+    for i in range(2):
+        text = worker_log_file(volume, i)
+        starts = [n for n, ln in enumerate(text.splitlines()) if "===== container start:" in ln]
+        assert len(starts) == 2, text[-3000:]
+        first, second = text.split("===== container start:")[1:]
+        assert f"epoch 2/{EPOCHS} end" in first and f"epoch {EPOCHS}/{EPOCHS} end" not in first
+        assert "resumed from backup at epoch" in second and f"epoch {EPOCHS}/{EPOCHS} end" in second
+    assert "error: lost a peer" in worker_log_file(volume, 0).split("===== container start:")[1]

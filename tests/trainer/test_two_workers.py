@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from conftest import (
     integer_dirs,
     kill_all,
     start_workers,
+    validate_lineage,
+    worker_log_file,
 )
 from controlplane import free_ports
 
@@ -56,6 +59,7 @@ def test_exactly_one_model_and_no_temporary_dirs(finished_run):
     volume, _, _ = finished_run
     export_dir = volume.root / "models" / "digits-cnn"
     assert all_entries(export_dir) == ["1"]  # no staging or worker copies beside it
+    assert all_entries(volume.root / "models" / ".dtr-export" / "digits-cnn") == ["claim-1"]  # and no staging there
     assert integer_dirs(volume.root / "models") == []
     assert all_entries(volume.tmp) == []  # non-chief export went to TMPDIR and was removed
     assert all_entries(volume.root / "backup" / "run1") == []  # BackupAndRestore cleans up on success
@@ -83,3 +87,33 @@ def test_exported_model_serves_probabilities(finished_run):
     assert probs.shape == (64, 10)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-4)
     assert (probs.argmax(axis=1) == digits.target[:64]).mean() >= 0.85
+
+
+def test_lineage_beside_the_model_without_the_operators_env(finished_run):
+    """Run by hand (no DTR_RUN_* variables): the run fields are null, the rest is known."""
+    volume, workers, _ = finished_run
+    doc = validate_lineage(volume.root / "models" / "digits-cnn" / "1")
+    summary = json.loads(workers[0].stdout_lines()[0])
+    assert doc["run"] == {"name": None, "uid": None, "namespace": None}
+    assert doc["spec"] is None and doc["trainerImage"] is None
+    assert doc["modelName"] == "digits-cnn" and doc["modelVersion"] == 1
+    steps = int(re.search(r"(\d+) steps/epoch", workers[0].log()).group(1))
+    assert doc["training"] == {"model": "cnn", "dataset": "digits", "seed": 7, "epochs": EPOCHS,
+                               "batchSizePerWorker": 32, "globalBatchSize": 64, "stepsPerEpoch": steps,
+                               "learningRate": 0.002, "workers": 2}
+    assert doc["metrics"] == {k: summary[k] for k in ("loss", "accuracy", "examplesPerSecond")}
+    assert doc["tensorflowVersion"] == "2.11.0"
+
+
+def test_each_worker_appends_its_lines_to_the_volume(finished_run):
+    volume, workers, _ = finished_run
+    for i, worker in enumerate(workers):
+        on_volume = worker_log_file(volume, i)
+        lines = on_volume.splitlines()
+        assert len(lines) >= EPOCHS * 2 and all(re.match(r"\d{4}-\d\d-\d\dT[\d:.]+Z ", ln) for ln in lines), lines[:3]
+        assert lines[0].split(" ", 1)[1].startswith(f"===== container start: worker-{i} of unknown run")
+        # every line the trainer wrote to stderr, in order, after the start line
+        own = [ln for ln in worker.log().splitlines() if ln.startswith(f"dtr_trainer[worker-{i}]")]
+        assert [ln.split(" ", 1)[1] for ln in lines if " dtr_trainer[" in ln] == own
+        assert f"epoch {EPOCHS}/{EPOCHS} end" in on_volume
+    assert "model exported to" in worker_log_file(volume, 0)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
 from dtr_trainer import data, export, main
 from dtr_trainer.cluster import LOCAL, parse_tf_config
 from dtr_trainer.errors import ConfigError, DataError
+from dtr_trainer.lineage import RunIdentity
 
 
 def cfg(cluster, task) -> str:
@@ -123,33 +123,30 @@ def test_concurrent_cache_writers_publish_one_complete_file(tmp_path, monkeypatc
     assert data.read_npz(cache / "mnist.npz", 0, "mnist").train_size == 3
 
 
-@pytest.mark.parametrize("names, expected", [([], 1), (["1", "2", "x", ".staging-3-ab"], 3), (["10", "9"], 11)])
+@pytest.mark.parametrize("names, expected", [
+    ([], 1), (["1", "2", "x", ".staging-3-ab"], 3), (["10", "9"], 11), (["1", "claim-1", "claim-2"], 3),
+    (["claim-x", "-1", "claim-", "staging-4-ab-cd"], 1),
+])
 def test_next_version(names, expected):
     assert export.next_version(names) == expected
 
 
-def test_choose_version_is_recorded_and_reused(tmp_path):
+def test_claim_version_is_recorded_and_reused(tmp_path):
     models, backup = tmp_path / "models", tmp_path / "backup"
     (models / "4").mkdir(parents=True)
-    assert export.choose_version(str(models), str(backup)) == 5
+    run = RunIdentity(name="r", uid="u1")
+    claim = export.claim_version(str(models), str(backup), run)
+    assert claim.version == 5
+    assert export.claim_token(str(models), 5) == claim.token
     (models / "5").mkdir()  # exported, then the chief restarted
-    assert export.choose_version(str(models), str(backup)) == 5
+    assert export.claim_version(str(models), str(backup), run) == claim
     export.forget_version(str(backup))
-    assert export.choose_version(str(models), str(backup)) == 6
-
-
+    assert export.claim_version(str(models), str(backup), run).version == 6
 def test_summary_json_has_the_contract_keys():
     line = export.summary_json(0.1, 0.95, 3, 1234.56, "/mnt/dtr/models/m/1", 1)
     assert "\n" not in line
     assert json.loads(line) == {"loss": 0.1, "accuracy": 0.95, "epochs": 3, "examplesPerSecond": 1234.6,
                                 "modelPath": "/mnt/dtr/models/m/1", "modelVersion": 1}
-
-
-def test_remove_stale_staging(tmp_path):
-    (tmp_path / ".staging-2-abc").mkdir()
-    (tmp_path / "1").mkdir()
-    export.remove_stale_staging(str(tmp_path))
-    assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["1"]
 
 
 @pytest.mark.parametrize("type_name, message, retryable", [

@@ -1,66 +1,197 @@
-"""Model export (every worker saves, only the chief's copy stays) and the run summary."""
+"""Model export: version claims on the volume, every-worker save with one surviving copy, the summary.
+
+Several runs may export to one <export-dir> at once (two runs sharing a claim and a modelName), so
+versions are claimed on the volume (docs/models.md). <export-dir> (a model server's base path) only
+ever holds complete versions; the bookkeeping lives beside it, in <parent>/.dtr-export/<name>/:
+
+- `claim-N`: the chief claims version N by creating this file with O_CREAT|O_EXCL, which exactly one
+  process can do (on NFS too, v3 and later); on EEXIST it tries N+1. It names its owner: a random
+  token (kept in --backup-dir, so a restarted chief of the same run finds it) and the run.
+- `staging-N-<token>-<attempt>/`: the chief's export while it is written; renamed to
+  <export-dir>/N/ (same volume: one atomic rename) when complete. Only the claim's holder writes N/.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
+import socket
 import sys
 import tempfile
-import uuid
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from dtr_trainer.errors import ExportError
+from dtr_trainer.lineage import RunIdentity, utc_now
 
-VERSION_RECORD = "export-version"  # in --backup-dir: the version this run exports to
-STAGING_PREFIX = ".staging-"  # chief's partial export, renamed into place when complete
+VERSION_RECORD = "export-version"  # in --backup-dir: the claim this run exports to
+BOOKKEEPING_DIR = ".dtr-export"  # <parent of export-dir>/.dtr-export/<name>/
+CLAIM_PREFIX = "claim-"  # claim-N: version N belongs to the run named inside
+STAGING_PREFIX = "staging-"  # a chief's partial export, renamed into place when complete
+LEGACY_STAGING_PREFIX = ".staging-"  # inside <export-dir>, left by trainers from before claims
+# A staging dir of another claim is removed only when nothing touched it for this long: a live save
+# takes seconds to minutes, so such a dir was left by a chief that died and never came back.
+STALE_STAGING_SECONDS = 24 * 3600
+MAX_CLAIM_ATTEMPTS = 1000
 
 
-# ---------------------------------------------------------------- versions (pure + small I/O)
+@dataclass(frozen=True)
+class Claim:
+    version: int
+    token: str  # random, per run: a restarted chief of the same run finds it in --backup-dir
+
+    @property
+    def staging_prefix(self) -> str:
+        return f"{STAGING_PREFIX}{self.version}-{self.token}-"
+
+
+def bookkeeping_dir(export_dir: str) -> Path:
+    """Claims and staging dirs of <export-dir>: a sibling on the same volume (renames stay atomic)."""
+    path = Path(os.path.normpath(export_dir))
+    return path.parent / BOOKKEEPING_DIR / path.name
+
+
+# ---------------------------------------------------------------- versions (pure)
+
+
+def _claimed_version(name: str) -> int | None:
+    """N for `N` (a published version) or `claim-N`; None for anything else."""
+    number = name[len(CLAIM_PREFIX):] if name.startswith(CLAIM_PREFIX) else name
+    return int(number) if number.isdigit() else None
 
 
 def next_version(names: Iterable[str]) -> int:
-    """1 + the largest integer directory name (1 when there is none)."""
-    versions = [int(n) for n in names if n.isdigit()]
+    """1 + the largest version published (`N`) or claimed (`claim-N`); 1 when there is none."""
+    versions = [v for v in map(_claimed_version, names) if v is not None]
     return max(versions, default=0) + 1
+
+
+def is_stale(age_seconds: float, max_age: float = STALE_STAGING_SECONDS) -> bool:
+    return age_seconds > max_age
+
+
+def parse_record(text: str) -> tuple[Claim | None, str | None]:
+    """The --backup-dir record -> (claim, run uid). A bare `N` (written before claims existed) has
+    no token: its version is reused only if nobody else claimed it since."""
+    text = text.strip()
+    if text.isdigit() and int(text) > 0:
+        return Claim(int(text), ""), None
+    try:
+        record = json.loads(text)
+        claim = Claim(int(record["version"]), str(record["token"]))
+    except (ValueError, KeyError, TypeError):
+        return None, None
+    return (claim, record.get("runUid")) if claim.version > 0 and claim.token else (None, None)
+
+
+# ---------------------------------------------------------------- versions (volume)
+
+
+def _names(path: Path) -> list:
+    return [p.name for p in path.iterdir()] if path.is_dir() else []
 
 
 def _dirs(path: Path) -> list:
     return [p.name for p in path.iterdir() if p.is_dir()] if path.is_dir() else []
 
 
-def read_recorded_version(backup_dir: str | None) -> int | None:
-    if not backup_dir:
-        return None
-    try:
-        text = (Path(backup_dir) / VERSION_RECORD).read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() and int(text) > 0 else None
-
-
 def _write_atomic(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     partial.write_text(text)
     os.replace(partial, path)
 
 
-def choose_version(export_dir: str, backup_dir: str | None) -> int:
-    """Chief only. A restarted chief reuses the version its backup dir recorded, so a
-    restart never exports twice; a new run takes the next free integer."""
-    recorded = read_recorded_version(backup_dir)
-    if recorded is not None:
-        return recorded
+def _read_record(backup_dir: str | None) -> tuple[Claim | None, str | None]:
+    if not backup_dir:
+        return None, None
+    try:
+        return parse_record((Path(backup_dir) / VERSION_RECORD).read_text())
+    except OSError:
+        return None, None
+
+
+def claim_file(export_dir: str, version: int) -> Path:
+    return bookkeeping_dir(export_dir) / f"{CLAIM_PREFIX}{version}"
+
+
+def claim_token(export_dir: str, version: int) -> str | None:
+    """The token in claim-<version>, None when absent or unreadable (then it is nobody's we know)."""
+    try:
+        return str(json.loads(claim_file(export_dir, version).read_text())["token"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _try_claim(export_dir: str, version: int, token: str, run: RunIdentity) -> bool:
+    """Create claim-<version> exclusively; False if it exists. The file is written in one write
+    right after its creation; a reader that finds it empty treats it as someone else's."""
+    body = json.dumps({"version": version, "token": token, "run": run.as_json(), "claimedAt": utc_now(),
+                       "host": socket.gethostname(), "pid": os.getpid()}) + "\n"
+    try:
+        fd = os.open(claim_file(export_dir, version), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, body.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _claim_next(export_dir: str, token: str, run: RunIdentity) -> Claim:
+    version = next_version(_names(Path(export_dir)) + _names(bookkeeping_dir(export_dir)))
+    for _ in range(MAX_CLAIM_ATTEMPTS):
+        # A number taken by a version published without a claim (a trainer from before claims) is skipped.
+        if _try_claim(export_dir, version, token, run) and not (Path(export_dir) / str(version)).exists():
+            return Claim(version, token)
+        version += 1
+    raise ExportError(f"cannot claim a version for --export-dir {export_dir}: "
+                      f"{MAX_CLAIM_ATTEMPTS} numbers from {version - MAX_CLAIM_ATTEMPTS} on are taken")
+
+
+def _reclaim(export_dir: str, recorded: Claim, run: RunIdentity) -> Claim | None:
+    """A restarted chief's recorded claim, if it is still this run's: its claim file holds the
+    token, or (a record from before claim files) the number is free to claim now."""
+    owner = claim_token(export_dir, recorded.version)
+    if owner is not None:
+        return recorded if owner == recorded.token else None
+    token = recorded.token or secrets.token_hex(8)
+    if _try_claim(export_dir, recorded.version, token, run):
+        return Claim(recorded.version, token)
+    return None
+
+
+def _same_run(recorded_uid: str | None, run: RunIdentity) -> bool:
+    """A record left by a deleted run of the same name (same backup dir, another uid) is not ours."""
+    return recorded_uid is None or run.uid is None or recorded_uid == run.uid
+
+
+def claim_version(export_dir: str, backup_dir: str | None, run: RunIdentity) -> Claim:
+    """Chief only, before training. A restarted chief reuses the claim recorded in its backup dir
+    (a restart never exports twice); otherwise the lowest free number above every published or
+    claimed version is claimed and recorded."""
+    recorded, recorded_uid = _read_record(backup_dir)
     try:
         Path(export_dir).mkdir(parents=True, exist_ok=True)
+        bookkeeping_dir(export_dir).mkdir(parents=True, exist_ok=True)
+        claim = None
+        if recorded is not None and _same_run(recorded_uid, run):
+            claim = _reclaim(export_dir, recorded, run)
+        if claim is None:
+            claim = _claim_next(export_dir, secrets.token_hex(8), run)
+        if backup_dir and claim != recorded:
+            Path(backup_dir).mkdir(parents=True, exist_ok=True)
+            _write_atomic(Path(backup_dir) / VERSION_RECORD, json.dumps(
+                {"version": claim.version, "token": claim.token, "runUid": run.uid}) + "\n")
     except OSError as exc:
-        raise ExportError(f"cannot create --export-dir {export_dir}: {exc.strerror}") from None
-    version = next_version(_dirs(Path(export_dir)))
-    if backup_dir:
-        Path(backup_dir).mkdir(parents=True, exist_ok=True)
-        _write_atomic(Path(backup_dir) / VERSION_RECORD, f"{version}\n")
-    return version
+        raise ExportError(f"cannot claim a model version for --export-dir {export_dir}: "
+                          f"{exc.strerror or exc}") from None
+    return claim
 
 
 def forget_version(backup_dir: str | None) -> None:
@@ -69,11 +200,30 @@ def forget_version(backup_dir: str | None) -> None:
         (Path(backup_dir) / VERSION_RECORD).unlink(missing_ok=True)
 
 
-def remove_stale_staging(export_dir: str) -> None:
-    """A chief killed mid-save leaves a staging dir; it is never a servable version."""
-    for name in _dirs(Path(export_dir)):
-        if name.startswith(STAGING_PREFIX):
-            shutil.rmtree(Path(export_dir) / name, ignore_errors=True)
+def _age_seconds(path: Path, now: float) -> float:
+    try:
+        return now - path.stat().st_mtime
+    except OSError:
+        return 0.0  # gone already, or unreadable: not ours to judge
+
+
+def _staging_dirs(export_dir: str) -> list:
+    """Every staging dir: the bookkeeping dir's, and legacy ones inside <export-dir>."""
+    ours = bookkeeping_dir(export_dir)
+    found = [ours / n for n in _dirs(ours) if n.startswith(STAGING_PREFIX)]
+    return found + [Path(export_dir) / n for n in _dirs(Path(export_dir)) if n.startswith(LEGACY_STAGING_PREFIX)]
+
+
+def remove_stale_staging(export_dir: str, claim: Claim, now: float | None = None) -> list:
+    """Remove this claim's staging dirs (a chief killed mid-save) and any staging dir untouched for
+    STALE_STAGING_SECONDS; another run's live staging dir is never touched. Returns the names removed."""
+    now = time.time() if now is None else now
+    removed = []
+    for path in _staging_dirs(export_dir):
+        if path.name.startswith(claim.staging_prefix) or is_stale(_age_seconds(path, now)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
 
 
 # ---------------------------------------------------------------- saving
@@ -98,20 +248,30 @@ def _save(model, path: str) -> None:
     )
 
 
-def _publish(staging: Path, final: Path) -> None:
-    """Rename the complete export into place; a previous copy of the same version (a chief
-    restarted after exporting) is replaced, so there is still exactly one."""
+def _publish(staging: Path, final: Path, claim: Claim) -> None:
+    """Rename the complete export into place. Only the claim's holder writes `final`, so a copy
+    already there is this run's own (a chief restarted after exporting): it is replaced, and there
+    is still exactly one."""
     if final.exists():
-        old = final.with_name(f"{STAGING_PREFIX}old-{uuid.uuid4().hex}")
+        old = staging.with_name(f"{claim.staging_prefix}replaced-{secrets.token_hex(4)}")
         os.replace(final, old)
         shutil.rmtree(old, ignore_errors=True)
     os.replace(staging, final)
 
 
-def save_everywhere(model, export_dir: str, version: int | None, is_chief: bool) -> Path | None:
+def _write_extra(staging: Path, files: Mapping[str, str]) -> None:
+    for relative, text in files.items():
+        target = staging / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+
+def save_everywhere(model, export_dir: str, claim: Claim | None, is_chief: bool,
+                    extra_files: Mapping[str, str] | None = None) -> Path | None:
     """Every worker must call this: saving runs collective ops (ON_READ variables are
     aggregated), so a chief saving alone would wait forever. Non-chief workers save to a
-    local temporary dir (never the volume) and delete it."""
+    local temporary dir (never the volume) and delete it. The chief adds extra_files (paths
+    relative to the version dir, such as the lineage) before the version appears."""
     if not is_chief:
         scratch = tempfile.mkdtemp(prefix="dtr-worker-export-")
         try:
@@ -119,12 +279,13 @@ def save_everywhere(model, export_dir: str, version: int | None, is_chief: bool)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return None
-    assert version is not None
-    final = Path(export_dir) / str(version)
-    staging = Path(export_dir) / f"{STAGING_PREFIX}{version}-{uuid.uuid4().hex}"
+    assert claim is not None
+    final = Path(export_dir) / str(claim.version)
+    staging = bookkeeping_dir(export_dir) / f"{claim.staging_prefix}{secrets.token_hex(4)}"
     try:
         _save(model, str(staging))
-        _publish(staging, final)
+        _write_extra(staging, extra_files or {})
+        _publish(staging, final, claim)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise ExportError(f"cannot write the model to {final}: {exc.strerror or exc}") from None

@@ -11,9 +11,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dtr_trainer import data, export, memory
+from dtr_trainer import data, export, lineage, memory, worker_log
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
 from dtr_trainer.errors import EXIT_INTERNAL, EXIT_PEER_LOST, TrainerError, UsageError
+from dtr_trainer.lineage import RunIdentity
 from dtr_trainer.models import MODELS
 
 # Defaults chosen by bench/trainer (see bench/trainer/results.md).
@@ -79,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backup-dir", default=None, help="BackupAndRestore state (fault tolerance)")
     p.add_argument("--tensorboard-dir", default=None, help="TensorBoard logs (chief only)")
     p.add_argument("--termination-message-path", default="/dev/termination-log")
+    p.add_argument("--log-dir", default=None,
+                   help="also append this worker's log lines to <log-dir>/<task>.log (worker-0.log, ...)")
     tuning = p.add_argument_group("performance (defaults from bench/trainer)")
     tuning.add_argument("--steps-per-execution", type=_positive_int, default=DEFAULT_STEPS_PER_EXECUTION)
     tuning.add_argument("--bytes-per-pack", type=_non_negative_int, default=DEFAULT_BYTES_PER_PACK,
@@ -116,6 +119,8 @@ class TrainOutcome:
     loss: float
     accuracy: float
     examples_per_second: float
+    global_batch: int
+    steps_per_epoch: int
 
 
 def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, splits: data.Splits) -> TrainOutcome:
@@ -145,10 +150,36 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, splits: data
                                                         write_graph=False, update_freq="epoch"))
     model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     results = model.evaluate(eval_ds, verbose=0, return_dict=True)
-    return TrainOutcome(model, float(results["loss"]), float(results["accuracy"]), progress.examples_per_second())
+    return TrainOutcome(model, float(results["loss"]), float(results["accuracy"]), progress.examples_per_second(),
+                        global_batch, steps)
 
 
 # ---------------------------------------------------------------- the whole run
+
+
+def claim_export_version(args: argparse.Namespace, run_identity: RunIdentity) -> export.Claim:
+    """Chief only, before the strategy: a version of its own on the volume (docs/models.md)."""
+    claim = export.claim_version(args.export_dir, args.backup_dir, run_identity)
+    removed = export.remove_stale_staging(args.export_dir, claim)
+    log(f"model version {claim.version} claimed in {args.export_dir}"
+        + (f" (removed stale {', '.join(sorted(removed))})" if removed else ""))
+    return claim
+
+
+def lineage_file(args: argparse.Namespace, cluster: ClusterInfo, run_identity: RunIdentity, outcome: TrainOutcome,
+                 claim: export.Claim) -> dict[str, str]:
+    """{path inside the version dir: text}: the lineage, written before the version appears."""
+    import tensorflow as tf
+
+    training = lineage.Training(
+        model=args.model, dataset=args.dataset, seed=args.seed, epochs=args.epochs,
+        batch_size_per_worker=args.batch_size_per_worker, global_batch=outcome.global_batch,
+        steps_per_epoch=outcome.steps_per_epoch, learning_rate=args.learning_rate, workers=cluster.num_workers,
+    )
+    metrics = {"loss": outcome.loss, "accuracy": outcome.accuracy, "examplesPerSecond": outcome.examples_per_second}
+    doc = lineage.document(run_identity, training, metrics, os.path.basename(os.path.normpath(args.export_dir)),
+                           claim.version, tf.__version__, lineage.utc_now())
+    return {lineage.LINEAGE_PATH: lineage.render(doc)}
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -158,21 +189,21 @@ def run(argv: Sequence[str] | None = None) -> int:
         memory.retain_freed_memory()
     cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
     _TASK = cluster.name
+    run_identity = RunIdentity.from_env(os.environ, warn=log)
+    worker_log.start(args.log_dir, cluster.name, run_identity, warn=log)
     data.validate_dataset_name(args.dataset, args.data_dir)
     splits = data.load_arrays(args.dataset, args.data_dir, args.seed)  # numpy only: no TF op yet
-    version = None
-    if cluster.is_chief:
-        export.remove_stale_staging(args.export_dir)
-        version = export.choose_version(args.export_dir, args.backup_dir)
+    claim = claim_export_version(args, run_identity) if cluster.is_chief else None
 
     strategy = make_strategy(args.bytes_per_pack)
     outcome = train(args, cluster, strategy, splits)
-    path = export.save_everywhere(outcome.model, args.export_dir, version, cluster.is_chief)
-    if not cluster.is_chief:
+    extra = lineage_file(args, cluster, run_identity, outcome, claim) if claim else None
+    path = export.save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief, extra)
+    if claim is None:
         log(f"done: accuracy={outcome.accuracy:.4f} (the chief exports the model)")
         return 0
     line = export.summary_json(outcome.loss, outcome.accuracy, args.epochs, outcome.examples_per_second,
-                               str(path), version)
+                               str(path), claim.version)
     export.report_summary(line, args.termination_message_path)
     export.forget_version(args.backup_dir)
     log(f"model exported to {path}")
@@ -210,6 +241,13 @@ def one_line(message: str, fallback: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's INFO chatter out of pod logs
+    try:
+        return _run_reporting_errors(argv)
+    finally:
+        worker_log.stop()  # after the error line: it belongs in the worker's file too
+
+
+def _run_reporting_errors(argv: Sequence[str] | None) -> int:
     try:
         return run(argv)
     except TrainerError as exc:

@@ -1,0 +1,138 @@
+"""Who ran this training (from the pod's env) and the lineage file written beside each exported model.
+
+Pure apart from reading the environment it is given: no TensorFlow import. The operator sets the
+DTR_RUN_* variables (operator/dtr_operator/builders.py, `_container`); a trainer started by hand
+has none of them, and the lineage says null for each, never fails. The schema is
+docs/lineage.schema.json (docs/models.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+SCHEMA_VERSION = 1
+# In the version directory, beside saved_model.pb: TensorFlow's SavedModel loader (and so TF Serving,
+# KServe's TensorFlow runtime, tf.saved_model.load) reads only saved_model.pb, variables/, assets/ and
+# fingerprint.pb and ignores other files, as it ignores Keras' keras_metadata.pb (docs/models.md).
+LINEAGE_PATH = "lineage.json"
+
+ENV_RUN_NAME = "DTR_RUN_NAME"
+ENV_RUN_UID = "DTR_RUN_UID"
+ENV_RUN_NAMESPACE = "DTR_RUN_NAMESPACE"
+ENV_RUN_SPEC = "DTR_RUN_SPEC"  # the DistTrainingRun spec with defaults applied, compact JSON
+ENV_TRAINER_IMAGE = "DTR_TRAINER_IMAGE"
+# Every variable the trainer reads from the operator (tests/trainer/test_contract.py checks the builder sets each).
+ENV_VARS = (ENV_RUN_NAME, ENV_RUN_UID, ENV_RUN_NAMESPACE, ENV_RUN_SPEC, ENV_TRAINER_IMAGE)
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """The DistTrainingRun this process trains for; None where the environment does not say."""
+
+    name: str | None = None
+    uid: str | None = None
+    namespace: str | None = None
+    spec: dict | None = None
+    image: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], warn: Callable[[str], None] | None = None) -> RunIdentity:
+        def text(key: str) -> str | None:
+            return environ.get(key) or None  # unset or empty: unknown
+
+        return cls(name=text(ENV_RUN_NAME), uid=text(ENV_RUN_UID), namespace=text(ENV_RUN_NAMESPACE),
+                   spec=_spec(text(ENV_RUN_SPEC), warn), image=text(ENV_TRAINER_IMAGE))
+
+    def describe(self) -> str:
+        """`ns/name (uid u)` for log lines; `unknown run` when started by hand."""
+        if not self.name:
+            return "unknown run"
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{where} (uid {self.uid})" if self.uid else where
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "uid": self.uid, "namespace": self.namespace}
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _spec(raw: str | None, warn: Callable[[str], None] | None) -> dict | None:
+    if raw is None:
+        return None
+    try:
+        spec = json.loads(raw, parse_constant=_no_constant)
+    except ValueError:
+        spec = None
+    if not isinstance(spec, dict):
+        if warn:
+            warn(f"warning: ${ENV_RUN_SPEC} is not a JSON object; the lineage records spec: null")
+        return None
+    return spec
+
+
+def utc_now() -> str:
+    """RFC 3339, UTC, whole seconds: 2026-11-30T17:25:31Z."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Training:
+    """What the trainer actually did (its parsed command line and the derived figures)."""
+
+    model: str
+    dataset: str
+    seed: int
+    epochs: int
+    batch_size_per_worker: int
+    global_batch: int
+    steps_per_epoch: int
+    learning_rate: float
+    workers: int
+
+
+def document(run: RunIdentity, training: Training, metrics: Mapping[str, float], model_name: str,
+             model_version: int, tensorflow_version: str, created_at: str) -> dict[str, Any]:
+    """The lineage of one exported version (docs/lineage.schema.json)."""
+    return {
+        "schemaVersion": SCHEMA_VERSION,
+        "modelName": model_name,
+        "modelVersion": int(model_version),
+        "createdAt": created_at,
+        "run": run.as_json(),
+        "spec": run.spec,
+        "training": {
+            "model": training.model,
+            "dataset": training.dataset,
+            "seed": int(training.seed),
+            "epochs": int(training.epochs),
+            "batchSizePerWorker": int(training.batch_size_per_worker),
+            "globalBatchSize": int(training.global_batch),
+            "stepsPerEpoch": int(training.steps_per_epoch),
+            "learningRate": float(training.learning_rate),
+            "workers": int(training.workers),
+        },
+        "metrics": {
+            "loss": _finite(metrics["loss"], 6),
+            "accuracy": _finite(metrics["accuracy"], 6),
+            "examplesPerSecond": _finite(metrics["examplesPerSecond"], 1),
+        },
+        "tensorflowVersion": tensorflow_version,
+        "trainerImage": run.image,
+    }
+
+
+def _finite(value: float, digits: int) -> float | None:
+    """JSON has no NaN or infinity (a diverged run's loss): null instead."""
+    value = float(value)
+    return round(value, digits) if math.isfinite(value) else None
+
+
+def render(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
