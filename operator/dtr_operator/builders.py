@@ -7,6 +7,7 @@ processes), so a run behaves the same with or without a cluster.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from .spec import API_VERSION, KIND, RunSpec
@@ -31,6 +32,13 @@ SCRATCH_PATH = "/tmp"
 SCRATCH_SIZE = "256Mi"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TRAINER_COMMAND = ("python", "-m", "dtr_trainer")
+# What the trainer cannot know by itself, for the lineage file beside each model (docs/models.md).
+# The trainer's list is dtr_trainer.lineage.ENV_VARS; tests/trainer/test_contract.py checks both agree.
+ENV_RUN_NAME = "DTR_RUN_NAME"
+ENV_RUN_UID = "DTR_RUN_UID"  # only for runs read from the API (dtr render / dtr run have no uid)
+ENV_RUN_NAMESPACE = "DTR_RUN_NAMESPACE"
+ENV_RUN_SPEC = "DTR_RUN_SPEC"
+ENV_TRAINER_IMAGE = "DTR_TRAINER_IMAGE"
 RUN_AS = 1000
 
 # Labels the training-operator puts on the pods it creates (to find the chief).
@@ -45,6 +53,11 @@ def run_labels(run: RunSpec) -> dict[str, str]:
 
 def export_dir(run: RunSpec) -> str:
     return f"{MOUNT_PATH}/models/{run.model_name}"
+
+
+def logs_dir(run: RunSpec) -> str:
+    """TensorBoard's logs and each worker's own log file (worker-<i>.log) on the run's volume."""
+    return f"{MOUNT_PATH}/logs/{run.name}"
 
 
 def trainer_args(run: RunSpec) -> list[str]:
@@ -64,10 +77,65 @@ def trainer_args(run: RunSpec) -> list[str]:
         "--data-dir", f"{MOUNT_PATH}/data",
         "--export-dir", export_dir(run),
         "--backup-dir", f"{MOUNT_PATH}/backup/{run.name}",
-        "--tensorboard-dir", f"{MOUNT_PATH}/logs/{run.name}",
+        "--tensorboard-dir", logs_dir(run),
+        "--log-dir", logs_dir(run),
         "--termination-message-path", TERMINATION_MESSAGE_PATH,
     ]
     return args
+
+
+def _training_spec(run: RunSpec) -> dict[str, Any]:
+    t = run.training
+    training: dict[str, Any] = {"model": t.model, "dataset": t.dataset, "epochs": t.epochs,
+                                "batchSizePerWorker": t.batch_size_per_worker}
+    if t.steps_per_epoch is not None:
+        training["stepsPerEpoch"] = t.steps_per_epoch
+    return {**training, "learningRate": t.learning_rate, "seed": t.seed}
+
+
+def _storage_spec(run: RunSpec) -> dict[str, Any]:
+    st = run.storage
+    if st.claim_name is not None:  # size and class are only for a PVC the operator creates
+        return {"claimName": st.claim_name, "accessMode": st.access_mode, "reclaimPolicy": st.reclaim_policy}
+    storage: dict[str, Any] = {"size": st.size}
+    if st.storage_class_name is not None:
+        storage["storageClassName"] = st.storage_class_name
+    return {**storage, "accessMode": st.access_mode, "reclaimPolicy": st.reclaim_policy}
+
+
+def effective_spec(run: RunSpec) -> dict[str, Any]:
+    """The run's spec as the operator parsed it, every default applied, in the API's shape
+    (spec.parse_run of it gives the same RunSpec back; tests/unit/test_builders_lineage.py)."""
+    spec: dict[str, Any] = {
+        "workers": run.workers,
+        "image": run.image,
+        "imagePullPolicy": run.image_pull_policy,
+        "training": _training_spec(run),
+        "storage": _storage_spec(run),
+        "export": {"modelName": run.model_name},
+    }
+    if run.resources:
+        spec["resources"] = copy.deepcopy({kind: dict(amounts) for kind, amounts in run.resources.items()})
+    spec["restartPolicy"] = run.restart_policy
+    spec["backoffLimit"] = run.backoff_limit
+    for key, value in (("activeDeadlineSeconds", run.active_deadline_seconds),
+                       ("ttlSecondsAfterFinished", run.ttl_seconds_after_finished)):
+        if value is not None:
+            spec[key] = value
+    return spec
+
+
+def trainer_env(run: RunSpec) -> list[dict[str, str]]:
+    """The container's env: unbuffered output, and who the run is (the trainer's lineage file)."""
+    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": ENV_RUN_NAME, "value": run.name}]
+    if run.uid:
+        env.append({"name": ENV_RUN_UID, "value": run.uid})
+    env += [
+        {"name": ENV_RUN_NAMESPACE, "value": run.namespace},
+        {"name": ENV_RUN_SPEC, "value": json.dumps(effective_spec(run), separators=(",", ":"))},
+        {"name": ENV_TRAINER_IMAGE, "value": run.image},
+    ]
+    return env
 
 
 def _container(run: RunSpec) -> dict[str, Any]:
@@ -77,7 +145,7 @@ def _container(run: RunSpec) -> dict[str, Any]:
         "imagePullPolicy": run.image_pull_policy,
         "command": list(TRAINER_COMMAND),
         "args": trainer_args(run),
-        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "env": trainer_env(run),
         "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
         "volumeMounts": [
             {"name": VOLUME_NAME, "mountPath": MOUNT_PATH},

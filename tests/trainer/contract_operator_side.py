@@ -1,7 +1,7 @@
 """The operator's half of the operator-trainer contract, as JSON on stdout (run with the operator's
 Python 3.11): its model and dataset lists, its training defaults, and, for runs covering every
 model, dataset kind and optional flag, the trainer command line `builders.trainer_args` makes with
-the values it stands for. tests/trainer/test_contract.py parses each with the trainer's own parser.
+the values it stands for, and the container's env (the run's identity for the lineage file). tests/trainer/test_contract.py parses each with the trainer's own parser.
 """
 
 import dataclasses
@@ -13,9 +13,12 @@ from dtr_operator import builders, spec
 
 def case(training: dict) -> dict:
     run = spec.parse_run({"apiVersion": spec.API_VERSION, "kind": spec.KIND,
-                          "metadata": {"name": "contract", "namespace": "ns"}, "spec": {"training": training}})
+                          "metadata": {"name": "contract", "namespace": "ns", "uid": "contract-uid"},
+                          "spec": {"training": training}})
+    (container,) = builders.build_tfjob(run)["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     return {"argv": builders.trainer_args(run), "training": dataclasses.asdict(run.training),
-            "export_dir": builders.export_dir(run)}
+            "export_dir": builders.export_dir(run), "logs_dir": builders.logs_dir(run),
+            "env": {e["name"]: e["value"] for e in container["env"]}, "image": run.image}
 
 
 datasets = [*spec.BUILTIN_DATASETS, "shards/train.npz"]

@@ -3,7 +3,8 @@
 Each fact has one home: the operator's API (spec.py, builders.py) and the trainer's command line
 (main.py, models.py, data.py). This test fails when they disagree: every command line the operator's
 builder makes must parse in the trainer's parser to the values the run asked for, and both sides name
-the same models, datasets and defaults.
+the same models, datasets and defaults. And the pod's env must carry every variable the trainer reads
+(dtr_trainer.lineage.ENV_VARS).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from dtr_trainer.data import BUILTIN_DATASETS
+from dtr_trainer.lineage import ENV_VARS, RunIdentity
 from dtr_trainer.main import build_parser
 from dtr_trainer.models import MODELS
 
@@ -48,5 +50,16 @@ def test_every_command_line_the_operator_builds_parses_to_the_runs_values(operat
         assert {key: parsed[key] for key in case["training"]} == case["training"], case["argv"]
         assert parsed["export_dir"] == case["export_dir"]
         assert parsed["data_dir"] == f"{mount}/data"
-        for key in ("backup_dir", "tensorboard_dir"):
+        for key in ("backup_dir", "tensorboard_dir", "log_dir"):
             assert parsed[key].startswith(f"{mount}/"), (key, parsed[key])
+        assert parsed["log_dir"] == case["logs_dir"]
+
+
+def test_the_operator_sets_every_variable_the_trainer_reads(operator_side: dict) -> None:
+    for case in operator_side["cases"]:
+        missing = [name for name in ENV_VARS if name not in case["env"]]
+        assert not missing, f"builders._container does not set {missing}, which the trainer reads"
+        run = RunIdentity.from_env(case["env"], warn=pytest.fail)
+        assert (run.name, run.uid, run.namespace, run.image) == ("contract", "contract-uid", "ns", case["image"])
+        assert run.spec is not None and run.spec["training"]["model"] == case["training"]["model"]
+        assert run.spec["training"]["dataset"] == case["training"]["dataset"]

@@ -91,6 +91,7 @@ def test_trainer_args_for_defaults_follow_the_contract():
         "--export-dir", "/mnt/dtr/models/mnist-cnn",
         "--backup-dir", "/mnt/dtr/backup/mnist-cnn",
         "--tensorboard-dir", "/mnt/dtr/logs/mnist-cnn",
+        "--log-dir", "/mnt/dtr/logs/mnist-cnn",
         "--termination-message-path", "/dev/termination-log",
     ]
 

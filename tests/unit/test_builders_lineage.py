@@ -1,0 +1,98 @@
+"""builders: what the trainer's lineage file needs from the operator (the DTR_RUN_* env) and the worker logs' flag."""
+
+from __future__ import annotations
+
+import json
+
+from dtr_fixtures import make_run
+from dtr_operator.builders import build_tfjob, effective_spec, trainer_args, trainer_env
+from dtr_operator.spec import parse_run
+from hypothesis import given
+from hypothesis import strategies as st
+
+UID = "0b6e4a52-1111-2222-3333-444455556666"
+
+
+def env_of(run) -> dict[str, str]:
+    (c,) = build_tfjob(run)["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in c["env"]}
+
+
+def test_the_pod_says_which_run_it_trains_for():
+    run = parse_run(make_run({"image": "reg/t:2", "training": {"dataset": "digits"}}, uid=UID))
+    env = env_of(run)
+    assert env == {
+        "PYTHONUNBUFFERED": "1",
+        "DTR_RUN_NAME": "mnist-cnn",
+        "DTR_RUN_UID": UID,
+        "DTR_RUN_NAMESPACE": "ml",
+        "DTR_RUN_SPEC": env["DTR_RUN_SPEC"],
+        "DTR_TRAINER_IMAGE": "reg/t:2",
+    }
+    assert " " not in env["DTR_RUN_SPEC"]  # compact
+    assert json.loads(env["DTR_RUN_SPEC"]) == {
+        "workers": 2,
+        "image": "reg/t:2",
+        "imagePullPolicy": "IfNotPresent",
+        "training": {"model": "cnn", "dataset": "digits", "epochs": 3, "batchSizePerWorker": 64,
+                     "learningRate": 0.001, "seed": 42},
+        "storage": {"size": "1Gi", "accessMode": "ReadWriteOnce", "reclaimPolicy": "Retain"},
+        "export": {"modelName": "mnist-cnn"},
+        "restartPolicy": "OnFailure",
+        "backoffLimit": 3,
+    }
+
+
+def test_a_run_without_uid_has_no_uid_variable():
+    """dtr render / dtr run read runs from files: no uid, so no DTR_RUN_UID (the lineage says null)."""
+    names = [e["name"] for e in trainer_env(parse_run(make_run({})))]
+    assert "DTR_RUN_UID" not in names and "DTR_RUN_NAME" in names
+
+
+def test_a_claimed_volume_spec_has_no_size():
+    spec = effective_spec(parse_run(make_run({"storage": {"claimName": "shared"}})))
+    assert spec["storage"] == {"claimName": "shared", "accessMode": "ReadWriteOnce", "reclaimPolicy": "Retain"}
+
+
+def test_worker_logs_go_beside_tensorboards_on_the_volume():
+    args = trainer_args(parse_run(make_run({})))
+    assert args[args.index("--log-dir") + 1] == "/mnt/dtr/logs/mnist-cnn" == args[args.index("--tensorboard-dir") + 1]
+
+
+valid_specs = st.fixed_dictionaries({}, optional={
+    "workers": st.integers(1, 64),
+    "image": st.sampled_from(["reg/t:1", "distml/trainer:0.2.0"]),
+    "imagePullPolicy": st.sampled_from(["Always", "IfNotPresent", "Never"]),
+    "training": st.fixed_dictionaries({}, optional={
+        "model": st.sampled_from(["cnn", "dropout", "batch_norm"]),
+        "dataset": st.sampled_from(["mnist", "digits", "a/b.npz"]),
+        "epochs": st.integers(1, 1000),
+        "batchSizePerWorker": st.integers(1, 4096),
+        "stepsPerEpoch": st.integers(1, 1_000_000),
+        "learningRate": st.floats(1e-9, 10),
+        "seed": st.integers(0, 2**31 - 1),
+    }),
+    "storage": st.one_of(
+        st.fixed_dictionaries({}, optional={"size": st.sampled_from(["1Gi", "500Mi"]),
+                                            "storageClassName": st.just("fast"),
+                                            "accessMode": st.sampled_from(["ReadWriteOnce", "ReadWriteMany"]),
+                                            "reclaimPolicy": st.sampled_from(["Retain", "Delete"])}),
+        st.fixed_dictionaries({"claimName": st.just("shared")},
+                              optional={"accessMode": st.sampled_from(["ReadWriteOnce", "ReadWriteMany"])}),
+    ),
+    "export": st.fixed_dictionaries({}, optional={"modelName": st.sampled_from(["m", "a_b.c"])}),
+    "resources": st.fixed_dictionaries({}, optional={"limits": st.just({"cpu": "1"}),
+                                                     "requests": st.just({"memory": "1Gi", "cpu": 2})}),
+    "restartPolicy": st.sampled_from(["Never", "OnFailure", "ExitCode"]),
+    "backoffLimit": st.integers(0, 100),
+    "activeDeadlineSeconds": st.integers(1, 10**6),
+    "ttlSecondsAfterFinished": st.integers(60, 10**6),
+})
+
+
+@given(spec=valid_specs)
+def test_the_spec_in_the_env_is_the_run_the_operator_parsed(spec):
+    """Nothing lost: the JSON the trainer records parses back to the same RunSpec."""
+    run = parse_run(make_run(spec, uid=UID))
+    recorded = json.loads(env_of(run)["DTR_RUN_SPEC"])
+    assert parse_run(make_run(recorded, uid=UID)) == run
