@@ -76,12 +76,20 @@ def trainer_args(run: RunSpec) -> list[str]:
         "--seed", str(t.seed),
         "--data-dir", f"{MOUNT_PATH}/data",
         "--export-dir", export_dir(run),
-        "--backup-dir", f"{MOUNT_PATH}/backup/{run.name}",
+        "--backup-dir", backup_dir(run),
         "--tensorboard-dir", logs_dir(run),
         "--log-dir", logs_dir(run),
         "--termination-message-path", TERMINATION_MESSAGE_PATH,
     ]
     return args
+
+
+def backup_dir(run: RunSpec) -> str:
+    """BackupAndRestore's state: per run object (its uid), so a run deleted and re-created under the same
+    name on a kept volume starts afresh instead of resuming the old run's epochs. Without a uid (dtr run,
+    dtr render): per name."""
+    base = f"{MOUNT_PATH}/backup/{run.name}"
+    return f"{base}/{run.uid}" if run.uid else base
 
 
 def _training_spec(run: RunSpec) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from dtr_fixtures import make_run
+from dtr_operator import builders as b
 from dtr_operator.builders import (
     build_pvc,
     build_tfjob,
@@ -89,7 +90,7 @@ def test_trainer_args_for_defaults_follow_the_contract():
         "--seed", "42",
         "--data-dir", "/mnt/dtr/data",
         "--export-dir", "/mnt/dtr/models/mnist-cnn",
-        "--backup-dir", "/mnt/dtr/backup/mnist-cnn",
+        "--backup-dir", f"/mnt/dtr/backup/mnist-cnn/{UID}",
         "--tensorboard-dir", "/mnt/dtr/logs/mnist-cnn",
         "--log-dir", "/mnt/dtr/logs/mnist-cnn",
         "--termination-message-path", "/dev/termination-log",
@@ -237,3 +238,12 @@ def test_objects_left_by_an_earlier_run_of_the_same_name():
     assert not left_by_earlier_run({"metadata": {"ownerReferences": [{**earlier, "name": "other"}]}}, run)
     assert not left_by_earlier_run({"metadata": {"ownerReferences": [{**earlier, "kind": "Job"}]}}, run)
     assert not left_by_earlier_run({"metadata": {"labels": {"distml.dev/run": "mnist-cnn"}}}, run)
+
+
+def test_backup_dir_is_per_run_object_so_a_recreated_run_starts_afresh():
+    first = parse_run(make_run({}, uid="uid-1"))
+    again = parse_run(make_run({}, uid="uid-2"))
+    assert b.backup_dir(first) == "/mnt/dtr/backup/mnist-cnn/uid-1"
+    assert b.backup_dir(again) != b.backup_dir(first)
+    assert "/mnt/dtr/backup/mnist-cnn/uid-1" in b.trainer_args(first)
+    assert b.backup_dir(parse_run(make_run({}))) == "/mnt/dtr/backup/mnist-cnn"  # no uid: dtr run, dtr render
