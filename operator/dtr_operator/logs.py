@@ -21,6 +21,7 @@ from .builders import CONTAINER_NAME, REPLICA_INDEX_LABEL
 from .spec import KIND
 
 VOLUME_LOGS = "/mnt/dtr/logs/<run>/ on the run's volume"
+KUBELET_GONE = "unable to retrieve container logs for "
 
 
 class LogsError(Exception):
@@ -87,6 +88,12 @@ def show(kube: Any, namespace: str, name: str, worker: int | None, previous: boo
         if text is None:
             what = "no previous container (it has not restarted)" if previous else "no log yet (not started)"
             print(f"dtr logs: worker {index} ({pod}): {what}", file=sys.stderr)
+            continue
+        if text.startswith(KUBELET_GONE):
+            # The kubelet answers 200 with this line once it has removed the container (a finished pod's
+            # earlier containers go soon after the pod ends).
+            print(f"dtr logs: worker {index} ({pod}): the kubelet no longer has this container's log; every "
+                  f"attempt's lines are in {VOLUME_LOGS}", file=sys.stderr)  # fmt: skip
             continue
         logs.append((index, text))
     for line in merged(logs):

@@ -89,6 +89,13 @@ def test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_
 
     real_node.wait_log(namespace, worker, "epoch 3/20 end")  # a backup exists
     real_node.kill_container(namespace, worker)
+    real_node.wait_log(namespace, worker, "resumed from backup at epoch")
+    # While the pod runs (once it has finished, the kubelet removes its earlier containers and their logs):
+    # the killed container's own log, and only worker 1's.
+    before = dtr_logs(real_node, namespace, name, "--worker", "1", "--previous")
+    assert before.returncode == 0, before.stderr
+    assert "[worker-1] dtr_trainer[worker-1]: epoch 1/20 begin" in before.stdout, before.stdout[-2000:]
+    assert "[worker-0]" not in before.stdout and "resumed from backup" not in before.stdout
     st = real_node.wait_terminal(namespace, name)
     assert st["phase"] == "Succeeded", st
     status = tensorflow_status(real_node.pod(namespace, worker))
@@ -104,15 +111,11 @@ def test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_
     assert saved_models(volume) == [volume / "models" / name / "1"]
     assert st["workerRestarts"] >= 1, st
 
-    # dtr logs: both workers merged and prefixed; the killed container's own log with --previous.
+    # dtr logs after the run: both workers merged and prefixed.
     both = dtr_logs(real_node, namespace, name)
     assert both.returncode == 0, both.stderr
     assert "[worker-0] dtr_trainer[worker-0]: epoch 20/20 end" in both.stdout, both.stdout[-2000:]
     assert "[worker-1] dtr_trainer[worker-1]: resumed from backup at epoch" in both.stdout, both.stdout[-2000:]
-    before = dtr_logs(real_node, namespace, name, "--worker", "1", "--previous")
-    assert before.returncode == 0, before.stderr
-    assert "[worker-1] dtr_trainer[worker-1]: epoch 1/20 begin" in before.stdout, before.stdout[-2000:]
-    assert "[worker-0]" not in before.stdout and "resumed from backup" not in before.stdout
     none = dtr_logs(real_node, namespace, name, "--worker", "0", "--previous")
     assert none.returncode == 0 and "worker 0 (heal-worker-0): no previous container" in none.stderr, none
 

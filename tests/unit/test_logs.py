@@ -75,3 +75,12 @@ def test_no_run_and_no_pods_are_one_line_each():
 def test_follow_and_previous_together_are_refused(capsys):
     assert main(["logs", "r", "-f", "--previous"]) == 2
     assert "cannot be followed" in capsys.readouterr().err
+
+
+def test_a_container_the_kubelet_removed_is_a_note_not_a_log_line(capsys):
+    gone = "unable to retrieve container logs for containerd://259e4d2f\n"
+    kube = FakeKube({"status": {"tfJob": "r"}}, PODS, {("r-worker-1", True): gone})
+    out = io.StringIO()
+    logs.show(kube, "ns", "r", 1, True, None, out)
+    assert out.getvalue() == ""
+    assert "no longer has this container's log" in capsys.readouterr().err
