@@ -10,7 +10,7 @@ import copy
 import json
 from typing import Any
 
-from .spec import API_VERSION, KIND, RunSpec
+from .spec import API_VERSION, KIND, RunSpec, SchedulingPolicy
 
 RUN_LABEL = "distml.dev/run"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "dtr-operator"}
@@ -130,6 +130,20 @@ def effective_spec(run: RunSpec) -> dict[str, Any]:
                        ("ttlSecondsAfterFinished", run.ttl_seconds_after_finished)):
         if value is not None:
             spec[key] = value
+    spec["suspend"] = run.suspend
+    return {**spec, **_scheduling_spec(run)}
+
+
+def _scheduling_spec(run: RunSpec) -> dict[str, Any]:
+    """The placement, queue and gang fields of effective_spec, only those set."""
+    placement = run.placement
+    spec = _placement_fields(run)
+    for key, value in (("podLabels", dict(placement.pod_labels)), ("podAnnotations", dict(placement.pod_annotations)),
+                       ("queueName", run.queue_name)):  # fmt: skip
+        if value:
+            spec[key] = value
+    if run.scheduling_policy is not None:
+        spec["schedulingPolicy"] = _gang(run.scheduling_policy)
     return spec
 
 
@@ -182,49 +196,89 @@ def worker_pod_name(run: RunSpec, index: int) -> str:
     return f"{run.tfjob_name}-worker-{index}"
 
 
-def build_tfjob(run: RunSpec) -> dict[str, Any]:
-    """The kubeflow.org/v1 TFJob for a run (no owner reference; see owned_by)."""
-    labels = run_labels(run)
-    run_policy: dict[str, Any] = {
+# The label Kueue reads to queue a job in a LocalQueue (kueue.x-k8s.io/v1beta1).
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def _run_policy(run: RunSpec) -> dict[str, Any]:
+    policy: dict[str, Any] = {
         # Keep finished pods so `kubectl logs` and the chief's termination message stay readable.
         "cleanPodPolicy": "None",
         "backoffLimit": run.backoff_limit,
+        # A queued run starts suspended: Kueue unsuspends it when its LocalQueue admits it.
+        "suspend": run.suspend or run.queue_name is not None,
     }
     if run.active_deadline_seconds is not None:
-        run_policy["activeDeadlineSeconds"] = run.active_deadline_seconds
+        policy["activeDeadlineSeconds"] = run.active_deadline_seconds
     if run.ttl_seconds_after_finished is not None:
-        run_policy["ttlSecondsAfterFinished"] = run.ttl_seconds_after_finished
+        policy["ttlSecondsAfterFinished"] = run.ttl_seconds_after_finished
+    if run.scheduling_policy is not None:
+        policy["schedulingPolicy"] = _gang(run.scheduling_policy)
+    return policy
+
+
+def _gang(gang: SchedulingPolicy) -> dict[str, Any]:
+    """spec.schedulingPolicy in the API's shape, which is also the TFJob's runPolicy.schedulingPolicy."""
+    fields = (("minAvailable", gang.min_available), ("queue", gang.queue),
+              ("priorityClass", gang.priority_class), ("scheduleTimeoutSeconds", gang.schedule_timeout_seconds))
+    return {key: value for key, value in fields if value is not None}
+
+
+def _placement_fields(run: RunSpec) -> dict[str, Any]:
+    """The pod spec fields of spec's placement (same names in the run and in a pod), only those set."""
+    placement = run.placement
+    fields = (("nodeSelector", dict(placement.node_selector)),
+              ("tolerations", [dict(t) for t in placement.tolerations]),
+              ("affinity", copy.deepcopy(dict(placement.affinity or {}))),
+              ("priorityClassName", placement.priority_class_name))  # fmt: skip
+    return {key: value for key, value in fields if value}
+
+
+def _pod_metadata(run: RunSpec) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"labels": {**run.placement.pod_labels, **run_labels(run)}}
+    if run.placement.pod_annotations:
+        metadata["annotations"] = dict(run.placement.pod_annotations)
+    return metadata
+
+
+def _pod_spec(run: RunSpec) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        # The trainer never calls the API: no ServiceAccount token in its pods.
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "fsGroup": RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [_container(run)],
+        "volumes": [
+            {"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": run.pvc_name}},
+            {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE}},
+        ],
+    }
+    return {**spec, **_placement_fields(run)}
+
+
+def build_tfjob(run: RunSpec) -> dict[str, Any]:
+    """The kubeflow.org/v1 TFJob for a run (no owner reference; see owned_by)."""
+    labels = run_labels(run)
+    if run.queue_name is not None:
+        labels[KUEUE_QUEUE_LABEL] = run.queue_name
     return {
         "apiVersion": TFJOB_API_VERSION,
         "kind": "TFJob",
         "metadata": {"name": run.tfjob_name, "namespace": run.namespace, "labels": labels},
         "spec": {
-            "runPolicy": run_policy,
+            "runPolicy": _run_policy(run),
             # Every worker saves (MWMS needs it); wait for all of them, not just worker 0.
             "successPolicy": "AllWorkers",
             "tfReplicaSpecs": {
                 "Worker": {
                     "replicas": run.workers,
                     "restartPolicy": run.restart_policy,
-                    "template": {
-                        "metadata": {"labels": dict(labels)},
-                        "spec": {
-                            # The trainer never calls the API: no ServiceAccount token in its pods.
-                            "automountServiceAccountToken": False,
-                            "securityContext": {
-                                "runAsNonRoot": True,
-                                "runAsUser": RUN_AS,
-                                "runAsGroup": RUN_AS,
-                                "fsGroup": RUN_AS,
-                                "seccompProfile": {"type": "RuntimeDefault"},
-                            },
-                            "containers": [_container(run)],
-                            "volumes": [
-                                {"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": run.pvc_name}},
-                                {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE}},
-                            ],
-                        },
-                    },
+                    "template": {"metadata": _pod_metadata(run), "spec": _pod_spec(run)},
                 }
             },
         },

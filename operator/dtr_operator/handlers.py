@@ -1,7 +1,8 @@
 """kopf handlers: thin glue between kopf and reconcile.py. Importing this module registers them.
 
 - startup: operator settings, the API client, kopf tuning.
-- create/resume of a DistTrainingRun: ensure its PVC and TFJob (retries with backoff while waiting).
+- create/resume of a DistTrainingRun, or its spec.suspend changed: ensure its PVC and TFJob, the TFJob
+  suspended as the spec says (retries with backoff while waiting).
 - events of TFJobs labelled distml.dev/run: mirror their status into the owning run, read from an
   index of runs that kopf keeps from its watch (no GET per event).
 - a background check of runs waiting for their worker pods: say why when the pods cannot start.
@@ -76,6 +77,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec.suspend")
 def ensure_children(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
     started = time.perf_counter()
     try:

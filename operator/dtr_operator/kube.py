@@ -267,6 +267,15 @@ class Kube:
         if pending:
             yield pending.decode("utf-8", "replace")
 
+    def set_tfjob_suspend(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
+        """Merge-patch the TFJob's runPolicy.suspend (the training-operator deletes or recreates its pods)."""
+        return self.request(
+            "PATCH",
+            _path(TFJOB_API_VERSION, namespace, TFJOB_PLURAL, name),
+            body={"spec": {"runPolicy": {"suspend": suspend}}},
+            content_type="application/merge-patch+json",
+        )
+
     def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self.request("GET", _path(API_VERSION, namespace, PLURAL, name))

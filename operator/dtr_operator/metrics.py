@@ -46,7 +46,7 @@ RUN_GAUGES = {
     "progressPercentage": Gauge("dtr_run_progress_percent", "Epochs finished, as a percentage of all", RUN_LABELS),
 }
 
-PHASES = ("Pending", "Running", "Succeeded", "Failed")
+PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
 HANDLERS = ("run", "tfjob", "pods", "progress")
 # Answers the operator expects and acts on (absent object, create race, stale resourceVersion).
 EXPECTED_STATUSES = (404, 409)

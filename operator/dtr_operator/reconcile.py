@@ -197,7 +197,29 @@ class Record:
     retry: bool
 
 
-Action = Create | Sync | Record
+@dataclass(frozen=True)
+class Suspend:
+    """The TFJob is ours and its runPolicy.suspend is not what spec.suspend says: set it, then mirror it."""
+
+    tfjob: Mapping[str, Any]
+    suspend: bool
+
+
+Action = Create | Sync | Record | Suspend
+
+
+def tfjob_suspended(tfjob: Mapping[str, Any]) -> bool:
+    return bool(((tfjob.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+
+
+def _suspend_action(run: RunSpec, status: Mapping[str, Any], tfjob: Mapping[str, Any]) -> Action:
+    """Sync, or Suspend when spec.suspend and the TFJob disagree. A queued run's TFJob is Kueue's to
+    suspend; a finished run is left alone."""
+    if run.queue_name is not None or is_terminal(status) or tfjob_state(tfjob).phase in TERMINAL:
+        return Sync(tfjob)
+    if tfjob_suspended(tfjob) != run.suspend:
+        return Suspend(tfjob, run.suspend)
+    return Sync(tfjob)
 
 
 def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed) -> Action:
@@ -205,8 +227,8 @@ def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed) -> Action:
     tfjob = seen.tfjob
     if tfjob is not None:
         if is_owned_by(tfjob, run.uid):
-            # Created earlier (a restart or a retry): nothing to create, just catch up on its status.
-            return Sync(tfjob)
+            # Created earlier (a restart, a retry, spec.suspend changed): nothing to create; catch up.
+            return _suspend_action(run, status, tfjob)
         return _clash("TFJob", run.tfjob_name, tfjob, run)
     if _was_created(status):
         return Record(State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run)), retry=False)
@@ -264,6 +286,9 @@ def _ensure_children(
         if isinstance(action, Sync):
             _announce(kube, body, run, action.tfjob, created, emit)
             return None
+        if isinstance(action, Suspend):
+            _set_suspend(kube, body, run, action.suspend, emit)
+            return None
         pvc_manifest, tfjob_manifest = children(run)
         try:
             if action.pvc and pvc_manifest is not None and not created:
@@ -280,6 +305,18 @@ def _ensure_children(
         _announce(kube, body, run, tfjob, created, emit)
         return None
     return backoff(0)  # the world kept changing under us: look again shortly
+
+
+def _set_suspend(kube: Kube, body: Mapping[str, Any], run: RunSpec, suspend: bool, emit: Emit) -> None:
+    if suspend:
+        try:  # the epoch the workers reach last, while the chief's log can still be read
+            poll_progress(kube, body, run.image, _silent)
+        except ApiError as err:
+            log.info("last progress of %s/%s not read before suspending: %s", run.namespace, run.name, err)
+    tfjob = kube.set_tfjob_suspend(run.namespace, run.tfjob_name, suspend)
+    what = "suspended TFJob" if suspend else "resumed TFJob"
+    emit(body, "Normal", "Suspended" if suspend else "Resumed", f"{what} {run.tfjob_name} (spec.suspend: {suspend})")
+    sync_status(kube, body, run, tfjob, emit)  # a stale body is re-read on the write's conflict
 
 
 def _announce(

@@ -46,6 +46,24 @@ _QUANTITY = re.compile(
 )
 
 
+# Kubernetes' label key and value grammars (the CRD has the same patterns).
+_LABEL_KEY = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+RESERVED_LABEL_PREFIXES = ("distml.dev/", "training.kubeflow.org/")
+KEY_GRAMMAR = (
+    "an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and "
+    "ending with a letter or digit"
+)
+TOLERATION_OPERATORS = ("Exists", "Equal")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+MAX_MAP_ENTRIES = 32
+MAX_TOLERATIONS = 32
+
 DEFAULT_WORKERS = 2
 DEFAULT_PULL_POLICY = "IfNotPresent"
 
@@ -75,6 +93,28 @@ class StorageSpec:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where and how the worker pods are scheduled: passed through to every worker pod."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] | None = None
+    priority_class_name: str | None = None
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SchedulingPolicy:
+    """Gang scheduling, passed to the TFJob's runPolicy.schedulingPolicy."""
+
+    min_available: int | None = None
+    queue: str | None = None
+    priority_class: str | None = None
+    schedule_timeout_seconds: int | None = None
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """A DistTrainingRun with every default applied."""
 
@@ -91,6 +131,10 @@ class RunSpec:
     backoff_limit: int = 3
     active_deadline_seconds: int | None = None
     ttl_seconds_after_finished: int | None = None
+    suspend: bool = False
+    placement: Placement = field(default_factory=Placement)
+    queue_name: str | None = None
+    scheduling_policy: SchedulingPolicy | None = None
     uid: str | None = None
     generation: int | None = None
 
@@ -328,6 +372,102 @@ def _resources(obj: Mapping[str, Any]) -> dict[str, dict[str, str | int]]:
     return out
 
 
+def _string_map(obj: Mapping[str, Any], key: str, value_max: int, value_pattern: re.Pattern[str] | None,
+                what: str) -> dict[str, str]:  # fmt: skip
+    """spec.<key>: a map of label-style keys to strings."""
+    path = f"spec.{key}"
+    entries = _object(obj.get(key), path)
+    if len(entries) > MAX_MAP_ENTRIES:
+        raise _fail(path, f"must have at most {MAX_MAP_ENTRIES} entries")
+    for k, v in entries.items():
+        if not isinstance(k, str) or not _LABEL_KEY.fullmatch(k):
+            raise _fail(path, f"keys must be {what} keys: {KEY_GRAMMAR}; got {k!r}")
+        if not isinstance(v, str):
+            raise _fail(f"{path}.{k}", f"must be a string, got {v!r}")
+        if len(v) > value_max or (value_pattern is not None and not value_pattern.fullmatch(v)):
+            raise _fail(f"{path}.{k}", f"must be a {what} value (at most {value_max} characters), got {v!r}")
+    return dict(entries)
+
+
+def _toleration(item: Any, path: str) -> dict[str, Any]:
+    tol = dict(_object(item, path))
+    _no_unknown(tol, {"key", "operator", "value", "effect", "tolerationSeconds"}, path)
+    if tol.get("key"):
+        _str(tol, "key", path, None, 316)
+    if tol.get("operator") is not None:
+        _enum(tol, "operator", path, "Equal", TOLERATION_OPERATORS)
+    if tol.get("effect") is not None:
+        _enum(tol, "effect", path, "NoSchedule", TAINT_EFFECTS)
+    value = tol.get("value")
+    if value is not None and (not isinstance(value, str) or len(value) > 63):
+        raise _fail(f"{path}.value", f"must be a string of at most 63 characters, got {value!r}")
+    if tol.get("operator") == "Exists" and value:
+        raise _fail(path, "a toleration with operator Exists must not set value")
+    if tol.get("tolerationSeconds") is not None:
+        _int(tol, "tolerationSeconds", path, None, -(2**63), 2**63 - 1)
+        if tol.get("effect") != "NoExecute":
+            raise _fail(path, "tolerationSeconds is only for effect NoExecute")
+    return tol
+
+
+def _placement(spec: Mapping[str, Any]) -> Placement:
+    node_selector = _string_map(spec, "nodeSelector", 63, None, "label")
+    tolerations = spec.get("tolerations") or []
+    if not isinstance(tolerations, list):
+        raise _fail("spec.tolerations", f"must be a list, got {type(tolerations).__name__}")
+    if len(tolerations) > MAX_TOLERATIONS:
+        raise _fail("spec.tolerations", f"must have at most {MAX_TOLERATIONS} items")
+    affinity = _object(spec.get("affinity"), "spec.affinity")
+    _no_unknown(affinity, set(AFFINITY_KINDS), "spec.affinity")
+    for kind in AFFINITY_KINDS:
+        _object(affinity.get(kind), f"spec.affinity.{kind}")
+    priority = _str(spec, "priorityClassName", "spec", None, 253)
+    if priority is not None and not _DNS1123_SUBDOMAIN.fullmatch(priority):
+        raise _fail("spec.priorityClassName", f"must be a PriorityClass name (a DNS subdomain), got {priority!r}")
+    labels = _string_map(spec, "podLabels", 63, _LABEL_VALUE, "label")
+    reserved = sorted(k for k in labels if k.startswith(RESERVED_LABEL_PREFIXES))
+    if reserved:
+        prefixes = " and ".join(RESERVED_LABEL_PREFIXES)
+        raise _fail("spec.podLabels", f"keys under {prefixes} are reserved, got {reserved[0]!r}")
+    return Placement(
+        node_selector=node_selector,
+        tolerations=tuple(_toleration(t, f"spec.tolerations[{i}]") for i, t in enumerate(tolerations)),
+        affinity=dict(affinity) or None,
+        priority_class_name=priority,
+        pod_labels=labels,
+        pod_annotations=_string_map(spec, "podAnnotations", 4096, None, "annotation"),
+    )
+
+
+def _scheduling_policy(spec: Mapping[str, Any], workers: int) -> SchedulingPolicy | None:
+    if spec.get("schedulingPolicy") is None:
+        return None
+    path = "spec.schedulingPolicy"
+    obj = _object(spec.get("schedulingPolicy"), path)
+    _no_unknown(obj, {"minAvailable", "queue", "priorityClass", "scheduleTimeoutSeconds"}, path)
+    policy = SchedulingPolicy(
+        min_available=_int(obj, "minAvailable", path, None, 1, 2**31 - 1),
+        queue=_str(obj, "queue", path, None, 253),
+        priority_class=_str(obj, "priorityClass", path, None, 253),
+        schedule_timeout_seconds=_int(obj, "scheduleTimeoutSeconds", path, None, 1, 2**31 - 1),
+    )
+    if policy.min_available is not None and policy.min_available > workers:
+        raise _fail(f"{path}.minAvailable", f"must be at most spec.workers ({workers}), got {policy.min_available}")
+    return policy
+
+
+def _suspend_and_queue(spec: Mapping[str, Any]) -> tuple[bool, str | None]:
+    suspend = _get(spec, "suspend", False)
+    if not isinstance(suspend, bool):
+        raise _fail("spec.suspend", f"must be true or false, got {suspend!r}")
+    queue = _str(spec, "queueName", "spec", None, 63)
+    if queue is not None and not _DNS1123_LABEL.fullmatch(queue):
+        raise _fail("spec.queueName", f"must be a LocalQueue name (a DNS label), got {queue!r}")
+    if queue is not None and suspend:
+        raise _fail("spec.suspend", "cannot be true with spec.queueName: Kueue suspends and resumes queued runs")
+    return suspend, queue
+
+
 def parse_run(obj: Mapping[str, Any], default_image: str = DEFAULT_TRAINER_IMAGE) -> RunSpec:
     """A DistTrainingRun dict (from the API or a file) -> RunSpec, or SpecError naming the field."""
     if obj.get("apiVersion", API_VERSION) != API_VERSION or obj.get("kind", KIND) != KIND:
@@ -340,17 +480,21 @@ def parse_run(obj: Mapping[str, Any], default_image: str = DEFAULT_TRAINER_IMAGE
         {
             "workers", "image", "imagePullPolicy", "training", "storage", "export", "resources",
             "restartPolicy", "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished",
+            "suspend", "nodeSelector", "tolerations", "affinity", "priorityClassName", "podLabels",
+            "podAnnotations", "queueName", "schedulingPolicy",
         },
         "spec",
     )
     image = _str(spec, "image", "spec", default_image, 512)
     assert image is not None
+    workers = _count(spec, "workers", "spec", DEFAULT_WORKERS, 1, MAX_WORKERS)
+    suspend, queue = _suspend_and_queue(spec)
     return RunSpec(
         name=name,
         namespace=str(meta.get("namespace") or "default"),
         uid=meta.get("uid"),
         generation=meta.get("generation"),
-        workers=_count(spec, "workers", "spec", DEFAULT_WORKERS, 1, MAX_WORKERS),
+        workers=workers,
         image=image,
         image_pull_policy=_enum(spec, "imagePullPolicy", "spec", DEFAULT_PULL_POLICY, PULL_POLICIES),
         training=_training(_object(spec.get("training"), "spec.training")),
@@ -361,4 +505,8 @@ def parse_run(obj: Mapping[str, Any], default_image: str = DEFAULT_TRAINER_IMAGE
         backoff_limit=_count(spec, "backoffLimit", "spec", RunSpec.backoff_limit, 0, 100),
         active_deadline_seconds=_int(spec, "activeDeadlineSeconds", "spec", None, 1, None),
         ttl_seconds_after_finished=_int(spec, "ttlSecondsAfterFinished", "spec", None, MIN_TTL_SECONDS, None),
+        suspend=suspend,
+        placement=_placement(spec),
+        queue_name=queue,
+        scheduling_policy=_scheduling_policy(spec, workers),
     )

@@ -18,8 +18,9 @@ from .builders import CONTAINER_NAME, MOUNT_PATH, REPLICA_INDEX_LABEL, REPLICA_T
 from .spec import RunSpec
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
+SUSPENDED = "Suspended"  # spec.suspend is true: no worker pods, progress kept for the resume
 TERMINAL = (SUCCEEDED, FAILED)
-CONDITION_TYPES = ("Created", "Running", "Succeeded", "Failed")
+CONDITION_TYPES = ("Created", "Running", "Suspended", "Succeeded", "Failed")
 
 # Reasons (docs/api.md lists them with their meaning).
 WAITING_FOR_PVC = "WaitingForPVC"
@@ -29,6 +30,10 @@ TFJOB_SUBMITTED = "TFJobSubmitted"
 TFJOB_CREATED = "TFJobCreated"
 WORKERS_NOT_STARTING = "WorkerPodsNotStarting"
 TFJOB_SUSPENDED = "TFJobSuspended"
+RUN_SUSPENDED = "RunSuspended"
+SUSPENDING = "Suspending"
+RESUMING = "Resuming"
+QUEUED = "Queued"
 TFJOB_RUNNING = "TFJobRunning"
 TFJOB_RESTARTING = "TFJobRestarting"
 TRAINING_SUCCEEDED = "TrainingSucceeded"
@@ -376,8 +381,8 @@ def conditions_for(
     created_msg = children if state.created else state.message
     created_reason = CHILDREN_CREATED if state.created else state.reason
     conds = set_condition(conds, "Created", state.created, created_reason, created_msg, now, generation)
-    for cond_type, phase in (("Running", RUNNING), ("Succeeded", SUCCEEDED), ("Failed", FAILED)):
-        holds = state.phase == phase
+    for cond_type in CONDITION_TYPES[1:]:  # named like the phase in which each holds
+        holds = state.phase == cond_type
         # The message belongs to the condition that holds; the others only say why not (the reason).
         conds = set_condition(conds, cond_type, holds, state.reason, state.message if holds else "", now, generation)
     return conds
@@ -442,6 +447,31 @@ def _explained(
     return state, None
 
 
+def _epoch_note(previous: Mapping[str, Any]) -> str:
+    done = (previous.get("progress") or {}).get("epochsDone")
+    return f"the last finished epoch was {done}" if done else "no epoch had finished"
+
+
+def suspension(state: State, run: RunSpec, previous: Mapping[str, Any]) -> State:
+    """The TFJob's state as the run's suspend and queue explain it (a finished run stays finished)."""
+    if state.phase in TERMINAL:
+        return state
+    tfjob_suspended = state.reason == TFJOB_SUSPENDED
+    if run.suspend:
+        resume = f"kubectl patch dtr {run.name} --type=merge -p '{{\"spec\":{{\"suspend\":false}}}}' resumes it"
+        if tfjob_suspended:
+            message = f"suspended (spec.suspend): no worker pods; {_epoch_note(previous)}; {resume}"
+            return State(SUSPENDED, RUN_SUSPENDED, message, created=True)
+        return State(SUSPENDED, SUSPENDING, f"suspending: TFJob {run.tfjob_name} is stopping its pods", created=True)
+    if tfjob_suspended and run.queue_name is not None:
+        message = f"waiting in Kueue LocalQueue {run.queue_name} for admission (the TFJob stays suspended until then)"
+        return State(PENDING, QUEUED, message, created=True)
+    if tfjob_suspended and previous.get("phase") == SUSPENDED:
+        message = f"resuming: TFJob {run.tfjob_name} is being unsuspended; workers continue from their backup"
+        return State(PENDING, RESUMING, message, created=True)
+    return state
+
+
 def tfjob_status(
     run: RunSpec,
     tfjob: Mapping[str, Any],
@@ -450,7 +480,7 @@ def tfjob_status(
     now: str,
 ) -> dict[str, Any]:
     """Status mirrored from the run's TFJob; pods are read only once the TFJob has finished."""
-    state, summary = _explained(tfjob_state(tfjob), run, pods, previous)
+    state, summary = _explained(suspension(tfjob_state(tfjob), run, previous), run, pods, previous)
     status = _base(run, state, previous, now)
     counts = worker_counts(tfjob)
     status["workers"] = counts

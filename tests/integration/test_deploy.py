@@ -116,6 +116,9 @@ def test_architecture_doc_lists_the_permissions_the_clusterrole_grants() -> None
     assert not {t for t in wanted if "*" in t}, "wildcards"
     assert not {t for t in wanted if t[1] == "secrets"}, "secrets"
     assert not {t for t in wanted if t[2] in ("delete", "deletecollection", "update", "escalate", "bind")}
+    # Children: created, read, and of the TFJob only runPolicy.suspend patched (spec.suspend); never changed otherwise.
+    assert {t[2] for t in wanted if t[1] == "tfjobs"} == {"get", "list", "watch", "create", "patch"}
+    assert {t[2] for t in wanted if t[1] == "persistentvolumeclaims"} == {"get", "list", "watch", "create"}
 
 
 def test_namespaced_mode_splits_the_list_into_a_role_and_cluster_wide_reads() -> None:

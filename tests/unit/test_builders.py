@@ -49,7 +49,7 @@ def test_tfjob_shape_for_defaults():
     assert worker(job)["replicas"] == 2
     assert worker(job)["restartPolicy"] == "OnFailure"
     assert job["spec"]["successPolicy"] == "AllWorkers"
-    assert job["spec"]["runPolicy"] == {"cleanPodPolicy": "None", "backoffLimit": 3}
+    assert job["spec"]["runPolicy"] == {"cleanPodPolicy": "None", "backoffLimit": 3, "suspend": False}
     c = container(job)
     assert c["name"] == "tensorflow"
     assert c["image"] == "distml/trainer:0.1.0" and c["imagePullPolicy"] == "IfNotPresent"
@@ -247,3 +247,52 @@ def test_backup_dir_is_per_run_object_so_a_recreated_run_starts_afresh():
     assert b.backup_dir(again) != b.backup_dir(first)
     assert "/mnt/dtr/backup/mnist-cnn/uid-1" in b.trainer_args(first)
     assert b.backup_dir(parse_run(make_run({}))) == "/mnt/dtr/backup/mnist-cnn"  # no uid: dtr run, dtr render
+
+
+# ---- placement, queue, gang, suspend (docs/scheduling.md) ---------------------------------------
+
+PLACED = {
+    "nodeSelector": {"pool": "gpu"},
+    "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+    "priorityClassName": "batch-low",
+    "podLabels": {"team": "ml"},
+    "podAnnotations": {"sidecar.istio.io/inject": "false"},
+}  # fmt: skip
+
+
+def test_placement_reaches_every_worker_pod_and_our_labels_win():
+    job = build_tfjob(run_of(PLACED))
+    template = worker(job)["template"]
+    pod = template["spec"]
+    assert pod["nodeSelector"] == {"pool": "gpu"}
+    assert pod["tolerations"] == PLACED["tolerations"]
+    assert pod["affinity"] == PLACED["affinity"]
+    assert pod["priorityClassName"] == "batch-low"
+    assert template["metadata"]["labels"] == {"team": "ml", **b.run_labels(run_of(PLACED))}
+    assert template["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+
+
+def test_no_placement_adds_nothing_to_the_pod():
+    pod = worker(build_tfjob(run_of()))["template"]
+    assert not {"nodeSelector", "tolerations", "affinity", "priorityClassName"} & set(pod["spec"])
+    assert "annotations" not in pod["metadata"]
+
+
+def test_a_queued_run_is_labelled_for_kueue_and_created_suspended():
+    job = build_tfjob(run_of({"queueName": "team-a"}))
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert job["spec"]["runPolicy"]["suspend"] is True
+    assert "kueue.x-k8s.io/queue-name" not in worker(job)["template"]["metadata"]["labels"]
+
+
+def test_a_suspended_run_creates_its_tfjob_suspended():
+    assert build_tfjob(run_of({"suspend": True}))["spec"]["runPolicy"]["suspend"] is True
+
+
+def test_gang_scheduling_goes_to_the_run_policy():
+    gang = {"minAvailable": 2, "queue": "research", "priorityClass": "high", "scheduleTimeoutSeconds": 120}
+    assert build_tfjob(run_of({"schedulingPolicy": gang}))["spec"]["runPolicy"]["schedulingPolicy"] == gang
+    assert build_tfjob(run_of({"schedulingPolicy": {"minAvailable": 1}}))["spec"]["runPolicy"]["schedulingPolicy"] == {
+        "minAvailable": 1}  # fmt: skip

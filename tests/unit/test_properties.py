@@ -8,7 +8,7 @@ import re
 
 from dtr_fixtures import make_run
 from dtr_operator import status as status_mod
-from dtr_operator.builders import build_pvc, build_tfjob, children
+from dtr_operator.builders import build_pvc, build_tfjob, children, effective_spec
 from dtr_operator.spec import RunSpec, SpecError, parse_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -64,8 +64,23 @@ specs = st.fixed_dictionaries(
         "backoffLimit": maybe(st.integers(-1, 101)),
         "activeDeadlineSeconds": maybe(st.integers(0, 10)),
         "ttlSecondsAfterFinished": maybe(st.integers(55, 70)),
+        "suspend": maybe(st.booleans()),
+        "nodeSelector": maybe(st.dictionaries(st.sampled_from(["pool", "kubernetes.io/arch", "bad key"]),
+                                              st.sampled_from(["gpu", "", "x" * 64]), max_size=3)),
+        "tolerations": maybe(st.lists(st.fixed_dictionaries({}, optional={
+            "key": maybe(st.just("gpu")), "operator": maybe(st.sampled_from(["Exists", "Equal", "Maybe"])),
+            "value": maybe(st.sampled_from(["", "v"])), "effect": maybe(st.sampled_from(["NoSchedule", "NoExecute"])),
+            "tolerationSeconds": maybe(st.integers(0, 60))}), max_size=3)),
+        "affinity": maybe(st.fixed_dictionaries({}, optional={"nodeAffinity": maybe(st.just({"x": [1]}))})),
+        "priorityClassName": maybe(st.sampled_from(["low", "Bad_Name"])),
+        "podLabels": maybe(st.dictionaries(st.sampled_from(["team", "distml.dev/run", "a/b"]),
+                                           st.sampled_from(["ml", "not ok"]), max_size=2)),
+        "podAnnotations": maybe(st.dictionaries(st.sampled_from(["note", "/x"]), st.just("v"), max_size=2)),
+        "queueName": maybe(st.sampled_from(["team-a", "Bad_Q"])),
+        "schedulingPolicy": maybe(st.fixed_dictionaries({}, optional={
+            "minAvailable": maybe(st.integers(0, 3)), "queue": maybe(st.just("q"))})),
     },
-)
+)  # fmt: skip
 
 
 @settings(max_examples=200, deadline=None)
@@ -93,6 +108,8 @@ def test_a_run_is_either_refused_with_its_field_named_or_buildable(name, spec):
     pvc, owned_job = children(run)
     assert owned_job["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     assert (pvc is None) == (build_pvc(run) is None) == (run.storage.claim_name is not None)
+    # What the pods are told the run was (lineage) reads back as the same run.
+    assert parse_run(make_run(effective_spec(run), name=name, uid="u-1")) == run
 
 
 conditions = st.lists(
@@ -123,7 +140,7 @@ def test_any_tfjob_report_gives_a_well_formed_status(conds, worker, chief_messag
     assert first["phase"] in ("Pending", "Running", "Succeeded", "Failed")
     assert re.fullmatch(r"\d+/2", first["workersReady"])
     assert len(first["message"]) <= status_mod.MAX_MESSAGE and "\n" not in first["message"]
-    assert [c["type"] for c in first["conditions"]] == ["Created", "Running", "Succeeded", "Failed"]
+    assert [c["type"] for c in first["conditions"]] == ["Created", "Running", "Suspended", "Succeeded", "Failed"]
     assert sum(c["status"] == "True" for c in first["conditions"][1:]) <= 1
     json.dumps(first)
     # The same report later changes nothing; a finished run accepts no further change.

@@ -121,3 +121,44 @@ def test_runs_waiting_for_something_else_or_gone_are_never_due():
     runs.seen(("ml", "other", "u-2"), WAITING, at=0)
     runs.gone(("ml", "other", "u-2"))
     assert runs.due(1000) == []
+
+
+# ---- spec.suspend: the TFJob's runPolicy.suspend follows it ---------------------------------------
+
+SUSPENDED_RUN = parse_run(make_run({"workers": 2, "suspend": True}, uid="u-1", generation=2))
+QUEUED_RUN = parse_run(make_run({"workers": 2, "queueName": "team-a"}, uid="u-1", generation=1))
+
+
+def ours(suspend: bool | None = None, conditions: tuple[str, ...] = ("Created", "Running")) -> dict[str, Any]:
+    tfjob = obj(owner_uid="u-1")
+    tfjob["spec"] = {"runPolicy": {} if suspend is None else {"suspend": suspend}}
+    tfjob["status"] = {"conditions": [{"type": t, "status": "True"} for t in conditions]}
+    return tfjob
+
+
+def test_suspending_a_running_run_suspends_its_tfjob():
+    tfjob = ours(suspend=False)
+    assert decide(SUSPENDED_RUN, CREATED, Observed(tfjob)) == reconcile.Suspend(tfjob, True)
+
+
+def test_resuming_unsuspends_the_tfjob():
+    tfjob = ours(suspend=True, conditions=("Created", "Suspended"))
+    assert decide(OWN, CREATED, Observed(tfjob)) == reconcile.Suspend(tfjob, False)
+
+
+@pytest.mark.parametrize(("run", "suspend"), [(SUSPENDED_RUN, True), (OWN, False), (OWN, None)])
+def test_a_tfjob_that_already_agrees_is_mirrored(run, suspend):
+    tfjob = ours(suspend=suspend)
+    assert decide(run, CREATED, Observed(tfjob)) == Sync(tfjob)
+
+
+def test_a_queued_runs_tfjob_is_kueues_to_suspend():
+    tfjob = ours(suspend=True, conditions=("Created", "Suspended"))
+    assert decide(QUEUED_RUN, CREATED, Observed(tfjob)) == Sync(tfjob)
+
+
+def test_a_finished_run_or_tfjob_is_never_suspended():
+    done = ours(suspend=False, conditions=("Created", "Succeeded"))
+    assert decide(SUSPENDED_RUN, CREATED, Observed(done)) == Sync(done)
+    running = ours(suspend=False)
+    assert decide(SUSPENDED_RUN, {"phase": "Failed"}, Observed(running)) == Sync(running)

@@ -87,7 +87,25 @@ ACCEPTED = [
     ({"training": {"learningRate": None}}, "training.learning_rate", 0.001),
     ({"storage": {"claimName": "c", "size": None}}, "storage.claim_name", "c"),
     ({"restartPolicy": None}, "restart_policy", "OnFailure"),
-]
+    # Placement, queueing, gang scheduling and suspend (docs/scheduling.md).
+    ({"suspend": True}, "suspend", True),
+    ({}, "suspend", False),
+    ({"nodeSelector": {"pool": "gpu", "kubernetes.io/arch": "amd64"}}, "placement.node_selector",
+     {"pool": "gpu", "kubernetes.io/arch": "amd64"}),
+    ({"tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}, "placement.tolerations",
+     ({"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},)),
+    ({"tolerations": [{"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 30}]},
+     "placement.tolerations", ({"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 30},)),
+    ({"affinity": {"nodeAffinity": {"x": 1}}}, "placement.affinity", {"nodeAffinity": {"x": 1}}),
+    ({"priorityClassName": "batch-low"}, "placement.priority_class_name", "batch-low"),
+    ({"podLabels": {"team": "ml", "example.com/cost-center": "a1", "empty": ""}}, "placement.pod_labels",
+     {"team": "ml", "example.com/cost-center": "a1", "empty": ""}),
+    ({"podAnnotations": {"sidecar.istio.io/inject": "false"}}, "placement.pod_annotations",
+     {"sidecar.istio.io/inject": "false"}),
+    ({"queueName": "team-a"}, "queue_name", "team-a"),
+    ({"schedulingPolicy": {"minAvailable": 2, "queue": "q", "priorityClass": "p", "scheduleTimeoutSeconds": 60}},
+     "scheduling_policy.min_available", 2),
+]  # fmt: skip
 
 
 def _attr(obj, path):
@@ -167,6 +185,30 @@ REJECTED = [
     ({"ttlSecondsAfterFinished": 59}, "r", "spec.ttlSecondsAfterFinished", ">= 60"),
     ({"replicas": 2}, "r", "spec.replicas", "unknown field"),
     ({"training": []}, "r", "spec.training", "object"),
+    ({"suspend": "yes"}, "r", "spec.suspend", "true or false"),
+    ({"queueName": "q", "suspend": True}, "r", "spec.suspend", "Kueue"),
+    ({"queueName": "Team_A"}, "r", "spec.queueName", "DNS label"),
+    ({"nodeSelector": {"pool": 1}}, "r", "spec.nodeSelector.pool", "string"),
+    ({"nodeSelector": {"bad key!": "x"}}, "r", "spec.nodeSelector", "label keys"),
+    ({"nodeSelector": {f"k{i}": "v" for i in range(33)}}, "r", "spec.nodeSelector", "at most 32"),
+    ({"tolerations": {"key": "gpu"}}, "r", "spec.tolerations", "list"),
+    ({"tolerations": [{"operator": "Maybe"}]}, "r", "spec.tolerations[0].operator", "one of"),
+    ({"tolerations": [{"effect": "NoRun"}]}, "r", "spec.tolerations[0].effect", "one of"),
+    ({"tolerations": [{"operator": "Exists", "value": "v"}]}, "r", "spec.tolerations[0]", "must not set value"),
+    ({"tolerations": [{"key": "k", "tolerationSeconds": 5}]}, "r", "spec.tolerations[0]", "NoExecute"),
+    ({"tolerations": [{"key": "k", "weight": 5}]}, "r", "spec.tolerations[0].weight", "unknown field"),
+    ({"tolerations": [{"key": "k"}] * 33}, "r", "spec.tolerations", "at most 32"),
+    ({"affinity": {"nodeAffinity": []}}, "r", "spec.affinity.nodeAffinity", "object"),
+    ({"affinity": {"topology": {}}}, "r", "spec.affinity.topology", "unknown field"),
+    ({"priorityClassName": "High_Priority"}, "r", "spec.priorityClassName", "DNS subdomain"),
+    ({"podLabels": {"distml.dev/run": "x"}}, "r", "spec.podLabels", "reserved"),
+    ({"podLabels": {"training.kubeflow.org/job-name": "x"}}, "r", "spec.podLabels", "reserved"),
+    ({"podLabels": {"team": "not ok"}}, "r", "spec.podLabels.team", "label value"),
+    ({"podLabels": {"team": "x" * 64}}, "r", "spec.podLabels.team", "label value"),
+    ({"podAnnotations": {"/bad": "x"}}, "r", "spec.podAnnotations", "annotation keys"),
+    ({"schedulingPolicy": {"minAvailable": 3}}, "r", "spec.schedulingPolicy.minAvailable", "at most spec.workers"),
+    ({"schedulingPolicy": {"minAvailable": 0}}, "r", "spec.schedulingPolicy.minAvailable", "1.."),
+    ({"schedulingPolicy": {"gang": True}}, "r", "spec.schedulingPolicy.gang", "unknown field"),
 ]
 
 

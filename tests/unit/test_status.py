@@ -93,7 +93,7 @@ def test_phase_follows_every_tfjob_condition(conditions, phase, reason, counts):
     assert status["observedGeneration"] == 1
     assert status["tfJob"] == "mnist-cnn" and status["pvc"] == "mnist-cnn-data"
     by_type = {c["type"]: c for c in status["conditions"]}
-    assert [c["type"] for c in status["conditions"]] == ["Created", "Running", "Succeeded", "Failed"]
+    assert [c["type"] for c in status["conditions"]] == ["Created", "Running", "Suspended", "Succeeded", "Failed"]
     assert by_type["Created"]["status"] == "True"
     for type_ in ("Running", "Succeeded", "Failed"):
         assert by_type[type_]["status"] == ("True" if phase == type_ else "False")
@@ -335,3 +335,48 @@ def test_a_tfjob_event_that_says_nothing_new_keeps_the_pods_trouble():
 )
 def test_storage_uri_is_the_versions_base_directory_on_the_claim(path, uri):
     assert st.storage_uri("claim", path) == uri
+
+
+# ---- suspend and queues ------------------------------------------------------------------------
+
+SUSPENDED_RUN = parse_run(make_run({"workers": 2, "suspend": True}, uid="u-1", generation=2))
+QUEUED_RUN = parse_run(make_run({"workers": 2, "queueName": "team-a"}, uid="u-1", generation=1))
+WAS_RUNNING = {"phase": "Running", "progress": {"epochsDone": "3/8"}}
+
+
+def test_a_suspended_run_says_so_with_its_last_epoch_and_how_to_resume():
+    status = st.tfjob_status(SUSPENDED_RUN, tfjob([cond("Created"), cond("Suspended")]), [], WAS_RUNNING, T1)
+    assert (status["phase"], status["reason"]) == ("Suspended", "RunSuspended")
+    assert "3/8" in status["message"] and '"suspend":false' in status["message"]
+    conds = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conds == {"Created": "True", "Running": "False", "Suspended": "True", "Succeeded": "False",
+                     "Failed": "False"}  # fmt: skip
+
+
+def test_suspending_while_the_tfjob_still_runs():
+    status = st.tfjob_status(SUSPENDED_RUN, tfjob([cond("Created"), cond("Running")], active=2), [], WAS_RUNNING, T1)
+    assert (status["phase"], status["reason"]) == ("Suspended", "Suspending")
+
+
+def test_resuming_is_pending_until_the_tfjob_runs_again():
+    previous = {"phase": "Suspended", "reason": "RunSuspended"}
+    status = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Suspended")]), [], previous, T1)
+    assert (status["phase"], status["reason"]) == ("Pending", "Resuming")
+    running = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Running")], active=2), [], status, T2)
+    assert (running["phase"], running["reason"]) == ("Running", "TFJobRunning")
+
+
+def test_a_queued_run_waits_for_kueue_and_names_its_queue():
+    status = st.tfjob_status(QUEUED_RUN, tfjob([cond("Created"), cond("Suspended")]), [], {}, T1)
+    assert (status["phase"], status["reason"]) == ("Pending", "Queued")
+    assert "team-a" in status["message"]
+
+
+def test_a_tfjob_suspended_by_someone_else_stays_tfjob_suspended():
+    status = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Suspended")]), [], {"phase": "Running"}, T1)
+    assert (status["phase"], status["reason"]) == ("Pending", "TFJobSuspended")
+
+
+def test_suspend_never_changes_a_finished_tfjobs_outcome():
+    done = tfjob([cond("Created"), cond("Failed", reason="BackoffLimitExceeded")])
+    assert st.tfjob_status(SUSPENDED_RUN, done, [], WAS_RUNNING, T1)["phase"] == "Failed"
