@@ -10,3 +10,4 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
 
 from cluster_fixtures import control_plane, namespace  # noqa: F401
+from operator_support import operator  # noqa: F401

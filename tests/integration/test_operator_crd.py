@@ -99,6 +99,7 @@ def test_defaults_are_filled_in_by_the_api_server(control_plane: Cluster, namesp
         "export": {},
         "restartPolicy": "OnFailure",
         "backoffLimit": 3,
+        "suspend": False,
     }  # fmt: skip
 
 
@@ -125,7 +126,7 @@ def test_spec_is_immutable_but_metadata_and_status_are_not(control_plane: Cluste
     k = control_plane.kubectl
     proc = k("patch", "dtr", "frozen", "-n", namespace, "--type=merge", "-p", '{"spec":{"workers":3}}', check=False)
     assert proc.returncode != 0
-    assert "spec is immutable: create a new DistTrainingRun" in proc.stderr
+    assert "spec.workers is immutable (only spec.suspend can change): create a new DistTrainingRun" in proc.stderr
     k("label", "dtr", "frozen", "-n", namespace, "team=ml")
     status = {"status": {"phase": "Running", "workersReady": "2/2", "kopf": {"progress": {}}}}
     k("patch", "dtr", "frozen", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status))
@@ -133,6 +134,41 @@ def test_spec_is_immutable_but_metadata_and_status_are_not(control_plane: Cluste
     assert got["spec"]["workers"] == 2
     assert got["status"]["phase"] == "Running"
     assert got["status"]["kopf"] == {"progress": {}}  # kept, not pruned
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"image": "other:1"}, "spec.image"),  # unset at creation: setting it later is a change too
+        ({"training": {"epochs": 9}}, "spec.training"),
+        ({"nodeSelector": {"pool": "gpu"}}, "spec.nodeSelector"),
+        ({"tolerations": [{"key": "k", "operator": "Exists"}]}, "spec.tolerations"),
+        ({"affinity": {"nodeAffinity": {}}}, "spec.affinity"),
+        ({"podLabels": {"team": "ml"}}, "spec.podLabels"),
+        ({"queueName": "q"}, "spec.queueName"),
+        ({"schedulingPolicy": {"minAvailable": 1}}, "spec.schedulingPolicy"),
+        ({"storage": {"size": "2Gi"}}, "spec.storage"),
+    ],
+)
+def test_every_spec_field_but_suspend_is_immutable_and_the_message_names_it(
+    control_plane: Cluster, namespace: str, change: dict[str, Any], field: str
+) -> None:
+    name = "f-" + field.split(".")[1].lower()[:20]
+    control_plane.create(run_doc(name, namespace, {"workers": 2}))
+    k = control_plane.kubectl
+    proc = k("patch", "dtr", name, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": change}), check=False)
+    assert proc.returncode != 0, f"{change} was accepted"
+    assert f"{field} is immutable" in proc.stderr, proc.stderr
+    for suspend in (True, False):
+        k("patch", "dtr", name, "-n", namespace, "--type=merge", "-p", json.dumps({"spec": {"suspend": suspend}}))
+        assert control_plane.kubectl_json("get", "dtr", name, "-n", namespace)["spec"]["suspend"] is suspend
+
+
+def test_a_queued_run_cannot_be_suspended_by_its_spec(control_plane: Cluster, namespace: str) -> None:
+    proc = control_plane.kubectl("apply", "-n", namespace, "-f", "-", check=False, input=json.dumps(
+        run_doc("qs", namespace, {"queueName": "team-a", "suspend": True})))  # fmt: skip
+    assert proc.returncode != 0
+    assert "spec.suspend cannot be true with spec.queueName" in proc.stderr, proc.stderr
 
 
 def test_status_cannot_be_written_through_the_main_resource(control_plane: Cluster, namespace: str) -> None:
