@@ -33,6 +33,7 @@ EXAMPLES = int(os.environ.get("DTR_RELIABILITY_EXAMPLES", "50"))
 IMAGE = "distml/trainer:0.1.0-test"
 TERMINAL = ("Succeeded", "Failed")
 WAITING_REASONS = ("WaitingForPVC",)  # Pending for a reason the user must act on
+PRIORITY_CLASS = "dtr-generated-low"  # created by the harness: pods naming a missing class are refused
 
 # ---- the generator: each field valid most of the time, out of bounds or malformed sometimes ----------
 
@@ -90,8 +91,32 @@ def spec_strategy(bad: bool) -> st.SearchStrategy[dict[str, Any]]:
             "backoffLimit": mostly(st.integers(0, 100), st.just(-1)),
             "activeDeadlineSeconds": mostly(st.integers(1, 10**6), st.just(0)),
             "ttlSecondsAfterFinished": mostly(st.integers(60, 3600), st.just(-1)),
+            # Placement, queueing, gang scheduling and suspend (docs/scheduling.md).
+            "suspend": mostly(st.sampled_from([False, False, True]), st.just("yes")),
+            "nodeSelector": mostly(st.sampled_from([{}, {"pool": "gpu"}, {"kubernetes.io/arch": "amd64"}]),
+                                   st.sampled_from([{"pool": 1}, {"bad key": "x"}, {"pool": "x" * 64}])),
+            "tolerations": mostly(
+                st.sampled_from([[], [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                                 [{"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 30}]]),
+                st.sampled_from([[{"operator": "Maybe"}], [{"operator": "Exists", "value": "v"}], {"key": "gpu"}]),
+            ),
+            "affinity": mostly(
+                st.just({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1,
+                         "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}}),
+                st.sampled_from(["near", {"topology": {}}]),
+            ),
+            "priorityClassName": mostly(st.just(PRIORITY_CLASS), st.sampled_from(["High_Priority", ""])),
+            "podLabels": mostly(st.sampled_from([{}, {"team": "ml"}, {"example.com/cost": "a1"}]),
+                                st.sampled_from([{"distml.dev/run": "x"}, {"team": "not ok"}])),
+            "podAnnotations": mostly(st.sampled_from([{}, {"note": "free text, any length"}]), st.just({"/x": "v"})),
+            "queueName": mostly(st.sampled_from(["team-a"]), st.sampled_from(["Team_A", ""])),
+            "schedulingPolicy": mostly(
+                st.fixed_dictionaries({}, optional={"minAvailable": st.integers(1, 1), "queue": st.just("q"),
+                                                    "scheduleTimeoutSeconds": st.integers(1, 600)}),
+                st.sampled_from([{"minAvailable": 0}, {"minAvailable": 99}, {"gang": True}]),
+            ),
         },
-    )
+    )  # fmt: skip
     return specs
 
 
@@ -150,6 +175,9 @@ class Harness:
 def harness(control_plane: Cluster, ledger: Ledger) -> Iterator[Harness]:
     namespace = f"t-generated-{uuid.uuid4().hex[:6]}"
     control_plane.kubectl("create", "namespace", namespace)
+    priority = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": PRIORITY_CLASS},
+                "value": 10}  # fmt: skip
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(priority))
     os.environ["DTR_TRAINER_IMAGE"] = IMAGE
     runner = KopfRunner(["run", "--standalone", "--namespace", namespace, "-m", "dtr_operator.handlers"], timeout=120)
     retry_log = RetryLog()
@@ -251,6 +279,11 @@ def drive(h: Harness, name: str, spec: dict[str, Any], ending: str) -> dict[str,
     if not got:
         return api.status(ns, name)
     workers = spec.get("workers", 2)
+    if spec.get("suspend") is True or spec.get("queueName"):
+        # No pods until resumed (spec.suspend) or admitted by Kueue (none runs here): explained, waiting.
+        want = ("Suspended", "RunSuspended") if spec.get("suspend") is True else ("Pending", "Queued")
+        return poll(lambda: ((s := api.status(ns, name)).get("phase"), s.get("reason")) == want and s, 30) or (
+            api.status(ns, name))
     if ending == "watch":
         return poll(lambda: explained(s := api.status(ns, name)) and s, 10) or api.status(ns, name)
     if ending == "delete-tfjob":
@@ -284,6 +317,10 @@ def judge(spec: dict[str, Any], ending: str, final: dict[str, Any]) -> str | Non
     phase, reason = final["phase"], final["reason"]
     if claim:
         return None if (phase, reason) == ("Pending", "WaitingForPVC") and claim in final["message"] else "bad wait"
+    if spec.get("suspend") is True:
+        return None if (phase, reason) == ("Suspended", "RunSuspended") else f"expected Suspended, got {phase}/{reason}"
+    if spec.get("queueName"):
+        return None if (phase, reason) == ("Pending", "Queued") else f"expected Queued, got {phase}/{reason}"
     if phase == "Failed" and spec.get("activeDeadlineSeconds", 10**9) < 60:
         return None  # the deadline may pass before the suite acts: the TFJob fails, and the run says so
     if ending == "delete-tfjob":
@@ -318,7 +355,9 @@ def test_any_accepted_spec_ends_or_waits_with_a_reason(harness: Harness, spec: d
     code, message = h.api.create_run(h.namespace, name, spec)
     if code != 201:
         t.refused += 1
-        named = code == 422 and bool(re.search(r"\bspec(\.[A-Za-z]+)*\b", message))
+        # 422 Invalid; 400 when strict decoding meets a list where an object was sent ("unknown field
+        # \"spec.tolerations.key\""): both name the field.
+        named = code in (400, 422) and bool(re.search(r"\bspec(\.[A-Za-z]+)*\b", message))
         t.refused_naming_field += named
         assert named, f"refused without naming a field ({code}): {message}"
         assert h.api.run(h.namespace, name) is None

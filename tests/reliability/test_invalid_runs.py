@@ -21,7 +21,7 @@ from ledger import Ledger, Record
 
 CORPUS = Path(__file__).resolve().parent / "invalid_runs.yaml"
 CASES: list[dict[str, Any]] = yaml.safe_load(CORPUS.read_text())["cases"]
-GROUPS = ("name", "type", "range", "enum", "storage", "path", "unknown", "edit")
+GROUPS = ("name", "type", "range", "enum", "storage", "path", "unknown", "scheduling", "edit")
 
 
 def run_doc(name: str, namespace: str, spec: Any, top: dict[str, Any] | None = None) -> dict[str, Any]:
