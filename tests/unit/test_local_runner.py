@@ -68,6 +68,8 @@ def test_load_run_errors_are_one_line_naming_the_problem():
         r.load_run(RUN + "---" + RUN, "f.yaml")
     with pytest.raises(r.RunError, match=r"f\.yaml: spec\.workers"):
         r.load_run(RUN.replace("workers: 2", "workers: 0"), "f.yaml")
+    with pytest.raises(r.RunError, match=r"f\.yaml: spec\.suspend is true: a suspended run trains nowhere"):
+        r.load_run(RUN.replace("workers: 2,", "workers: 2, suspend: true,"), "f.yaml")
 
 
 def _pods(states):

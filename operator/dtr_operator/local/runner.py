@@ -111,9 +111,12 @@ def load_run(text: str, source: str) -> RunSpec:
         docs = runs_from_text(text, source)
         if len(docs) != 1:
             raise RunError(f"{source}: dtr run trains one {KIND} at a time; this file has {len(docs)}")
-        return parse_run(docs[0])
+        run = parse_run(docs[0])
     except (RunFileError, SpecError) as exc:
         raise RunError(f"{source}: {exc}" if not str(exc).startswith(source) else str(exc)) from None
+    if run.suspend:
+        raise RunError(f"{source}: spec.suspend is true: a suspended run trains nowhere; set it to false to run it")
+    return run
 
 
 def now_rfc3339() -> str:
