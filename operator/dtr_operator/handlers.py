@@ -81,7 +81,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_
 def ensure_children(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
     started = time.perf_counter()
     try:
-        delay = reconcile.reconcile_run(memo.kube, dict(body), memo.settings.trainer_image, emit, retry)
+        ours: Settings = memo.settings
+        delay = reconcile.reconcile_run(
+            memo.kube, dict(body), ours.trainer_image, emit, retry, image_refusal=ours.image_refusal
+        )
     finally:
         metrics.RECONCILE_SECONDS.labels(handler="run").observe(time.perf_counter() - started)
     if delay is not None:

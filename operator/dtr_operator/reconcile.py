@@ -47,6 +47,7 @@ from .status import (
 log = logging.getLogger(__name__)
 
 INVALID_SPEC = "InvalidSpec"
+IMAGE_NOT_ALLOWED = "ImageNotAllowed"
 INVALID_TFJOB = "InvalidTFJob"
 API_UNAVAILABLE = "APIUnavailable"
 MAX_BACKOFF = 300.0
@@ -124,7 +125,17 @@ def _name_conflict(kind: str, name: str) -> str:
     )
 
 
-def reconcile_run(kube: Kube, body: Mapping[str, Any], default_image: str, emit: Emit, retry: int = 0) -> float | None:
+ImageCheck = Callable[[str], "str | None"]  # why a trainer image is refused, or None
+
+
+def reconcile_run(
+    kube: Kube,
+    body: Mapping[str, Any],
+    default_image: str,
+    emit: Emit,
+    retry: int = 0,
+    image_refusal: ImageCheck = lambda image: None,
+) -> float | None:
     """Make sure the run's PVC and TFJob exist. Returns seconds until a retry is due, or None when done."""
     status = body.get("status") or {}
     if is_terminal(status):
@@ -138,7 +149,7 @@ def reconcile_run(kube: Kube, body: Mapping[str, Any], default_image: str, emit:
         record(kube, body, lambda prev: unparsed_status(failed, prev, now(), generation), emit)
         return None
     try:
-        return _ensure_children(kube, body, run, status, emit, retry)
+        return _ensure_children(kube, body, run, status, emit, retry, image_refusal(run.image))
     except ResourceMissing:
         message = (
             f"the TFJob CRD (tfjobs.kubeflow.org) is not installed: install the Kubeflow training-operator "
@@ -222,8 +233,11 @@ def _suspend_action(run: RunSpec, status: Mapping[str, Any], tfjob: Mapping[str,
     return Sync(tfjob)
 
 
-def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed) -> Action:
-    """The one step that makes the run's children what they should be. Pure."""
+def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed, image_refusal: str | None = None) -> Action:
+    """The one step that makes the run's children what they should be. Pure.
+
+    image_refusal: why the run's trainer image is not allowed (checked before anything is created;
+    a run whose TFJob exists already keeps running)."""
     tfjob = seen.tfjob
     if tfjob is not None:
         if is_owned_by(tfjob, run.uid):
@@ -232,6 +246,8 @@ def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed) -> Action:
         return _clash("TFJob", run.tfjob_name, tfjob, run)
     if _was_created(status):
         return Record(State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run)), retry=False)
+    if image_refusal is not None:
+        return Record(State(FAILED, IMAGE_NOT_ALLOWED, image_refusal), retry=False)
     pvc = seen.pvc
     if run.creates_pvc:
         if pvc is UNREAD or pvc is None:
@@ -274,12 +290,18 @@ def observe(kube: Kube, run: RunSpec, read_pvc: bool) -> Observed:
 
 
 def _ensure_children(
-    kube: Kube, body: Mapping[str, Any], run: RunSpec, status: Mapping[str, Any], emit: Emit, retry: int
+    kube: Kube,
+    body: Mapping[str, Any],
+    run: RunSpec,
+    status: Mapping[str, Any],
+    emit: Emit,
+    retry: int,
+    image_refusal: str | None,
 ) -> float | None:
     created: list[str] = []
     read_pvc = False
     for _ in range(MAX_OBSERVATIONS):
-        action = decide(run, status, observe(kube, run, read_pvc))
+        action = decide(run, status, observe(kube, run, read_pvc), image_refusal)
         if isinstance(action, Record):
             _put(kube, body, run, action.state, emit)
             return backoff(retry) if action.retry else None

@@ -7,6 +7,7 @@ the mapping it is given.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,7 +24,20 @@ class Settings:
     liveness_port: int = 8080  # kopf's health endpoint at /healthz; 0 = off
     metrics_port: int = 9090  # Prometheus /metrics; 0 = off
     progress_interval: float = 5.0  # seconds between reads of a running run's chief log; 0 = off
+    # Trainer images a run may name in spec.image (glob patterns); empty: the default image only.
+    allowed_images: tuple[str, ...] = ()
     verbose: bool = False
+
+    def image_refusal(self, image: str) -> str | None:
+        """Why a run may not use this trainer image (None: it may). Runs execute it with the operator's
+        rights to create pods in their namespace, so the cluster admin decides which images qualify."""
+        if image == self.trainer_image or any(fnmatch.fnmatchcase(image, p) for p in self.allowed_images):
+            return None
+        allowed = ", ".join(self.allowed_images) if self.allowed_images else f"only the default {self.trainer_image}"
+        return (
+            f"spec.image {image} is not allowed by the operator's --allowed-images (DTR_ALLOWED_IMAGES: "
+            f"{allowed}): use an allowed image, or ask a cluster admin to add a pattern for it"
+        )
 
     @property
     def all_namespaces(self) -> bool:
@@ -58,6 +72,10 @@ def _seconds(value: str, name: str) -> float:
     return seconds
 
 
+def _patterns(value: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in value.split(",") if p.strip())
+
+
 def from_env(env: Mapping[str, str]) -> Settings:
     namespaces = tuple(ns.strip() for ns in env.get("DTR_NAMESPACE", "").split(",") if ns.strip())
     log_format = env.get("DTR_LOG_FORMAT", "plain") or "plain"
@@ -70,6 +88,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         liveness_port=_port(env.get("DTR_LIVENESS_PORT", "8080") or "8080", "DTR_LIVENESS_PORT"),
         metrics_port=_port(env.get("DTR_METRICS_PORT", "9090") or "9090", "DTR_METRICS_PORT"),
         progress_interval=_seconds(env.get("DTR_PROGRESS_INTERVAL", "5") or "5", "DTR_PROGRESS_INTERVAL"),
+        allowed_images=_patterns(env.get("DTR_ALLOWED_IMAGES", "")),
     )
 
 
@@ -93,6 +112,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds between reads of each running run's chief log for status.progress; 0 = off "
         "(env DTR_PROGRESS_INTERVAL; default 5)",
     )  # fmt: skip
+    parser.add_argument(
+        "--allowed-images", metavar="PATTERNS",
+        help="trainer images a run may name in spec.image, comma-separated glob patterns such as "
+        "'registry.example.com/ml/*'; the default image is always allowed; empty: only the default "
+        "(env DTR_ALLOWED_IMAGES)",
+    )  # fmt: skip
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
 
 
@@ -111,5 +136,6 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
         liveness_port=_port(args.liveness_port, "--liveness-port") if args.liveness_port else base.liveness_port,
         metrics_port=_port(args.metrics_port, "--metrics-port") if args.metrics_port else base.metrics_port,
         progress_interval=_seconds(interval, "--progress-interval") if interval else base.progress_interval,
+        allowed_images=_patterns(args.allowed_images) if args.allowed_images is not None else base.allowed_images,
         verbose=bool(args.verbose),
     )

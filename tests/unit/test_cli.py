@@ -164,3 +164,22 @@ def test_the_operator_command_loads_none_of_the_local_tooling():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_allowed_images_default_to_the_default_image_only():
+    s = cfg.from_args(_operator_args(), {})
+    assert s.image_refusal("distml/trainer:0.1.0") is None
+    refusal = s.image_refusal("busybox:1.36")
+    assert refusal and "--allowed-images" in refusal and "only the default distml/trainer:0.1.0" in refusal
+
+
+def test_allowed_images_are_globs_from_env_or_flag():
+    env = {"DTR_ALLOWED_IMAGES": "registry.example.com/ml/*, distml/trainer:*"}
+    s = cfg.from_args(_operator_args(), env)
+    assert s.allowed_images == ("registry.example.com/ml/*", "distml/trainer:*")
+    assert s.image_refusal("registry.example.com/ml/trainer:2") is None
+    assert s.image_refusal("distml/trainer:0.2.0") is None
+    assert s.image_refusal("registry.example.com/other/trainer:2") is not None
+    assert s.image_refusal("evil.example.com/distml/trainer:1") is not None  # patterns match the whole name
+    flag = cfg.from_args(_operator_args("--allowed-images", "x/*"), env)
+    assert flag.allowed_images == ("x/*",) and flag.image_refusal("distml/trainer:0.2.0") is not None

@@ -162,3 +162,14 @@ def test_a_finished_run_or_tfjob_is_never_suspended():
     assert decide(SUSPENDED_RUN, CREATED, Observed(done)) == Sync(done)
     running = ours(suspend=False)
     assert decide(SUSPENDED_RUN, {"phase": "Failed"}, Observed(running)) == Sync(running)
+
+
+def test_an_image_the_operator_does_not_allow_fails_the_run_before_anything_is_created():
+    action = decide(OWN, {}, Observed(None), image_refusal="spec.image x is not allowed by --allowed-images")
+    assert reason(action) == ("ImageNotAllowed", False)
+    assert "--allowed-images" in action.state.message
+
+
+def test_a_run_already_running_is_not_stopped_by_a_later_allow_list():
+    tfjob = ours(suspend=False)
+    assert decide(OWN, CREATED, Observed(tfjob), image_refusal="not allowed") == Sync(tfjob)
