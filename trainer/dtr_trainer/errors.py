@@ -12,6 +12,7 @@ EXIT_TF_CONFIG = 3  # TF_CONFIG is not a valid cluster description
 EXIT_DATA = 4  # dataset missing, malformed, or a path escaping --data-dir
 EXIT_DOWNLOAD = 5  # dataset not cached and cannot be downloaded (offline)
 EXIT_EXPORT = 6  # the model could not be written to --export-dir
+EXIT_VOLUME = 7  # the run's volume is full or not writable by this process's uid
 EXIT_PEER_LOST = 138  # a peer died or a collective timed out: restart every worker
 
 
@@ -40,3 +41,7 @@ class DownloadError(TrainerError):
 class ExportError(TrainerError):
     exit_code = EXIT_EXPORT
 
+
+
+class VolumeError(TrainerError):
+    exit_code = EXIT_VOLUME

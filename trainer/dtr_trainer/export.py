@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dtr_trainer.errors import ExportError
+from dtr_trainer import volume
+from dtr_trainer.errors import ExportError, VolumeError
 from dtr_trainer.lineage import RunIdentity, utc_now
 
 VERSION_RECORD = "export-version"  # in --backup-dir: the claim this run exports to
@@ -286,9 +287,13 @@ def save_everywhere(model, export_dir: str, claim: Claim | None, is_chief: bool,
         _save(model, str(staging))
         _write_extra(staging, extra_files or {})
         _publish(staging, final, claim)
-    except OSError as exc:
+    except Exception as exc:  # OSError, or TensorFlow's own error from inside model.save
         shutil.rmtree(staging, ignore_errors=True)
-        raise ExportError(f"cannot write the model to {final}: {exc.strerror or exc}") from None
+        if volume.is_full(exc):
+            raise VolumeError(volume.full_message(f"exporting version {claim.version} to {final}")) from None
+        if isinstance(exc, OSError):
+            raise ExportError(f"cannot write the model to {final}: {exc.strerror or exc}") from None
+        raise
     return final
 
 

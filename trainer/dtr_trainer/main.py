@@ -11,9 +11,9 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dtr_trainer import data, export, lineage, memory, worker_log
+from dtr_trainer import data, export, lineage, memory, volume, worker_log
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
-from dtr_trainer.errors import EXIT_INTERNAL, EXIT_PEER_LOST, TrainerError, UsageError
+from dtr_trainer.errors import EXIT_INTERNAL, EXIT_PEER_LOST, EXIT_VOLUME, TrainerError, UsageError
 from dtr_trainer.lineage import RunIdentity
 from dtr_trainer.models import MODELS
 
@@ -192,6 +192,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     run_identity = RunIdentity.from_env(os.environ, warn=log)
     worker_log.start(args.log_dir, cluster.name, run_identity, warn=log)
     data.validate_dataset_name(args.dataset, args.data_dir)
+    volume.check_writable([d for d in (args.backup_dir, args.export_dir if cluster.is_chief else None) if d])
     splits = data.load_arrays(args.dataset, args.data_dir, args.seed)  # numpy only: no TF op yet
     claim = claim_export_version(args, run_identity) if cluster.is_chief else None
 
@@ -259,6 +260,9 @@ def _run_reporting_errors(argv: Sequence[str] | None) -> int:
     except Exception as exc:  # classified below; never a stack trace for the user
         name = type(exc).__name__
         what = one_line(getattr(exc, "message", None) or str(exc), name)
+        if volume.is_full(exc):
+            log(f"error: {volume.full_message(f'training ({name}: {what})')}")
+            return EXIT_VOLUME
         if os.environ.get("DTR_TRACEBACK"):
             import traceback
 
