@@ -139,6 +139,15 @@ def worker_restarts(pods: Sequence[Mapping[str, Any]]) -> int:
     return sum(int(_tensorflow_status(pod).get("restartCount") or 0) for pod in pods)
 
 
+def _worker_exit(name: str, code: int, terminated: Mapping[str, Any]) -> str:
+    if terminated.get("reason") == "OOMKilled":
+        return (f"worker {name} was OOMKilled (exit code {code}): it went over its memory limit "
+                f"(spec.resources.limits.memory)")
+    tail = [line for line in (terminated.get("message") or "").splitlines() if line.strip()]
+    detail = f": {_short(tail[-1].strip(), MAX_WORKER_DETAIL)}" if tail else ""
+    return f"worker {name} exited with code {code}{detail}"
+
+
 def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per worker whose tensorflow container last exited non-zero, the likely cause first.
 
@@ -153,10 +162,8 @@ def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
             code = terminated.get("exitCode")
             if code:
                 name = (pod.get("metadata") or {}).get("name", "?")
-                tail = [line for line in (terminated.get("message") or "").splitlines() if line.strip()]
-                detail = f": {_short(tail[-1].strip(), MAX_WORKER_DETAIL)}" if tail else ""
                 order = (code == EXIT_PEER_LOST, terminated.get("finishedAt") or "", name)
-                found.append((order, f"worker {name} exited with code {code}{detail}"))
+                found.append((order, _worker_exit(name, code, terminated)))
                 break
     return [line for _, line in sorted(found)]
 

@@ -380,3 +380,12 @@ def test_a_tfjob_suspended_by_someone_else_stays_tfjob_suspended():
 def test_suspend_never_changes_a_finished_tfjobs_outcome():
     done = tfjob([cond("Created"), cond("Failed", reason="BackoffLimitExceeded")])
     assert st.tfjob_status(SUSPENDED_RUN, done, [], WAS_RUNNING, T1)["phase"] == "Failed"
+
+
+def test_an_oom_killed_worker_is_named_with_its_memory_limit():
+    oom = {"metadata": {"name": "r-worker-1", "labels": {}},
+           "status": {"containerStatuses": [{"name": "tensorflow", "state": {"terminated": {
+               "exitCode": 137, "reason": "OOMKilled", "finishedAt": T1}}}]}}  # fmt: skip
+    assert st.failed_workers([oom]) == [
+        "worker r-worker-1 was OOMKilled (exit code 137): it went over its memory limit (spec.resources.limits.memory)"
+    ]
