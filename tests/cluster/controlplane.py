@@ -556,6 +556,7 @@ class Supervisor:
         self.stop_at_exit = stop_at_exit
         self.log = log
         self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.commands: dict[str, tuple[list[str], dict[str, str] | None]] = {}
 
     def log_file(self, component: str) -> Path:
         return self.root / "logs" / f"{component}.log"
@@ -568,9 +569,15 @@ class Supervisor:
                 preexec_fn=die_with_parent if self.stop_at_exit else None,  # noqa: PLW1509 (started from one thread)
             )  # fmt: skip
         self.children[component] = proc
+        self.commands[component] = (list(argv), env)
         (self.root / "pids" / component).write_text(f"{proc.pid} {argv[0]}\n")
         self.log(f"{component} started (pid {proc.pid})")
         return proc.pid
+
+    def respawn(self, component: str) -> int:
+        """Start a component again, as it was started (after it died or was killed)."""
+        argv, env = self.commands[component]
+        return self.spawn(component, argv, env)
 
     def wait(
         self, component: str, ready: Callable[[], bool | str], timeout: float = START_TIMEOUT, what: str = ""

@@ -25,6 +25,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import string
 import subprocess
 import sys
@@ -384,7 +385,7 @@ class Node:
         other = running_node_dir()
         if other is not None and other != self.layout.root:
             return  # another node holds the machine: leave its shims, network and state alone
-        self._kill_shims()
+        self._kill_shims(with_containers=True)  # what _remove_all_pods could not reach (containerd gone)
         unmount_below(RUN_DIR)
         cleanup_host_network()
         shutil.rmtree(RUN_DIR, ignore_errors=True)
@@ -398,6 +399,35 @@ class Node:
 
     def import_image(self, tar: Path) -> None:
         self.ctr("images", "import", "--no-unpack=false", str(tar))
+
+    # -- faults (tests/reliability/test_node_faults.py)
+
+    def kill(self, component: str) -> None:
+        """SIGKILL one of the node's processes, as a crash would; what it started (containers) lives on."""
+        pid = dict(self._running_pids())[component][0]
+        os.kill(pid, signal.SIGKILL)
+        proc = self._procs.children.get(component)
+        if proc is not None:
+            proc.wait(timeout=30)
+
+    def restart(self, component: str) -> None:
+        """Start a killed component again, and wait until it serves."""
+        self._procs.respawn(component)
+        ready = {
+            "containerd": lambda: self.ctr("version", check=False, timeout=10).returncode == 0,
+            "kubelet": lambda: cp.http_get("http://127.0.0.1:10248/healthz")[0] == 200,
+        }.get(component, lambda: True)
+        self._procs.wait(component, ready)
+
+    def reboot(self) -> None:
+        """The whole node at once, as a power cut and a boot: the kubelet, containerd and every container
+        die together (SIGKILL), then containerd and the kubelet start again; pods come back as the kubelet
+        restarts their containers."""
+        self.kill("kubelet")
+        self.kill("containerd")
+        self._kill_shims(with_containers=True)
+        self.restart("containerd")
+        self.restart("kubelet")
 
     # -- steps
 
@@ -427,16 +457,30 @@ class Node:
                 self.ctr("tasks", "delete", "-f", task, check=False, timeout=30)
             tasks = self.ctr("tasks", "ls", "-q", check=False, timeout=30).stdout.split()
 
-    def _kill_shims(self) -> None:
-        """containerd's shims outlive it by design; a node that goes down takes its shims along."""
+    def _kill_shims(self, with_containers: bool = False) -> None:
+        """containerd's shims outlive it by design; a node that goes down takes its shims along (and, for a
+        reboot, every container process under them first: a container's init outlives its shim)."""
         shim = str(self.bin / "containerd-shim-runc-v2")
+        parents: dict[int, int] = {}
+        shims = []
         for proc_dir in Path("/proc").iterdir():
             if not proc_dir.name.isdigit():
                 continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid = int(proc_dir.name)
+                parents[pid] = int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if (proc_dir / "cmdline").read_bytes().split(b"\0", 1)[0].decode() == shim:
+                    shims.append(pid)
+        doomed = set(shims)
+        if with_containers:
+            grew = True
+            while grew:
+                below = {pid for pid, parent in parents.items() if parent in doomed} - doomed
+                grew = bool(below)
+                doomed |= below
+        for pid in sorted(doomed, key=lambda p: p not in shims):  # containers first, then their shims
             with contextlib.suppress(OSError):
-                argv0 = (proc_dir / "cmdline").read_bytes().split(b"\0", 1)[0].decode()
-                if argv0 == shim:
-                    os.kill(int(proc_dir.name), 9)
+                os.kill(pid, signal.SIGKILL)
 
     def _build(self) -> None:
         self.log("build_node.sh (cached when built)")
