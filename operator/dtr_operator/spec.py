@@ -392,8 +392,9 @@ def _string_map(obj: Mapping[str, Any], key: str, value_max: int, value_pattern:
 def _toleration(item: Any, path: str) -> dict[str, Any]:
     tol = dict(_object(item, path))
     _no_unknown(tol, {"key", "operator", "value", "effect", "tolerationSeconds"}, path)
-    if tol.get("key"):
-        _str(tol, "key", path, None, 316)
+    key = tol.get("key")
+    if key is not None and (not isinstance(key, str) or len(key) > 316):  # "" is every key (with Exists)
+        raise _fail(f"{path}.key", f"must be a string of at most 316 characters, got {key!r}")
     if tol.get("operator") is not None:
         _enum(tol, "operator", path, "Equal", TOLERATION_OPERATORS)
     if tol.get("effect") is not None:
@@ -412,7 +413,7 @@ def _toleration(item: Any, path: str) -> dict[str, Any]:
 
 def _placement(spec: Mapping[str, Any]) -> Placement:
     node_selector = _string_map(spec, "nodeSelector", 63, None, "label")
-    tolerations = spec.get("tolerations") or []
+    tolerations = _get(spec, "tolerations", [])  # {} is not a list: the API server refuses it too
     if not isinstance(tolerations, list):
         raise _fail("spec.tolerations", f"must be a list, got {type(tolerations).__name__}")
     if len(tolerations) > MAX_TOLERATIONS:
