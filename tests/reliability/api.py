@@ -69,6 +69,25 @@ class Api:
                 message = str(err.body)
             return err.status, message
 
+    def create_run_dry(self, namespace: str, name: str, spec: Any) -> tuple[int, str, dict[str, Any] | None]:
+        """create_run with server-side dry-run (dryRun=All): admission, schema, defaults and CEL rules run,
+        nothing is stored. (HTTP status, the server's message, the object as it would be stored)."""
+        try:
+            got = self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, run_doc(name, namespace, spec), field_validation="Strict",
+                dry_run="All",
+            )  # fmt: skip
+            return 201, "", got
+        except ApiException as err:
+            try:
+                message = json.loads(err.body).get("message", "")
+            except (ValueError, TypeError):
+                message = str(err.body)
+            return err.status, message, None
+
+    def runs(self, namespace: str) -> list[dict[str, Any]]:
+        return list(self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"])
+
     def run(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get(lambda: self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
 

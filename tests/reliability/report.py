@@ -23,10 +23,14 @@ sys.path.insert(0, str(HERE))
 
 from ledger import load, results_path
 
+DRIVEN = "hypothesis specs (derandomized), operator via KopfRunner"
+DRY_RUN = "hypothesis specs (derandomized), server-side dry-run, the operator's parser alongside"
+
 # Scenarios the suite records; one missing from the results means its test did not get that far.
 EXPECTED = {
     ("unknown-fields", "client behaviour"),
-    ("generated-specs", "hypothesis specs (derandomized), operator via KopfRunner"),
+    ("generated-specs", DRIVEN),
+    ("generated-specs", DRY_RUN),
     ("fault", "operator SIGKILLed at random points"),
     ("fault", "kube-apiserver SIGKILLed and restarted mid-run"),
     ("fault", "TFJob deleted out-of-band (then an operator restart)"),
@@ -70,9 +74,14 @@ def versions() -> dict[str, str]:
     return out
 
 
+def is_dry_run(record: dict[str, Any]) -> bool:
+    return record["area"] == "generated-specs" and record["detail"].get("kind") == "dry-run"
+
+
 def figures(records: list[dict[str, Any]]) -> dict[str, int]:
     invalid = [r for r in records if r["area"] == "invalid-input"]
-    gen = [r for r in records if r["area"] == "generated-specs"]
+    dry = [r for r in records if is_dry_run(r)]
+    gen = [r for r in records if r["area"] == "generated-specs" and not is_dry_run(r)]
     faults = [r for r in records if r["area"] == "fault"]
     fault_runs = sum(r["detail"].get("runs", 0) for r in faults)
     fault_runs_ok = sum(r["detail"].get("runs_correct", 0) for r in faults)
@@ -83,11 +92,18 @@ def figures(records: list[dict[str, Any]]) -> dict[str, int]:
         "spec edits after creation": sum(1 for r in invalid if r["case"].startswith("edit/")),
         "invalid inputs sent (manifests x 2 clients + edits)": sum(r["tried"] for r in invalid),
         "refused naming the field": sum(r["correct"] for r in invalid),
-        "generated specs tried": sum(r["tried"] for r in gen),
-        "generated specs refused by the API server (naming a field)": sum(
+        "generated specs sent with server-side dry-run": sum(r["tried"] for r in dry),
+        "dry-run specs refused by the API server": sum(r["detail"].get("refused_by_api_server", 0) for r in dry),
+        "dry-run specs refused naming a `spec.` field": sum(r["detail"].get("refused_naming_a_field", 0) for r in dry),
+        "dry-run specs accepted": sum(r["detail"].get("accepted", 0) for r in dry),
+        "dry-run specs where the operator's parser (`dtr render`) disagreed": sum(
+            len(r["detail"].get("disagreements", [])) for r in dry
+        ),
+        "generated specs driven with the operator running": sum(r["tried"] for r in gen),
+        "driven specs refused by the API server (naming a field)": sum(
             r["detail"].get("refused_naming_a_field", 0) for r in gen
         ),
-        "generated specs accepted (runs driven)": gen_accepted,
+        "driven specs accepted (runs driven)": gen_accepted,
         "faults injected": sum(r["tried"] for r in faults),
         "runs in fault scenarios": fault_runs,
         "runs that ended correctly": fault_runs_ok + gen_ok,
@@ -95,6 +111,96 @@ def figures(records: list[dict[str, Any]]) -> dict[str, int]:
         "objects lost": sum(r["lost"] for r in records),
         "objects duplicated": sum(r["duplicated"] for r in records),
     }
+
+
+def draw_line(d: dict[str, Any]) -> str:
+    """How to draw the same specs again (specgen.py)."""
+    if not d:
+        return "draw settings not recorded"
+    return (
+        f"hypothesis {d.get('hypothesis')}, `@seed({d.get('seed')})`, max_examples={d.get('max_examples')}, "
+        f"derandomize={d.get('derandomize')}, database={d.get('database')}, phases: "
+        f"{'+'.join(d.get('phases', []))} (no shrinking), hypothesis' local constants {d.get('local_constants')}"
+    )
+
+
+def strata_tables(dry: dict[str, Any] | None, driven: dict[str, Any] | None) -> list[str]:
+    """How many specs fell in each stratum, side by side: outcome and path, then the fields refusals named."""
+    sd = (dry or {}).get("detail", {}).get("strata", {})
+    sg = (driven or {}).get("detail", {}).get("strata", {})
+    driven_paths = dict(sg.get("accepted_paths", {}))
+    trains = [n for p, n in driven_paths.items() if p.startswith("trains, then ")]
+    if trains:
+        driven_paths.setdefault("trains", sum(trains))
+    sg = {**sg, "accepted_paths": driven_paths}
+    paths = sorted({*sd.get("accepted_paths", {}), *driven_paths})
+    rows = [("refused by the API server", sd.get("outcome", {}).get("refused"), sg.get("outcome", {}).get("refused")),
+            ("accepted", sd.get("outcome", {}).get("accepted"), sg.get("outcome", {}).get("accepted"))]  # fmt: skip
+    rows += [(f"accepted: {p}", sd.get("accepted_paths", {}).get(p, ""), sg.get("accepted_paths", {}).get(p, ""))
+             for p in paths]  # fmt: skip
+    out = ["| stratum | sent with dry-run | driven |", "|---|---:|---:|"]
+    out += [f"| {name} | {'' if a is None else a} | {'' if b is None else b} |" for name, a, b in rows]
+    fd, fg = sd.get("refused_fields", {}), sg.get("refused_fields", {})
+    fields = sorted({*fd, *fg}, key=lambda f: (-fd.get(f, 0), -fg.get(f, 0), f))
+    title = ("Refusals by the field they named (a refusal naming several fields counts under each; map keys and "
+             "list indices dropped):")  # fmt: skip
+    out += ["", title, "", "| field named | sent with dry-run | driven |", "|---|---:|---:|"]
+    out += [f"| `{f}` | {fd.get(f, '')} | {fg.get(f, '')} |" for f in fields]
+    return out
+
+
+def generated_section(records: list[dict[str, Any]]) -> list[str]:
+    dry = next((r for r in records if is_dry_run(r)), None)
+    gen = next((r for r in records if r["area"] == "generated-specs" and not is_dry_run(r)), None)
+    if not (dry or gen):
+        return []
+    out = ["## Generated specs", ""]
+    out.append("One strategy (tests/reliability/specgen.py): each field valid most of the time, out of bounds or "
+               "malformed sometimes; two specs in three draw valid values only.")  # fmt: skip
+    out.append("")
+    if dry:
+        d = dry["detail"]
+        out.append(
+            f"Sent with server-side dry-run (tests/reliability/test_generated_specs_dry_run.py): {dry['tried']} "
+            f"drawn; {d.get('accepted')} accepted, and the operator's parser (dtr_operator.spec.parse_run, what "
+            f"`dtr render` and `dtr run` use) accepted {d.get('parser_accepts_accepted')} of them, "
+            f"{d.get('parser_same_defaults')} with the server's defaults; {d.get('refused_by_api_server')} refused "
+            f"(HTTP {', '.join(f'{k}: {v}' for k, v in d.get('status_codes', {}).items() if k != '201')}), "
+            f"{d.get('refused_naming_a_field')} naming a `spec.` field, and the parser refused "
+            f"{d.get('parser_refuses_refused')} of them, {d.get('parser_names_a_field_the_server_named')} naming a "
+            f"field the server named ({d.get('parser_names_a_field_the_server_had_not_reached')} another, which "
+            f"the server had not validated yet). Refusals were peeled: {d.get('peeled_sent')} more specs sent with "
+            f"the named fields removed, until both accepted ({d.get('peeled_accepted_by_both')}) or disagreed. "
+            f"Disagreements: {len(d.get('disagreements', []))}; runs stored: {d.get('stored')}; "
+            f"{d.get('dry_run_creates')} dry-run creates in {d.get('seconds')} s ({d.get('per_request_ms')} ms each)."
+        )
+        for dis in d.get("disagreements", [])[:20]:
+            out.append(f"- disagreement: `{cell(dis.get('spec'), 300)}`: {cell(dis.get('wrong'), 300)} "
+                       f"(server: {cell(dis.get('server'), 200)})")  # fmt: skip
+        out.append("")
+        out.append(f"Drawn with {draw_line(d.get('draw', {}))}.")
+        out.append("")
+    if gen:
+        d = gen["detail"]
+        out.append(
+            f"Driven with the operator running (tests/reliability/test_generated_specs.py): {gen['tried']} drawn "
+            f"until {d.get('accepted')} were accepted; {d.get('refused_by_api_server')} refused by the API server on "
+            f"the way, {d.get('refused_naming_a_field')} of them naming a field; the {d.get('accepted')} accepted "
+            f"were driven (the endings in turn among those that train), {d.get('accepted_ended_or_explained')} "
+            f"of them ended "
+            f"(Succeeded/Failed) or waited with phase, reason and message; children outside the run's "
+            f"namespace: {d.get('children_outside_namespace')}; operator crashed: {d.get('operator_crashed')}; "
+            f"retry attempts of runs waiting for a PVC: {d.get('waiting_runs_attempts')} (the backoff bound held)."
+        )
+        out.append("")
+        out.append(f"Drawn with {draw_line(d.get('draw', {}))}.")
+        out.append("")
+    out.append("How many of each (an accepted run's path: what the spec asks for; \"trains, then E\": the suite "
+               "played the kubelet to the ending E):")  # fmt: skip
+    out.append("")
+    out += strata_tables(dry, gen)
+    out.append("")
+    return out
 
 
 def render(records: list[dict[str, Any]], session: dict[str, Any] | None, meta: dict[str, str]) -> str:
@@ -145,18 +251,6 @@ def render(records: list[dict[str, Any]], session: dict[str, Any] | None, meta: 
     for area, case, where in ELSEWHERE:
         add(f"| {area} | {cell(case)} | see | {where} | | | |")
     add("")
-    gen = next((r for r in records if r["area"] == "generated-specs"), None)
-    if gen:
-        d = gen["detail"]
-        add(
-            f"Generated specs: {gen['tried']} drawn by hypothesis (derandomized); {d.get('refused_by_api_server')} "
-            f"refused by the API server, {d.get('refused_naming_a_field')} of them naming a field; "
-            f"{d.get('accepted')} accepted, {d.get('accepted_ended_or_explained')} of those ended "
-            f"(Succeeded/Failed) or waited with phase, reason and message; children outside the run's "
-            f"namespace: {d.get('children_outside_namespace')}; operator crashed: {d.get('operator_crashed')}; "
-            f"retry attempts of runs waiting for a PVC: {d.get('waiting_runs_attempts')} (the backoff bound held)."
-        )
-        add("")
     kill = next((r for r in records if r["case"] == "operator SIGKILLed at random points"), None)
     if kill:
         points = Counter(p.split()[0] for p in kill["detail"].get("kill_points", []))
@@ -167,6 +261,8 @@ def render(records: list[dict[str, Any]], session: dict[str, Any] | None, meta: 
             + "."
         )
         add("")
+
+    lines += generated_section(records)
 
     unknown = next((r for r in records if r["area"] == "unknown-fields"), None)
     if unknown:

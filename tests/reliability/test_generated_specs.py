@@ -4,8 +4,17 @@ a run that ends (Succeeded/Failed) or waits with an explanation (phase + reason 
 most one TFJob and one PVC, every child in the run's namespace, no operator crash, and retries no more
 often than the documented backoff (5 s, 10 s, 20 s, ... capped at 300 s).
 
+Hypothesis draws until EXAMPLES (50) specs were accepted and driven; every refusal drawn on the way is
+checked (it names a field, nothing is stored) and counted, but is not one of the examples.
+
 No kubelet runs: the suite plays the kubelet for the worker pods the real training-operator creates
-(it writes their status), or deletes the TFJob, or just watches, as the drawn `ending` says.
+(it writes their status), or deletes the TFJob, or just watches, as the run's `ending` says.
+
+The specs come from specgen.py (shared with test_generated_specs_dry_run.py, which sends a thousand with
+server-side dry-run). The sample is stratified by ending: the accepted specs that train get the endings
+in turn (succeed, succeed-no-summary, fail-worker, delete-tfjob, watch, succeed, ...), so each is tried
+about as often. The ledger records how many fell in each stratum: accepted or refused, the fields the
+refusals named, and the path each accepted run took ("trains, then <ending>").
 """
 
 from __future__ import annotations
@@ -13,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import time
 import uuid
 from collections import Counter
@@ -24,107 +32,25 @@ from typing import Any
 import pytest
 from api import RUN_LABEL, Api, poll
 from cluster_fixtures import Cluster
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
+from hypothesis import assume, given
 from kopf.testing import KopfRunner
 from ledger import Ledger, Record
+from specgen import (
+    ENDINGS,
+    IMAGE,
+    PRIORITY_CLASS,
+    draw_settings,
+    named_fields,
+    pinned_draws,
+    reproducible,
+    specs,
+    stratum,
+)
 
+# Accepted specs driven to their end; the refused ones drawn on the way are checked and counted as well.
 EXAMPLES = int(os.environ.get("DTR_RELIABILITY_EXAMPLES", "50"))
-IMAGE = "distml/trainer:0.1.0-test"
 TERMINAL = ("Succeeded", "Failed")
 WAITING_REASONS = ("WaitingForPVC",)  # Pending for a reason the user must act on
-PRIORITY_CLASS = "dtr-generated-low"  # created by the harness: pods naming a missing class are refused
-
-# ---- the generator: each field valid most of the time, out of bounds or malformed sometimes ----------
-
-
-def spec_strategy(bad: bool) -> st.SearchStrategy[dict[str, Any]]:
-    """Specs from the CRD's domain; with bad, any field may also take an out-of-bounds or malformed value."""
-
-    def mostly(valid: st.SearchStrategy[Any], invalid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-        return st.one_of(*[valid] * 5, invalid) if bad else valid
-
-    training = st.fixed_dictionaries(
-        {},
-        optional={
-            "model": mostly(st.sampled_from(["cnn", "dropout", "batch_norm"]), st.sampled_from(["resnet", "CNN", ""])),
-            "dataset": mostly(
-                st.sampled_from(["mnist", "fashion_mnist", "digits", "synthetic", "sets/d.npz", "a.npz"]),
-                st.sampled_from(["../x.npz", "/etc/x.npz", "x.csv", "./a.npz", "imagenet"]),
-            ),
-            "epochs": mostly(st.integers(1, 1000), st.integers(-3, 0) | st.integers(1001, 5000)),
-            "batchSizePerWorker": mostly(st.integers(1, 4096), st.sampled_from([0, 4097, -1])),
-            "stepsPerEpoch": mostly(st.integers(1, 1000000), st.sampled_from([0, 1000001])),
-            "learningRate": mostly(
-                st.floats(1e-6, 10, allow_nan=False, allow_infinity=False), st.sampled_from([0, -0.5, 10.5])
-            ),
-            "seed": mostly(st.integers(0, 2**31 - 1), st.sampled_from([-1, 2**31])),
-        },
-    )
-    storage = st.fixed_dictionaries(
-        {},
-        optional={
-            "claimName": mostly(st.sampled_from(["shared-data", "vol.1"]), st.sampled_from(["Bad_Claim", ""])),
-            "size": mostly(st.sampled_from(["1Gi", "500Mi", "2G"]), st.sampled_from(["0", "lots", "-1Gi"])),
-            "storageClassName": mostly(st.sampled_from(["standard", "fast"]), st.just("")),
-            "accessMode": mostly(st.sampled_from(["ReadWriteOnce", "ReadWriteMany"]), st.just("ReadOnlyMany")),
-            "reclaimPolicy": mostly(st.sampled_from(["Retain", "Delete"]), st.just("Recycle")),
-        },
-    )
-    specs = st.fixed_dictionaries(
-        {},
-        optional={
-            # Few workers: the suite plays the kubelet for each worker pod.
-            "workers": mostly(st.integers(1, 3), st.sampled_from([0, 65, -1])),
-            "image": mostly(st.just(IMAGE), st.just("")),
-            "imagePullPolicy": mostly(st.sampled_from(["Always", "IfNotPresent", "Never"]), st.just("Sometimes")),
-            "training": training,
-            "storage": storage,
-            "export": st.fixed_dictionaries(
-                {}, optional={"modelName": mostly(st.sampled_from(["m", "mnist_v1.2"]), st.sampled_from(["../m", "M"]))}
-            ),
-            "resources": mostly(
-                st.sampled_from([{}, {"limits": {"cpu": "1", "memory": "2Gi"}}, {"requests": {"cpu": "500m"}}]),
-                st.just({"limits": {"cpu": "two"}}),
-            ),
-            "restartPolicy": mostly(st.sampled_from(["Never", "OnFailure", "ExitCode"]), st.just("Always")),
-            "backoffLimit": mostly(st.integers(0, 100), st.just(-1)),
-            "activeDeadlineSeconds": mostly(st.integers(1, 10**6), st.just(0)),
-            "ttlSecondsAfterFinished": mostly(st.integers(60, 3600), st.just(-1)),
-            # Placement, queueing, gang scheduling and suspend (docs/scheduling.md).
-            "suspend": mostly(st.sampled_from([False, False, True]), st.just("yes")),
-            "nodeSelector": mostly(st.sampled_from([{}, {"pool": "gpu"}, {"kubernetes.io/arch": "amd64"}]),
-                                   st.sampled_from([{"pool": 1}, {"bad key": "x"}, {"pool": "x" * 64}])),
-            "tolerations": mostly(
-                st.sampled_from([[], [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                                 [{"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 30}]]),
-                st.sampled_from([[{"operator": "Maybe"}], [{"operator": "Exists", "value": "v"}], {"key": "gpu"}]),
-            ),
-            "affinity": mostly(
-                st.just({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1,
-                         "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}}),
-                st.sampled_from(["near", {"topology": {}}]),
-            ),
-            "priorityClassName": mostly(st.just(PRIORITY_CLASS), st.sampled_from(["High_Priority", ""])),
-            "podLabels": mostly(st.sampled_from([{}, {"team": "ml"}, {"example.com/cost": "a1"}]),
-                                st.sampled_from([{"distml.dev/run": "x"}, {"team": "not ok"}])),
-            "podAnnotations": mostly(st.sampled_from([{}, {"note": "free text, any length"}]), st.just({"/x": "v"})),
-            "queueName": mostly(st.sampled_from(["team-a"]), st.sampled_from(["Team_A", ""])),
-            "schedulingPolicy": mostly(
-                st.fixed_dictionaries({}, optional={"minAvailable": st.integers(1, 1), "queue": st.just("q"),
-                                                    "scheduleTimeoutSeconds": st.integers(1, 600)}),
-                st.sampled_from([{"minAvailable": 0}, {"minAvailable": 99}, {"gang": True}]),
-            ),
-        },
-    )  # fmt: skip
-    return specs
-
-
-# Two in three specs draw valid values only; the rest may break any field.
-specs = st.one_of(spec_strategy(False), spec_strategy(False), spec_strategy(True))
-
-# What the suite does once the children exist.
-endings = st.sampled_from(["succeed", "succeed-no-summary", "fail-worker", "delete-tfjob", "watch"])
 
 # ---- bookkeeping --------------------------------------------------------------------------------------
 
@@ -141,6 +67,10 @@ class Tally:
     outside_namespace: int = 0
     waiting: dict[str, float] = field(default_factory=dict)  # run name -> created at (monotonic)
     problems: list[str] = field(default_factory=list)
+    # Strata: the fields refusals named (a refusal naming several counts under each), and the path each
+    # accepted run took ("trains, then <ending>" when the suite drove it).
+    refused_fields: Counter[str] = field(default_factory=Counter)
+    paths: Counter[str] = field(default_factory=Counter)
 
 
 class RetryLog(logging.Handler):
@@ -186,7 +116,8 @@ def harness(control_plane: Cluster, ledger: Ledger) -> Iterator[Harness]:
     h = Harness(control_plane, Api.from_kubeconfig(), namespace, f"g{uuid.uuid4().hex[:4]}", runner, retry_log)
     started = time.monotonic()
     try:
-        yield h
+        with pinned_draws():
+            yield h
     finally:
         runner.__exit__(None, None, None)
         logging.getLogger("kopf.objects").removeHandler(retry_log)
@@ -223,6 +154,10 @@ def finish(h: Harness, ledger: Ledger, elapsed: float) -> None:
     if attempts_seen and not any(attempts_seen.values()):
         seen = [ln[:160] for ln in output.splitlines() if any(n in ln for n in attempts_seen)][:3]
         t.problems.append(f"no retry seen in the operator's log for {sorted(attempts_seen)} (log format changed?) {seen}")
+    # The sample must reach every stratum the suite can drive: each ending on some run that trains.
+    untried = [e for e in ENDINGS if not t.paths[f"trains, then {e}"]]
+    if t.accepted >= EXAMPLES >= 50 and untried:
+        t.problems.append(f"no accepted run that trains was driven to the endings {untried}: the sample misses them")
     ledger.add(
         Record(
             area="generated-specs",
@@ -241,6 +176,12 @@ def finish(h: Harness, ledger: Ledger, elapsed: float) -> None:
                 "seconds": round(elapsed, 1),
                 "waiting_runs_attempts": attempts_seen,
                 "problems": t.problems,
+                "draw": draw_settings(EXAMPLES),
+                "strata": {
+                    "outcome": {"accepted": t.accepted, "refused": t.refused},
+                    "refused_fields": dict(t.refused_fields.most_common()),
+                    "accepted_paths": dict(sorted(t.paths.items())),
+                },
             },
         )
     )
@@ -339,16 +280,9 @@ def judge(spec: dict[str, Any], ending: str, final: dict[str, Any]) -> str | Non
     return None  # watch: any explained state
 
 
-@settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    phases=(Phase.explicit, Phase.generate),  # no shrinking: a failure names its spec, and CI stays bounded
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(spec=specs, ending=endings)
-def test_any_accepted_spec_ends_or_waits_with_a_reason(harness: Harness, spec: dict[str, Any], ending: str) -> None:
+@reproducible(EXAMPLES)
+@given(spec=specs)
+def test_any_accepted_spec_ends_or_waits_with_a_reason(harness: Harness, spec: dict[str, Any]) -> None:
     h, t = harness, harness.tally
     t.tried += 1
     name = f"{h.prefix}-{t.tried}"
@@ -357,12 +291,21 @@ def test_any_accepted_spec_ends_or_waits_with_a_reason(harness: Harness, spec: d
         t.refused += 1
         # 422 Invalid; 400 when strict decoding meets a list where an object was sent ("unknown field
         # \"spec.tolerations.key\""): both name the field.
-        named = code in (400, 422) and bool(re.search(r"\bspec(\.[A-Za-z]+)*\b", message))
+        fields = named_fields(message)
+        named = code in (400, 422) and bool(fields)
         t.refused_naming_field += named
+        t.refused_fields.update(fields)
         assert named, f"refused without naming a field ({code}): {message}"
         assert h.api.run(h.namespace, name) is None
-        return
+        # Checked and counted; not an example: hypothesis draws on until EXAMPLES specs were accepted and driven.
+        assume(False)
     t.accepted += 1
+    path = stratum(spec)
+    ending = "none"  # a run that waits for its claim, is suspended or queued: the suite only watches
+    if path == "trains":
+        ending = ENDINGS[sum(t.paths[f"trains, then {e}"] for e in ENDINGS) % len(ENDINGS)]
+        path = f"trains, then {ending}"
+    t.paths[path] += 1
     final = drive(h, name, spec, ending)
     jobs, pvcs, outside = children_counts(h, name)
     t.outside_namespace += outside

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from report import figures, render
+from report import DRIVEN, DRY_RUN, figures, render
 
 
 def rec(area: str, case: str, tried: int, correct: int, **kw: object) -> dict[str, object]:
@@ -13,7 +13,16 @@ def rec(area: str, case: str, tried: int, correct: int, **kw: object) -> dict[st
 RECORDS = [
     rec("invalid-input", "range/a", 2, 2, field="spec.workers"),
     rec("invalid-input", "edit/b", 1, 0, field="spec"),
-    rec("generated-specs", "g", 10, 9, accepted=6, accepted_ended_or_explained=5, refused_naming_a_field=4),
+    rec("generated-specs", DRIVEN, 10, 9, accepted=6, accepted_ended_or_explained=5, refused_naming_a_field=4,
+        strata={"outcome": {"accepted": 6, "refused": 4}, "refused_fields": {"spec.workers": 3, "spec.image": 2},
+                "accepted_paths": {"trains, then watch": 5, "created suspended": 1}}),
+    rec("generated-specs", DRY_RUN, 100, 99, kind="dry-run", accepted=60, refused_by_api_server=40,
+        refused_naming_a_field=40, disagreements=[{"spec": {"tolerations": {}}, "wrong": "the parser accepts what "
+        "the server refused", "server": "422 spec.tolerations: Invalid value"}], status_codes={"201": 60, "422": 40},
+        draw={"hypothesis": "6.1", "seed": 18, "max_examples": 100, "derandomize": True, "database": None,
+              "phases": ["explicit", "generate"], "local_constants": "pinned off"},
+        strata={"outcome": {"accepted": 60, "refused": 40}, "refused_fields": {"spec.workers": 30},
+                "accepted_paths": {"trains": 50, "created suspended": 10}}),
     rec("fault", "k", 20, 20, runs=6, runs_correct=6, duplicated=1),
     rec("fault", "t", 2, 2, runs=1, runs_correct=0, lost=1),
 ]
@@ -24,7 +33,12 @@ def test_figures_add_up_from_the_records() -> None:
     assert (f["invalid manifests (new runs)"], f["spec edits after creation"]) == (1, 1)
     assert f["invalid inputs sent (manifests x 2 clients + edits)"] == 3
     assert f["refused naming the field"] == 2
-    assert f["generated specs tried"] == 10 and f["generated specs accepted (runs driven)"] == 6
+    assert f["generated specs driven with the operator running"] == 10 and f["driven specs accepted (runs driven)"] == 6
+    assert f["driven specs refused by the API server (naming a field)"] == 4
+    # The dry-run specs are counted apart: they make no runs.
+    assert f["generated specs sent with server-side dry-run"] == 100 and f["dry-run specs accepted"] == 60
+    assert f["dry-run specs refused by the API server"] == 40 and f["dry-run specs refused naming a `spec.` field"] == 40
+    assert f["dry-run specs where the operator's parser (`dtr render`) disagreed"] == 1
     assert f["faults injected"] == 22
     assert f["runs that ended correctly"] == 6 + 0 + 5
     assert f["runs in total (fault scenarios + accepted generated specs)"] == 7 + 6
@@ -37,3 +51,14 @@ def test_a_red_session_and_missing_scenarios_are_shown() -> None:
     assert "FAILED (2 failed)" in text
     assert "Not recorded" in text and "kube-apiserver SIGKILLed" in text
     assert "| edit/b | `spec` | 0/1 |" in text
+
+
+def test_generated_specs_say_how_to_draw_them_again_and_how_many_of_each() -> None:
+    text = render(RECORDS, None, {"kube-apiserver": "v", "training-operator": "v", "kubectl": "v", "commit": "c"})  # type: ignore[arg-type]
+    assert "`@seed(18)`, max_examples=100, derandomize=True" in text and "local constants pinned off" in text
+    assert "| refused by the API server | 40 | 4 |" in text and "| accepted | 60 | 6 |" in text
+    assert "| accepted: trains | 50 | 5 |" in text and "| accepted: trains, then watch |  | 5 |" in text
+    assert "| `spec.workers` | 30 | 3 |" in text and "| `spec.image` |  | 2 |" in text
+    assert "- disagreement: `{'tolerations': {}}`: the parser accepts what the server refused" in text
+    # Both batches are rows of the scenario table, in its columns.
+    assert f"| generated-specs | {DRY_RUN} | 100 | 99 | 0 | 0 |" in text
