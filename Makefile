@@ -89,7 +89,7 @@ dev-cluster-down: ## stop everything dev-cluster started
 # Reliability and security suite (docs/reliability.md): invalid runs, generated specs, faults, Pod Security.
 # Writes .dtr/reliability/results.json, then the doc from it (even when red); its cost: docs/cluster.md#what-ci-costs.
 .PHONY: test-reliability
-test-reliability: setup-op cluster-build ## invalid runs, hypothesis specs, faults, Pod Security; writes docs/reliability.md
+test-reliability: setup cluster-build images node-build ## invalid runs, hypothesis specs, control-plane, node and volume faults, Pod Security; writes docs/reliability.md
 	rm -f .dtr/reliability/results.json .dtr/reliability/results.session.json
 	$(OP)/pytest -q tests/reliability; status=$$?; $(OP)/python tests/reliability/report.py; exit $$status
 

@@ -87,7 +87,8 @@ def show(kube: Any, namespace: str, name: str, worker: int | None, previous: boo
         text = kube.pod_log(namespace, pod, CONTAINER_NAME, tail_lines=tail, previous=previous, timestamps=True)
         if text is None:
             what = "no previous container (it has not restarted)" if previous else "no log yet (not started)"
-            print(f"dtr logs: worker {index} ({pod}): {what}", file=sys.stderr)
+            print(f"dtr logs: worker {index} ({pod}): {what}; every attempt's lines are in {VOLUME_LOGS}",
+                  file=sys.stderr)  # fmt: skip
             continue
         if text.startswith(KUBELET_GONE):
             # The kubelet answers 200 with this line once it has removed the container (a finished pod's
