@@ -14,6 +14,7 @@ EXIT_DOWNLOAD = 5  # dataset not cached and cannot be downloaded (offline)
 EXIT_EXPORT = 6  # the model could not be written to --export-dir
 EXIT_VOLUME = 7  # the run's volume is full or not writable by this process's uid
 EXIT_PEER_LOST = 138  # a peer died or a collective timed out: restart every worker
+EXIT_TERMINATED = 143  # SIGTERM (the pod is deleted: suspend, preemption, drain): 128 + 15, as a shell reports it
 
 
 class TrainerError(Exception):

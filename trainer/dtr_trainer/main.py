@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dtr_trainer import data, export, lineage, memory, volume, worker_log
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
-from dtr_trainer.errors import EXIT_INTERNAL, EXIT_PEER_LOST, EXIT_VOLUME, TrainerError, UsageError
+from dtr_trainer.errors import EXIT_INTERNAL, EXIT_PEER_LOST, EXIT_TERMINATED, EXIT_VOLUME, TrainerError, UsageError
 from dtr_trainer.lineage import RunIdentity
 from dtr_trainer.models import MODELS
 
@@ -182,8 +183,19 @@ def lineage_file(args: argparse.Namespace, cluster: ClusterInfo, run_identity: R
     return {lineage.LINEAGE_PATH: lineage.render(doc)}
 
 
+def stop_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM (the pod is being deleted) stops training now. In a container the trainer is PID 1, and
+    PID 1 has no default action for SIGTERM: without this it trained on through the grace period (and
+    a run suspended near its end finished, deleted its backup, and trained again from epoch 1 when
+    resumed). Exit at once: the last finished epoch's backup on the volume is what a restart resumes."""
+    log("terminated (SIGTERM): stopping now; the backup of the last finished epoch stays on the volume")
+    worker_log.stop()
+    os._exit(EXIT_TERMINATED)  # not sys.exit: a collective in another thread must not hold the exit up
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     global _TASK
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     args = parse_args(argv)
     if args.retain_memory:
         memory.retain_freed_memory()
