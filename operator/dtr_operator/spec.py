@@ -412,7 +412,7 @@ def _toleration(item: Any, path: str) -> dict[str, Any]:
 
 
 def _placement(spec: Mapping[str, Any]) -> Placement:
-    node_selector = _string_map(spec, "nodeSelector", 63, None, "label")
+    node_selector = _string_map(spec, "nodeSelector", 63, _LABEL_VALUE, "label")
     tolerations = _get(spec, "tolerations", [])  # {} is not a list: the API server refuses it too
     if not isinstance(tolerations, list):
         raise _fail("spec.tolerations", f"must be a list, got {type(tolerations).__name__}")

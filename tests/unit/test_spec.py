@@ -191,6 +191,7 @@ REJECTED = [
     ({"queueName": "Team_A"}, "r", "spec.queueName", "DNS label"),
     ({"nodeSelector": {"pool": 1}}, "r", "spec.nodeSelector.pool", "string"),
     ({"nodeSelector": {"bad key!": "x"}}, "r", "spec.nodeSelector", "label keys"),
+    ({"nodeSelector": {"pool": "not ok"}}, "r", "spec.nodeSelector.pool", "label value"),
     ({"nodeSelector": {f"k{i}": "v" for i in range(33)}}, "r", "spec.nodeSelector", "at most 32"),
     ({"tolerations": {"key": "gpu"}}, "r", "spec.tolerations", "list"),
     ({"tolerations": {}}, "r", "spec.tolerations", "list"),
