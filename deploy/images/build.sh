@@ -34,12 +34,27 @@ for var in HTTP_PROXY HTTPS_PROXY NO_PROXY ALL_PROXY http_proxy https_proxy no_p
   [[ -z "${!var:-}" ]] || build_args+=(--build-arg "${var}")
 done
 
+# remove_replaced OLD_ID NAME: the image NAME pointed to before this build, once nothing names it any more
+# (a rebuilt trainer leaves ~2 GB behind otherwise; ten rebuilds filled a test machine's disk).
+remove_replaced() {
+  local old="$1" name="$2" now tags
+  [[ -n "${old}" ]] || return 0
+  now="$(docker image inspect -f '{{.Id}}' "${name}")"
+  [[ "${old}" != "${now}" ]] || return 0
+  tags="$(docker image inspect -f '{{len .RepoTags}}' "${old}" 2>/dev/null || echo 1)"
+  if [[ "${tags}" == 0 ]] && docker image rm "${old}" >/dev/null 2>&1; then
+    info "removed the image it replaced (${old:7:12})"
+  fi
+}
+
 summary=()
 for entry in "${IMAGES[@]}"; do
   IFS=: read -r what dockerfile name tag <<<"${entry}"
   step "${name}:${tag} (${dockerfile})"
   start=${SECONDS}
+  previous="$(docker image inspect -f '{{.Id}}' "${name}:${tag}" 2>/dev/null || true)"
   docker build "${build_args[@]}" "$@" -f "${ROOT}/${dockerfile}" -t "${name}:${tag}" "${ROOT}"
+  remove_replaced "${previous}" "${name}:${tag}"
   size="$(docker image inspect -f '{{.Size}}' "${name}:${tag}")"
   summary+=("$(printf '%-24s %5d MB  built in %ds' "${name}:${tag}" "$((size / 1000000))" "$((SECONDS - start))")")
   echo "${what} image built in $((SECONDS - start))s"
