@@ -23,6 +23,17 @@ sys.path.insert(0, str(HERE))
 
 from ledger import load, results_path
 
+# test_node_faults.py's scenarios, by the names it records them under (it takes them from here).
+NODE_FAULTS = {
+    "kubelet": "kubelet SIGKILLed mid-training, restarted 5 s later (real node)",
+    "containerd": "containerd SIGKILLed mid-training, restarted 5 s later (real node)",
+    "reboot": "node rebooted mid-training: kubelet, containerd and every container SIGKILLed at once (real node)",
+    "oom": "worker OOM-killed by its memory limit, OnFailure, backoffLimit 1 (real node)",
+    # The export itself filling the volume: tests/trainer/test_volume.py (a tmpfs under models/ only).
+    "full": "the run's volume fills up mid-run: the first checkpoint does not fit (a 1 MiB tmpfs PV; real node)",
+    "unwritable": "the run's volume not writable by uid 1000 (a root-owned 0755 hostPath PV; real node)",
+}
+
 DRIVEN = "hypothesis specs (derandomized), operator via KopfRunner"
 DRY_RUN = "hypothesis specs (derandomized), server-side dry-run, the operator's parser alongside"
 
@@ -40,6 +51,7 @@ EXPECTED = {
     ("fault", "claimName missing, then created (with an operator restart while waiting)"),
     ("security", "restricted PSS enforced: the run's TFJob worker pods"),
     ("security", "restricted PSS enforced: the operator Deployment (deploy/), server dry-run"),
+    *(("fault", case) for case in NODE_FAULTS.values()),
 }
 
 ELSEWHERE = [
