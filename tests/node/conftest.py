@@ -19,8 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster_fixtures import namespace_name
-from node_support import RealNode, start_real_node
+from node_support import RealNode, restricted_namespace, start_real_node
 
 
 @pytest.fixture(scope="session")
@@ -31,12 +30,8 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
 
 @pytest.fixture
 def namespace(real_node: RealNode, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = namespace_name(request.node.name)
-    real_node.create_restricted_namespace(name)
-    try:
+    with restricted_namespace(real_node, request.node.name) as name:
         yield name
-    finally:
-        real_node.cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -14,7 +14,7 @@ from typing import Any
 import controlplane as cp
 import node as realnode
 import pytest
-from cluster_fixtures import Cluster, wait_for
+from cluster_fixtures import Cluster, namespace_name, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINER_PYTHON = os.environ.get("DTR_TRAINER_PYTHON") or str(REPO / ".venv" / "trainer" / "bin" / "python")
@@ -110,6 +110,17 @@ def score_model(model_dir: Path) -> float:
     )  # fmt: skip
     assert proc.returncode == 0, f"scoring {model_dir} failed:\n{proc.stderr[-3000:]}"
     return float(json.loads(proc.stdout.strip().splitlines()[-1])["accuracy"])
+
+
+@contextlib.contextmanager
+def restricted_namespace(real_node: RealNode, test_name: str) -> Iterator[str]:
+    """A fresh namespace for one test that enforces Pod Security `restricted`; deleted after (not waited for)."""
+    name = namespace_name(test_name)
+    real_node.create_restricted_namespace(name)
+    try:
+        yield name
+    finally:
+        real_node.cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
 @contextlib.contextmanager

@@ -28,9 +28,14 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "node"))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
-from cluster_fixtures import namespace_name
 from e2e_support import digits_run
-from node_support import RealNode, saved_models, score_model, start_real_node
+from node_support import (
+    RealNode,
+    restricted_namespace,
+    saved_models,
+    score_model,
+    start_real_node,
+)
 
 EPOCHS = 12
 STEPS = 40  # ~0.4 s per epoch on 2 cores: the fault lands mid-training with room to spare
@@ -44,12 +49,9 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
 
 @pytest.fixture
 def namespace(real_node: RealNode, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = namespace_name(request.node.name)
-    real_node.create_restricted_namespace(name)
-    try:
+    """Not the control-plane `namespace` of this directory's conftest: one on the real node."""
+    with restricted_namespace(real_node, request.node.name) as name:
         yield name
-    finally:
-        real_node.cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
 @dataclass
