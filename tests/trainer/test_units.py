@@ -140,7 +140,7 @@ def test_claim_version_is_recorded_and_reused(tmp_path):
     assert export.claim_token(str(models), 5) == claim.token
     (models / "5").mkdir()  # exported, then the chief restarted
     assert export.claim_version(str(models), str(backup), run) == claim
-    export.forget_version(str(backup))
+    export.clear_backup(str(backup))
     assert export.claim_version(str(models), str(backup), run).version == 6
 def test_summary_json_has_the_contract_keys():
     line = export.summary_json(0.1, 0.95, 3, 1234.56, "/mnt/dtr/models/m/1", 1)

@@ -195,10 +195,17 @@ def claim_version(export_dir: str, backup_dir: str | None, run: RunIdentity) -> 
     return claim
 
 
-def forget_version(backup_dir: str | None) -> None:
-    """After a successful run: a re-created run with the same name exports a new version."""
-    if backup_dir:
-        (Path(backup_dir) / VERSION_RECORD).unlink(missing_ok=True)
+def clear_backup(backup_dir: str | None) -> None:
+    """After the export (chief): the run's backup and version record go. Kept until then, not deleted by
+    Keras at the end of fit, so a run stopped during its evaluation or export (a suspend, a preemption)
+    resumes after its last epoch instead of training again from epoch 1."""
+    if not backup_dir or not Path(backup_dir).is_dir():
+        return
+    for entry in Path(backup_dir).iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _age_seconds(path: Path, now: float) -> float:

@@ -144,8 +144,8 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, splits: data
     progress = Progress(args.epochs, steps * global_batch, log)
     callbacks = [progress]
     if args.backup_dir:
-        # Restores weights, optimizer and epoch after a restart; deleted when fit succeeds.
-        callbacks.insert(0, tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir))
+        # Restores weights, optimizer and epoch after a restart; kept until the chief has exported.
+        callbacks.insert(0, tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir, delete_checkpoint=False))
     if cluster.is_chief and args.tensorboard_dir:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=args.tensorboard_dir, profile_batch=0,
                                                         write_graph=False, update_freq="epoch"))
@@ -218,7 +218,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     line = export.summary_json(outcome.loss, outcome.accuracy, args.epochs, outcome.examples_per_second,
                                str(path), claim.version)
     export.report_summary(line, args.termination_message_path)
-    export.forget_version(args.backup_dir)
+    export.clear_backup(args.backup_dir)
     log(f"model exported to {path}")
     return 0
 
