@@ -113,7 +113,7 @@ def _storage_spec(run: RunSpec) -> dict[str, Any]:
 
 def effective_spec(run: RunSpec) -> dict[str, Any]:
     """The run's spec as the operator parsed it, every default applied, in the API's shape
-    (spec.parse_run of it gives the same RunSpec back; tests/unit/test_builders_lineage.py)."""
+    (spec.parse_run of it gives the same RunSpec back but for suspend; tests/unit/test_properties.py)."""
     spec: dict[str, Any] = {
         "workers": run.workers,
         "image": run.image,
@@ -130,7 +130,7 @@ def effective_spec(run: RunSpec) -> dict[str, Any]:
                        ("ttlSecondsAfterFinished", run.ttl_seconds_after_finished)):
         if value is not None:
             spec[key] = value
-    spec["suspend"] = run.suspend
+    # Not spec.suspend: it changes after creation, and this is what the run trains with (lineage).
     return {**spec, **_scheduling_spec(run)}
 
 

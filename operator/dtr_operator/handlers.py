@@ -37,6 +37,7 @@ _figures = metrics.RunFigures()
 POD_CHECK_SECONDS = 20.0
 _waiting = reconcile.WaitingRuns(after=POD_CHECK_SECONDS)
 _running = reconcile.RunningRuns()
+_progress_refusals: set[tuple[str | None, str | None, int]] = set()  # said once each
 _background: list[asyncio.Task[None]] = []
 RunKey = tuple[str, str]  # (namespace, name)
 RunBody = dict[str, Any]
@@ -195,8 +196,14 @@ async def _poll_running_runs(memo: kopf.Memo, interval: float) -> None:
             started = time.perf_counter()
             try:
                 await asyncio.to_thread(reconcile.poll_progress, memo.kube, body, memo.settings.trainer_image, emit)
-            except ApiError as err:  # the next round tries again
-                _log.debug("progress of run %s/%s not read: %s", meta.get("namespace"), meta.get("name"), err)
+            except ApiError as err:  # the next round tries again; a refusal (403: no pods/log) is said once
+                key = (meta.get("namespace"), meta.get("name"), err.status)
+                if err.status in (401, 403) and key not in _progress_refusals:
+                    _progress_refusals.add(key)
+                    _log.warning("progress of run %s/%s cannot be read: %s (the operator's RBAC needs get on "
+                                 "pods/log)", key[0], key[1], err)  # fmt: skip
+                else:
+                    _log.debug("progress of run %s/%s not read: %s", key[0], key[1], err)
             except Exception:  # a bug: say so, and keep polling the other runs
                 _log.exception("progress of run %s/%s not read", meta.get("namespace"), meta.get("name"))
             finally:

@@ -101,15 +101,24 @@ def show(kube: Any, namespace: str, name: str, worker: int | None, previous: boo
         out.write(line + "\n")
 
 
-def follow(kube: Any, namespace: str, name: str, worker: int | None, tail: int | None, out: TextIO) -> None:
-    """One thread per worker; lines are written whole, as they come."""
+def follow(kube: Any, namespace: str, name: str, worker: int | None, tail: int | None, out: TextIO) -> bool:
+    """One thread per worker; lines are written whole, as they come. False when a worker's log could not
+    be followed (said in one line on stderr: a container still starting, a pod gone)."""
+    from .kube import ApiError
+
     lock = threading.Lock()
+    failed: list[int] = []
 
     def pump(index: int, pod: str) -> None:
-        for line in kube.follow_pod_log(namespace, pod, CONTAINER_NAME, tail):
+        try:
+            for line in kube.follow_pod_log(namespace, pod, CONTAINER_NAME, tail):
+                with lock:
+                    out.write(f"[worker-{index}] {line}\n")
+                    out.flush()
+        except ApiError as err:
             with lock:
-                out.write(f"[worker-{index}] {line}\n")
-                out.flush()
+                failed.append(index)
+                print(f"dtr logs: worker {index} ({pod}): cannot follow its log: {err.message[:200]}", file=sys.stderr)
 
     threads = [threading.Thread(target=pump, args=w, daemon=True) for w in _pods(kube, namespace, name, worker)]
     for t in threads:
@@ -117,6 +126,7 @@ def follow(kube: Any, namespace: str, name: str, worker: int | None, tail: int |
     for t in threads:
         while t.is_alive():
             t.join(0.5)  # wakes up for Ctrl-C
+    return not failed
 
 
 def _logs(args: argparse.Namespace) -> int:
@@ -129,7 +139,7 @@ def _logs(args: argparse.Namespace) -> int:
     try:
         kube = Kube.from_environment()
         if args.follow:
-            follow(kube, namespace, args.run, args.worker, args.tail, sys.stdout)
+            return 0 if follow(kube, namespace, args.run, args.worker, args.tail, sys.stdout) else 1
         else:
             show(kube, namespace, args.run, args.worker, args.previous, args.tail, sys.stdout)
     except (LogsError, NoCredentials) as err:

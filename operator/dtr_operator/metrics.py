@@ -10,6 +10,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from .status import FAILED, PENDING, RUNNING, SUCCEEDED, SUSPENDED, TERMINAL
+
 RUNS = Gauge("dtr_runs", "DistTrainingRuns seen by this operator, by phase", ["phase"])
 RECONCILE_SECONDS = Histogram(
     "dtr_reconcile_seconds",
@@ -46,7 +48,7 @@ RUN_GAUGES = {
     "progressPercentage": Gauge("dtr_run_progress_percent", "Epochs finished, as a percentage of all", RUN_LABELS),
 }
 
-PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
+PHASES = (PENDING, RUNNING, SUSPENDED, SUCCEEDED, FAILED)
 HANDLERS = ("run", "tfjob", "pods", "progress")
 # Answers the operator expects and acts on (absent object, create race, stale resourceVersion).
 EXPECTED_STATUSES = (404, 409)
@@ -117,7 +119,7 @@ def run_figures(body: Mapping[str, Any]) -> dict[str, float]:
     """The per-run figures a run's status and metadata give now (pure): keys of RUN_GAUGES."""
     status = body.get("status") or {}
     created = (body.get("metadata") or {}).get("creationTimestamp")
-    finished = status.get("phase") in ("Succeeded", "Failed")
+    finished = status.get("phase") in TERMINAL
     metrics = status.get("metrics") or {}
     progress = status.get("progress") or {}
     rate = metrics.get("examplesPerSecond") if finished else progress.get("examplesPerSecond")

@@ -309,8 +309,7 @@ def _ensure_children(
             _announce(kube, body, run, action.tfjob, created, emit)
             return None
         if isinstance(action, Suspend):
-            _set_suspend(kube, body, run, action.suspend, emit)
-            return None
+            return _set_suspend(kube, body, run, action.suspend, emit, retry)
         pvc_manifest, tfjob_manifest = children(run)
         try:
             if action.pvc and pvc_manifest is not None and not created:
@@ -329,16 +328,30 @@ def _ensure_children(
     return backoff(0)  # the world kept changing under us: look again shortly
 
 
-def _set_suspend(kube: Kube, body: Mapping[str, Any], run: RunSpec, suspend: bool, emit: Emit) -> None:
+def _set_suspend(
+    kube: Kube, body: Mapping[str, Any], run: RunSpec, suspend: bool, emit: Emit, retry: int
+) -> float | None:
+    """Patch the TFJob's runPolicy.suspend; a refusal is retried with backoff and said in an event, never a
+    reason to fail a run that is still training. Returns the delay before a retry, or None."""
     if suspend:
         try:  # the epoch the workers reach last, while the chief's log can still be read
-            poll_progress(kube, body, run.image, _silent)
+            read_progress(kube, body, run, _silent)
         except ApiError as err:
             log.info("last progress of %s/%s not read before suspending: %s", run.namespace, run.name, err)
-    tfjob = kube.set_tfjob_suspend(run.namespace, run.tfjob_name, suspend)
+    try:
+        tfjob = kube.set_tfjob_suspend(run.namespace, run.tfjob_name, suspend)
+    except NotFound:
+        return backoff(0)  # gone meanwhile: the next look records TFJobDeleted
+    except ApiError as err:
+        if err.retryable:
+            raise
+        emit(body, "Warning", "SuspendRefused", f"could not set TFJob {run.tfjob_name}'s suspend to {suspend}: "
+             f"{err.status} {err.message[:200]}; retrying with backoff")  # fmt: skip
+        return backoff(retry)
     what = "suspended TFJob" if suspend else "resumed TFJob"
     emit(body, "Normal", "Suspended" if suspend else "Resumed", f"{what} {run.tfjob_name} (spec.suspend: {suspend})")
     sync_status(kube, body, run, tfjob, emit)  # a stale body is re-read on the write's conflict
+    return None
 
 
 def _announce(
@@ -478,9 +491,9 @@ def check_waiting_pods(kube: Kube, ref: RunRef, default_image: str, emit: Emit) 
 # ---- progress of running runs ------------------------------------------------------------------
 
 # The end of the chief's log read per poll: an epoch's line is among the last few (Keras prints nothing
-# between epochs with verbose=0); the byte limit bounds the read whatever the trainer prints.
+# between epochs with verbose=0). No byte limit: the kubelet applies it from the start of the tail, so it
+# would cut off the newest lines, the ones wanted.
 LOG_TAIL_LINES = 40
-LOG_LIMIT_BYTES = 32 * 1024
 
 
 class RunningRuns:
@@ -511,9 +524,11 @@ def poll_progress(kube: Kube, body: Mapping[str, Any], default_image: str, emit:
         run = parse_run(body, default_image=default_image)
     except SpecError:
         return
-    log_text = kube.pod_log(
-        run.namespace, worker_pod_name(run, 0), CONTAINER_NAME, tail_lines=LOG_TAIL_LINES, limit_bytes=LOG_LIMIT_BYTES
-    )
+    read_progress(kube, body, run, emit)
+
+
+def read_progress(kube: Kube, body: Mapping[str, Any], run: RunSpec, emit: Emit) -> None:
+    log_text = kube.pod_log(run.namespace, worker_pod_name(run, 0), CONTAINER_NAME, tail_lines=LOG_TAIL_LINES)
     if log_text is None:
         return
     end = parse_epoch_end(log_text)

@@ -67,6 +67,16 @@ MAX_TOLERATIONS = 32
 DEFAULT_WORKERS = 2
 DEFAULT_PULL_POLICY = "IfNotPresent"
 
+# spec's fields, as the CRD has them (tests/unit/test_spec.py checks the two agree, and that every field
+# but MUTABLE has the CRD's immutability rule).
+SPEC_FIELDS = (
+    "workers", "image", "imagePullPolicy", "training", "storage", "export", "resources",
+    "restartPolicy", "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished",
+    "suspend", "nodeSelector", "tolerations", "affinity", "priorityClassName", "podLabels",
+    "podAnnotations", "queueName", "schedulingPolicy",
+)  # fmt: skip
+MUTABLE = ("suspend",)
+
 
 class SpecError(ValueError):
     """A run the API server would reject; the message names the field."""
@@ -476,16 +486,7 @@ def parse_run(obj: Mapping[str, Any], default_image: str = DEFAULT_TRAINER_IMAGE
     meta = _object(obj.get("metadata"), "metadata")
     name = check_name(meta.get("name"))
     spec = _object(obj.get("spec"), "spec")
-    _no_unknown(
-        spec,
-        {
-            "workers", "image", "imagePullPolicy", "training", "storage", "export", "resources",
-            "restartPolicy", "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished",
-            "suspend", "nodeSelector", "tolerations", "affinity", "priorityClassName", "podLabels",
-            "podAnnotations", "queueName", "schedulingPolicy",
-        },
-        "spec",
-    )
+    _no_unknown(spec, set(SPEC_FIELDS), "spec")
     image = _str(spec, "image", "spec", default_image, 512)
     assert image is not None
     workers = _count(spec, "workers", "spec", DEFAULT_WORKERS, 1, MAX_WORKERS)

@@ -473,7 +473,7 @@ def suspension(state: State, run: RunSpec, previous: Mapping[str, Any]) -> State
     if tfjob_suspended and run.queue_name is not None:
         message = f"waiting in Kueue LocalQueue {run.queue_name} for admission (the TFJob stays suspended until then)"
         return State(PENDING, QUEUED, message, created=True)
-    if tfjob_suspended and previous.get("phase") == SUSPENDED:
+    if tfjob_suspended and (previous.get("phase") == SUSPENDED or previous.get("reason") == RESUMING):
         message = f"resuming: TFJob {run.tfjob_name} is being unsuspended; workers continue from their backup"
         return State(PENDING, RESUMING, message, created=True)
     return state

@@ -40,7 +40,6 @@ def test_the_pod_says_which_run_it_trains_for():
         "export": {"modelName": "mnist-cnn"},
         "restartPolicy": "OnFailure",
         "backoffLimit": 3,
-        "suspend": False,
     }
 
 

@@ -84,3 +84,20 @@ def test_a_container_the_kubelet_removed_is_a_note_not_a_log_line(capsys):
     logs.show(kube, "ns", "r", 1, True, None, out)
     assert out.getvalue() == ""
     assert "no longer has this container's log" in capsys.readouterr().err
+
+
+class FollowKube(FakeKube):
+    def follow_pod_log(self, namespace, pod, container, tail):
+        from dtr_operator.kube import ApiError
+
+        if pod == "r-worker-1":
+            raise ApiError(400, "BadRequest", 'container "tensorflow" in pod "r-worker-1" is waiting to start')
+        yield "epoch 1/2 begin"
+
+
+def test_follow_says_which_worker_cannot_be_followed_and_fails(capsys):
+    out = io.StringIO()
+    assert logs.follow(FollowKube({"status": {"tfJob": "r"}}, PODS, {}), "ns", "r", None, None, out) is False
+    assert out.getvalue() == "[worker-0] epoch 1/2 begin\n"
+    err = capsys.readouterr().err
+    assert "worker 1 (r-worker-1): cannot follow its log: container" in err and "Traceback" not in err

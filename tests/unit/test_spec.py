@@ -315,3 +315,14 @@ def test_every_crd_field_has_a_description():
 
     walk(root, "")
     assert not missing, missing
+
+
+def test_the_crd_and_the_parser_know_the_same_spec_fields_and_only_suspend_is_mutable():
+    from dtr_operator.spec import MUTABLE, SPEC_FIELDS
+
+    schema = _crd_spec_schema()
+    assert set(schema["properties"]) == set(SPEC_FIELDS)
+    rules = " ".join(v["rule"] for v in schema["x-kubernetes-validations"])
+    for name in SPEC_FIELDS:
+        guarded = f"self.{name} == oldSelf.{name}" in rules
+        assert guarded == (name not in MUTABLE), f"spec.{name}: immutability rule {'missing' if not guarded else 'on a mutable field'}"

@@ -362,6 +362,8 @@ def test_resuming_is_pending_until_the_tfjob_runs_again():
     previous = {"phase": "Suspended", "reason": "RunSuspended"}
     status = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Suspended")]), [], previous, T1)
     assert (status["phase"], status["reason"]) == ("Pending", "Resuming")
+    still = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Suspended")]), [], status, T2)
+    assert (still["phase"], still["reason"]) == ("Pending", "Resuming"), "until the TFJob runs again"
     running = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Running")], active=2), [], status, T2)
     assert (running["phase"], running["reason"]) == ("Running", "TFJobRunning")
 
