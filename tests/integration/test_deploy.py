@@ -290,8 +290,10 @@ NEEDED = [
     ("patch", "disttrainingruns.distml.dev", "status"),
     ("create", "tfjobs.kubeflow.org", ""),
     ("watch", "tfjobs.kubeflow.org", ""),
+    ("patch", "tfjobs.kubeflow.org", ""),  # runPolicy.suspend, when spec.suspend changes (the one addition)
     ("create", "persistentvolumeclaims", ""),
     ("get", "pods", ""),
+    ("get", "pods", "log"),  # status.progress
     ("create", "events", ""),
     ("create", "events.events.k8s.io", ""),
 ]
@@ -301,7 +303,6 @@ FORBIDDEN = [
     ("list", "secrets", ""),
     ("delete", "tfjobs.kubeflow.org", ""),
     ("update", "tfjobs.kubeflow.org", ""),
-    ("patch", "tfjobs.kubeflow.org", ""),
     ("delete", "disttrainingruns.distml.dev", ""),
     ("update", "disttrainingruns.distml.dev", ""),
     ("delete", "persistentvolumeclaims", ""),
