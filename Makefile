@@ -138,3 +138,7 @@ $(VENV_OP)/.bench-operator: bench/operator/requirements.txt $(OP)/dtr
 
 bench-operator: setup-op cluster-build $(VENV_OP)/.bench-operator ## operator latency/throughput/RSS vs the training-operator -> bench/operator/results.*
 	$(OP)/python bench/operator/run.py $(ARGS)
+
+.PHONY: bench-progress
+bench-progress: setup images node-build ## status.progress latency, epoch end -> kubectl get, on the real node (root) -> bench/progress/results.*
+	$(OP)/python bench/progress/run.py $(ARGS)

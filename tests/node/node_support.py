@@ -5,9 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +164,59 @@ def start_real_node(workdir: Path) -> Iterator[RealNode]:
             os.environ.pop("KUBECONFIG", None)
         else:
             os.environ["KUBECONFIG"] = previous
+
+
+# ---- status.progress, as seen from outside (tests/node/test_progress.py, bench/progress/run.py)
+
+# kubectl logs --timestamps: RFC 3339 with nanoseconds; Python reads at most microseconds.
+_EPOCH_END = re.compile(r"^(\S+T\d\d:\d\d:\d\d)(\.\d{1,6})?\d*Z dtr_trainer\[worker-0\]: epoch (\d+)/\d+ end ")
+
+
+def epoch_end_times(log: str) -> dict[int, float]:
+    """Epoch -> when the chief logged its end (the container runtime's timestamp, epoch seconds)."""
+    times = {}
+    for line in log.splitlines():
+        if match := _EPOCH_END.match(line):
+            stamp = datetime.fromisoformat(f"{match[1]}{match[2] or ''}+00:00")
+            times[int(match[3])] = stamp.timestamp()
+    return times
+
+
+@dataclass
+class ProgressSeen:
+    """What a reader polling the run's status every `interval` seconds saw while it trained."""
+
+    final: dict[str, Any]
+    first_seen: dict[int, tuple[float, dict[str, Any]]]  # epoch -> (wall time first seen Running, progress)
+    order: list[int]  # epochs in the order they appeared
+
+    def delays(self, log: str) -> list[float]:
+        """Seconds from each epoch's end in the chief's log to its first sight in the status."""
+        logged = epoch_end_times(log)
+        return sorted(self.first_seen[e][0] - logged[e] for e in self.first_seen if e in logged)
+
+
+def watch_progress(real_node: RealNode, namespace: str, name: str, interval: float = 0.5,
+                   on_new_epoch: Callable[[int], None] | None = None) -> ProgressSeen:  # fmt: skip
+    seen = ProgressSeen({}, {}, [])
+
+    def probe() -> dict[str, Any] | None:
+        st = real_node.run_status(namespace, name)
+        progress = st.get("progress")
+        if st.get("phase") == "Running" and progress:
+            epoch = progress["epoch"]
+            if not seen.order or seen.order[-1] != epoch:
+                seen.order.append(epoch)
+            if epoch not in seen.first_seen:
+                seen.first_seen[epoch] = (time.time(), progress)
+                if on_new_epoch is not None:
+                    on_new_epoch(epoch)
+        return st if st.get("phase") in ("Succeeded", "Failed") else None
+
+    seen.final = wait_for(probe, f"run {namespace}/{name} to finish", timeout=900, interval=interval)
+    return seen
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    return sorted_values[min(len(sorted_values) - 1, round(q * (len(sorted_values) - 1)))]

@@ -1,0 +1,114 @@
+"""How soon a finished epoch shows in `kubectl get distrainingruns` (status.progress), on the real node.
+
+For each run: the chief's log line `epoch N/M end` carries the container runtime's timestamp; a reader
+polls the run's status every 0.5 s (kubectl, as a user would) and notes when epoch N first appears. The
+difference is the latency: the operator's read interval (--progress-interval, 5 s by default, as
+deploy/ runs it), its read and status write, the watch, and the reader's own polling (<= 0.5 s).
+
+    python bench/progress/run.py [--runs 3] [--epochs 6] [--steps 1000]
+
+Needs root, the built images (make images) and the node build (make node-build): `make bench-progress`.
+Writes bench/progress/results.json (every sample) and results.md. Epochs take ~9 s here (1000 steps), longer
+than the read interval, so every epoch is seen; shorter epochs would be seen only partly, by design.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+for sub in ("cluster", "e2e", "node"):
+    sys.path.insert(0, str(REPO / "tests" / sub))
+
+from e2e_support import digits_run
+from node_support import (
+    percentile,
+    restricted_namespace,
+    start_real_node,
+    watch_progress,
+)
+
+
+def measure(runs: int, epochs: int, steps: int) -> dict:
+    samples: list[dict] = []
+    started = time.time()
+    load_before = os.getloadavg()
+    with (
+        tempfile.TemporaryDirectory(prefix="dtr-bench-progress-") as tmp,
+        start_real_node(Path(tmp)) as node,
+        restricted_namespace(node, "bench-progress") as namespace,
+    ):
+        for i in range(runs):
+            name = f"latency-{i}"
+            node.apply(namespace, digits_run(name, epochs=epochs, steps=steps))
+            seen = watch_progress(node, namespace, name)
+            log = node.logs(namespace, f"{name}-worker-0", timestamps=True)
+            delays = seen.delays(log)
+            samples.append({"run": name, "phase": seen.final.get("phase"), "epochs_seen": sorted(seen.first_seen),
+                            "order": seen.order, "delays_s": [round(d, 3) for d in delays]})  # fmt: skip
+            print(f"{name}: {seen.final.get('phase')}, epochs seen {sorted(seen.first_seen)}, "
+                  f"delays {[round(d, 1) for d in delays]}", flush=True)
+    delays = sorted(d for s in samples for d in s["delays_s"])
+    return {
+        "finished": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "seconds": round(time.time() - started),
+        "cpus": os.cpu_count(),
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "runs": runs, "epochs": epochs, "steps_per_epoch": steps,
+        "operator_progress_interval_s": 5, "reader_poll_s": 0.5,
+        "latency_s": {"n": len(delays), "p50": round(statistics.median(delays), 2),
+                      "p95": round(percentile(delays, 0.95), 2), "max": round(delays[-1], 2),
+                      "min": round(delays[0], 2)} if delays else {"n": 0},
+        "samples": samples,
+    }  # fmt: skip
+
+
+def markdown(r: dict) -> str:
+    lat = r["latency_s"]
+    return "\n".join([
+        "# Progress latency: epoch end -> `kubectl get distrainingruns`",
+        "",
+        (f"Measured {r['finished']} on {r['cpus']} CPUs (load average before {r['loadavg_before']}, after "
+        f"{r['loadavg_after']}), real node, the operator as deploy/ runs it (--progress-interval 5 s), a reader "
+        f"polling the status every {r['reader_poll_s']} s. {r['runs']} runs of {r['epochs']} epochs "
+        f"({r['steps_per_epoch']} steps each, about 9 s); {r['seconds']} s in all. Produced by `make bench-progress`."),
+        "",
+        "| samples | p50 s | p95 s | min s | max s | goal |",
+        "|---:|---:|---:|---:|---:|---|",
+        (f"| {lat['n']} | {lat.get('p50')} | {lat.get('p95')} | {lat.get('min')} | {lat.get('max')} | "
+        f"p95 <= 10 s: {'met' if lat.get('p95', 99) <= 10 else 'NOT met'} |"),
+        "",
+        ("Per run (epochs as they first appeared in the status while Running; the last epoch can be missed when the "
+        "run finishes within one read interval):"),
+        "",
+        *[f"- {s['run']}: {s['phase']}, order {s['order']}, delays {s['delays_s']}" for s in r["samples"]],
+        "",
+    ])  # fmt: skip
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--out", type=Path, default=HERE)
+    args = p.parse_args()
+    result = measure(args.runs, args.epochs, args.steps)
+    (args.out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / "results.md").write_text(markdown(result))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
