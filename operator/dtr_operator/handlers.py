@@ -104,7 +104,7 @@ async def runs_by_name(namespace: str | None, name: str | None, body: kopf.Body,
     return {(namespace or "", name or ""): _slim(body)}
 
 
-def _slim(body: kopf.Body) -> RunBody:
+def _slim(body: Mapping[str, Any]) -> RunBody:
     """A copy of the run to keep in memory, without managedFields (the bulk of its size, never read)."""
     copied = copy.deepcopy(dict(body))
     copied.get("metadata", {}).pop("managedFields", None)
@@ -149,7 +149,7 @@ async def run_seen(
         _phases.seen(uid, status.get("phase"))
         _figures.seen(ref[0], ref[1], body)
         _waiting.seen(ref, status, time.monotonic())
-        _running.seen(ref, _slim(body))
+        _running.seen(ref, body, keep=_slim)
     if not _background or any(task.done() for task in _background):
         # Started here, not at startup: a task inherits the context it is created in, and only a
         # handler's context lets kopf.event post (a startup task's events raise LookupError).

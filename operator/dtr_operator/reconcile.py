@@ -502,9 +502,12 @@ class RunningRuns:
     def __init__(self) -> None:
         self._bodies: dict[RunRef, Mapping[str, Any]] = {}
 
-    def seen(self, ref: RunRef, body: Mapping[str, Any]) -> None:
+    def seen(
+        self, ref: RunRef, body: Mapping[str, Any], keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = dict
+    ) -> None:
+        """keep(body) is what is stored (a copy): made only for a Running run, not on every event of every run."""
         if (body.get("status") or {}).get("phase") == RUNNING:
-            self._bodies[ref] = body
+            self._bodies[ref] = keep(body)
         else:
             self._bodies.pop(ref, None)
 
