@@ -148,23 +148,35 @@ def _worker_exit(name: str, code: int, terminated: Mapping[str, Any]) -> str:
     return f"worker {name} exited with code {code}{detail}"
 
 
-def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per worker whose tensorflow container last exited non-zero, the likely cause first.
+def _cause_rank(code: int, terminated: Mapping[str, Any]) -> int:
+    """0: the trainer's own error (exit < 128) or an OOM kill; 1: any other signal (a kill at the
+    backoff limit gives 143); 2: a peer lost (the consequence of another worker's failure)."""
+    if code == EXIT_PEER_LOST:
+        return 2
+    return 0 if code < 128 or terminated.get("reason") == "OOMKilled" else 1
 
-    When one worker dies, its peers exit with EXIT_PEER_LOST moments later: those go last, the
-    rest in the order they finished (then by name), so the message names the worker that failed.
+
+def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per worker whose tensorflow container exited non-zero, the likely cause first.
+
+    A worker's current and previous terminations are both read: under restartPolicy OnFailure a
+    permanent error (exit 5, "cannot download mnist") is followed by restarts and then the kill at
+    the backoff limit (143), and the kill must not hide the cause. Each worker is named once, by its
+    most telling exit (its own error before a kill, the earliest first); the lines go in that order
+    across workers, peers that exited because another worker died (EXIT_PEER_LOST) last.
     """
     found = []
     for pod in pods:
         cs = _tensorflow_status(pod)
+        name = (pod.get("metadata") or {}).get("name", "?")
+        exits = []
         for key in ("state", "lastState"):
             terminated = (cs.get(key) or {}).get("terminated") or {}
-            code = terminated.get("exitCode")
-            if code:
-                name = (pod.get("metadata") or {}).get("name", "?")
-                order = (code == EXIT_PEER_LOST, terminated.get("finishedAt") or "", name)
-                found.append((order, _worker_exit(name, code, terminated)))
-                break
+            if code := terminated.get("exitCode"):
+                order = (_cause_rank(code, terminated), terminated.get("finishedAt") or "", name)
+                exits.append((order, _worker_exit(name, code, terminated)))
+        if exits:
+            found.append(min(exits))
     return [line for _, line in sorted(found)]
 
 

@@ -111,3 +111,22 @@ def trainer_pids(marker: str, hostname: str) -> list[int]:
         if found:
             out.append(int(d.name))
     return out
+
+
+def test_dtr_run_of_data_that_cannot_load_ends_with_the_cause_and_the_worker(tmp_path: Path) -> None:
+    # examples/mnist.yaml offline: each worker exits 5 ("cannot download mnist"), OnFailure restarts it,
+    # and the kill at the backoff limit (143) must not replace that cause in the final status.
+    env = {**os.environ, "DTR_RUN_DIR": str(tmp_path / ".dtr"),
+           "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}  # offline, even on a machine that is not
+    env.pop("KUBECONFIG", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtr_operator.cli", "run", "examples/mnist.yaml"],
+        check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    out = proc.stdout
+    assert proc.returncode == 1, f"exit {proc.returncode}\n{out[-3000:]}\n{proc.stderr[-2000:]}"
+    status = yaml.safe_load(out[out.index("\nstatus:\n") + 1 :].split("\n[dtr] ")[0])["status"]
+    assert status["phase"] == "Failed" and status["reason"] == "BackoffLimitExceeded", status
+    assert "worker mnist-cnn-worker-0 exited with code 5: " in status["message"], status["message"]
+    assert "cannot download mnist: use --dataset digits or synthetic" in status["message"], status["message"]
+    assert "code 143" not in status["message"], status["message"]

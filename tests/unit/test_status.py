@@ -194,6 +194,18 @@ def test_failure_names_the_killed_worker_before_the_peer_that_lost_it():
     assert message.index("worker-1") < message.index("worker-0"), message
 
 
+def test_a_kill_at_the_backoff_limit_does_not_hide_the_permanent_error_before_it():
+    # Seen with `dtr run examples/mnist.yaml` offline: each worker exits 5, is restarted under OnFailure,
+    # and is killed (143) when the TFJob reaches its backoff limit; the status named only the 143.
+    offline = "dtr_trainer[worker-{}]: error: cannot download mnist: use --dataset digits or synthetic (offline)"
+    pods = [pod(i, 143, "", last_exit=5, last_message=offline.format(i)) for i in (0, 1)]
+    job = tfjob([cond("Created"), cond("Failed", reason="BackoffLimitExceeded",
+                                       message="TFJob ml/mnist-cnn has failed because it has reached the specified backoff limit")])  # fmt: skip
+    message = st.tfjob_status(RUN, job, pods, {}, T1)["message"]
+    assert "worker mnist-cnn-worker-0 exited with code 5: dtr_trainer[worker-0]: error: cannot download mnist" in message
+    assert "143" not in message, message
+
+
 def test_failed_workers_in_the_order_they_finished():
     first, second = pod(1, 2, "ValueError: a"), pod(0, 3, "ValueError: b")
     first["status"]["containerStatuses"][1]["state"]["terminated"]["finishedAt"] = "2026-01-01T00:00:01Z"

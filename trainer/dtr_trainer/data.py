@@ -204,7 +204,8 @@ def cached_keras_dataset(name: str, data_dir: str) -> Path:
             (x_train, y_train), (x_test, y_test) = _keras_loader(name)()
         except Exception as exc:  # Keras wraps every network failure in a plain Exception
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise DownloadError(f"cannot download {name} ({reason}); {OFFLINE_HINT}") from None
+            # The hint before the cause: a status message keeps only a line's first 160 characters.
+            raise DownloadError(f"cannot download {name}: {OFFLINE_HINT} ({reason})") from None
     partial = cache_dir / f".{name}.{uuid.uuid4().hex}.npz"
     try:
         np.savez(partial, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)

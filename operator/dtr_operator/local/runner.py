@@ -213,6 +213,7 @@ class LocalRun:
         self.ports: dict[str, int] = {}
         self.start_time = ""
         self.interrupted = False
+        self.stopping = False  # the job has ended: a container stopped now is not restarted
 
     def with_tf_config(self, container: Mapping[str, Any], count: int, index: int) -> dict[str, Any]:
         """The container as the training-operator hands it to the pod: TF_CONFIG added when distributed."""
@@ -294,7 +295,7 @@ class LocalRun:
         message = translate.unmap_text(message, r.process.path_map if r.process else [])
         state = kubelet.terminated(code, message, r.started_at, now_rfc3339(), f"local://{r.pod}/{r.attempts}")
         r.proc = None
-        if not self.interrupted and job_restarts(self.policy, code):
+        if not (self.interrupted or self.stopping) and job_restarts(self.policy, code):
             delay = kubelet.backoff_seconds(r.restart_count)
             self.console.say(f"[dtr] {r.label} exited with code {code}; restarting in {delay:g}s ({self.policy})")
             r.last_state, r.state = state, kubelet.waiting("CrashLoopBackOff")
@@ -305,6 +306,7 @@ class LocalRun:
             r.state, r.final_code = state, code
 
     def stop_all(self) -> None:
+        self.stopping = True
         live = [r for r in self.replicas if r.proc is not None]
         for r in live:
             _signal_group(r.proc, signal.SIGTERM)
