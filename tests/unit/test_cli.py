@@ -32,7 +32,7 @@ def test_render_mnist_example(capsys):
     args = container["args"]
     assert args[args.index("--dataset") + 1] == "mnist"
     assert args[args.index("--export-dir") + 1] == "/mnt/dtr/models/mnist-cnn"
-    assert container["resources"] == {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
+    assert container["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
 
 
 def test_render_digits_example_is_offline_data(capsys):
