@@ -187,6 +187,9 @@ def apiserver_args(binary: Path, layout: Layout, ports: Ports, node_ip: str | No
         f"--tls-private-key-file={pki / 'apiserver.key'}",
         f"--client-ca-file={pki / 'ca.crt'}",
         "--authorization-mode=Node,RBAC",
+        # Beside the defaults, as OpenShift and hardened clusters run it: blockOwnerDeletion on an owner
+        # reference needs `update` on the owner's finalizers (the operator's RBAC must grant it).
+        "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
         f"--service-account-issuer={SA_ISSUER}",
         f"--service-account-key-file={pki / 'sa.key'}",
         f"--service-account-signing-key-file={pki / 'sa.key'}",

@@ -115,7 +115,10 @@ def test_architecture_doc_lists_the_permissions_the_clusterrole_grants() -> None
     # And the doc's own list is least privilege in the ways that matter most.
     assert not {t for t in wanted if "*" in t}, "wildcards"
     assert not {t for t in wanted if t[1] == "secrets"}, "secrets"
-    assert not {t for t in wanted if t[2] in ("delete", "deletecollection", "update", "escalate", "bind")}
+    # update only of the runs' finalizers: OwnerReferencesPermissionEnforcement asks it of whoever sets
+    # blockOwnerDeletion on an owner reference to a run (the TFJob's and the PVC's).
+    assert not {t for t in wanted if t[2] in ("delete", "deletecollection", "escalate", "bind")}
+    assert {t for t in wanted if t[2] == "update"} == {("distml.dev", "disttrainingruns/finalizers", "update")}
     # Children: created, read, and of the TFJob only runPolicy.suspend patched (spec.suspend); never changed otherwise.
     assert {t[2] for t in wanted if t[1] == "tfjobs"} == {"get", "list", "watch", "create", "patch"}
     assert {t[2] for t in wanted if t[1] == "persistentvolumeclaims"} == {"get", "list", "watch", "create"}
@@ -288,6 +291,7 @@ NEEDED = [
     ("watch", "disttrainingruns.distml.dev", ""),
     ("patch", "disttrainingruns.distml.dev", ""),
     ("patch", "disttrainingruns.distml.dev", "status"),
+    ("update", "disttrainingruns.distml.dev", "finalizers"),  # blockOwnerDeletion under OwnerReferencesPermissionEnforcement
     ("create", "tfjobs.kubeflow.org", ""),
     ("watch", "tfjobs.kubeflow.org", ""),
     ("patch", "tfjobs.kubeflow.org", ""),  # runPolicy.suspend, when spec.suspend changes (the one addition)
