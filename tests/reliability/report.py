@@ -227,7 +227,9 @@ def render(records: list[dict[str, Any]], session: dict[str, Any] | None, meta: 
     if session:
         when = datetime.fromtimestamp(session["started"], UTC).strftime("%Y-%m-%d %H:%M UTC") if session.get("started") else "?"
         state = "passed" if session.get("exitstatus") == 0 else f"FAILED ({session.get('failed')} failed)"
-        add(f"Last run: {when}, {session.get('collected')} tests, {state}, {session.get('seconds')} s on this machine.")
+        # Its duration stays in results.json: what the suite costs has one home, docs/cluster.md#what-ci-costs.
+        add(f"Last run: {when}, {session.get('collected')} tests, {state} "
+            "(what the suite costs: [cluster.md](cluster.md#what-ci-costs)).")  # fmt: skip
     add(
         f"Against kube-apiserver {meta['kube-apiserver']}, training-operator {meta['training-operator']}, "
         f"kubectl {meta['kubectl']}; commit {meta['commit']}."
