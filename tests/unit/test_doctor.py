@@ -1,0 +1,102 @@
+"""deploy/doctor.sh (`make doctor`): what each make target needs, one line per tool, and its exit status."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from dtr_fixtures import REPO
+
+DOCTOR = REPO / "deploy" / "doctor.sh"
+BASH = shutil.which("bash") or "/bin/bash"
+# What doctor.sh itself calls, beside the tools it checks for.
+COREUTILS = ("bash", "dirname", "sed", "sort", "head", "tail", "awk", "df", "stat", "timeout", "cat", "readlink")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment less what make and the Makefile pass down (no -j, no PY_TRAINER of a calling make)."""
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL", "MFLAGS", "PY_OP", "PY_TRAINER"}}
+    env.update(extra)
+    return env
+
+
+def real_python311() -> str:
+    """The python3.11 executable itself (not a pyenv shim, which needs pyenv's own PATH and HOME)."""
+    proc = subprocess.run(["python3.11", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    return proc.stdout.strip()
+
+
+@pytest.fixture
+def bare_path(tmp_path: Path) -> dict[str, str]:
+    """An environment whose PATH holds only make, python3.11 and basic tools, and whose HOME has no pyenv."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in (*COREUTILS, "make", "dpkg-query"):
+        found = shutil.which(tool)
+        if found:
+            (bindir / tool).symlink_to(found)
+    (bindir / "python3.11").symlink_to(real_python311())
+    home = tmp_path / "home"
+    home.mkdir()
+    env = clean_env(PATH=str(bindir), HOME=str(home))
+    env.pop("PYENV_ROOT", None)
+    return env
+
+
+def doctor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([BASH, str(DOCTOR), *args], env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_doctor_without_python39_names_it_and_how_to_get_it(bare_path):
+    proc = doctor("-q", "setup", env=bare_path)
+    assert proc.returncode == 1
+    (line,) = proc.stdout.splitlines()  # -q: only what is missing, one line
+    assert line.startswith("MISSING  python3.9 ")
+    assert "pyenv install 3.9" in line and "PY_TRAINER=" in line
+
+
+def test_doctor_full_check_without_python39_fails_for_make_run(bare_path):
+    proc = doctor(env=bare_path)
+    assert proc.returncode == 1
+    out = proc.stdout
+    assert "make run:  missing python3.9" in out
+    for tool in ("go", "kubectl", "openssl"):  # not on the bare PATH either: named, each with a way to get it
+        (line,) = [ln for ln in out.splitlines() if ln.split()[1:2] == [tool]]
+        assert line.startswith("MISSING") and "get it: " in line
+    assert next(ln for ln in out.splitlines() if ln.split()[1:2] == ["python3.11"]).startswith("ok ")
+
+
+def test_doctor_for_one_target_checks_only_what_it_needs(bare_path):
+    """test-unit needs only python3.11 and make: a missing python3.9 or go does not fail it."""
+    proc = doctor("test-unit", env=bare_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = [ln.split()[1] for ln in proc.stdout.splitlines()[1:]]
+    assert names == ["python3.11", "make"]
+
+
+def test_doctor_python_of_the_wrong_version(tmp_path):
+    proc = doctor("-q", "setup-trainer", env=clean_env(PY_TRAINER=real_python311()))
+    assert proc.returncode == 1
+    assert "is Python 3.11." in proc.stdout and "not 3.9" in proc.stdout
+
+
+def test_doctor_on_this_machine():
+    """Every line has a status; the exit status is 0 exactly when make run and make test can run."""
+    proc = doctor(env=clean_env())
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["status", "what", "details"]
+    checks = [ln for ln in lines[1:] if ln and not ln.startswith("make ")]
+    assert {ln.split()[0] for ln in checks} <= {"ok", "installs", "MISSING", "warn"}
+    names = {ln.split()[1] for ln in checks}
+    assert {"python3.11", "python3.9", "make", "go", "kubectl", "openssl", "gcc", "docker", "root", "cgroup"} <= names
+    summary = [ln for ln in lines if ln.startswith("make ")]
+    assert [s.split(":")[0] for s in summary] == ["make run", "make test"]
+    ready = all(s.endswith("ready") for s in summary)
+    assert proc.returncode == (0 if ready else 1)
+    found_py39 = doctor("--find-python3.9", env=clean_env()).stdout.strip()
+    if os.geteuid() == 0 and found_py39:  # CI: root, both Pythons (the other tools are the README's prerequisites)
+        assert proc.returncode == 0, proc.stdout
