@@ -8,6 +8,10 @@ To add a subcommand, write `add_parser(subparsers)` that adds a parser and sets 
 of the parsed args returning the exit code), and list its module in EXTENSIONS (or SUBCOMMANDS for
 code in this file). Imports of heavy modules (kopf, kubernetes) stay inside the `func`s so that
 `dtr render` starts fast and works without a cluster.
+
+Exit codes, the same for every subcommand: 0 done; 1 the run failed or the cluster refused (`dtr run`,
+`dtr logs`); 2 bad input (an unknown option, a file or spec that is not a valid run, a bad flag value);
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -29,9 +33,12 @@ AddParser = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 EXTENSIONS = ("dtr_operator.logs", "dtr_operator.local.cli")
 
 
-def _fail(message: str) -> int:
-    print(f"dtr: {message}", file=sys.stderr)
-    return 1
+EXIT_BAD_INPUT = 2  # argparse's own code for a bad command line; a bad file or flag value is the same kind
+
+
+def _bad_input(command: str, message: str) -> int:
+    print(f"dtr {command}: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 # ---- dtr render -------------------------------------------------------------------------------
@@ -57,7 +64,7 @@ def _render(args: argparse.Namespace) -> int:
     try:
         sys.stdout.write(render(args.file, args.trainer_image))
     except (RunFileError, SpecError) as err:
-        return _fail(str(err))
+        return _bad_input("render", str(err))
     return 0
 
 
@@ -87,7 +94,7 @@ def _operator(args: argparse.Namespace) -> int:
     try:
         settings = cfg.from_args(args, os.environ)
     except cfg.SettingsError as err:
-        return _fail(str(err))
+        return _bad_input("operator", str(err))
     from .main import run_operator
 
     return run_operator(settings)
@@ -123,11 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         ext.add_parser(sub)
+    for subparser in sub.choices.values():
+        subparser.set_defaults(parser=subparser)  # main() reports an unknown option with its subcommand's usage
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # exits 2
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

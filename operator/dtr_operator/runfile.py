@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from .spec import KIND, RunSpec, SpecError, parse_run
+from .spec import API_VERSION, KIND, RunSpec, SpecError, parse_run
 
 
 class RunFileError(ValueError):
@@ -15,7 +15,11 @@ class RunFileError(ValueError):
 
 
 def runs_from_text(text: str, source: str = "<input>") -> list[dict[str, Any]]:
-    """The DistTrainingRun documents of a (multi-document) YAML text; other kinds are skipped."""
+    """The DistTrainingRun documents of a (multi-document) YAML text; other kinds are skipped.
+
+    Refused as `kubectl apply` refuses them: a document without apiVersion or kind, and a
+    DistTrainingRun of an apiVersion the CRD does not serve.
+    """
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
@@ -24,9 +28,18 @@ def runs_from_text(text: str, source: str = "<input>") -> list[dict[str, Any]]:
         raise RunFileError(f"{source}:{line} not valid YAML: {getattr(err, 'problem', err)}") from None
     if not all(isinstance(d, dict) for d in docs):
         raise RunFileError(f"{source}: every YAML document must be a mapping")
-    runs = [d for d in docs if d.get("kind") == KIND]
+    want = f"want apiVersion: {API_VERSION}, kind: {KIND}"
+    for number, doc in enumerate(docs, start=1):
+        where = f"{source}: document {number}" if len(docs) > 1 else source
+        for field in ("apiVersion", "kind"):
+            if not doc.get(field):
+                raise RunFileError(f"{where}: {field} not set ({want})")
+        if doc["kind"] == KIND and doc["apiVersion"] != API_VERSION:
+            raise RunFileError(f"{where}: apiVersion {doc['apiVersion']} is not served for {KIND}: use {API_VERSION}")
+    runs = [d for d in docs if d["kind"] == KIND]
     if not runs:
-        raise RunFileError(f"{source}: no {KIND} in this file")
+        found = ", ".join(sorted({str(d["kind"]) for d in docs})) or "nothing"
+        raise RunFileError(f"{source}: no {KIND} in this file (found {found}; {want})")
     return runs
 
 
@@ -37,11 +50,13 @@ def read_run_file(path: str | Path, default_image: str) -> list[RunSpec]:
         text = p.read_text()
     except OSError as err:
         raise RunFileError(f"{path}: {err.strerror}") from None
-    out = []
-    for doc in runs_from_text(text, str(path)):
-        try:
-            out.append(parse_run(doc, default_image=default_image))
-        except SpecError as err:
-            name = (doc.get("metadata") or {}).get("name", "?")
-            raise SpecError(f"{path}: {KIND} {name}: {err}") from None
-    return out
+    return [parse_run_doc(doc, str(path), default_image) for doc in runs_from_text(text, str(path))]
+
+
+def parse_run_doc(doc: dict[str, Any], source: str, default_image: str) -> RunSpec:
+    """One run of a file, its errors prefixed with the file and the run's name."""
+    try:
+        return parse_run(doc, default_image=default_image)
+    except SpecError as err:
+        name = (doc.get("metadata") or {}).get("name", "?")
+        raise SpecError(f"{source}: {KIND} {name}: {err}") from None

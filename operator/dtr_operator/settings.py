@@ -58,7 +58,7 @@ def _port(value: str, name: str) -> int:
     except ValueError:
         raise SettingsError(f"{name}: must be a port number, got {value!r}") from None
     if not 0 <= port <= 65535:
-        raise SettingsError(f"{name}: must be in 0..65535, got {port}")
+        raise SettingsError(f"{name}: must be between 0 and 65535, got {port}")
     return port
 
 

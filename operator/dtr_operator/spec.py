@@ -202,8 +202,8 @@ def _int(obj: Mapping[str, Any], key: str, path: str, default: int | None, lo: i
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail(where, f"must be an integer, got {value!r}")
     if value < lo or (hi is not None and value > hi):
-        bounds = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-        raise _fail(where, f"must be in {bounds}, got {value}")
+        bounds = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise _fail(where, f"must be {bounds}, got {value}")
     return value
 
 

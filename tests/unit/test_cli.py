@@ -64,10 +64,20 @@ def test_render_several_runs_and_an_existing_claim(tmp_path, capsys):
         (None, "No such file"),
         ("a: [1\n", "not valid YAML"),
         ("- 1\n", "must be a mapping"),
-        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", "no DistTrainingRun"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n",
+         "no DistTrainingRun in this file (found Pod; want apiVersion: distml.dev/v1alpha1, kind: DistTrainingRun)"),
+        ("kind: DistTrainingRun\nmetadata: {name: r}\n", "apiVersion not set (want apiVersion: distml.dev/v1alpha1"),
+        ("apiVersion: distml.dev/v1alpha1\nmetadata: {name: r}\n", "kind not set"),
+        ("apiVersion: v1\nkind: Pod\n---\napiVersion: distml.dev/v1\nkind: DistTrainingRun\n",
+         "document 2: apiVersion distml.dev/v1 is not served for DistTrainingRun: use distml.dev/v1alpha1"),
         (
             "apiVersion: distml.dev/v1alpha1\nkind: DistTrainingRun\nmetadata: {name: r}\nspec: {workers: 0}\n",
-            "DistTrainingRun r: spec.workers: must be in 1..64",
+            "DistTrainingRun r: spec.workers: must be between 1 and 64, got 0",
+        ),
+        (
+            ("apiVersion: distml.dev/v1alpha1\nkind: DistTrainingRun\nmetadata: {name: r}\n"
+             "spec: {workers: 2, ttlSecondsAfterFinished: 5}\n"),
+            "spec.ttlSecondsAfterFinished: must be at least 60, got 5",
         ),
     ],
 )
@@ -75,10 +85,20 @@ def test_render_errors_are_one_clear_line(tmp_path, capsys, content, expected):
     f = tmp_path / "run.yaml"
     if content is not None:
         f.write_text(content)
-    assert cli.main(["render", str(f)]) == 1
+    assert cli.main(["render", str(f)]) == cli.EXIT_BAD_INPUT
     out = capsys.readouterr()
     assert out.out == ""
-    assert out.err.startswith("dtr: ") and expected in out.err and out.err.count("\n") == 1
+    assert out.err.startswith("dtr render: ") and expected in out.err and out.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["render", "run", "logs", "operator"])
+def test_an_unknown_option_is_named_with_its_subcommands_usage(capsys, command):
+    args = [] if command == "operator" else ["examples/digits.yaml"]
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([command, "--bogus", *args])
+    assert exit_.value.code == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: dtr {command} ") and f"dtr {command}: error: unrecognized arguments: --bogus" in err
 
 
 def _operator_args(*argv):
@@ -141,8 +161,8 @@ def test_bad_settings_name_the_setting(env, argv, named):
 
 def test_operator_with_bad_settings_exits_with_one_line(monkeypatch, capsys):
     monkeypatch.setenv("DTR_LOG_FORMAT", "xml")
-    assert cli.main(["operator"]) == 1
-    assert capsys.readouterr().err.startswith("dtr: DTR_LOG_FORMAT: must be plain or json")
+    assert cli.main(["operator"]) == cli.EXIT_BAD_INPUT
+    assert capsys.readouterr().err.startswith("dtr operator: DTR_LOG_FORMAT: must be plain or json")
 
 
 def test_operator_without_credentials_exits_with_one_line(monkeypatch, capsys, tmp_path):

@@ -31,8 +31,8 @@ import yaml
 
 from dtr_operator import builders, status
 from dtr_operator.local import kubelet, ports, translate
-from dtr_operator.runfile import RunFileError, runs_from_text
-from dtr_operator.spec import KIND, RunSpec, SpecError, parse_run
+from dtr_operator.runfile import RunFileError, parse_run_doc, runs_from_text
+from dtr_operator.spec import DEFAULT_TRAINER_IMAGE, KIND, RunSpec, SpecError
 
 EPOCH = re.compile(r"\bepoch (\d+)/(\d+) end\b", re.IGNORECASE)  # the trainer's progress lines
 STOP_GRACE_SECONDS = 5.0
@@ -111,9 +111,9 @@ def load_run(text: str, source: str) -> RunSpec:
         docs = runs_from_text(text, source)
         if len(docs) != 1:
             raise RunError(f"{source}: dtr run trains one {KIND} at a time; this file has {len(docs)}")
-        run = parse_run(docs[0])
+        run = parse_run_doc(docs[0], source, DEFAULT_TRAINER_IMAGE)
     except (RunFileError, SpecError) as exc:
-        raise RunError(f"{source}: {exc}" if not str(exc).startswith(source) else str(exc)) from None
+        raise RunError(str(exc)) from None
     if run.suspend:
         raise RunError(f"{source}: spec.suspend is true: a suspended run trains nowhere; set it to false to run it")
     return run
