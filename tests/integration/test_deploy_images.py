@@ -40,14 +40,16 @@ from deploy_support import (
     replay_build_stage,
     write_pod_files,
 )
+from packaging.markers import Marker
 
 
 def pins(requirements: Path) -> dict[str, str]:
-    """name (normalised) -> version of every `name==version` line."""
+    """name (normalised) -> version of every `name==version` line whose environment marker (`; ...`)
+    holds on this machine (trainer/requirements.txt pins tensorflow-cpu-aws for linux/arm64 only)."""
     found = {}
     for line in requirements.read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)", line.strip())
-        if match:
+        match = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)\s*(?:;([^#]*))?", line.strip())
+        if match and (match.group(3) is None or Marker(match.group(3)).evaluate()):
             found[normalise(match.group(1))] = match.group(2)
     return found
 
