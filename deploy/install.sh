@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# Everything after a cluster exists, for any cluster whose node can take images without a registry:
-#   build both images -> import them into the node -> Kubeflow training-operator v1.9.4
+# Everything after a cluster exists, on any cluster (docs/clusters.md):
+#   build both images -> import them into the node, or push them to a registry -> Kubeflow training-operator v1.9.4
 #   (standalone overlay) -> DistTrainingRun CRD + operator (deploy/) -> [apply an example,
 #   wait for Succeeded, print where the model is].
 # Run by deploy/k3d/up.sh (import with k3d) and by the local real node (import with ctr);
 # steps in docs/k3d.md. Needs kubectl (current context = the cluster) and docker.
 # Settings (environment):
-#   DTR_IMPORT       k3d | ctr | none   how images get onto the node (default k3d)
-#   DTR_CLUSTER      k3d cluster name (DTR_IMPORT=k3d)
+#   DTR_IMPORT       how images get onto the node (default k3d):
+#                    k3d | kind | minikube   that tool's image import (no registry)
+#                    ctr                     docker save | the node's ctr (DTR_CTR)
+#                    registry                push to DTR_REGISTRY, deploy through that overlay (deploy/images/push.sh)
+#                    none                    the node already has them, or pulls them itself
+#   DTR_CLUSTER      the k3d or kind cluster name, the minikube profile (default dtr; minikube's: minikube)
+#   DTR_REGISTRY     host[:port][/path] the cluster pulls from (DTR_IMPORT=registry)
 #   DTR_CTR          the ctr command line that reaches the node's containerd (DTR_IMPORT=ctr)
 #   DTR_TRAINING_OPERATOR_KUSTOMIZE   the standalone overlay (default: upstream on GitHub)
 #   DTR_DEPLOY       the kustomization to apply (default deploy/; deploy/namespaced for one namespace)
 #   DTR_EXAMPLE      a DistTrainingRun file to apply and wait for; empty: install only
 #   DTR_HOST_DIR     the host directory holding the node's local-path volumes (to print the model)
 #   DTR_TIMEOUT      seconds to wait for the example (default 1800)
+#   DTR_STUCK_SECONDS  stop waiting once its workers cannot start for this long (default 180)
 #   DTR_SKIP_BUILD=1 reuse the images already built
 set -euo pipefail
 
@@ -21,7 +27,14 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 readonly IMPORT="${DTR_IMPORT:-k3d}"
 readonly CLUSTER="${DTR_CLUSTER:-dtr}"
-readonly DEPLOY="${DTR_DEPLOY:-${ROOT}/deploy}"
+readonly SOURCE_DEPLOY="${DTR_DEPLOY:-${ROOT}/deploy}"
+if [[ "${IMPORT}" == registry ]]; then
+  # The overlay push.sh writes: SOURCE_DEPLOY with the images on the registry.
+  DEPLOY="${DTR_OVERLAY:-${STATE}/deploy-registry}"
+else
+  DEPLOY="${SOURCE_DEPLOY}"
+fi
+readonly DEPLOY
 readonly EXAMPLE="${DTR_EXAMPLE-${ROOT}/examples/digits.yaml}"
 readonly HOST_DIR="${DTR_HOST_DIR:-}"
 readonly TIMEOUT="${DTR_TIMEOUT:-1800}"
@@ -41,16 +54,21 @@ build_images() {
 }
 
 import_images() {
-  step "import both images into the node (${IMPORT}; no registry involved)"
+  step "both images onto the node (${IMPORT})"
   case "${IMPORT}" in
     k3d) k3d image import --cluster "${CLUSTER}" "${OPERATOR_IMAGE}" "${TRAINER_IMAGE}" ;;
+    kind) kind load docker-image --name "${CLUSTER}" "${OPERATOR_IMAGE}" "${TRAINER_IMAGE}" ;;
+    minikube) minikube -p "${DTR_CLUSTER:-minikube}" image load "${OPERATOR_IMAGE}" "${TRAINER_IMAGE}" ;;
+    registry)
+      [[ -n "${DTR_REGISTRY:-}" ]] || die "DTR_IMPORT=registry needs DTR_REGISTRY (host[:port][/path] the cluster pulls from)"
+      DTR_DEPLOY="${SOURCE_DEPLOY}" DTR_OVERLAY="${DEPLOY}" bash "${ROOT}/deploy/images/push.sh" "${DTR_REGISTRY}" ;;
     ctr)
       [[ -n "${DTR_CTR:-}" ]] || die "DTR_IMPORT=ctr needs DTR_CTR (the ctr command that reaches the node's containerd)"
       # What k3d image import does inside the k3s node: docker save | ctr -n k8s.io images import.
       # shellcheck disable=SC2086 # DTR_CTR is a command line
       docker save "${OPERATOR_IMAGE}" "${TRAINER_IMAGE}" | ${DTR_CTR} -n k8s.io images import - ;;
     none) echo "skipped (DTR_IMPORT=none: the node pulls them itself)" ;;
-    *) die "DTR_IMPORT must be k3d, ctr or none, not '${IMPORT}'" ;;
+    *) die "DTR_IMPORT must be k3d, kind, minikube, ctr, registry or none, not '${IMPORT}'" ;;
   esac
 }
 
@@ -79,15 +97,19 @@ example_field() {
   kubectl create --dry-run=client -f "${EXAMPLE}" -o jsonpath="{.metadata.$1}"
 }
 
+# Workers that cannot start (no node with room, a wrong image) rarely start by themselves: after this
+# long in reason WorkerPodsNotStarting, stop waiting and say why.
+readonly STUCK_SECONDS="${DTR_STUCK_SECONDS:-180}"
+
 wait_for_run() {
-  local ns="$1" name="$2" phase message deadline now
+  local ns="$1" name="$2" phase reason message deadline now stuck_since=""
   step "waiting for ${ns}/${name} to finish (timeout ${TIMEOUT}s; watch: kubectl get dtr -n ${ns} -w)"
   deadline=$((SECONDS + TIMEOUT))
   while ((SECONDS < deadline)); do
-    phase="$(kubectl -n "${ns}" get disttrainingrun "${name}" -o jsonpath='{.status.phase}' 2>/dev/null || true)"
-    message="$(kubectl -n "${ns}" get disttrainingrun "${name}" -o jsonpath='{.status.message}' 2>/dev/null || true)"
+    IFS=$'\t' read -r phase reason message < <(kubectl -n "${ns}" get disttrainingrun "${name}" \
+      -o jsonpath='{.status.phase}{"\t"}{.status.reason}{"\t"}{.status.message}{"\n"}' 2>/dev/null || echo) || true
     now="$(date +%H:%M:%S)"
-    printf '  %s  phase=%-9s %s\n' "${now}" "${phase:-<none>}" "${message}"
+    printf '  %s  phase=%-9s %s\n' "${now}" "${phase:-<none>}" "${message:-}"
     case "${phase}" in
       Succeeded) return 0 ;;
       Failed)
@@ -95,6 +117,13 @@ wait_for_run() {
         die "run ${ns}/${name} failed: ${message}" ;;
       *) ;;  # not created yet, Pending or Running: keep waiting
     esac
+    if [[ "${reason:-}" == WorkerPodsNotStarting ]]; then
+      stuck_since="${stuck_since:-${SECONDS}}"
+      ((SECONDS - stuck_since < STUCK_SECONDS)) ||
+        die "run ${ns}/${name}: its workers have not started for ${STUCK_SECONDS}s: ${message} (see docs/clusters.md, 'Troubleshooting')"
+    else
+      stuck_since=""
+    fi
     sleep 10
   done
   die "run ${ns}/${name} did not finish in ${TIMEOUT}s (see docs/k3d.md, 'Troubleshooting')"
@@ -122,8 +151,10 @@ print_model() {
 
 main() {
   local tool
-  for tool in docker kubectl; do
-    command -v "${tool}" >/dev/null 2>&1 || die "${tool} not found on PATH (see docs/k3d.md, 'Prerequisites')"
+  local tools=(docker kubectl)
+  case "${IMPORT}" in k3d | kind | minikube) tools+=("${IMPORT}") ;; *) ;; esac
+  for tool in "${tools[@]}"; do
+    command -v "${tool}" >/dev/null 2>&1 || die "${tool} not found on PATH (see docs/clusters.md, 'Prerequisites')"
   done
   [[ -z "${EXAMPLE}" || -f "${EXAMPLE}" ]] || die "example ${EXAMPLE} not found (DTR_EXAMPLE)"
   build_images

@@ -35,6 +35,7 @@ from deploy_support import (
     installed_mode,
     only,
     operator_completes_a_run,
+    operator_container,
     operator_flags,
     render,
     service_account_cluster,
@@ -172,6 +173,45 @@ def test_crds_come_first_and_the_deployment_is_hardened(mode: Mode) -> None:
         assert f"--namespace={mode.served_namespace}" in args and "--all-namespaces" not in args
     # Read-only root: the only writable place is the /tmp emptyDir.
     assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp"]
+
+
+def registry_overlay(mode: Mode, registry: str, out: Path) -> Path:
+    """The overlay deploy/images/push.sh writes for mode's kustomization (DTR_PUSH=0: no push)."""
+    env = {**os.environ, "DTR_PUSH": "0", "DTR_DEPLOY": str(mode.kustomization), "DTR_OVERLAY": str(out)}
+    proc = subprocess.run(["bash", str(REPO / "deploy" / "images" / "push.sh"), registry],
+                          env=env, capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"kubectl apply -k {out}" in proc.stdout, proc.stdout
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_the_registry_overlay_changes_only_where_both_images_come_from(mode: Mode, tmp_path: Path) -> None:
+    registry = "registry.example.com:5000/ml"
+    plain, pushed = render(mode.kustomization), render(registry_overlay(mode, registry, tmp_path / "overlay"))
+    container = operator_container(pushed)
+    assert container["image"] == f"{registry}/distml/operator:0.1.0"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["DTR_TRAINER_IMAGE"] == f"{registry}/distml/trainer:0.1.0"
+    assert env["DTR_ALLOWED_IMAGES"] == f"{registry}/distml/trainer:*"
+    # Everything else is what deploy/ renders: the same objects, RBAC, flags, security settings.
+    original = operator_container(plain)
+    assert [e["name"] for e in container["env"]] == [e["name"] for e in original["env"]], "env merged by name"
+    for doc in (container, original):
+        doc.pop("image")
+        doc.pop("env")
+    assert container == original
+    key = lambda d: (d["kind"], d["metadata"]["name"])
+    others = lambda docs: sorted((d for d in docs if d["kind"] != "Deployment"), key=key)
+    assert others(pushed) == others(plain)
+
+
+def test_push_refuses_a_registry_that_is_not_one(tmp_path: Path) -> None:
+    proc = subprocess.run(["bash", str(REPO / "deploy" / "images" / "push.sh"), "https://Reg/"],
+                          env={**os.environ, "DTR_PUSH": "0", "DTR_OVERLAY": str(tmp_path)},
+                          capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+    assert proc.returncode == 1 and "is not host[:port][/path]" in proc.stderr, proc.stderr
+    assert not (tmp_path / "kustomization.yaml").exists()
 
 
 # ---------------------------------------------------------------- against the API server
@@ -335,6 +375,29 @@ def test_can_i_allows_what_the_operator_needs(control_plane: Cluster, installed:
         assert not can_i(control_plane, "list", "namespaces", None)
     else:
         assert can_i(control_plane, "watch", "namespaces", None)
+
+
+def test_dtr_namespaces_says_which_namespaces_the_installed_operator_watches(
+    control_plane: Cluster, installed: Mode, namespace: str
+) -> None:
+    """`dtr namespaces -n NS` reads the installed Deployment's flags from the API server."""
+
+    def ask(where: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
+        return subprocess.run([str(REPO / ".venv" / "op" / "bin" / "dtr"), "namespaces", "-n", where],
+                              env=env, capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+
+    outside = ask(namespace)
+    if installed.served_namespace is None:
+        assert outside.returncode == 0, outside.stdout + outside.stderr
+        assert f"namespace {namespace}: watched by {SA_NAMESPACE}/dtr-operator" in outside.stdout
+        assert "watches all namespaces" in outside.stdout
+    else:
+        assert outside.returncode == 1, outside.stdout + outside.stderr
+        assert f"namespace {namespace}: NOT watched: runs created there get no status" in outside.stdout
+        assert f"watches namespace(s) {installed.served_namespace}" in outside.stdout
+        inside = ask(installed.served_namespace)
+        assert inside.returncode == 0 and "watched by" in inside.stdout, inside.stdout + inside.stderr
 
 
 def test_can_i_refuses_secrets_deletes_and_everything_else(

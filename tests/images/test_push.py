@@ -1,0 +1,83 @@
+"""`make push REGISTRY=...` (deploy/images/push.sh) against a real registry: Debian's docker-registry
+(the CNCF distribution server) on a loopback port, since none on the internet is reachable here.
+
+The operator image goes there and comes back byte-identical (the trainer's 2 GB would only cost
+time: the same script pushes it the same way), and the overlay the script writes names it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from controlplane import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+OPERATOR = "distml/operator:0.1.0"
+
+
+def sh(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=False, env=env)
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[str]:
+    """A registry on 127.0.0.1 (Docker pushes to a loopback registry over plain HTTP)."""
+    need = sh("bash", "-c", f"source {REPO}/deploy/lib.sh && need_packages docker-registry:docker-registry")
+    assert need.returncode == 0, need.stderr  # CI installs it; elsewhere the line says what to install
+    port = free_port()
+    config = tmp_path / "registry.yml"
+    config.write_text(yaml.safe_dump({"version": 0.1, "storage": {"filesystem": {"rootdirectory": str(tmp_path / "data")}},
+                                      "http": {"addr": f"127.0.0.1:{port}"}}))  # fmt: skip
+    with open(tmp_path / "registry.log", "w") as log:
+        proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "registry.log").read_text()
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}/dtr-test"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_push_puts_the_operator_image_on_a_registry_and_the_overlay_deploys_it_from_there(
+    registry: str, tmp_path: Path
+) -> None:
+    overlay = tmp_path / "overlay"
+    env = {**os.environ, "DTR_PUSH_IMAGES": OPERATOR, "DTR_OVERLAY": str(overlay)}
+    pushed = sh("bash", str(REPO / "deploy" / "images" / "push.sh"), registry, env=env)
+    assert pushed.returncode == 0, pushed.stdout[-2000:] + pushed.stderr
+    remote = f"{registry}/{OPERATOR}"
+    built = sh("docker", "image", "inspect", "-f", "{{.Id}}", OPERATOR).stdout.strip()
+
+    # Gone from this engine, then pulled back from the registry: the same image.
+    assert sh("docker", "image", "rm", remote).returncode == 0
+    try:
+        pulled = sh("docker", "pull", remote)
+        assert pulled.returncode == 0, pulled.stderr
+        assert sh("docker", "image", "inspect", "-f", "{{.Id}}", remote).stdout.strip() == built
+    finally:
+        sh("docker", "image", "rm", remote)
+
+    rendered = sh("kubectl", "kustomize", str(overlay))
+    assert rendered.returncode == 0, rendered.stderr
+    assert f"image: {remote}\n" in rendered.stdout
+    assert f"value: {registry}/distml/trainer:0.1.0\n" in rendered.stdout
+
+
+def test_push_of_an_image_not_built_here_says_to_build_it(tmp_path: Path) -> None:
+    env = {**os.environ, "DTR_PUSH_IMAGES": "distml/operator:no-such-tag", "DTR_OVERLAY": str(tmp_path)}
+    proc = sh("bash", str(REPO / "deploy" / "images" / "push.sh"), "127.0.0.1:1/x", env=env)
+    assert proc.returncode == 1 and "is not built here: run make images first" in proc.stderr, proc.stderr
