@@ -1,0 +1,108 @@
+"""`dtr namespaces [-n NS]`: which namespaces the operators on this cluster watch.
+
+A run in a namespace no operator watches gets no status and no event: nothing reads it. The
+operators' Deployments (label app.kubernetes.io/name=dtr-operator) say which namespaces they watch
+in their flags and environment; this reads them with the same parser `dtr operator` uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+OPERATOR_LABEL = "app.kubernetes.io/name=dtr-operator"
+CONTAINER = "operator"
+DEFAULT_DEPLOY_NAMESPACE = "dtr-system"  # deploy/base: where to look when Deployments cannot be listed cluster-wide
+
+
+@dataclass(frozen=True)
+class Watcher:
+    """One operator Deployment and what it watches (an empty tuple: all namespaces)."""
+
+    name: str  # namespace/name
+    namespaces: tuple[str, ...]
+    ready: str  # readyReplicas/replicas
+
+    def watches(self, namespace: str) -> bool:
+        return not self.namespaces or namespace in self.namespaces
+
+    def scope(self) -> str:
+        return "all namespaces" if not self.namespaces else "namespace(s) " + ", ".join(self.namespaces)
+
+
+def watched_namespaces(deployment: Mapping[str, Any]) -> tuple[str, ...]:
+    """The namespaces the Deployment's operator container watches, as `dtr operator` reads its
+    flags and environment (literal env values only); an empty tuple means all namespaces."""
+    from . import settings as cfg
+
+    pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    containers = pod.get("containers") or []
+    container = next((c for c in containers if c.get("name") == CONTAINER), containers[0] if containers else {})
+    env = {e["name"]: e["value"] for e in container.get("env") or [] if "name" in e and isinstance(e.get("value"), str)}
+    parser = argparse.ArgumentParser(add_help=False)
+    cfg.add_arguments(parser)
+    args, _ = parser.parse_known_args([str(a) for a in container.get("args") or []])
+    return cfg.from_args(args, env).namespaces
+
+
+def watchers(deployments: Sequence[Mapping[str, Any]]) -> list[Watcher]:
+    out = []
+    for d in deployments:
+        meta, status = d.get("metadata") or {}, d.get("status") or {}
+        replicas = (d.get("spec") or {}).get("replicas", 1)
+        out.append(Watcher(f"{meta.get('namespace')}/{meta.get('name')}", watched_namespaces(d),
+                           f"{status.get('readyReplicas') or 0}/{replicas}"))  # fmt: skip
+    return sorted(out, key=lambda w: w.name)
+
+
+def report(found: Sequence[Watcher], namespace: str | None) -> tuple[int, list[str]]:
+    """(exit code, lines): 0 when an operator watches `namespace` (or, without one, when any exists)."""
+    lines = [f"{w.name} (ready {w.ready}) watches {w.scope()}" for w in found]
+    if not found:
+        return 1, [f"no DistTrainingRun operator found (no Deployment labelled {OPERATOR_LABEL}): "
+                   "install one (kubectl apply -k deploy/, docs/clusters.md)"]  # fmt: skip
+    if namespace is None:
+        return 0, lines
+    by = [w.name for w in found if w.watches(namespace)]
+    if by:
+        return 0, [f"namespace {namespace}: watched by {', '.join(by)}", *lines]
+    return 1, [f"namespace {namespace}: NOT watched: runs created there get no status and no event "
+               "(create them in a watched namespace, or widen an operator's --namespace)", *lines]  # fmt: skip
+
+
+def _namespaces(args: argparse.Namespace) -> int:
+    from .kube import ApiError, Kube, NoCredentials
+
+    query = [("labelSelector", OPERATOR_LABEL)]
+    try:
+        kube = Kube.from_environment()
+        try:
+            items = kube.request("GET", "/apis/apps/v1/deployments", query=query).get("items") or []
+        except ApiError as err:
+            if err.status != 403:
+                raise
+            # Not allowed to list Deployments everywhere: look where deploy/ puts the operator.
+            path = f"/apis/apps/v1/namespaces/{DEFAULT_DEPLOY_NAMESPACE}/deployments"
+            items = kube.request("GET", path, query=query).get("items") or []
+    except NoCredentials as err:
+        print(f"dtr namespaces: {err}", file=sys.stderr)
+        return 1
+    except ApiError as err:
+        print(f"dtr namespaces: the API server said {err.status} {err.reason}: {err.message}", file=sys.stderr)
+        return 1
+    code, lines = report(watchers(items), args.namespace)
+    print("\n".join(lines))
+    return code
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "namespaces",
+        help="which namespaces the cluster's operators watch (runs elsewhere get no status)",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("-n", "--namespace", help="also say whether this namespace is watched (exit 1 if not)")
+    p.set_defaults(func=_namespaces)
