@@ -3,23 +3,33 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PY_OP      ?= python3.11
-# python3.9 on PATH, else pyenv's 3.9 (pyenv's shim exists but refuses when 3.9 is not its global version)
-PY_TRAINER ?= $(shell python3.9 -c 'import sys; print(sys.executable)' 2>/dev/null || ls -d $(HOME)/.pyenv/versions/3.9*/bin/python3.9 2>/dev/null | tail -n1)
+# python3.9 on PATH, else pyenv's newest 3.9 (deploy/doctor.sh --help); empty when there is none
+PY_TRAINER ?= $(shell bash deploy/doctor.sh --find-python3.9)
 VENV_OP    := .venv/op
 VENV_TR    := .venv/trainer
 OP         := $(VENV_OP)/bin
 TR         := $(VENV_TR)/bin
 export DTR_CACHE ?= $(HOME)/.cache/dtr
 export DTR_TRAINER_PYTHON ?= $(CURDIR)/$(TR)/python
+# What each target needs, one line per tool (deploy/doctor.sh): the home of every "missing X" message.
+DOCTOR = PY_OP='$(PY_OP)' PY_TRAINER='$(PY_TRAINER)' bash deploy/doctor.sh
 
-.PHONY: help setup setup-op setup-trainer lint test test-fast test-unit test-trainer test-integration test-e2e cluster-build run clean
+.PHONY: help doctor setup setup-check setup-op setup-trainer install-cli lint test test-fast test-unit test-trainer test-integration test-e2e cluster-build run clean
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-setup: setup-op setup-trainer ## create both Python environments (pinned)
+doctor: ## check the tools every target needs: ok/missing, which targets, how to get each; fails if make run or make test cannot run
+	@$(DOCTOR)
+
+setup: setup-check setup-op setup-trainer ## create both Python environments (pinned)
+
+# The Pythons, before anything is built (the venv rules check theirs again, for -j and direct use).
+setup-check:
+	@$(DOCTOR) -q setup
 
 $(OP)/dtr: operator/requirements.txt operator/pyproject.toml
+	@$(DOCTOR) -q setup-op
 	$(PY_OP) -m venv $(VENV_OP)
 	$(OP)/pip install -q --upgrade pip
 	$(OP)/pip install -q -r operator/requirements.txt
@@ -29,6 +39,7 @@ $(OP)/dtr: operator/requirements.txt operator/pyproject.toml
 setup-op: $(OP)/dtr
 
 $(TR)/.installed: trainer/requirements.txt trainer/requirements-test.txt trainer/pyproject.toml
+	@$(DOCTOR) -q setup-trainer
 	$(PY_TRAINER) -m venv $(VENV_TR)
 	$(TR)/pip install -q --upgrade pip
 	$(TR)/pip install -q -r trainer/requirements.txt -r trainer/requirements-test.txt
@@ -38,14 +49,26 @@ $(TR)/.installed: trainer/requirements.txt trainer/requirements-test.txt trainer
 
 setup-trainer: $(TR)/.installed
 
+# bin/dtr on your PATH: a symlink in $(PREFIX)/bin (the shim builds the environments it needs on first use).
+PREFIX ?= $(HOME)/.local
+install-cli: ## link $(PREFIX)/bin/dtr (PREFIX=~/.local) to bin/dtr, so that `dtr` works from any directory
+	@mkdir -p '$(PREFIX)/bin'
+	@ln -sfn '$(CURDIR)/bin/dtr' '$(PREFIX)/bin/dtr'
+	@echo '$(PREFIX)/bin/dtr -> $(CURDIR)/bin/dtr'
+	@case ":$$PATH:" in *':$(PREFIX)/bin:'*) ;; *) echo 'note: $(PREFIX)/bin is not on PATH; add it (export PATH="$(PREFIX)/bin:$$PATH")';; esac
+
 lint: setup-op lint-deploy ## ruff on all Python; shellcheck and hadolint on the deploy files
-	$(OP)/ruff check operator trainer tests bench
+	$(OP)/ruff check operator trainer tests bench docs
 
 cluster-build: ## build etcd, kube-apiserver, kube-controller-manager, training-operator (cached)
 	bash tests/cluster/build.sh
 
 test-unit: setup-op ## pure functions, seconds
 	$(OP)/pytest -q tests/unit
+
+.PHONY: docs
+docs: setup-op ## regenerate the docs' generated sections (the RBAC list, the kubectl columns) from deploy/ and the CRD
+	$(OP)/python docs/gen.py
 
 test-trainer: setup-trainer setup-op ## real multi-process TensorFlow runs; the operator-trainer contract
 	$(TR)/pytest -q tests/trainer
@@ -98,12 +121,13 @@ test-reliability: setup cluster-build images node-build ## invalid runs, hypothe
 VENV_LINT := .venv/lint
 
 $(VENV_LINT)/bin/hadolint: deploy/requirements-lint.txt
+	@$(DOCTOR) -q lint-deploy
 	$(PY_OP) -m venv $(VENV_LINT)
 	$(VENV_LINT)/bin/pip install -q -r deploy/requirements-lint.txt
 	touch $@
 
-lint-deploy: $(VENV_LINT)/bin/hadolint ## shellcheck the deploy and node scripts, hadolint the Dockerfiles
-	$(VENV_LINT)/bin/shellcheck -o all deploy/*.sh deploy/k3d/*.sh deploy/images/*.sh tests/cluster/build_node.sh
+lint-deploy: $(VENV_LINT)/bin/hadolint ## shellcheck the deploy and node scripts and bin/dtr, hadolint the Dockerfiles
+	$(VENV_LINT)/bin/shellcheck -o all deploy/*.sh deploy/k3d/*.sh deploy/images/*.sh tests/cluster/build_node.sh bin/dtr
 	$(VENV_LINT)/bin/hadolint Dockerfile.*
 
 k3d-up: ## k3d cluster + images + training-operator + operator, train an example
@@ -123,6 +147,12 @@ base-images: docker-up ## python:3.11-slim, python:3.9-slim: pull, else local st
 
 images: ## build distml/operator:0.1.0 and distml/trainer:0.1.0 (ARGS go to docker build)
 	bash deploy/images/build.sh $(ARGS)
+
+# docs/clusters.md: both images on a registry your cluster pulls from, and the overlay that deploys them.
+.PHONY: push
+push: ## tag and push both images to REGISTRY=host[:port][/path]; writes .dtr/deploy-registry (kubectl apply -k it)
+	@[ -n '$(REGISTRY)' ] || { echo 'usage: make push REGISTRY=host[:port][/path] (e.g. registry.example.com:5000/ml)' >&2; exit 2; }
+	bash deploy/images/push.sh '$(REGISTRY)'
 
 test-images: images setup-op ## run both images as uid 1000, read-only: TF, training, 2 workers, the operator
 	$(OP)/pytest -q tests/images

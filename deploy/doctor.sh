@@ -232,6 +232,18 @@ check_debootstrap() {
   fi
 }
 
+check_registry() {
+  local targets="test-images test" path
+  if path="$(command -v docker-registry)"; then
+    report ok docker-registry "${path}" "${targets}"
+  elif ((MAY_INSTALL)); then
+    report installs docker-registry "not on PATH; tests/images/test_push.py installs it (a local registry to push to)" "${targets}"
+  else
+    report MISSING docker-registry "not on PATH (tests/images/test_push.py pushes to a local registry)" "${targets}" \
+      "apt-get install docker-registry (or as root: DTR_INSTALL=1 make test-images installs it)"
+  fi
+}
+
 check_root() {
   if ((EUID == 0)); then
     report ok root "running as root" "${T_ROOT}"
@@ -286,6 +298,7 @@ for pkg in gcc libc6-dev libseccomp-dev pkgconf busybox-static containernetworki
 done
 check_docker
 check_debootstrap
+check_registry
 check_root
 check_cgroup
 applies "test-reliability k3d-up k3d-down"
