@@ -172,3 +172,7 @@ bench-operator: setup-op cluster-build $(VENV_OP)/.bench-operator ## operator la
 .PHONY: bench-progress
 bench-progress: setup images node-build ## status.progress latency, epoch end -> kubectl get, on the real node (root) -> bench/progress/results.*
 	$(OP)/python bench/progress/run.py $(ARGS)
+
+.PHONY: bench-restart-policy
+bench-restart-policy: setup images node-build ## restartPolicy OnFailure vs ExitCode on the real node (root): permanent error, killed worker, OOM loop -> bench/restartpolicy/results.*
+	$(OP)/python bench/restartpolicy/run.py $(ARGS)
