@@ -200,10 +200,15 @@ def worker_pod_name(run: RunSpec, index: int) -> str:
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
+KEEP_PODS = "None"  # runPolicy.cleanPodPolicy values of the training-operator
+RELEASE_RUNNING_PODS = "Running"
+
+
 def _run_policy(run: RunSpec) -> dict[str, Any]:
     policy: dict[str, Any] = {
-        # Keep finished pods so `kubectl logs` and the chief's termination message stay readable.
-        "cleanPodPolicy": "None",
+        # Keep finished pods so `kubectl logs` and the chief's termination message stay readable. A failed
+        # run's pods that still run (restarting under OnFailure) are released later (reconcile.py).
+        "cleanPodPolicy": KEEP_PODS,
         "backoffLimit": run.backoff_limit,
         # A queued run starts suspended: Kueue unsuspends it when its LocalQueue admits it.
         "suspend": run.suspend or run.queue_name is not None,

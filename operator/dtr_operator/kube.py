@@ -276,6 +276,15 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
+    def set_tfjob_clean_pod_policy(self, namespace: str, name: str, policy: str) -> dict[str, Any]:
+        """Merge-patch the TFJob's runPolicy.cleanPodPolicy (a finished TFJob's pods are deleted as it says)."""
+        return self.request(
+            "PATCH",
+            _path(TFJOB_API_VERSION, namespace, TFJOB_PLURAL, name),
+            body={"spec": {"runPolicy": {"cleanPodPolicy": policy}}},
+            content_type="application/merge-patch+json",
+        )
+
     def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self.request("GET", _path(API_VERSION, namespace, PLURAL, name))

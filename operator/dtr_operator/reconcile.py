@@ -12,12 +12,22 @@ stays Succeeded.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .builders import CONTAINER_NAME, children, is_owned_by, is_reusable_pvc, left_by_earlier_run, worker_pod_name
+from .builders import (
+    CONTAINER_NAME,
+    KEEP_PODS,
+    RELEASE_RUNNING_PODS,
+    children,
+    is_owned_by,
+    is_reusable_pvc,
+    left_by_earlier_run,
+    logs_dir,
+    worker_pod_name,
+)
 from .kube import AlreadyExists, ApiError, Conflict, Kube, NotFound, ResourceMissing
 from .spec import GROUP, KIND, RunSpec, SpecError, parse_run
 from .status import (
@@ -378,12 +388,41 @@ def _tfjob_deleted_message(run: RunSpec) -> str:
     )
 
 
+HOLDING_PHASES = frozenset({"Running", "Pending"})  # pods that keep their node's CPU and memory
+
+
+def pods_to_release(tfjob: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The pods of a failed TFJob that still hold resources while its cleanPodPolicy keeps them.
+
+    Under restartPolicy OnFailure a failed run's workers are not stopped: the kubelet restarts their
+    containers with its back-off for as long as the pods exist, holding their requests (a second run
+    on a small node stays Pending) and running the trainer again. Their cause is in the run's status
+    by then, and every worker's log is on the run's volume.
+    """
+    if tfjob_state(tfjob).phase != FAILED:
+        return []
+    policy = ((tfjob.get("spec") or {}).get("runPolicy") or {}).get("cleanPodPolicy")
+    if policy != KEEP_PODS:
+        return []
+    return sorted(_meta(p).get("name", "") for p in pods if (p.get("status") or {}).get("phase") in HOLDING_PHASES)
+
+
 def sync_status(kube: Kube, body: Mapping[str, Any], run: RunSpec, tfjob: Mapping[str, Any], emit: Emit) -> None:
-    """Mirror the TFJob into the run's status; on a finished TFJob read its pods once, for the summary."""
+    """Mirror the TFJob into the run's status; on a finished TFJob read its pods once, for the summary,
+    then have the training-operator delete a failed run's pods that still run."""
     pods: list[dict[str, Any]] = []
     if tfjob_state(tfjob).phase in TERMINAL:
         pods = kube.list_job_pods(run.namespace, run.tfjob_name)
     record(kube, body, lambda prev: tfjob_status(run, tfjob, pods, prev, now()), emit)
+    if holding := pods_to_release(tfjob, pods):
+        try:
+            kube.set_tfjob_clean_pod_policy(run.namespace, run.tfjob_name, RELEASE_RUNNING_PODS)
+        except ApiError as err:  # said once; the pods stay as they would have before
+            log.warning("could not release the pods of failed run %s/%s: %s", run.namespace, run.name, err)
+            return
+        emit(body, "Normal", "WorkerPodsReleased",
+             f"the run failed: its pods still running ({', '.join(holding)}) are deleted (TFJob cleanPodPolicy "
+             f"{RELEASE_RUNNING_PODS}); each worker's log stays on the run's volume, {logs_dir(run)}/")  # fmt: skip
 
 
 def controller_run(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -120,7 +120,7 @@ def test_architecture_doc_lists_the_permissions_the_clusterrole_grants() -> None
     # blockOwnerDeletion on an owner reference to a run (the TFJob's and the PVC's).
     assert not {t for t in wanted if t[2] in ("delete", "deletecollection", "escalate", "bind")}
     assert {t for t in wanted if t[2] == "update"} == {("distml.dev", "disttrainingruns/finalizers", "update")}
-    # Children: created, read, and of the TFJob only runPolicy.suspend patched (spec.suspend); never changed otherwise.
+    # Children: created, read; of the TFJob only runPolicy patched (suspend; a failed one's cleanPodPolicy).
     assert {t[2] for t in wanted if t[1] == "tfjobs"} == {"get", "list", "watch", "create", "patch"}
     assert {t[2] for t in wanted if t[1] == "persistentvolumeclaims"} == {"get", "list", "watch", "create"}
 
@@ -334,7 +334,7 @@ NEEDED = [
     ("update", "disttrainingruns.distml.dev", "finalizers"),  # blockOwnerDeletion under OwnerReferencesPermissionEnforcement
     ("create", "tfjobs.kubeflow.org", ""),
     ("watch", "tfjobs.kubeflow.org", ""),
-    ("patch", "tfjobs.kubeflow.org", ""),  # runPolicy.suspend, when spec.suspend changes (the one addition)
+    ("patch", "tfjobs.kubeflow.org", ""),  # runPolicy.suspend (spec.suspend); cleanPodPolicy of a failed TFJob
     ("create", "persistentvolumeclaims", ""),
     ("get", "pods", ""),
     ("get", "pods", "log"),  # status.progress

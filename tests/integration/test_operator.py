@@ -190,6 +190,20 @@ def test_a_failed_worker_fails_the_run_and_is_named(control_plane: Cluster, name
     assert condition(st, "Failed")["status"] == "True"
     assert any(kind == "Warning" and st["reason"] == reason for kind, reason, _ in events(control_plane, namespace, "broken"))
 
+    # Its worker still running is released (by the training-operator, once the operator sets the TFJob's
+    # cleanPodPolicy); the failed one stays, with its termination message.
+    job = control_plane.kubectl_json("get", "tfjob", "broken", "-n", namespace)
+    assert job["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
+
+    def released() -> list[str] | None:
+        left = items(control_plane, namespace, "pods", "training.kubeflow.org/job-name=broken")
+        live = [p["metadata"]["name"] for p in left if not p["metadata"].get("deletionTimestamp")]
+        return live if live == ["broken-worker-1"] else None
+
+    wait_for(released, "broken-worker-0 deleted, broken-worker-1 kept", timeout=60)
+    said = [m for _, reason, m in events(control_plane, namespace, "broken") if reason == "WorkerPodsReleased"]
+    assert said and "broken-worker-0" in said[0] and "broken-worker-1" not in said[0], said
+
 
 # ---- what passes the schema but cannot run -------------------------------------------------------
 

@@ -88,6 +88,15 @@ def test_mnist_example_is_scheduled_on_a_2_cpu_node_and_offline_fails_naming_the
     log = (real_node.volume(namespace, f"{name}-data") / "logs" / name / "worker-0.log").read_text()
     assert "cannot download mnist" in log and "name resolution" in log, log[-3000:]
 
+    # The failed run lets go of the node: its workers, restarting under OnFailure, are deleted, so a second
+    # run on this 2-CPU node is not kept Pending by a run that has already failed.
+    def released() -> bool:
+        pods = real_node.cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+        return not [p for p in pods if p["metadata"]["name"] in workers and p["status"].get("phase") in ("Running", "Pending")]
+
+    wait_for(released, "the failed run's worker pods deleted", timeout=120, interval=1)
+    print(f"  worker pods released {time.monotonic() - t0 - elapsed:.1f} s after the run failed")
+
 
 def test_a_run_asking_more_cpu_than_the_node_has_is_pending_in_the_schedulers_words(
     real_node: RealNode, namespace: str

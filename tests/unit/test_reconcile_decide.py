@@ -173,3 +173,30 @@ def test_an_image_the_operator_does_not_allow_fails_the_run_before_anything_is_c
 def test_a_run_already_running_is_not_stopped_by_a_later_allow_list():
     tfjob = ours(suspend=False)
     assert decide(OWN, CREATED, Observed(tfjob), image_refusal="not allowed") == Sync(tfjob)
+
+
+# ---- a failed run's pods that still run ---------------------------------------------------------
+
+
+def _job(condition: str, policy: str | None = "None") -> dict[str, Any]:
+    run_policy = {} if policy is None else {"cleanPodPolicy": policy}
+    return {"spec": {"runPolicy": run_policy},
+            "status": {"conditions": [{"type": "Created", "status": "True"}, {"type": condition, "status": "True"}]}}  # fmt: skip
+
+
+def _pod(name: str, phase: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"phase": phase}}
+
+
+def test_a_failed_runs_pods_that_still_run_or_wait_are_released():
+    pods = [_pod("r-worker-1", "Running"), _pod("r-worker-0", "Pending"), _pod("r-worker-2", "Failed")]
+    assert reconcile.pods_to_release(_job("Failed"), pods) == ["r-worker-0", "r-worker-1"]
+
+
+def test_nothing_is_released_after_success_when_nothing_runs_or_when_the_policy_already_cleans():
+    running = [_pod("r-worker-0", "Running")]
+    assert reconcile.pods_to_release(_job("Succeeded"), running) == []
+    assert reconcile.pods_to_release(_job("Running"), running) == []
+    assert reconcile.pods_to_release(_job("Failed"), [_pod("r-worker-0", "Failed")]) == []
+    assert reconcile.pods_to_release(_job("Failed", "Running"), running) == []
+    assert reconcile.pods_to_release(_job("Failed", "All"), running) == []
