@@ -267,21 +267,13 @@ class Kube:
         if pending:
             yield pending.decode("utf-8", "replace")
 
-    def set_tfjob_suspend(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
-        """Merge-patch the TFJob's runPolicy.suspend (the training-operator deletes or recreates its pods)."""
+    def patch_tfjob_run_policy(self, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
+        """Merge-patch fields of the TFJob's runPolicy: suspend (the training-operator deletes or recreates
+        its pods), cleanPodPolicy (a finished TFJob's pods are deleted as it says)."""
         return self.request(
             "PATCH",
             _path(TFJOB_API_VERSION, namespace, TFJOB_PLURAL, name),
-            body={"spec": {"runPolicy": {"suspend": suspend}}},
-            content_type="application/merge-patch+json",
-        )
-
-    def set_tfjob_clean_pod_policy(self, namespace: str, name: str, policy: str) -> dict[str, Any]:
-        """Merge-patch the TFJob's runPolicy.cleanPodPolicy (a finished TFJob's pods are deleted as it says)."""
-        return self.request(
-            "PATCH",
-            _path(TFJOB_API_VERSION, namespace, TFJOB_PLURAL, name),
-            body={"spec": {"runPolicy": {"cleanPodPolicy": policy}}},
+            body={"spec": {"runPolicy": fields}},
             content_type="application/merge-patch+json",
         )
 

@@ -349,7 +349,7 @@ def _set_suspend(
         except ApiError as err:
             log.info("last progress of %s/%s not read before suspending: %s", run.namespace, run.name, err)
     try:
-        tfjob = kube.set_tfjob_suspend(run.namespace, run.tfjob_name, suspend)
+        tfjob = kube.patch_tfjob_run_policy(run.namespace, run.tfjob_name, suspend=suspend)
     except NotFound:
         return backoff(0)  # gone meanwhile: the next look records TFJobDeleted
     except ApiError as err:
@@ -416,7 +416,7 @@ def sync_status(kube: Kube, body: Mapping[str, Any], run: RunSpec, tfjob: Mappin
     record(kube, body, lambda prev: tfjob_status(run, tfjob, pods, prev, now()), emit)
     if holding := pods_to_release(tfjob, pods):
         try:
-            kube.set_tfjob_clean_pod_policy(run.namespace, run.tfjob_name, RELEASE_RUNNING_PODS)
+            kube.patch_tfjob_run_policy(run.namespace, run.tfjob_name, cleanPodPolicy=RELEASE_RUNNING_PODS)
         except ApiError as err:  # said once; the pods stay as they would have before
             log.warning("could not release the pods of failed run %s/%s: %s", run.namespace, run.name, err)
             return

@@ -97,6 +97,3 @@ def test_doctor_on_this_machine():
     assert [s.split(":")[0] for s in summary] == ["make run", "make test"]
     ready = all(s.endswith("ready") for s in summary)
     assert proc.returncode == (0 if ready else 1)
-    found_py39 = doctor("--find-python3.9", env=clean_env()).stdout.strip()
-    if os.geteuid() == 0 and found_py39:  # CI: root, both Pythons (the other tools are the README's prerequisites)
-        assert proc.returncode == 0, proc.stdout
