@@ -38,8 +38,6 @@ readonly DEPLOY
 readonly EXAMPLE="${DTR_EXAMPLE-${ROOT}/examples/digits.yaml}"
 readonly HOST_DIR="${DTR_HOST_DIR:-}"
 readonly TIMEOUT="${DTR_TIMEOUT:-1800}"
-readonly OPERATOR_IMAGE="distml/operator:0.1.0"
-readonly TRAINER_IMAGE="distml/trainer:0.1.0"
 readonly TRAINING_OPERATOR_REF="v1.9.4"
 readonly TRAINING_OPERATOR_KUSTOMIZE="${DTR_TRAINING_OPERATOR_KUSTOMIZE:-github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_REF}}"
 

@@ -9,7 +9,7 @@ set -euo pipefail
 # shellcheck source=deploy/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-readonly IMAGES=("operator:Dockerfile.operator:distml/operator:0.1.0" "trainer:Dockerfile.trainer:distml/trainer:0.1.0")
+readonly IMAGES=("operator:Dockerfile.operator:${OPERATOR_IMAGE}" "trainer:Dockerfile.trainer:${TRAINER_IMAGE}")
 
 bash "${ROOT}/deploy/images/docker-up.sh"
 

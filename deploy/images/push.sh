@@ -13,8 +13,6 @@ set -euo pipefail
 # shellcheck source=deploy/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-readonly OPERATOR_IMAGE="distml/operator:0.1.0"
-readonly TRAINER_IMAGE="distml/trainer:0.1.0"
 readonly DEPLOY="${DTR_DEPLOY:-${ROOT}/deploy}"
 readonly OVERLAY="${DTR_OVERLAY:-${STATE}/deploy-registry}"
 
