@@ -58,15 +58,12 @@ import_images() {
     kind) kind load docker-image --name "${CLUSTER}" "${OPERATOR_IMAGE}" "${TRAINER_IMAGE}" ;;
     minikube) minikube -p "${DTR_CLUSTER:-minikube}" image load "${OPERATOR_IMAGE}" "${TRAINER_IMAGE}" ;;
     registry)
-      [[ -n "${DTR_REGISTRY:-}" ]] || die "DTR_IMPORT=registry needs DTR_REGISTRY (host[:port][/path] the cluster pulls from)"
       DTR_DEPLOY="${SOURCE_DEPLOY}" DTR_OVERLAY="${DEPLOY}" bash "${ROOT}/deploy/images/push.sh" "${DTR_REGISTRY}" ;;
     ctr)
-      [[ -n "${DTR_CTR:-}" ]] || die "DTR_IMPORT=ctr needs DTR_CTR (the ctr command that reaches the node's containerd)"
       # What k3d image import does inside the k3s node: docker save | ctr -n k8s.io images import.
       # shellcheck disable=SC2086 # DTR_CTR is a command line
       docker save "${OPERATOR_IMAGE}" "${TRAINER_IMAGE}" | ${DTR_CTR} -n k8s.io images import - ;;
-    none) echo "skipped (DTR_IMPORT=none: the node pulls them itself)" ;;
-    *) die "DTR_IMPORT must be k3d, kind, minikube, ctr, registry or none, not '${IMPORT}'" ;;
+    *) echo "skipped (DTR_IMPORT=none: the node pulls them itself)" ;;  # main() checked DTR_IMPORT
   esac
 }
 
@@ -150,7 +147,14 @@ print_model() {
 main() {
   local tool
   local tools=(docker kubectl)
-  case "${IMPORT}" in k3d | kind | minikube) tools+=("${IMPORT}") ;; *) ;; esac
+  # The settings first: a wrong one must not wait for a build to be reported.
+  case "${IMPORT}" in
+    k3d | kind | minikube) tools+=("${IMPORT}") ;;
+    ctr) [[ -n "${DTR_CTR:-}" ]] || die "DTR_IMPORT=ctr needs DTR_CTR (the ctr command that reaches the node's containerd)" ;;
+    registry) [[ -n "${DTR_REGISTRY:-}" ]] || die "DTR_IMPORT=registry needs DTR_REGISTRY (host[:port][/path] the cluster pulls from)" ;;
+    none) ;;
+    *) die "DTR_IMPORT must be k3d, kind, minikube, ctr, registry or none, not '${IMPORT}'" ;;
+  esac
   for tool in "${tools[@]}"; do
     command -v "${tool}" >/dev/null 2>&1 || die "${tool} not found on PATH (see docs/clusters.md, 'Prerequisites')"
   done
