@@ -45,7 +45,12 @@ def watched_namespaces(deployment: Mapping[str, Any]) -> tuple[str, ...]:
     parser = argparse.ArgumentParser(add_help=False)
     cfg.add_arguments(parser)
     args, _ = parser.parse_known_args([str(a) for a in container.get("args") or []])
-    return cfg.from_args(args, env).namespaces
+    try:
+        return cfg.from_args(args, env).namespaces
+    except cfg.SettingsError:
+        # Another setting is invalid (that operator stops at start); the namespace settings alone still read.
+        only = [f"--namespace={n}" for n in args.namespace or []] + ["--all-namespaces"] * bool(args.all_namespaces)
+        return cfg.from_args(parser.parse_args(only), {"DTR_NAMESPACE": env.get("DTR_NAMESPACE", "")}).namespaces
 
 
 def watchers(deployments: Sequence[Mapping[str, Any]]) -> list[Watcher]:

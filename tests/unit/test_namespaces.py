@@ -31,3 +31,9 @@ def test_report_says_whether_a_namespace_is_watched_and_by_whom():
 def test_no_operator_at_all_says_how_to_install_one():
     code, lines = ns.report([], "ml")
     assert code == 1 and "no DistTrainingRun operator found" in lines[0] and "kubectl apply -k deploy/" in lines[0]
+
+
+def test_an_invalid_other_setting_does_not_hide_the_namespaces():
+    assert ns.watched_namespaces(deployment(["--namespace=ml", "--metrics-port=99999"])) == ("ml",)
+    assert ns.watched_namespaces(deployment(["--all-namespaces"], env={"DTR_LOG_FORMAT": "xml"})) == ()
+    assert ns.watched_namespaces(deployment([], env={"DTR_NAMESPACE": "a", "DTR_LOG_FORMAT": "xml"})) == ("a",)
