@@ -49,12 +49,12 @@ $(TR)/.installed: trainer/requirements.txt trainer/requirements-test.txt trainer
 
 setup-trainer: $(TR)/.installed
 
-# bin/dtr on your PATH: a symlink in $(PREFIX)/bin (the shim builds the environments it needs on first use).
+# ./dtr on your PATH: a symlink in $(PREFIX)/bin (the shim builds the environments it needs on first use).
 PREFIX ?= $(HOME)/.local
-install-cli: ## link $(PREFIX)/bin/dtr (PREFIX=~/.local) to bin/dtr, so that `dtr` works from any directory
+install-cli: ## link $(PREFIX)/bin/dtr (PREFIX=~/.local) to ./dtr, so that `dtr` works from any directory
 	@mkdir -p '$(PREFIX)/bin'
-	@ln -sfn '$(CURDIR)/bin/dtr' '$(PREFIX)/bin/dtr'
-	@echo '$(PREFIX)/bin/dtr -> $(CURDIR)/bin/dtr'
+	@ln -sfn '$(CURDIR)/dtr' '$(PREFIX)/bin/dtr'
+	@echo '$(PREFIX)/bin/dtr -> $(CURDIR)/dtr'
 	@case ":$$PATH:" in *':$(PREFIX)/bin:'*) ;; *) echo 'note: $(PREFIX)/bin is not on PATH; add it (export PATH="$(PREFIX)/bin:$$PATH")';; esac
 
 lint: setup-op lint-deploy ## ruff on all Python; shellcheck and hadolint on the deploy files
@@ -126,8 +126,8 @@ $(VENV_LINT)/bin/hadolint: deploy/requirements-lint.txt
 	$(VENV_LINT)/bin/pip install -q -r deploy/requirements-lint.txt
 	touch $@
 
-lint-deploy: $(VENV_LINT)/bin/hadolint ## shellcheck the deploy and node scripts and bin/dtr, hadolint the Dockerfiles
-	$(VENV_LINT)/bin/shellcheck -o all deploy/*.sh deploy/k3d/*.sh deploy/images/*.sh tests/cluster/build_node.sh bin/dtr
+lint-deploy: $(VENV_LINT)/bin/hadolint ## shellcheck the deploy and node scripts and ./dtr, hadolint the Dockerfiles
+	$(VENV_LINT)/bin/shellcheck -o all deploy/*.sh deploy/k3d/*.sh deploy/images/*.sh tests/cluster/build_node.sh dtr
 	$(VENV_LINT)/bin/hadolint Dockerfile.*
 
 k3d-up: ## k3d cluster + images + training-operator + operator, train an example

@@ -1,4 +1,4 @@
-"""bin/dtr, the one way to run dtr: through a symlink, from any directory."""
+"""./dtr, the one way to run dtr: through a symlink, from any directory."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def clean_env() -> dict[str, str]:
 
 def test_dtr_shim_through_a_symlink_from_another_directory(tmp_path):
     link = tmp_path / "dtr"
-    link.symlink_to(REPO / "bin" / "dtr")
+    link.symlink_to(REPO / "dtr")
     proc = subprocess.run([str(link), "--help"], cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr

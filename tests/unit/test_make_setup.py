@@ -1,5 +1,5 @@
 """The Makefile's side of `make doctor`: `make setup` names a missing Python first (deploy/doctor.sh's
-wording), and `make install-cli` links bin/dtr."""
+wording), and `make install-cli` links ./dtr."""
 
 from __future__ import annotations
 
@@ -40,6 +40,6 @@ def test_make_install_cli_links_the_shim(tmp_path):
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     link = tmp_path / "bin" / "dtr"
-    assert link.is_symlink() and link.resolve() == (REPO / "bin" / "dtr").resolve()
+    assert link.is_symlink() and link.resolve() == (REPO / "dtr").resolve()
     assert subprocess.run([str(link), "--version"], cwd=tmp_path, env=clean_env(), capture_output=True,
                           timeout=120, check=False).returncode == 0  # fmt: skip
