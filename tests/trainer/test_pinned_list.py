@@ -14,11 +14,17 @@ and the report's environment is checked to say so.
 The index here serves no separate wheel metadata (PEP 658), so pip downloads whole wheels to a
 temporary directory (683 MB for x86_64, TensorFlow alone is 588 MB; 315 MB for aarch64) and
 deletes them. PyPI serves the metadata on its own, so from there pip should fetch only that.
+So pip's report is kept in DTR_CACHE/pinned-list/, keyed by the SHA-256 of everything that decides
+it (the file, the target, this Python and pip, the command): pip runs again only when one of those
+changes, or with DTR_PINNED_LIST_FRESH=1. The assertions read the report either way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 from importlib.metadata import version as installed_version
@@ -33,6 +39,7 @@ from packaging.version import Version
 REPO = Path(__file__).resolve().parents[2]
 REQUIREMENTS = REPO / "trainer" / "requirements.txt"
 NAME = "trainer/requirements.txt"
+CACHE = Path(os.environ.get("DTR_CACHE") or Path.home() / ".cache" / "dtr") / "pinned-list"
 
 # The oldest glibc the image is built on: the python:3.9-slim stand-in is Debian bullseye (2.31).
 GLIBC_MINOR = 31
@@ -69,20 +76,32 @@ def pins_for(machine: str) -> dict[str, str]:
 
 
 def resolve(machine: str, tmp_path: Path) -> dict:
-    """pip's installation report for trainer/requirements.txt on linux/<machine>, CPython of this interpreter."""
+    """pip's installation report for trainer/requirements.txt on linux/<machine>, CPython of this interpreter,
+    from the cache when nothing that decides it has changed."""
     report = tmp_path / f"report-{machine}.json"
-    cmd = [sys.executable, "-c", PIP_AS, machine, "install", "--dry-run", "--ignore-installed",
-           "--target", str(tmp_path / "target"), "--report", str(report), "--quiet",
-           "--no-cache-dir", "--disable-pip-version-check", "--retries", "1", "--timeout", "30",
-           "--only-binary=:all:", *(f"--platform={p}" for p in PLATFORMS[machine]),
-           "--implementation", "cp", "--python-version", ".".join(map(str, sys.version_info[:3])),
-           "--abi", f"cp{sys.version_info[0]}{sys.version_info[1]}", "-r", str(REQUIREMENTS)]
+    cmd = pip_command(machine, tmp_path, report)
+    key = hashlib.sha256(json.dumps([REQUIREMENTS.read_text(), installed_version("pip"), sys.version,
+                                     [str(a).replace(str(tmp_path), "TMP") for a in cmd[1:]]]).encode())
+    cached = CACHE / f"{machine}-{key.hexdigest()[:16]}.json"
+    if cached.exists() and os.environ.get("DTR_PINNED_LIST_FRESH") != "1":
+        return json.loads(cached.read_text())
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, (
         f"pip could not resolve {NAME} for linux/{machine} (exit {proc.returncode}). This test needs "
         f"the package index (PyPI or pip's configured index); 'from versions: none' on the first pin means it was "
         f"not reachable. pip said:\n{proc.stderr[-3000:]}")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(report, cached)
     return json.loads(report.read_text())
+
+
+def pip_command(machine: str, tmp_path: Path, report: Path) -> list[str]:
+    return [sys.executable, "-c", PIP_AS, machine, "install", "--dry-run", "--ignore-installed",
+            "--target", str(tmp_path / "target"), "--report", str(report), "--quiet",
+            "--no-cache-dir", "--disable-pip-version-check", "--retries", "1", "--timeout", "30",
+            "--only-binary=:all:", *(f"--platform={p}" for p in PLATFORMS[machine]),
+            "--implementation", "cp", "--python-version", ".".join(map(str, sys.version_info[:3])),
+            "--abi", f"cp{sys.version_info[0]}{sys.version_info[1]}", "-r", str(REQUIREMENTS)]
 
 
 def test_runs_on_the_trainers_python() -> None:
