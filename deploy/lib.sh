@@ -43,10 +43,11 @@ need_packages() {
   mkdir -p "${STATE}"
   if [[ -z "$(find "${stamp}" -mmin -60 2>/dev/null || true)" ]]; then
     step "apt-get update (to install ${missing[*]})"
-    apt-get update -qq
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
     touch "${stamp}"
   fi
   step "apt-get install ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+  # The lock timeout: make test builds the images while the node build may install its packages.
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}"
 }
 

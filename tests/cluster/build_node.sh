@@ -62,9 +62,11 @@ need_pkgs() {
   fi
   log "apt-get install ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
-  if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
-    apt-get update -q >/dev/null
-    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  # The lock timeout: make test builds the images (which may install docker.io) at the same time.
+  local apt=(apt-get -o DPkg::Lock::Timeout=600)
+  if ! "${apt[@]}" install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
+    "${apt[@]}" update -q >/dev/null
+    "${apt[@]}" install -y -q --no-install-recommends "${missing[@]}" >/dev/null
   fi
 }
 
