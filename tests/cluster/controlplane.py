@@ -574,11 +574,19 @@ class Supervisor:
         self.children[component] = proc
         self.commands[component] = (list(argv), env)
         (self.root / "pids" / component).write_text(f"{proc.pid} {argv[0]}\n")
+        # For a later process's respawn: a node shared by several test tiers is started by one process
+        # (tests/tiers.py) and faulted by another (tests/reliability/test_node_faults.py).
+        command = self.root / "pids" / f"{component}.command"
+        command.write_text(json.dumps({"argv": list(argv), "env": env}))
+        command.chmod(0o600)
         self.log(f"{component} started (pid {proc.pid})")
         return proc.pid
 
     def respawn(self, component: str) -> int:
         """Start a component again, as it was started (after it died or was killed)."""
+        if component not in self.commands:
+            saved = json.loads((self.root / "pids" / f"{component}.command").read_text())
+            self.commands[component] = (saved["argv"], saved["env"])
         argv, env = self.commands[component]
         return self.spawn(component, argv, env)
 

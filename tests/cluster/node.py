@@ -23,6 +23,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -404,11 +405,14 @@ class Node:
 
     def kill(self, component: str) -> None:
         """SIGKILL one of the node's processes, as a crash would; what it started (containers) lives on."""
-        pid = dict(self._running_pids())[component][0]
+        pid, binary = dict(self._running_pids())[component]
         os.kill(pid, signal.SIGKILL)
         proc = self._procs.children.get(component)
         if proc is not None:
             proc.wait(timeout=30)
+        deadline = time.monotonic() + 30  # not our child when another process started the node (tests/tiers.py)
+        while cp.pid_runs(pid, binary) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def restart(self, component: str) -> None:
         """Start a killed component again, and wait until it serves."""
@@ -592,10 +596,14 @@ class Node:
         """deploy/install.sh as a user runs it on any cluster, images imported with ctr (what
         `k3d image import` does inside a k3s node), the training-operator from its Go module's
         standalone overlay (no GitHub here). The images must be built (`make images`)."""
+        images = built_image_ids()
+        imported = self.layout.root / "imported-images"
+        # A node shared by several tiers (tests/tiers.py) imports each build once: ~2 GB through ctr.
+        same = imported.exists() and imported.read_text() == images and self._has_images()
         env = {
             **os.environ,
             "KUBECONFIG": str(self.plane.kubeconfig),
-            "DTR_IMPORT": "ctr",
+            "DTR_IMPORT": "none" if same else "ctr",
             "DTR_CTR": f"{self.bin / 'ctr'} --address {self.layout.socket}",
             "DTR_SKIP_BUILD": "1",
             "DTR_EXAMPLE": example,
@@ -605,7 +613,27 @@ class Node:
         proc = subprocess.run(["bash", str(INSTALL_SH)], env=env, capture_output=True, text=True, check=False)
         if check and proc.returncode != 0:
             raise NodeError(f"deploy/install.sh failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        if proc.returncode == 0:
+            imported.write_text(images)
         return proc
+
+    def _has_images(self) -> bool:
+        names = self.ctr("images", "ls", "-q", check=False, timeout=60).stdout.split()
+        return all(f"docker.io/{image}" in names for image in image_names())
+
+
+def image_names() -> tuple[str, str]:
+    """The operator's and the trainer's image, from their one home in the scripts (deploy/lib.sh)."""
+    text = (cp.REPO / "deploy" / "lib.sh").read_text()
+    found = dict(re.findall(r'\b(OPERATOR_IMAGE|TRAINER_IMAGE)="([^"]+)"', text))
+    return found["OPERATOR_IMAGE"], found["TRAINER_IMAGE"]
+
+
+def built_image_ids() -> str:
+    """Both images' IDs as Docker has them now (empty when either is not built)."""
+    proc = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", *image_names()],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    return proc.stdout if proc.returncode == 0 else ""
 
 
 def training_operator_overlay(cache: Path) -> Path:
