@@ -7,15 +7,21 @@ stale (exit 1). tests/unit/test_docs_generated.py runs the check in `make test-u
 - `rbac` (docs/architecture.md): the operator's permissions, from deploy/clusterrole.yaml and
   deploy/namespaced/{role,discovery}.yaml, with the manifests' own comments as the reasons.
 - `columns` (docs/api.md): the `kubectl get` columns, from crds/disttrainingrun.yaml.
+- `ci-costs` (docs/cluster.md): what each step of `make test` cost in the recorded cold and warm runs
+  (docs/ci-costs.json, from the timings the tiers record) and each tier's budget (tests/tiers.py).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import yaml
 
@@ -124,9 +130,75 @@ def render_columns(repo: Path = REPO) -> str:
     return "\n".join(lines)
 
 
+def _tiers(repo: Path) -> ModuleType:
+    """tests/tiers.py, the home of the CI steps and their budgets."""
+    spec = importlib.util.spec_from_file_location("dtr_tiers", repo / "tests" / "tiers.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def _minutes(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{int(seconds // 60)} min {round(seconds % 60):02d} s"
+
+
+def _run_line(kind: str, run: dict[str, Any] | None) -> str:
+    if not run:
+        return f"- **{kind}**: not measured yet (`python tests/tiers.py record {kind}` after such a run)"
+    failed = [s["name"] for s in run["steps"] if s["rc"]]
+    verdict = f"failed at {', '.join(failed)}" if failed else "all green"
+    return (f"- **{kind}**: {run['date']}, `{run['commit']}`, {run['cores']} cores: **{_minutes(run['seconds'])}** "
+            f"({run['seconds']:.0f} s), {verdict}")
+
+
+LONG_TIER = 180  # seconds of warm budget from which a tier's modules get a table of their own
+
+
+def render_ci_costs(repo: Path = REPO) -> str:
+    """Every step of `make test` cold and warm (docs/ci-costs.json, written by `tests/tiers.py record`), each
+    tier's warm budget (tests/tiers.py), then the modules and shared starts of the long tiers."""
+    tiers = _tiers(repo)
+    costs = json.loads((repo / tiers.COSTS.relative_to(tiers.REPO)).read_text())
+    cold, warm = costs.get("cold"), costs.get("warm")
+    lines = [_run_line("cold", cold), _run_line("warm", warm), "",
+             f"| step | lane | what | cold | warm | warm budget (fails at x{tiers.BUDGET_SLACK}) | tests |",
+             "|---|---|---|---:|---:|---:|---:|"]
+
+    def seconds(run: dict[str, Any] | None, name: str) -> float | None:
+        return next((s["seconds"] for s in (run or {}).get("steps", []) if s["name"] == name), None)
+
+    def tests(run: dict[str, Any] | None, name: str) -> str:
+        count = sum(((run or {}).get("tiers", {}).get(name) or {}).get("outcomes", {}).values())
+        return str(count) if count else ""
+
+    for step in tiers.STEPS:
+        after = f" (after *{'*, *'.join(step.after)}*)" if step.after else ""
+        lines.append(f"| {step.name} | {'side' if step.side else 'main'} | {step.what}{after} | "
+                     f"{_minutes(seconds(cold, step.name))} | "
+                     f"{_minutes(seconds(warm, step.name))} | {_minutes(step.budget)} | "
+                     f"{tests(warm, step.name) or tests(cold, step.name)} |")
+    for name in (s.name for s in tiers.STEPS if (s.budget or 0) >= LONG_TIER):
+        lines += ["", f"Tier *{name}*, by module and shared start (set-up of session and module fixtures):", "",
+                  "| module or shared start | tests | cold | warm |", "|---|---:|---:|---:|"]
+        docs = [((run or {}).get("tiers") or {}).get(name) or {} for run in (cold, warm)]
+        for key in ("fixtures", "modules"):
+            for item in sorted({k for doc in docs for k in doc.get(key, {})}):
+                values = [doc.get(key, {}).get(item) for doc in docs]
+                times = [v["seconds"] if isinstance(v, dict) else v for v in values]
+                count = next((v["tests"] for v in values if isinstance(v, dict)), "")
+                shown = f"`{item}`" if key == "modules" else f"start: `{item}`"
+                lines.append(f"| {shown} | {count} | {_minutes(times[0])} | {_minutes(times[1])} |")
+    return "\n".join(lines)
+
+
 SECTIONS: dict[str, tuple[str, Callable[[Path], str]]] = {
     "rbac": ("docs/architecture.md", render_rbac),
     "columns": ("docs/api.md", render_columns),
+    "ci-costs": ("docs/cluster.md", render_ci_costs),
 }
 
 

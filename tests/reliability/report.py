@@ -215,6 +215,20 @@ def generated_section(records: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def merge_sessions(sessions: list[dict[str, Any]] | dict[str, Any]) -> dict[str, Any] | None:
+    """The pytest sessions since the results were reset, as one (make test runs the suite in two parts)."""
+    sessions = sessions if isinstance(sessions, list) else [sessions]
+    if not sessions:
+        return None
+    return {
+        "started": min((s.get("started") or 0 for s in sessions), default=0) or None,
+        "collected": sum(s.get("collected", 0) for s in sessions),
+        "failed": sum(s.get("failed", 0) for s in sessions),
+        "exitstatus": max(s.get("exitstatus", 0) for s in sessions),
+        "seconds": round(sum(s.get("seconds", 0) for s in sessions), 1),
+    }
+
+
 def render(records: list[dict[str, Any]], session: dict[str, Any] | None, meta: dict[str, str]) -> str:
     lines: list[str] = []
     add = lines.append
@@ -318,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report.py: no results in {args.results}; run `make test-reliability` first", file=sys.stderr)
         return 1
     session_file = Path(args.results).with_suffix(".session.json")
-    session = json.loads(session_file.read_text()) if session_file.exists() else None
+    session = merge_sessions(json.loads(session_file.read_text())) if session_file.exists() else None
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             check=False).stdout.strip() or "?"  # fmt: skip
     text = render(records, session, {**versions(), "commit": commit})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from report import DRIVEN, DRY_RUN, figures, render
+from report import DRIVEN, DRY_RUN, figures, merge_sessions, render
 
 
 def rec(area: str, case: str, tried: int, correct: int, **kw: object) -> dict[str, object]:
@@ -51,6 +51,14 @@ def test_a_red_session_and_missing_scenarios_are_shown() -> None:
     assert "FAILED (2 failed)" in text
     assert "Not recorded" in text and "kube-apiserver SIGKILLed" in text
     assert "| edit/b | `spec` | 0/1 |" in text
+
+
+def test_the_sessions_of_a_split_run_count_as_one() -> None:
+    parts = [{"started": 20, "collected": 127, "failed": 0, "exitstatus": 0, "seconds": 200.0},
+             {"started": 10, "collected": 6, "failed": 1, "exitstatus": 1, "seconds": 170.0}]  # fmt: skip
+    assert merge_sessions(parts) == {"started": 10, "collected": 133, "failed": 1, "exitstatus": 1, "seconds": 370.0}
+    assert merge_sessions(parts[0])["collected"] == 127  # a file from before the split: one session
+    assert merge_sessions([]) is None
 
 
 def test_generated_specs_say_how_to_draw_them_again_and_how_many_of_each() -> None:

@@ -1,0 +1,84 @@
+"""Where a tier's time goes, recorded by the tier itself (docs/cluster.md#what-ci-costs).
+
+Loaded by tests/tiers.py through PYTEST_ADDOPTS (`-p tier_timings`); inert unless DTR_TIMINGS names a
+directory. At the end of the session it writes DTR_TIMINGS/<DTR_TIER>.json:
+
+- `seconds`: the whole pytest session, collection included;
+- `modules`: each test module's seconds (setup, call and teardown of its tests), without
+- `fixtures`: the set-up of session-, package- and module-scoped fixtures that took a second or more
+  (a control plane, a node, an operator), under their own names, so a shared start is counted once
+  and not in whichever module happened to come first.
+
+Python 3.9 compatible: the trainer tier loads it too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SHARED_SCOPES = ("session", "package", "module")
+WORTH_A_ROW = 1.0  # seconds: shorter fixture set-ups stay in their module's figure
+
+
+class TierTimings:
+    def __init__(self, out: Path, tier: str) -> None:
+        self.out = out
+        self.tier = tier
+        self.started = time.monotonic()
+        self.modules: dict[str, float] = defaultdict(float)
+        self.tests: dict[str, int] = defaultdict(int)
+        self.outcomes: dict[str, int] = defaultdict(int)
+        self.fixtures: dict[str, float] = defaultdict(float)
+        self._in_module: dict[str, float] = defaultdict(float)  # fixture set-up seconds inside a module's reports
+        self._module = ""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Any:
+        t0 = time.monotonic()
+        yield
+        took = time.monotonic() - t0
+        if fixturedef.scope in SHARED_SCOPES and took >= WORTH_A_ROW:
+            self.fixtures[f"{fixturedef.argname} ({fixturedef.scope})"] += took
+            self._in_module[self._module] += took
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self._module = module_of(nodeid)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        module = module_of(report.nodeid)
+        self.modules[module] += report.duration
+        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+            self.tests[module] += 1
+            self.outcomes[report.outcome] += 1
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        modules = {m: round(max(0.0, s - self._in_module.get(m, 0.0)), 1) for m, s in self.modules.items()}
+        doc = {
+            "tier": self.tier,
+            "seconds": round(time.monotonic() - self.started, 1),
+            "exitstatus": int(exitstatus),
+            "outcomes": dict(self.outcomes),
+            "modules": {m: {"seconds": modules[m], "tests": self.tests.get(m, 0)} for m in sorted(modules)},
+            "fixtures": {f: round(s, 1) for f, s in sorted(self.fixtures.items())},
+        }
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / f"{self.tier}.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def module_of(nodeid: str) -> str:
+    """The test file of a node id, without the directory pytest's rootdir happened to strip or keep."""
+    return Path(nodeid.split("::", 1)[0]).name
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    out = os.environ.get("DTR_TIMINGS")
+    if out:
+        tier = os.environ.get("DTR_TIER") or "pytest"
+        config.pluginmanager.register(TierTimings(Path(out), tier), "tier-timings-recorder")

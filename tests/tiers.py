@@ -1,0 +1,367 @@
+"""`make test`: every tier CI runs, each cost paid once, two at a time, each tier against its budget.
+
+    python tests/tiers.py run [--only STEP ...] [--skip STEP ...]   (make test; .ci/run)
+    python tests/tiers.py record cold|warm                           (after a measured run: docs/ci-costs.json)
+
+A step is a make target, a pytest selection or the shared node's start; a tier is a step that runs
+tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
+
+- the builds run as their own steps, so a tier's time is its tests' time;
+- two lanes run side by side on 2 cores, each its steps in order, a step waiting for the steps it
+  needs: the main lane computes (the Go builds, TensorFlow on the host and as pods), the side lane
+  mostly waits (downloads and disk for the images, an API server and kopf for the control-plane tiers);
+- one real node (control plane, containerd, kubelet, both images imported, the operator installed)
+  serves every tier that needs one: DTR_NODE_DIR reaches their fixtures (tests/node/node_support.py).
+
+Each step's output goes to DTR_TIMINGS/<step>.log: the main lane's is also streamed, the side lane's
+tail is printed when the step ends (all of it, up to 30,000 characters, when it fails). Every step's
+seconds and the machine's CPU use go to DTR_TIMINGS/run.json, every tier's modules and shared fixtures
+to DTR_TIMINGS/<tier>.json (tests/plugins/tier_timings.py). At the end a table says where the time
+went. A warm run (no build step wrote into the cache) fails when a tier took more than BUDGET_SLACK
+times its budget: a slow creep shows in the change that causes it. The first failure stops the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+TIMINGS = Path(os.environ.get("DTR_TIMINGS") or REPO / ".dtr" / "timings")
+CACHE = Path(os.environ.get("DTR_CACHE") or Path.home() / ".cache" / "dtr")
+NODE_DIR = REPO / ".dtr" / "ci-node"
+OP_PYTHON = str(REPO / ".venv" / "op" / "bin" / "python")
+COSTS = REPO / "docs" / "ci-costs.json"
+BUDGET_SLACK = 1.5  # a warm tier may take half as long again as its budget before the run fails
+SIDE_TAIL = 15  # lines of a side-lane step's log printed when it passes
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    argv: tuple[str, ...]
+    what: str
+    budget: float | None = None  # warm seconds, for tiers
+    tier: bool = False  # runs tests: DTR_TIER names its timings file
+    node: bool = False  # uses the shared node (DTR_NODE_DIR)
+    side: bool = False  # the side lane
+    after: tuple[str, ...] = ()  # steps (of either lane) that must have passed first
+
+
+def make(target: str) -> tuple[str, ...]:
+    return ("make", "--no-print-directory", target)
+
+
+def pytest(*args: str) -> tuple[str, ...]:
+    return (OP_PYTHON, "-m", "pytest", "-q", *args)
+
+
+NODE_FAULTS = "tests/reliability/test_node_faults.py"
+NODE_DOWN = (OP_PYTHON, "tests/cluster/node.py", "down", "--dir", str(NODE_DIR))
+
+STEPS: tuple[Step, ...] = (
+    # main lane
+    Step("setup", make("setup"), "both Python environments (pinned)"),
+    Step("lint", make("lint"), "ruff, shellcheck, hadolint"),
+    Step("unit", make("test-unit"), "pure functions", budget=60, tier=True),
+    Step("control-plane build", make("cluster-build"), "etcd, Kubernetes, training-operator from source"),
+    Step("trainer", make("test-trainer"), "real MWMS processes, the contract, the pinned list", budget=200, tier=True),
+    Step("e2e", make("test-e2e"), "dtr run end to end", budget=75, tier=True),
+    Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=60, tier=True,
+         after=("images",)),
+    Step("node start", (OP_PYTHON, "tests/cluster/node.py", "up", "--install", "--dir", str(NODE_DIR)),
+         "the shared node: control plane, node, images imported, operator installed", after=("node build",)),
+    Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=480, tier=True, node=True),
+    Step("node faults", pytest(NODE_FAULTS), "kubelet, containerd, a reboot, OOM, volumes, on the shared node",
+         budget=180, tier=True, node=True, after=("reliability",)),
+    Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from both parts"),
+    # side lane
+    Step("images", make("images"), "Docker engine, base images, both images", side=True),
+    Step("node build", make("node-build"), "containerd, runc, CoreDNS, local-path, node images", side=True,
+         after=("control-plane build",)),
+    Step("integration", make("test-integration"), "the operator on a real control plane", budget=240, tier=True,
+         side=True, after=("setup", "control-plane build")),
+    Step("reliability", pytest("tests/reliability", f"--ignore={NODE_FAULTS}"),
+         "invalid runs, generated specs, control-plane faults, Pod Security", budget=240, tier=True, side=True),
+)
+
+
+@dataclass
+class Result:
+    step: Step
+    seconds: float
+    rc: int | None  # None: not run (a step it needs failed, or the run stopped)
+    busy: float | None = None  # the machine's CPUs busy over the step, 0..1 (every process, both lanes)
+
+    def row(self) -> dict[str, Any]:
+        row = {"name": self.step.name, "seconds": round(self.seconds, 1), "rc": self.rc}
+        return row if self.busy is None else {**row, "cpu busy": round(self.busy, 2)}
+
+
+@dataclass
+class Run:
+    chosen: list[Step]
+    started: float = field(default_factory=time.time)
+    results: dict[str, Result] = field(default_factory=dict)
+    done: dict[str, threading.Event] = field(default_factory=dict)
+    running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.done = {s.name: threading.Event() for s in self.chosen}
+
+    def passed(self, name: str) -> bool:
+        result = self.results.get(name)
+        return result is not None and result.rc == 0
+
+    def ready(self, step: Step) -> bool:
+        """Wait for what the step needs (steps left out by --only/--skip count as done); False: do not run it."""
+        for name in step.after:
+            if name in self.done:
+                self.done[name].wait()
+                if not self.passed(name):
+                    return False
+        return not self.stop.is_set()
+
+    def first_failure(self) -> Result | None:
+        failed = [r for r in self.results.values() if r.rc not in (0, None)]
+        return min(failed, key=lambda r: self.chosen.index(r.step)) if failed else None
+
+
+def step_env(step: Step, shared_node: bool) -> dict[str, str]:
+    env = dict(os.environ, DTR_TIMINGS=str(TIMINGS), DTR_TIER=step.name)
+    plugins = str(REPO / "tests" / "plugins")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (plugins, os.environ.get("PYTHONPATH", "")) if p)
+    env["PYTEST_ADDOPTS"] = " ".join(p for p in ("-p tier_timings", os.environ.get("PYTEST_ADDOPTS", "")) if p)
+    if step.node and shared_node:  # else the tier's fixtures start a node of their own
+        env["DTR_NODE_DIR"] = str(NODE_DIR)
+    return env
+
+
+def say(text: str) -> None:
+    print(f"\n{'=' * 8} {text} {'=' * max(8, 90 - len(text))}", flush=True)
+
+
+def run_step(run: Run, step: Step) -> Result:
+    log = TIMINGS / f"{step.name}.log"
+    say(f"{step.name}: {step.what}{' (side lane)' if step.side else ''}")
+    t0, cpu0 = time.monotonic(), cpu_times()
+    env = step_env(step, shared_node=run.passed("node start"))
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(step.argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+        with run.lock:
+            run.running[step.name] = proc
+        assert proc.stdout is not None
+        for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            out.write(chunk)
+            if not step.side:
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+        rc = proc.wait()
+    with run.lock:
+        run.running.pop(step.name, None)
+    took = time.monotonic() - t0
+    if step.side:
+        lines = log.read_text(errors="replace").splitlines()
+        print("\n".join(lines[-SIDE_TAIL:]) if rc == 0 else "\n".join(lines)[-30000:], flush=True)
+    say(f"{step.name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {took:.0f} s")
+    return Result(step, took, rc, busy=busy_between(cpu0, cpu_times()))
+
+
+def lane(run: Run, steps: list[Step]) -> None:
+    for step in steps:
+        try:
+            if run.ready(step):
+                result = run_step(run, step)
+                if result.rc:
+                    stop_everything(run)
+            else:
+                result = Result(step, 0.0, None)
+            run.results[step.name] = result
+        finally:
+            run.done[step.name].set()
+
+
+def stop_everything(run: Run) -> None:
+    """The first failure ends the run: no new step starts, and the other lane's step is stopped."""
+    run.stop.set()
+    with run.lock:
+        for proc in run.running.values():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat; (0, 0) where there is none."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_between(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else None
+
+
+def build_state() -> dict[str, float]:
+    """What the builds left in the cache: a file's mtime per path (a warm run changes none)."""
+    found = {}
+    for sub in ("bin", "images"):
+        for path in (CACHE / sub).glob("*"):
+            found[str(path)] = path.stat().st_mtime
+    return found
+
+
+def tier_doc(step: Step) -> dict[str, Any]:
+    path = TIMINGS / f"{step.name}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def summary(run: Run, warm: bool) -> dict[str, Any]:
+    ran = [run.results[s.name] for s in run.chosen if s.name in run.results]
+    return {
+        "date": dt.datetime.fromtimestamp(run.started, dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "warm": warm,
+        "cores": os.cpu_count(),
+        "seconds": round(time.time() - run.started, 1),
+        "steps": [r.row() for r in ran],
+        "tiers": {r.step.name: tier_doc(r.step) for r in ran if r.step.tier and r.rc is not None},
+    }
+
+
+def git(*args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
+    return proc.stdout.strip()
+
+
+def over_budget(doc: dict[str, Any]) -> list[str]:
+    """The tiers of a warm run that took more than BUDGET_SLACK times their budget, as sentences."""
+    budgets = {s.name: s.budget for s in STEPS if s.budget}
+    late = []
+    for row in doc["steps"]:
+        budget = budgets.get(row["name"])
+        if budget and row["seconds"] > BUDGET_SLACK * budget:
+            late.append(f"tier '{row['name']}' took {row['seconds']:.0f} s, over {BUDGET_SLACK} x its warm budget "
+                        f"of {budget:.0f} s (tests/tiers.py STEPS); see .dtr/timings/{row['name']}.json for its modules")
+    return late
+
+
+def test_counts(doc: dict[str, Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for tier in doc["tiers"].values():
+        for outcome, n in tier.get("outcomes", {}).items():
+            counts[outcome] = counts.get(outcome, 0) + n
+    return counts
+
+
+def print_table(doc: dict[str, Any]) -> None:
+    budgets = {s.name: s.budget for s in STEPS}
+    lanes = {s.name: "side" if s.side else "main" for s in STEPS}
+    say(f"where the time went ({'warm' if doc['warm'] else 'cold: builds ran, budgets not enforced'})")
+    print(f"{'step':22} {'lane':5} {'seconds':>8} {'budget':>7} {'tests':>6} {'cpu busy':>8}  result")
+    for row in doc["steps"]:
+        tests = sum((doc["tiers"].get(row["name"]) or {}).get("outcomes", {}).values())
+        budget = budgets.get(row["name"])
+        busy = f"{row['cpu busy']:.0%}" if "cpu busy" in row else ""
+        result = {0: "ok", None: "not run"}.get(row["rc"], f"exit {row['rc']}")
+        print(f"{row['name']:22} {lanes.get(row['name'], ''):5} {row['seconds']:8.0f} {budget or '':>7} "
+              f"{tests or '':>6} {busy:>8}  {result}")  # fmt: skip
+    print(f"{'total':22} {'':5} {doc['seconds']:8.0f}")
+    counts = test_counts(doc)
+    # The plain closing line CI reads: every tier's tests in one count.
+    print(f"\ntests: {counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
+          f"{counts.get('skipped', 0)} skipped")
+
+
+def run_all(only: set[str], skip: set[str]) -> int:
+    TIMINGS.mkdir(parents=True, exist_ok=True)
+    for old in (*TIMINGS.glob("*.json"), *TIMINGS.glob("*.log")):
+        old.unlink()
+    for old in (REPO / ".dtr" / "reliability").glob("results*.json"):
+        old.unlink()  # this run's two reliability parts merge into a fresh ledger
+    chosen = [s for s in STEPS if (not only or s.name in only) and s.name not in skip]
+    run = Run(chosen)
+    before = build_state()
+    docker_was_installed = shutil.which("dockerd") is not None
+    threads = [threading.Thread(target=lane, args=(run, [s for s in chosen if s.side == side]), daemon=True)
+               for side in (False, True)]  # fmt: skip
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=1)
+    except KeyboardInterrupt:
+        stop_everything(run)
+        raise
+    finally:
+        if (NODE_DIR / "node").is_dir():
+            say("node stop")
+            subprocess.run(NODE_DOWN, cwd=REPO, check=False)
+    warm = docker_was_installed and build_state() == before
+    doc = summary(run, warm)
+    (TIMINGS / "run.json").write_text(json.dumps(doc, indent=1) + "\n")
+    print_table(doc)
+    if (failed := run.first_failure()) is not None:
+        print(f"\nFAILED: step '{failed.step.name}' exited {failed.rc} (its output: {TIMINGS / failed.step.name}.log)",
+              file=sys.stderr)
+        return failed.rc or 1
+    late = over_budget(doc) if warm else []
+    for sentence in late:
+        print(f"\nOVER BUDGET: {sentence}", file=sys.stderr)
+    return 1 if late else 0
+
+
+def record(kind: str) -> int:
+    """Keep the last run's figures as the committed cold or warm measurement (then `make docs`)."""
+    doc = json.loads((TIMINGS / "run.json").read_text())
+    if doc["warm"] != (kind == "warm"):
+        print(f"the last run was {'warm' if doc['warm'] else 'cold'}, not {kind}", file=sys.stderr)
+        return 2
+    costs = json.loads(COSTS.read_text()) if COSTS.exists() else {}
+    costs[kind] = doc
+    COSTS.write_text(json.dumps(costs, indent=1) + "\n")
+    print(f"{COSTS}: {kind} = the run of {doc['date']} at {doc['commit']}; now run `make docs`")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tests/tiers.py", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the steps (make test)")
+    names = [s.name for s in STEPS]
+    run.add_argument("--only", nargs="+", default=[], choices=names, metavar="STEP", help=f"of: {', '.join(names)}")
+    run.add_argument("--skip", nargs="+", default=[], choices=names, metavar="STEP")
+    rec = sub.add_parser("record", help="copy .dtr/timings/run.json into docs/ci-costs.json")
+    rec.add_argument("kind", choices=("cold", "warm"))
+    args = parser.parse_args(argv)
+    if args.command == "record":
+        return record(args.kind)
+    return run_all(set(args.only), set(args.skip))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

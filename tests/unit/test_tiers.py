@@ -1,0 +1,96 @@
+"""tests/tiers.py (`make test`) and tests/plugins/tier_timings.py: the steps, the budget check, the record."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from dtr_fixtures import REPO
+
+
+def _load_tiers() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("dtr_tiers", REPO / "tests" / "tiers.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+tiers = _load_tiers()
+
+
+def run_doc(**seconds: float) -> dict:
+    return {"warm": True, "seconds": sum(seconds.values()), "tiers": {},
+            "steps": [{"name": name.replace("_", " "), "seconds": s, "rc": 0} for name, s in seconds.items()]}
+
+
+def test_every_step_is_a_make_target_or_a_command_of_ours_and_every_tier_has_a_budget() -> None:
+    targets = set(re.findall(r"^([a-zA-Z0-9_-]+):", (REPO / "Makefile").read_text(), re.MULTILINE))
+    names = [s.name for s in tiers.STEPS]
+    assert len(names) == len(set(names))
+    for step in tiers.STEPS:
+        if step.argv[0] == "make":
+            assert step.argv[-1] in targets, step
+        else:
+            assert step.argv[0] == tiers.OP_PYTHON and (REPO / step.argv[1]).exists() or step.argv[1] == "-m", step
+        assert step.tier == (step.budget is not None), f"{step.name}: a tier has a budget, a build has none"
+        for name in step.after:
+            assert name in names, f"{step.name} waits for {name}, which is no step"
+            other = next(s for s in tiers.STEPS if s.name == name)
+            assert other.side != step.side or names.index(name) < names.index(step.name), (step, "waits for a later step")
+
+
+def test_the_node_tiers_come_after_the_node_start_in_the_main_lane_or_wait_for_what_follows_it() -> None:
+    names = [s.name for s in tiers.STEPS]
+    node_start = names.index("node start")
+    for step in (s for s in tiers.STEPS if s.node):
+        assert not step.side and names.index(step.name) > node_start, step
+
+
+def test_a_warm_tier_over_one_and_a_half_times_its_budget_fails_the_run_naming_it() -> None:
+    budget = {s.name: s.budget for s in tiers.STEPS}["unit"]
+    assert tiers.over_budget(run_doc(unit=budget * 1.5, lint=10_000)) == []  # at the limit; a build has no budget
+    (late,) = tiers.over_budget(run_doc(unit=budget * 1.5 + 1))
+    assert "tier 'unit' took" in late and f"budget of {budget:.0f} s" in late
+
+
+def test_record_refuses_a_run_of_the_other_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    monkeypatch.setattr(tiers, "TIMINGS", tmp_path)
+    monkeypatch.setattr(tiers, "COSTS", tmp_path / "costs.json")
+    (tmp_path / "run.json").write_text(json.dumps({**run_doc(unit=3), "date": "d", "commit": "c"}))
+    assert tiers.record("cold") == 2 and "was warm, not cold" in capsys.readouterr().err
+    assert tiers.record("warm") == 0
+    assert json.loads((tmp_path / "costs.json").read_text())["warm"]["commit"] == "c"
+
+
+def test_the_timings_plugin_counts_a_shared_start_once_and_outside_its_module(tmp_path: Path) -> None:
+    (tmp_path / "test_a.py").write_text(
+        "import time, pytest\n"
+        "@pytest.fixture(scope='module')\n"
+        "def slow():\n    time.sleep(1.2)\n"
+        "def test_one(slow): pass\n"
+        "def test_two(slow): time.sleep(0.3)\n"
+        "def test_three(): assert False\n"
+    )
+    out = tmp_path / "timings"
+    env = {**os.environ, "DTR_TIMINGS": str(out), "DTR_TIER": "demo",
+           "PYTHONPATH": str(REPO / "tests" / "plugins")}  # fmt: skip
+    env.pop("PYTEST_ADDOPTS", None)
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "tier_timings", "-p", "no:cacheprovider", str(tmp_path / "test_a.py")]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stdout
+    doc = json.loads((out / "demo.json").read_text())
+    assert doc["tier"] == "demo" and doc["exitstatus"] == 1
+    assert doc["outcomes"] == {"passed": 2, "failed": 1}
+    assert list(doc["fixtures"]) == ["slow (module)"] and doc["fixtures"]["slow (module)"] >= 1.2
+    module = doc["modules"]["test_a.py"]
+    assert module["tests"] == 3 and 0.3 <= module["seconds"] < 1.2, module
