@@ -24,6 +24,7 @@ times its budget: a slow creep shows in the change that causes it. The first fai
 from __future__ import annotations
 
 import argparse
+import codecs
 import datetime as dt
 import json
 import os
@@ -165,11 +166,11 @@ def run_step(run: Run, step: Step) -> Result:
         with run.lock:
             run.running[step.name] = proc
         assert proc.stdout is not None
+        text = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two chunks
         for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
             out.write(chunk)
             if not step.side:
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
+                print(text.decode(chunk), end="", flush=True)
         rc = proc.wait()
     with run.lock:
         run.running.pop(step.name, None)

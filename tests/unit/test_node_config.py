@@ -80,6 +80,7 @@ def test_kubelet_keeps_imported_images_and_runs_on_cgroup_v1():
 
 def test_the_machines_node_is_found_only_while_its_processes_run(tmp_path, monkeypatch):
     import subprocess
+    import time
 
     owner, root = tmp_path / "owner", tmp_path / "node"
     monkeypatch.setattr(node, "OWNER", owner)
@@ -89,6 +90,10 @@ def test_the_machines_node_is_found_only_while_its_processes_run(tmp_path, monke
     sleeper = subprocess.Popen(["/bin/sleep", "30"])
     try:
         (root / "pids" / "containerd").write_text(f"{sleeper.pid} /bin/sleep\n")
+        # Popen can return before /proc shows the new command line (seen once, in a make test run).
+        deadline = time.monotonic() + 5
+        while not node.cp.pid_runs(sleeper.pid, "/bin/sleep") and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert node.running_node_dir() == root
     finally:
         sleeper.kill()
