@@ -160,7 +160,9 @@ main() {
   done
   [[ -z "${EXAMPLE}" || -f "${EXAMPLE}" ]] || die "example ${EXAMPLE} not found (DTR_EXAMPLE)"
   build_images
+  local started=${SECONDS}
   import_images
+  info "images imported in $((SECONDS - started)) s"
   install_training_operator
   install_dtr_operator
   [[ -n "${EXAMPLE}" ]] || return 0

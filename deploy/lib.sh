@@ -47,7 +47,9 @@ need_packages() {
     touch "${stamp}"
   fi
   step "apt-get install ${missing[*]}"
+  local started=${SECONDS}
   # The lock timeout: make test builds the images while the node build may install its packages.
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}"
+  info "${missing[*]} installed in $((SECONDS - started)) s"
 }
 

@@ -669,7 +669,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             say(f"node up in {state.ready_seconds}s; logs in {node.layout.root / 'logs'}")
             if args.install:
                 t1 = time.monotonic()
-                node.install()
+                installed = node.install()
+                print(installed.stdout, file=sys.stderr)  # what install.sh did, with its own times
                 say(f"training-operator and the operator installed in {time.monotonic() - t1:.0f}s")
             print(f"export KUBECONFIG={plane.kubeconfig}")
             return 0

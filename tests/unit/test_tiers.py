@@ -100,3 +100,18 @@ def test_the_timings_plugin_counts_a_shared_start_once_and_outside_its_module(tm
     assert list(doc["fixtures"]) == ["slow (module)"] and doc["fixtures"]["slow (module)"] >= 1.2
     module = doc["modules"]["test_a.py"]
     assert module["tests"] == 3 and 0.3 <= module["seconds"] < 1.2, module
+
+
+def test_a_steps_parts_are_read_from_what_its_scripts_say_of_themselves() -> None:
+    log = """[build 05:20:56] etcd v3.6.8 built in 53 s
+[build 05:21:07] kubernetes v1.36.3 modules resolved in 11 s
+[build 05:27:24] kubernetes v1.36.3 built in 388 s
+    python:3.9-slim stand-in built in 130s, 113 MB
+distml/trainer:0.1.0      1955 MB  built in 153s
+trainer image built in 153s
+    docker.io installed in 41 s
+[node  11.4s] node up in 5.97s; logs in /x
+    images imported in 80 s
+"""
+    assert tiers.parts(log) == {"etcd v3.6.8": 53, "kubernetes v1.36.3 modules": 11, "python:3.9-slim stand-in": 130,
+                                "trainer image": 153, "docker.io": 41, "node": 5.97, "images": 80}  # fmt: skip
