@@ -94,8 +94,8 @@ test-node: setup images node-build ## both images as pods on a real node: kubect
 
 test-fast: lint test-unit ## lint and unit tests only
 
-# Every tier in one run (tests/tiers.py): each build and the real node's start paid once, the images built in
-# the background, where the time went printed at the end, a warm tier over its budget fails the run.
+# Every tier in one run (tests/tiers.py): each build and the real node's start paid once, two lanes side by
+# side, where the time went printed at the end, a warm tier over 1.5x its budget fails the run.
 test: setup-op ## everything CI runs (.ci/run): every tier below, each cost paid once; ARGS="--only STEP ..." or "--skip STEP ..."
 	$(OP)/python tests/tiers.py run $(ARGS)
 
