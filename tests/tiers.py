@@ -78,7 +78,7 @@ STEPS: tuple[Step, ...] = (
     Step("lint", make("lint"), "ruff, shellcheck, hadolint"),
     Step("unit", make("test-unit"), "pure functions", budget=60, tier=True),
     Step("control-plane build", make("cluster-build"), "etcd, Kubernetes, training-operator from source"),
-    Step("trainer", make("test-trainer"), "real MWMS processes, the contract, the pinned list", budget=240, tier=True),
+    Step("trainer", make("test-trainer"), "real MWMS processes, the contract, the pinned list", budget=270, tier=True),
     Step("e2e", make("test-e2e"), "dtr run end to end", budget=75, tier=True),
     Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=60, tier=True,
          after=("images",)),
