@@ -238,7 +238,7 @@ def build_state() -> dict[str, float]:
 # What the build scripts and node.py say of their own parts ("etcd v3.6.8 built in 53 s", "python:3.9-slim
 # stand-in built in 130s, 113 MB", "node up in 5.97s", "images imported in 80 s"); a step's parts come from
 # its log, and may overlap (an install includes its import).
-PART = re.compile(r"^(?:\[[^\]]*\] |\s+)?(?P<what>\S.*?) (?:built|resolved|imported|installed|up) in "
+PART = re.compile(r"^(?:\[[^\]]*\] |[ \t]+)?(?P<what>\S.*?) (?:built|resolved|imported|installed|up) in "
                   r"(?P<seconds>\d+(?:\.\d+)?) ?s\b", re.MULTILINE)  # fmt: skip
 
 

@@ -115,3 +115,8 @@ trainer image built in 153s
 """
     assert tiers.parts(log) == {"etcd v3.6.8": 53, "kubernetes v1.36.3 modules": 11, "python:3.9-slim stand-in": 130,
                                 "trainer image": 153, "docker.io": 41, "node": 5.97, "images": 80}  # fmt: skip
+
+
+def test_a_part_after_a_blank_line_is_named_without_its_prefix() -> None:
+    assert tiers.parts("x\n\n[node 148.4s] training-operator and the operator installed in 136s\n") == {
+        "training-operator and the operator": 136}
