@@ -366,7 +366,11 @@ def run_all(only: set[str], skip: set[str]) -> int:
 
 def record(kind: str) -> int:
     """Keep the last run's figures as the committed cold or warm measurement (then `make docs`)."""
-    doc = json.loads((TIMINGS / "run.json").read_text())
+    try:
+        doc = json.loads((TIMINGS / "run.json").read_text())
+    except (OSError, ValueError) as err:
+        print(f"no run to record in {TIMINGS} ({err.__class__.__name__}): run `make test` first", file=sys.stderr)
+        return 2
     if doc["warm"] != (kind == "warm"):
         print(f"the last run was {'warm' if doc['warm'] else 'cold'}, not {kind}", file=sys.stderr)
         return 2

@@ -72,6 +72,7 @@ def test_record_refuses_a_run_of_the_other_kind(tmp_path: Path, monkeypatch: pyt
                                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     monkeypatch.setattr(tiers, "TIMINGS", tmp_path)
     monkeypatch.setattr(tiers, "COSTS", tmp_path / "costs.json")
+    assert tiers.record("cold") == 2 and "run `make test` first" in capsys.readouterr().err
     (tmp_path / "run.json").write_text(json.dumps({**run_doc(unit=3), "date": "d", "commit": "c"}))
     assert tiers.record("cold") == 2 and "was warm, not cold" in capsys.readouterr().err
     assert tiers.record("warm") == 0
