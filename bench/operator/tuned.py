@@ -38,11 +38,12 @@ def parse_overrides(text: str) -> list[tuple[list[str], float | int]]:
 @kopf.on.startup()
 def override(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: Any) -> None:
     if pool := os.environ.get("DTR_BENCH_POOL"):  # the API client's connection pool (kube.py sets 16)
-        configuration = memo.kube.api.configuration
+        kube = memo.reconciler.kube
+        configuration = kube.api.configuration
         configuration.connection_pool_maxsize = int(pool)
         api = ApiClient(configuration)
-        api.user_agent = memo.kube.api.user_agent
-        memo.kube = Kube(api)
+        api.user_agent = kube.api.user_agent
+        memo.reconciler.kube = Kube(api)
         logger.info("bench: API client connection pool %s", pool)
     for path, value in parse_overrides(os.environ.get("DTR_BENCH_KOPF", "")):
         target = settings
@@ -57,12 +58,12 @@ def skip_first_tfjob_get() -> None:
     handler's first GET of the TFJob is answered "absent" without asking the API (its create's 409
     still reveals an existing TFJob, whose second GET goes to the API)."""
     fresh = threading.local()
-    reconcile_run, get_tfjob = reconcile.reconcile_run, Kube.get_tfjob
+    reconcile_run, get_tfjob = reconcile.Reconciler.reconcile_run, Kube.get_tfjob
 
-    def reconcile_run_marked(kube: Kube, body: Any, *args: Any, **kwargs: Any) -> Any:
+    def reconcile_run_marked(self: reconcile.Reconciler, body: Any, *args: Any, **kwargs: Any) -> Any:
         fresh.skip = not body.get("status")
         try:
-            return reconcile_run(kube, body, *args, **kwargs)
+            return reconcile_run(self, body, *args, **kwargs)
         finally:
             fresh.skip = False
 
@@ -72,7 +73,7 @@ def skip_first_tfjob_get() -> None:
             return None
         return get_tfjob(self, namespace, name)
 
-    reconcile.reconcile_run = reconcile_run_marked
+    reconcile.Reconciler.reconcile_run = reconcile_run_marked
     Kube.get_tfjob = get_tfjob_unless_fresh
 
 

@@ -5,7 +5,8 @@ Layout (functional core, imperative shell):
     builders.py  spec -> TFJob and PVC manifests (pure)
     status.py    TFJob (+ chief pod) -> run status (pure)
     kube.py      the only module that talks to the Kubernetes API
-    handlers.py  kopf handlers: thin glue between kube.py and the pure modules
+    reconcile.py the Reconciler: observe -> decide (pure) -> act, one object per operator process
+    handlers.py  kopf handlers: thin glue between kopf and the Reconciler
     settings.py  operator settings from flags and environment
     cli.py       the `dtr` command
 """

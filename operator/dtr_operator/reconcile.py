@@ -1,8 +1,14 @@
 """The operator's decisions in order: read, decide with the pure core, write. Knows nothing of kopf.
 
-Two entry points, both idempotent and safe to run concurrently for one run:
+One `Reconciler` per operator process holds the API client, the way events are posted, the settings
+and what the operator keeps in memory. Its entry points, all idempotent and safe to run concurrently
+for one run:
 - reconcile_run: a run was created or the operator restarted: make sure its PVC and TFJob exist.
 - tfjob_event: its TFJob changed (or vanished): mirror that into the run's status.
+- seen: a watch event of a run: the in-memory trackers below, for the metrics and the two checks.
+- check_waiting_pods: a run waiting for its worker pods: say why they cannot start.
+- poll_progress: a Running run: its chief's last finished epoch into status.progress.
+Each reads the run once into an `ObservedRun` (the body and its parsed spec).
 
 Every status write is a merge patch guarded by the run's resourceVersion, recomputed on conflict,
 and skipped once the run has finished, so two writers cannot regress a run and a Succeeded run
@@ -11,12 +17,14 @@ stays Succeeded.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
+from . import metrics
 from .builders import (
     CONTAINER_NAME,
     KEEP_PODS,
@@ -78,50 +86,39 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def backoff(retry: int) -> float:
-    """Seconds before the next attempt: 5, 10, 20, ... capped at 5 minutes."""
-    return min(5.0 * 2 ** min(retry, 10), MAX_BACKOFF)
+@dataclass(frozen=True)
+class Retries:
+    """How long the operator keeps at one thing before it hands the run back to kopf for a later attempt."""
+
+    write_attempts: int = WRITE_ATTEMPTS  # status writes that met a conflict, re-read and recomputed
+    observations: int = 3  # create raced with something else that often: retry later instead
+    max_backoff: float = MAX_BACKOFF
+
+    def backoff(self, retry: int) -> float:
+        """Seconds before the next attempt: 5, 10, 20, ... capped at max_backoff (5 minutes)."""
+        return min(5.0 * 2 ** min(retry, 10), self.max_backoff)
 
 
 def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return body.get("metadata") or {}
 
 
-def record(
-    kube: Kube, body: Mapping[str, Any], compute: Callable[[Mapping[str, Any]], dict[str, Any]], emit: Emit
-) -> dict[str, Any] | None:
-    """Write compute(previous status) to the run, unless nothing changed or the run has finished.
+@dataclass(frozen=True)
+class ObservedRun:
+    """A run as one entry point read it: its body (whose resourceVersion guards the status write) and its
+    spec, parsed once."""
 
-    Returns the patch written (None if none). An event goes out when the phase or reason changes.
-    """
-    meta = _meta(body)
-    namespace, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid")
-    for _ in range(WRITE_ATTEMPTS):
-        previous = body.get("status") or {}
-        proposed = compute(previous)
-        patch = next_status(previous, proposed)
-        if patch is None:
-            return None
-        try:
-            kube.patch_run_status(namespace, name, patch, _meta(body).get("resourceVersion"))
-        except NotFound:
-            return None  # deleted meanwhile (our copy of it was older than the deletion)
-        except Conflict:
-            fresh = kube.get_run(namespace, name)
-            if fresh is None or _meta(fresh).get("uid") != uid or _meta(fresh).get("deletionTimestamp"):
-                return None
-            body = fresh
-            continue
-        if (previous.get("phase"), previous.get("reason")) != (proposed.get("phase"), proposed.get("reason")):
-            warn = proposed["phase"] == FAILED or proposed.get("reason") in WARNING_REASONS
-            event_type = "Warning" if warn else "Normal"
-            emit(body, event_type, proposed.get("reason") or proposed["phase"], proposed.get("message") or "")
-        return patch
-    raise ApiError(409, "Conflict", f"status of {namespace}/{name} kept changing; will retry")
+    body: Mapping[str, Any]
+    spec: RunSpec
 
+    @classmethod
+    def parse(cls, body: Mapping[str, Any], default_image: str) -> ObservedRun:
+        """Raises SpecError (which reconcile_run records in the status)."""
+        return cls(body, parse_run(body, default_image=default_image))
 
-def _put(kube: Kube, body: Mapping[str, Any], run: RunSpec, state: State, emit: Emit) -> None:
-    record(kube, body, lambda prev: state_status(run, state, prev, now()), emit)
+    @property
+    def status(self) -> Mapping[str, Any]:
+        return self.body.get("status") or {}
 
 
 def _was_created(status: Mapping[str, Any]) -> bool:
@@ -138,54 +135,14 @@ def _name_conflict(kind: str, name: str) -> str:
 ImageCheck = Callable[[str], "str | None"]  # why a trainer image is refused, or None
 
 
-def reconcile_run(
-    kube: Kube,
-    body: Mapping[str, Any],
-    default_image: str,
-    emit: Emit,
-    retry: int = 0,
-    image_refusal: ImageCheck = lambda image: None,
-) -> float | None:
-    """Make sure the run's PVC and TFJob exist. Returns seconds until a retry is due, or None when done."""
-    status = body.get("status") or {}
-    if is_terminal(status):
-        return None
-    try:
-        run = parse_run(body, default_image=default_image)
-    except SpecError as err:
-        # The CRD rejects these at admission; this catches objects stored under an older schema.
-        failed = State(FAILED, INVALID_SPEC, str(err))
-        generation = _meta(body).get("generation")
-        record(kube, body, lambda prev: unparsed_status(failed, prev, now(), generation), emit)
-        return None
-    try:
-        return _ensure_children(kube, body, run, status, emit, retry, image_refusal(run.image))
-    except ResourceMissing:
-        message = (
-            f"the TFJob CRD (tfjobs.kubeflow.org) is not installed: install the Kubeflow training-operator "
-            f"({TRAINING_OPERATOR_INSTALL}); retrying with backoff (up to {int(MAX_BACKOFF)}s)"
-        )
-        _put(kube, body, run, State(PENDING, TFJOB_CRD_MISSING, message), emit)
-        return backoff(retry)
-    except ApiError as err:
-        if err.retryable or err.status in (401, 403, 409):
-            # 403: RBAC may be fixed by an admin; 409: a write race that a retry resolves.
-            message = f"API error {err.status} {err.reason}: {err.message[:200]}; retrying with backoff"
-            try:
-                _put(kube, body, run, State(PENDING, API_UNAVAILABLE, message), emit)
-            except ApiError:
-                log.warning("could not record status of %s/%s: %s", run.namespace, run.name, err)
-            return backoff(retry)
-        # The API refused our object for good (e.g. a TFJob admission webhook): say so, stop.
-        refused = State(FAILED, INVALID_TFJOB, f"the API refused a child object: {err.message[:300]}")
-        _put(kube, body, run, refused, emit)
-        return None
+def any_image(image: str) -> str | None:
+    """An ImageCheck that refuses none."""
+    return None
 
 
 # ---- creating the children: observe -> decide (pure) -> act ------------------------------------
 
 UNREAD: Any = object()  # an object not read yet (the PVC of a run that creates its own is read only on a clash)
-MAX_OBSERVATIONS = 3  # create raced with something else that often: retry later instead
 
 
 @dataclass(frozen=True)
@@ -258,13 +215,22 @@ def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed, image_refusa
         return Record(State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run)), retry=False)
     if image_refusal is not None:
         return Record(State(FAILED, IMAGE_NOT_ALLOWED, image_refusal), retry=False)
-    pvc = seen.pvc
     if run.creates_pvc:
-        if pvc is UNREAD or pvc is None:
-            return Create(pvc=True)
-        if is_reusable_pvc(pvc, run) and not left_by_earlier_run(pvc, run):
-            return Create(pvc=False)  # ours, or retained by an earlier run of this name: mount it
-        return _clash("PVC", run.pvc_name, pvc, run)
+        return _with_own_pvc(run, seen.pvc)
+    return _with_claimed_pvc(run, seen.pvc)
+
+
+def _with_own_pvc(run: RunSpec, pvc: Mapping[str, Any] | None) -> Action:
+    """A run that creates its PVC: create it, or mount the one there if it may (a create clashed)."""
+    if pvc is UNREAD or pvc is None:
+        return Create(pvc=True)
+    if is_reusable_pvc(pvc, run) and not left_by_earlier_run(pvc, run):
+        return Create(pvc=False)  # ours, or retained by an earlier run of this name: mount it
+    return _clash("PVC", run.pvc_name, pvc, run)
+
+
+def _with_claimed_pvc(run: RunSpec, pvc: Mapping[str, Any] | None) -> Action:
+    """A run that names its claim (spec.storage.claimName): wait until it exists, then create the TFJob."""
     if pvc is None or pvc is UNREAD:
         message = (
             f"waiting for PVC {run.pvc_name} in namespace {run.namespace} (spec.storage.claimName): create it, "
@@ -289,96 +255,6 @@ def _wait_for_cleanup(kind: str, name: str) -> Record:
         f"by the garbage collector"
     )
     return Record(State(PENDING, WAITING_FOR_CLEANUP, message), retry=True)
-
-
-def observe(kube: Kube, run: RunSpec, read_pvc: bool) -> Observed:
-    """The TFJob, and the PVC when it matters: a claimName run's, or ours after a create clashed."""
-    tfjob = kube.get_tfjob(run.namespace, run.tfjob_name)
-    if tfjob is not None or (run.creates_pvc and not read_pvc):
-        return Observed(tfjob)
-    return Observed(tfjob, kube.get_pvc(run.namespace, run.pvc_name))
-
-
-def _ensure_children(
-    kube: Kube,
-    body: Mapping[str, Any],
-    run: RunSpec,
-    status: Mapping[str, Any],
-    emit: Emit,
-    retry: int,
-    image_refusal: str | None,
-) -> float | None:
-    created: list[str] = []
-    read_pvc = False
-    for _ in range(MAX_OBSERVATIONS):
-        action = decide(run, status, observe(kube, run, read_pvc), image_refusal)
-        if isinstance(action, Record):
-            _put(kube, body, run, action.state, emit)
-            return backoff(retry) if action.retry else None
-        if isinstance(action, Sync):
-            _announce(kube, body, run, action.tfjob, created, emit)
-            return None
-        if isinstance(action, Suspend):
-            return _set_suspend(kube, body, run, action.suspend, emit, retry)
-        pvc_manifest, tfjob_manifest = children(run)
-        try:
-            if action.pvc and pvc_manifest is not None and not created:
-                kube.create(pvc_manifest)
-                created.append(f"PVC {run.pvc_name}")
-        except AlreadyExists:
-            read_pvc = True  # look at the one that is there, then decide again
-            continue
-        try:
-            tfjob = kube.create(tfjob_manifest)
-        except AlreadyExists:  # someone else was faster: ours (a concurrent handler) or not
-            continue
-        created.append(f"TFJob {run.tfjob_name}")
-        _announce(kube, body, run, tfjob, created, emit)
-        return None
-    return backoff(0)  # the world kept changing under us: look again shortly
-
-
-def _set_suspend(
-    kube: Kube, body: Mapping[str, Any], run: RunSpec, suspend: bool, emit: Emit, retry: int
-) -> float | None:
-    """Patch the TFJob's runPolicy.suspend; a refusal is retried with backoff and said in an event, never a
-    reason to fail a run that is still training. Returns the delay before a retry, or None."""
-    if suspend:
-        try:  # the epoch the workers reach last, while the chief's log can still be read
-            read_progress(kube, body, run, _silent)
-        except ApiError as err:
-            log.info("last progress of %s/%s not read before suspending: %s", run.namespace, run.name, err)
-    try:
-        tfjob = kube.patch_tfjob_run_policy(run.namespace, run.tfjob_name, suspend=suspend)
-    except NotFound:
-        return backoff(0)  # gone meanwhile: the next look records TFJobDeleted
-    except ApiError as err:
-        if err.retryable:
-            raise
-        emit(body, "Warning", "SuspendRefused", f"could not set TFJob {run.tfjob_name}'s suspend to {suspend}: "
-             f"{err.status} {err.message[:200]}; retrying with backoff")  # fmt: skip
-        return backoff(retry)
-    what = "suspended TFJob" if suspend else "resumed TFJob"
-    emit(body, "Normal", "Suspended" if suspend else "Resumed", f"{what} {run.tfjob_name} (spec.suspend: {suspend})")
-    sync_status(kube, body, run, tfjob, emit)  # a stale body is re-read on the write's conflict
-    return None
-
-
-def _announce(
-    kube: Kube, body: Mapping[str, Any], run: RunSpec, tfjob: Mapping[str, Any], created: list[str], emit: Emit
-) -> None:
-    """The status from the TFJob; with one `Created` event for what this call created."""
-    if created:
-        emit(body, "Normal", "Created", f"created {' and '.join(created)}")
-        # That event also tells of the move to TFJobSubmitted: one event per run fewer, which a
-        # burst of runs feels (every event is an API write).
-        sync_status(kube, body, run, tfjob, _silent)
-    else:
-        sync_status(kube, body, run, tfjob, emit)
-
-
-def _silent(body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
-    """An Emit that posts nothing."""
 
 
 def _tfjob_deleted_message(run: RunSpec) -> str:
@@ -407,24 +283,6 @@ def pods_to_release(tfjob: Mapping[str, Any], pods: Sequence[Mapping[str, Any]])
     return sorted(_meta(p).get("name", "") for p in pods if (p.get("status") or {}).get("phase") in HOLDING_PHASES)
 
 
-def sync_status(kube: Kube, body: Mapping[str, Any], run: RunSpec, tfjob: Mapping[str, Any], emit: Emit) -> None:
-    """Mirror the TFJob into the run's status; on a finished TFJob read its pods once, for the summary,
-    then have the training-operator delete a failed run's pods that still run."""
-    pods: list[dict[str, Any]] = []
-    if tfjob_state(tfjob).phase in TERMINAL:
-        pods = kube.list_job_pods(run.namespace, run.tfjob_name)
-    record(kube, body, lambda prev: tfjob_status(run, tfjob, pods, prev, now()), emit)
-    if holding := pods_to_release(tfjob, pods):
-        try:
-            kube.patch_tfjob_run_policy(run.namespace, run.tfjob_name, cleanPodPolicy=RELEASE_RUNNING_PODS)
-        except ApiError as err:  # said once; the pods stay as they would have before
-            log.warning("could not release the pods of failed run %s/%s: %s", run.namespace, run.name, err)
-            return
-        emit(body, "Normal", "WorkerPodsReleased",
-             f"the run failed: its pods still running ({', '.join(holding)}) are deleted (TFJob cleanPodPolicy "
-             f"{RELEASE_RUNNING_PODS}); each worker's log stays on the run's volume, {logs_dir(run)}/")  # fmt: skip
-
-
 def controller_run(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The ownerReference of the DistTrainingRun controlling obj, if any."""
     for ref in _meta(obj).get("ownerReferences") or []:
@@ -442,41 +300,9 @@ def has_news(tfjob: Mapping[str, Any]) -> bool:
     return bool((tfjob.get("status") or {}).get("conditions"))
 
 
-def tfjob_event(
-    kube: Kube,
-    event_type: str | None,
-    tfjob: Mapping[str, Any],
-    default_image: str,
-    emit: Emit,
-    cached_run: Callable[[str, str], Mapping[str, Any] | None] = lambda namespace, name: None,
-) -> None:
-    """A TFJob we watch changed (event_type None = seen in the initial listing).
-
-    cached_run(namespace, name) is the run as the operator's watch last saw it, or None: it saves a
-    GET per TFJob event. A stale copy is safe: status writes carry its resourceVersion, so the API
-    refuses them and record() re-reads the run.
-    """
-    owner = controller_run(tfjob)
-    if owner is None:
-        return  # not ours (a foreign TFJob that happens to carry our label)
-    if event_type != "DELETED" and not has_news(tfjob):
-        return
-    namespace = _meta(tfjob).get("namespace", "")
-    body = cached_run(namespace, owner["name"])
-    if body is None or _meta(body).get("uid") != owner.get("uid"):
-        body = kube.get_run(namespace, owner["name"])  # not seen yet, or a newer run of that name
-    if body is None or _meta(body).get("uid") != owner.get("uid") or _meta(body).get("deletionTimestamp"):
-        return  # the run is gone or going: its children are being garbage-collected
-    if is_terminal(body.get("status")):
-        return
-    try:
-        run = parse_run(body, default_image=default_image)
-    except SpecError:
-        return  # reconcile_run records why
-    if event_type == "DELETED":
-        _put(kube, body, run, State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run)), emit)
-    else:
-        sync_status(kube, body, run, tfjob, emit)
+def _is_live(body: Mapping[str, Any] | None, uid: str | None) -> TypeGuard[Mapping[str, Any]]:
+    """Whether body is the run of this uid, not being deleted (its children go with it)."""
+    return body is not None and _meta(body).get("uid") == uid and not _meta(body).get("deletionTimestamp")
 
 
 def waits_for_pods(status: Mapping[str, Any] | None) -> bool:
@@ -485,6 +311,9 @@ def waits_for_pods(status: Mapping[str, Any] | None) -> bool:
 
 
 RunRef = tuple[str, str, str]  # namespace, name, uid
+# Pods normally start within seconds: a run still waiting after this long has its pods looked at,
+# and again every this long.
+POD_CHECK_SECONDS = 20.0
 
 
 class WaitingRuns:
@@ -511,20 +340,6 @@ class WaitingRuns:
 
     def due(self, at: float) -> list[RunRef]:
         return [ref for ref, since in list(self._since.items()) if at - since >= self.after]
-
-
-def check_waiting_pods(kube: Kube, ref: RunRef, default_image: str, emit: Emit) -> None:
-    """A run still waiting for its worker pods: read them, and say so when they cannot start."""
-    namespace, name, uid = ref
-    body = kube.get_run(namespace, name)
-    if body is None or _meta(body).get("uid") != uid or not waits_for_pods(body.get("status")):
-        return
-    try:
-        run = parse_run(body, default_image=default_image)
-    except SpecError:
-        return  # reconcile_run records why
-    pods = kube.list_job_pods(run.namespace, run.tfjob_name)
-    record(kube, body, lambda prev: waiting_status(run, pods, prev, now()), emit)
 
 
 # ---- progress of running runs ------------------------------------------------------------------
@@ -557,22 +372,343 @@ class RunningRuns:
         return list(self._bodies.values())
 
 
-def poll_progress(kube: Kube, body: Mapping[str, Any], default_image: str, emit: Emit) -> None:
-    """A Running run: read the end of its chief's log and write the last finished epoch into status.progress.
+def slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the run to keep in memory, without managedFields (the bulk of its size, never read)."""
+    copied = copy.deepcopy(dict(body))
+    copied.get("metadata", {}).pop("managedFields", None)
+    return copied
 
-    One GET of pods/log per call, and a status write only when an epoch has finished since the last one.
+
+# ---- the shell: one object per operator --------------------------------------------------------
+
+CachedRun = Callable[[str, str], "Mapping[str, Any] | None"]  # (namespace, name) -> the run as last watched
+
+
+def no_cache(namespace: str, name: str) -> Mapping[str, Any] | None:
+    """A CachedRun that has seen nothing: the run is read from the API."""
+    return None
+
+
+@dataclass(eq=False)
+class Reconciler:
+    """The operator's clients, settings and memory; one per operator process, made at its startup.
+
+    emit posts a Kubernetes event on a run; image_refusal says why a trainer image is not allowed. The
+    trackers are in memory only (a restarted operator rebuilds them from its watch of runs): the phases and
+    figures of runs for the metrics, the runs waiting for their pods and the Running runs for the two
+    background checks, and the progress refusals already said.
     """
-    try:
-        run = parse_run(body, default_image=default_image)
-    except SpecError:
-        return
-    read_progress(kube, body, run, emit)
 
+    kube: Kube
+    emit: Emit
+    default_image: str
+    image_refusal: ImageCheck = any_image
+    retries: Retries = Retries()
+    waiting: WaitingRuns = field(default_factory=lambda: WaitingRuns(after=POD_CHECK_SECONDS))
+    running: RunningRuns = field(default_factory=RunningRuns)
+    phases: metrics.PhaseTracker = field(default_factory=metrics.PhaseTracker)
+    figures: metrics.RunFigures = field(default_factory=metrics.RunFigures)
+    progress_refusals: set[tuple[str | None, str | None, int]] = field(default_factory=set)  # said once each
 
-def read_progress(kube: Kube, body: Mapping[str, Any], run: RunSpec, emit: Emit) -> None:
-    log_text = kube.pod_log(run.namespace, worker_pod_name(run, 0), CONTAINER_NAME, tail_lines=LOG_TAIL_LINES)
-    if log_text is None:
-        return
-    end = parse_epoch_end(log_text)
-    if end is not None:
-        record(kube, body, lambda prev: running_progress(prev, end, now()), emit)
+    def _parsed(self, body: Mapping[str, Any]) -> ObservedRun | None:
+        """The run, or None when its spec does not parse (reconcile_run records why)."""
+        try:
+            return ObservedRun.parse(body, self.default_image)
+        except SpecError:
+            return None
+
+    # ---- status writes --------------------------------------------------------------------------
+
+    def record(
+        self, body: Mapping[str, Any], compute: Callable[[Mapping[str, Any]], dict[str, Any]], quiet: bool = False
+    ) -> dict[str, Any] | None:
+        """Write compute(previous status) to the run, unless nothing changed or the run has finished.
+
+        Returns the patch written (None if none). An event goes out when the phase or reason changes,
+        unless `quiet` (an event already said it).
+        """
+        meta = _meta(body)
+        namespace, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid")
+        for _ in range(self.retries.write_attempts):
+            previous = body.get("status") or {}
+            proposed = compute(previous)
+            patch = next_status(previous, proposed)
+            if patch is None:
+                return None
+            try:
+                self.kube.patch_run_status(namespace, name, patch, _meta(body).get("resourceVersion"))
+            except NotFound:
+                return None  # deleted meanwhile (our copy of it was older than the deletion)
+            except Conflict:
+                fresh = self.kube.get_run(namespace, name)
+                if not _is_live(fresh, uid):
+                    return None
+                body = fresh
+                continue
+            if not quiet:
+                self._say_change(body, previous, proposed)
+            return patch
+        raise ApiError(409, "Conflict", f"status of {namespace}/{name} kept changing; will retry")
+
+    def _say_change(self, body: Mapping[str, Any], previous: Mapping[str, Any], proposed: Mapping[str, Any]) -> None:
+        """An event when the phase or reason changes: a warning for a failure or a reason that needs a person."""
+        if (previous.get("phase"), previous.get("reason")) == (proposed.get("phase"), proposed.get("reason")):
+            return
+        warn = proposed["phase"] == FAILED or proposed.get("reason") in WARNING_REASONS
+        event_type = "Warning" if warn else "Normal"
+        self.emit(body, event_type, proposed.get("reason") or proposed["phase"], proposed.get("message") or "")
+
+    def _put(self, run: ObservedRun, state: State) -> None:
+        self.record(run.body, lambda prev: state_status(run.spec, state, prev, now()))
+
+    # ---- a run created, resumed, or its spec.suspend changed ----------------------------------------
+
+    def reconcile_run(self, body: Mapping[str, Any], retry: int = 0) -> float | None:
+        """Make sure the run's PVC and TFJob exist. Returns seconds until a retry is due, or None when done."""
+        if is_terminal(body.get("status")):
+            return None
+        try:
+            run = ObservedRun.parse(body, self.default_image)
+        except SpecError as err:
+            # The CRD rejects these at admission; this catches objects stored under an older schema.
+            failed = State(FAILED, INVALID_SPEC, str(err))
+            generation = _meta(body).get("generation")
+            self.record(body, lambda prev: unparsed_status(failed, prev, now(), generation))
+            return None
+        try:
+            return self._ensure_children(run, retry)
+        except ResourceMissing:
+            message = (
+                f"the TFJob CRD (tfjobs.kubeflow.org) is not installed: install the Kubeflow training-operator "
+                f"({TRAINING_OPERATOR_INSTALL}); retrying with backoff (up to {int(self.retries.max_backoff)}s)"
+            )
+            self._put(run, State(PENDING, TFJOB_CRD_MISSING, message))
+            return self.retries.backoff(retry)
+        except ApiError as err:
+            return self._api_refused(run, err, retry)
+
+    def _api_refused(self, run: ObservedRun, err: ApiError, retry: int) -> float | None:
+        """Say why the API refused; retry what may pass later, give up on what never will."""
+        if err.retryable or err.status in (401, 403, 409):
+            # 403: RBAC may be fixed by an admin; 409: a write race that a retry resolves.
+            message = f"API error {err.status} {err.reason}: {err.message[:200]}; retrying with backoff"
+            try:
+                self._put(run, State(PENDING, API_UNAVAILABLE, message))
+            except ApiError:
+                log.warning("could not record status of %s/%s: %s", run.spec.namespace, run.spec.name, err)
+            return self.retries.backoff(retry)
+        # The API refused our object for good (e.g. a TFJob admission webhook): say so, stop.
+        refused = State(FAILED, INVALID_TFJOB, f"the API refused a child object: {err.message[:300]}")
+        self._put(run, refused)
+        return None
+
+    def observe(self, run: RunSpec, read_pvc: bool) -> Observed:
+        """The TFJob, and the PVC when it matters: a claimName run's, or ours after a create clashed."""
+        tfjob = self.kube.get_tfjob(run.namespace, run.tfjob_name)
+        if tfjob is not None or (run.creates_pvc and not read_pvc):
+            return Observed(tfjob)
+        return Observed(tfjob, self.kube.get_pvc(run.namespace, run.pvc_name))
+
+    def _ensure_children(self, run: ObservedRun, retry: int) -> float | None:
+        spec = run.spec
+        created: list[str] = []
+        read_pvc = False
+        refusal = self.image_refusal(spec.image)
+        for _ in range(self.retries.observations):
+            action = decide(spec, run.status, self.observe(spec, read_pvc), refusal)
+            if not isinstance(action, Create):
+                return self._act(run, action, created, retry)
+            pvc_manifest, tfjob_manifest = children(spec)
+            if not action.pvc or created:
+                pvc_manifest = None  # not wanted, or created by an earlier round of this call
+            if pvc_manifest is not None and self._create(pvc_manifest, f"PVC {spec.pvc_name}", created) is None:
+                read_pvc = True  # its name is taken: look at the one that is there, then decide again
+                continue
+            tfjob = self._create(tfjob_manifest, f"TFJob {spec.tfjob_name}", created)
+            if tfjob is None:  # someone else was faster: ours (a concurrent handler) or not
+                continue
+            self._announce(run, tfjob, created)
+            return None
+        return self.retries.backoff(0)  # the world kept changing under us: look again shortly
+
+    def _create(self, manifest: Mapping[str, Any], what: str, created: list[str]) -> Mapping[str, Any] | None:
+        """Create the object and add `what` to `created`; None when its name is taken."""
+        try:
+            obj = self.kube.create(manifest)
+        except AlreadyExists:
+            return None
+        created.append(what)
+        return obj
+
+    def _act(self, run: ObservedRun, action: Sync | Record | Suspend, created: list[str], retry: int) -> float | None:
+        """Carry out a decision that creates nothing. Returns the delay before a retry, or None."""
+        if isinstance(action, Record):
+            self._put(run, action.state)
+            return self.retries.backoff(retry) if action.retry else None
+        if isinstance(action, Sync):
+            self._announce(run, action.tfjob, created)
+            return None
+        return self._set_suspend(run, action.suspend, retry)
+
+    def _set_suspend(self, run: ObservedRun, suspend: bool, retry: int) -> float | None:
+        """Patch the TFJob's runPolicy.suspend; a refusal is retried with backoff and said in an event, never a
+        reason to fail a run that is still training. Returns the delay before a retry, or None."""
+        spec = run.spec
+        if suspend:
+            try:  # the epoch the workers reach last, while the chief's log can still be read
+                self.read_progress(run, quiet=True)
+            except ApiError as err:
+                log.info("last progress of %s/%s not read before suspending: %s", spec.namespace, spec.name, err)
+        try:
+            tfjob = self.kube.patch_tfjob_run_policy(spec.namespace, spec.tfjob_name, suspend=suspend)
+        except NotFound:
+            return self.retries.backoff(0)  # gone meanwhile: the next look records TFJobDeleted
+        except ApiError as err:
+            if err.retryable:
+                raise
+            self.emit(run.body, "Warning", "SuspendRefused", f"could not set TFJob {spec.tfjob_name}'s suspend to "
+                      f"{suspend}: {err.status} {err.message[:200]}; retrying with backoff")  # fmt: skip
+            return self.retries.backoff(retry)
+        what = "suspended TFJob" if suspend else "resumed TFJob"
+        self.emit(run.body, "Normal", "Suspended" if suspend else "Resumed",
+                  f"{what} {spec.tfjob_name} (spec.suspend: {suspend})")  # fmt: skip
+        self.sync_status(run, tfjob)  # a stale body is re-read on the write's conflict
+        return None
+
+    def _announce(self, run: ObservedRun, tfjob: Mapping[str, Any], created: list[str]) -> None:
+        """The status from the TFJob; with one `Created` event for what this call created."""
+        if created:
+            self.emit(run.body, "Normal", "Created", f"created {' and '.join(created)}")
+            # That event also tells of the move to TFJobSubmitted: one event per run fewer, which a
+            # burst of runs feels (every event is an API write).
+            self.sync_status(run, tfjob, quiet=True)
+        else:
+            self.sync_status(run, tfjob)
+
+    def sync_status(self, run: ObservedRun, tfjob: Mapping[str, Any], quiet: bool = False) -> None:
+        """Mirror the TFJob into the run's status; on a finished TFJob read its pods once, for the summary,
+        then have the training-operator delete a failed run's pods that still run. quiet: no events."""
+        spec = run.spec
+        pods: list[dict[str, Any]] = []
+        if tfjob_state(tfjob).phase in TERMINAL:
+            pods = self.kube.list_job_pods(spec.namespace, spec.tfjob_name)
+        self.record(run.body, lambda prev: tfjob_status(spec, tfjob, pods, prev, now()), quiet)
+        if holding := pods_to_release(tfjob, pods):
+            self._release(run, holding, quiet)
+
+    def _release(self, run: ObservedRun, holding: list[str], quiet: bool) -> None:
+        spec = run.spec
+        try:
+            self.kube.patch_tfjob_run_policy(spec.namespace, spec.tfjob_name, cleanPodPolicy=RELEASE_RUNNING_PODS)
+        except ApiError as err:  # said once; the pods stay as they would have before
+            log.warning("could not release the pods of failed run %s/%s: %s", spec.namespace, spec.name, err)
+            return
+        if not quiet:
+            self.emit(run.body, "Normal", "WorkerPodsReleased",
+                      f"the run failed: its pods still running ({', '.join(holding)}) are deleted (TFJob "
+                      f"cleanPodPolicy {RELEASE_RUNNING_PODS}); each worker's log stays on the run's volume, "
+                      f"{logs_dir(spec)}/")  # fmt: skip
+
+    # ---- a TFJob changed --------------------------------------------------------------------------
+
+    def tfjob_event(self, event_type: str | None, tfjob: Mapping[str, Any], cached_run: CachedRun = no_cache) -> None:
+        """A TFJob we watch changed (event_type None = seen in the initial listing).
+
+        cached_run(namespace, name) is the run as the operator's watch last saw it, or None: it saves a
+        GET per TFJob event. A stale copy is safe: status writes carry its resourceVersion, so the API
+        refuses them and record() re-reads the run.
+        """
+        owner = controller_run(tfjob)
+        if owner is None:
+            return  # not ours (a foreign TFJob that happens to carry our label)
+        if event_type != "DELETED" and not has_news(tfjob):
+            return
+        run = self._owner(_meta(tfjob).get("namespace", ""), owner, cached_run)
+        if run is None:
+            return
+        if event_type == "DELETED":
+            self._put(run, State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run.spec)))
+        else:
+            self.sync_status(run, tfjob)
+
+    def _owner(self, namespace: str, owner: Mapping[str, Any], cached_run: CachedRun) -> ObservedRun | None:
+        """The run an ownerReference names, if it is still there, not being deleted and not finished."""
+        body = cached_run(namespace, owner["name"])
+        if body is None or _meta(body).get("uid") != owner.get("uid"):
+            body = self.kube.get_run(namespace, owner["name"])  # not seen yet, or a newer run of that name
+        if not _is_live(body, owner.get("uid")):
+            return None  # the run is gone or going: its children are being garbage-collected
+        if is_terminal(body.get("status")):
+            return None
+        return self._parsed(body)
+
+    # ---- the watch of runs, and the two background checks it feeds ---------------------------------
+
+    def seen(self, event_type: str | None, body: Mapping[str, Any], at: float) -> None:
+        """A watch event of a run (at: monotonic seconds): keep the trackers up to date."""
+        meta = _meta(body)
+        namespace, name, uid = meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or ""
+        ref = (namespace, name, uid)
+        if event_type == "DELETED":
+            self.phases.gone(uid)
+            self.figures.gone(namespace, name)
+            self.waiting.gone(ref)
+            self.running.gone(ref)
+            return
+        status = body.get("status") or {}
+        self.phases.seen(uid, status.get("phase"))
+        self.figures.seen(namespace, name, body)
+        self.waiting.seen(ref, status, at)
+        self.running.seen(ref, body, keep=slim)
+
+    def check_waiting_pods(self, ref: RunRef) -> None:
+        """A run still waiting for its worker pods: read them, and say so when they cannot start. An API error
+        is logged: the next round tries again."""
+        try:
+            self._check_pods(ref)
+        except ApiError as err:
+            log.warning("pods of run %s/%s not checked: %s", ref[0], ref[1], err)
+
+    def _check_pods(self, ref: RunRef) -> None:
+        namespace, name, uid = ref
+        body = self.kube.get_run(namespace, name)
+        if body is None or _meta(body).get("uid") != uid or not waits_for_pods(body.get("status")):
+            return
+        run = self._parsed(body)
+        if run is None:
+            return
+        pods = self.kube.list_job_pods(run.spec.namespace, run.spec.tfjob_name)
+        self.record(run.body, lambda prev: waiting_status(run.spec, pods, prev, now()))
+
+    def poll_progress(self, body: Mapping[str, Any]) -> None:
+        """A Running run: read the end of its chief's log and write the last finished epoch into status.progress.
+
+        One GET of pods/log per call, and a status write only when an epoch has finished since the last one.
+        An API error is logged (a refusal once per run and status): the next round tries again.
+        """
+        run = self._parsed(body)
+        if run is None:
+            return
+        try:
+            self.read_progress(run)
+        except ApiError as err:
+            self._progress_not_read(run.spec, err)
+
+    def _progress_not_read(self, run: RunSpec, err: ApiError) -> None:
+        key = (run.namespace, run.name, err.status)
+        if err.status in (401, 403) and key not in self.progress_refusals:
+            self.progress_refusals.add(key)
+            log.warning("progress of run %s/%s cannot be read: %s (the operator's RBAC needs get on "
+                        "pods/log)", key[0], key[1], err)  # fmt: skip
+        else:
+            log.debug("progress of run %s/%s not read: %s", key[0], key[1], err)
+
+    def read_progress(self, run: ObservedRun, quiet: bool = False) -> None:
+        spec = run.spec
+        chief = worker_pod_name(spec, 0)
+        log_text = self.kube.pod_log(spec.namespace, chief, CONTAINER_NAME, tail_lines=LOG_TAIL_LINES)
+        if log_text is None:
+            return
+        end = parse_epoch_end(log_text)
+        if end is not None:
+            self.record(run.body, lambda prev: running_progress(prev, end, now()), quiet)
