@@ -1,0 +1,160 @@
+"""reconcile.Reconciler against a fake API client: what the shell writes, says and remembers (milliseconds).
+
+decide() has its own tests (test_reconcile_decide.py); the integration tier runs the same shell against
+a real API server.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from dtr_fixtures import make_run
+from dtr_operator.kube import ApiError, Conflict
+from dtr_operator.reconcile import Reconciler
+
+Event = tuple[str, str, str, str]  # run name, type, reason, message
+
+
+class FakeKube:
+    """The few Kube calls these tests reach; every other call fails the test (AttributeError)."""
+
+    def __init__(self, runs: dict[tuple[str, str], dict[str, Any]] | None = None, conflicts: int = 0) -> None:
+        self.runs = runs or {}
+        self.conflicts = conflicts  # status writes refused as stale before one passes
+        self.writes: list[tuple[str, dict[str, Any], str | None]] = []  # name, patch, resourceVersion
+        self.log_error: ApiError | None = None
+
+    def patch_run_status(self, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None) -> None:
+        if self.conflicts:
+            self.conflicts -= 1
+            raise Conflict(409, "Conflict", "the object has been modified")
+        self.writes.append((name, patch, resource_version))
+
+    def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.runs.get((namespace, name))
+
+    def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None = None) -> str | None:
+        if self.log_error is not None:
+            raise self.log_error
+        return None
+
+
+def reconciler(kube: FakeKube) -> tuple[Reconciler, list[Event]]:
+    events: list[Event] = []
+
+    def emit(body: Any, event_type: str, reason: str, message: str) -> None:
+        events.append((body["metadata"]["name"], event_type, reason, message))
+
+    return Reconciler(kube, emit, "distml/trainer:test"), events
+
+
+def run(status: dict[str, Any] | None = None, spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    body = make_run(spec or {"workers": 2}, **{"uid": "u-1", "generation": 1, "resourceVersion": "1", **meta})
+    if status is not None:
+        body["status"] = status
+    return body
+
+
+WAITING = {"phase": "Pending", "reason": "WaitingForPVC", "message": "waiting for PVC shared"}
+
+
+def test_a_new_reason_is_written_with_the_runs_version_and_said_once():
+    kube = FakeKube()
+    rec, events = reconciler(kube)
+    assert rec.record(run(resourceVersion="7"), lambda prev: WAITING) == WAITING
+    assert kube.writes == [("mnist-cnn", WAITING, "7")]
+    assert events == [("mnist-cnn", "Warning", "WaitingForPVC", "waiting for PVC shared")]
+    assert rec.record(run(WAITING), lambda prev: WAITING) is None, "nothing changed: no write"
+    assert rec.record(run(WAITING), lambda prev: {**WAITING, "message": "still"}) == {"message": "still"}
+    assert len(events) == 1, "the same phase and reason: no second event"
+
+
+def test_a_quiet_write_says_nothing_and_a_normal_reason_is_a_normal_event():
+    rec, events = reconciler(FakeKube())
+    rec.record(run(), lambda prev: {"phase": "Pending", "reason": "TFJobSubmitted"}, quiet=True)
+    assert events == []
+    rec.record(run(), lambda prev: {"phase": "Running", "reason": "TFJobRunning"})
+    assert events == [("mnist-cnn", "Normal", "TFJobRunning", "")]
+
+
+def test_a_conflict_rereads_the_run_and_recomputes_from_its_status():
+    fresh = run({"phase": "Pending", "reason": "TFJobCreated"}, resourceVersion="8")
+    kube = FakeKube({("ml", "mnist-cnn"): fresh}, conflicts=1)
+    rec, _ = reconciler(kube)
+    seen: list[Any] = []
+    rec.record(run(resourceVersion="7"), lambda prev: seen.append(prev.get("reason")) or {"phase": "Running"})
+    assert seen == [None, "TFJobCreated"]
+    assert kube.writes == [("mnist-cnn", {"phase": "Running"}, "8")]
+
+
+@pytest.mark.parametrize("fresh", [None, run(uid="u-2"), run(deletionTimestamp="2026-01-01T00:00:00Z")])
+def test_a_conflict_with_a_run_gone_replaced_or_going_writes_nothing(fresh: dict[str, Any] | None):
+    kube = FakeKube({("ml", "mnist-cnn"): fresh} if fresh else {}, conflicts=1)
+    rec, events = reconciler(kube)
+    assert rec.record(run(), lambda prev: WAITING) is None
+    assert kube.writes == [] and events == []
+
+
+def test_a_status_that_keeps_changing_is_left_to_a_later_retry():
+    kube = FakeKube({("ml", "mnist-cnn"): run()}, conflicts=99)
+    rec, _ = reconciler(kube)
+    with pytest.raises(ApiError) as err:
+        rec.record(run(), lambda prev: WAITING)
+    assert err.value.status == 409 and kube.conflicts == 99 - rec.retries.write_attempts
+
+
+def test_a_finished_run_is_never_reconciled_and_a_bad_spec_fails_the_run_without_an_api_read():
+    kube = FakeKube()
+    rec, events = reconciler(kube)
+    assert rec.reconcile_run(run({"phase": "Succeeded"})) is None
+    assert kube.writes == []
+    assert rec.reconcile_run(run(spec={"workers": 0})) is None
+    [(_, patch, _)] = kube.writes
+    assert (patch["phase"], patch["reason"]) == ("Failed", "InvalidSpec")
+    assert [e[1:3] for e in events] == [("Warning", "InvalidSpec")]
+
+
+def test_tfjob_events_that_need_no_write_read_nothing():
+    rec, _ = reconciler(FakeKube())  # any read or write would fail: FakeKube has no get_tfjob, no list
+    foreign = {"metadata": {"name": "x", "namespace": "ml"}, "status": {"conditions": [{"type": "Running"}]}}
+    rec.tfjob_event("MODIFIED", foreign)
+    owned = {"metadata": {"name": "mnist-cnn", "namespace": "ml", "ownerReferences": [
+        {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "name": "mnist-cnn", "uid": "u-1",
+         "controller": True}]}}  # fmt: skip
+    rec.tfjob_event("ADDED", owned)  # no conditions yet: its creator recorded TFJobSubmitted
+    finished = run({"phase": "Succeeded"})
+    rec.tfjob_event("DELETED", owned, cached_run=lambda namespace, name: finished)
+
+
+# ---- what the watch of runs feeds --------------------------------------------------------------
+
+
+def test_the_watch_keeps_the_waiting_and_running_runs_until_they_move_on_or_go():
+    rec, _ = reconciler(FakeKube())
+    ref = ("ml", "mnist-cnn", "u-1")
+    rec.seen("ADDED", run({"phase": "Pending", "reason": "TFJobCreated"}), at=100)
+    assert rec.waiting.due(100 + rec.waiting.after) == [ref] and rec.running.bodies() == []
+    body = run({"phase": "Running", "reason": "TFJobRunning"})
+    body["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    rec.seen("MODIFIED", body, at=130)
+    assert rec.waiting.due(1000) == []
+    [kept] = rec.running.bodies()
+    assert "managedFields" not in kept["metadata"] and "managedFields" in body["metadata"], "a slim copy"
+    rec.seen("DELETED", body, at=140)
+    assert rec.running.bodies() == []
+
+
+def test_a_progress_refusal_is_said_once_per_run_and_status(caplog: pytest.LogCaptureFixture):
+    kube = FakeKube()
+    rec, _ = reconciler(kube)
+    running = run({"phase": "Running", "reason": "TFJobRunning"})
+    kube.log_error = ApiError(403, "Forbidden", "pods/log is forbidden")
+    with caplog.at_level(logging.DEBUG, logger="dtr_operator.reconcile"):
+        for _ in range(3):
+            rec.poll_progress(running)
+    said = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1 and "RBAC needs get on pods/log" in said[0].getMessage()
+    assert len(caplog.records) == 3, "the repeats go to the debug log"
+    assert kube.writes == []
