@@ -38,7 +38,7 @@ def _documents(text: str, source: str) -> list[dict[str, Any]]:
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
-        raise RunFileError(f"{source}:{_yaml_line(err)} not valid YAML: {getattr(err, 'problem', err)}") from None
+        raise RunFileError(f"{source}:{_yaml_line(err)} not valid YAML: {_yaml_problem(err)}") from None
     if not all(isinstance(d, dict) for d in docs):
         raise RunFileError(f"{source}: every YAML document must be a mapping")
     return docs
@@ -48,6 +48,12 @@ def _yaml_line(err: yaml.YAMLError) -> str:
     """' line N' where the parser stopped, or '' when it does not say."""
     where = getattr(err, "problem_mark", None)
     return f" line {where.line + 1}" if where is not None else ""
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """The parser's complaint, on one line (a reader error, such as a control character, spans two)."""
+    problem = getattr(err, "problem", None) or str(err)
+    return problem.splitlines()[0]
 
 
 def _check_document(doc: dict[str, Any], where: str) -> None:
