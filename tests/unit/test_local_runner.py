@@ -74,6 +74,37 @@ def test_load_run_errors_are_one_line_naming_the_problem():
         r.load_run(RUN.replace("workers: 2,", "workers: 2, suspend: true,"), "f.yaml")
 
 
+
+@pytest.mark.parametrize(
+    ("exits", "policy", "end"),
+    [
+        ({"worker-0": 0, "worker-1": None}, "", ("Succeeded", "TFJobSucceeded", "TFJob ns/j successfully completed.")),
+        ({"worker-0": 0, "worker-1": 3}, "AllWorkers",
+         ("Failed", "TFJobFailed", "TFJob ns/j has failed because 1 Worker replica(s) failed.")),
+        ({"worker-0": None, "worker-1": 0}, "", None),
+    ],
+)  # fmt: skip
+def test_end_by_exits(exits, policy, end):
+    assert r.end_by_exits(exits, policy, "Worker", "ns/j") == end
+
+
+BACKOFF = ("Failed", "BackoffLimitExceeded", "TFJob ns/j has failed because it has reached the specified backoff limit")
+DEADLINE = ("Failed", "DeadlineExceeded", "TFJob ns/j has failed because it was active longer than specified deadline")
+
+
+@pytest.mark.parametrize(
+    ("policy", "run_policy", "restarts", "elapsed", "end"),
+    [
+        ("OnFailure", {}, 5, 0.0, None), ("OnFailure", {}, 6, 0.0, BACKOFF),  # the training-operator's default 6
+        ("OnFailure", {"backoffLimit": 2}, 2, 0.0, BACKOFF),
+        ("Never", {}, 0, 0.0, None),
+        ("Never", {"activeDeadlineSeconds": 60}, 0, 60.0, None), ("Never", {"activeDeadlineSeconds": 60}, 0, 60.5, DEADLINE),
+    ],
+)  # fmt: skip
+def test_end_by_limits(policy, run_policy, restarts, elapsed, end):
+    assert r.end_by_limits(policy, run_policy, restarts, elapsed, "ns/j") == end
+
+
 def _pods(states):
     return [
         r.pod_view(
