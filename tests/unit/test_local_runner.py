@@ -1,6 +1,9 @@
 """Pure decisions of `dtr run` (dtr_operator.local.runner): restarts, outcome, the status it prints."""
 
+import io
 import json
+import signal
+import sys
 
 import pytest
 import yaml
@@ -104,6 +107,24 @@ DEADLINE = ("Failed", "DeadlineExceeded", "TFJob ns/j has failed because it was 
 def test_end_by_limits(policy, run_policy, restarts, elapsed, end):
     assert r.end_by_limits(policy, run_policy, restarts, elapsed, "ns/j") == end
 
+
+def test_a_pod_a_local_process_cannot_play_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """translate.TranslateError (here: an env var from a Secret) from starting a worker: exit 2 and one line."""
+    build_tfjob = builders.build_tfjob
+
+    def with_a_secret(run):
+        tfjob = build_tfjob(run)
+        for container in tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]:
+            container["env"].append({"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
+        return tfjob
+
+    monkeypatch.setattr(r.builders, "build_tfjob", with_a_secret)
+    (tmp_path / "run.yaml").write_text(RUN)
+    code = r.run_file(str(tmp_path / "run.yaml"), base_dir=tmp_path / "state", python=sys.executable,
+                      out=io.StringIO(), on_signal=lambda _s, _h: signal.SIG_DFL)  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == "dtr run: env TOKEN: its valueFrom cannot be resolved without a cluster\n"
 
 def _pods(states):
     return [

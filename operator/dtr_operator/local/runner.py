@@ -462,7 +462,8 @@ def run_file(
     )
     try:
         phase, reason, message = local.execute()
-    except RunError as exc:
+    except (RunError, translate.TranslateError) as exc:
+        # A TranslateError: the pod asks for what a local process cannot be given; one line, as for bad input.
         local.stop_all()
         print(f"dtr run: {exc}", file=sys.stderr)
         return 2
