@@ -57,8 +57,13 @@ install-cli: ## link $(PREFIX)/bin/dtr (PREFIX=~/.local) to ./dtr, so that `dtr`
 	@echo '$(PREFIX)/bin/dtr -> $(CURDIR)/dtr'
 	@case ":$$PATH:" in *':$(PREFIX)/bin:'*) ;; *) echo 'note: $(PREFIX)/bin is not on PATH; add it (export PATH="$(PREFIX)/bin:$$PATH")';; esac
 
-lint: setup-op lint-deploy ## ruff on all Python; shellcheck and hadolint on the deploy files
+# Cyclomatic complexity as radon counts it (ruff's C901 does not count boolean operators, so it passes more):
+# xenon fails on any function of the product ranked C, i.e. above 10.
+COMPLEXITY_PATHS := operator trainer docs/gen.py
+
+lint: setup-op lint-deploy ## ruff on all Python; complexity <= 10 (radon) in the product; shellcheck and hadolint on the deploy files
 	$(OP)/ruff check operator trainer tests bench docs
+	$(OP)/xenon --max-absolute B $(COMPLEXITY_PATHS)
 
 cluster-build: ## build etcd, kube-apiserver, kube-controller-manager, training-operator (cached)
 	bash tests/cluster/build.sh

@@ -46,28 +46,37 @@ def _rule_comments(text: str) -> list[str]:
 
     Rules without a comment of their own above them share the one above the previous rule."""
     comments: list[str] = []
-    pending: list[str] = []
     leading = ""
-    inside: list[str] | None = None  # the current rule's own comments
-    rule_indent = 0
-    in_rules = False
-    for line in text.splitlines():
-        stripped = line.strip()
-        in_rules = in_rules or line.startswith("rules:")
-        if not in_rules:
-            continue
-        indent = len(line) - len(line.lstrip())
-        if stripped.startswith("#"):
-            words = stripped.lstrip("#").strip()
-            (inside if inside is not None and indent > rule_indent else pending).append(words)
-        elif stripped.startswith("- apiGroups"):
-            if inside is not None:
-                comments.append(" ".join([leading, *inside]).strip())
-            leading = " ".join(pending) if pending else leading
-            pending, inside, rule_indent = [], [], indent
-    if inside is not None:
+    for above, inside in _rule_blocks(text):
+        leading = " ".join(above) if above else leading
         comments.append(" ".join([leading, *inside]).strip())
     return comments
+
+
+def _rule_blocks(text: str) -> list[tuple[list[str], list[str]]]:
+    """Per rule: (the comments above it since the previous rule, the comments indented inside it).
+    Comments after the last rule belong to no rule."""
+    blocks: list[tuple[list[str], list[str]]] = []
+    pending: list[str] = []
+    rule_indent = 0
+    for indent, stripped in _rule_lines(text):
+        if not stripped.startswith("#"):
+            blocks.append((pending, []))
+            pending, rule_indent = [], indent
+        else:
+            words = stripped.lstrip("#").strip()
+            (blocks[-1][1] if blocks and indent > rule_indent else pending).append(words)
+    return blocks
+
+
+def _rule_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(indent, stripped line) of each comment and each `- apiGroups` line, from the `rules:` line on."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("rules:")), len(lines))
+    for line in lines[start:]:
+        stripped = line.strip()
+        if stripped.startswith(("#", "- apiGroups")):
+            yield len(line) - len(line.lstrip()), stripped
 
 
 def rbac_rules(repo: Path = REPO) -> list[Rule]:
@@ -163,45 +172,63 @@ def render_ci_costs(repo: Path = REPO) -> str:
     tier's warm budget (tests/tiers.py), then the modules and shared starts of the long tiers."""
     tiers = _tiers(repo)
     costs = json.loads((repo / tiers.COSTS.relative_to(tiers.REPO)).read_text())
-    cold, warm = costs.get("cold"), costs.get("warm")
-    lines = [_run_line("cold", cold), _run_line("warm", warm), "",
+    runs = (costs.get("cold"), costs.get("warm"))
+    lines = [_run_line("cold", runs[0]), _run_line("warm", runs[1]), "",
              f"| step | lane | what | cold | warm | warm budget (fails at x{tiers.BUDGET_SLACK}) | tests |",
-             "|---|---|---|---:|---:|---:|---:|"]
-
-    def seconds(run: dict[str, Any] | None, name: str) -> float | None:
-        return next((s["seconds"] for s in (run or {}).get("steps", []) if s["name"] == name), None)
-
-    def tests(run: dict[str, Any] | None, name: str) -> str:
-        count = sum(((run or {}).get("tiers", {}).get(name) or {}).get("outcomes", {}).values())
-        return str(count) if count else ""
-
-    for step in tiers.STEPS:
-        after = f" (after *{'*, *'.join(step.after)}*)" if step.after else ""
-        lines.append(f"| {step.name} | {'side' if step.side else 'main'} | {step.what}{after} | "
-                     f"{_minutes(seconds(cold, step.name))} | "
-                     f"{_minutes(seconds(warm, step.name))} | {_minutes(step.budget)} | "
-                     f"{tests(warm, step.name) or tests(cold, step.name)} |")
-    part_rows = []
-    for step in tiers.STEPS:
-        found = [next((r.get("parts", {}) for r in (run or {}).get("steps", []) if r["name"] == step.name), {})
-                 for run in (cold, warm)]  # fmt: skip
-        for part in (p for p in dict.fromkeys([*found[0], *found[1]]) if max(f.get(p, 0) for f in found) >= 2):
-            part_rows.append(f"| {step.name} | {part} | {_minutes(found[0].get(part))} | {_minutes(found[1].get(part))} |")
+             "|---|---|---|---:|---:|---:|---:|",
+             *(_step_row(step, runs) for step in tiers.STEPS)]
+    part_rows = [row for step in tiers.STEPS for row in _part_rows(step.name, runs)]
     if part_rows:
         lines += ["", "Inside the steps, as their own logs say (an install includes its import; parts under 2 s left out):", "",
                   "| step | part | cold | warm |", "|---|---|---:|---:|", *part_rows]
     for name in (s.name for s in tiers.STEPS if (s.budget or 0) >= LONG_TIER):
         lines += ["", f"Tier *{name}*, by module and shared start (set-up of session and module fixtures):", "",
-                  "| module or shared start | tests | cold | warm |", "|---|---:|---:|---:|"]
-        docs = [((run or {}).get("tiers") or {}).get(name) or {} for run in (cold, warm)]
-        for key in ("fixtures", "modules"):
-            for item in sorted({k for doc in docs for k in doc.get(key, {})}):
-                values = [doc.get(key, {}).get(item) for doc in docs]
-                times = [v["seconds"] if isinstance(v, dict) else v for v in values]
-                count = next((v["tests"] for v in values if isinstance(v, dict)), "")
-                shown = f"`{item}`" if key == "modules" else f"start: `{item}`"
-                lines.append(f"| {shown} | {count} | {_minutes(times[0])} | {_minutes(times[1])} |")
+                  "| module or shared start | tests | cold | warm |", "|---|---:|---:|---:|", *_tier_rows(name, runs)]
     return "\n".join(lines)
+
+
+Runs = tuple[dict[str, Any] | None, dict[str, Any] | None]  # the recorded cold and warm runs (None: not yet)
+
+
+def _step_record(run: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    """A recorded run's entry for the step called name ({} when there is none)."""
+    return next((s for s in (run or {}).get("steps", []) if s["name"] == name), {})
+
+
+def _test_count(run: dict[str, Any] | None, name: str) -> str:
+    count = sum(((run or {}).get("tiers", {}).get(name) or {}).get("outcomes", {}).values())
+    return str(count) if count else ""
+
+
+def _step_row(step: Any, runs: Runs) -> str:
+    after = f" (after *{'*, *'.join(step.after)}*)" if step.after else ""
+    cold, warm = (_minutes(_step_record(run, step.name).get("seconds")) for run in runs)
+    tests = _test_count(runs[1], step.name) or _test_count(runs[0], step.name)
+    return (f"| {step.name} | {'side' if step.side else 'main'} | {step.what}{after} | "
+            f"{cold} | {warm} | {_minutes(step.budget)} | {tests} |")
+
+
+def _part_rows(name: str, runs: Runs) -> list[str]:
+    """A row per part of the step its logs timed, in either run, for those that took 2 s or more."""
+    found = [_step_record(run, name).get("parts", {}) for run in runs]
+    parts = (p for p in dict.fromkeys([*found[0], *found[1]]) if max(f.get(p, 0) for f in found) >= 2)
+    return [f"| {name} | {part} | {_minutes(found[0].get(part))} | {_minutes(found[1].get(part))} |" for part in parts]
+
+
+def _tier_rows(name: str, runs: Runs) -> list[str]:
+    """A row per shared start (fixtures), then per module, of the tier called name."""
+    docs = [((run or {}).get("tiers") or {}).get(name) or {} for run in runs]
+    return [_tier_row(key, item, docs) for key in ("fixtures", "modules")
+            for item in sorted({k for doc in docs for k in doc.get(key, {})})]  # fmt: skip
+
+
+def _tier_row(key: str, item: str, docs: list[dict[str, Any]]) -> str:
+    """One shared start (fixtures: seconds) or module (modules: {tests, seconds}) in the cold and warm run."""
+    values = [doc.get(key, {}).get(item) for doc in docs]
+    times = [v["seconds"] if isinstance(v, dict) else v for v in values]
+    count = next((v["tests"] for v in values if isinstance(v, dict)), "")
+    shown = f"`{item}`" if key == "modules" else f"start: `{item}`"
+    return f"| {shown} | {count} | {_minutes(times[0])} | {_minutes(times[1])} |"
 
 
 SECTIONS: dict[str, tuple[str, Callable[[Path], str]]] = {

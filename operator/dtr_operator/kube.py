@@ -119,11 +119,7 @@ class Kube:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        raw = self._counted(method, path, body, query, content_type, "application/json")
-        try:
-            return json.loads(raw) if raw else {}
-        except ValueError:
-            return {"message": raw.decode("utf-8", "replace")[:300]}
+        return _decoded(self._counted(method, path, body, query, content_type, "application/json"))
 
     def _counted(
         self, method: str, path: str, body: Any, query: list[tuple[str, str]] | None, content_type: str, accept: str
@@ -142,27 +138,30 @@ class Kube:
         if method in ("POST", "PATCH", "PUT"):
             # Our writes show up as ours in managedFields.
             query = [*(query or []), ("fieldManager", FIELD_MANAGER)]
+        status, raw = self._send(method, path, body, query or [], headers)
+        if 200 <= status < 300:
+            return raw
+        data = _decoded(raw)
+        raise _error(status, data if isinstance(data, Mapping) else {})
+
+    def _send(
+        self, method: str, path: str, body: Any, query: list[tuple[str, str]], headers: dict[str, str]
+    ) -> tuple[int, bytes]:
+        """The API server's answer (HTTP status, body), whatever the status; ApiError 0 when there is none."""
         try:
             method, url, headers, body, _ = self.api.param_serialize(
-                method=method, resource_path=path, query_params=query or [], header_params=headers,
+                method=method, resource_path=path, query_params=query, header_params=headers,
                 body=body, auth_settings=["BearerToken"],
             )  # fmt: skip
             response = self.api.call_api(
                 method, url, header_params=headers, body=body, _request_timeout=REQUEST_TIMEOUT
             )
-            raw = response.read()
+            return response.status, response.read()
         except ApiException as err:  # no HTTP answer at all (connection refused, timeout)
             raise ApiError(0, "Unreachable", str(err.reason or err)) from None
         except (OSError, urllib3.exceptions.HTTPError) as err:
             # urllib3 gives up after its own retries with MaxRetryError, not an OSError.
             raise ApiError(0, "Unreachable", str(err)) from None
-        if 200 <= response.status < 300:
-            return raw
-        try:
-            data = json.loads(raw) if raw else {}
-        except ValueError:
-            data = {"message": raw.decode("utf-8", "replace")[:300]}
-        raise _error(response.status, data if isinstance(data, Mapping) else {})
 
     # ---- objects ----------------------------------------------------------------------------
 
@@ -318,6 +317,14 @@ def current_namespace() -> str:
     except (config.ConfigException, OSError):
         return "default"
     return str((active or {}).get("context", {}).get("namespace") or "default")
+
+
+def _decoded(raw: bytes) -> Any:
+    """An answer's JSON ({} when empty), or its first 300 characters as {"message": ...} when not JSON."""
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        return {"message": raw.decode("utf-8", "replace")[:300]}
 
 
 def _error(status: int, data: Mapping[str, Any]) -> ApiError:

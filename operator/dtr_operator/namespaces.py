@@ -38,10 +38,8 @@ def watched_namespaces(deployment: Mapping[str, Any]) -> tuple[str, ...]:
     flags and environment (literal env values only); an empty tuple means all namespaces."""
     from . import settings as cfg
 
-    pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
-    containers = pod.get("containers") or []
-    container = next((c for c in containers if c.get("name") == CONTAINER), containers[0] if containers else {})
-    env = {e["name"]: e["value"] for e in container.get("env") or [] if "name" in e and isinstance(e.get("value"), str)}
+    container = _operator_container(deployment)
+    env = _literal_env(container)
     parser = argparse.ArgumentParser(add_help=False)
     cfg.add_arguments(parser)
     args, _ = parser.parse_known_args([str(a) for a in container.get("args") or []])
@@ -49,8 +47,26 @@ def watched_namespaces(deployment: Mapping[str, Any]) -> tuple[str, ...]:
         return cfg.from_args(args, env).namespaces
     except cfg.SettingsError:
         # Another setting is invalid (that operator stops at start); the namespace settings alone still read.
-        only = [f"--namespace={n}" for n in args.namespace or []] + ["--all-namespaces"] * bool(args.all_namespaces)
-        return cfg.from_args(parser.parse_args(only), {"DTR_NAMESPACE": env.get("DTR_NAMESPACE", "")}).namespaces
+        only = parser.parse_args(_namespace_flags(args))
+        return cfg.from_args(only, {"DTR_NAMESPACE": env.get("DTR_NAMESPACE", "")}).namespaces
+
+
+def _operator_container(deployment: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod template's container named `operator`, else its first container, else {}."""
+    pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    containers = pod.get("containers") or []
+    return next((c for c in containers if c.get("name") == CONTAINER), containers[0] if containers else {})
+
+
+def _literal_env(container: Mapping[str, Any]) -> dict[str, str]:
+    """The container's env variables that have a literal value (a valueFrom is not readable here)."""
+    env = container.get("env") or []
+    return {e["name"]: e["value"] for e in env if "name" in e and isinstance(e.get("value"), str)}
+
+
+def _namespace_flags(args: argparse.Namespace) -> list[str]:
+    """Only the namespace flags of parsed `dtr operator` arguments, as arguments again."""
+    return [f"--namespace={n}" for n in args.namespace or []] + ["--all-namespaces"] * bool(args.all_namespaces)
 
 
 def watchers(deployments: Sequence[Mapping[str, Any]]) -> list[Watcher]:

@@ -123,14 +123,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
     base = from_env(env)
-    namespaces: Sequence[str] = base.namespaces
-    if args.all_namespaces:
-        namespaces = ()
-    elif args.namespace:
-        namespaces = [ns for arg in args.namespace for ns in arg.split(",") if ns]
     interval = args.progress_interval
     return Settings(
-        namespaces=tuple(namespaces),
+        namespaces=_namespaces(args, base.namespaces),
         trainer_image=args.trainer_image or base.trainer_image,
         log_format=args.log_format or base.log_format,
         liveness_port=_port(args.liveness_port, "--liveness-port") if args.liveness_port else base.liveness_port,
@@ -139,3 +134,12 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
         allowed_images=_patterns(args.allowed_images) if args.allowed_images is not None else base.allowed_images,
         verbose=bool(args.verbose),
     )
+
+
+def _namespaces(args: argparse.Namespace, default: Sequence[str]) -> tuple[str, ...]:
+    """--all-namespaces: all (empty); --namespace (repeatable, comma-separated): those; neither: default."""
+    if args.all_namespaces:
+        return ()
+    if args.namespace:
+        return tuple(ns for arg in args.namespace for ns in arg.split(",") if ns)
+    return tuple(default)

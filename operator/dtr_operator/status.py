@@ -193,16 +193,27 @@ def stuck_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = []
     for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", "")):
         name = (pod.get("metadata") or {}).get("name", "?")
-        waiting = (_tensorflow_status(pod).get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in STUCK_REASONS:
-            detail = _short(waiting.get("message") or "", MAX_WORKER_DETAIL)
-            lines.append(f"worker {name} cannot start: {waiting['reason']}" + (f": {detail}" if detail else ""))
-            continue
-        for cond in (pod.get("status") or {}).get("conditions") or []:
-            if (cond.get("type"), cond.get("status"), cond.get("reason")) == ("PodScheduled", "False", "Unschedulable"):
-                detail = _short(cond.get("message") or "", MAX_WORKER_DETAIL)
-                lines.append(f"worker {name} cannot be scheduled: {detail}")
+        start = _cannot_start(name, pod)
+        lines += [start] if start else _cannot_be_scheduled(name, pod)
     return lines
+
+
+def _cannot_start(name: str, pod: Mapping[str, Any]) -> str | None:
+    """The line for a tensorflow container waiting for one of STUCK_REASONS, else None."""
+    waiting = (_tensorflow_status(pod).get("state") or {}).get("waiting") or {}
+    if waiting.get("reason") not in STUCK_REASONS:
+        return None
+    detail = _short(waiting.get("message") or "", MAX_WORKER_DETAIL)
+    return f"worker {name} cannot start: {waiting['reason']}" + (f": {detail}" if detail else "")
+
+
+def _cannot_be_scheduled(name: str, pod: Mapping[str, Any]) -> list[str]:
+    """A line per PodScheduled=False condition of reason Unschedulable."""
+    return [
+        f"worker {name} cannot be scheduled: {_short(cond.get('message') or '', MAX_WORKER_DETAIL)}"
+        for cond in (pod.get("status") or {}).get("conditions") or []
+        if (cond.get("type"), cond.get("status"), cond.get("reason")) == ("PodScheduled", "False", "Unschedulable")
+    ]
 
 
 @dataclass(frozen=True)

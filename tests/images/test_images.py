@@ -212,7 +212,7 @@ def test_operator_environment() -> None:
         "import importlib.util, os\n"
         "import kopf, kubernetes, prometheus_client, dtr_operator.handlers\n"
         "assert (os.getuid(), os.getgid()) == (1000, 1000), (os.getuid(), os.getgid())\n"
-        "present = [m for m in ('pip', 'setuptools', 'pytest', 'hypothesis', 'ruff')\n"
+        "present = [m for m in ('pip', 'setuptools', 'pytest', 'hypothesis', 'ruff', 'radon', 'xenon')\n"
         "           if importlib.util.find_spec(m)]\n"
         "assert not present, present\n"
         "print('ok')\n"

@@ -113,7 +113,7 @@ def test_operator_image_holds_exactly_pinned_runtime_packages(operator_image_env
     assert not unpinned, f"in the image but not at a version of operator/requirements.txt: {unpinned}"
     for runtime in ("kopf", "kubernetes", "pyyaml", "prometheus-client", "aiohttp"):
         assert runtime in packages
-    for tool in ("pytest", "hypothesis", "ruff", "pip"):
+    for tool in ("pytest", "hypothesis", "ruff", "radon", "xenon", "pip"):
         assert tool not in packages, f"{tool} must not be in the operator image"
 
 

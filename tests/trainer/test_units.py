@@ -42,6 +42,18 @@ def test_parse_tf_config_rejects(raw):
         parse_tf_config(raw)
 
 
+@pytest.mark.parametrize("raw, why", [
+    (cfg({"worker": ["a:1"], "ps": ["p:1"]}, {"type": "worker", "index": 0}), "unsupported jobs ['ps'] (MultiWorkerMirroredStrategy uses chief/worker only)"),
+    (cfg({"worker": ["a:1"]}, {"type": "worker", "index": "one"}), "task.index must be an integer, got 'one'"),
+    (cfg({"chief": ["c:1"], "worker": ["a:1"]}, {"type": "chief", "index": 1}),
+     "task chief/1 is not in cluster.chief (1 tasks)"),
+])
+def test_parse_tf_config_says_why(raw, why):
+    with pytest.raises(ConfigError) as err:
+        parse_tf_config(raw)
+    assert str(err.value) == f"bad TF_CONFIG: {why}"
+
+
 def test_upscale_digits_shape_and_range():
     x = data.upscale_digits(np.full((2, 8, 8), 16.0))
     assert x.shape == (2, 28, 28, 1) and x.dtype == np.float32
@@ -52,6 +64,25 @@ def test_to_unit_images_scales_uint8_and_rejects_bad_floats():
     assert data.to_unit_images(np.full((1, 28, 28), 255, np.uint8), "t").max() == 1.0
     with pytest.raises(DataError, match="in \\[0, 1\\]"):
         data.to_unit_images(np.full((1, 28, 28), 2.0), "t")
+
+
+@pytest.mark.parametrize("x, why", [
+    (np.zeros((1, 28, 27)), "images must have shape [N,28,28] or [N,28,28,1], got [1, 28, 27, 1]"),
+    (np.zeros((0, 28, 28)), "no images"),
+    (np.full((1, 28, 28), -1, np.int16), "integer pixels must be in 0..255"),
+    (np.full((1, 28, 28), "a"), "images must be integers 0..255 or floats 0..1, got <U1"),
+    (np.full((1, 28, 28, 1), np.nan), "float pixels must be finite and in [0, 1]"),
+])
+def test_to_unit_images_says_why(x, why):
+    with pytest.raises(DataError) as err:
+        data.to_unit_images(x, "t")
+    assert str(err.value) == f"t: {why}"
+
+
+def test_to_unit_images_keeps_unit_floats():
+    x = np.linspace(0.0, 1.0, 28 * 28).reshape(1, 28, 28, 1)
+    out = data.to_unit_images(x, "t")
+    assert out.dtype == np.float32 and out.shape == (1, 28, 28, 1) and np.allclose(out, x)
 
 
 def test_to_labels_rejects_out_of_range():

@@ -62,7 +62,9 @@ def test_render_several_runs_and_an_existing_claim(tmp_path, capsys):
     ("content", "expected"),
     [
         (None, "No such file"),
-        ("a: [1\n", "not valid YAML"),
+        ("a: [1\n", "run.yaml: line 2 not valid YAML: expected ',' or ']'"),
+        ("a: \x07\n", "run.yaml: not valid YAML: unacceptable character #x0007"),
+        ("", "no DistTrainingRun in this file (found nothing; want apiVersion"),
         ("- 1\n", "must be a mapping"),
         ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n",
          "no DistTrainingRun in this file (found Pod; want apiVersion: distml.dev/v1alpha1, kind: DistTrainingRun)"),

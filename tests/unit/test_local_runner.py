@@ -1,6 +1,9 @@
 """Pure decisions of `dtr run` (dtr_operator.local.runner): restarts, outcome, the status it prints."""
 
+import io
 import json
+import signal
+import sys
 
 import pytest
 import yaml
@@ -73,6 +76,55 @@ def test_load_run_errors_are_one_line_naming_the_problem():
     with pytest.raises(r.RunError, match=r"f\.yaml: spec\.suspend is true: a suspended run trains nowhere"):
         r.load_run(RUN.replace("workers: 2,", "workers: 2, suspend: true,"), "f.yaml")
 
+
+
+@pytest.mark.parametrize(
+    ("exits", "policy", "end"),
+    [
+        ({"worker-0": 0, "worker-1": None}, "", ("Succeeded", "TFJobSucceeded", "TFJob ns/j successfully completed.")),
+        ({"worker-0": 0, "worker-1": 3}, "AllWorkers",
+         ("Failed", "TFJobFailed", "TFJob ns/j has failed because 1 Worker replica(s) failed.")),
+        ({"worker-0": None, "worker-1": 0}, "", None),
+    ],
+)  # fmt: skip
+def test_end_by_exits(exits, policy, end):
+    assert r.end_by_exits(exits, policy, "Worker", "ns/j") == end
+
+
+BACKOFF = ("Failed", "BackoffLimitExceeded", "TFJob ns/j has failed because it has reached the specified backoff limit")
+DEADLINE = ("Failed", "DeadlineExceeded", "TFJob ns/j has failed because it was active longer than specified deadline")
+
+
+@pytest.mark.parametrize(
+    ("policy", "run_policy", "restarts", "elapsed", "end"),
+    [
+        ("OnFailure", {}, 5, 0.0, None), ("OnFailure", {}, 6, 0.0, BACKOFF),  # the training-operator's default 6
+        ("OnFailure", {"backoffLimit": 2}, 2, 0.0, BACKOFF),
+        ("Never", {}, 0, 0.0, None),
+        ("Never", {"activeDeadlineSeconds": 60}, 0, 60.0, None), ("Never", {"activeDeadlineSeconds": 60}, 0, 60.5, DEADLINE),
+    ],
+)  # fmt: skip
+def test_end_by_limits(policy, run_policy, restarts, elapsed, end):
+    assert r.end_by_limits(policy, run_policy, restarts, elapsed, "ns/j") == end
+
+
+def test_a_pod_a_local_process_cannot_play_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """translate.TranslateError (here: an env var from a Secret) from starting a worker: exit 2 and one line."""
+    build_tfjob = builders.build_tfjob
+
+    def with_a_secret(run):
+        tfjob = build_tfjob(run)
+        for container in tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]:
+            container["env"].append({"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
+        return tfjob
+
+    monkeypatch.setattr(r.builders, "build_tfjob", with_a_secret)
+    (tmp_path / "run.yaml").write_text(RUN)
+    code = r.run_file(str(tmp_path / "run.yaml"), base_dir=tmp_path / "state", python=sys.executable,
+                      out=io.StringIO(), on_signal=lambda _s, _h: signal.SIG_DFL)  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == "dtr run: env TOKEN: its valueFrom cannot be resolved without a cluster\n"
 
 def _pods(states):
     return [

@@ -119,19 +119,6 @@ def test_volume_dirs_and_mounts():
 
 
 @pytest.mark.parametrize(
-    ("image", "expected"),
-    [
-        ("distml/trainer:0.1.0", "/exact"),
-        ("distml/trainer:dev", "/glob"),
-        ("other:1", "/default"),
-    ],
-)
-def test_python_for_image(image, expected):
-    images = {"distml/trainer:0.1.0": "/exact", "distml/trainer:*": "/glob"}
-    assert t.python_for_image(image, images, "/default") == expected
-
-
-@pytest.mark.parametrize(
     "python", ["python", "python3", "python3.9", "/usr/bin/python3"]
 )
 def test_local_argv_maps_python_to_the_environment(python):

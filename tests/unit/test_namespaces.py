@@ -37,3 +37,13 @@ def test_an_invalid_other_setting_does_not_hide_the_namespaces():
     assert ns.watched_namespaces(deployment(["--namespace=ml", "--metrics-port=99999"])) == ("ml",)
     assert ns.watched_namespaces(deployment(["--all-namespaces"], env={"DTR_LOG_FORMAT": "xml"})) == ()
     assert ns.watched_namespaces(deployment([], env={"DTR_NAMESPACE": "a", "DTR_LOG_FORMAT": "xml"})) == ("a",)
+
+
+def test_the_operator_container_else_the_first_and_only_literal_env_values_are_read():
+    first_only = {"spec": {"template": {"spec": {"containers": [{"name": "main", "args": ["-n", "a"]}]}}}}
+    assert ns.watched_namespaces(first_only) == ("a",)
+    assert ns.watched_namespaces({}) == ()
+    d = deployment(env={"DTR_NAMESPACE": "x"})
+    d["spec"]["template"]["spec"]["containers"][1]["env"].append(
+        {"name": "DTR_NAMESPACE", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "ns"}}})
+    assert ns.watched_namespaces(d) == ("x",)

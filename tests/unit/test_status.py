@@ -309,6 +309,14 @@ def test_an_unschedulable_pod_is_named_with_the_schedulers_reason():
     assert "worker mnist-cnn-worker-0 cannot be scheduled: 0/1 nodes are available: 1 Insufficient cpu." in status["message"]
 
 
+def test_a_stuck_pod_without_a_message_is_one_line_by_its_reason_and_not_also_unschedulable():
+    pods = [waiting_pod(1, "CreateContainerConfigError", unschedulable="x"), waiting_pod(0, unschedulable="0/1 nodes")]
+    assert st.stuck_workers(pods) == [
+        "worker mnist-cnn-worker-0 cannot be scheduled: 0/1 nodes",
+        "worker mnist-cnn-worker-1 cannot start: CreateContainerConfigError",
+    ]
+
+
 def test_pods_merely_starting_leave_the_status_alone():
     previous = created_status()
     pods = [waiting_pod(0, "ContainerCreating"), waiting_pod(1)]

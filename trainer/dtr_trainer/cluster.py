@@ -63,22 +63,9 @@ def parse_tf_config(raw: str | None) -> ClusterInfo:
     if raw is None or not raw.strip():
         return LOCAL
     cluster, task = _cluster_and_task(raw)
-    unknown = sorted(set(cluster) - {"worker", "chief", "evaluator"})
-    if unknown:
-        raise _fail(f"unsupported jobs {unknown} (MultiWorkerMirroredStrategy uses chief/worker only)")
-    workers, chiefs = _task_list(cluster, "worker"), _task_list(cluster, "chief")
-    if len(chiefs) > 1:
-        raise _fail("at most one chief task")
-    task_type, task_index = task.get("type"), task.get("index")
-    if task_type not in ("worker", "chief"):
-        raise _fail(f"task.type must be 'worker' or 'chief', got {task_type!r}")
-    if isinstance(task_index, str) and task_index.isdigit():
-        task_index = int(task_index)
-    if not isinstance(task_index, int) or isinstance(task_index, bool):
-        raise _fail(f"task.index must be an integer, got {task_index!r}")
-    size = len(workers) if task_type == "worker" else len(chiefs)
-    if not 0 <= task_index < size:
-        raise _fail(f"task {task_type}/{task_index} is not in cluster.{task_type} ({size} tasks)")
+    workers, chiefs = _jobs(cluster)
+    task_type = _task_type(task)
+    task_index = _task_index(task, task_type, len(workers) if task_type == "worker" else len(chiefs))
     is_chief = task_type == "chief" or (not chiefs and task_index == 0)
     return ClusterInfo(
         task_type=task_type,
@@ -87,3 +74,33 @@ def parse_tf_config(raw: str | None) -> ClusterInfo:
         is_chief=is_chief,
         distributed=True,
     )
+
+
+def _jobs(cluster: Mapping[str, Any]) -> tuple[list, list]:
+    """(worker addresses, chief addresses); only the jobs MultiWorkerMirroredStrategy knows, one chief at most."""
+    unknown = sorted(set(cluster) - {"worker", "chief", "evaluator"})
+    if unknown:
+        raise _fail(f"unsupported jobs {unknown} (MultiWorkerMirroredStrategy uses chief/worker only)")
+    workers, chiefs = _task_list(cluster, "worker"), _task_list(cluster, "chief")
+    if len(chiefs) > 1:
+        raise _fail("at most one chief task")
+    return workers, chiefs
+
+
+def _task_type(task: Mapping[str, Any]) -> str:
+    task_type = task.get("type")
+    if task_type not in ("worker", "chief"):
+        raise _fail(f"task.type must be 'worker' or 'chief', got {task_type!r}")
+    return task_type
+
+
+def _task_index(task: Mapping[str, Any], task_type: str, size: int) -> int:
+    """task.index (an integer, or digits as a string) within the `size` tasks of its job."""
+    task_index = task.get("index")
+    if isinstance(task_index, str) and task_index.isdigit():
+        task_index = int(task_index)
+    if not isinstance(task_index, int) or isinstance(task_index, bool):
+        raise _fail(f"task.index must be an integer, got {task_index!r}")
+    if not 0 <= task_index < size:
+        raise _fail(f"task {task_type}/{task_index} is not in cluster.{task_type} ({size} tasks)")
+    return task_index

@@ -47,16 +47,30 @@ class Splits:
 
 def to_unit_images(x: np.ndarray, what: str) -> np.ndarray:
     """uint8 0..255 or float 0..1 images [N,28,28] or [N,28,28,1] -> float32 [N,28,28,1] in [0,1]."""
+    x = _image_stack(x, what)
+    if np.issubdtype(x.dtype, np.integer):
+        return _scaled_integer_pixels(x, what)
+    return _checked_float_pixels(x, what)
+
+
+def _image_stack(x: np.ndarray, what: str) -> np.ndarray:
+    """x as [N,28,28,1] with N > 0 (a channel axis added to [N,28,28])."""
     if x.ndim == 3:
         x = x[..., np.newaxis]
     if x.ndim != 4 or x.shape[1:] != IMAGE_SHAPE:
         raise DataError(f"{what}: images must have shape [N,28,28] or [N,28,28,1], got {list(x.shape)}")
     if x.shape[0] == 0:
         raise DataError(f"{what}: no images")
-    if np.issubdtype(x.dtype, np.integer):
-        if x.min() < 0 or x.max() > 255:
-            raise DataError(f"{what}: integer pixels must be in 0..255")
-        return (x.astype(np.float32) / 255.0).astype(np.float32)
+    return x
+
+
+def _scaled_integer_pixels(x: np.ndarray, what: str) -> np.ndarray:
+    if x.min() < 0 or x.max() > 255:
+        raise DataError(f"{what}: integer pixels must be in 0..255")
+    return (x.astype(np.float32) / 255.0).astype(np.float32)
+
+
+def _checked_float_pixels(x: np.ndarray, what: str) -> np.ndarray:
     if not np.issubdtype(x.dtype, np.floating):
         raise DataError(f"{what}: images must be integers 0..255 or floats 0..1, got {x.dtype}")
     if not np.isfinite(x).all() or x.min() < 0.0 or x.max() > 1.0:

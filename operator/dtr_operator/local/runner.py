@@ -43,6 +43,9 @@ class RunError(Exception):
     """Bad input for `dtr run`: one line for the user."""
 
 
+End = tuple[str, str, str]  # how a job ended: (phase, TFJob condition reason, message)
+
+
 # --- pure decisions (unit-tested in tests/unit/test_local_runner.py) -----------------------------
 
 
@@ -69,6 +72,30 @@ def job_outcome(exits: Mapping[str, int | None], success_policy: str, chief: str
     if success_policy == "AllWorkers":
         return status.SUCCEEDED if all(code == 0 for code in exits.values()) else None
     return status.SUCCEEDED if exits.get(chief) == 0 else None
+
+
+def end_by_exits(exits: Mapping[str, int | None], success_policy: str, rtype: str, job: str) -> End | None:
+    """The job's end from its replicas' final exits (job_outcome), as the training-operator words it."""
+    outcome = job_outcome(exits, success_policy, f"{rtype.lower()}-0")
+    if outcome == status.SUCCEEDED:
+        return status.SUCCEEDED, "TFJobSucceeded", f"TFJob {job} successfully completed."
+    if outcome == status.FAILED:
+        failed = sum(1 for c in exits.values() if c not in (None, 0))
+        return status.FAILED, "TFJobFailed", f"TFJob {job} has failed because {failed} {rtype} replica(s) failed."
+    return None
+
+
+def end_by_limits(policy: str, run_policy: Mapping[str, Any], restarts: int, elapsed: float, job: str) -> End | None:
+    """The job's end by its runPolicy: backoffLimit (default 0 under Never, else 6) or activeDeadlineSeconds."""
+    limit = int(run_policy.get("backoffLimit", 0 if policy == "Never" else 6))
+    if past_backoff_limit(policy, restarts, limit):
+        return (status.FAILED, "BackoffLimitExceeded",
+                f"TFJob {job} has failed because it has reached the specified backoff limit")  # fmt: skip
+    deadline = run_policy.get("activeDeadlineSeconds")
+    if deadline is not None and elapsed > deadline:
+        return (status.FAILED, "DeadlineExceeded",
+                f"TFJob {job} has failed because it was active longer than specified deadline")  # fmt: skip
+    return None
 
 
 def tfjob_view(
@@ -325,7 +352,7 @@ class LocalRun:
 
     # -- the job --
 
-    def execute(self) -> tuple[str, str, str]:
+    def execute(self) -> End:
         """Run to the end: (phase, TFJob condition reason, message)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for r in self.replicas:
@@ -352,28 +379,16 @@ class LocalRun:
                 r.next_start = 0.0
                 self.start(r)
 
-    def ended(self, elapsed: float) -> tuple[str, str, str] | None:
+    def ended(self, elapsed: float) -> End | None:
         """The job's end as the training-operator would call it, or None while it goes on."""
         job = f"{self.run.namespace}/{self.run.tfjob_name}"
         if self.interrupted:
             return status.FAILED, "Interrupted", f"dtr run of TFJob {job} was interrupted"
         exits = {r.label: r.final_code for r in self.replicas}
-        outcome = job_outcome(exits, self.success_policy, f"{self.rtype.lower()}-0")
-        if outcome == status.SUCCEEDED:
-            return status.SUCCEEDED, "TFJobSucceeded", f"TFJob {job} successfully completed."
-        if outcome == status.FAILED:
-            failed = sum(1 for c in exits.values() if c not in (None, 0))
-            why = f"TFJob {job} has failed because {failed} {self.rtype} replica(s) failed."
-            return status.FAILED, "TFJobFailed", why
-        limit = int(self.run_policy.get("backoffLimit", 0 if self.policy == "Never" else 6))
-        if past_backoff_limit(self.policy, sum(r.restart_count for r in self.replicas), limit):
-            return (status.FAILED, "BackoffLimitExceeded",
-                    f"TFJob {job} has failed because it has reached the specified backoff limit")  # fmt: skip
-        deadline = self.run_policy.get("activeDeadlineSeconds")
-        if deadline is not None and elapsed > deadline:
-            return (status.FAILED, "DeadlineExceeded",
-                    f"TFJob {job} has failed because it was active longer than specified deadline")  # fmt: skip
-        return None
+        restarts = sum(r.restart_count for r in self.replicas)
+        return end_by_exits(exits, self.success_policy, self.rtype, job) or end_by_limits(
+            self.policy, self.run_policy, restarts, elapsed, job
+        )
 
     def final_status(self, phase: str, reason: str, message: str) -> dict[str, Any]:
         pods = [
@@ -430,18 +445,7 @@ def run_file(
 ) -> int:
     """`dtr run FILE`: exit 0 when the run Succeeded, 1 when it Failed, 2 for bad input, 130 interrupted."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        print(f"dtr run: cannot read {path}: {exc.strerror}", file=sys.stderr)
-        return 2
-    try:
-        run = load_run(text, path)
-        if not Path(python).exists():
-            raise RunError(
-                f"the trainer's Python {python} does not exist: run `make setup-trainer` (or set DTR_TRAINER_PYTHON)"
-            )
-        console = Console(out)
-        local = LocalRun(run, base_dir, python, console)
+        local = _prepare_run(path, base_dir, python, Console(out))
     except RunError as exc:
         print(f"dtr run: {exc}", file=sys.stderr)
         return 2
@@ -449,6 +453,7 @@ def run_file(
     def interrupt(_signum: int, _frame: Any) -> None:
         local.interrupted = True
 
+    run, console = local.run, local.console
     previous = {s: on_signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     claim = local.claim_dir(run.pvc_name)
     console.say(
@@ -457,18 +462,37 @@ def run_file(
     )
     try:
         phase, reason, message = local.execute()
-    except RunError as exc:
+    except (RunError, translate.TranslateError) as exc:
+        # A TranslateError: the pod asks for what a local process cannot be given; one line, as for bad input.
         local.stop_all()
         print(f"dtr run: {exc}", file=sys.stderr)
         return 2
     finally:
         for s, handler in previous.items():
             on_signal(s, handler)
-    final = local.final_status(phase, reason, message)
-    console.say(yaml.safe_dump({"status": final}, sort_keys=False).rstrip())
+    return _report_end(local, local.final_status(phase, reason, message), claim)
+
+
+def _prepare_run(path: str, base_dir: Path, python: str, console: Console) -> LocalRun:
+    """The run of the file, ready to execute; RunError (one line) when the file or the Python cannot be used."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise RunError(f"cannot read {path}: {exc.strerror}") from None
+    run = load_run(text, path)
+    if not Path(python).exists():
+        raise RunError(
+            f"the trainer's Python {python} does not exist: run `make setup-trainer` (or set DTR_TRAINER_PYTHON)"
+        )
+    return LocalRun(run, base_dir, python, console)
+
+
+def _report_end(local: LocalRun, final: Mapping[str, Any], claim: str) -> int:
+    """Print the final status and where the model is on disk; the exit code of `dtr run`."""
+    local.console.say(yaml.safe_dump({"status": final}, sort_keys=False).rstrip())
     model = final.get("model") or {}
     if model.get("path", "").startswith(builders.MOUNT_PATH):
-        console.say(f"[dtr] model on disk: {claim}{model['path'][len(builders.MOUNT_PATH) :]}")
+        local.console.say(f"[dtr] model on disk: {claim}{model['path'][len(builders.MOUNT_PATH) :]}")
     if local.interrupted:
         return 130
     return 0 if final.get("phase") == status.SUCCEEDED else 1

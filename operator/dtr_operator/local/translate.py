@@ -9,13 +9,12 @@ would create:
 - Volumes: a PVC is a local directory; every value in args/env/workingDir that names a path
   under a volume's mountPath is rewritten to the same path under that directory. The
   termination-message path maps to a per-container file the same way.
-- Command: `python` (and `python3`, `python3.X`) becomes the Python of the environment the
-  image maps to; anything else runs as given.
+- Command: `python` (and `python3`, `python3.X`) becomes the trainer's Python that `dtr run` was
+  given (`--python`); anything else runs as given.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import re
@@ -162,16 +161,6 @@ def mount_path_map(mounts: Sequence[Mapping[str, Any]], dirs: Mapping[str, str])
 
 
 # --- command and env -----------------------------------------------------------------------------
-
-
-def python_for_image(image: str, images: Mapping[str, str], default: str) -> str:
-    """The local Python for an image: an exact or glob (`distml/trainer:*`) key of images, else default."""
-    if image in images:
-        return images[image]
-    for pattern, python in images.items():
-        if fnmatch.fnmatchcase(image, pattern):
-            return python
-    return default
 
 
 def local_argv(command: Sequence[str], args: Sequence[str], python: str, path_map: PathMap) -> list[str]:
