@@ -9,7 +9,7 @@ that log that ends at an epoch's end, as the operator does when it reads the chi
 from __future__ import annotations
 
 from conftest import Volume, run_trainer
-from dtr_contract.progress import parse_epoch_end, parse_epoch_end_line
+from dtr_contract.progress import EpochEnd, parse_epoch_end, parse_epoch_end_line
 
 EPOCHS = 4
 ARGS = ["--dataset", "digits", "--epochs", str(EPOCHS), "--steps-per-epoch", "8", "--batch-size-per-worker", "16"]
@@ -26,9 +26,16 @@ def test_every_epoch_the_trainer_logs_is_read_back(tmp_path) -> None:
 
     assert [(end.epoch, end.epochs) for end in read] == [(n, EPOCHS) for n in range(1, EPOCHS + 1)]
     for end, i in zip(read, ends):
-        assert [name for name, _ in end.metrics] == ["accuracy", "loss"], lines[i]
-        for name, value in end.metrics:
-            assert f"{name}={value:.4f}" in lines[i], (name, value, lines[i])
-        assert end.examples_per_second is not None and end.examples_per_second > 0, lines[i]
-        assert end.remaining_seconds is not None and end.remaining_seconds >= 0, lines[i]
+        assert_read_back(end, lines[i])
     assert read[-1].remaining_seconds == 0
+
+
+def assert_read_back(end: EpochEnd, line: str) -> None:
+    """The figures read are the ones the line shows, the throughput and the time left included."""
+    assert [name for name, _ in end.metrics] == ["accuracy", "loss"], line
+    for name, value in end.metrics:
+        assert f"{name}={value:.4f}" in line, (name, value, line)
+    assert end.examples_per_second is not None, line
+    assert end.examples_per_second > 0, line
+    assert end.remaining_seconds is not None, line
+    assert end.remaining_seconds >= 0, line
