@@ -33,6 +33,8 @@ def _number(value: int) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w.]){value}(?![\w.])")
 
 
+# loss, accuracy and epochs are words of their own elsewhere too
+SUMMARY_KEYS = (summary.EXAMPLES_PER_SECOND, summary.MODEL_PATH, summary.MODEL_VERSION)
 # what -> the pattern of its spelling in a string or a line
 TEXT = {
     "gRPC port": _number(container.PORT),
@@ -45,7 +47,7 @@ TEXT = {
     # the line's own shape, and its two fields as the writer spells them or the parser looks them up
     "epoch-end line": re.compile(r"epoch \S+/\S+ end|\b(examples_per_second|remaining_seconds)=|"
                                  r"^(examples_per_second|remaining_seconds)$"),
-    "summary key": re.compile(rf"\b({_alternatives([summary.EXAMPLES_PER_SECOND, summary.MODEL_PATH, summary.MODEL_VERSION])})\b"),
+    "summary key": re.compile(rf"\b({_alternatives(SUMMARY_KEYS)})\b"),
 }
 NUMBERS = {container.PORT: "gRPC port", exits.PEER_LOST: "exit code peer lost"}
 
