@@ -28,22 +28,22 @@ setup: setup-check setup-op setup-trainer ## create both Python environments (pi
 setup-check:
 	@$(DOCTOR) -q setup
 
-$(OP)/dtr: operator/requirements.txt operator/pyproject.toml
+$(OP)/dtr: operator/requirements.txt operator/pyproject.toml contract/pyproject.toml
 	@$(DOCTOR) -q setup-op
 	$(PY_OP) -m venv $(VENV_OP)
 	$(OP)/pip install -q --upgrade pip
 	$(OP)/pip install -q -r operator/requirements.txt
-	$(OP)/pip install -q --no-deps -e operator/
+	$(OP)/pip install -q --no-deps -e contract/ -e operator/
 	touch $@
 
 setup-op: $(OP)/dtr
 
-$(TR)/.installed: trainer/requirements.txt trainer/requirements-test.txt trainer/pyproject.toml
+$(TR)/.installed: trainer/requirements.txt trainer/requirements-test.txt trainer/pyproject.toml contract/pyproject.toml
 	@$(DOCTOR) -q setup-trainer
 	$(PY_TRAINER) -m venv $(VENV_TR)
 	$(TR)/pip install -q --upgrade pip
 	$(TR)/pip install -q -r trainer/requirements.txt -r trainer/requirements-test.txt
-	$(TR)/pip install -q --no-deps -e trainer/
+	$(TR)/pip install -q --no-deps -e contract/ -e trainer/
 	TF_CPP_MIN_LOG_LEVEL=2 $(TR)/python -c "import tensorflow as tf, numpy; assert tf.__version__ == '2.11.0', tf.__version__; print('TensorFlow', tf.__version__, 'numpy', numpy.__version__)"
 	touch $@
 
@@ -59,10 +59,10 @@ install-cli: ## link $(PREFIX)/bin/dtr (PREFIX=~/.local) to ./dtr, so that `dtr`
 
 # Cyclomatic complexity as radon counts it (ruff's C901 does not count boolean operators, so it passes more):
 # xenon fails on any function of the product ranked C, i.e. above 10.
-COMPLEXITY_PATHS := operator trainer docs/gen.py
+COMPLEXITY_PATHS := operator trainer contract docs/gen.py
 
 lint: setup-op lint-deploy ## ruff on all Python; complexity <= 10 (radon) in the product; shellcheck and hadolint on the deploy files
-	$(OP)/ruff check operator trainer tests bench docs
+	$(OP)/ruff check operator trainer contract tests bench docs
 	$(OP)/xenon --max-absolute B $(COMPLEXITY_PATHS)
 
 cluster-build: ## build etcd, kube-apiserver, kube-controller-manager, training-operator (cached)

@@ -125,17 +125,19 @@ wait_for_run() {
 }
 
 print_model() {
-  local ns="$1" name="$2" model_path claim volume host_path
+  local ns="$1" name="$2" model_path claim uri version volume host_path
   model_path="$(kubectl -n "${ns}" get disttrainingrun "${name}" -o jsonpath='{.status.model.path}')"
   claim="$(kubectl -n "${ns}" get disttrainingrun "${name}" -o jsonpath='{.status.model.claim}')"
+  uri="$(kubectl -n "${ns}" get disttrainingrun "${name}" -o jsonpath='{.status.model.storageUri}')"
+  version="$(kubectl -n "${ns}" get disttrainingrun "${name}" -o jsonpath='{.status.model.version}')"
   volume="$(kubectl -n "${ns}" get pvc "${claim}" -o jsonpath='{.spec.volumeName}')"
   step "done"
   kubectl -n "${ns}" get disttrainingrun "${name}"
   echo "model (in the pods):  ${model_path}  on PVC ${ns}/${claim}"
-  [[ -n "${HOST_DIR}" ]] || return 0
-  # local-path names a volume's directory <pv>_<namespace>_<pvc>; the volume is
-  # mounted at /mnt/dtr in the pods, so strip that prefix to get the host path.
-  host_path="${HOST_DIR}/${volume}_${ns}_${claim}${model_path#/mnt/dtr}"
+  [[ -n "${HOST_DIR}" && -n "${uri}" ]] || return 0
+  # local-path names a volume's directory <pv>_<namespace>_<pvc>; storageUri is pvc://<claim>/<the
+  # model's directory on the volume>, which holds the version.
+  host_path="${HOST_DIR}/${volume}_${ns}_${claim}/${uri#"pvc://${claim}/"}/${version}"
   if [[ -d "${host_path}" ]]; then
     echo "model (on this host): ${host_path}"
     ls -l "${host_path}"

@@ -10,6 +10,9 @@ import copy
 import json
 from typing import Any
 
+from dtr_contract import env, flags, layout
+from dtr_contract.container import PORT, TERMINATION_MESSAGE_PATH
+
 from .spec import API_VERSION, KIND, RunSpec, SchedulingPolicy
 
 RUN_LABEL = "distml.dev/run"
@@ -23,22 +26,12 @@ TFJOB_API_VERSION = f"{TFJOB_GROUP}/{TFJOB_VERSION}"
 # The training-operator only wires TF_CONFIG and the services into a container with this name.
 CONTAINER_NAME = "tensorflow"
 PORT_NAME = "tfjob-port"
-PORT = 2222
-MOUNT_PATH = "/mnt/dtr"
 VOLUME_NAME = "dtr-data"
 # The root filesystem is read-only; Python and TensorFlow still want a scratch dir.
 SCRATCH_VOLUME = "tmp"
 SCRATCH_PATH = "/tmp"
 SCRATCH_SIZE = "256Mi"
-TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TRAINER_COMMAND = ("python", "-m", "dtr_trainer")
-# What the trainer cannot know by itself, for the lineage file beside each model (docs/models.md).
-# The trainer's list is dtr_trainer.lineage.ENV_VARS; tests/trainer/test_contract.py checks both agree.
-ENV_RUN_NAME = "DTR_RUN_NAME"
-ENV_RUN_UID = "DTR_RUN_UID"  # only for runs read from the API (dtr render / dtr run have no uid)
-ENV_RUN_NAMESPACE = "DTR_RUN_NAMESPACE"
-ENV_RUN_SPEC = "DTR_RUN_SPEC"
-ENV_TRAINER_IMAGE = "DTR_TRAINER_IMAGE"
 RUN_AS = 1000
 
 # Labels the training-operator puts on the pods it creates (to find the chief).
@@ -52,34 +45,34 @@ def run_labels(run: RunSpec) -> dict[str, str]:
 
 
 def export_dir(run: RunSpec) -> str:
-    return f"{MOUNT_PATH}/models/{run.model_name}"
+    return layout.export_dir(run.model_name)
 
 
 def logs_dir(run: RunSpec) -> str:
     """TensorBoard's logs and each worker's own log file (worker-<i>.log) on the run's volume."""
-    return f"{MOUNT_PATH}/logs/{run.name}"
+    return layout.logs_dir(run.name)
 
 
 def trainer_args(run: RunSpec) -> list[str]:
     """The trainer command line (docs/architecture.md, "The trainer command line")."""
     t = run.training
     args = [
-        "--model", t.model,
-        "--dataset", t.dataset,
-        "--epochs", str(t.epochs),
-        "--batch-size-per-worker", str(t.batch_size_per_worker),
+        flags.MODEL, t.model,
+        flags.DATASET, t.dataset,
+        flags.EPOCHS, str(t.epochs),
+        flags.BATCH_SIZE_PER_WORKER, str(t.batch_size_per_worker),
     ]
     if t.steps_per_epoch is not None:
-        args += ["--steps-per-epoch", str(t.steps_per_epoch)]
+        args += [flags.STEPS_PER_EPOCH, str(t.steps_per_epoch)]
     args += [
-        "--learning-rate", repr(t.learning_rate),
-        "--seed", str(t.seed),
-        "--data-dir", f"{MOUNT_PATH}/data",
-        "--export-dir", export_dir(run),
-        "--backup-dir", backup_dir(run),
-        "--tensorboard-dir", logs_dir(run),
-        "--log-dir", logs_dir(run),
-        "--termination-message-path", TERMINATION_MESSAGE_PATH,
+        flags.LEARNING_RATE, repr(t.learning_rate),
+        flags.SEED, str(t.seed),
+        flags.DATA_DIR, layout.data_dir(),
+        flags.EXPORT_DIR, export_dir(run),
+        flags.BACKUP_DIR, backup_dir(run),
+        flags.TENSORBOARD_DIR, logs_dir(run),
+        flags.LOG_DIR, logs_dir(run),
+        flags.TERMINATION_MESSAGE_PATH, TERMINATION_MESSAGE_PATH,
     ]
     return args
 
@@ -88,8 +81,7 @@ def backup_dir(run: RunSpec) -> str:
     """BackupAndRestore's state: per run object (its uid), so a run deleted and re-created under the same
     name on a kept volume starts afresh instead of resuming the old run's epochs. Without a uid (dtr run,
     dtr render): per name."""
-    base = f"{MOUNT_PATH}/backup/{run.name}"
-    return f"{base}/{run.uid}" if run.uid else base
+    return layout.backup_dir(run.name, run.uid)
 
 
 def _training_spec(run: RunSpec) -> dict[str, Any]:
@@ -149,15 +141,15 @@ def _scheduling_spec(run: RunSpec) -> dict[str, Any]:
 
 def trainer_env(run: RunSpec) -> list[dict[str, str]]:
     """The container's env: unbuffered output, and who the run is (the trainer's lineage file)."""
-    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": ENV_RUN_NAME, "value": run.name}]
+    variables = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": env.RUN_NAME, "value": run.name}]
     if run.uid:
-        env.append({"name": ENV_RUN_UID, "value": run.uid})
-    env += [
-        {"name": ENV_RUN_NAMESPACE, "value": run.namespace},
-        {"name": ENV_RUN_SPEC, "value": json.dumps(effective_spec(run), separators=(",", ":"))},
-        {"name": ENV_TRAINER_IMAGE, "value": run.image},
+        variables.append({"name": env.RUN_UID, "value": run.uid})
+    variables += [
+        {"name": env.RUN_NAMESPACE, "value": run.namespace},
+        {"name": env.RUN_SPEC, "value": json.dumps(effective_spec(run), separators=(",", ":"))},
+        {"name": env.TRAINER_IMAGE, "value": run.image},
     ]
-    return env
+    return variables
 
 
 def _container(run: RunSpec) -> dict[str, Any]:
@@ -170,7 +162,7 @@ def _container(run: RunSpec) -> dict[str, Any]:
         "env": trainer_env(run),
         "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
         "volumeMounts": [
-            {"name": VOLUME_NAME, "mountPath": MOUNT_PATH},
+            {"name": VOLUME_NAME, "mountPath": layout.MOUNT_PATH},
             {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_PATH},
         ],
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,

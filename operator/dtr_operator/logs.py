@@ -17,10 +17,12 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
+from dtr_contract import layout
+
 from .builders import CONTAINER_NAME, REPLICA_INDEX_LABEL
 from .spec import KIND
 
-VOLUME_LOGS = "/mnt/dtr/logs/<run>/ on the run's volume"
+VOLUME_LOGS = f"{layout.logs_dir('<run>')}/ on the run's volume"
 KUBELET_GONE = "unable to retrieve container logs for "
 
 

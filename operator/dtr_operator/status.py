@@ -7,14 +7,16 @@ write.
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .builders import CONTAINER_NAME, MOUNT_PATH, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from dtr_contract import exits, layout
+from dtr_contract import summary as chief_summary
+from dtr_contract.progress import EpochEnd
+from dtr_contract.progress import parse_epoch_end as parse_epoch_end  # reconcile reads the chief's log with it
+
+from .builders import CONTAINER_NAME, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from .spec import RunSpec
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
@@ -128,9 +130,6 @@ def termination_message(pod: Mapping[str, Any] | None) -> str | None:
     return terminated.get("message")
 
 
-# The trainer's exit code for "a peer died or a collective timed out" (docs/trainer.md, exit codes):
-# a consequence of another worker's failure, never its cause.
-EXIT_PEER_LOST = 138
 MAX_WORKER_DETAIL = 160
 
 
@@ -151,9 +150,9 @@ def _worker_exit(name: str, code: int, terminated: Mapping[str, Any]) -> str:
 def _cause_rank(code: int, terminated: Mapping[str, Any]) -> int:
     """0: the trainer's own error (exit < 128) or an OOM kill; 1: any other signal (a kill at the
     backoff limit gives 143); 2: a peer lost (the consequence of another worker's failure)."""
-    if code == EXIT_PEER_LOST:
+    if exits.is_peer_lost(code):
         return 2
-    return 0 if code < 128 or terminated.get("reason") == "OOMKilled" else 1
+    return 0 if not exits.is_retryable(code) or terminated.get("reason") == "OOMKilled" else 1
 
 
 def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -163,7 +162,7 @@ def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
     permanent error (exit 5, "cannot download mnist") is followed by restarts and then the kill at
     the backoff limit (143), and the kill must not hide the cause. Each worker is named once, by its
     most telling exit (its own error before a kill, the earliest first); the lines go in that order
-    across workers, peers that exited because another worker died (EXIT_PEER_LOST) last.
+    across workers, peers that exited because another worker died (dtr_contract.exits.PEER_LOST) last.
     """
     found = []
     for pod in pods:
@@ -226,47 +225,25 @@ class Summary:
 
 
 def parse_summary(message: str | None, claim: str) -> Summary:
-    """The trainer's termination message (one JSON object) -> metrics and model."""
+    """The trainer's termination message (dtr_contract.summary) -> metrics and model."""
     if not message or not message.strip():
         return Summary(None, None, "the chief worker left no termination message, so no metrics")
-    data: Any = None
-    for candidate in (message.strip(), *reversed(message.strip().splitlines())):
-        try:
-            data = json.loads(candidate)
-            break
-        except ValueError:
-            continue
-    if not isinstance(data, dict):
+    found = chief_summary.parse_summary(message)
+    if found is None:
         return Summary(None, None, "the chief worker's termination message is not a JSON object, so no metrics")
-    metrics = _summary_metrics(data)
-    model = _summary_model(data, claim)
-    problem = None if ("accuracy" in metrics and model) else "the chief worker's summary lacks accuracy or modelPath"
-    return Summary(metrics or None, model, problem)
+    model = _summary_model(found, claim)
+    lacking = f"the chief worker's summary lacks {chief_summary.ACCURACY} or {chief_summary.MODEL_PATH}"
+    # status.metrics are the summary's figures under the summary's own names (docs/api.md).
+    return Summary(found.metrics() or None, model, None if found.accuracy is not None and model else lacking)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _summary_metrics(data: Mapping[str, Any]) -> dict[str, Any]:
-    metrics: dict[str, Any] = {}
-    for key in ("loss", "accuracy", "examplesPerSecond"):
-        value = data.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            metrics[key] = float(value)
-    if _is_int(data.get("epochs")):
-        metrics["epochs"] = data["epochs"]
-    return metrics
-
-
-def _summary_model(data: Mapping[str, Any], claim: str) -> dict[str, Any] | None:
-    path = data.get("modelPath")
-    if not isinstance(path, str) or not path:
+def _summary_model(found: chief_summary.Summary, claim: str) -> dict[str, Any] | None:
+    if found.model_path is None:
         return None
-    model: dict[str, Any] = {"path": path, "claim": claim}
-    if _is_int(data.get("modelVersion")):
-        model["version"] = data["modelVersion"]
-    if uri := storage_uri(claim, path):
+    model: dict[str, Any] = {"path": found.model_path, "claim": claim}
+    if found.model_version is not None:
+        model["version"] = found.model_version
+    if uri := storage_uri(claim, found.model_path):
         model["storageUri"] = uri
     return model
 
@@ -274,52 +251,11 @@ def _summary_model(data: Mapping[str, Any], claim: str) -> dict[str, Any] | None
 def storage_uri(claim: str, model_path: str) -> str | None:
     """KServe's storageUri of the model: pvc://<claim>/<its base directory inside the volume>, the directory
     of numbered versions that TF Serving (and KServe's TensorFlow runtime) watches; None outside the volume."""
-    base, _, version = model_path.rstrip("/").rpartition("/")
-    if not version.isdigit() or not base.startswith(MOUNT_PATH + "/"):
-        return None
-    return f"pvc://{claim}/{base.removeprefix(MOUNT_PATH + '/')}"
+    base = layout.model_base(model_path)
+    return None if base is None else f"pvc://{claim}/{base}"
 
 
-# ---- progress (from the chief's log) -----------------------------------------------------------
-
-# The trainer's `epoch N/M end <name>=<value> ...` line (dtr_trainer/progress.py epoch_end_line).
-_EPOCH_END = re.compile(r"epoch (\d+)/(\d+) end\b(.*)$")
-_RATE_KEY, _REMAINING_KEY = "examples_per_second", "remaining_seconds"
-
-
-@dataclass(frozen=True)
-class EpochEnd:
-    epoch: int
-    epochs: int
-    metrics: tuple[tuple[str, float], ...]  # sorted by name
-    examples_per_second: float | None
-    remaining_seconds: int | None
-
-
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def parse_epoch_end(log: str) -> EpochEnd | None:
-    """The last finished epoch in a worker's log, or None when no epoch has finished yet."""
-    for line in reversed(log.splitlines()):
-        match = _EPOCH_END.search(line)
-        if not match:
-            continue
-        epoch, epochs = int(match[1]), int(match[2])
-        if not 0 < epoch <= epochs:
-            continue
-        values = dict(pair.split("=", 1) for pair in match[3].split() if "=" in pair)
-        numbers = {k: v for k, v in ((k, _number(v)) for k, v in values.items()) if v is not None}
-        rate = numbers.pop(_RATE_KEY, None)
-        remaining = numbers.pop(_REMAINING_KEY, None)
-        return EpochEnd(epoch, epochs, tuple(sorted(numbers.items())), rate,
-                        None if remaining is None else max(0, int(remaining)))  # fmt: skip
-    return None
+# ---- progress (from the chief's log: dtr_contract.progress) -------------------------------------
 
 
 def progress_of(end: EpochEnd, now: str) -> dict[str, Any]:

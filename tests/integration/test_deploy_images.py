@@ -109,6 +109,7 @@ def test_operator_image_holds_exactly_pinned_runtime_packages(operator_image_env
     packages = installed_packages(operator_image_env / "bin" / "python")
     pinned = pins(REPO / "operator" / "requirements.txt")
     assert packages.pop("dtr-operator") == "0.1.0"
+    assert packages.pop("dtr-contract") == "0.1.0"
     unpinned = {name: v for name, v in packages.items() if pinned.get(name) != v}
     assert not unpinned, f"in the image but not at a version of operator/requirements.txt: {unpinned}"
     for runtime in ("kopf", "kubernetes", "pyyaml", "prometheus-client", "aiohttp"):

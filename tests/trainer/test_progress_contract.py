@@ -1,51 +1,41 @@
-"""The trainer's epoch-end log lines, read by the operator's own parser (status.progress).
+"""The trainer's epoch-end log lines, read back by the one parser the operator and `dtr run` use.
 
-A real trainer process writes its log; the operator's Python (3.11, its own venv) parses every prefix
-of that log that ends at an epoch's end, as the operator would when it reads the chief's log tail.
+A real trainer process writes its log (its own prefixes, TensorFlow's lines, the `begin` lines);
+dtr_contract.progress, on the trainer's Python 3.9, must find every finished epoch in every prefix of
+that log that ends at an epoch's end, as the operator does when it reads the chief's log tail.
+(status.progress_of, which turns one into status.progress, is tests/unit/test_progress.py's.)
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 from conftest import Volume, run_trainer
-from test_contract import OPERATOR_PYTHON
+from dtr_contract.progress import EpochEnd, parse_epoch_end, parse_epoch_end_line
 
 EPOCHS = 4
 ARGS = ["--dataset", "digits", "--epochs", str(EPOCHS), "--steps-per-epoch", "8", "--batch-size-per-worker", "16"]
-PARSE = """
-import json, sys
-from dtr_operator import status
-logs = json.load(sys.stdin)
-out = []
-for log in logs:
-    end = status.parse_epoch_end(log)
-    out.append(status.progress_of(end, "2026-11-30T00:00:00Z") if end else None)
-print(json.dumps(out))
-"""
 
 
-def test_the_operator_reads_every_epoch_the_trainer_logs(tmp_path) -> None:
+def test_every_epoch_the_trainer_logs_is_read_back(tmp_path) -> None:
     volume = Volume(tmp_path / "mnt-dtr")
     proc = run_trainer(ARGS + volume.args(), volume)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stderr.splitlines()
-    ends = [i for i, line in enumerate(lines) if " end " in line and "epoch " in line]
+    ends = [i for i, line in enumerate(lines) if parse_epoch_end_line(line) is not None]
     assert len(ends) == EPOCHS, proc.stderr[-3000:]
-    prefixes = ["\n".join(lines[: i + 1]) + "\n" for i in ends]
-    parsed = subprocess.run([OPERATOR_PYTHON, "-c", PARSE], input=json.dumps(prefixes), capture_output=True,
-                            text=True, check=False, timeout=120)  # fmt: skip
-    assert parsed.returncode == 0, parsed.stderr[-2000:]
-    progress = json.loads(parsed.stdout)
+    read = [parse_epoch_end("\n".join(lines[: i + 1]) + "\n") for i in ends]
 
-    assert [p["epochsDone"] for p in progress] == [f"{n}/{EPOCHS}" for n in range(1, EPOCHS + 1)]
-    assert [p["progressPercentage"] for p in progress] == [n * 100 // EPOCHS for n in range(1, EPOCHS + 1)]
-    for p, i in zip(progress, ends):
-        names = [m["name"] for m in p["metrics"]]
-        assert names == ["accuracy", "loss"], p
-        for metric in p["metrics"]:
-            assert f"{metric['name']}={metric['value']}" in lines[i], (metric, lines[i])
-        assert p["examplesPerSecond"] > 0, p
-        assert p["estimatedRemainingSeconds"] >= 0, p
-    assert progress[-1]["estimatedRemainingSeconds"] == 0
+    assert [(end.epoch, end.epochs) for end in read] == [(n, EPOCHS) for n in range(1, EPOCHS + 1)]
+    for end, i in zip(read, ends):
+        assert_read_back(end, lines[i])
+    assert read[-1].remaining_seconds == 0
+
+
+def assert_read_back(end: EpochEnd, line: str) -> None:
+    """The figures read are the ones the line shows, the throughput and the time left included."""
+    assert [name for name, _ in end.metrics] == ["accuracy", "loss"], line
+    for name, value in end.metrics:
+        assert f"{name}={value:.4f}" in line, (name, value, line)
+    assert end.examples_per_second is not None, line
+    assert end.examples_per_second > 0, line
+    assert end.remaining_seconds is not None, line
+    assert end.remaining_seconds >= 0, line

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
-from dtr_trainer import data, export, main
+from dtr_contract import exits, layout, summary
+from dtr_trainer import data, errors, export, main
 from dtr_trainer.cluster import LOCAL, parse_tf_config
 from dtr_trainer.errors import ConfigError, DataError
 from dtr_trainer.lineage import RunIdentity
@@ -129,7 +131,7 @@ def test_resolve_npz_refuses_symlink_out(tmp_path):
 
 
 def test_cached_keras_dataset_is_read_without_download(tmp_path):
-    cache = tmp_path / data.CACHE_SUBDIR
+    cache = Path(layout.keras_cache_dir(str(tmp_path)))
     cache.mkdir()
     x = np.random.RandomState(0).randint(0, 256, (6, 28, 28)).astype(np.uint8)
     np.savez(cache / "mnist.npz", x_train=x, y_train=np.arange(6), x_test=x[:2], y_test=np.arange(2))
@@ -149,7 +151,7 @@ def test_concurrent_cache_writers_publish_one_complete_file(tmp_path, monkeypatc
         t.start()
     for t in threads:
         t.join()
-    cache = tmp_path / data.CACHE_SUBDIR
+    cache = Path(layout.keras_cache_dir(str(tmp_path)))
     assert sorted(p.name for p in cache.iterdir()) == ["mnist.npz"]
     assert data.read_npz(cache / "mnist.npz", 0, "mnist").train_size == 3
 
@@ -173,11 +175,20 @@ def test_claim_version_is_recorded_and_reused(tmp_path):
     assert export.claim_version(str(models), str(backup), run) == claim
     export.clear_backup(str(backup))
     assert export.claim_version(str(models), str(backup), run).version == 6
-def test_summary_json_has_the_contract_keys():
-    line = export.summary_json(0.1, 0.95, 3, 1234.56, "/mnt/dtr/models/m/1", 1)
+def test_the_summary_line_is_one_line_the_operator_reads_back_on_the_trainers_python():
+    line = summary.summary_json(0.1, 0.95, 3, 1234.56, "/mnt/dtr/models/m/1", 1)
     assert "\n" not in line
-    assert json.loads(line) == {"loss": 0.1, "accuracy": 0.95, "epochs": 3, "examplesPerSecond": 1234.6,
-                                "modelPath": "/mnt/dtr/models/m/1", "modelVersion": 1}
+    assert summary.parse_summary(f"a log line\n{line}\n") == summary.Summary(
+        loss=0.1, accuracy=0.95, epochs=3, examples_per_second=1234.6, model_path="/mnt/dtr/models/m/1",
+        model_version=1)
+
+
+def test_the_trainers_exit_codes_fall_in_the_classes_the_operator_acts_on():
+    permanent = [errors.EXIT_INTERNAL, errors.EXIT_USAGE, errors.EXIT_TF_CONFIG, errors.EXIT_DATA,
+                 errors.EXIT_DOWNLOAD, errors.EXIT_EXPORT, errors.EXIT_VOLUME]
+    assert not any(exits.is_retryable(code) for code in permanent)
+    assert exits.is_retryable(errors.EXIT_PEER_LOST) and exits.is_peer_lost(errors.EXIT_PEER_LOST)
+    assert exits.is_retryable(errors.EXIT_TERMINATED) and not exits.is_peer_lost(errors.EXIT_TERMINATED)
 
 
 @pytest.mark.parametrize("type_name, message, retryable", [

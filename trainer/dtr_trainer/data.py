@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from dtr_contract import flags, layout
 
 from dtr_trainer.errors import DataError, DownloadError
 
 KERAS_DATASETS = ("mnist", "fashion_mnist")
 BUILTIN_DATASETS = (*KERAS_DATASETS, "digits", "synthetic")
-OFFLINE_HINT = "use --dataset digits or synthetic (no download), or put a .npz file in --data-dir"
+OFFLINE_HINT = f"use {flags.DATASET} digits or synthetic (no download), or put a .npz file in {flags.DATA_DIR}"
 EVAL_FRACTION = 0.2  # held out when a dataset has no test split of its own
 NUM_CLASSES = 10
 IMAGE_SHAPE = (28, 28, 1)
-CACHE_SUBDIR = "keras"  # <data-dir>/keras/<name>.npz: the Keras download, cached on the volume
 
 
 @dataclass(frozen=True)
@@ -129,13 +129,13 @@ def resolve_npz(data_dir: str, name: str) -> Path:
     if not name.endswith(".npz"):
         raise DataError(f"unknown dataset {name!r}: choose {', '.join(BUILTIN_DATASETS)} or a .npz file")
     if os.path.isabs(name):
-        raise DataError(f"dataset {name!r}: give a path relative to --data-dir, not an absolute path")
+        raise DataError(f"dataset {name!r}: give a path relative to {flags.DATA_DIR}, not an absolute path")
     root = Path(data_dir).resolve()
     path = (root / name).resolve()
     if path != root and root not in path.parents:
-        raise DataError(f"dataset {name!r} escapes --data-dir {data_dir}")
+        raise DataError(f"dataset {name!r} escapes {flags.DATA_DIR} {data_dir}")
     if not path.is_file():
-        raise DataError(f"dataset file {name!r} not found in --data-dir {data_dir}")
+        raise DataError(f"dataset file {name!r} not found in {flags.DATA_DIR} {data_dir}")
     return path
 
 
@@ -204,7 +204,7 @@ def cached_keras_dataset(name: str, data_dir: str) -> Path:
     Workers download into private dirs and publish with an atomic rename: the cache
     file is either absent or complete, and a second writer replaces it with equal bytes.
     """
-    cache_dir = Path(data_dir) / CACHE_SUBDIR
+    cache_dir = Path(layout.keras_cache_dir(data_dir))
     target = cache_dir / f"{name}.npz"
     if target.is_file():
         return target

@@ -1,10 +1,12 @@
 """Errors the trainer reports, each with the exit code the TFJob restart policy acts on.
 
-1..127 are permanent (a restart cannot fix them); >= 128 are retryable.
-The table is documented in docs/trainer.md; keep the two in sync.
+1..127 are permanent (a restart cannot fix them); >= 128 are retryable (dtr_contract.exits, which
+the operator reads too). The table is documented in docs/trainer.md; keep the two in sync.
 """
 
 from __future__ import annotations
+
+from dtr_contract.exits import PEER_LOST
 
 EXIT_INTERNAL = 1  # a bug: unexpected exception
 EXIT_USAGE = 2  # bad command line (argparse's own code)
@@ -13,7 +15,7 @@ EXIT_DATA = 4  # dataset missing, malformed, or a path escaping --data-dir
 EXIT_DOWNLOAD = 5  # dataset not cached and cannot be downloaded (offline)
 EXIT_EXPORT = 6  # the model could not be written to --export-dir
 EXIT_VOLUME = 7  # the run's volume is full or not writable by this process's uid
-EXIT_PEER_LOST = 138  # a peer died or a collective timed out: restart every worker
+EXIT_PEER_LOST = PEER_LOST  # a peer died or a collective timed out: restart every worker
 EXIT_TERMINATED = 143  # SIGTERM (the pod is deleted: suspend, preemption, drain): 128 + 15, as a shell reports it
 
 

@@ -2,7 +2,7 @@
 
 Several runs may export to one <export-dir> at once (two runs sharing a claim and a modelName), so
 versions are claimed on the volume (docs/models.md). <export-dir> (a model server's base path) only
-ever holds complete versions; the bookkeeping lives beside it, in <parent>/.dtr-export/<name>/:
+ever holds complete versions; the bookkeeping lives beside it (dtr_contract.layout.bookkeeping_dir):
 
 - `claim-N`: the chief claims version N by creating this file with O_CREAT|O_EXCL, which exactly one
   process can do (on NFS too, v3 and later); on EEXIST it tries N+1. It names its owner: a random
@@ -25,13 +25,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from dtr_contract import flags, layout
+
 from dtr_trainer import volume
 from dtr_trainer.errors import ExportError, VolumeError
 from dtr_trainer.lineage import RunIdentity, utc_now
 
 VERSION_RECORD = "export-version"  # in --backup-dir: the claim this run exports to
-BOOKKEEPING_DIR = ".dtr-export"  # <parent of export-dir>/.dtr-export/<name>/
-CLAIM_PREFIX = "claim-"  # claim-N: version N belongs to the run named inside
 STAGING_PREFIX = "staging-"  # a chief's partial export, renamed into place when complete
 LEGACY_STAGING_PREFIX = ".staging-"  # inside <export-dir>, left by trainers from before claims
 # A staging dir of another claim is removed only when nothing touched it for this long: a live save
@@ -52,8 +52,7 @@ class Claim:
 
 def bookkeeping_dir(export_dir: str) -> Path:
     """Claims and staging dirs of <export-dir>: a sibling on the same volume (renames stay atomic)."""
-    path = Path(os.path.normpath(export_dir))
-    return path.parent / BOOKKEEPING_DIR / path.name
+    return Path(layout.bookkeeping_dir(export_dir))
 
 
 # ---------------------------------------------------------------- versions (pure)
@@ -61,8 +60,7 @@ def bookkeeping_dir(export_dir: str) -> Path:
 
 def _claimed_version(name: str) -> int | None:
     """N for `N` (a published version) or `claim-N`; None for anything else."""
-    number = name[len(CLAIM_PREFIX):] if name.startswith(CLAIM_PREFIX) else name
-    return int(number) if number.isdigit() else None
+    return int(name) if name.isdigit() else layout.claimed_version(name)
 
 
 def next_version(names: Iterable[str]) -> int:
@@ -116,7 +114,7 @@ def _read_record(backup_dir: str | None) -> tuple[Claim | None, str | None]:
 
 
 def claim_file(export_dir: str, version: int) -> Path:
-    return bookkeeping_dir(export_dir) / f"{CLAIM_PREFIX}{version}"
+    return Path(layout.claim_file(export_dir, version))
 
 
 def claim_token(export_dir: str, version: int) -> str | None:
@@ -148,10 +146,10 @@ def _claim_next(export_dir: str, token: str, run: RunIdentity) -> Claim:
     version = next_version(_names(Path(export_dir)) + _names(bookkeeping_dir(export_dir)))
     for _ in range(MAX_CLAIM_ATTEMPTS):
         # A number taken by a version published without a claim (a trainer from before claims) is skipped.
-        if _try_claim(export_dir, version, token, run) and not (Path(export_dir) / str(version)).exists():
+        if _try_claim(export_dir, version, token, run) and not Path(layout.version_dir(export_dir, version)).exists():
             return Claim(version, token)
         version += 1
-    raise ExportError(f"cannot claim a version for --export-dir {export_dir}: "
+    raise ExportError(f"cannot claim a version for {flags.EXPORT_DIR} {export_dir}: "
                       f"{MAX_CLAIM_ATTEMPTS} numbers from {version - MAX_CLAIM_ATTEMPTS} on are taken")
 
 
@@ -190,7 +188,7 @@ def claim_version(export_dir: str, backup_dir: str | None, run: RunIdentity) -> 
             _write_atomic(Path(backup_dir) / VERSION_RECORD, json.dumps(
                 {"version": claim.version, "token": claim.token, "runUid": run.uid}) + "\n")
     except OSError as exc:
-        raise ExportError(f"cannot claim a model version for --export-dir {export_dir}: "
+        raise ExportError(f"cannot claim a model version for {flags.EXPORT_DIR} {export_dir}: "
                           f"{exc.strerror or exc}") from None
     return claim
 
@@ -288,7 +286,7 @@ def save_everywhere(model, export_dir: str, claim: Claim | None, is_chief: bool,
             shutil.rmtree(scratch, ignore_errors=True)
         return None
     assert claim is not None
-    final = Path(export_dir) / str(claim.version)
+    final = Path(layout.version_dir(export_dir, claim.version))
     staging = bookkeeping_dir(export_dir) / f"{claim.staging_prefix}{secrets.token_hex(4)}"
     try:
         _save(model, str(staging))
@@ -307,23 +305,9 @@ def save_everywhere(model, export_dir: str, claim: Claim | None, is_chief: bool,
 # ---------------------------------------------------------------- summary
 
 
-def summary_json(loss: float, accuracy: float, epochs: int, examples_per_second: float,
-                 model_path: str, model_version: int) -> str:
-    return json.dumps(
-        {
-            "loss": round(float(loss), 6),
-            "accuracy": round(float(accuracy), 6),
-            "epochs": int(epochs),
-            "examplesPerSecond": round(float(examples_per_second), 1),
-            "modelPath": model_path,
-            "modelVersion": int(model_version),
-        },
-        separators=(",", ":"),
-    )
-
-
 def report_summary(line: str, termination_path: str | None) -> None:
-    """The JSON line on stdout and in the termination message (Kubernetes reads it from there)."""
+    """The summary line (dtr_contract.summary) on stdout and in the termination message (Kubernetes reads
+    it from there)."""
     print(line, flush=True)
     if not termination_path:
         return

@@ -1,7 +1,7 @@
 """Who ran this training (from the pod's env) and the lineage file written beside each exported model.
 
 Pure apart from reading the environment it is given: no TensorFlow import. The operator sets the
-DTR_RUN_* variables (operator/dtr_operator/builders.py, `_container`); a trainer started by hand
+variables of dtr_contract.env (operator/dtr_operator/builders.py, `trainer_env`); a trainer started by hand
 has none of them, and the lineage says null for each, never fails. The schema is
 docs/lineage.schema.json (docs/models.md).
 """
@@ -15,19 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from dtr_contract import env
+
 SCHEMA_VERSION = 1
 # In the version directory, beside saved_model.pb: TensorFlow's SavedModel loader (and so TF Serving,
 # KServe's TensorFlow runtime, tf.saved_model.load) reads only saved_model.pb, variables/, assets/ and
 # fingerprint.pb and ignores other files, as it ignores Keras' keras_metadata.pb (docs/models.md).
 LINEAGE_PATH = "lineage.json"
 
-ENV_RUN_NAME = "DTR_RUN_NAME"
-ENV_RUN_UID = "DTR_RUN_UID"
-ENV_RUN_NAMESPACE = "DTR_RUN_NAMESPACE"
-ENV_RUN_SPEC = "DTR_RUN_SPEC"  # the DistTrainingRun spec with defaults applied, compact JSON
-ENV_TRAINER_IMAGE = "DTR_TRAINER_IMAGE"
-# Every variable the trainer reads from the operator (tests/trainer/test_contract.py checks the builder sets each).
-ENV_VARS = (ENV_RUN_NAME, ENV_RUN_UID, ENV_RUN_NAMESPACE, ENV_RUN_SPEC, ENV_TRAINER_IMAGE)
 
 
 @dataclass(frozen=True)
@@ -45,8 +40,8 @@ class RunIdentity:
         def text(key: str) -> str | None:
             return environ.get(key) or None  # unset or empty: unknown
 
-        return cls(name=text(ENV_RUN_NAME), uid=text(ENV_RUN_UID), namespace=text(ENV_RUN_NAMESPACE),
-                   spec=_spec(text(ENV_RUN_SPEC), warn), image=text(ENV_TRAINER_IMAGE))
+        return cls(name=text(env.RUN_NAME), uid=text(env.RUN_UID), namespace=text(env.RUN_NAMESPACE),
+                   spec=_spec(text(env.RUN_SPEC), warn), image=text(env.TRAINER_IMAGE))
 
     def describe(self) -> str:
         """`ns/name (uid u)` for log lines; `unknown run` when started by hand."""
@@ -72,7 +67,7 @@ def _spec(raw: str | None, warn: Callable[[str], None] | None) -> dict | None:
         spec = None
     if not isinstance(spec, dict):
         if warn:
-            warn(f"warning: ${ENV_RUN_SPEC} is not a JSON object; the lineage records spec: null")
+            warn(f"warning: ${env.RUN_SPEC} is not a JSON object; the lineage records spec: null")
         return None
     return spec
 

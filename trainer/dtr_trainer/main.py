@@ -12,6 +12,9 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dtr_contract import flags, layout, summary
+from dtr_contract.container import TERMINATION_MESSAGE_PATH
+
 from dtr_trainer import data, export, lineage, memory, volume, worker_log
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
 from dtr_trainer.errors import EXIT_INTERNAL, EXIT_PEER_LOST, EXIT_TERMINATED, EXIT_VOLUME, TrainerError, UsageError
@@ -67,21 +70,21 @@ def _positive_float(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m dtr_trainer",
                 description="MultiWorkerMirroredStrategy trainer (TF_CONFIG decides the task)")
-    p.add_argument("--model", choices=MODELS, default="cnn")
-    p.add_argument("--dataset", default="mnist",
-                   help="mnist | fashion_mnist | digits | synthetic | <file>.npz (relative to --data-dir)")
-    p.add_argument("--epochs", type=_positive_int, default=3)
-    p.add_argument("--batch-size-per-worker", type=_positive_int, default=64)
-    p.add_argument("--steps-per-epoch", type=_positive_int, default=None,
+    p.add_argument(flags.MODEL, choices=MODELS, default="cnn")
+    p.add_argument(flags.DATASET, default="mnist",
+                   help=f"mnist | fashion_mnist | digits | synthetic | <file>.npz (relative to {flags.DATA_DIR})")
+    p.add_argument(flags.EPOCHS, type=_positive_int, default=3)
+    p.add_argument(flags.BATCH_SIZE_PER_WORKER, type=_positive_int, default=64)
+    p.add_argument(flags.STEPS_PER_EPOCH, type=_positive_int, default=None,
                    help="default: training examples // global batch")
-    p.add_argument("--learning-rate", type=_positive_float, default=0.001)
-    p.add_argument("--seed", type=_non_negative_int, default=42)
-    p.add_argument("--data-dir", default="/mnt/dtr/data")
-    p.add_argument("--export-dir", required=True, help="the model lands in <export-dir>/<version>/")
-    p.add_argument("--backup-dir", default=None, help="BackupAndRestore state (fault tolerance)")
-    p.add_argument("--tensorboard-dir", default=None, help="TensorBoard logs (chief only)")
-    p.add_argument("--termination-message-path", default="/dev/termination-log")
-    p.add_argument("--log-dir", default=None,
+    p.add_argument(flags.LEARNING_RATE, type=_positive_float, default=0.001)
+    p.add_argument(flags.SEED, type=_non_negative_int, default=42)
+    p.add_argument(flags.DATA_DIR, default=layout.data_dir())
+    p.add_argument(flags.EXPORT_DIR, required=True, help="the model lands in <export-dir>/<version>/")
+    p.add_argument(flags.BACKUP_DIR, default=None, help="BackupAndRestore state (fault tolerance)")
+    p.add_argument(flags.TENSORBOARD_DIR, default=None, help="TensorBoard logs (chief only)")
+    p.add_argument(flags.TERMINATION_MESSAGE_PATH, default=TERMINATION_MESSAGE_PATH)
+    p.add_argument(flags.LOG_DIR, default=None,
                    help="also append this worker's log lines to <log-dir>/<task>.log (worker-0.log, ...)")
     tuning = p.add_argument_group("performance (defaults from bench/trainer)")
     tuning.add_argument("--steps-per-execution", type=_positive_int, default=DEFAULT_STEPS_PER_EXECUTION)
@@ -215,7 +218,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if claim is None:
         log(f"done: accuracy={outcome.accuracy:.4f} (the chief exports the model)")
         return 0
-    line = export.summary_json(outcome.loss, outcome.accuracy, args.epochs, outcome.examples_per_second,
+    line = summary.summary_json(outcome.loss, outcome.accuracy, args.epochs, outcome.examples_per_second,
                                str(path), claim.version)
     export.report_summary(line, args.termination_message_path)
     export.clear_backup(args.backup_dir)

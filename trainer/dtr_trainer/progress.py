@@ -4,29 +4,16 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Callable
 
 import tensorflow as tf
+from dtr_contract.progress import epoch_end_line
 
 
 def max_rss_mb() -> float:
     """This process's peak resident memory (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def epoch_end_line(epoch: int, epochs: int, metrics: Mapping[str, float], examples_per_second: float,
-                   remaining_seconds: int | None) -> str:
-    """`epoch N/M end <metric>=<value> ... examples_per_second=X [remaining_seconds=S]`.
-
-    The operator reads the chief's last such line from its log for status.progress
-    (dtr_operator/status.py parse_epoch_end); tests/trainer/test_contract.py holds the two together.
-    """
-    shown = [f"{k}={v:.4f}" for k, v in sorted(metrics.items())]
-    shown.append(f"examples_per_second={examples_per_second:.1f}")
-    if remaining_seconds is not None:
-        shown.append(f"remaining_seconds={remaining_seconds}")
-    return f"epoch {epoch}/{epochs} end {' '.join(shown)}"
 
 
 def remaining_seconds(durations: Sequence[float], epochs_left: int) -> int | None:
@@ -38,7 +25,8 @@ def remaining_seconds(durations: Sequence[float], epochs_left: int) -> int | Non
 
 
 class Progress(tf.keras.callbacks.Callback):
-    """Logs `epoch N/M begin|end` (the operator, `dtr run` and the fault test read these lines) and
+    """Logs `epoch N/M begin` and the epoch-end line (dtr_contract.progress: the operator and `dtr run` read
+    it; the fault test reads both) and
     `resumed from backup at epoch N/M` when BackupAndRestore skipped finished epochs."""
 
     def __init__(self, epochs: int, examples_per_epoch: int, log: Callable[[str], None]):

@@ -19,6 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, TextIO
 
+from dtr_contract import layout
+
 from dtr_trainer.lineage import RunIdentity
 
 
@@ -76,7 +78,7 @@ _tee: Tee | None = None
 
 
 def log_path(log_dir: str, task: str) -> Path:
-    return Path(log_dir) / f"{task}.log"
+    return Path(layout.worker_log_file(log_dir, task))
 
 
 def start(log_dir: str | None, task: str, run: RunIdentity, warn: Callable[[str], None]) -> Path | None:

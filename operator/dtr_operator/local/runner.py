@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -28,13 +27,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+from dtr_contract import exits, layout
+from dtr_contract.container import PORT
+from dtr_contract.progress import parse_epoch_end_line
 
 from dtr_operator import builders, status
 from dtr_operator.local import kubelet, ports, translate
 from dtr_operator.runfile import RunFileError, parse_run_doc, runs_from_text
 from dtr_operator.spec import DEFAULT_TRAINER_IMAGE, KIND, RunSpec, SpecError
 
-EPOCH = re.compile(r"\bepoch (\d+)/(\d+) end\b", re.IGNORECASE)  # the trainer's progress lines
 STOP_GRACE_SECONDS = 5.0
 POLL_SECONDS = 0.2
 
@@ -51,9 +52,9 @@ End = tuple[str, str, str]  # how a job ended: (phase, TFJob condition reason, m
 
 def job_restarts(policy: str, exit_code: int) -> bool:
     """Does the replica run again after this exit? OnFailure/Always: the kubelet restarts it in place;
-    ExitCode: the training-operator recreates the pod for a retryable code (>= 128); Never: no."""
+    ExitCode: the training-operator recreates the pod for a retryable code (dtr_contract.exits); Never: no."""
     if policy == "ExitCode":
-        return exit_code >= 128
+        return exits.is_retryable(exit_code)
     return kubelet.restarts(policy, exit_code)
 
 
@@ -199,10 +200,9 @@ class Console:
 
     def replica_line(self, label: str, line: str) -> None:
         self.say(f"[{label}] {line}")
-        m = EPOCH.search(line)
-        if m and label.endswith("-0"):
-            done, total = int(m.group(1)), int(m.group(2))
-            self.say(f"[dtr] epoch {done}/{total} done ({time.monotonic() - self.started:.0f}s)")
+        end = parse_epoch_end_line(line) if label.endswith("-0") else None
+        if end is not None:
+            self.say(f"[dtr] epoch {end.epoch}/{end.epochs} done ({time.monotonic() - self.started:.0f}s)")
 
 
 class LocalRun:
@@ -246,7 +246,7 @@ class LocalRun:
         """The container as the training-operator hands it to the pod: TF_CONFIG added when distributed."""
         port = next(
             (p["containerPort"] for p in container.get("ports") or [] if p.get("name") == builders.PORT_NAME),
-            translate.TF_PORT,
+            PORT,
         )
         cfg = translate.tf_config_for(
             self.run.tfjob_name, self.run.namespace, {self.rtype: count}, self.rtype, index, port
@@ -491,8 +491,8 @@ def _report_end(local: LocalRun, final: Mapping[str, Any], claim: str) -> int:
     """Print the final status and where the model is on disk; the exit code of `dtr run`."""
     local.console.say(yaml.safe_dump({"status": final}, sort_keys=False).rstrip())
     model = final.get("model") or {}
-    if model.get("path", "").startswith(builders.MOUNT_PATH):
-        local.console.say(f"[dtr] model on disk: {claim}{model['path'][len(builders.MOUNT_PATH) :]}")
+    if (inside := layout.in_volume(model.get("path", ""))) is not None:
+        local.console.say(f"[dtr] model on disk: {claim}/{inside}")
     if local.interrupted:
         return 130
     return 0 if final.get("phase") == status.SUCCEEDED else 1

@@ -3,7 +3,7 @@
 Used by `dtr run` (`dtr_operator.local.runner`) to run each worker of the TFJob the operator
 would create:
 
-- Network: every TF_CONFIG address (`<job>-worker-<i>.<ns>.svc:2222`) is rewritten to
+- Network: every TF_CONFIG address (`<job>-worker-<i>.<ns>.svc:<port>`) is rewritten to
   `127.0.0.1:<port>`, one port per address, allocated by the caller and shared by all the
   replicas of a job, so each worker binds its own port and reaches its peers at theirs.
 - Volumes: a PVC is a local directory; every value in args/env/workingDir that names a path
@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dtr_contract.container import PORT, TERMINATION_MESSAGE_PATH
+
 LOOPBACK = "127.0.0.1"
-DEFAULT_TERMINATION_PATH = "/dev/termination-log"
-TF_PORT = 2222
 
 PathMap = Sequence[tuple[str, str]]  # (path in the container, local path), longest first
 
@@ -39,7 +39,7 @@ class TranslateError(ValueError):
 
 
 def tf_config_for(
-    job: str, namespace: str, replicas: Mapping[str, int], task_type: str, index: int, port: int = TF_PORT
+    job: str, namespace: str, replicas: Mapping[str, int], task_type: str, index: int, port: int = PORT
 ) -> dict[str, Any] | None:
     """The TF_CONFIG the training-operator injects into a replica (None when not distributed).
 
@@ -240,7 +240,8 @@ def translate_container(
 ) -> LocalProcess:
     """A pod's container -> argv, env and paths of the local process that plays it."""
     dirs = volume_dirs(volumes, claim_dir, scratch_dir)
-    inside_term = container.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH
+    # Kubernetes' default, which is also the trainer's: the same path (dtr_contract.container).
+    inside_term = container.get("terminationMessagePath") or TERMINATION_MESSAGE_PATH
     path_map = sort_path_map(
         [*mount_path_map(container.get("volumeMounts") or [], dirs), (inside_term, termination_path)]
     )

@@ -1,0 +1,20 @@
+"""The classes of the trainer's exit codes that the operator acts on (the full table: docs/trainer.md).
+
+They fit the TFJob `ExitCode` restart policy: 1..127 are permanent (a restart cannot fix them), >= 128
+are retryable (the training-operator recreates the pod).
+"""
+
+from __future__ import annotations
+
+RETRYABLE_FROM = 128
+# A peer died or a collective timed out: restarting every worker fixes it. In a failed run it is the
+# consequence of another worker's failure, never its cause.
+PEER_LOST = 138
+
+
+def is_retryable(code: int) -> bool:
+    return code >= RETRYABLE_FROM
+
+
+def is_peer_lost(code: int) -> bool:
+    return code == PEER_LOST

@@ -1,0 +1,88 @@
+"""The run's volume (its PVC): where it is mounted in the trainer's container and where things live on it.
+
+    /mnt/dtr/
+      data/                           --data-dir; data/keras/<name>.npz caches the Keras downloads
+      models/<modelName>/<version>/   --export-dir is models/<modelName>; each version a SavedModel
+      models/.dtr-export/<modelName>/claim-<version>   who owns each version number
+      backup/<run>/<uid>/             --backup-dir (BackupAndRestore)
+      logs/<run>/                     --log-dir and --tensorboard-dir; worker-<i>.log per worker
+
+The operator passes these paths as the trainer's flags; the trainer extends the directories it is
+given, so a local directory can stand in for the volume (`dtr run`, the tests). docs/models.md tells
+a user what each is for.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+MOUNT_PATH = "/mnt/dtr"
+
+_DATA, _MODELS, _BACKUP, _LOGS = "data", "models", "backup", "logs"
+_KERAS_CACHE = "keras"
+_BOOKKEEPING = ".dtr-export"  # beside the model dirs, on the same volume: renames stay atomic
+_CLAIM_PREFIX = "claim-"
+
+
+def data_dir(mount: str = MOUNT_PATH) -> str:
+    return posixpath.join(mount, _DATA)
+
+
+def keras_cache_dir(data_dir: str) -> str:
+    """Where the Keras datasets are cached once downloaded: <data-dir>/keras/<name>.npz."""
+    return posixpath.join(data_dir, _KERAS_CACHE)
+
+
+def export_dir(model_name: str, mount: str = MOUNT_PATH) -> str:
+    """A model's base directory, which holds its numbered versions (what a model server watches)."""
+    return posixpath.join(mount, _MODELS, model_name)
+
+
+def version_dir(export_dir: str, version: int) -> str:
+    return posixpath.join(export_dir, str(version))
+
+
+def bookkeeping_dir(export_dir: str) -> str:
+    """The trainer's claims and staging dirs for <export-dir>: <parent>/.dtr-export/<name>."""
+    parent, name = posixpath.split(posixpath.normpath(export_dir))
+    return posixpath.join(parent, _BOOKKEEPING, name)
+
+
+def claim_file(export_dir: str, version: int) -> str:
+    return posixpath.join(bookkeeping_dir(export_dir), f"{_CLAIM_PREFIX}{version}")
+
+
+def claimed_version(name: str) -> int | None:
+    """N for a claim file's name `claim-N`; None for any other name."""
+    number = name[len(_CLAIM_PREFIX):] if name.startswith(_CLAIM_PREFIX) else ""
+    return int(number) if number.isdigit() else None
+
+
+def backup_dir(run_name: str, run_uid: str | None = None, mount: str = MOUNT_PATH) -> str:
+    """Per run object (its uid), so a run re-created under the same name on a kept volume starts afresh;
+    per name without a uid (dtr run, dtr render)."""
+    base = posixpath.join(mount, _BACKUP, run_name)
+    return posixpath.join(base, run_uid) if run_uid else base
+
+
+def logs_dir(run_name: str, mount: str = MOUNT_PATH) -> str:
+    return posixpath.join(mount, _LOGS, run_name)
+
+
+def worker_log_file(log_dir: str, task: str) -> str:
+    """Each worker's own log, task as TF_CONFIG names it: <log-dir>/worker-0.log, ..."""
+    return posixpath.join(log_dir, f"{task}.log")
+
+
+def in_volume(path: str, mount: str = MOUNT_PATH) -> str | None:
+    """path relative to the volume's root (`models/m/1`), or None when it is not under the mount."""
+    prefix = mount.rstrip("/") + "/"
+    return path[len(prefix):] if path.startswith(prefix) else None
+
+
+def model_base(model_path: str, mount: str = MOUNT_PATH) -> str | None:
+    """The inverse of version_dir inside the volume: for <mount>/<base>/<N>, <base> relative to the volume
+    (`models/<modelName>`); None when model_path is no numbered version under the mount."""
+    base, _, version = model_path.rstrip("/").rpartition("/")
+    relative = in_volume(base, mount)
+    return relative if relative and version.isdigit() else None

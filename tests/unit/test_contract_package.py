@@ -1,0 +1,88 @@
+"""dtr_contract's writers and readers agree with each other (the trainer writes, the operator reads).
+
+The trainer tier runs the same package on the trainer's Python 3.9 against a real trainer's output
+(tests/trainer/test_progress_contract.py, test_units.py); here, its pure functions on every input.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dtr_contract import exits, layout, summary
+from dtr_contract.progress import epoch_end_line, parse_epoch_end, parse_epoch_end_line
+from hypothesis import given
+from hypothesis import strategies as st
+
+RESERVED = {"examples_per_second", "remaining_seconds"}
+names = st.from_regex(r"[a-z][a-z_]{0,11}", fullmatch=True).filter(lambda n: n not in RESERVED)
+figures = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
+
+
+@st.composite
+def epochs(draw) -> tuple[int, int]:
+    total = draw(st.integers(1, 10_000))
+    return draw(st.integers(1, total)), total
+
+
+@given(epochs(), st.dictionaries(names, figures, max_size=4), st.floats(0, 1e7), st.none() | st.integers(0, 10**7))
+def test_every_epoch_end_line_reads_back(done, metrics, rate, remaining) -> None:
+    epoch, total = done
+    line = f"2026-11-30T17:25:31.123Z dtr_trainer[worker-0]: {epoch_end_line(epoch, total, metrics, rate, remaining)}"
+    end = parse_epoch_end_line(line)
+    assert end is not None
+    assert (end.epoch, end.epochs, end.remaining_seconds) == (epoch, total, remaining)
+    assert end.metrics == tuple(sorted((k, float(f"{v:.4f}")) for k, v in metrics.items()))
+    assert end.examples_per_second == float(f"{rate:.1f}")
+
+
+def test_the_last_epoch_end_of_a_log_is_read_and_other_lines_are_not() -> None:
+    log = "\n".join([epoch_end_line(1, 3, {"loss": 0.5}, 10.0, 20), "epoch 2/3 begin", "the epoch 2/3 endpoint",
+                     epoch_end_line(2, 3, {"loss": math.nan}, 11.0, None), "epoch 4/3 end loss=1", ""])
+    end = parse_epoch_end(log)
+    assert end is not None and (end.epoch, end.metrics, end.remaining_seconds) == (2, (), None)
+    assert parse_epoch_end("epoch 1/3 begin\n") is None
+
+
+@given(figures, figures, st.integers(1, 10_000), st.floats(0, 1e7), st.text(min_size=1), st.integers(1, 10**6))
+def test_every_summary_reads_back(loss, accuracy, epochs_done, rate, path, version) -> None:
+    line = summary.summary_json(loss, accuracy, epochs_done, rate, path, version)
+    assert "\n" not in line
+    read = summary.parse_summary(f"a log line\n{line}\n")
+    assert read == summary.Summary(round(loss, 6), round(accuracy, 6), epochs_done, round(rate, 1), path, version)
+    assert read.metrics() == {summary.LOSS: read.loss, summary.ACCURACY: read.accuracy,
+                              summary.EXAMPLES_PER_SECOND: read.examples_per_second, summary.EPOCHS: epochs_done}
+
+
+def test_a_summary_without_a_json_object_reads_as_none_and_wrong_types_as_missing() -> None:
+    assert summary.parse_summary("") is None and summary.parse_summary("[1, 2]") is None
+    read = summary.parse_summary('{"loss": "low", "epochs": true, "modelPath": "", "modelVersion": 1.5}')
+    assert read == summary.Summary() and read.metrics() == {}
+
+
+@given(st.from_regex(r"[a-z0-9][a-z0-9.-]{0,40}", fullmatch=True), st.integers(1, 10**6))
+def test_a_versions_base_is_its_models_directory_on_the_volume(model_name, version) -> None:
+    export_dir = layout.export_dir(model_name)
+    assert layout.model_base(layout.version_dir(export_dir, version)) == layout.in_volume(export_dir)
+    assert layout.model_base(layout.version_dir(export_dir, version) + "/") == layout.in_volume(export_dir)
+    claim = layout.claim_file(export_dir, version)
+    assert claim.rpartition("/")[0] == layout.bookkeeping_dir(export_dir) != export_dir
+    assert layout.claimed_version(claim.rpartition("/")[2]) == version
+
+
+def test_paths_outside_the_volume_or_not_a_version_have_no_base() -> None:
+    inside = layout.export_dir("m")
+    for path in ("/elsewhere/models/m/1", f"{layout.MOUNT_PATH}x/models/m/1", f"{inside}/latest", f"{inside}/1a",
+                 f"{layout.MOUNT_PATH}/1"):
+        assert layout.model_base(path) is None, path
+    assert layout.in_volume(layout.MOUNT_PATH) is None
+    assert layout.claimed_version("claim-") is None and layout.claimed_version("1") is None
+
+
+def test_backups_are_per_run_object_when_it_has_a_uid() -> None:
+    assert layout.backup_dir("r", "u") == f"{layout.backup_dir('r')}/u"
+    assert layout.worker_log_file(layout.logs_dir("r"), "worker-1").startswith(layout.logs_dir("r") + "/")
+
+
+def test_exit_classes() -> None:
+    assert [exits.is_retryable(c) for c in (1, 127, 128, exits.PEER_LOST, 255)] == [False, False, True, True, True]
+    assert exits.is_peer_lost(exits.PEER_LOST) and not exits.is_peer_lost(exits.PEER_LOST + 1)
