@@ -29,19 +29,31 @@ from .builders import (
     worker_pod_name,
 )
 from .kube import AlreadyExists, ApiError, Conflict, Kube, NotFound, ResourceMissing
-from .spec import GROUP, KIND, RunSpec, SpecError, parse_run
-from .status import (
-    FAILED,
+from .reasons import (
+    API_UNAVAILABLE,
+    CREATED,
+    IMAGE_NOT_ALLOWED,
+    INVALID_SPEC,
+    INVALID_TFJOB,
     NAME_CONFLICT,
-    PENDING,
-    RUNNING,
-    TERMINAL,
+    RESUMED,
+    SUSPEND_REFUSED,
+    SUSPENDED_EVENT,
     TFJOB_CRD_MISSING,
     TFJOB_CREATED,
     TFJOB_DELETED,
     WAITING_FOR_CLEANUP,
     WAITING_FOR_PVC,
+    WARNING_REASONS,
+    WORKER_PODS_RELEASED,
     WORKERS_NOT_STARTING,
+)
+from .spec import GROUP, KIND, RunSpec, SpecError, parse_run
+from .status import (
+    FAILED,
+    PENDING,
+    RUNNING,
+    TERMINAL,
     State,
     is_terminal,
     next_status,
@@ -56,10 +68,6 @@ from .status import (
 
 log = logging.getLogger(__name__)
 
-INVALID_SPEC = "InvalidSpec"
-IMAGE_NOT_ALLOWED = "ImageNotAllowed"
-INVALID_TFJOB = "InvalidTFJob"
-API_UNAVAILABLE = "APIUnavailable"
 MAX_BACKOFF = 300.0
 WRITE_ATTEMPTS = 5
 TRAINING_OPERATOR_INSTALL = (
@@ -71,7 +79,6 @@ TRAINING_OPERATOR_INSTALL = (
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
 # Reasons of a run whose TFJob made its pods, none of which runs yet.
 WAITING_FOR_PODS = frozenset({TFJOB_CREATED, WORKERS_NOT_STARTING})
-WARNING_REASONS = {WAITING_FOR_PVC, WAITING_FOR_CLEANUP, TFJOB_CRD_MISSING, API_UNAVAILABLE, WORKERS_NOT_STARTING}
 
 
 def now() -> str:
@@ -355,11 +362,11 @@ def _set_suspend(
     except ApiError as err:
         if err.retryable:
             raise
-        emit(body, "Warning", "SuspendRefused", f"could not set TFJob {run.tfjob_name}'s suspend to {suspend}: "
+        emit(body, "Warning", SUSPEND_REFUSED, f"could not set TFJob {run.tfjob_name}'s suspend to {suspend}: "
              f"{err.status} {err.message[:200]}; retrying with backoff")  # fmt: skip
         return backoff(retry)
     what = "suspended TFJob" if suspend else "resumed TFJob"
-    emit(body, "Normal", "Suspended" if suspend else "Resumed", f"{what} {run.tfjob_name} (spec.suspend: {suspend})")
+    emit(body, "Normal", SUSPENDED_EVENT if suspend else RESUMED, f"{what} {run.tfjob_name} (spec.suspend: {suspend})")
     sync_status(kube, body, run, tfjob, emit)  # a stale body is re-read on the write's conflict
     return None
 
@@ -369,7 +376,7 @@ def _announce(
 ) -> None:
     """The status from the TFJob; with one `Created` event for what this call created."""
     if created:
-        emit(body, "Normal", "Created", f"created {' and '.join(created)}")
+        emit(body, "Normal", CREATED, f"created {' and '.join(created)}")
         # That event also tells of the move to TFJobSubmitted: one event per run fewer, which a
         # burst of runs feels (every event is an API write).
         sync_status(kube, body, run, tfjob, _silent)
@@ -420,7 +427,7 @@ def sync_status(kube: Kube, body: Mapping[str, Any], run: RunSpec, tfjob: Mappin
         except ApiError as err:  # said once; the pods stay as they would have before
             log.warning("could not release the pods of failed run %s/%s: %s", run.namespace, run.name, err)
             return
-        emit(body, "Normal", "WorkerPodsReleased",
+        emit(body, "Normal", WORKER_PODS_RELEASED,
              f"the run failed: its pods still running ({', '.join(holding)}) are deleted (TFJob cleanPodPolicy "
              f"{RELEASE_RUNNING_PODS}); each worker's log stays on the run's volume, {logs_dir(run)}/")  # fmt: skip
 
