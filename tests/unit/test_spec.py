@@ -104,6 +104,7 @@ ACCEPTED = [
     ({"podAnnotations": {"sidecar.istio.io/inject": "false"}}, "placement.pod_annotations",
      {"sidecar.istio.io/inject": "false"}),
     ({"queueName": "team-a"}, "queue_name", "team-a"),
+    ({"schedulingPolicy": {"queue": ""}}, "scheduling_policy.queue", ""),  # no minLength: the API server takes it
     ({"schedulingPolicy": {"minAvailable": 2, "queue": "q", "priorityClass": "p", "scheduleTimeoutSeconds": 60}},
      "scheduling_policy.min_available", 2),
 ]  # fmt: skip
@@ -184,6 +185,8 @@ REJECTED = [
     ({"activeDeadlineSeconds": 0}, "r", "spec.activeDeadlineSeconds", "at least 1"),
     ({"ttlSecondsAfterFinished": -1}, "r", "spec.ttlSecondsAfterFinished", "at least 60"),
     ({"ttlSecondsAfterFinished": 59}, "r", "spec.ttlSecondsAfterFinished", "at least 60"),
+    # int32 (the API server checks the format too: "must be of type integer with format int32").
+    ({"ttlSecondsAfterFinished": 2**31}, "r", "spec.ttlSecondsAfterFinished", "at most 2147483647"),
     ({"replicas": 2}, "r", "spec.replicas", "unknown field"),
     ({"training": []}, "r", "spec.training", "object"),
     ({"suspend": "yes"}, "r", "spec.suspend", "true or false"),
