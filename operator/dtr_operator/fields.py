@@ -84,6 +84,8 @@ class To:
 
 @dataclass(frozen=True)
 class Field:
+    """One field of the API: its schema, where the operator keeps and sends its value, and its words."""
+
     name: str  # as the API spells it
     type: str  # integer | number | string | boolean | object | array | map (of strings) | quantity
     description: str = ""  # kubectl explain's; "{bounds}" and "{default}" are filled in
