@@ -72,7 +72,7 @@ test-unit: setup-op ## pure functions, seconds
 	$(OP)/pytest -q tests/unit
 
 .PHONY: docs
-docs: setup-op ## regenerate the docs' generated sections (the RBAC list, the kubectl columns) from deploy/ and the CRD
+docs: setup-op ## regenerate the CRD (from operator/dtr_operator/fields.py) and the docs' generated sections (RBAC, columns, spec fields, reasons)
 	$(OP)/python docs/gen.py
 
 test-trainer: setup-trainer setup-op ## real multi-process TensorFlow runs; the operator-trainer contract

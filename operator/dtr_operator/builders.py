@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from dtr_contract import env, flags, layout
 from dtr_contract.container import PORT, TERMINATION_MESSAGE_PATH
 
+from .fields import SPEC, Field
 from .spec import API_VERSION, KIND, RunSpec, SchedulingPolicy
 
 RUN_LABEL = "distml.dev/run"
@@ -84,59 +86,46 @@ def backup_dir(run: RunSpec) -> str:
     return layout.backup_dir(run.name, run.uid)
 
 
-def _training_spec(run: RunSpec) -> dict[str, Any]:
-    t = run.training
-    training: dict[str, Any] = {"model": t.model, "dataset": t.dataset, "epochs": t.epochs,
-                                "batchSizePerWorker": t.batch_size_per_worker}
-    if t.steps_per_epoch is not None:
-        training["stepsPerEpoch"] = t.steps_per_epoch
-    return {**training, "learningRate": t.learning_rate, "seed": t.seed}
+def _attr(run: RunSpec, attr: str) -> Any:
+    """The value at a dotted attribute path of RunSpec ("training.model"); None under an unset part."""
+    value: Any = run
+    for name in attr.split("."):
+        value = None if value is None else getattr(value, name)
+    return value
 
 
-def _storage_spec(run: RunSpec) -> dict[str, Any]:
-    st = run.storage
-    if st.claim_name is not None:  # size and class are only for a PVC the operator creates
-        return {"claimName": st.claim_name, "accessMode": st.access_mode, "reclaimPolicy": st.reclaim_policy}
-    storage: dict[str, Any] = {"size": st.size}
-    if st.storage_class_name is not None:
-        storage["storageClassName"] = st.storage_class_name
-    return {**storage, "accessMode": st.access_mode, "reclaimPolicy": st.reclaim_policy}
+def _api(value: Any) -> Any:
+    """A value kept whole on RunSpec in the API's shape (tuples as lists, copies); empty as unset."""
+    if isinstance(value, tuple | list):
+        return [copy.deepcopy(dict(item)) for item in value] or None
+    if isinstance(value, Mapping):
+        return copy.deepcopy({k: dict(v) if isinstance(v, Mapping) else v for k, v in value.items()}) or None
+    return value
+
+
+def _api_object(f: Field, run: RunSpec) -> dict[str, Any]:
+    """The fields under f, as the API has them, only those set; a mutable one never (see effective_spec)."""
+    out: dict[str, Any] = {}
+    for sub in f.fields:
+        if sub.mutable or (sub.not_with is not None and sub.not_with[0] in out):
+            continue
+        if (value := _api_field(sub, run)) is not None:
+            out[sub.name] = value
+    return out
+
+
+def _api_field(f: Field, run: RunSpec) -> Any:
+    if any(sub.attr for sub in f.fields):  # an object of its own fields, unless its part of RunSpec is unset
+        return None if f.attr and _attr(run, f.attr) is None else _api_object(f, run)
+    return _api(_attr(run, f.attr)) if f.attr else None
 
 
 def effective_spec(run: RunSpec) -> dict[str, Any]:
-    """The run's spec as the operator parsed it, every default applied, in the API's shape
-    (spec.parse_run of it gives the same RunSpec back but for suspend; tests/unit/test_properties.py)."""
-    spec: dict[str, Any] = {
-        "workers": run.workers,
-        "image": run.image,
-        "imagePullPolicy": run.image_pull_policy,
-        "training": _training_spec(run),
-        "storage": _storage_spec(run),
-        "export": {"modelName": run.model_name},
-    }
-    if run.resources:
-        spec["resources"] = copy.deepcopy({kind: dict(amounts) for kind, amounts in run.resources.items()})
-    spec["restartPolicy"] = run.restart_policy
-    spec["backoffLimit"] = run.backoff_limit
-    for key, value in (("activeDeadlineSeconds", run.active_deadline_seconds),
-                       ("ttlSecondsAfterFinished", run.ttl_seconds_after_finished)):
-        if value is not None:
-            spec[key] = value
-    # Not spec.suspend: it changes after creation, and this is what the run trains with (lineage).
-    return {**spec, **_scheduling_spec(run)}
-
-
-def _scheduling_spec(run: RunSpec) -> dict[str, Any]:
-    """The placement, queue and gang fields of effective_spec, only those set."""
-    placement = run.placement
-    spec = _placement_fields(run)
-    for key, value in (("podLabels", dict(placement.pod_labels)), ("podAnnotations", dict(placement.pod_annotations)),
-                       ("queueName", run.queue_name)):  # fmt: skip
-        if value:
-            spec[key] = value
-    if run.scheduling_policy is not None:
-        spec["schedulingPolicy"] = _gang(run.scheduling_policy)
-    return spec
+    """The run's spec as the operator parsed it, every default applied, in the API's shape; the inverse of
+    spec.parse_run, driven by the same field table (parse_run of it gives the same RunSpec back but for suspend:
+    tests/unit/test_properties.py). Not spec.suspend: it changes after creation, and this is what the run trains
+    with (lineage)."""
+    return _api_object(SPEC, run)
 
 
 def trainer_env(run: RunSpec) -> list[dict[str, str]]:

@@ -37,19 +37,31 @@ from .builders import (
     worker_pod_name,
 )
 from .kube import AlreadyExists, ApiError, Conflict, Kube, NotFound, ResourceMissing
-from .spec import GROUP, KIND, RunSpec, SpecError, parse_run
-from .status import (
-    FAILED,
+from .reasons import (
+    API_UNAVAILABLE,
+    CREATED,
+    IMAGE_NOT_ALLOWED,
+    INVALID_SPEC,
+    INVALID_TFJOB,
     NAME_CONFLICT,
-    PENDING,
-    RUNNING,
-    TERMINAL,
+    RESUMED,
+    SUSPEND_REFUSED,
+    SUSPENDED_EVENT,
     TFJOB_CRD_MISSING,
     TFJOB_CREATED,
     TFJOB_DELETED,
     WAITING_FOR_CLEANUP,
     WAITING_FOR_PVC,
+    WARNING_REASONS,
+    WORKER_PODS_RELEASED,
     WORKERS_NOT_STARTING,
+)
+from .spec import GROUP, KIND, RunSpec, SpecError, parse_run
+from .status import (
+    FAILED,
+    PENDING,
+    RUNNING,
+    TERMINAL,
     State,
     is_terminal,
     next_status,
@@ -64,10 +76,6 @@ from .status import (
 
 log = logging.getLogger(__name__)
 
-INVALID_SPEC = "InvalidSpec"
-IMAGE_NOT_ALLOWED = "ImageNotAllowed"
-INVALID_TFJOB = "InvalidTFJob"
-API_UNAVAILABLE = "APIUnavailable"
 MAX_BACKOFF = 300.0
 WRITE_ATTEMPTS = 5
 TRAINING_OPERATOR_INSTALL = (
@@ -79,7 +87,6 @@ TRAINING_OPERATOR_INSTALL = (
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
 # Reasons of a run whose TFJob made its pods, none of which runs yet.
 WAITING_FOR_PODS = frozenset({TFJOB_CREATED, WORKERS_NOT_STARTING})
-WARNING_REASONS = {WAITING_FOR_PVC, WAITING_FOR_CLEANUP, TFJOB_CRD_MISSING, API_UNAVAILABLE, WORKERS_NOT_STARTING}
 
 
 def now() -> str:
@@ -566,11 +573,11 @@ class Reconciler:
         except ApiError as err:
             if err.retryable:
                 raise
-            self.emit(run.body, "Warning", "SuspendRefused", f"could not set TFJob {spec.tfjob_name}'s suspend to "
+            self.emit(run.body, "Warning", SUSPEND_REFUSED, f"could not set TFJob {spec.tfjob_name}'s suspend to "
                       f"{suspend}: {err.status} {err.message[:200]}; retrying with backoff")  # fmt: skip
             return self.retries.backoff(retry)
         what = "suspended TFJob" if suspend else "resumed TFJob"
-        self.emit(run.body, "Normal", "Suspended" if suspend else "Resumed",
+        self.emit(run.body, "Normal", SUSPENDED_EVENT if suspend else RESUMED,
                   f"{what} {spec.tfjob_name} (spec.suspend: {suspend})")  # fmt: skip
         self.sync_status(run, tfjob)  # a stale body is re-read on the write's conflict
         return None
@@ -578,7 +585,7 @@ class Reconciler:
     def _announce(self, run: ObservedRun, tfjob: Mapping[str, Any], created: list[str]) -> None:
         """The status from the TFJob; with one `Created` event for what this call created."""
         if created:
-            self.emit(run.body, "Normal", "Created", f"created {' and '.join(created)}")
+            self.emit(run.body, "Normal", CREATED, f"created {' and '.join(created)}")
             # That event also tells of the move to TFJobSubmitted: one event per run fewer, which a
             # burst of runs feels (every event is an API write).
             self.sync_status(run, tfjob, quiet=True)
@@ -604,7 +611,7 @@ class Reconciler:
             log.warning("could not release the pods of failed run %s/%s: %s", spec.namespace, spec.name, err)
             return
         if not quiet:
-            self.emit(run.body, "Normal", "WorkerPodsReleased",
+            self.emit(run.body, "Normal", WORKER_PODS_RELEASED,
                       f"the run failed: its pods still running ({', '.join(holding)}) are deleted (TFJob "
                       f"cleanPodPolicy {RELEASE_RUNNING_PODS}); each worker's log stays on the run's volume, "
                       f"{logs_dir(spec)}/")  # fmt: skip

@@ -1,17 +1,32 @@
-"""The run's spec as typed values: defaults and validation, parsed from a DistTrainingRun dict.
+"""The run's spec as typed values, parsed from a DistTrainingRun dict. Pure: no I/O.
 
-Pure: no I/O. The API server validates runs with the CRD schema (crds/disttrainingrun.yaml); this
-module applies the same defaults and rules so that `dtr render` and `dtr run`, which never see an API
-server, accept and reject exactly what `kubectl apply` would (tests/unit/test_spec.py checks the two
-agree on defaults, enums and ranges).
+Every field, its default and its rules are declared once, in fields.py, which also generates the CRD's schema
+(crd.py). parse_run admits a run as the API server does with that schema (known fields, types, bounds, enums,
+patterns, the schema's defaults, then the CEL rules' Python twins), applies the operator's own defaults and
+returns a RunSpec; so `dtr render` and `dtr run`, which never see an API server, accept and reject what
+`kubectl apply` would, with the field named.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from . import fields
+from .fields import (
+    DEFAULT_TRAINER_IMAGE,
+    INT_RANGE,
+    NAME,
+    SPEC,
+    Field,
+    bounds_text,
+    find,
+    message,
+    rules,
+    walk,
+)
 
 GROUP = "distml.dev"
 VERSION = "v1alpha1"
@@ -19,87 +34,37 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "DistTrainingRun"
 PLURAL = "disttrainingruns"
 
-DEFAULT_TRAINER_IMAGE = "distml/trainer:0.1.0"
-
-MODELS = ("cnn", "dropout", "batch_norm")
-BUILTIN_DATASETS = ("mnist", "fashion_mnist", "digits", "synthetic")
-PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany")
-RECLAIM_POLICIES = ("Retain", "Delete")
-RESTART_POLICIES = ("Never", "OnFailure", "ExitCode")
-
-# "<name>-worker-<index>" must stay a 63-character DNS label for up to 64 workers (index <= 63):
-# 52 + len("-worker-63") = 62, one character to spare.
-MAX_NAME_LENGTH = 52
-MAX_WORKERS = 64
-# The operator reads the chief's termination message after the TFJob ends; a shorter TTL races it.
-MIN_TTL_SECONDS = 60
-
-_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_PVC_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
-_MODEL_NAME = re.compile(r"[a-z0-9]([-a-z0-9_.]*[a-z0-9])?")
-_NPZ_PATH = re.compile(r"[A-Za-z0-9._/-]+")
-_DOT_SEGMENT = re.compile(r"(^|/)\.\.?(/|$)")
-# Same grammar as Kubernetes' resource.Quantity (and the CRD's pattern for resources).
-_QUANTITY = re.compile(
-    r"[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?"
-)
-
-
-# Kubernetes' label key and value grammars (the CRD has the same patterns).
-_LABEL_KEY = re.compile(
-    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-)
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-RESERVED_LABEL_PREFIXES = ("distml.dev/", "training.kubeflow.org/")
-KEY_GRAMMAR = (
-    "an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and "
-    "ending with a letter or digit"
-)
-TOLERATION_OPERATORS = ("Exists", "Equal")
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
-MAX_MAP_ENTRIES = 32
-MAX_TOLERATIONS = 32
-
-DEFAULT_WORKERS = 2
-DEFAULT_PULL_POLICY = "IfNotPresent"
-
-# spec's fields, as the CRD has them (tests/unit/test_spec.py checks the two agree, and that every field
-# but MUTABLE has the CRD's immutability rule).
-SPEC_FIELDS = (
-    "workers", "image", "imagePullPolicy", "training", "storage", "export", "resources",
-    "restartPolicy", "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished",
-    "suspend", "nodeSelector", "tolerations", "affinity", "priorityClassName", "podLabels",
-    "podAnnotations", "queueName", "schedulingPolicy",
-)  # fmt: skip
-MUTABLE = ("suspend",)
+# What the trainer must know too (tests/trainer/test_contract.py reads them here).
+MODELS = find("training.model").enum
+BUILTIN_DATASETS = fields.BUILTIN_DATASETS
 
 
 class SpecError(ValueError):
     """A run the API server would reject; the message names the field."""
 
 
+def _default(path: str) -> Any:
+    return find(path).default
+
+
 @dataclass(frozen=True)
 class TrainingSpec:
-    model: str = "cnn"
-    dataset: str = "mnist"
-    epochs: int = 3
-    batch_size_per_worker: int = 64
+    model: str = _default("training.model")
+    dataset: str = _default("training.dataset")
+    epochs: int = _default("training.epochs")
+    batch_size_per_worker: int = _default("training.batchSizePerWorker")
     steps_per_epoch: int | None = None
-    learning_rate: float = 0.001
-    seed: int = 42
+    learning_rate: float = _default("training.learningRate")
+    seed: int = _default("training.seed")
 
 
 @dataclass(frozen=True)
 class StorageSpec:
     claim_name: str | None = None
-    size: str = "1Gi"
+    size: str = _default("storage.size")
     storage_class_name: str | None = None
-    access_mode: str = "ReadWriteOnce"
-    reclaim_policy: str = "Retain"
+    access_mode: str = _default("storage.accessMode")
+    reclaim_policy: str = _default("storage.reclaimPolicy")
 
 
 @dataclass(frozen=True)
@@ -130,18 +95,18 @@ class RunSpec:
 
     name: str
     namespace: str
-    workers: int  # DEFAULT_WORKERS
+    workers: int
     image: str
-    image_pull_policy: str  # DEFAULT_PULL_POLICY
+    image_pull_policy: str
     training: TrainingSpec
     storage: StorageSpec
     model_name: str
     resources: Mapping[str, Mapping[str, str | int]] = field(default_factory=dict)
-    restart_policy: str = "OnFailure"
-    backoff_limit: int = 3
+    restart_policy: str = _default("restartPolicy")
+    backoff_limit: int = _default("backoffLimit")
     active_deadline_seconds: int | None = None
     ttl_seconds_after_finished: int | None = None
-    suspend: bool = False
+    suspend: bool = _default("suspend")
     placement: Placement = field(default_factory=Placement)
     queue_name: str | None = None
     scheduling_policy: SchedulingPolicy | None = None
@@ -162,353 +127,214 @@ class RunSpec:
         return self.name
 
 
+# The parts of RunSpec that group fields (fields.py's attr "training.model" lives on RunSpec.training).
+PARTS: dict[str, type] = {"training": TrainingSpec, "storage": StorageSpec, "placement": Placement,
+                          "scheduling_policy": SchedulingPolicy}  # fmt: skip
+
+
 def created_pvc_name(run_name: str) -> str:
     return f"{run_name}-data"
 
 
-# ---- reading fields ---------------------------------------------------------------------------
+# ---- admitting a value as the API server would -------------------------------------------------
 
 
 def _fail(path: str, why: str) -> SpecError:
     return SpecError(f"{path}: {why}")
 
 
-def _object(value: Any, path: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
+def _mapping(value: Any, path: str) -> Mapping[Any, Any]:
     if not isinstance(value, Mapping):
         raise _fail(path, f"must be an object, got {type(value).__name__}")
     return value
 
 
-def _get(obj: Mapping[str, Any], key: str, default: Any) -> Any:
-    """obj[key], or default when it is absent or null (the API server defaults nulls the same way)."""
-    value = obj.get(key)
-    return default if value is None else value
+def _int_range(f: Field) -> tuple[int | None, int | None]:
+    """The schema's bounds, else what the format holds (int32, int64)."""
+    lo, hi = INT_RANGE.get(f.format or "", (None, None))
+    return (lo if f.minimum is None else int(f.minimum)), (hi if f.maximum is None else int(f.maximum))
 
 
-def _no_unknown(obj: Mapping[str, Any], known: set[str], path: str) -> None:
-    unknown = sorted(set(obj) - known)
-    if unknown:
-        raise _fail(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(sorted(known))})")
-
-
-def _int(obj: Mapping[str, Any], key: str, path: str, default: int | None, lo: int, hi: int | None) -> int | None:
-    value = _get(obj, key, default)
-    if value is None:
-        return None
-    where = f"{path}.{key}"
+def _integer(f: Field, value: Any, path: str) -> int:
     # YAML `true` is a bool, which Python also counts as an int; the API server would refuse it.
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(where, f"must be an integer, got {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        bounds = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
-        raise _fail(where, f"must be {bounds}, got {value}")
+        raise _fail(path, f"must be an integer, got {value!r}")
+    lo, hi = _int_range(f)
+    too_low, too_high = lo is not None and value < lo, hi is not None and value > hi
+    if too_low or too_high:
+        declared = f.minimum is not None and f.maximum is not None
+        bounds = f"between {lo} and {hi}" if declared else f"at least {lo}" if too_low else f"at most {hi}"
+        raise _fail(path, f"must be {bounds}, got {value}")
     return value
 
 
-def _count(obj: Mapping[str, Any], key: str, path: str, default: int, lo: int, hi: int | None) -> int:
-    """_int for a field with a default: never None."""
-    value = _int(obj, key, path, default, lo, hi)
-    assert value is not None
-    return value
+def _number(f: Field, value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _fail(path, f"must be a number, got {value!r}")
+    above = f.minimum is None or (value > f.minimum if f.exclusive_minimum else value >= f.minimum)
+    if not (above and (f.maximum is None or value <= f.maximum)):  # NaN is neither
+        raise _fail(path, f"must be {bounds_text(f).replace(', ', ' and ')}, got {value}")
+    return float(value)
 
 
-def _str(obj: Mapping[str, Any], key: str, path: str, default: str | None, max_len: int) -> str | None:
-    value = _get(obj, key, default)
-    if value is None:
-        return None
-    where = f"{path}.{key}"
+def _string(f: Field, value: Any, path: str) -> str:
     if not isinstance(value, str):
-        raise _fail(where, f"must be a string, got {value!r}")
-    if not value:
-        raise _fail(where, "must not be empty")
-    if len(value) > max_len:
-        raise _fail(where, f"must be at most {max_len} characters")
+        raise _fail(path, f"must be a string, got {value!r}")
+    if f.min_length and len(value) < f.min_length:
+        raise _fail(path, "must not be empty")
+    if f.max_length is not None and len(value) > f.max_length:
+        raise _fail(path, f"must be at most {f.max_length} characters")
+    return _word(f, value, path)
+
+
+def _word(f: Field, value: str, path: str) -> str:
+    """A string that must be one of the enum's or match the schema's pattern (a CEL pattern is a rule)."""
+    if f.enum and value not in f.enum:
+        raise _fail(path, f"unsupported value {value!r}: must be one of {', '.join(f.enum)}")
+    if f.pattern is not None and not f.pattern.cel and not f.pattern.matches(value):
+        raise _fail(path, f"{f.pattern.why}, got {value!r}")
     return value
 
 
-def _enum(obj: Mapping[str, Any], key: str, path: str, default: str, allowed: tuple[str, ...]) -> str:
-    value = _str(obj, key, path, default, 64)
-    assert value is not None
-    if value not in allowed:
-        raise _fail(f"{path}.{key}", f"unsupported value {value!r}: must be one of {', '.join(allowed)}")
+def _boolean(f: Field, value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(path, f"must be true or false, got {value!r}")
     return value
 
 
-# ---- rules that the CRD expresses in CEL ------------------------------------------------------
+def _quantity(f: Field, value: Any, path: str) -> int | str:
+    """An int or a string in Kubernetes' quantity grammar (the CRD's int-or-string with a pattern)."""
+    assert f.pattern is not None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if not isinstance(value, str) or not f.pattern.matches(value):
+        raise _fail(path, f"{f.pattern.why}, got {value!r}")
+    return value
+
+
+def _object(f: Field, value: Any, path: str) -> dict[str, Any]:
+    """An object: its declared fields admitted, absent ones defaulted as the schema says (or kept whole when it
+    declares none: x-kubernetes-preserve-unknown-fields)."""
+    obj = _mapping(value, path)
+    if not f.fields:
+        return dict(obj)
+    unknown = sorted(set(obj) - f.names)
+    if unknown:
+        raise _fail(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(sorted(f.names))})")
+    out = {}
+    for sub in f.fields:
+        item = obj.get(sub.name)  # null is absent, as the API server treats it
+        if item is None and sub.schema_default:
+            item = copy.deepcopy(sub.default)
+        if item is not None:
+            out[sub.name] = admit(sub, item, f"{path}.{sub.name}")
+    return out
+
+
+def _map(f: Field, value: Any, path: str) -> dict[str, Any]:
+    entries = _mapping(value, path)
+    if f.max_items is not None and len(entries) > f.max_items:
+        raise _fail(path, f"must have at most {f.max_items} entries")
+    if not all(isinstance(k, str) for k in entries):
+        raise _fail(path, f"keys must be strings, got {sorted(map(repr, entries))}")
+    assert f.items is not None
+    return {k: admit(f.items, v, f"{path}.{k}") for k, v in entries.items()}
+
+
+def _array(f: Field, value: Any, path: str) -> list[Any]:
+    if not isinstance(value, list):  # {} is not a list: the API server refuses it too
+        raise _fail(path, f"must be a list, got {type(value).__name__}")
+    if f.max_items is not None and len(value) > f.max_items:
+        raise _fail(path, f"must have at most {f.max_items} items")
+    assert f.items is not None
+    return [admit(f.items, item, f"{path}[{i}]") for i, item in enumerate(value)]
+
+
+_ADMIT: dict[str, Callable[[Field, Any, str], Any]] = {
+    "integer": _integer, "number": _number, "string": _string, "boolean": _boolean, "quantity": _quantity,
+    "object": _object, "map": _map, "array": _array,
+}  # fmt: skip
+
+
+def admit(f: Field, value: Any, path: str) -> Any:
+    """value (not null) as the API server stores it under f's schema: checked, defaulted; or SpecError."""
+    admitted = _ADMIT[f.type](f, value, path)
+    for rule in rules(f, path):
+        if not rule.holds(admitted):
+            raise SpecError(message(rule, path))
+    return admitted
 
 
 def check_name(name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise _fail("metadata.name", "is required")
-    if not _DNS1035.fullmatch(name):
-        raise _fail(
-            "metadata.name",
-            "must be a DNS-1035 label: lower-case letters, digits and '-', starting with a letter "
-            "and ending with a letter or digit",
-        )
-    if len(name) > MAX_NAME_LENGTH:
-        raise _fail(
-            "metadata.name",
-            f"must be at most {MAX_NAME_LENGTH} characters, so that the worker pods and services "
-            '"<name>-worker-<index>" stay valid 63-character names',
-        )
+    for rule in NAME.rules:
+        if not rule.holds(name):
+            raise SpecError(message(rule, ""))
     return name
 
 
-def check_dataset(dataset: str) -> str:
-    if dataset in BUILTIN_DATASETS:
-        return dataset
-    if (
-        dataset.endswith(".npz")
-        and _NPZ_PATH.fullmatch(dataset)
-        and not dataset.startswith("/")
-        and not _DOT_SEGMENT.search(dataset)
-    ):
-        return dataset
-    raise _fail(
-        "spec.training.dataset",
-        f"must be {', '.join(BUILTIN_DATASETS)}, or a relative path to a .npz file on the volume "
-        f"(letters, digits, '._-/'; no leading '/', no '.' or '..' segments), got {dataset!r}",
-    )
+# ---- the operator's side: its own defaults, then RunSpec ---------------------------------------
 
 
-def is_quantity(value: str) -> bool:
-    return bool(_QUANTITY.fullmatch(value))
+def _operator_defaults(spec: dict[str, Any], given: Mapping[str, Any]) -> None:
+    """Set in spec what the operator defaults and the schema does not, where the field is absent (given: by
+    path, the defaults known only at run time). A field whose object is absent stays absent."""
+    static = {path: f.default for path, f in walk(SPEC) if not f.schema_default and f.default is not None}
+    for path, value in (static | dict(given)).items():
+        *parents, key = path.split(".")[1:]  # below "spec"
+        obj: dict[str, Any] = spec
+        for name in parents:
+            obj = obj.get(name, {})
+        obj.setdefault(key, value)
 
 
-def _is_positive_quantity(value: str) -> bool:
-    if not is_quantity(value) or value.startswith("-"):
-        return False
-    number = re.match(r"[+]?([0-9]*\.?[0-9]*)", value)
-    return number is not None and any(c in "123456789" for c in number.group(1))
+def _stored(value: Any) -> Any:
+    """A value kept whole on RunSpec: lists as tuples; objects without their empty objects; empty as unset."""
+    if isinstance(value, list):
+        return tuple(copy.deepcopy(item) for item in value) or None
+    if isinstance(value, Mapping):
+        return {k: copy.deepcopy(v) for k, v in value.items() if v != {}} or None
+    return value
 
 
-# ---- parsing ----------------------------------------------------------------------------------
+def _attrs(f: Field, obj: Mapping[str, Any] | None, out: dict[str, Any]) -> None:
+    """out[attr] = the value of every field under f that has a place on RunSpec (None: unset)."""
+    for sub in f.fields:
+        value = None if obj is None else obj.get(sub.name)
+        structured = any(s.attr for s in sub.fields)
+        if sub.attr:
+            out[sub.attr] = value if structured else _stored(value)
+        if structured:
+            _attrs(sub, value, out)
 
 
-def _training(obj: Mapping[str, Any]) -> TrainingSpec:
-    path = "spec.training"
-    _no_unknown(
-        obj,
-        {"model", "dataset", "epochs", "batchSizePerWorker", "stepsPerEpoch", "learningRate", "seed"},
-        path,
-    )
-    lr = _get(obj, "learningRate", TrainingSpec.learning_rate)
-    if isinstance(lr, bool) or not isinstance(lr, int | float):
-        raise _fail(f"{path}.learningRate", f"must be a number, got {lr!r}")
-    if not 0 < lr <= 10:
-        raise _fail(f"{path}.learningRate", f"must be greater than 0 and at most 10, got {lr}")
-    dataset = _str(obj, "dataset", path, TrainingSpec.dataset, 253)
-    assert dataset is not None
-    return TrainingSpec(
-        model=_enum(obj, "model", path, TrainingSpec.model, MODELS),
-        dataset=check_dataset(dataset),
-        epochs=_count(obj, "epochs", path, TrainingSpec.epochs, 1, 1000),
-        batch_size_per_worker=_count(obj, "batchSizePerWorker", path, TrainingSpec.batch_size_per_worker, 1, 4096),
-        steps_per_epoch=_int(obj, "stepsPerEpoch", path, None, 1, 1_000_000),
-        learning_rate=float(lr),
-        seed=_count(obj, "seed", path, TrainingSpec.seed, 0, 2**31 - 1),
-    )
-
-
-def _storage(obj: Mapping[str, Any]) -> StorageSpec:
-    path = "spec.storage"
-    _no_unknown(obj, {"claimName", "size", "storageClassName", "accessMode", "reclaimPolicy"}, path)
-    claim = _str(obj, "claimName", path, None, 253)
-    if claim is not None and not _PVC_NAME.fullmatch(claim):
-        raise _fail(
-            f"{path}.claimName",
-            "must be a PVC name: lower-case letters, digits, '-' and '.', starting and ending with a "
-            "letter or digit",
-        )
-    reclaim = _enum(obj, "reclaimPolicy", path, StorageSpec.reclaim_policy, RECLAIM_POLICIES)
-    if claim is not None:
-        for key in ("size", "storageClassName"):
-            if obj.get(key) is not None:
-                raise _fail(
-                    f"{path}.{key}",
-                    f"cannot be set with {path}.claimName: {key} is only for the PVC the operator creates",
-                )
-        if reclaim == "Delete":
-            raise _fail(
-                f"{path}.reclaimPolicy",
-                f"Delete cannot be set with {path}.claimName: the operator never deletes a PVC it did not create",
-            )
-    size = _str(obj, "size", path, StorageSpec.size, 64)
-    assert size is not None
-    if not _is_positive_quantity(size):
-        raise _fail(f"{path}.size", f"must be a positive Kubernetes quantity, such as 500Mi or 1Gi, got {size!r}")
-    return StorageSpec(
-        claim_name=claim,
-        size=size,
-        storage_class_name=_str(obj, "storageClassName", path, None, 253),
-        access_mode=_enum(obj, "accessMode", path, StorageSpec.access_mode, ACCESS_MODES),
-        reclaim_policy=reclaim,
-    )
-
-
-def _model_name(obj: Mapping[str, Any], default: str) -> str:
-    path = "spec.export"
-    _no_unknown(obj, {"modelName"}, path)
-    name = _str(obj, "modelName", path, default, 63)
-    assert name is not None
-    if not _MODEL_NAME.fullmatch(name):
-        raise _fail(
-            f"{path}.modelName",
-            "must be lower-case letters, digits, '-', '_' and '.', starting and ending with a letter "
-            "or digit (it is one directory name)",
-        )
-    return name
-
-
-def _resources(obj: Mapping[str, Any]) -> dict[str, dict[str, str | int]]:
-    path = "spec.resources"
-    _no_unknown(obj, {"limits", "requests"}, path)
-    out: dict[str, dict[str, str | int]] = {}
-    for kind in ("limits", "requests"):
-        amounts = _object(obj.get(kind), f"{path}.{kind}")
-        if len(amounts) > 16:
-            raise _fail(f"{path}.{kind}", "must have at most 16 entries")
-        for resource, amount in amounts.items():
-            where = f"{path}.{kind}.{resource}"
-            if isinstance(amount, bool) or not isinstance(amount, int | str):
-                raise _fail(where, f"must be a quantity such as 500m or 2Gi, got {amount!r}")
-            if isinstance(amount, str) and not is_quantity(amount):
-                raise _fail(where, f"must be a quantity such as 500m or 2Gi, got {amount!r}")
-        if amounts:
-            out[kind] = dict(amounts)
-    return out
-
-
-def _string_map(obj: Mapping[str, Any], key: str, value_max: int, value_pattern: re.Pattern[str] | None,
-                what: str) -> dict[str, str]:  # fmt: skip
-    """spec.<key>: a map of label-style keys to strings."""
-    path = f"spec.{key}"
-    entries = _object(obj.get(key), path)
-    if len(entries) > MAX_MAP_ENTRIES:
-        raise _fail(path, f"must have at most {MAX_MAP_ENTRIES} entries")
-    for k, v in entries.items():
-        if not isinstance(k, str) or not _LABEL_KEY.fullmatch(k):
-            raise _fail(path, f"keys must be {what} keys: {KEY_GRAMMAR}; got {k!r}")
-        if not isinstance(v, str):
-            raise _fail(f"{path}.{k}", f"must be a string, got {v!r}")
-        if len(v) > value_max or (value_pattern is not None and not value_pattern.fullmatch(v)):
-            raise _fail(f"{path}.{k}", f"must be a {what} value (at most {value_max} characters), got {v!r}")
-    return dict(entries)
-
-
-def _toleration(item: Any, path: str) -> dict[str, Any]:
-    tol = dict(_object(item, path))
-    _no_unknown(tol, {"key", "operator", "value", "effect", "tolerationSeconds"}, path)
-    key = tol.get("key")
-    if key is not None and (not isinstance(key, str) or len(key) > 316):  # "" is every key (with Exists)
-        raise _fail(f"{path}.key", f"must be a string of at most 316 characters, got {key!r}")
-    if tol.get("operator") is not None:
-        _enum(tol, "operator", path, "Equal", TOLERATION_OPERATORS)
-    if tol.get("effect") is not None:
-        _enum(tol, "effect", path, "NoSchedule", TAINT_EFFECTS)
-    value = tol.get("value")
-    if value is not None and (not isinstance(value, str) or len(value) > 63):
-        raise _fail(f"{path}.value", f"must be a string of at most 63 characters, got {value!r}")
-    if tol.get("operator") == "Exists" and value:
-        raise _fail(path, "a toleration with operator Exists must not set value")
-    if tol.get("tolerationSeconds") is not None:
-        _int(tol, "tolerationSeconds", path, None, -(2**63), 2**63 - 1)
-        if tol.get("effect") != "NoExecute":
-            raise _fail(path, "tolerationSeconds is only for effect NoExecute")
-    return tol
-
-
-def _placement(spec: Mapping[str, Any]) -> Placement:
-    node_selector = _string_map(spec, "nodeSelector", 63, _LABEL_VALUE, "label")
-    tolerations = _get(spec, "tolerations", [])  # {} is not a list: the API server refuses it too
-    if not isinstance(tolerations, list):
-        raise _fail("spec.tolerations", f"must be a list, got {type(tolerations).__name__}")
-    if len(tolerations) > MAX_TOLERATIONS:
-        raise _fail("spec.tolerations", f"must have at most {MAX_TOLERATIONS} items")
-    affinity = _object(spec.get("affinity"), "spec.affinity")
-    _no_unknown(affinity, set(AFFINITY_KINDS), "spec.affinity")
-    for kind in AFFINITY_KINDS:
-        _object(affinity.get(kind), f"spec.affinity.{kind}")
-    priority = _str(spec, "priorityClassName", "spec", None, 253)
-    if priority is not None and not _DNS1123_SUBDOMAIN.fullmatch(priority):
-        raise _fail("spec.priorityClassName", f"must be a PriorityClass name (a DNS subdomain), got {priority!r}")
-    labels = _string_map(spec, "podLabels", 63, _LABEL_VALUE, "label")
-    reserved = sorted(k for k in labels if k.startswith(RESERVED_LABEL_PREFIXES))
-    if reserved:
-        prefixes = " and ".join(RESERVED_LABEL_PREFIXES)
-        raise _fail("spec.podLabels", f"keys under {prefixes} are reserved, got {reserved[0]!r}")
-    return Placement(
-        node_selector=node_selector,
-        tolerations=tuple(_toleration(t, f"spec.tolerations[{i}]") for i, t in enumerate(tolerations)),
-        affinity=dict(affinity) or None,
-        priority_class_name=priority,
-        pod_labels=labels,
-        pod_annotations=_string_map(spec, "podAnnotations", 4096, None, "annotation"),
-    )
-
-
-def _scheduling_policy(spec: Mapping[str, Any], workers: int) -> SchedulingPolicy | None:
-    if spec.get("schedulingPolicy") is None:
-        return None
-    path = "spec.schedulingPolicy"
-    obj = _object(spec.get("schedulingPolicy"), path)
-    _no_unknown(obj, {"minAvailable", "queue", "priorityClass", "scheduleTimeoutSeconds"}, path)
-    policy = SchedulingPolicy(
-        min_available=_int(obj, "minAvailable", path, None, 1, 2**31 - 1),
-        queue=_str(obj, "queue", path, None, 253),
-        priority_class=_str(obj, "priorityClass", path, None, 253),
-        schedule_timeout_seconds=_int(obj, "scheduleTimeoutSeconds", path, None, 1, 2**31 - 1),
-    )
-    if policy.min_available is not None and policy.min_available > workers:
-        raise _fail(f"{path}.minAvailable", f"must be at most spec.workers ({workers}), got {policy.min_available}")
-    return policy
-
-
-def _suspend_and_queue(spec: Mapping[str, Any]) -> tuple[bool, str | None]:
-    suspend = _get(spec, "suspend", False)
-    if not isinstance(suspend, bool):
-        raise _fail("spec.suspend", f"must be true or false, got {suspend!r}")
-    queue = _str(spec, "queueName", "spec", None, 63)
-    if queue is not None and not _DNS1123_LABEL.fullmatch(queue):
-        raise _fail("spec.queueName", f"must be a LocalQueue name (a DNS label), got {queue!r}")
-    if queue is not None and suspend:
-        raise _fail("spec.suspend", "cannot be true with spec.queueName: Kueue suspends and resumes queued runs")
-    return suspend, queue
+def _run_spec(values: Mapping[str, Any], **meta: Any) -> RunSpec:
+    """RunSpec from the values by attr ("training.model"); unset values take the dataclasses' defaults."""
+    top: dict[str, Any] = {}
+    parts: dict[str, dict[str, Any]] = {head: {} for head in PARTS}
+    for attr, value in values.items():
+        head, _, rest = attr.partition(".")
+        if value is not None and rest:
+            parts[head][rest] = value
+        elif value is not None and head not in PARTS:
+            top[head] = value
+    for head, part in PARTS.items():
+        present = values.get(head, True) is not None  # a part the table declares optional may be absent
+        top[head] = part(**parts[head]) if present else None
+    return RunSpec(**top, **meta)
 
 
 def parse_run(obj: Mapping[str, Any], default_image: str = DEFAULT_TRAINER_IMAGE) -> RunSpec:
     """A DistTrainingRun dict (from the API or a file) -> RunSpec, or SpecError naming the field."""
     if obj.get("apiVersion", API_VERSION) != API_VERSION or obj.get("kind", KIND) != KIND:
         raise SpecError(f"not a {KIND} ({API_VERSION}): apiVersion={obj.get('apiVersion')!r} kind={obj.get('kind')!r}")
-    meta = _object(obj.get("metadata"), "metadata")
+    meta = _mapping({} if obj.get("metadata") is None else obj.get("metadata"), "metadata")
     name = check_name(meta.get("name"))
-    spec = _object(obj.get("spec"), "spec")
-    _no_unknown(spec, set(SPEC_FIELDS), "spec")
-    image = _str(spec, "image", "spec", default_image, 512)
-    assert image is not None
-    workers = _count(spec, "workers", "spec", DEFAULT_WORKERS, 1, MAX_WORKERS)
-    suspend, queue = _suspend_and_queue(spec)
-    return RunSpec(
-        name=name,
-        namespace=str(meta.get("namespace") or "default"),
-        uid=meta.get("uid"),
-        generation=meta.get("generation"),
-        workers=workers,
-        image=image,
-        image_pull_policy=_enum(spec, "imagePullPolicy", "spec", DEFAULT_PULL_POLICY, PULL_POLICIES),
-        training=_training(_object(spec.get("training"), "spec.training")),
-        storage=_storage(_object(spec.get("storage"), "spec.storage")),
-        model_name=_model_name(_object(spec.get("export"), "spec.export"), default=name),
-        resources=_resources(_object(spec.get("resources"), "spec.resources")),
-        restart_policy=_enum(spec, "restartPolicy", "spec", RunSpec.restart_policy, RESTART_POLICIES),
-        backoff_limit=_count(spec, "backoffLimit", "spec", RunSpec.backoff_limit, 0, 100),
-        active_deadline_seconds=_int(spec, "activeDeadlineSeconds", "spec", None, 1, None),
-        ttl_seconds_after_finished=_int(spec, "ttlSecondsAfterFinished", "spec", None, MIN_TTL_SECONDS, None),
-        suspend=suspend,
-        placement=_placement(spec),
-        queue_name=queue,
-        scheduling_policy=_scheduling_policy(spec, workers),
-    )
+    raw = obj.get("spec")
+    spec = admit(SPEC, copy.deepcopy(SPEC.default) if raw is None else raw, "spec")
+    _operator_defaults(spec, {"spec.image": default_image, "spec.export.modelName": name})
+    values: dict[str, Any] = {}
+    _attrs(SPEC, spec, values)
+    return _run_spec(values, name=name, namespace=str(meta.get("namespace") or "default"), uid=meta.get("uid"),
+                     generation=meta.get("generation"))  # fmt: skip

@@ -17,33 +17,30 @@ from dtr_contract.progress import EpochEnd
 from dtr_contract.progress import parse_epoch_end as parse_epoch_end  # reconcile reads the chief's log with it
 
 from .builders import CONTAINER_NAME, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from .reasons import (
+    CHILDREN_CREATED,
+    CONDITION_TYPES,
+    FAILED,
+    METRICS_UNAVAILABLE,
+    PENDING,
+    QUEUED,
+    RESUMING,
+    RUN_SUSPENDED,
+    RUNNING,
+    SUCCEEDED,
+    SUSPENDED,
+    SUSPENDING,
+    TERMINAL,
+    TFJOB_CREATED,
+    TFJOB_FAILED,
+    TFJOB_RESTARTING,
+    TFJOB_RUNNING,
+    TFJOB_SUBMITTED,
+    TFJOB_SUSPENDED,
+    TRAINING_SUCCEEDED,
+    WORKERS_NOT_STARTING,
+)
 from .spec import RunSpec
-
-PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
-SUSPENDED = "Suspended"  # spec.suspend is true: no worker pods, progress kept for the resume
-TERMINAL = (SUCCEEDED, FAILED)
-CONDITION_TYPES = ("Created", "Running", "Suspended", "Succeeded", "Failed")
-
-# Reasons (docs/api.md lists them with their meaning).
-WAITING_FOR_PVC = "WaitingForPVC"
-WAITING_FOR_CLEANUP = "WaitingForCleanup"
-TFJOB_CRD_MISSING = "TFJobCRDMissing"
-TFJOB_SUBMITTED = "TFJobSubmitted"
-TFJOB_CREATED = "TFJobCreated"
-WORKERS_NOT_STARTING = "WorkerPodsNotStarting"
-TFJOB_SUSPENDED = "TFJobSuspended"
-RUN_SUSPENDED = "RunSuspended"
-SUSPENDING = "Suspending"
-RESUMING = "Resuming"
-QUEUED = "Queued"
-TFJOB_RUNNING = "TFJobRunning"
-TFJOB_RESTARTING = "TFJobRestarting"
-TRAINING_SUCCEEDED = "TrainingSucceeded"
-METRICS_UNAVAILABLE = "MetricsUnavailable"
-TFJOB_FAILED = "TFJobFailed"
-TFJOB_DELETED = "TFJobDeleted"
-NAME_CONFLICT = "NameConflict"
-CHILDREN_CREATED = "ChildrenCreated"
 
 MAX_MESSAGE = 400
 

@@ -68,6 +68,7 @@ REJECTED = [
     ("backoff-negative", "r", {"backoffLimit": -1}, ["spec.backoffLimit", "greater than or equal to 0"]),
     ("deadline-zero", "r", {"activeDeadlineSeconds": 0}, ["spec.activeDeadlineSeconds", "greater than or equal to 1"]),
     ("ttl-negative", "r", {"ttlSecondsAfterFinished": -1}, ["spec.ttlSecondsAfterFinished", "greater than or equal"]),
+    ("ttl-int32", "r", {"ttlSecondsAfterFinished": 2**31}, ["spec.ttlSecondsAfterFinished", "int32"]),
     ("unknown-field", "r", {"replicas": 2}, ['unknown field "spec.replicas"']),
     ("unknown-nested-field", "r", {"training": {"optimizer": "sgd"}}, ['unknown field "spec.training.optimizer"']),
 ]

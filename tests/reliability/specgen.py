@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import hypothesis
+from dtr_operator.fields import BUILTIN_DATASETS, find
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,11 @@ PRIORITY_CLASS = "dtr-generated-low"  # created by the harness: pods naming a mi
 SEED = 18  # issue 18: a fixed seed, stated in the report
 
 # ---- the generator: each field valid most of the time, out of bounds or malformed sometimes ----------
+
+
+def enum(path: str) -> st.SearchStrategy[str]:
+    """The values the field table (operator/dtr_operator/fields.py) allows, in its order."""
+    return st.sampled_from(find(path).enum)
 
 
 def spec_strategy(bad: bool) -> st.SearchStrategy[dict[str, Any]]:
@@ -39,9 +45,9 @@ def spec_strategy(bad: bool) -> st.SearchStrategy[dict[str, Any]]:
     training = st.fixed_dictionaries(
         {},
         optional={
-            "model": mostly(st.sampled_from(["cnn", "dropout", "batch_norm"]), st.sampled_from(["resnet", "CNN", ""])),
+            "model": mostly(enum("training.model"), st.sampled_from(["resnet", "CNN", ""])),
             "dataset": mostly(
-                st.sampled_from(["mnist", "fashion_mnist", "digits", "synthetic", "sets/d.npz", "a.npz"]),
+                st.sampled_from([*BUILTIN_DATASETS, "sets/d.npz", "a.npz"]),
                 st.sampled_from(["../x.npz", "/etc/x.npz", "x.csv", "./a.npz", "imagenet"]),
             ),
             "epochs": mostly(st.integers(1, 1000), st.integers(-3, 0) | st.integers(1001, 5000)),
@@ -59,8 +65,8 @@ def spec_strategy(bad: bool) -> st.SearchStrategy[dict[str, Any]]:
             "claimName": mostly(st.sampled_from(["shared-data", "vol.1"]), st.sampled_from(["Bad_Claim", ""])),
             "size": mostly(st.sampled_from(["1Gi", "500Mi", "2G"]), st.sampled_from(["0", "lots", "-1Gi"])),
             "storageClassName": mostly(st.sampled_from(["standard", "fast"]), st.just("")),
-            "accessMode": mostly(st.sampled_from(["ReadWriteOnce", "ReadWriteMany"]), st.just("ReadOnlyMany")),
-            "reclaimPolicy": mostly(st.sampled_from(["Retain", "Delete"]), st.just("Recycle")),
+            "accessMode": mostly(enum("storage.accessMode"), st.just("ReadOnlyMany")),
+            "reclaimPolicy": mostly(enum("storage.reclaimPolicy"), st.just("Recycle")),
         },
     )
     specs = st.fixed_dictionaries(
@@ -69,7 +75,7 @@ def spec_strategy(bad: bool) -> st.SearchStrategy[dict[str, Any]]:
             # Few workers: the suite plays the kubelet for each worker pod.
             "workers": mostly(st.integers(1, 3), st.sampled_from([0, 65, -1])),
             "image": mostly(st.just(IMAGE), st.just("")),
-            "imagePullPolicy": mostly(st.sampled_from(["Always", "IfNotPresent", "Never"]), st.just("Sometimes")),
+            "imagePullPolicy": mostly(enum("imagePullPolicy"), st.just("Sometimes")),
             "training": training,
             "storage": storage,
             "export": st.fixed_dictionaries(
@@ -79,7 +85,7 @@ def spec_strategy(bad: bool) -> st.SearchStrategy[dict[str, Any]]:
                 st.sampled_from([{}, {"limits": {"cpu": "1", "memory": "2Gi"}}, {"requests": {"cpu": "500m"}}]),
                 st.just({"limits": {"cpu": "two"}}),
             ),
-            "restartPolicy": mostly(st.sampled_from(["Never", "OnFailure", "ExitCode"]), st.just("Always")),
+            "restartPolicy": mostly(enum("restartPolicy"), st.just("Always")),
             "backoffLimit": mostly(st.integers(0, 100), st.just(-1)),
             "activeDeadlineSeconds": mostly(st.integers(1, 10**6), st.just(0)),
             "ttlSecondsAfterFinished": mostly(st.integers(60, 3600), st.just(-1)),

@@ -1,4 +1,4 @@
-"""docs/gen.py: the docs' generated sections match what the manifests and the CRD say now (`make docs`)."""
+"""docs/gen.py: the generated CRD and the docs' generated sections match their sources now (`make docs`)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,25 @@ gen = _load_gen()
 
 def test_every_generated_section_is_current() -> None:
     assert gen.stale(REPO) == [], "a generated docs section is stale: run `make docs`"
+
+
+def test_the_committed_crd_is_the_one_the_field_table_generates(tmp_path) -> None:
+    assert gen.stale_files(REPO) == [], "crds/disttrainingrun.yaml is stale: run `make docs`"
+    # A hand edit (here: another default) is what the check exists to catch.
+    crd = tmp_path / gen.crd.FILE
+    crd.parent.mkdir()
+    crd.write_text((REPO / gen.crd.FILE).read_text().replace("default: 64", "default: 32", 1))
+    assert gen.stale_files(tmp_path) == [gen.crd.FILE]
+
+
+def test_every_field_and_reason_has_a_row() -> None:
+    table = gen.render_fields(REPO)
+    for path, f in gen.fields.walk(gen.fields.SPEC):
+        if path != "spec" and "[]" not in path and f.attr:
+            assert f"| `{path.removeprefix('spec.')}` |" in table, path
+    reasons = gen.render_reasons(REPO) + gen.render_events(REPO)
+    for reason in gen.reasons.REASONS:
+        assert f"| `{reason.name}` |" in reasons, reason.name
 
 
 def test_the_rbac_table_has_every_rule_of_every_manifest() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 from dtr_fixtures import REPO, make_run
+from dtr_operator.fields import MAX_NAME_LENGTH, SPEC
 from dtr_operator.spec import (
     DEFAULT_TRAINER_IMAGE,
-    MAX_NAME_LENGTH,
     RunSpec,
     SpecError,
     StorageSpec,
@@ -104,6 +104,7 @@ ACCEPTED = [
     ({"podAnnotations": {"sidecar.istio.io/inject": "false"}}, "placement.pod_annotations",
      {"sidecar.istio.io/inject": "false"}),
     ({"queueName": "team-a"}, "queue_name", "team-a"),
+    ({"schedulingPolicy": {"queue": ""}}, "scheduling_policy.queue", ""),  # no minLength: the API server takes it
     ({"schedulingPolicy": {"minAvailable": 2, "queue": "q", "priorityClass": "p", "scheduleTimeoutSeconds": 60}},
      "scheduling_policy.min_available", 2),
 ]  # fmt: skip
@@ -184,6 +185,8 @@ REJECTED = [
     ({"activeDeadlineSeconds": 0}, "r", "spec.activeDeadlineSeconds", "at least 1"),
     ({"ttlSecondsAfterFinished": -1}, "r", "spec.ttlSecondsAfterFinished", "at least 60"),
     ({"ttlSecondsAfterFinished": 59}, "r", "spec.ttlSecondsAfterFinished", "at least 60"),
+    # int32 (the API server checks the format too: "must be of type integer with format int32").
+    ({"ttlSecondsAfterFinished": 2**31}, "r", "spec.ttlSecondsAfterFinished", "at most 2147483647"),
     ({"replicas": 2}, "r", "spec.replicas", "unknown field"),
     ({"training": []}, "r", "spec.training", "object"),
     ({"suspend": "yes"}, "r", "spec.suspend", "true or false"),
@@ -208,10 +211,10 @@ REJECTED = [
     ({"podLabels": {"distml.dev/run": "x"}}, "r", "spec.podLabels", "reserved"),
     ({"podLabels": {"training.kubeflow.org/job-name": "x"}}, "r", "spec.podLabels", "reserved"),
     ({"podLabels": {"team": "not ok"}}, "r", "spec.podLabels.team", "label value"),
-    ({"podLabels": {"team": "x" * 64}}, "r", "spec.podLabels.team", "label value"),
+    ({"podLabels": {"team": "x" * 64}}, "r", "spec.podLabels.team", "at most 63"),
     ({"podAnnotations": {"/bad": "x"}}, "r", "spec.podAnnotations", "annotation keys"),
     ({"schedulingPolicy": {"minAvailable": 3}}, "r", "spec.schedulingPolicy.minAvailable", "at most spec.workers"),
-    ({"schedulingPolicy": {"minAvailable": 0}}, "r", "spec.schedulingPolicy.minAvailable", "between 1 and"),
+    ({"schedulingPolicy": {"minAvailable": 0}}, "r", "spec.schedulingPolicy.minAvailable", "at least 1"),
     ({"schedulingPolicy": {"gang": True}}, "r", "spec.schedulingPolicy.gang", "unknown field"),
 ]
 
@@ -318,11 +321,10 @@ def test_every_crd_field_has_a_description():
 
 
 def test_the_crd_and_the_parser_know_the_same_spec_fields_and_only_suspend_is_mutable():
-    from dtr_operator.spec import MUTABLE, SPEC_FIELDS
-
     schema = _crd_spec_schema()
-    assert set(schema["properties"]) == set(SPEC_FIELDS)
+    assert list(schema["properties"]) == [f.name for f in SPEC.fields]
+    assert [f.name for f in SPEC.fields if f.mutable] == ["suspend"]
     rules = " ".join(v["rule"] for v in schema["x-kubernetes-validations"])
-    for name in SPEC_FIELDS:
-        guarded = f"self.{name} == oldSelf.{name}" in rules
-        assert guarded == (name not in MUTABLE), f"spec.{name}: immutability rule {'missing' if not guarded else 'on a mutable field'}"
+    for f in SPEC.fields:
+        guarded = f"self.{f.name} == oldSelf.{f.name}" in rules
+        assert guarded == (not f.mutable), f"spec.{f.name}: immutability rule {'missing' if not guarded else 'on a mutable field'}"

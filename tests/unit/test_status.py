@@ -6,6 +6,7 @@ import json
 
 import pytest
 from dtr_fixtures import make_run
+from dtr_operator import reasons
 from dtr_operator import status as st
 from dtr_operator.spec import parse_run
 
@@ -241,7 +242,7 @@ def test_last_transition_time_only_moves_when_status_changes():
 
 
 def test_waiting_states_before_the_tfjob_exists():
-    state = st.State(st.PENDING, st.WAITING_FOR_PVC, "waiting for PVC shared in namespace ml")
+    state = st.State(st.PENDING, reasons.WAITING_FOR_PVC, "waiting for PVC shared in namespace ml")
     status = st.state_status(RUN, state, {}, T1)
     assert status["phase"] == "Pending" and status["reason"] == "WaitingForPVC"
     assert status["workersReady"] == "0/2"
@@ -259,9 +260,9 @@ def test_waiting_states_before_the_tfjob_exists():
 def test_terminal_status_never_regresses():
     done = st.tfjob_status(RUN, tfjob([cond("Succeeded")], succeeded=2), DONE_PODS, {}, T1)
     assert st.next_status(done, st.tfjob_status(RUN, tfjob([cond("Running")]), [], done, T2)) is None
-    deleted = st.state_status(RUN, st.State(st.FAILED, st.TFJOB_DELETED, "gone"), done, T2)
+    deleted = st.state_status(RUN, st.State(st.FAILED, reasons.TFJOB_DELETED, "gone"), done, T2)
     assert st.next_status(done, deleted) is None
-    failed = st.state_status(RUN, st.State(st.FAILED, st.NAME_CONFLICT, "clash"), {}, T1)
+    failed = st.state_status(RUN, st.State(st.FAILED, reasons.NAME_CONFLICT, "clash"), {}, T1)
     assert st.next_status(failed, st.tfjob_status(RUN, tfjob([cond("Running")]), [], failed, T2)) is None
 
 

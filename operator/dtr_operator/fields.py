@@ -1,0 +1,455 @@
+"""The spec of a DistTrainingRun, one field at a time: the one place a field of the API is declared. Pure data.
+
+Each Field says what the API server needs (type, default, bounds, enum, pattern, the CEL rules and their
+messages, whether it may change after creation), what the operator needs (where the parsed value lives on
+RunSpec, where it goes in the TFJob, the PVC or the trainer's command line) and what a reader needs (the
+description). Everything else is derived from SPEC:
+
+- crd.py generates the CRD's spec schema; `make docs` writes it to crds/disttrainingrun.yaml and
+  `python docs/gen.py --check` (a unit test) fails when the committed file differs;
+- spec.parse_run admits a run the way the API server does (known fields, types, bounds, enums, patterns,
+  schema defaults, the CEL rules' Python twins), then applies the operator's own defaults;
+- builders.effective_spec writes a RunSpec back in the API's shape;
+- docs/gen.py renders docs/api.md's field table.
+
+How to add a field: docs/api.md#adding-a-spec-field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dtr_contract import flags, layout
+
+DEFAULT_TRAINER_IMAGE = "distml/trainer:0.1.0"  # the operator's --trainer-image default
+
+# "<name>-worker-<index>" must stay a 63-character DNS label for up to 64 workers (index <= 63):
+# 52 + len("-worker-63") = 62, one character to spare.
+MAX_NAME_LENGTH = 52
+BUILTIN_DATASETS = ("mnist", "fashion_mnist", "digits", "synthetic")
+RESERVED_LABEL_PREFIXES = ("distml.dev/", "training.kubeflow.org/")
+
+# Grammars, as full matches (Kubernetes' own where the API has one).
+DNS1035_LABEL = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS1123_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+PVC_NAME = r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
+MODEL_NAME = r"[a-z0-9]([-a-z0-9_.]*[a-z0-9])?"
+NPZ_PATH = r"[A-Za-z0-9._/-]+"
+DOT_SEGMENT = r"(^|/)[.][.]?(/|$)"  # searched, not matched: a "." or ".." path segment
+LABEL_KEY = rf"({DNS1123_SUBDOMAIN}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?"
+LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
+# Kubernetes' resource.Quantity.
+_DECIMAL = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+QUANTITY = rf"(\+|-)?{_DECIMAL}(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?{_DECIMAL}))?"
+KEY_GRAMMAR = (
+    "an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and "
+    "ending with a letter or digit"
+)
+INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A string's grammar (a full match) and what is wrong with a string that does not match it."""
+
+    regex: str
+    why: str  # "must be ...": the parser's message after the field's path; with cel, the API server's too
+    cel: bool = False  # True: a CEL rule with `why` as its message; False: the schema's `pattern` (its own words)
+
+    def matches(self, value: str) -> bool:
+        return re.fullmatch(self.regex, value) is not None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A CEL rule the API server checks, and its twin in Python for the parser (`dtr render`, `dtr run`)."""
+
+    cel: str
+    why: str  # the message after the subject's path
+    holds: Callable[[Any], bool]  # the rule in Python, on the value as the API server stored it
+    subject: str = ""  # the field the message is about, relative to the one holding the rule ("" = itself)
+    field_path: bool = False  # also tell the API server the subject (the CRD's fieldPath)
+    named: bool = True  # the message starts with the subject's path (not for list items: the server adds it)
+
+
+@dataclass(frozen=True)
+class To:
+    """Where a field's value goes: a trainer flag, or a path in the TFJob, its worker pod or container, the PVC."""
+
+    kind: str  # "trainer" | "tfjob" | "pod" (a worker's pod template) | "container" (its tensorflow one) | "pvc"
+    path: str  # the flag, or a path inside that object: names and list indexes by ".", [a key with dots]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of the API: its schema, where the operator keeps and sends its value, and its words."""
+
+    name: str  # as the API spells it
+    type: str  # integer | number | string | boolean | object | array | map (of strings) | quantity
+    description: str = ""  # kubectl explain's; "{bounds}" and "{default}" are filled in
+    attr: str = ""  # where the parsed value lives on RunSpec (dotted); "" = nowhere of its own
+    default: Any = None
+    schema_default: bool = True  # False: only the operator applies the default (not the API server)
+    format: str | None = None
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    exclusive_minimum: bool = False
+    min_length: int | None = None
+    max_length: int | None = None
+    enum: tuple[str, ...] = ()
+    pattern: Pattern | None = None
+    rules: tuple[Rule, ...] = ()
+    not_with: tuple[str, str] | None = None  # (a sibling, why): both set is refused, as "<name> <why>"
+    mutable: bool = False  # may change after creation (every other spec field is immutable)
+    to: To | None = None
+    fields: tuple[Field, ...] = ()  # an object's properties
+    items: Field | None = None  # an array's items, a map's values
+    max_items: int | None = None  # an array's items or a map's entries
+    extra: Mapping[str, Any] = field(default_factory=dict)  # schema keys the parser has no use for
+    doc_default: str = ""  # docs/api.md's default when the value alone would not say it
+    doc: str = ""  # docs/api.md only: what kubectl explain has no room for (links)
+
+    def child(self, name: str) -> Field:
+        return next(f for f in self.fields if f.name == name)
+
+    @property
+    def names(self) -> set[str]:
+        return {f.name for f in self.fields}
+
+
+def bounds_text(f: Field) -> str:
+    """The field's range in words: 1..64, at least 60, greater than 0, at most 10."""
+    lo, hi = f.minimum, f.maximum
+    if lo is not None and hi is not None and not f.exclusive_minimum:
+        return f"{lo}..{hi}"
+    low = f"greater than {lo}" if f.exclusive_minimum else f"at least {lo}"
+    parts = ([low] if lo is not None else []) + ([f"at most {hi}"] if hi is not None else [])
+    return ", ".join(parts)
+
+
+def description(f: Field) -> str:
+    return f.description.replace("{bounds}", bounds_text(f)).replace("{default}", str(f.default))
+
+
+def _cel_regex(regex: str) -> str:
+    """A regex inside a single-quoted CEL string: backslashes doubled."""
+    return regex.replace("\\", "\\\\")
+
+
+def _positive_quantity(value: str) -> bool:
+    if re.fullmatch(QUANTITY, value) is None or value.startswith("-"):
+        return False
+    number = re.match(r"[+]?([0-9]*\.?[0-9]*)", value)
+    return number is not None and any(c in "123456789" for c in number.group(1))
+
+
+def _npz_or_builtin(value: str) -> bool:
+    if value in BUILTIN_DATASETS:
+        return True
+    return (value.endswith(".npz") and re.fullmatch(NPZ_PATH, value) is not None and not value.startswith("/")
+            and re.search(DOT_SEGMENT, value) is None)  # fmt: skip
+
+
+def _keys(what: str) -> Rule:
+    return Rule(
+        f"self.all(k, k.matches('^{_cel_regex(LABEL_KEY)}$'))",
+        f"keys must be {what} keys: {KEY_GRAMMAR}",
+        lambda m: all(re.fullmatch(LABEL_KEY, k) for k in m),
+    )
+
+
+def _string_map(name: str, attr: str, description: str, value_max: int, value: Pattern | None, what: str,
+                to: To, rules: tuple[Rule, ...] = ()) -> Field:  # fmt: skip
+    return Field(name, "map", description, attr=attr, max_items=32, to=to, rules=(_keys(what), *rules),
+                 items=Field("value", "string", max_length=value_max, pattern=value))  # fmt: skip
+
+
+def _affinity(name: str, what: str) -> Field:
+    return Field(name, "object", f"{what}, as in a pod spec.", extra={"x-kubernetes-preserve-unknown-fields": True})
+
+
+def _quantities(name: str, description: str) -> Field:
+    quantity = Field("quantity", "quantity", pattern=Pattern(QUANTITY, "must be a quantity such as 500m or 2Gi"))
+    return Field(name, "map", description, max_items=16, items=quantity)
+
+
+_LABEL_VALUE = Pattern(LABEL_VALUE, "must be a label value")
+_NPZ_RULE = (
+    f"self in [{', '.join(repr(d) for d in BUILTIN_DATASETS)}] || (self.endsWith('.npz') && "
+    f"self.matches('^{NPZ_PATH}$') && !self.startsWith('/') && !self.matches('{DOT_SEGMENT}'))"
+)
+
+TRAINING = Field("training", "object", "The model, the data and the optimisation settings passed to the trainer.",
+                 attr="training", default={}, fields=(
+    Field("model", "string",
+          "Model architecture: cnn (small Keras CNN), dropout (the CNN with dropout) or batch_norm (the CNN with "
+          "batch normalisation).",
+          attr="training.model", default="cnn", enum=("cnn", "dropout", "batch_norm"), to=To("trainer", flags.MODEL)),
+    Field("dataset", "string",
+          "Training data: mnist, fashion_mnist (Keras loaders, cached on the volume), digits (scikit-learn's "
+          "bundled 8x8 digits upscaled to 28x28; needs no network), synthetic, or a relative path to a .npz file "
+          "under <volume>/data/ (no leading '/', no '..').",
+          attr="training.dataset", default="mnist", min_length=1, max_length=253, to=To("trainer", flags.DATASET),
+          rules=(Rule(_NPZ_RULE,
+                      f"must be {', '.join(BUILTIN_DATASETS)}, or a relative path to a .npz file on the volume "
+                      "(letters, digits, '._-/'; no leading '/', no '.' or '..' segments)",
+                      _npz_or_builtin),)),
+    Field("epochs", "integer", "Passes over the training data ({bounds}).", attr="training.epochs", default=3,
+          format="int32", minimum=1, maximum=1000, to=To("trainer", flags.EPOCHS)),
+    Field("batchSizePerWorker", "integer",
+          "Batch size on each worker ({bounds}); the global batch is batchSizePerWorker x workers.",
+          attr="training.batch_size_per_worker", default=64, format="int32", minimum=1, maximum=4096,
+          to=To("trainer", flags.BATCH_SIZE_PER_WORKER)),
+    Field("stepsPerEpoch", "integer",
+          "Steps per epoch ({bounds}). Unset: derived by the trainer from the dataset size and the global batch.",
+          attr="training.steps_per_epoch", format="int32", minimum=1, maximum=1_000_000,
+          to=To("trainer", flags.STEPS_PER_EPOCH), doc_default="unset: derived by the trainer"),
+    Field("learningRate", "number", "Adam learning rate ({bounds}).", attr="training.learning_rate",
+          default=0.001, minimum=0, exclusive_minimum=True, maximum=10, to=To("trainer", flags.LEARNING_RATE)),
+    Field("seed", "integer", "Random seed for weights and data order ({bounds}).", attr="training.seed", default=42,
+          format="int64", minimum=0, maximum=2**31 - 1, to=To("trainer", flags.SEED)),
+))  # fmt: skip
+
+STORAGE = Field("storage", "object",
+                f"The volume mounted at {layout.MOUNT_PATH} in every worker (data cache, backups, TensorBoard logs, "
+                "exported models). Either an existing PVC (claimName) or one the operator creates, named "
+                "\"<name>-data\".",
+                attr="storage", default={}, fields=(
+    Field("claimName", "string",
+          "Name of an existing PersistentVolumeClaim in the run's namespace to use. Unset: the operator creates "
+          "\"<name>-data\".",
+          attr="storage.claim_name", min_length=1, max_length=253,
+          to=To("pod", "spec.volumes.0.persistentVolumeClaim.claimName"),
+          pattern=Pattern(PVC_NAME, "must be a PVC name: lower-case letters, digits, '-' and '.', starting and "
+                          "ending with a letter or digit", cel=True),
+          doc_default="unset: the operator creates `<name>-data`",
+          doc="Never created, owned or deleted by the operator."),
+    Field("size", "string",
+          "Size of the PVC the operator creates, a Kubernetes quantity such as 1Gi (default {default}). Not "
+          "allowed with claimName.",
+          attr="storage.size", default="1Gi", schema_default=False, max_length=64,
+          to=To("pvc", "spec.resources.requests.storage"),
+          not_with=("claimName", "is only for the PVC the operator creates"),
+          rules=(Rule("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
+                      "must be a positive Kubernetes quantity, such as 500Mi or 1Gi", _positive_quantity),),
+          doc="Defaulted by the operator rather than the schema, so that the API server can refuse it with "
+              "`claimName`."),
+    Field("storageClassName", "string",
+          "StorageClass of the PVC the operator creates (default: the cluster's default class). Not allowed with "
+          "claimName.",
+          attr="storage.storage_class_name", min_length=1, max_length=253, to=To("pvc", "spec.storageClassName"),
+          not_with=("claimName", "is only for the PVC the operator creates"), doc_default="the cluster's default"),
+    Field("accessMode", "string",
+          "Access mode of the PVC the operator creates: ReadWriteOnce (one node) or ReadWriteMany (workers on "
+          "several nodes). Ignored with claimName.",
+          attr="storage.access_mode", default="ReadWriteOnce", enum=("ReadWriteOnce", "ReadWriteMany"),
+          to=To("pvc", "spec.accessModes.0")),
+    Field("reclaimPolicy", "string",
+          "What happens to the PVC the operator created when the run is deleted: Retain keeps it (and the model on "
+          "it); Delete removes it with the run.",
+          attr="storage.reclaim_policy", default="Retain", enum=("Retain", "Delete")),
+), rules=(
+    Rule("!has(self.claimName) || self.reclaimPolicy != 'Delete'",
+         "Delete cannot be set with spec.storage.claimName: the operator never deletes a PVC it did not create",
+         lambda s: "claimName" not in s or s.get("reclaimPolicy") != "Delete", subject="reclaimPolicy",
+         field_path=True),
+))  # fmt: skip
+
+EXPORT = Field("export", "object", "Where the trained model goes.", default={}, fields=(
+    Field("modelName", "string",
+          f"Model name; the model lands at {layout.export_dir('<modelName>')}/<version>/ (TF Serving layout, "
+          "version = 1 + the largest existing version). Default: metadata.name.",
+          attr="model_name", min_length=1, max_length=63, to=To("trainer", flags.EXPORT_DIR),
+          pattern=Pattern(MODEL_NAME, "must be lower-case letters, digits, '-', '_' and '.', starting and ending "
+                          "with a letter or digit (it is one directory name)", cel=True),
+          doc_default="`metadata.name`"),
+))  # fmt: skip
+
+TOLERATION = Field("toleration", "object", fields=(
+    Field("key", "string", "The taint key; empty with operator Exists matches every taint.", max_length=316),
+    Field("operator", "string", "Exists or Equal (default Equal).", enum=("Exists", "Equal")),
+    Field("value", "string", "The taint value to match (Equal only).", max_length=63),
+    Field("effect", "string", "The taint effect to match; unset matches every effect.",
+          enum=("NoSchedule", "PreferNoSchedule", "NoExecute")),
+    Field("tolerationSeconds", "integer", "With NoExecute, how long the pod stays bound after the taint appears.",
+          format="int64"),
+), rules=(
+    Rule("!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+         "a toleration with operator Exists must not set value",
+         lambda t: t.get("operator") != "Exists" or not t.get("value"), named=False),
+    Rule("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+         "tolerationSeconds is only for effect NoExecute",
+         lambda t: "tolerationSeconds" not in t or t.get("effect") == "NoExecute", named=False),
+))  # fmt: skip
+
+SCHEDULING_POLICY = Field("schedulingPolicy", "object",
+    "Gang scheduling of the workers, passed to the TFJob's runPolicy.schedulingPolicy (used when the "
+    "training-operator runs with a gang scheduler: Volcano or scheduler-plugins).",
+    attr="scheduling_policy", doc="[scheduling.md](scheduling.md#gang-scheduling)", fields=(
+    Field("minAvailable", "integer", "Workers that must be placed together before any starts (at most spec.workers).",
+          attr="scheduling_policy.min_available", format="int32", minimum=1,
+          to=To("tfjob", "spec.runPolicy.schedulingPolicy.minAvailable")),
+    Field("queue", "string", "The gang scheduler's queue (Volcano).", attr="scheduling_policy.queue",
+          max_length=253, to=To("tfjob", "spec.runPolicy.schedulingPolicy.queue")),
+    Field("priorityClass", "string", "The PriorityClass of the gang (PodGroup).",
+          attr="scheduling_policy.priority_class", max_length=253,
+          to=To("tfjob", "spec.runPolicy.schedulingPolicy.priorityClass")),
+    Field("scheduleTimeoutSeconds", "integer", "How long the gang may wait to be placed (scheduler-plugins).",
+          attr="scheduling_policy.schedule_timeout_seconds", format="int32", minimum=1,
+          to=To("tfjob", "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds")),
+))  # fmt: skip
+
+SPEC = Field("spec", "object",
+    "What to train, where to put it and where to run it. Immutable after creation except spec.suspend: to change "
+    "a run, create a new DistTrainingRun.",
+    default={}, fields=(
+    Field("workers", "integer",
+          "Number of worker replicas in the TFJob ({bounds}). Worker 0 is the chief: it exports the model and "
+          "reports the metrics.",
+          attr="workers", default=2, format="int32", minimum=1, maximum=64,
+          to=To("tfjob", "spec.tfReplicaSpecs.Worker.replicas")),
+    Field("image", "string",
+          "Trainer image run by every worker. Default: the operator's --trainer-image ({default}). Another image "
+          "must match the operator's --allowed-images, or the run fails (ImageNotAllowed).",
+          attr="image", default=DEFAULT_TRAINER_IMAGE, schema_default=False, min_length=1, max_length=512,
+          to=To("container", "image"), doc_default="the operator's `--trainer-image` (`{default}`)",
+          doc="[operator.md](operator.md#what-a-run-lets-its-author-do)"),
+    Field("imagePullPolicy", "string", "Pull policy of the trainer image.", attr="image_pull_policy",
+          default="IfNotPresent", enum=("Always", "IfNotPresent", "Never"), to=To("container", "imagePullPolicy")),
+    TRAINING,
+    STORAGE,
+    EXPORT,
+    Field("resources", "object", "Compute resources of each worker's tensorflow container (as in a Pod's resources).",
+          attr="resources", to=To("container", "resources"), fields=(
+        _quantities("limits", 'Maximum resources per worker, e.g. cpu "2", memory 4Gi.'),
+        _quantities("requests", 'Resources reserved per worker, e.g. cpu "1", memory 2Gi.'),
+    )),
+    Field("restartPolicy", "string",
+          "Worker restart policy, passed to the TFJob: OnFailure (restart a failed worker; it resumes from its "
+          "backup), ExitCode (restart only on retryable exit codes >= 128), or Never.",
+          attr="restart_policy", default="OnFailure", enum=("Never", "OnFailure", "ExitCode"),
+          to=To("tfjob", "spec.tfReplicaSpecs.Worker.restartPolicy"),
+          doc="Why `OnFailure` stays the default: [below](#restartpolicy-onfailure-or-exitcode)."),
+    Field("backoffLimit", "integer", "Worker restarts allowed before the run fails ({bounds}).",
+          attr="backoff_limit", default=3, format="int32", minimum=0, maximum=100,
+          to=To("tfjob", "spec.runPolicy.backoffLimit")),
+    Field("activeDeadlineSeconds", "integer",
+          "Fail the run if it has been running longer than this many seconds (optional, {bounds}).",
+          attr="active_deadline_seconds", format="int64", minimum=1,
+          to=To("tfjob", "spec.runPolicy.activeDeadlineSeconds")),
+    Field("ttlSecondsAfterFinished", "integer",
+          "Delete the finished TFJob (and its pods) this many seconds after it ends (optional, {bounds}: the "
+          "operator reads the chief's final metrics from its pod after the job ends, and a shorter TTL would race "
+          "it). The run, its status and the PVC stay.",
+          attr="ttl_seconds_after_finished", format="int32", minimum=60,
+          to=To("tfjob", "spec.runPolicy.ttlSecondsAfterFinished")),
+    Field("suspend", "boolean",
+          "true suspends the run: its TFJob is suspended and the worker pods go; false resumes it, and the "
+          "workers continue from their last finished epoch (BackupAndRestore). The one field that can change "
+          "after creation. Not with queueName (Kueue suspends those).",
+          attr="suspend", default=False, mutable=True, to=To("tfjob", "spec.runPolicy.suspend"),
+          doc="[scheduling.md](scheduling.md#suspend-and-resume)"),
+    _string_map("nodeSelector", "placement.node_selector",
+                "Node labels every worker pod's node must have (the pod's nodeSelector).", 63, _LABEL_VALUE, "label",
+                To("pod", "spec.nodeSelector")),
+    Field("tolerations", "array", "Taints the worker pods tolerate (the pod's tolerations).",
+          attr="placement.tolerations", max_items=32, items=TOLERATION, to=To("pod", "spec.tolerations"),
+          extra={"x-kubernetes-list-type": "atomic"}),
+    Field("affinity", "object",
+          "The worker pods' affinity (nodeAffinity, podAffinity, podAntiAffinity), as in a pod spec; checked in "
+          "full by the API server when the operator creates the TFJob.",
+          attr="placement.affinity", to=To("pod", "spec.affinity"), fields=(
+        _affinity("nodeAffinity", "Node affinity"),
+        _affinity("podAffinity", "Pod affinity"),
+        _affinity("podAntiAffinity", "Pod anti-affinity"),
+    )),
+    Field("priorityClassName", "string", "The worker pods' PriorityClass (it must exist when the pods are created).",
+          attr="placement.priority_class_name", max_length=253, to=To("pod", "spec.priorityClassName"),
+          pattern=Pattern(DNS1123_SUBDOMAIN, "must be a PriorityClass name (a DNS subdomain)")),
+    _string_map("podLabels", "placement.pod_labels",
+                "Extra labels on every worker pod (e.g. for a NetworkPolicy or cost reports). Keys under "
+                "distml.dev/ and training.kubeflow.org/ are the operator's and the training-operator's.",
+                63, _LABEL_VALUE, "label", To("pod", "metadata.labels"), rules=(
+        Rule(f"self.all(k, {' && '.join(f'!k.startsWith({p!r})' for p in RESERVED_LABEL_PREFIXES)})",
+             f"keys under {' and '.join(RESERVED_LABEL_PREFIXES)} are reserved",
+             lambda m: not any(k.startswith(RESERVED_LABEL_PREFIXES) for k in m)),
+    )),
+    _string_map("podAnnotations", "placement.pod_annotations",
+                "Extra annotations on every worker pod (e.g. for a service mesh or a profiler).", 4096, None,
+                "annotation", To("pod", "metadata.annotations")),
+    Field("queueName", "string",
+          "A Kueue LocalQueue in the run's namespace: the TFJob gets the label kueue.x-k8s.io/queue-name and is "
+          "created suspended, and Kueue starts it when the queue admits it (docs/scheduling.md).",
+          attr="queue_name", max_length=63, to=To("tfjob", "metadata.labels[kueue.x-k8s.io/queue-name]"),
+          pattern=Pattern(DNS1123_LABEL, "must be a LocalQueue name (a DNS label)"),
+          doc="[scheduling.md](scheduling.md#queues-kueue)"),
+    SCHEDULING_POLICY,
+), rules=(
+    Rule("!has(self.queueName) || !self.suspend",
+         "cannot be true with spec.queueName: Kueue suspends and resumes queued runs (docs/scheduling.md)",
+         lambda s: "queueName" not in s or not s.get("suspend"), subject="suspend"),
+    Rule("!has(self.schedulingPolicy) || !has(self.schedulingPolicy.minAvailable) || "
+         "self.schedulingPolicy.minAvailable <= self.workers",
+         "must be at most spec.workers",
+         lambda s: (s.get("schedulingPolicy") or {}).get("minAvailable", 0) <= s["workers"],
+         subject="schedulingPolicy.minAvailable"),
+))  # fmt: skip
+
+# metadata is not part of the schema, so the API server checks the name with rules at the root.
+NAME = Field("name", "string", rules=(
+    Rule(f"self.metadata.name.matches('^{DNS1035_LABEL}$')",
+         "must be a DNS-1035 label: lower-case letters, digits and '-', starting with a letter and ending with a "
+         "letter or digit",
+         lambda name: re.fullmatch(DNS1035_LABEL, name) is not None, subject="metadata.name"),
+    Rule(f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+         f"must be at most {MAX_NAME_LENGTH} characters, so that the worker pods and services "
+         '"<name>-worker-<index>" stay valid 63-character names',
+         lambda name: len(name) <= MAX_NAME_LENGTH, subject="metadata.name"),
+))  # fmt: skip
+
+
+def message(rule: Rule, path: str, cel: bool = False) -> str:
+    """The rule's message about the field at path: the API server's (cel) or the parser's ("<path>: <why>")."""
+    subject = ".".join(p for p in (path, rule.subject) if p)
+    if cel:
+        return f"{subject} {rule.why}" if rule.named else rule.why
+    return f"{subject}: {rule.why}"
+
+
+def _not_both(one: str, other: str) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda obj: one not in obj or other not in obj
+
+
+def rules(f: Field, path: str) -> list[Rule]:
+    """Every rule on the field at path, in the CRD's order: its pattern's (a CEL one), its fields' not_with, its own."""
+    found = []
+    if f.pattern is not None and f.pattern.cel:
+        found.append(Rule(f"self.matches('^{_cel_regex(f.pattern.regex)}$')", f.pattern.why, f.pattern.matches))
+    for sub in f.fields:
+        if sub.not_with is not None:
+            other, why = sub.not_with
+            found.append(Rule(f"!has(self.{other}) || !has(self.{sub.name})",
+                              f"cannot be set with {path}.{other}: {sub.name} {why}",
+                              _not_both(other, sub.name), subject=sub.name, field_path=True))  # fmt: skip
+    return [*found, *f.rules]
+
+
+def walk(f: Field, path: str = "spec") -> Iterator[tuple[str, Field]]:
+    """(path, field) for f and every field under it, in the table's order (array items as path[])."""
+    yield path, f
+    for sub in f.fields:
+        yield from walk(sub, f"{path}.{sub.name}")
+    if f.type == "array" and f.items is not None:
+        yield from walk(f.items, f"{path}[]")
+
+
+def find(path: str) -> Field:
+    """The field at a dotted path under spec, e.g. "training.model"."""
+    f = SPEC
+    for name in path.split("."):
+        f = f.child(name)
+    return f

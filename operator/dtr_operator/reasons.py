@@ -1,0 +1,141 @@
+"""Every reason the operator gives, in a run's status and in its events: the one place a reason is declared.
+
+Pure data. status.py and reconcile.py use the names below; docs/gen.py renders docs/api.md's tables of phases,
+reasons and events from REASONS (`make docs`; a unit test fails when they are stale). A reason's meaning is
+written for that table (markdown). To add one: declare it here with its phase (or kind), warning or not, and what
+it means, then use the name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dtr_contract import exits, summary
+
+PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
+SUSPENDED = "Suspended"  # spec.suspend is true: no worker pods, progress kept for the resume
+PHASES = (PENDING, SUSPENDED, RUNNING, SUCCEEDED, FAILED)
+TERMINAL = (SUCCEEDED, FAILED)
+# Always all five, each named like the phase in which it holds but Created (the children exist).
+CONDITION_TYPES = ("Created", "Running", "Suspended", "Succeeded", "Failed")
+
+STATUS = "status"  # status.reason and the conditions' reason; an event when the run moves to it
+CONDITION = "condition"  # a condition's reason only
+EVENT = "event"  # an event's reason only
+
+
+@dataclass(frozen=True)
+class Reason:
+    name: str
+    kind: str  # STATUS, CONDITION or EVENT
+    phase: str | None  # the run's phase with this reason (STATUS only)
+    warning: bool  # its event is a Warning (else Normal)
+    meaning: str  # markdown, one table cell of docs/api.md
+
+
+_declared: list[Reason] = []
+
+
+def _declare(reason: Reason) -> str:
+    _declared.append(reason)
+    return reason.name
+
+
+def _status(name: str, phase: str, warning: bool, meaning: str) -> str:
+    return _declare(Reason(name, STATUS, phase, warning, meaning))
+
+
+def _event(name: str, warning: bool, meaning: str) -> str:
+    return _declare(Reason(name, EVENT, None, warning, meaning))
+
+
+# ---- the run's status (docs/api.md#phases-and-reasons) ------------------------------------------
+
+TFJOB_SUBMITTED = _status("TFJobSubmitted", PENDING, False,
+    "TFJob created; the training-operator has not reported on it yet")  # fmt: skip
+TFJOB_CREATED = _status("TFJobCreated", PENDING, False,
+    "the training-operator created the worker pods; waiting for them to run")  # fmt: skip
+WORKERS_NOT_STARTING = _status("WorkerPodsNotStarting", PENDING, True,
+    "a worker pod cannot start by itself: its container waits with `ErrImagePull`, `ImagePullBackOff`, "
+    "`InvalidImageName`, `ErrImageNeverPull`, `CreateContainerConfigError`, `CreateContainerError` or "
+    "`RunContainerError`, or the scheduler finds no node for it (`Unschedulable`). The message names each such "
+    "worker and the kubelet's or scheduler's words: `worker pods cannot start: worker mnist-cnn-worker-0 cannot"
+    ' start: ErrImagePull: failed to pull image "distml/trainer:0.2.0" ...`. Looked at 20 s after the run '
+    "starts waiting and every 20 s after; back to `TFJobCreated` once the cause is gone, `Running` once the "
+    "pods run. The run stays Pending (the kubelet keeps retrying): fix the image or the resources, or delete "
+    "the run")  # fmt: skip
+TFJOB_SUSPENDED = _status("TFJobSuspended", PENDING, False,
+    "the TFJob is suspended")  # fmt: skip
+WAITING_FOR_PVC = _status("WaitingForPVC", PENDING, True,
+    '`storage.claimName` does not exist: "waiting for PVC <claim> in namespace <ns> ..."; checked again with '
+    "backoff (5 s, 10 s, 20 s ... up to 5 min)")  # fmt: skip
+WAITING_FOR_CLEANUP = _status("WaitingForCleanup", PENDING, True,
+    "a TFJob or PVC with the child's name is left by an earlier run of the same name (deleted, garbage "
+    "collection pending) or is being deleted; retried with backoff until it is gone, then created anew")  # fmt: skip
+TFJOB_CRD_MISSING = _status("TFJobCRDMissing", PENDING, True,
+    "the TFJob CRD (`tfjobs.kubeflow.org`) is not installed; the message says how to install the "
+    "training-operator; retried with the same backoff")  # fmt: skip
+API_UNAVAILABLE = _status("APIUnavailable", PENDING, True,
+    "an API call failed in a way that may pass (5xx, timeout, 403); retried with backoff")  # fmt: skip
+QUEUED = _status("Queued", PENDING, False,
+    "`spec.queueName` is set and Kueue has not admitted the run yet (its TFJob stays suspended); the message "
+    "names the LocalQueue")  # fmt: skip
+RESUMING = _status("Resuming", PENDING, False,
+    "`spec.suspend` went back to `false`; the TFJob is being unsuspended and its pods made again")  # fmt: skip
+SUSPENDING = _status("Suspending", SUSPENDED, False,
+    "`spec.suspend` is `true`; the TFJob's pods are going")  # fmt: skip
+RUN_SUSPENDED = _status("RunSuspended", SUSPENDED, False,
+    "`spec.suspend` is `true` and the TFJob is suspended: no worker pods; the message gives the last finished "
+    "epoch and the command that resumes the run")  # fmt: skip
+TFJOB_RUNNING = _status("TFJobRunning", RUNNING, False,
+    "the TFJob is running")  # fmt: skip
+TFJOB_RESTARTING = _status("TFJobRestarting", RUNNING, False,
+    "a worker is being restarted (it resumes from its backup)")  # fmt: skip
+TRAINING_SUCCEEDED = _status("TrainingSucceeded", SUCCEEDED, False,
+    'all workers succeeded; `metrics`, `model` set; message "accuracy A, model exported to P"')  # fmt: skip
+METRICS_UNAVAILABLE = _status("MetricsUnavailable", SUCCEEDED, False,
+    "all workers succeeded but the chief's termination message is missing, not JSON, or lacks "
+    f"`{summary.ACCURACY}`/`{summary.MODEL_PATH}`: the message says which; no `metrics`/`model` (or only what "
+    "could be read)")  # fmt: skip
+TFJOB_FAILED = _status("TFJobFailed", FAILED, True,
+    "the TFJob failed (a worker failed with no restart left, backoff limit, deadline); the message carries the "
+    "TFJob's message and names each failed worker once, with its exit code and last log line, by its most "
+    f"telling exit: its own error (exit < {exits.RETRYABLE_FROM}) or an OOM kill before a kill at the backoff "
+    "limit (143), read from the container's current and previous state; peers that only lost that worker "
+    f"({exits.PEER_LOST}) last: `worker "
+    "mnist-cnn-worker-1 exited with code 2: ValueError: ...`. The reason is the TFJob's own failure reason when "
+    "it gives one")  # fmt: skip
+IMAGE_NOT_ALLOWED = _status("ImageNotAllowed", FAILED, True,
+    "`spec.image` is neither the operator's default trainer image nor matched by its `--allowed-images` "
+    "patterns; nothing was created. The message names the flag and the patterns "
+    "([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
+NAME_CONFLICT = _status("NameConflict", FAILED, True,
+    "a TFJob or PVC with the child's name exists and does not belong to this run (left untouched)")  # fmt: skip
+TFJOB_DELETED = _status("TFJobDeleted", FAILED, True,
+    "the run's TFJob was deleted before the run finished (also noticed after an operator restart); not "
+    "re-created: create a new run")  # fmt: skip
+INVALID_SPEC = _status("InvalidSpec", FAILED, True,
+    "the stored spec cannot be read (only possible for objects stored under an older schema)")  # fmt: skip
+INVALID_TFJOB = _status("InvalidTFJob", FAILED, True,
+    "the API refused the TFJob or PVC for good (e.g. an admission webhook; 4xx other than 401/403/409)")  # fmt: skip
+CHILDREN_CREATED = _declare(Reason("ChildrenCreated", CONDITION, None, False,
+    "the `Created` condition's reason once the run's TFJob (and the PVC it creates) exist"))  # fmt: skip
+
+# ---- events only (docs/api.md#events) -----------------------------------------------------------
+
+CREATED = _event("Created", False,
+    "`created PVC <name>-data and TFJob <name>` (only what this operator created). It also stands for the move to "
+    "`TFJobSubmitted` that follows at once, which gets no event of its own (`TFJobSubmitted` is posted only when "
+    "the TFJob was found rather than created, e.g. after a restart)")  # fmt: skip
+SUSPENDED_EVENT = _event("Suspended", False, "`spec.suspend` became `true`: the TFJob's `runPolicy.suspend` is set")
+RESUMED = _event("Resumed", False, "`spec.suspend` became `false`: the TFJob's `runPolicy.suspend` is cleared")
+SUSPEND_REFUSED = _event("SuspendRefused", True,
+    "the API refused to change the TFJob's `runPolicy.suspend`; retried with backoff, and a run that trains keeps "
+    "training")  # fmt: skip
+WORKER_PODS_RELEASED = _event("WorkerPodsReleased", False,
+    "the run failed and its pods that still ran are deleted (TFJob `cleanPodPolicy: Running`); each worker's log "
+    "stays on the run's volume")  # fmt: skip
+
+REASONS = tuple(_declared)
+# Reasons whose events are Warnings (every Failed run's event is one too, whatever the TFJob calls it).
+WARNING_REASONS = frozenset(r.name for r in REASONS if r.warning)

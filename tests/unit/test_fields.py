@@ -1,0 +1,109 @@
+"""The field table (fields.py) against what the operator builds: every field lands where the table says, and
+the parts of the API the table does not generate agree with it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from dtr_fixtures import make_run
+from dtr_operator import fields
+from dtr_operator.builders import build_pvc, build_tfjob, trainer_args
+from dtr_operator.spec import parse_run
+
+# A value other than the default for every field with a destination: a field added to the table without one
+# here fails test_every_destination_has_a_sample.
+SAMPLES: dict[str, Any] = {
+    "workers": 3,
+    "image": "reg.example/trainer:2",
+    "imagePullPolicy": "Never",
+    "training.model": "batch_norm",
+    "training.dataset": "sets/d.npz",
+    "training.epochs": 7,
+    "training.batchSizePerWorker": 16,
+    "training.stepsPerEpoch": 11,
+    "training.learningRate": 0.25,
+    "training.seed": 7,
+    "storage.claimName": "shared",
+    "storage.size": "3Gi",
+    "storage.storageClassName": "fast",
+    "storage.accessMode": "ReadWriteMany",
+    "export.modelName": "digits_v2",
+    "resources": {"limits": {"cpu": "2"}, "requests": {"memory": "1Gi"}},
+    "restartPolicy": "ExitCode",
+    "backoffLimit": 9,
+    "activeDeadlineSeconds": 600,
+    "ttlSecondsAfterFinished": 120,
+    "suspend": True,
+    "nodeSelector": {"pool": "gpu"},
+    "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"x": [1]}},
+    "priorityClassName": "batch-low",
+    "podLabels": {"team": "ml"},
+    "podAnnotations": {"note": "n"},
+    "queueName": "team-a",
+    "schedulingPolicy.minAvailable": 2,
+    "schedulingPolicy.queue": "q",
+    "schedulingPolicy.priorityClass": "p",
+    "schedulingPolicy.scheduleTimeoutSeconds": 30,
+}
+
+
+def _spec_with(path: str, value: Any) -> dict[str, Any]:
+    """A spec with only the field at path (e.g. training.model) set."""
+    spec: dict[str, Any] = {}
+    *parents, name = path.split(".")
+    target = spec
+    for parent in parents:
+        target = target.setdefault(parent, {})
+    target[name] = value
+    return spec
+
+
+def _destinations() -> list[tuple[str, fields.Field]]:
+    return [(path.removeprefix("spec."), f) for path, f in fields.walk(fields.SPEC) if f.to is not None]
+
+
+def _resolve(obj: Any, path: str) -> Any:
+    """obj at a To path: names and list indexes by ".", a [key] that may hold dots."""
+    for key, name in re.findall(r"\[([^\]]+)\]|([^.\[\]]+)", path):
+        part = key or name
+        obj = obj[int(part)] if isinstance(obj, list) else obj[part]
+    return obj
+
+
+def _landed(f: fields.Field, run_doc: dict[str, Any]) -> Any:
+    assert f.to is not None
+    run = parse_run(run_doc)
+    if f.to.kind == "trainer":
+        args = trainer_args(run)
+        return args[args.index(f.to.path) + 1]
+    tfjob = build_tfjob(run)
+    template = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]
+    roots = {"tfjob": tfjob, "pod": template, "container": template["spec"]["containers"][0], "pvc": build_pvc(run)}
+    return _resolve(roots[f.to.kind], f.to.path)
+
+
+def test_every_destination_has_a_sample() -> None:
+    assert sorted(SAMPLES) == sorted(path for path, _ in _destinations())
+
+
+@pytest.mark.parametrize(("path", "f"), _destinations(), ids=[p for p, _ in _destinations()])
+def test_every_field_lands_where_the_table_says(path: str, f: fields.Field) -> None:
+    value = SAMPLES[path]
+    assert value != f.default, f"{path}: the sample must differ from the default"
+    landed = _landed(f, make_run(_spec_with(path, value)))
+    if f.to is not None and f.to.kind == "trainer":
+        assert str(value) in landed, (path, landed)
+    elif isinstance(value, dict) and f.type == "map":
+        assert value.items() <= landed.items(), (path, landed)  # labels: the operator's are there too
+    else:
+        assert landed == value, (path, landed)
+
+
+def test_a_default_is_a_value_the_field_accepts() -> None:
+    """The schema's defaults and the operator's: set explicitly, each gives the run an empty spec gives."""
+    for path, f in fields.walk(fields.SPEC):
+        if f.default is not None and f.type != "object":
+            assert parse_run(make_run(_spec_with(path.removeprefix("spec."), f.default))) == parse_run(make_run({}))
