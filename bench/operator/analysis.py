@@ -1,6 +1,6 @@
-"""Pure parts of the operator benchmark: percentiles, audit-log request counts, goals, the table.
+"""Pure parts of the operator benchmark: percentiles, audit-log request counts, kopf overrides, goals, the table.
 
-No I/O here; bench/operator/run.py measures and calls these.
+No I/O here; bench/operator/run.py measures and calls these (tests/unit/test_bench_operator.py tests them).
 """
 
 from __future__ import annotations
@@ -68,6 +68,16 @@ def audit_requests(lines: Iterable[str], agents: Sequence[str] = OPERATOR_AGENTS
             resource += "/" + ref["subresource"]
         counts[f"{verb} {resource}"] += 1
     return counts
+
+
+def parse_overrides(text: str) -> list[tuple[list[str], float | int]]:
+    """ "execution.max_workers=32,persistence.consistency_timeout=30" -> [(path, value), ...]."""
+    out: list[tuple[list[str], float | int]] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, raw = item.partition("=")
+        value: float | int = float(raw) if "." in raw else int(raw)
+        out.append((key.split("."), value))
+    return out
 
 
 def goals(results: Mapping[str, Any]) -> list[dict[str, Any]]:

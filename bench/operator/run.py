@@ -1,9 +1,9 @@
 """Operator benchmark: latency, throughput and memory of `dtr operator` against a real local control
 plane, side by side with the Kubeflow training-operator in the same run.
 
-    .venv/op/bin/python bench/operator/run.py [--samples 40] [--runs 200] [--out bench/operator]
+    .venv/op/bin/python -m bench.operator.run [--samples 40] [--runs 200] [--out bench/operator]
 
-(or `make bench-operator`). It starts its own control plane (tests/cluster/controlplane.py) in a temp
+(from the repository root, or `make bench-operator`). It starts its own control plane (devcluster) in a temp
 dir, with an apiserver audit log, and `dtr operator` as a subprocess watching one namespace. No
 kubelet runs: pods stay Pending, so this measures the control loops, not training.
 
@@ -32,16 +32,15 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "cluster"))
-sys.path.insert(0, str(HERE))
-
-import controlplane
-from analysis import audit_requests, goals, latency_summary, markdown
 from dtr_operator.builders import build_tfjob
 from dtr_operator.spec import parse_run
+
+from bench.operator.analysis import audit_requests, goals, latency_summary, markdown
+from devcluster import controlplane
+from tests.support.runs import run_doc
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]  # where `-m bench.operator.tuned` is found
 
 NS = "bench"  # watched by our operator
 REF_NS = "bench-ref"  # reference TFJobs, created directly (the operator does not watch it)
@@ -81,7 +80,10 @@ def proc_status_kb(pid: int, key: str) -> int:
 
 
 class Api:
-    """The admin identity over aiohttp (its own user agent, so the audit log tells it apart)."""
+    """The admin identity over aiohttp (its own user agent, so the audit log tells it apart).
+
+    Not the tests' client (tests.support.api, blocking): here 32 creates are in flight while five watches
+    stream in the same event loop, and each watch event is timed the moment it arrives."""
 
     def __init__(self, base: str, pki: Path) -> None:
         ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
@@ -186,11 +188,6 @@ class Watch:
 # ---- manifests ----------------------------------------------------------------------------------
 
 
-def run_doc(name: str) -> dict[str, Any]:
-    """A DistTrainingRun with the CRD's defaults (2 workers, a new 1Gi PVC)."""
-    return {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "metadata": {"name": name}, "spec": {}}
-
-
 def reference_tfjob(name: str) -> dict[str, Any]:
     """The very TFJob our operator would create for run_doc(name), without our labels, in REF_NS."""
     run = parse_run({**run_doc(name), "metadata": {"name": name, "namespace": REF_NS, "uid": "x"}}, IMAGE)
@@ -235,12 +232,12 @@ def start_operator(
     """`dtr operator`; with kopf_settings, the same through tuned.py with those settings overridden."""
     command = [str(Path(sys.executable).parent / "dtr")]
     if kopf_settings:
-        command = [sys.executable, str(HERE / "tuned.py")]
+        command = [sys.executable, "-m", "bench.operator.tuned"]
     args = [*command, "operator", "--namespace", NS, "--trainer-image", IMAGE,
             "--metrics-port", str(metrics_port), "--liveness-port", str(controlplane.free_port()), *extra]  # fmt: skip
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "DTR_BENCH_KOPF": ",".join(kopf_settings)}
     out = open(workdir / "operator.log", "wb")  # noqa: SIM115 (lives as long as the process)
-    return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL, cwd=REPO)
 
 
 class Sampler:
@@ -616,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="results", help="file name stem of the outputs (default results)")
     p.add_argument("--operator-arg", action="append", default=[], help="extra argument for `dtr operator`")
     p.add_argument("--kopf-setting", action="append", default=[], metavar="PATH=VALUE",
-                   help="override a kopf setting, e.g. execution.max_workers=32 (runs bench/operator/tuned.py)")
+                   help="override a kopf setting, e.g. execution.max_workers=32 (runs bench/operator/tuned.py instead of dtr)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, audit log)")
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="dtr-bench-op-"))

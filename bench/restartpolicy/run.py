@@ -15,7 +15,7 @@ kubelet restarts its container (restartCount); ExitCode gives the pod restartPol
 training-operator deletes and recreates it (new pod uids seen by a 1 s poll; its SuccessfulCreatePod events
 are also counted, but the event recorder folds a fast loop's events, so they undercount: 5 events for 117 pods).
 
-    python bench/restartpolicy/run.py [--oom-seconds 240] [--only permanent,killed,oom]
+    python -m bench.restartpolicy.run [--oom-seconds 240] [--only permanent,killed,oom]   (from the repository root)
 
 Needs root, the built images (make images) and the node build (make node-build): `make bench-restart-policy`.
 Writes bench/restartpolicy/results.json and results.md.
@@ -36,19 +36,17 @@ from typing import Any
 
 import yaml
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-for sub in ("cluster", "e2e", "node"):
-    sys.path.insert(0, str(REPO / "tests" / sub))
-
-from e2e_support import digits_run
-from node_support import (
+from tests.support.node import (
     JOB_LABEL,
     RealNode,
     restricted_namespace,
     start_real_node,
     tensorflow_status,
 )
+from tests.support.repo import REPO
+from tests.support.runs import digits_run
+
+HERE = Path(__file__).resolve().parent
 
 POLICIES = ("OnFailure", "ExitCode")
 BACKOFF = 3

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import yaml
-from cluster_fixtures import wait_for
-from e2e_support import digits_run, saved_models
+
+from support.runs import digits_run, saved_models
+from support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 

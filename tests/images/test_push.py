@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from controlplane import free_port
+
+from devcluster.controlplane import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR = "distml/operator:0.1.0"

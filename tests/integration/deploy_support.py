@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
-from cluster_fixtures import KUBECTL, Cluster, wait_for
-from controlplane import stop_child
+
+from devcluster.controlplane import stop_child
+from support.cluster import KUBECTL, Cluster
+from support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SA_NAMESPACE = "dtr-system"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import socket
 import subprocess
 import sys
@@ -12,18 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_fixtures import Cluster, wait_for
-from controlplane import pid_runs
 
-CLUSTER_DIR = Path(__file__).resolve().parents[1] / "cluster"
-REPO = CLUSTER_DIR.parents[1]
+from devcluster import node as devnode
+from devcluster.controlplane import REPO, pid_runs
+from support.cluster import Cluster
+from support.wait import wait_for
 
 
 def pinned(name: str) -> str:
-    text = (CLUSTER_DIR / "versions.env").read_text()
-    match = re.search(rf"^{name}=(\S+)$", text, re.MULTILINE)
-    assert match, f"{name} not in versions.env"
-    return match.group(1)
+    return devnode.pinned(devnode.HERE / "versions.env")[name]
 
 
 def missing(cluster: Cluster, *args: str) -> bool:
@@ -247,11 +243,12 @@ def port_open(port: int) -> bool:
 
 @pytest.mark.usefixtures("control_plane")  # runs beside the session's plane: two at once must not collide
 def test_cli_up_refuses_twice_and_down_leaves_nothing_running(tmp_path: Path) -> None:
-    cli = [sys.executable, str(CLUSTER_DIR / "controlplane.py")]
+    cli = [sys.executable, "-m", "devcluster.controlplane"]
     workdir = tmp_path / "plane"
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*cli, *args, "--dir", str(workdir)], capture_output=True, text=True, timeout=300, check=False)
+        return subprocess.run([*cli, *args, "--dir", str(workdir)], capture_output=True, text=True, timeout=300,
+                              check=False, cwd=REPO)  # fmt: skip
 
     up = run("up")
     try:

@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from cluster_fixtures import Cluster
-from controlplane import free_port
 from deploy_support import (
     MODES,
     NAMESPACED_MODE,
@@ -40,6 +38,9 @@ from deploy_support import (
     render,
     service_account_cluster,
 )
+
+from devcluster.controlplane import free_port
+from support.cluster import Cluster
 
 Triple = tuple[str, str, str]  # (api group, resource[/subresource], verb)
 

@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from cluster_fixtures import Cluster
-from controlplane import free_port
 from deploy_support import (
     CLUSTER_MODE,
     REPO,
@@ -41,6 +39,9 @@ from deploy_support import (
     write_pod_files,
 )
 from packaging.markers import Marker
+
+from devcluster.controlplane import free_port
+from support.cluster import Cluster
 
 
 def pins(requirements: Path) -> dict[str, str]:

@@ -12,11 +12,8 @@ import json
 import time
 
 import pytest
-from cluster_fixtures import Cluster, wait_for
+from dtr_operator.builders import RUN_LABEL
 from operator_support import (
-    IMAGE,
-    RUN_LABEL,
-    Operator,
     condition,
     create_run,
     events,
@@ -27,6 +24,10 @@ from operator_support import (
     wait_status,
     worker_pods,
 )
+
+from support.cluster import Cluster
+from support.operator import IMAGE, Operator
+from support.wait import wait_for
 
 SUMMARY = {
     "loss": 0.071,

@@ -7,9 +7,7 @@ import json
 import uuid
 from typing import Any
 
-from cluster_fixtures import Cluster, wait_for
 from operator_support import (
-    Operator,
     create_run,
     events,
     get,
@@ -18,6 +16,10 @@ from operator_support import (
     wait_status,
     worker_pods,
 )
+
+from support.cluster import Cluster
+from support.operator import Operator
+from support.wait import wait_for
 
 
 def patch_run(cluster: Cluster, namespace: str, name: str, spec: dict[str, Any]) -> None:

@@ -13,16 +13,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster_fixtures import Cluster, wait_for
 from operator_support import (
-    IMAGE,
-    Operator,
     get,
     items,
     status,
     wait_status,
     worker_pods,
 )
+
+from support.cluster import Cluster
+from support.operator import IMAGE, Operator
+from support.wait import wait_for
 
 USER = "alice@example.com"
 

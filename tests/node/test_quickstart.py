@@ -12,9 +12,11 @@ import time
 from typing import Any
 
 import yaml
-from cluster_fixtures import wait_for
-from e2e_support import digits_run
-from node_support import REPO, RealNode
+
+from support.node import RealNode
+from support.repo import REPO
+from support.runs import digits_run
+from support.wait import wait_for
 
 TWO_CPUS_MILLI = 2000
 

@@ -15,17 +15,17 @@ import time
 from pathlib import Path
 
 import yaml
-from cluster_fixtures import wait_for
-from e2e_support import digits_run  # the same small runs as the dtr run tests
-from node_support import (
+
+from support.node import (
     JOB_LABEL,
     OPERATOR_SELECTOR,
-    REPO,
     RealNode,
-    saved_models,
     score_model,
     tensorflow_status,
 )
+from support.repo import REPO
+from support.runs import digits_run, saved_models
+from support.wait import wait_for
 
 TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 DTR = Path(sys.executable).parent / "dtr"

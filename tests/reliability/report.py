@@ -17,11 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ledger import load, results_path
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-
-from ledger import load, results_path
 
 # test_node_faults.py's scenarios, by the names it records them under (it takes them from here).
 NODE_FAULTS = {

@@ -21,10 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from api import RUN_LABEL, Api, poll
-from cluster_fixtures import Cluster
+from dtr_operator.builders import RUN_LABEL
 from faults import (
-    OperatorProcess,
     bind_pods,
     plane_dir,
     pods_running,
@@ -32,6 +30,11 @@ from faults import (
     restart_apiserver,
 )
 from ledger import Ledger, Record
+
+from support.api import Api
+from support.cluster import Cluster
+from support.operator import OperatorProcess
+from support.wait import poll, wait_status
 
 KILLS = int(os.environ.get("DTR_RELIABILITY_KILLS", "20"))
 SEED = 6
@@ -67,13 +70,7 @@ def children(api: Api, namespace: str, name: str) -> tuple[list[str], list[str]]
 
 
 def wait_phase(api: Api, namespace: str, name: str, phase: str, timeout: float = 60, **more: Any) -> dict[str, Any]:
-    def probe() -> dict[str, Any] | None:
-        st = api.status(namespace, name)
-        return st if st.get("phase") == phase and all(st.get(k) == v for k, v in more.items()) else None
-
-    got = poll(probe, timeout)
-    assert got, f"run {name}: not {phase} {more} after {timeout:.0f}s; last status {api.status(namespace, name)}"
-    return got
+    return wait_status(lambda: api.status(namespace, name), f"run {name}", timeout, phase=phase, **more)
 
 
 def sees(st: dict[str, Any]) -> str:

@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from api import RUN_LABEL, Api, poll
-from cluster_fixtures import Cluster
+from dtr_operator.builders import RUN_LABEL
 from hypothesis import assume, given
 from kopf.testing import KopfRunner
 from ledger import Ledger, Record
@@ -46,6 +45,10 @@ from specgen import (
     specs,
     stratum,
 )
+
+from support.api import Api
+from support.cluster import Cluster
+from support.wait import poll
 
 # Accepted specs driven to their end; the refused ones drawn on the way are checked and counted as well.
 EXAMPLES = int(os.environ.get("DTR_RELIABILITY_EXAMPLES", "50"))

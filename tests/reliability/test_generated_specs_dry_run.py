@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from api import Api, run_doc
-from cluster_fixtures import Cluster
 from dtr_operator.spec import RunSpec, SpecError, parse_run
 from hypothesis import given
 from ledger import Ledger, Record
@@ -43,6 +41,10 @@ from specgen import (
     specs,
     stratum,
 )
+
+from support.api import Api
+from support.cluster import Cluster
+from support.runs import run_doc
 
 EXAMPLES = int(os.environ.get("DTR_RELIABILITY_DRY_RUN_EXAMPLES", "1000"))
 CASE = "hypothesis specs (derandomized), server-side dry-run, the operator's parser alongside"

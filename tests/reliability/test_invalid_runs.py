@@ -16,23 +16,14 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_fixtures import Cluster
 from ledger import Ledger, Record
+
+from support.cluster import Cluster
+from support.runs import run_doc
 
 CORPUS = Path(__file__).resolve().parent / "invalid_runs.yaml"
 CASES: list[dict[str, Any]] = yaml.safe_load(CORPUS.read_text())["cases"]
 GROUPS = ("name", "type", "range", "enum", "storage", "path", "unknown", "scheduling", "edit")
-
-
-def run_doc(name: str, namespace: str, spec: Any, top: dict[str, Any] | None = None) -> dict[str, Any]:
-    doc = {
-        "apiVersion": "distml.dev/v1alpha1",
-        "kind": "DistTrainingRun",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }
-    doc.update(top or {})
-    return doc
 
 
 def deep_merge(base: Any, patch: Any) -> Any:
@@ -84,7 +75,7 @@ def server_message(stderr: str) -> str:
 def send_new(cluster: Cluster, namespace: str, case: dict[str, Any], index: int) -> dict[str, tuple[bool, str]]:
     """The manifest through kubectl apply and kubectl create: client -> (refused as required, message)."""
     name = case.get("name") or f"bad-{index}"
-    doc = json.dumps(run_doc(name, namespace, case["spec"], case.get("top")))
+    doc = json.dumps(run_doc(name, namespace, case["spec"], top=case.get("top")))
     seen = {}
     for client in ("apply", "create"):
         proc = cluster.kubectl(client, "-f", "-", input=doc, check=False)

@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 import yaml
-from api import Api, poll
-from cluster_fixtures import Cluster
 from kopf.testing import KopfRunner
 from ledger import Ledger, Record
+
+from support.api import Api
+from support.cluster import Cluster
+from support.wait import poll
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "distml/trainer:0.1.0-test"

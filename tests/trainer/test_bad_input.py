@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import run_trainer
 from dtr_trainer.errors import EXIT_DATA, EXIT_DOWNLOAD, EXIT_TF_CONFIG, EXIT_USAGE
+
+from support.trainer import run_trainer
 
 
 def error_lines(stderr: str):

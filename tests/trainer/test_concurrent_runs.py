@@ -12,7 +12,9 @@ import json
 
 import numpy as np
 import pytest
-from conftest import (
+
+from devcluster.controlplane import free_ports
+from support.trainer import (
     Volume,
     all_entries,
     integer_dirs,
@@ -21,7 +23,6 @@ from conftest import (
     validate_lineage,
     worker_log_file,
 )
-from controlplane import free_ports
 
 MODEL_NAME = "shared-model"
 ARGS = ["--dataset", "digits", "--epochs", "2", "--batch-size-per-worker", "32", "--seed", "11"]

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import subprocess
 
-from conftest import Volume, run_trainer
 from test_contract import OPERATOR_PYTHON
+
+from support.trainer import Volume, run_trainer
 
 EPOCHS = 4
 ARGS = ["--dataset", "digits", "--epochs", str(EPOCHS), "--steps-per-epoch", "8", "--batch-size-per-worker", "16"]

@@ -8,9 +8,10 @@ import sys
 
 import pytest
 import yaml
-from dtr_fixtures import REPO
 from dtr_operator import cli
 from dtr_operator import settings as cfg
+
+from support.repo import REPO
 
 
 def render_docs(capsys, *argv):

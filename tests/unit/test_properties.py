@@ -7,12 +7,13 @@ import dataclasses
 import json
 import re
 
-from dtr_fixtures import make_run
 from dtr_operator import status as status_mod
 from dtr_operator.builders import build_pvc, build_tfjob, children, effective_spec
 from dtr_operator.spec import RunSpec, SpecError, parse_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from support.runs import make_run
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 FIELDS = (

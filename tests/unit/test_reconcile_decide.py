@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dtr_fixtures import make_run
 from dtr_operator import reconcile
 from dtr_operator.reconcile import UNREAD, Create, Observed, Record, Sync, decide
 from dtr_operator.spec import parse_run
+
+from support.runs import make_run
 
 OWN = parse_run(make_run({"workers": 2}, uid="u-1", generation=1))
 CLAIMED = parse_run(make_run({"storage": {"claimName": "shared"}}, uid="u-1", generation=1))

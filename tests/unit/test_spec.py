@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from dtr_fixtures import REPO, make_run
 from dtr_operator.spec import (
     DEFAULT_TRAINER_IMAGE,
     MAX_NAME_LENGTH,
@@ -14,6 +13,9 @@ from dtr_operator.spec import (
     TrainingSpec,
     parse_run,
 )
+
+from support.repo import REPO
+from support.runs import make_run
 
 
 def test_defaults_for_an_empty_spec():

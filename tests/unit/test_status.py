@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from dtr_fixtures import make_run
 from dtr_operator import status as st
 from dtr_operator.spec import parse_run
+
+from support.runs import make_run
 
 T0, T1, T2 = "2026-11-29T18:00:00Z", "2026-11-29T18:01:00Z", "2026-11-29T18:02:00Z"
 RUN = parse_run(make_run({"workers": 2}, uid="u-1", generation=1))

@@ -12,7 +12,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from dtr_fixtures import REPO
+
+from support.repo import REPO
 
 
 def _load_tiers() -> ModuleType:
@@ -40,7 +41,10 @@ def test_every_step_is_a_make_target_or_a_command_of_ours_and_every_tier_has_a_b
         if step.argv[0] == "make":
             assert step.argv[-1] in targets, step
         else:
-            assert step.argv[0] == tiers.OP_PYTHON and (REPO / step.argv[1]).exists() or step.argv[1] == "-m", step
+            assert step.argv[0] == tiers.OP_PYTHON, step
+            module = step.argv[2] if step.argv[1] == "-m" else None  # pytest, or a module of this repository
+            script = step.argv[1] if module is None else module.replace(".", "/") + ".py"
+            assert module == "pytest" or (REPO / script).is_file(), step
         assert step.tier == (step.budget is not None), f"{step.name}: a tier has a budget, a build has none"
         for name in step.after:
             assert name in names, f"{step.name} waits for {name}, which is no step"

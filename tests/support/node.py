@@ -1,4 +1,6 @@
-"""Helpers for the real-node tier: bring-up, and a look at pods, containers and volumes."""
+"""The real node (devcluster/node.py) as the tests and bench/ use it: bring-up, the node tiers' fixtures,
+and a look at pods, containers and volumes. Imported as `support.node` by the tests and as
+`tests.support.node` by bench/, hence the relative imports."""
 
 from __future__ import annotations
 
@@ -14,12 +16,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import controlplane as cp
-import node as realnode
 import pytest
-from cluster_fixtures import Cluster, namespace_name, wait_for
 
-REPO = Path(__file__).resolve().parents[2]
+from devcluster import controlplane as cp
+from devcluster import node as realnode
+
+from .cluster import Cluster, namespace_name
+from .repo import REPO
+from .wait import wait_for
+
 TRAINER_PYTHON = os.environ.get("DTR_TRAINER_PYTHON") or str(REPO / ".venv" / "trainer" / "bin" / "python")
 RESTRICTED = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
 JOB_LABEL = "training.kubeflow.org/job-name"
@@ -100,14 +105,10 @@ def tensorflow_status(pod: dict[str, Any]) -> dict[str, Any]:
     return next(c for c in pod["status"].get("containerStatuses") or [] if c["name"] == "tensorflow")
 
 
-def saved_models(root: Path) -> list[Path]:
-    return sorted(p.parent for p in root.rglob("saved_model.pb"))
-
-
 def score_model(model_dir: Path) -> float:
     """Load the exported SavedModel with the trainer's TensorFlow and score it on digits' held-out split."""
     proc = subprocess.run(
-        [TRAINER_PYTHON, str(Path(__file__).with_name("score_model.py")), str(model_dir)],
+        [TRAINER_PYTHON, str(REPO / "tests" / "node" / "score_model.py"), str(model_dir)],
         capture_output=True, text=True, check=False, timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )  # fmt: skip
@@ -164,6 +165,20 @@ def start_real_node(workdir: Path) -> Iterator[RealNode]:
             os.environ.pop("KUBECONFIG", None)
         else:
             os.environ["KUBECONFIG"] = previous
+
+
+@pytest.fixture(scope="session")
+def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
+    """The real node with everything installed (or DTR_NODE_DIR's), for every test of the session."""
+    with start_real_node(tmp_path_factory.mktemp("real-node")) as node:
+        yield node
+
+
+@pytest.fixture(name="namespace")
+def node_namespace(real_node: RealNode, request: pytest.FixtureRequest) -> Iterator[str]:
+    """`namespace` on the real node: a fresh one per test that enforces Pod Security `restricted`."""
+    with restricted_namespace(real_node, request.node.name) as name:
+        yield name
 
 
 # ---- status.progress, as seen from outside (tests/node/test_progress.py, bench/progress/run.py)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the local control plane from Go modules into a cache outside the repo.
-# Each binary is rebuilt only when its pinned version (tests/cluster/versions.env) changes.
+# Each binary is rebuilt only when its pinned version (devcluster/versions.env) changes.
 #   etcd                      go.etcd.io/etcd/server/v3
 #   kube-apiserver            k8s.io/kubernetes/cmd/kube-apiserver
 #   kube-controller-manager   k8s.io/kubernetes/cmd/kube-controller-manager

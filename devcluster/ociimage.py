@@ -222,7 +222,7 @@ def build_image(out: Path | str, ref: str, files: Sequence[File], dirs: Sequence
                 "Env": config.env, "WorkingDir": config.workdir, "Labels": config.labels or None,
             }.items() if v is not None},
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-            "history": [{"created": created, "created_by": "tests/cluster/ociimage.py"}],
+            "history": [{"created": created, "created_by": "devcluster/ociimage.py"}],
         }
         config_bytes = _json(image_config)
         config_digest = "sha256:" + hashlib.sha256(config_bytes).hexdigest()

@@ -1,4 +1,5 @@
-"""Helpers that run the real trainer as separate processes, wired by TF_CONFIG on loopback."""
+"""Helpers that run the real trainer as separate processes, wired by TF_CONFIG on loopback (the trainer tier;
+its `volume` fixture is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
 
 STARTUP_AND_RUN_TIMEOUT = 300  # seconds; the machine is shared, TF import alone can take 10 s
 
@@ -121,11 +118,6 @@ def kill_all(workers: Sequence[Worker]) -> None:
         if w.proc.poll() is None:
             w.proc.kill()
             w.proc.wait()
-
-
-@pytest.fixture
-def volume(tmp_path: Path) -> Volume:
-    return Volume(tmp_path / "mnt-dtr")
 
 
 def integer_dirs(path: Path) -> list[str]:

@@ -4,9 +4,9 @@
 etcd, kube-apiserver (RBAC, local CA, service-account token signing), kube-controller-manager
 (garbage collector, PV binder, service accounts, namespaces, ...) and the Kubeflow
 training-operator (TFJob controller and its validating webhook), then the project's CRDs.
-The binaries come from tests/cluster/build.sh (a cache hit once built).
+The binaries come from devcluster/build.sh (a cache hit once built).
 
-    python tests/cluster/controlplane.py up|down|status [--dir DIR]
+    python -m devcluster.controlplane up|down|status [--dir DIR]
 
 Python 3.11 standard library; PyYAML only to read CRD files.
 """
@@ -37,10 +37,12 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+REPO = HERE.parent
 BUILD_SH = HERE / "build.sh"
 DEFAULT_DIR = REPO / ".dtr" / "cluster"
 PROJECT_CRDS = REPO / "crds"
+# kubectl for everything that talks to a cluster from here: node.py, the tests, bench/.
+KUBECTL = os.environ.get("DTR_KUBECTL") or shutil.which("kubectl") or "kubectl"
 
 # Start order; teardown runs in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "training-operator")
@@ -61,7 +63,7 @@ CONTROLLERS = (
     # Quota admission enforces only what this controller has written into a quota's status.
     "resourcequota-controller",
 )
-# With a real node (tests/cluster/node.py), what it and its pods need: its taints managed,
+# With a real node (devcluster/node.py), what it and its pods need: its taints managed,
 # Deployments (the operator, CoreDNS, local-path, training-operator), EndpointSlices (kube-proxy,
 # CoreDNS), finished pods collected.
 NODE_CONTROLLERS = (
@@ -336,7 +338,7 @@ def free_ports(count: int) -> list[int]:
 
 
 def run_build(script: Path, cache: Path) -> None:
-    """tests/cluster/build.sh or build_node.sh into `cache` (a cache hit once built)."""
+    """devcluster/build.sh or build_node.sh into `cache` (a cache hit once built)."""
     env = dict(os.environ, DTR_CACHE=str(cache))
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -718,7 +720,7 @@ class ControlPlane:
         log: Callable[[str], None] | None = None,
         node_ip: str | None = None,
     ) -> None:
-        """node_ip: serve a real node (tests/cluster/node.py) at that address. The training-operator
+        """node_ip: serve a real node (devcluster/node.py) at that address. The training-operator
         then runs as a pod from its own manifests (the node applies them), not as a host process."""
         self.layout = Layout(Path(workdir).resolve())
         self.node_ip = node_ip
@@ -834,7 +836,7 @@ class ControlPlane:
         binaries = {c: self._binary(c) for c in self.components}
         tfjob_crd = self.cache / "crds" / "kubeflow.org_tfjobs.yaml"
         if not tfjob_crd.exists():
-            raise ControlPlaneError(f"{tfjob_crd} is missing; run `bash tests/cluster/build.sh`")
+            raise ControlPlaneError(f"{tfjob_crd} is missing; run `bash devcluster/build.sh`")
         project_docs = [doc for path in project_crd_files(self.crd_dir) for doc in read_crd_docs(path)]
         self._prepare_dir()
         ports = Ports(*free_ports(7))
@@ -952,7 +954,7 @@ def _insecure() -> ssl.SSLContext:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="controlplane.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m devcluster.controlplane", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--dir", default=str(DEFAULT_DIR), help=f"working directory (default {DEFAULT_DIR})")
     parser.add_argument("--crds", default=str(PROJECT_CRDS), help="directory of CRDs applied after the training-operator")

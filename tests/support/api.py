@@ -1,46 +1,29 @@
-"""A thin admin client for the suite (the kubernetes package, in-process: quicker than kubectl per call)."""
+"""The tests' API client: the admin identity through the kubernetes package, in-process (quicker than
+kubectl per call). devcluster has its own, standard library only, for bring-up; bench/operator an async one."""
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
+from dtr_operator.builders import JOB_NAME_LABEL as JOB_LABEL
+from dtr_operator.builders import REPLICA_INDEX_LABEL
+from dtr_operator.builders import TFJOB_GROUP as TF_GROUP
+from dtr_operator.builders import TFJOB_PLURAL as TF_PLURAL
+from dtr_operator.builders import TFJOB_VERSION as TF_VERSION
+from dtr_operator.spec import GROUP, PLURAL, VERSION
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-GROUP, VERSION, PLURAL = "distml.dev", "v1alpha1", "disttrainingruns"
-TF_GROUP, TF_VERSION, TF_PLURAL = "kubeflow.org", "v1", "tfjobs"
-RUN_LABEL = "distml.dev/run"
-JOB_LABEL = "training.kubeflow.org/job-name"
-T = TypeVar("T")
+from .runs import run_doc
 
 
 def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def run_doc(name: str, namespace: str, spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "DistTrainingRun",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }
-
-
-def poll(probe: Callable[[], T], timeout: float, interval: float = 0.2) -> T | None:
-    """probe() until truthy or timeout; the last result (falsy on timeout)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got or time.monotonic() > deadline:
-            return got
-        time.sleep(interval)
 
 
 @dataclass
@@ -116,7 +99,7 @@ class Api:
 
     def pods(self, namespace: str, job: str) -> list[Any]:
         pods = self.core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={job}").items
-        return sorted(pods, key=lambda p: int(p.metadata.labels.get("training.kubeflow.org/replica-index", "0")))
+        return sorted(pods, key=lambda p: int(p.metadata.labels.get(REPLICA_INDEX_LABEL, "0")))
 
     def delete_tfjob(self, namespace: str, name: str) -> None:
         self.custom.delete_namespaced_custom_object(TF_GROUP, TF_VERSION, namespace, TF_PLURAL, name)

@@ -1,16 +1,17 @@
-"""Unit tests of the benchmark's pure parts: `.venv/op/bin/pytest -q bench/operator`."""
+"""Unit tests of the operator benchmark's pure parts (bench/operator/analysis.py)."""
 
 from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from analysis import audit_requests, goals, latency_summary, percentile
-from tuned import parse_overrides
+from bench.operator.analysis import (
+    audit_requests,
+    goals,
+    latency_summary,
+    parse_overrides,
+    percentile,
+)
 
 
 def test_percentile_interpolates_between_ranks_like_numpy() -> None:

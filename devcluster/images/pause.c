@@ -2,7 +2,7 @@
  * A pod sandbox's pause process, doing what Kubernetes' build/pause/linux/pause.c does:
  * sleep until SIGINT or SIGTERM (then exit 0), reap every child on SIGCHLD (as PID 1 of a pod
  * with a shared PID namespace it inherits orphans), print a version for -v.
- * Built static by tests/cluster/build_node.sh: gcc -static -O2 -o pause pause.c
+ * Built static by devcluster/build_node.sh: gcc -static -O2 -o pause pause.c
  */
 #include <errno.h>
 #include <signal.h>

@@ -1,17 +1,16 @@
-#!/usr/bin/env python3
 """A real Kubernetes node for the local control plane: the parts k3s bundles, as host processes.
 
 containerd (with runc and Debian's CNI plugins: one bridge, host-local IPAM), kubelet,
 kube-scheduler and kube-proxy (iptables), then CoreDNS, local-path-provisioner (the default
 StorageClass `local-path`) and the Kubeflow training-operator from its own standalone manifests,
-all three as pods from images built here (tests/cluster/build_node.sh) and imported with
+all three as pods from images built here (devcluster/build_node.sh) and imported with
 `ctr -n k8s.io images import`, never pulled.
 
 Only one node runs on a machine at a time: containerd's socket, the bridge, the iptables rules
 and kubelet's port are the machine's. Pod and service traffic stays on the bridge `dtr0`
 (pods 10.42.0.0/24, the node itself is 10.42.0.1) and in the namespaces the node creates.
 
-    python tests/cluster/node.py up|down|status [--dir DIR]
+    python -m devcluster.node up|down|status [--dir DIR]
 
 Python 3.11 standard library; PyYAML through controlplane.py for the CRDs.
 """
@@ -35,13 +34,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from devcluster import controlplane as cp
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import controlplane as cp
 
 BUILD_NODE_SH = HERE / "build_node.sh"
 INSTALL_SH = cp.REPO / "deploy" / "install.sh"
-ADDONS = HERE / "node"
+ADDONS = HERE / "addons"
 DEFAULT_DIR = cp.REPO / ".dtr" / "node"
 
 NODE_NAME = "dtr-node"
@@ -211,7 +210,7 @@ def scheduler_args(binary: Path, kubeconfig: Path, port: int) -> list[str]:
 
 
 def pinned(versions_env: Path) -> dict[str, str]:
-    """tests/cluster/versions.env as a dict (the image references the node's manifests name)."""
+    """devcluster/versions.env as a dict (the image references the node's manifests name)."""
     out = {}
     for line in versions_env.read_text().splitlines():
         key, sep, value = line.partition("=")
@@ -221,7 +220,7 @@ def pinned(versions_env: Path) -> dict[str, str]:
 
 
 def render_addon(name: str, values: dict[str, str]) -> str:
-    """tests/cluster/node/<name>.yaml with ${...} filled in (a missing value is an error)."""
+    """devcluster/addons/<name>.yaml with ${...} filled in (a missing value is an error)."""
     return string.Template((ADDONS / f"{name}.yaml").read_text()).substitute(values)
 
 
@@ -232,7 +231,7 @@ def run(argv: Sequence[str], check: bool = True, **kw: object) -> subprocess.Com
     if shutil.which(argv[0]) is None:
         if not check:
             return subprocess.CompletedProcess(list(argv), 127, "", f"{argv[0]}: not found")
-        raise NodeError(f"{argv[0]} not found on PATH (tests/cluster/build_node.sh installs the node's host packages)")
+        raise NodeError(f"{argv[0]} not found on PATH (devcluster/build_node.sh installs the node's host packages)")
     proc = subprocess.run(list(argv), capture_output=True, text=True, check=False, **kw)  # type: ignore[call-overload]
     if check and proc.returncode != 0:
         raise NodeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
@@ -353,7 +352,7 @@ class Node:
         if other is not None:
             raise NodeError(
                 f"a node already runs on this machine, from {other} (one at a time: containerd's socket, the "
-                f"bridge and kubelet's port are the machine's); stop it first: python tests/cluster/node.py down "
+                f"bridge and kubelet's port are the machine's); stop it first: python -m devcluster.node down "
                 f"--dir {other.parent}"
             )
         self.stop()
@@ -571,14 +570,13 @@ class Node:
     def _import_images(self) -> None:
         images = sorted((self.plane.cache / "images").glob("*.tar"))
         if not images:
-            raise NodeError(f"no node images in {self.plane.cache / 'images'}; run `bash tests/cluster/build_node.sh`")
+            raise NodeError(f"no node images in {self.plane.cache / 'images'}; run `bash devcluster/build_node.sh`")
         for tar in images:
             self.import_image(tar)
         self.log(f"{len(images)} node images imported")
 
     def kubectl(self, *args: str, input: str | None = None, timeout: float = 300) -> str:
-        kubectl = os.environ.get("DTR_KUBECTL") or shutil.which("kubectl") or "kubectl"
-        proc = run([kubectl, f"--kubeconfig={self.plane.kubeconfig}", *args], input=input, timeout=timeout)
+        proc = run([cp.KUBECTL, f"--kubeconfig={self.plane.kubeconfig}", *args], input=input, timeout=timeout)
         return proc.stdout
 
     def _apply_addons(self) -> None:
@@ -640,7 +638,7 @@ def training_operator_overlay(cache: Path) -> Path:
     """The upstream standalone overlay of the pinned training-operator module (read-only in Go's cache)."""
     path = cache / "training-operator" / "manifests" / "overlays" / "standalone"
     if not path.is_dir():
-        raise NodeError(f"{path} is missing; run `bash tests/cluster/build.sh`")
+        raise NodeError(f"{path} is missing; run `bash devcluster/build.sh`")
     return path
 
 
@@ -648,7 +646,7 @@ def training_operator_overlay(cache: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="node.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m devcluster.node", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--dir", default=str(DEFAULT_DIR), help=f"working directory (default {DEFAULT_DIR})")
     parser.add_argument("--install", action="store_true",
