@@ -268,7 +268,8 @@ def kubeconfig_doc(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes) 
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "dtr", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}],
-        "users": [{"name": "admin", "user": {"client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)}}],
+        "users": [{"name": "admin",
+                   "user": {"client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)}}],
         "contexts": [{"name": "dtr", "context": {"cluster": "dtr", "user": "admin", "namespace": "default"}}],
         "current-context": "dtr",
     }
@@ -374,7 +375,8 @@ def http_get(url: str, context: ssl.SSLContext | None = None, timeout: float = 3
     """(status, body); status 0 when nothing answers."""
     opener = _NO_PROXY
     if context is not None:
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+        handlers = (urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+        opener = urllib.request.build_opener(*handlers)
     try:
         with opener.open(url, timeout=timeout) as resp:
             return resp.status, resp.read()
@@ -404,7 +406,8 @@ def make_ca(pki: Path, name: str, cn: str, rsa_pkcs1: bool = False, san: str | N
     extra = ["-addext", f"subjectAltName={san}"] if san else []
     openssl(
         "req", "-x509", "-new", "-key", f"{name}.key", "-out", f"{name}.crt", "-days", "3650", "-subj", f"/CN={cn}",
-        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
         *extra, cwd=pki,
     )  # fmt: skip
 
@@ -413,7 +416,8 @@ def make_leaf(pki: Path, ca: str, name: str, subject: str, usage: str, sans: Seq
     """A certificate signed by <ca>: serverAuth or clientAuth, EC P-256."""
     openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", f"{name}.key", cwd=pki)
     openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr", cwd=pki)
-    ext = ["basicConstraints=critical,CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment", f"extendedKeyUsage={usage}"]
+    ext = ["basicConstraints=critical,CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment",
+           f"extendedKeyUsage={usage}"]
     if sans:
         ext.append("subjectAltName=" + ",".join(sans))
     write_ext(pki / f"{name}.ext", ext)
@@ -571,7 +575,7 @@ class Supervisor:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                 env=env, cwd=self.root, start_new_session=True,  # a Ctrl-C in the shell does not kill it
-                preexec_fn=die_with_parent if self.stop_at_exit else None,  # noqa: PLW1509 (started from one thread)
+                preexec_fn=die_with_parent if self.stop_at_exit else None,  # safe here: started from one thread
             )  # fmt: skip
         self.children[component] = proc
         self.commands[component] = (list(argv), env)
@@ -673,7 +677,9 @@ def read_crd_docs(path: Path) -> list[dict[str, Any]]:
         raise ControlPlaneError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
     for doc in docs:
         if doc.get("kind") != "CustomResourceDefinition":
-            raise ControlPlaneError(f"{path}: only CustomResourceDefinitions belong in crds/, found {doc.get('kind')!r}")
+            raise ControlPlaneError(
+                f"{path}: only CustomResourceDefinitions belong in crds/, found {doc.get('kind')!r}"
+            )
     return docs
 
 
@@ -700,7 +706,8 @@ class State:
     @staticmethod
     def from_json(text: str) -> State:
         raw = json.loads(text)
-        return State(Ports(**raw["ports"]), raw["pids"], raw["binaries"], raw["started_at"], raw.get("ready_seconds", 0.0))
+        return State(Ports(**raw["ports"]), raw["pids"], raw["binaries"], raw["started_at"],
+                     raw.get("ready_seconds", 0.0))
 
 
 class ControlPlane:
@@ -872,14 +879,16 @@ class ControlPlane:
         crd_names = [self._apply_crd(api, doc) for doc in read_crd_docs(tfjob_crd)]
         # The project's CRDs do not depend on the operator; they get established meanwhile.
         project_names = [self._apply_crd(api, doc) for doc in project_docs]
-        api.create_if_missing("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})
+        operator_namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
+        api.create_if_missing("/api/v1/namespaces", operator_namespace)
         api.create_if_missing(
             f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/secrets",
             {
                 "apiVersion": "v1",
                 "kind": "Secret",
                 "metadata": {"name": WEBHOOK_SECRET},
-                "data": {n: base64.b64encode((hook_pki / n).read_bytes()).decode() for n in ("ca.crt", "ca.key", "tls.crt", "tls.key")},
+                "data": {n: base64.b64encode((hook_pki / n).read_bytes()).decode()
+                         for n in ("ca.crt", "ca.key", "tls.crt", "tls.key")},
             },
         )
         api.apply(
@@ -894,7 +903,8 @@ class ControlPlane:
         self._wait_established(api, project_names)
 
         self._procs.wait("kube-controller-manager", lambda: self._controllers_ready(api, ports))
-        self._procs.wait("training-operator", lambda: http_get(f"http://127.0.0.1:{ports.operator_probe}/readyz")[0] == 200)
+        operator_ready = f"http://127.0.0.1:{ports.operator_probe}/readyz"
+        self._procs.wait("training-operator", lambda: http_get(operator_ready)[0] == 200)
         state.pids = {c: p.pid for c, p in self._procs.children.items()}
         return state
 
@@ -957,7 +967,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devcluster.controlplane", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--dir", default=str(DEFAULT_DIR), help=f"working directory (default {DEFAULT_DIR})")
-    parser.add_argument("--crds", default=str(PROJECT_CRDS), help="directory of CRDs applied after the training-operator")
+    parser.add_argument("--crds", default=str(PROJECT_CRDS),
+                        help="directory of CRDs applied after the training-operator")
     args = parser.parse_args(argv)
 
     t0 = time.monotonic()

@@ -508,7 +508,8 @@ class Node:
     def _kubeconfig(self, name: str, cert: str) -> Path:
         pki = self.plane.layout.pki
         doc = cp.kubeconfig_doc(
-            self._server(), (pki / "ca.crt").read_bytes(), (pki / f"{cert}.crt").read_bytes(), (pki / f"{cert}.key").read_bytes()
+            self._server(), (pki / "ca.crt").read_bytes(), (pki / f"{cert}.crt").read_bytes(),
+            (pki / f"{cert}.key").read_bytes(),
         )
         path = self.layout.root / name / "kubeconfig"
         path.write_text(json.dumps(doc, indent=2))
@@ -538,7 +539,8 @@ class Node:
         (layout.sub('containerd') / "config.toml").write_text(containerd_config(layout, self.bin, cni_bin))
         (layout.sub('cni') / "net.d" / "10-dtr.conflist").write_text(json.dumps(cni_conflist(layout), indent=2))
         env = dict(os.environ, PATH=f"{self.bin}:{os.environ.get('PATH', '/usr/bin:/bin')}")
-        self._procs.spawn("containerd", [str(binaries["containerd"]), f"--config={layout.sub('containerd') / 'config.toml'}"], env)
+        containerd_toml = layout.sub("containerd") / "config.toml"
+        self._procs.spawn("containerd", [str(binaries["containerd"]), f"--config={containerd_toml}"], env)
         self._procs.wait("containerd", lambda: self.ctr("version", check=False, timeout=10).returncode == 0)
         self._import_images()
 
@@ -548,8 +550,9 @@ class Node:
         admin = self._kubeconfig("kube-proxy", "admin")
         sched_port, proxy_healthz, proxy_metrics = cp.free_ports(3)
         self._procs.spawn("kube-scheduler", scheduler_args(binaries["kube-scheduler"], admin, sched_port))
-        (layout.sub('kube-proxy') / "config.json").write_text(json.dumps(kube_proxy_config(admin, proxy_healthz, proxy_metrics)))
-        self._procs.spawn("kube-proxy", [str(binaries["kube-proxy"]), f"--config={layout.sub('kube-proxy') / 'config.json'}"], env)
+        proxy_config = layout.sub("kube-proxy") / "config.json"
+        proxy_config.write_text(json.dumps(kube_proxy_config(admin, proxy_healthz, proxy_metrics)))
+        self._procs.spawn("kube-proxy", [str(binaries["kube-proxy"]), f"--config={proxy_config}"], env)
 
         api = cp.Api(self.plane.state().ports.apiserver, pki)  # type: ignore[union-attr]
 
@@ -565,7 +568,8 @@ class Node:
         self._procs.wait("kubelet", node_ready, timeout=START_TIMEOUT, what=f"node {NODE_NAME}")
         self._procs.wait("kube-proxy", lambda: cp.http_get(f"http://127.0.0.1:{proxy_healthz}/healthz")[0] == 200)
         self._apply_addons()
-        return NodeState({c: p.pid for c, p in self._procs.children.items()}, {c: str(b) for c, b in binaries.items()}, time.time())
+        pids = {c: p.pid for c, p in self._procs.children.items()}
+        return NodeState(pids, {c: str(b) for c, b in binaries.items()}, time.time())
 
     def _import_images(self) -> None:
         images = sorted((self.plane.cache / "images").glob("*.tar"))
@@ -610,7 +614,8 @@ class Node:
         }
         proc = subprocess.run(["bash", str(INSTALL_SH)], env=env, capture_output=True, text=True, check=False)
         if check and proc.returncode != 0:
-            raise NodeError(f"deploy/install.sh failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            raise NodeError(f"deploy/install.sh failed ({proc.returncode}):\n"
+                            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         if proc.returncode == 0:
             imported.write_text(images)
         return proc

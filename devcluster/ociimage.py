@@ -287,7 +287,8 @@ def _json_list(s: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ref", required=True, help="image reference (written fully qualified: busybox:x -> docker.io/library/busybox:x)")
+    ap.add_argument("--ref", required=True,
+                    help="image reference (written fully qualified: busybox:x -> docker.io/library/busybox:x)")
     ap.add_argument("--out", required=True, type=Path, help="the OCI image-layout tar to write")
     ap.add_argument("--file", nargs=3, action="append", default=[], metavar=("SRC", "DEST", "MODE"),
                     help="host file SRC as DEST in the image, octal MODE (repeatable)")

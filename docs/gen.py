@@ -186,9 +186,11 @@ def render_ci_costs(repo: Path = REPO) -> str:
         found = [next((r.get("parts", {}) for r in (run or {}).get("steps", []) if r["name"] == step.name), {})
                  for run in (cold, warm)]  # fmt: skip
         for part in (p for p in dict.fromkeys([*found[0], *found[1]]) if max(f.get(p, 0) for f in found) >= 2):
-            part_rows.append(f"| {step.name} | {part} | {_minutes(found[0].get(part))} | {_minutes(found[1].get(part))} |")
+            part_rows.append(f"| {step.name} | {part} | {_minutes(found[0].get(part))} | "
+                             f"{_minutes(found[1].get(part))} |")
     if part_rows:
-        lines += ["", "Inside the steps, as their own logs say (an install includes its import; parts under 2 s left out):", "",
+        lines += ["", "Inside the steps, as their own logs say (an install includes its import; "
+                  "parts under 2 s left out):", "",
                   "| step | part | cold | warm |", "|---|---|---:|---:|", *part_rows]
     for name in (s.name for s in tiers.STEPS if (s.budget or 0) >= LONG_TIER):
         lines += ["", f"Tier *{name}*, by module and shared start (set-up of session and module fixtures):", "",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import datetime as dt
 import json
 import os
@@ -206,10 +207,8 @@ def stop_everything(run: Run) -> None:
     with run.lock:
         for proc in run.running.values():
             if proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
 
 
 def cpu_times() -> tuple[int, int]:
@@ -295,7 +294,8 @@ def over_budget(doc: dict[str, Any]) -> list[str]:
         budget = budgets.get(row["name"])
         if budget and row["seconds"] > BUDGET_SLACK * budget:
             late.append(f"tier '{row['name']}' took {row['seconds']:.0f} s, over {BUDGET_SLACK} x its warm budget "
-                        f"of {budget:.0f} s (tests/tiers.py STEPS); see .dtr/timings/{row['name']}.json for its modules")
+                        f"of {budget:.0f} s (tests/tiers.py STEPS); "
+                        f"see .dtr/timings/{row['name']}.json for its modules")
     return late
 
 

@@ -158,7 +158,8 @@ class Watch:
 
     async def _loop(self, rv: str) -> None:
         while True:
-            url = f"{self.api.base}{self.path}?watch=1&allowWatchBookmarks=true&timeoutSeconds=1800&resourceVersion={rv}"
+            url = (f"{self.api.base}{self.path}?watch=1&allowWatchBookmarks=true&timeoutSeconds=1800"
+                   f"&resourceVersion={rv}")
             async with self.api.session.get(url) as resp:
                 async for line in resp.content:
                     now = time.perf_counter()
@@ -261,7 +262,9 @@ class Sampler:
         self.marks[label] = round(time.perf_counter() - self.t0, 2)
 
 
-async def latency_phase(api: Api, hub: Hub, w: dict[str, Watch], samples: int) -> tuple[list[float], list[float], list[str]]:
+async def latency_phase(
+    api: Api, hub: Hub, w: dict[str, Watch], samples: int
+) -> tuple[list[float], list[float], list[str]]:
     """Interleaved: one run (-> its TFJob and PVC), then one reference TFJob (-> its pods and services)."""
     ours: list[float] = []
     ref: list[float] = []
@@ -300,12 +303,13 @@ async def status_phase(api: Api, hub: Hub, w: dict[str, Watch], names: list[str]
                         f"run {name} to mirror its TFJob's Created condition")  # fmt: skip
         tfjob = await api.call("GET", f"{TFJOBS}/namespaces/{NS}/tfjobs/{name}")
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        running = {"type": "Running", "status": "True", "reason": "TFJobRunning", "message": f"TFJob {name} is running.",
-                   "lastUpdateTime": stamp, "lastTransitionTime": stamp}  # fmt: skip
+        running = {"type": "Running", "status": "True", "reason": "TFJobRunning",
+                   "message": f"TFJob {name} is running.", "lastUpdateTime": stamp,
+                   "lastTransitionTime": stamp}  # fmt: skip
         conditions = [*(tfjob.get("status") or {}).get("conditions", []), running]
         t0 = time.perf_counter()
-        await api.call("PATCH", f"{TFJOBS}/namespaces/{NS}/tfjobs/{name}/status", {"status": {"conditions": conditions}},
-                       "application/merge-patch+json")  # fmt: skip
+        await api.call("PATCH", f"{TFJOBS}/namespaces/{NS}/tfjobs/{name}/status",
+                       {"status": {"conditions": conditions}}, "application/merge-patch+json")  # fmt: skip
         await hub.wait(lambda n=name: (n, "phase=Running") in runs.transitions, 30, f"run {name} to be Running")
         out.append(runs.transitions[(name, "phase=Running")] - t0)
         await asyncio.sleep(0.2)
@@ -426,7 +430,8 @@ async def reference_burst(api: Api, hub: Hub, w: dict[str, Watch], n: int, sampl
         result["error"] = str(err)
     seen = [max(w["ref_pods"].first_seen[f"{name}-worker-{i}"], w["ref_svcs"].first_seen[f"{name}-worker-{i}"])
             for name in names for i in (0, 1)
-            if f"{name}-worker-{i}" in w["ref_pods"].first_seen and f"{name}-worker-{i}" in w["ref_svcs"].first_seen]  # fmt: skip
+            if f"{name}-worker-{i}" in w["ref_pods"].first_seen
+            and f"{name}-worker-{i}" in w["ref_svcs"].first_seen]  # fmt: skip
     per_job = sorted(
         round(max(w["ref_pods"].first_seen[f"{name}-worker-{i}"] for i in (0, 1)) - t0, 3)
         for name in names
@@ -476,7 +481,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     sampler_task = None
     try:
         for ns in (NS, REF_NS):
-            await api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+            namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            await api.call("POST", "/api/v1/namespaces", namespace)
         hub = Hub()
         watches = {
             "runs": Watch(api, hub, f"{DTR}/namespaces/{NS}/disttrainingruns"),
@@ -526,7 +532,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 for name, pid in pids.items()
             },
             "operator_metrics": metrics,
-            "samples_seconds": {"create_to_children": ours, "reference_tfjob_to_pods": ref, "tfjob_status_to_run": status},
+            "samples_seconds": {"create_to_children": ours, "reference_tfjob_to_pods": ref,
+                                "tfjob_status_to_run": status},
             "rss_series_mb": sampler.series,
             "marks": sampler.marks,
         }
@@ -613,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="results", help="file name stem of the outputs (default results)")
     p.add_argument("--operator-arg", action="append", default=[], help="extra argument for `dtr operator`")
     p.add_argument("--kopf-setting", action="append", default=[], metavar="PATH=VALUE",
-                   help="override a kopf setting, e.g. execution.max_workers=32 (runs bench/operator/tuned.py instead of dtr)")
+                   help="override a kopf setting, e.g. execution.max_workers=32 "
+                        "(runs bench/operator/tuned.py instead of dtr)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, audit log)")
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="dtr-bench-op-"))

@@ -44,7 +44,8 @@ def items(cluster: Cluster, namespace: str, kind: str, selector: str) -> list[di
 
 def events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str, str]]:
     got = cluster.kubectl_json(
-        "get", "events", "-n", namespace, "--field-selector", f"involvedObject.kind=DistTrainingRun,involvedObject.name={name}"
+        "get", "events", "-n", namespace,
+        "--field-selector", f"involvedObject.kind=DistTrainingRun,involvedObject.name={name}",
     )["items"]
     got.sort(key=lambda e: (e.get("firstTimestamp") or e.get("eventTime") or "", e["metadata"]["name"]))
     return [(e["type"], e["reason"], e.get("message", "")) for e in got]

@@ -59,7 +59,7 @@ def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         with open(layout.log_file(name), "ab") as log:
             # die_with_parent only calls prctl(2): safe between fork and exec even with threads around.
             procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=layout.root,
-                                          preexec_fn=die_with_parent))  # noqa: PLW1509  # fmt: skip
+                                          preexec_fn=die_with_parent))  # fmt: skip
 
     try:
         spawn("etcd", etcd_args(binaries["etcd"], layout, ports))

@@ -23,7 +23,8 @@ def plane_dir(kubeconfig: Path, known: Path | None) -> Path:
     """The control plane's directory (devcluster/controlplane.py layout: state.json beside kubeconfig)."""
     root = known or kubeconfig.parent
     if not (root / "state.json").exists():
-        raise AssertionError(f"no control-plane state in {root}: the API server restart needs a plane this suite can reach")
+        raise AssertionError(f"no control-plane state in {root}: "
+                             "the API server restart needs a plane this suite can reach")
     return root
 
 
@@ -53,7 +54,7 @@ def restart_apiserver(root: Path, kubeconfig: Path, down_seconds: float = 2.0, d
     started = time.monotonic()
     with open(root / "logs" / "kube-apiserver.log", "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=root,
-                                start_new_session=True, preexec_fn=die_with_parent if die_with_test else None)  # noqa: PLW1509
+                                start_new_session=True, preexec_fn=die_with_parent if die_with_test else None)
     state["pids"]["kube-apiserver"] = proc.pid
     tmp = state_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=2))

@@ -80,7 +80,7 @@ def sees(st: dict[str, Any]) -> str:
 # ---- the operator SIGKILLed at random points --------------------------------------------------------------
 
 
-def test_operator_sigkilled_at_random_points(
+def test_operator_sigkilled_at_random_points(  # noqa: C901 (one scenario, read top to bottom)
     api: Api, namespace: str, operator: OperatorProcess, ledger: Ledger
 ) -> None:
     rng = random.Random(SEED)
@@ -261,7 +261,8 @@ def test_tfjob_deleted_out_of_band(api: Api, namespace: str, operator: OperatorP
     time.sleep(5)
     jobs, pvcs = children(api, namespace, "orphan")
     after = api.status(namespace, "orphan")
-    ok = not jobs and pvcs == pvcs_before and after["phase"] == "Failed" and "create a new DistTrainingRun" in final["message"]
+    ok = (not jobs and pvcs == pvcs_before and after["phase"] == "Failed"
+          and "create a new DistTrainingRun" in final["message"])
     ledger.add(
         Record(
             area="fault",
@@ -271,7 +272,8 @@ def test_tfjob_deleted_out_of_band(api: Api, namespace: str, operator: OperatorP
             lost=int(pvcs != pvcs_before),
             duplicated=int(bool(jobs)),
             user_sees=sees(final),
-            detail={"runs": 1, "runs_correct": int(ok), "tfjobs_after_restart": len(jobs), "pvc_kept": pvcs == pvcs_before},
+            detail={"runs": 1, "runs_correct": int(ok), "tfjobs_after_restart": len(jobs),
+                    "pvc_kept": pvcs == pvcs_before},
         )
     )
     assert ok, (sees(after), jobs, pvcs, pvcs_before)
@@ -293,7 +295,9 @@ FOREIGN_TFJOB = {
 }
 
 
-def test_foreign_children_with_the_run_names(api: Api, namespace: str, operator: OperatorProcess, ledger: Ledger) -> None:
+def test_foreign_children_with_the_run_names(
+    api: Api, namespace: str, operator: OperatorProcess, ledger: Ledger
+) -> None:
     from kubernetes import client
 
     foreign = {**FOREIGN_TFJOB, "metadata": {**FOREIGN_TFJOB["metadata"], "namespace": namespace}}
@@ -366,7 +370,8 @@ def test_pvc_deleted_under_a_running_job(api: Api, namespace: str, operator: Ope
     # its pods (cleanPodPolicy None): the volume, with the model on it, stays until the run is deleted.
     time.sleep(3)
     kept = api.pvc(namespace, "vol-gone-data")
-    kept_after_success = kept is not None and kept.metadata.uid == pvc_uid and kept.metadata.deletion_timestamp is not None
+    kept_after_success = (kept is not None and kept.metadata.uid == pvc_uid
+                          and kept.metadata.deletion_timestamp is not None)
     jobs, pvcs = children(api, namespace, "vol-gone")
     api.custom.delete_namespaced_custom_object(
         "distml.dev", "v1alpha1", namespace, "disttrainingruns", "vol-gone", propagation_policy="Foreground"

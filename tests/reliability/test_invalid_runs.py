@@ -68,7 +68,8 @@ def refused_naming(proc: Any, case: dict[str, Any]) -> tuple[bool, str]:
 
 def server_message(stderr: str) -> str:
     """kubectl's stderr as one line, without its client/server version-skew notice."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith("WARNING: version difference")]
+    lines = [ln.strip() for ln in stderr.splitlines()
+             if ln.strip() and not ln.startswith("WARNING: version difference")]
     return " ".join(lines)
 
 
@@ -129,7 +130,8 @@ def test_each_invalid_run_is_refused_naming_the_field(
         )
     )
     for client, (ok, message) in seen.items():
-        assert ok, f"kubectl {client}: expected a refusal naming {case['field']} {case.get('words', [])}, got: {message}"
+        assert ok, (f"kubectl {client}: expected a refusal naming {case['field']} {case.get('words', [])}, "
+                    f"got: {message}")
 
 
 def test_no_refused_run_was_stored(control_plane: Cluster, corpus_ns: str) -> None:
@@ -175,7 +177,8 @@ def test_unknown_fields_per_client(control_plane: Cluster, corpus_ns: str, ledge
                 k for k in ("optimizer",) if k in got["spec"].get("training", {})
             ]
             warned = "unknown field" in proc.stderr
-            observed[label] = f"stored, unknown fields {'kept' if kept else 'pruned'}, {'warning' if warned else 'no warning'}"
+            observed[label] = (f"stored, unknown fields {'kept' if kept else 'pruned'}, "
+                               f"{'warning' if warned else 'no warning'}")
         return proc, got
 
     proc, got = attempt("kubectl apply", "apply")

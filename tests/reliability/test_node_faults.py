@@ -47,7 +47,8 @@ class Outcome:
 def outcome(real_node: RealNode, namespace: str, name: str, claim: str, volume: Path | None = None) -> Outcome:
     st = real_node.wait_terminal(namespace, name, timeout=600)
     tfjobs = len(real_node.names("tfjobs", namespace, f"distml.dev/run={name}"))
-    pvcs = len(real_node.cluster.kubectl("get", "pvc", claim, "-n", namespace, "-o", "name", check=False).stdout.split())
+    pvc_names = real_node.cluster.kubectl("get", "pvc", claim, "-n", namespace, "-o", "name", check=False).stdout
+    pvcs = len(pvc_names.split())
     root = volume if volume is not None else real_node.volume(namespace, claim)
     models = saved_models(root / "models")
     loads = None
@@ -108,7 +109,8 @@ def test_the_whole_node_rebooted_mid_training(real_node: RealNode, namespace: st
     chief = real_node.logs(namespace, f"{name}-worker-0")
     resumed = "resumed from backup at epoch" in chief
     ok = succeeded_once(out) and resumed
-    record(ledger, CASES["reboot"], ok, out, f"Running/TFJobRestarting while the kubelet restarts the containers; they resume from the "
+    record(ledger, CASES["reboot"], ok, out,
+           f"Running/TFJobRestarting while the kubelet restarts the containers; they resume from the "
            f"backup ({'seen' if resumed else 'NOT seen'} in the chief's log); ends {out.status.get('phase')} with "
            f"one model", restarts=out.status.get("workerRestarts"), resumed=resumed)  # fmt: skip
     assert ok, (out, chief[-2000:])

@@ -80,11 +80,14 @@ class Api:
     # -- children
 
     def tfjob(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(lambda: self.custom.get_namespaced_custom_object(TF_GROUP, TF_VERSION, namespace, TF_PLURAL, name))
+        return self._get(
+            lambda: self.custom.get_namespaced_custom_object(TF_GROUP, TF_VERSION, namespace, TF_PLURAL, name)
+        )
 
     def tfjobs(self, selector: str, namespace: str | None = None) -> list[dict[str, Any]]:
         if namespace:
-            got = self.custom.list_namespaced_custom_object(TF_GROUP, TF_VERSION, namespace, TF_PLURAL, label_selector=selector)
+            got = self.custom.list_namespaced_custom_object(TF_GROUP, TF_VERSION, namespace, TF_PLURAL,
+                                                            label_selector=selector)
         else:
             got = self.custom.list_cluster_custom_object(TF_GROUP, TF_VERSION, TF_PLURAL, label_selector=selector)
         return list(got["items"])

@@ -48,7 +48,9 @@ class RealNode:
     def run_status(self, namespace: str, name: str) -> dict[str, Any]:
         return self.cluster.kubectl_json("get", "distrainingruns", name, "-n", namespace).get("status") or {}
 
-    def wait_terminal(self, namespace: str, name: str, timeout: float = 900, seen: list[str] | None = None) -> dict[str, Any]:
+    def wait_terminal(
+        self, namespace: str, name: str, timeout: float = 900, seen: list[str] | None = None
+    ) -> dict[str, Any]:
         def probe() -> dict[str, Any] | None:
             st = self.run_status(namespace, name)
             if seen is not None and st.get("phase") and (not seen or seen[-1] != st["phase"]):

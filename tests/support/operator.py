@@ -32,7 +32,7 @@ _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class Operator:
-    """The operator for one namespace, in this process; start/stop as often as a test needs (a restart = stop + start)."""
+    """The operator for one namespace, in this process; start/stop as often as a test needs (restart: stop, start)."""
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace

@@ -76,7 +76,8 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"worker {self.index} did not finish in {timeout}s; log:\n{self.log()[-3000:]}")
+            log = self.log()[-3000:]
+            raise AssertionError(f"worker {self.index} did not finish in {timeout}s; log:\n{log}") from None
 
 
 def start_workers(volume: Volume, ports: Sequence[int], args: Sequence[str], attempt: str = "a",

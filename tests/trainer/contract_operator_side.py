@@ -1,7 +1,8 @@
 """The operator's half of the operator-trainer contract, as JSON on stdout (run with the operator's
 Python 3.11): its model and dataset lists, its training defaults, and, for runs covering every
 model, dataset kind and optional flag, the trainer command line `builders.trainer_args` makes with
-the values it stands for, and the container's env (the run's identity for the lineage file). tests/trainer/test_contract.py parses each with the trainer's own parser.
+the values it stands for, and the container's env (the run's identity for the lineage file).
+tests/trainer/test_contract.py parses each with the trainer's own parser.
 """
 
 import dataclasses

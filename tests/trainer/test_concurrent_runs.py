@@ -99,7 +99,8 @@ def test_each_version_carries_its_own_runs_lineage(two_runs):
         assert doc["trainerImage"] == "distml/trainer:test"
         assert doc["modelVersion"] == summary["modelVersion"] and doc["training"]["workers"] == RUNS[name]
         assert doc["metrics"] == {k: summary[k] for k in ("loss", "accuracy", "examplesPerSecond")}
-        claim = json.loads((volume.root / "models" / ".dtr-export" / MODEL_NAME / f"claim-{summary['modelVersion']}").read_text())
+        claim_file = volume.root / "models" / ".dtr-export" / MODEL_NAME / f"claim-{summary['modelVersion']}"
+        claim = json.loads(claim_file.read_text())
         assert claim["run"] == doc["run"]
 
 

@@ -34,7 +34,8 @@ def test_parse_tf_config(raw, expected):
 @pytest.mark.parametrize("raw", [
     "[]", "{", cfg({}, {"type": "worker", "index": 0}), cfg({"worker": "a:1"}, {"type": "worker", "index": 0}),
     cfg({"worker": ["a:1"]}, {"type": "ps", "index": 0}), cfg({"worker": ["a:1"]}, {"type": "worker", "index": -1}),
-    cfg({"worker": ["a:1"]}, {"type": "worker", "index": True}), cfg({"worker": ["nohost"]}, {"type": "worker", "index": 0}),
+    cfg({"worker": ["a:1"]}, {"type": "worker", "index": True}),
+    cfg({"worker": ["nohost"]}, {"type": "worker", "index": 0}),
     cfg({"chief": ["a:1", "b:1"]}, {"type": "chief", "index": 0}),
 ])
 def test_parse_tf_config_rejects(raw):
@@ -55,7 +56,7 @@ def test_to_unit_images_scales_uint8_and_rejects_bad_floats():
 
 
 def test_to_labels_rejects_out_of_range():
-    with pytest.raises(DataError, match="0..9"):
+    with pytest.raises(DataError, match=r"0\.\.9"):
         data.to_labels(np.array([0, 10]), 2, "t")
 
 

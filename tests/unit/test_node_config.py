@@ -23,7 +23,8 @@ def docs(addon: str) -> list[dict]:
 
 
 def images(objects: list[dict]) -> set[str]:
-    return {c["image"] for o in objects if o["kind"] == "Deployment" for c in o["spec"]["template"]["spec"]["containers"]}
+    return {c["image"] for o in objects if o["kind"] == "Deployment"
+            for c in o["spec"]["template"]["spec"]["containers"]}
 
 
 def test_every_addon_renders_with_the_pinned_images():

@@ -98,7 +98,8 @@ ACCEPTED = [
      ({"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},)),
     ({"tolerations": [{"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 30}]},
      "placement.tolerations", ({"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 30},)),
-    ({"tolerations": [{"key": "", "operator": "Exists"}]}, "placement.tolerations", ({"key": "", "operator": "Exists"},)),
+    ({"tolerations": [{"key": "", "operator": "Exists"}]}, "placement.tolerations",
+     ({"key": "", "operator": "Exists"},)),
     ({"affinity": {"nodeAffinity": {"x": 1}}}, "placement.affinity", {"nodeAffinity": {"x": 1}}),
     ({"priorityClassName": "batch-low"}, "placement.priority_class_name", "batch-low"),
     ({"podLabels": {"team": "ml", "example.com/cost-center": "a1", "empty": ""}}, "placement.pod_labels",
@@ -327,4 +328,5 @@ def test_the_crd_and_the_parser_know_the_same_spec_fields_and_only_suspend_is_mu
     rules = " ".join(v["rule"] for v in schema["x-kubernetes-validations"])
     for name in SPEC_FIELDS:
         guarded = f"self.{name} == oldSelf.{name}" in rules
-        assert guarded == (name not in MUTABLE), f"spec.{name}: immutability rule {'missing' if not guarded else 'on a mutable field'}"
+        where = "missing" if not guarded else "on a mutable field"
+        assert guarded == (name not in MUTABLE), f"spec.{name}: immutability rule {where}"
