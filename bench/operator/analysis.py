@@ -95,6 +95,32 @@ def goals(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def history_row(results: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """A run's line in bench/operator/history.json: what was measured and the figures the history table shows."""
+    env, burst = results["environment"], results["burst"]
+    ours = results["processes"]["dtr-operator"]
+    running = results.get("running") or {}  # measured since run 19
+    return {
+        "what": what,
+        "finished": env["finished"],
+        "loadavg": [env["loadavg_before"][0], env["loadavg_after"][0]],
+        "kopf_overrides": list(env.get("kopf_overrides") or []),
+        "create_to_children_p50_ms": results["create_to_children"]["p50_ms"],
+        "reference_tfjob_to_pods_p50_ms": results["reference_tfjob_to_pods"]["p50_ms"],
+        "ratio_p50": results["ratio_ours_to_reference_p50"],
+        "tfjob_status_to_run_p50_ms": results["tfjob_status_to_run"]["p50_ms"],
+        "burst_runs": burst["runs"],
+        "burst_seconds_to_create": burst["seconds_to_create"],
+        "burst_seconds_to_all_expanded": burst["seconds_to_all_expanded"],
+        "burst_seconds_to_all_status": burst["seconds_to_all_status"],
+        "reference_burst_seconds": (results.get("reference_burst") or {}).get("seconds_to_all_pods_and_services"),
+        "requests_per_run": burst["operator_requests_per_run"],
+        "requests_per_running_run_per_minute": running.get("requests_per_running_run_per_minute"),
+        "peak_rss_mb": ours["peak_rss_mb"],
+        "cpu_seconds_burst": ours["cpu_seconds_burst"],
+    }
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     """The results as a short markdown page (bench/operator/results.md)."""
     env = results["environment"]

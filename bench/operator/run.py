@@ -35,12 +35,13 @@ import aiohttp
 from dtr_operator.builders import build_tfjob
 from dtr_operator.spec import parse_run
 
-from bench.operator.analysis import audit_requests, goals, latency_summary, markdown
+from bench.operator.analysis import audit_requests, goals, history_row, latency_summary, markdown
 from devcluster import controlplane
 from tests.support.runs import run_doc
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]  # where `-m bench.operator.tuned` is found
+HISTORY = HERE / "history.json"  # every recorded run's figures (analysis.history_row)
 
 NS = "bench"  # watched by our operator
 REF_NS = "bench-ref"  # reference TFJobs, created directly (the operator does not watch it)
@@ -610,6 +611,11 @@ def plot(results: dict[str, Any], path: Path) -> bool:
     return True
 
 
+def add_to_history(path: Path, row: dict[str, Any]) -> None:
+    runs = json.loads(path.read_text()) if path.exists() else []
+    path.write_text(json.dumps([*runs, row], indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--samples", type=int, default=40, help="latency samples per measurement (default 40)")
@@ -623,6 +629,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="override a kopf setting, e.g. execution.max_workers=32 "
                         "(runs bench/operator/tuned.py instead of dtr)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, audit log)")
+    p.add_argument("--history", metavar="WHAT", help="also add this run, described as WHAT, to "
+                   "bench/operator/history.json (docs/performance.md's table after `make docs`)")
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="dtr-bench-op-"))
     log(f"work dir {workdir}")
@@ -634,6 +642,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
     (args.out / f"{args.name}.md").write_text(markdown(results))
+    if args.history:
+        add_to_history(HISTORY, history_row(results, args.history))
     plot(results, args.out / f"{args.name}.png")
     print(markdown(results))
     if not args.keep:

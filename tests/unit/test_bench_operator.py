@@ -1,4 +1,4 @@
-"""Unit tests of the operator benchmark's pure parts (bench/operator/analysis.py)."""
+"""Unit tests of the operator benchmark's pure parts (bench/operator/analysis.py), and its recorded history."""
 
 from __future__ import annotations
 
@@ -8,10 +8,14 @@ import math
 from bench.operator.analysis import (
     audit_requests,
     goals,
+    history_row,
     latency_summary,
     parse_overrides,
     percentile,
 )
+from support.repo import REPO
+
+BENCH = REPO / "bench" / "operator"
 
 
 def test_percentile_interpolates_between_ranks_like_numpy() -> None:
@@ -70,3 +74,11 @@ def test_kopf_overrides_parse_to_paths_and_numbers() -> None:
         (["persistence", "consistency_timeout"], 30.0),
     ]
     assert parse_overrides("") == []
+
+
+def test_the_history_ends_with_the_committed_results() -> None:
+    """bench/operator/history.json's last run is results.json's (run.py --history adds both at once)."""
+    runs = json.loads((BENCH / "history.json").read_text())
+    results = json.loads((BENCH / "results.json").read_text())
+    assert runs[-1] == history_row(results, runs[-1]["what"])
+    assert [sorted(run) for run in runs] == [sorted(runs[-1])] * len(runs), "every run has the same figures"

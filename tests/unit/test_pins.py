@@ -36,13 +36,17 @@ def test_install_sh_installs_the_pinned_training_operator() -> None:
     assert proc.stdout.strip().endswith(f"/manifests/overlays/standalone?ref={PINS['TRAINING_OPERATOR_VERSION']}")
 
 
+def table_versions(markdown: str, *sections: str) -> set[str]:
+    """Every vX.Y.Z in the table rows of these `## ` sections of a markdown page."""
+    bodies = [markdown[markdown.index(f"## {title}\n"):].split("\n## ", 1)[0] for title in sections]
+    rows = [line for body in bodies for line in body.splitlines() if line.startswith("| ")]
+    return {version for row in rows for version in VERSION.findall(row)}
+
+
 def test_every_version_in_the_cluster_docs_tables_is_a_pin() -> None:
     """docs/cluster.md's tables of what is built and what the node runs (the staging modules follow k8s: v0.X.Y)."""
     k8s_staging = "v0." + PINS["K8S_VERSION"].split(".", 1)[1]
     pinned = {v for v in PINS.values() if VERSION.fullmatch(v)} | {k8s_staging}
-    text = (REPO / "docs" / "cluster.md").read_text()
-    sections = [text[text.index(title):].split("\n## ", 1)[0] for title in ("## What is built", "## The real node")]
-    rows = [line for section in sections for line in section.splitlines() if line.startswith("| ")]
-    stated = {v for row in rows for v in VERSION.findall(row)}
+    stated = table_versions((REPO / "docs" / "cluster.md").read_text(), "What is built", "The real node")
     assert PINS["TRAINING_OPERATOR_VERSION"] in stated
     assert stated <= pinned, f"not the pins of devcluster/versions.env: {sorted(stated - pinned)}"
