@@ -133,6 +133,30 @@ def render_columns(repo: Path = REPO) -> str:
     return "\n".join(lines)
 
 
+def _bench_row(number: int, run: dict[str, Any]) -> str:
+    what = run["what"] + (f" (kopf: {', '.join(run['kopf_overrides'])})" if run["kopf_overrides"] else "")
+    reference = run["reference_burst_seconds"]
+    return " | ".join([
+        f"| {number}", _cell(what), run["finished"].removesuffix(" UTC"), " / ".join(map(str, run["loadavg"])),
+        f"{run['create_to_children_p50_ms']} vs {run['reference_tfjob_to_pods_p50_ms']} ms ({run['ratio_p50']})",
+        f"{run['burst_seconds_to_create']} s", f"{run['burst_seconds_to_all_expanded']} s",
+        f"{run['burst_seconds_to_all_status']} s", "not measured" if reference is None else f"{reference} s",
+        str(run["requests_per_run"]), f"{run['peak_rss_mb']} MB", f"{run['cpu_seconds_burst']} s |",
+    ])  # fmt: skip
+
+
+def render_bench_history(repo: Path = REPO) -> str:
+    """One row per recorded run of `make bench-operator`, oldest first (bench/operator/history.json)."""
+    runs = json.loads((repo / BENCH_HISTORY).read_text())
+    return "\n".join([
+        "| # | what was measured | finished (UTC) | load avg before / after | create -> children p50, ours vs "
+        "reference (ratio) | 200 runs: created (client) | all expanded | every status mirrored | "
+        "reference: 200 TFJobs -> pods and services | requests per run | peak RSS | operator CPU in the burst |",
+        "|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        *(_bench_row(number, run) for number, run in enumerate(runs, 1)),
+    ])  # fmt: skip
+
+
 def _tiers(repo: Path) -> ModuleType:
     """tests/tiers.py, the home of the CI steps and their budgets."""
     spec = importlib.util.spec_from_file_location("dtr_tiers", repo / "tests" / "tiers.py")
@@ -207,30 +231,6 @@ def render_ci_costs(repo: Path = REPO) -> str:
                 shown = f"`{item}`" if key == "modules" else f"start: `{item}`"
                 lines.append(f"| {shown} | {count} | {_minutes(times[0])} | {_minutes(times[1])} |")
     return "\n".join(lines)
-
-
-def _bench_row(number: int, run: dict[str, Any]) -> str:
-    what = run["what"] + (f" (kopf: {', '.join(run['kopf_overrides'])})" if run["kopf_overrides"] else "")
-    reference = run["reference_burst_seconds"]
-    return " | ".join([
-        f"| {number}", _cell(what), run["finished"].removesuffix(" UTC"), " / ".join(map(str, run["loadavg"])),
-        f"{run['create_to_children_p50_ms']} vs {run['reference_tfjob_to_pods_p50_ms']} ms ({run['ratio_p50']})",
-        f"{run['burst_seconds_to_create']} s", f"{run['burst_seconds_to_all_expanded']} s",
-        f"{run['burst_seconds_to_all_status']} s", "not measured" if reference is None else f"{reference} s",
-        str(run["requests_per_run"]), f"{run['peak_rss_mb']} MB", f"{run['cpu_seconds_burst']} s |",
-    ])  # fmt: skip
-
-
-def render_bench_history(repo: Path = REPO) -> str:
-    """One row per recorded run of `make bench-operator`, oldest first (bench/operator/history.json)."""
-    runs = json.loads((repo / BENCH_HISTORY).read_text())
-    return "\n".join([
-        "| # | what was measured | finished (UTC) | load avg before / after | create -> children p50, ours vs "
-        "reference (ratio) | 200 runs: created (client) | all expanded | every status mirrored | "
-        "reference: 200 TFJobs -> pods and services | requests per run | peak RSS | operator CPU in the burst |",
-        "|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
-        *(_bench_row(number, run) for number, run in enumerate(runs, 1)),
-    ])  # fmt: skip
 
 
 SECTIONS: dict[str, tuple[str, Callable[[Path], str]]] = {
