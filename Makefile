@@ -62,11 +62,11 @@ install-cli: ## link $(PREFIX)/bin/dtr (PREFIX=~/.local) to ./dtr, so that `dtr`
 COMPLEXITY_PATHS := operator trainer contract docs/gen.py
 
 lint: setup-op lint-deploy ## ruff on all Python; complexity <= 10 (radon) in the product; shellcheck and hadolint on the deploy files
-	$(OP)/ruff check operator trainer contract tests bench docs
+	$(OP)/ruff check operator trainer contract tests bench devcluster docs
 	$(OP)/xenon --max-absolute B $(COMPLEXITY_PATHS)
 
 cluster-build: ## build etcd, kube-apiserver, kube-controller-manager, training-operator (cached)
-	bash tests/cluster/build.sh
+	bash devcluster/build.sh
 
 test-unit: setup-op ## pure functions, seconds
 	$(OP)/pytest -q tests/unit
@@ -80,7 +80,7 @@ test-trainer: setup-trainer setup-op ## real multi-process TensorFlow runs; the 
 
 .PHONY: bench-trainer
 bench-trainer: setup-trainer ## MWMS scaling efficiency (2 pinned workers vs 2 independent) -> bench/trainer/results.{json,md}
-	$(TR)/python bench/trainer/run_bench.py $(ARGS)
+	$(TR)/python -m bench.trainer.run_bench $(ARGS)
 
 test-integration: setup-op cluster-build ## the operator against a real local control plane
 	$(OP)/pytest -q tests/integration
@@ -92,7 +92,7 @@ test-e2e: setup ## `dtr run` end to end: real TF worker processes, no cluster
 # local-path, as k3s bundles them; built and cached like the control plane. Needs root.
 .PHONY: node-build test-node
 node-build: cluster-build ## build the node's parts (containerd, runc, CoreDNS, local-path, their images; cached)
-	bash tests/cluster/build_node.sh
+	bash devcluster/build_node.sh
 
 test-node: setup images node-build ## both images as pods on a real node: kubectl apply -> Succeeded, faults, security
 	$(OP)/pytest -q tests/node
@@ -112,10 +112,10 @@ run: setup ## train examples/digits.yaml locally, no cluster
 .PHONY: dev-cluster dev-cluster-down
 DEV_CLUSTER ?= .dtr/dev-cluster
 dev-cluster: setup images node-build ## start the local cluster on a real node with the operator; prints KUBECONFIG
-	$(OP)/python tests/cluster/node.py up --install --dir $(DEV_CLUSTER)
+	$(OP)/python -m devcluster.node up --install --dir $(DEV_CLUSTER)
 
 dev-cluster-down: ## stop everything dev-cluster started
-	$(OP)/python tests/cluster/node.py down --dir $(DEV_CLUSTER)
+	$(OP)/python -m devcluster.node down --dir $(DEV_CLUSTER)
 
 # Reliability and security suite (docs/reliability.md): invalid runs, generated specs, faults, Pod Security.
 # Writes .dtr/reliability/results.json, then the doc from it (even when red); its cost: docs/cluster.md#what-ci-costs.
@@ -135,7 +135,7 @@ $(VENV_LINT)/bin/hadolint: deploy/requirements-lint.txt
 	touch $@
 
 lint-deploy: $(VENV_LINT)/bin/hadolint ## shellcheck the deploy and node scripts and ./dtr, hadolint the Dockerfiles
-	$(VENV_LINT)/bin/shellcheck -o all deploy/*.sh deploy/k3d/*.sh deploy/images/*.sh tests/cluster/build_node.sh dtr
+	$(VENV_LINT)/bin/shellcheck -o all deploy/*.sh deploy/k3d/*.sh deploy/images/*.sh devcluster/build_node.sh dtr
 	$(VENV_LINT)/bin/hadolint Dockerfile.*
 
 k3d-up: ## k3d cluster + images + training-operator + operator, train an example
@@ -175,12 +175,12 @@ $(VENV_OP)/.bench-operator: bench/operator/requirements.txt $(OP)/dtr
 	touch $@
 
 bench-operator: setup-op cluster-build $(VENV_OP)/.bench-operator ## operator latency/throughput/RSS vs the training-operator -> bench/operator/results.*
-	$(OP)/python bench/operator/run.py $(ARGS)
+	$(OP)/python -m bench.operator.run $(ARGS)
 
 .PHONY: bench-progress
 bench-progress: setup images node-build ## status.progress latency, epoch end -> kubectl get, on the real node (root) -> bench/progress/results.*
-	$(OP)/python bench/progress/run.py $(ARGS)
+	$(OP)/python -m bench.progress.run $(ARGS)
 
 .PHONY: bench-restart-policy
 bench-restart-policy: setup images node-build ## restartPolicy OnFailure vs ExitCode on the real node (root): permanent error, killed worker, OOM loop -> bench/restartpolicy/results.*
-	$(OP)/python bench/restartpolicy/run.py $(ARGS)
+	$(OP)/python -m bench.restartpolicy.run $(ARGS)

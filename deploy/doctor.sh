@@ -52,10 +52,10 @@ for arg in "$@"; do
   esac
 done
 
-# shellcheck source=tests/cluster/versions.env disable=SC1091
-source "${ROOT}/tests/cluster/versions.env"
+# shellcheck source=devcluster/versions.env disable=SC1091
+source "${ROOT}/devcluster/versions.env"
 : "${K8S_VERSION:?}"
-# The go directive of the go.mod files tests/cluster/build.sh and build_node.sh write.
+# The go directive of the go.mod files devcluster/build.sh and build_node.sh write.
 readonly GO_MIN=1.26
 PY_OP="${PY_OP:-python3.11}"
 if [[ -z "${PY_TRAINER+set}" ]]; then
@@ -294,7 +294,7 @@ check_go
 check_command kubectl "${T_CONTROL_PLANE} k3d-up" "${KUBECTL_HOW}" kubectl version --client
 check_command openssl "${T_CONTROL_PLANE}" "apt-get install openssl" openssl version
 for pkg in gcc libc6-dev libseccomp-dev pkgconf busybox-static containernetworking-plugins iptables iproute2; do
-  check_package "${pkg}" "${T_NODE}" "make node-build (tests/cluster/build_node.sh)"
+  check_package "${pkg}" "${T_NODE}" "make node-build (devcluster/build_node.sh)"
 done
 check_docker
 check_debootstrap

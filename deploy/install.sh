@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything after a cluster exists, on any cluster (docs/clusters.md):
-#   build both images -> import them into the node, or push them to a registry -> Kubeflow training-operator v1.9.4
+#   build both images -> import them into the node, or push them to a registry -> Kubeflow training-operator
 #   (standalone overlay) -> DistTrainingRun CRD + operator (deploy/) -> [apply an example,
 #   wait for Succeeded, print where the model is].
 # Run by deploy/k3d/up.sh (import with k3d) and by the local real node (import with ctr);
@@ -38,7 +38,10 @@ readonly DEPLOY
 readonly EXAMPLE="${DTR_EXAMPLE-${ROOT}/examples/digits.yaml}"
 readonly HOST_DIR="${DTR_HOST_DIR:-}"
 readonly TIMEOUT="${DTR_TIMEOUT:-1800}"
-readonly TRAINING_OPERATOR_REF="v1.9.4"
+# The training-operator at its pin (devcluster/versions.env, the one home of the version).
+# shellcheck source=devcluster/versions.env disable=SC1091
+source "${ROOT}/devcluster/versions.env"
+readonly TRAINING_OPERATOR_REF="${TRAINING_OPERATOR_VERSION:?not in devcluster/versions.env}"
 readonly TRAINING_OPERATOR_KUSTOMIZE="${DTR_TRAINING_OPERATOR_KUSTOMIZE:-github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=${TRAINING_OPERATOR_REF}}"
 
 build_images() {

@@ -11,7 +11,7 @@ tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
   needs: the main lane computes (the Go builds, TensorFlow on the host and as pods), the side lane
   mostly waits (downloads and disk for the images, an API server and kopf for the control-plane tiers);
 - one real node (control plane, containerd, kubelet, both images imported, the operator installed)
-  serves every tier that needs one: DTR_NODE_DIR reaches their fixtures (tests/node/node_support.py).
+  serves every tier that needs one: DTR_NODE_DIR reaches their fixtures (tests/support/node.py).
 
 Each step's output goes to DTR_TIMINGS/<step>.log: the main lane's is also streamed, the side lane's
 tail is printed when the step ends (all of it, up to 30,000 characters, when it fails). Every step's
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import datetime as dt
 import json
 import os
@@ -70,7 +71,8 @@ def pytest(*args: str) -> tuple[str, ...]:
 
 
 NODE_FAULTS = "tests/reliability/test_node_faults.py"
-NODE_DOWN = (OP_PYTHON, "tests/cluster/node.py", "down", "--dir", str(NODE_DIR))
+NODE = (OP_PYTHON, "-m", "devcluster.node")  # run from the repository root, as every step is
+NODE_DOWN = (*NODE, "down", "--dir", str(NODE_DIR))
 
 STEPS: tuple[Step, ...] = (
     # main lane
@@ -91,7 +93,7 @@ STEPS: tuple[Step, ...] = (
     Step("images", make("images"), "Docker engine, base images, both images", side=True),
     Step("node build", make("node-build"), "containerd, runc, CoreDNS, local-path, node images", side=True,
          after=("control-plane build",)),
-    Step("node start", (OP_PYTHON, "tests/cluster/node.py", "up", "--install", "--dir", str(NODE_DIR)),
+    Step("node start", (*NODE, "up", "--install", "--dir", str(NODE_DIR)),
          "the shared node: control plane, node, images imported, operator installed", side=True,
          after=("setup",)),
     Step("integration", make("test-integration"), "the operator on a real control plane", budget=270, tier=True,
@@ -205,10 +207,8 @@ def stop_everything(run: Run) -> None:
     with run.lock:
         for proc in run.running.values():
             if proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
 
 
 def cpu_times() -> tuple[int, int]:
@@ -294,7 +294,8 @@ def over_budget(doc: dict[str, Any]) -> list[str]:
         budget = budgets.get(row["name"])
         if budget and row["seconds"] > BUDGET_SLACK * budget:
             late.append(f"tier '{row['name']}' took {row['seconds']:.0f} s, over {BUDGET_SLACK} x its warm budget "
-                        f"of {budget:.0f} s (tests/tiers.py STEPS); see .dtr/timings/{row['name']}.json for its modules")
+                        f"of {budget:.0f} s (tests/tiers.py STEPS); "
+                        f"see .dtr/timings/{row['name']}.json for its modules")
     return late
 
 

@@ -1,6 +1,6 @@
-"""Pure parts of the operator benchmark: percentiles, audit-log request counts, goals, the table.
+"""Pure parts of the operator benchmark: percentiles, audit-log request counts, kopf overrides, goals, the table.
 
-No I/O here; bench/operator/run.py measures and calls these.
+No I/O here; bench/operator/run.py measures and calls these (tests/unit/test_bench_operator.py tests them).
 """
 
 from __future__ import annotations
@@ -70,6 +70,16 @@ def audit_requests(lines: Iterable[str], agents: Sequence[str] = OPERATOR_AGENTS
     return counts
 
 
+def parse_overrides(text: str) -> list[tuple[list[str], float | int]]:
+    """ "execution.max_workers=32,persistence.consistency_timeout=30" -> [(path, value), ...]."""
+    out: list[tuple[list[str], float | int]] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, raw = item.partition("=")
+        value: float | int = float(raw) if "." in raw else int(raw)
+        out.append((key.split("."), value))
+    return out
+
+
 def goals(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The issue's three goals, each with the measured value, the target and whether it is met."""
     ours = results["create_to_children"]["p50_ms"]
@@ -83,6 +93,32 @@ def goals(results: Mapping[str, Any]) -> list[dict[str, Any]]:
          "value": f"{burst} s", "met": burst < 20.0},
         {"goal": "operator peak RSS < 150 MB", "value": f"{rss} MB", "met": rss < 150.0},
     ]  # fmt: skip
+
+
+def history_row(results: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """A run's line in bench/operator/history.json: what was measured and the figures the history table shows."""
+    env, burst = results["environment"], results["burst"]
+    ours = results["processes"]["dtr-operator"]
+    running = results.get("running") or {}  # measured since run 19
+    return {
+        "what": what,
+        "finished": env["finished"],
+        "loadavg": [env["loadavg_before"][0], env["loadavg_after"][0]],
+        "kopf_overrides": list(env.get("kopf_overrides") or []),
+        "create_to_children_p50_ms": results["create_to_children"]["p50_ms"],
+        "reference_tfjob_to_pods_p50_ms": results["reference_tfjob_to_pods"]["p50_ms"],
+        "ratio_p50": results["ratio_ours_to_reference_p50"],
+        "tfjob_status_to_run_p50_ms": results["tfjob_status_to_run"]["p50_ms"],
+        "burst_runs": burst["runs"],
+        "burst_seconds_to_create": burst["seconds_to_create"],
+        "burst_seconds_to_all_expanded": burst["seconds_to_all_expanded"],
+        "burst_seconds_to_all_status": burst["seconds_to_all_status"],
+        "reference_burst_seconds": (results.get("reference_burst") or {}).get("seconds_to_all_pods_and_services"),
+        "requests_per_run": burst["operator_requests_per_run"],
+        "requests_per_running_run_per_minute": running.get("requests_per_running_run_per_minute"),
+        "peak_rss_mb": ours["peak_rss_mb"],
+        "cpu_seconds_burst": ours["cpu_seconds_burst"],
+    }
 
 
 def markdown(results: Mapping[str, Any]) -> str:

@@ -1,9 +1,9 @@
 """Operator benchmark: latency, throughput and memory of `dtr operator` against a real local control
 plane, side by side with the Kubeflow training-operator in the same run.
 
-    .venv/op/bin/python bench/operator/run.py [--samples 40] [--runs 200] [--out bench/operator]
+    .venv/op/bin/python -m bench.operator.run [--samples 40] [--runs 200] [--out bench/operator]
 
-(or `make bench-operator`). It starts its own control plane (tests/cluster/controlplane.py) in a temp
+(from the repository root, or `make bench-operator`). It starts its own control plane (devcluster) in a temp
 dir, with an apiserver audit log, and `dtr operator` as a subprocess watching one namespace. No
 kubelet runs: pods stay Pending, so this measures the control loops, not training.
 
@@ -32,16 +32,16 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "cluster"))
-sys.path.insert(0, str(HERE))
-
-import controlplane
-from analysis import audit_requests, goals, latency_summary, markdown
 from dtr_operator.builders import build_tfjob
 from dtr_operator.spec import parse_run
+
+from bench.operator.analysis import audit_requests, goals, history_row, latency_summary, markdown
+from devcluster import controlplane
+from tests.support.runs import run_doc
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]  # where `-m bench.operator.tuned` is found
+HISTORY = HERE / "history.json"  # every recorded run's figures (analysis.history_row)
 
 NS = "bench"  # watched by our operator
 REF_NS = "bench-ref"  # reference TFJobs, created directly (the operator does not watch it)
@@ -81,7 +81,10 @@ def proc_status_kb(pid: int, key: str) -> int:
 
 
 class Api:
-    """The admin identity over aiohttp (its own user agent, so the audit log tells it apart)."""
+    """The admin identity over aiohttp (its own user agent, so the audit log tells it apart).
+
+    Not the tests' client (tests.support.api, blocking): here 32 creates are in flight while five watches
+    stream in the same event loop, and each watch event is timed the moment it arrives."""
 
     def __init__(self, base: str, pki: Path) -> None:
         ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
@@ -156,7 +159,8 @@ class Watch:
 
     async def _loop(self, rv: str) -> None:
         while True:
-            url = f"{self.api.base}{self.path}?watch=1&allowWatchBookmarks=true&timeoutSeconds=1800&resourceVersion={rv}"
+            url = (f"{self.api.base}{self.path}?watch=1&allowWatchBookmarks=true&timeoutSeconds=1800"
+                   f"&resourceVersion={rv}")
             async with self.api.session.get(url) as resp:
                 async for line in resp.content:
                     now = time.perf_counter()
@@ -184,11 +188,6 @@ class Watch:
 
 
 # ---- manifests ----------------------------------------------------------------------------------
-
-
-def run_doc(name: str) -> dict[str, Any]:
-    """A DistTrainingRun with the CRD's defaults (2 workers, a new 1Gi PVC)."""
-    return {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "metadata": {"name": name}, "spec": {}}
 
 
 def reference_tfjob(name: str) -> dict[str, Any]:
@@ -235,12 +234,12 @@ def start_operator(
     """`dtr operator`; with kopf_settings, the same through tuned.py with those settings overridden."""
     command = [str(Path(sys.executable).parent / "dtr")]
     if kopf_settings:
-        command = [sys.executable, str(HERE / "tuned.py")]
+        command = [sys.executable, "-m", "bench.operator.tuned"]
     args = [*command, "operator", "--namespace", NS, "--trainer-image", IMAGE,
             "--metrics-port", str(metrics_port), "--liveness-port", str(controlplane.free_port()), *extra]  # fmt: skip
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "DTR_BENCH_KOPF": ",".join(kopf_settings)}
     out = open(workdir / "operator.log", "wb")  # noqa: SIM115 (lives as long as the process)
-    return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL, cwd=REPO)
 
 
 class Sampler:
@@ -264,7 +263,9 @@ class Sampler:
         self.marks[label] = round(time.perf_counter() - self.t0, 2)
 
 
-async def latency_phase(api: Api, hub: Hub, w: dict[str, Watch], samples: int) -> tuple[list[float], list[float], list[str]]:
+async def latency_phase(
+    api: Api, hub: Hub, w: dict[str, Watch], samples: int
+) -> tuple[list[float], list[float], list[str]]:
     """Interleaved: one run (-> its TFJob and PVC), then one reference TFJob (-> its pods and services)."""
     ours: list[float] = []
     ref: list[float] = []
@@ -303,12 +304,13 @@ async def status_phase(api: Api, hub: Hub, w: dict[str, Watch], names: list[str]
                         f"run {name} to mirror its TFJob's Created condition")  # fmt: skip
         tfjob = await api.call("GET", f"{TFJOBS}/namespaces/{NS}/tfjobs/{name}")
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        running = {"type": "Running", "status": "True", "reason": "TFJobRunning", "message": f"TFJob {name} is running.",
-                   "lastUpdateTime": stamp, "lastTransitionTime": stamp}  # fmt: skip
+        running = {"type": "Running", "status": "True", "reason": "TFJobRunning",
+                   "message": f"TFJob {name} is running.", "lastUpdateTime": stamp,
+                   "lastTransitionTime": stamp}  # fmt: skip
         conditions = [*(tfjob.get("status") or {}).get("conditions", []), running]
         t0 = time.perf_counter()
-        await api.call("PATCH", f"{TFJOBS}/namespaces/{NS}/tfjobs/{name}/status", {"status": {"conditions": conditions}},
-                       "application/merge-patch+json")  # fmt: skip
+        await api.call("PATCH", f"{TFJOBS}/namespaces/{NS}/tfjobs/{name}/status",
+                       {"status": {"conditions": conditions}}, "application/merge-patch+json")  # fmt: skip
         await hub.wait(lambda n=name: (n, "phase=Running") in runs.transitions, 30, f"run {name} to be Running")
         out.append(runs.transitions[(name, "phase=Running")] - t0)
         await asyncio.sleep(0.2)
@@ -429,7 +431,8 @@ async def reference_burst(api: Api, hub: Hub, w: dict[str, Watch], n: int, sampl
         result["error"] = str(err)
     seen = [max(w["ref_pods"].first_seen[f"{name}-worker-{i}"], w["ref_svcs"].first_seen[f"{name}-worker-{i}"])
             for name in names for i in (0, 1)
-            if f"{name}-worker-{i}" in w["ref_pods"].first_seen and f"{name}-worker-{i}" in w["ref_svcs"].first_seen]  # fmt: skip
+            if f"{name}-worker-{i}" in w["ref_pods"].first_seen
+            and f"{name}-worker-{i}" in w["ref_svcs"].first_seen]  # fmt: skip
     per_job = sorted(
         round(max(w["ref_pods"].first_seen[f"{name}-worker-{i}"] for i in (0, 1)) - t0, 3)
         for name in names
@@ -479,7 +482,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     sampler_task = None
     try:
         for ns in (NS, REF_NS):
-            await api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+            namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            await api.call("POST", "/api/v1/namespaces", namespace)
         hub = Hub()
         watches = {
             "runs": Watch(api, hub, f"{DTR}/namespaces/{NS}/disttrainingruns"),
@@ -529,7 +533,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 for name, pid in pids.items()
             },
             "operator_metrics": metrics,
-            "samples_seconds": {"create_to_children": ours, "reference_tfjob_to_pods": ref, "tfjob_status_to_run": status},
+            "samples_seconds": {"create_to_children": ours, "reference_tfjob_to_pods": ref,
+                                "tfjob_status_to_run": status},
             "rss_series_mb": sampler.series,
             "marks": sampler.marks,
         }
@@ -606,6 +611,11 @@ def plot(results: dict[str, Any], path: Path) -> bool:
     return True
 
 
+def add_to_history(path: Path, row: dict[str, Any]) -> None:
+    runs = json.loads(path.read_text()) if path.exists() else []
+    path.write_text(json.dumps([*runs, row], indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--samples", type=int, default=40, help="latency samples per measurement (default 40)")
@@ -616,8 +626,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="results", help="file name stem of the outputs (default results)")
     p.add_argument("--operator-arg", action="append", default=[], help="extra argument for `dtr operator`")
     p.add_argument("--kopf-setting", action="append", default=[], metavar="PATH=VALUE",
-                   help="override a kopf setting, e.g. execution.max_workers=32 (runs bench/operator/tuned.py)")
+                   help="override a kopf setting, e.g. execution.max_workers=32 "
+                        "(runs bench/operator/tuned.py instead of dtr)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, audit log)")
+    p.add_argument("--history", metavar="WHAT", help="also add this run, described as WHAT, to "
+                   "bench/operator/history.json (docs/performance.md's table after `make docs`)")
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="dtr-bench-op-"))
     log(f"work dir {workdir}")
@@ -629,6 +642,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
     (args.out / f"{args.name}.md").write_text(markdown(results))
+    if args.history:
+        add_to_history(HISTORY, history_row(results, args.history))
     plot(results, args.out / f"{args.name}.png")
     print(markdown(results))
     if not args.keep:

@@ -1,7 +1,7 @@
 """`dtr operator` with some kopf settings overridden, to measure a setting before it goes into the
 operator (run.py --kopf-setting execution.max_workers=32 starts this instead of `dtr operator`).
 
-    python bench/operator/tuned.py operator --namespace NS ...   (DTR_BENCH_KOPF="a.b=1,c.d=2.5",
+    python -m bench.operator.tuned operator --namespace NS ...   (DTR_BENCH_KOPF="a.b=1,c.d=2.5",
                                                                   DTR_BENCH_POOL=32)
 
 Importing the operator's handlers first registers its own startup handler; ours is registered after
@@ -24,15 +24,7 @@ from dtr_operator.cli import main
 from dtr_operator.kube import Kube
 from kubernetes.client import ApiClient
 
-
-def parse_overrides(text: str) -> list[tuple[list[str], float | int]]:
-    """ "execution.max_workers=32,persistence.consistency_timeout=30" -> [(path, value), ...]."""
-    out: list[tuple[list[str], float | int]] = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, _, raw = item.partition("=")
-        value: float | int = float(raw) if "." in raw else int(raw)
-        out.append((key.split("."), value))
-    return out
+from bench.operator.analysis import parse_overrides
 
 
 @kopf.on.startup()

@@ -5,7 +5,7 @@ polls the run's status every 0.5 s (kubectl, as a user would) and notes when epo
 difference is the latency: the operator's read interval (--progress-interval, 5 s by default, as
 deploy/ runs it), its read and status write, the watch, and the reader's own polling (<= 0.5 s).
 
-    python bench/progress/run.py [--runs 3] [--epochs 6] [--steps 1000]
+    python -m bench.progress.run [--runs 3] [--epochs 6] [--steps 1000]   (from the repository root)
 
 Needs root, the built images (make images) and the node build (make node-build): `make bench-progress`.
 Writes bench/progress/results.json (every sample) and results.md. Epochs take ~9 s here (1000 steps), longer
@@ -24,18 +24,15 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-for sub in ("cluster", "e2e", "node"):
-    sys.path.insert(0, str(REPO / "tests" / sub))
-
-from e2e_support import digits_run
-from node_support import (
+from tests.support.node import (
     percentile,
     restricted_namespace,
     start_real_node,
     watch_progress,
 )
+from tests.support.runs import digits_run
+
+HERE = Path(__file__).resolve().parent
 
 
 def measure(runs: int, epochs: int, steps: int) -> dict:

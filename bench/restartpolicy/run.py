@@ -15,7 +15,7 @@ kubelet restarts its container (restartCount); ExitCode gives the pod restartPol
 training-operator deletes and recreates it (new pod uids seen by a 1 s poll; its SuccessfulCreatePod events
 are also counted, but the event recorder folds a fast loop's events, so they undercount: 5 events for 117 pods).
 
-    python bench/restartpolicy/run.py [--oom-seconds 240] [--only permanent,killed,oom]
+    python -m bench.restartpolicy.run [--oom-seconds 240] [--only permanent,killed,oom]   (from the repository root)
 
 Needs root, the built images (make images) and the node build (make node-build): `make bench-restart-policy`.
 Writes bench/restartpolicy/results.json and results.md.
@@ -36,19 +36,17 @@ from typing import Any
 
 import yaml
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-for sub in ("cluster", "e2e", "node"):
-    sys.path.insert(0, str(REPO / "tests" / sub))
-
-from e2e_support import digits_run
-from node_support import (
+from tests.support.node import (
     JOB_LABEL,
     RealNode,
     restricted_namespace,
     start_real_node,
     tensorflow_status,
 )
+from tests.support.repo import REPO
+from tests.support.runs import digits_run
+
+HERE = Path(__file__).resolve().parent
 
 POLICIES = ("OnFailure", "ExitCode")
 BACKOFF = 3
@@ -95,8 +93,8 @@ class Watch:
         return sum(p["restarts"] for p in self.pods.values()) + max(0, len(self.pods) - 2)
 
     def events(self, node: RealNode, namespace: str, reason: str) -> int:
-        out = node.cluster.kubectl_json("get", "events", "-n", namespace, "--field-selector",
-                                        f"involvedObject.kind=TFJob,involvedObject.name={self.name},reason={reason}")  # fmt: skip
+        selector = f"involvedObject.kind=TFJob,involvedObject.name={self.name},reason={reason}"
+        out = node.cluster.kubectl_json("get", "events", "-n", namespace, "--field-selector", selector)
         return sum(int(e.get("count") or (e.get("series") or {}).get("count") or 1) for e in out["items"])
 
     def summary(self, node: RealNode, namespace: str) -> dict[str, Any]:
@@ -227,11 +225,12 @@ def markdown(r: dict[str, Any]) -> str:
     ]  # fmt: skip
     if "permanent" in res:
         lines += ["## A permanent error: examples/mnist.yaml offline (each worker exits 5)", "",
-                  ("| policy | ends | apply -> end s | container restarts | pods recreated | workerRestarts | exits seen | "
-                   "message |"),
+                  ("| policy | ends | apply -> end s | container restarts | pods recreated | workerRestarts | "
+                   "exits seen | message |"),
                   "|---|---|---:|---:|---:|---:|---|---|"]  # fmt: skip
         for x in res["permanent"]:
-            lines.append(f"| {x['policy']} | {_n(x['phase'])} | {_n(x['seconds_to_end'])} | {x['container_restarts']} | "
+            lines.append(f"| {x['policy']} | {_n(x['phase'])} | {_n(x['seconds_to_end'])} | "
+                         f"{x['container_restarts']} | "
                          f"{x['pod_recreations']} | {_n(x['status_workerRestarts'])} | {x['exits_seen']} | "
                          f"{_n(x['message'])} |")  # fmt: skip
         lines.append("")
@@ -241,12 +240,14 @@ def markdown(r: dict[str, Any]) -> str:
                    "pods recreated | workerRestarts | exits seen |"),
                   "|---|---|---:|---:|---|---:|---:|---:|---|"]  # fmt: skip
         for x in res["killed"]:
-            lines.append(f"| {x['policy']} | {_n(x['phase'])} | {_n(x['seconds_to_end'])} | {_n(x['seconds_kill_to_end'])} | "
+            lines.append(f"| {x['policy']} | {_n(x['phase'])} | {_n(x['seconds_to_end'])} | "
+                         f"{_n(x['seconds_kill_to_end'])} | "
                          f"{x['resumed_from_backup']} | {x['container_restarts']} | {x['pod_recreations']} | "
                          f"{_n(x['status_workerRestarts'])} | {x['exits_seen']} |")  # fmt: skip
         lines.append("")
     if "oom" in res:
-        lines += [f"## An OOM loop: 160Mi memory limit, every start OOM-killed (137); watched up to {r['oom_watch_s']:.0f} s", "",
+        lines += [f"## An OOM loop: 160Mi memory limit, every start OOM-killed (137); "
+                  f"watched up to {r['oom_watch_s']:.0f} s", "",
                   ("| policy | ends | after s | watched s | container restarts | pods recreated | restarts/min | "
                    "restarts after the end | phases | workerRestarts | message |"),
                   "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]  # fmt: skip
@@ -254,7 +255,8 @@ def markdown(r: dict[str, Any]) -> str:
             lines.append(f"| {x['policy']} | {x['phase'] if x['ended'] else 'never (deleted)'} | "
                          f"{_n(x['seconds_to_end'])} | {x['watched_s']} | {x['container_restarts']} | "
                          f"{x['pod_recreations']} | {x['restarts_per_minute']} | {_n(x['restarts_after_end'])} | "
-                         f"{' -> '.join(x['phases'])} | {_n(x['status_workerRestarts'])} | {_n(x['message'])} |")  # fmt: skip
+                         f"{' -> '.join(x['phases'])} | {_n(x['status_workerRestarts'])} | "
+                         f"{_n(x['message'])} |")  # fmt: skip
         lines.append("")
     return "\n".join(lines)
 

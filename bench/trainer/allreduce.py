@@ -3,7 +3,7 @@
 A diagnostic for bench/trainer/results.md: how much of a training step the gradient all-reduce
 takes on its own (the cnn model has 93,322 parameters, so one all-reduce of about 365 KB).
 
-    .venv/trainer/bin/python bench/trainer/allreduce.py [--elements 93322] [--calls 300]
+    .venv/trainer/bin/python -m bench.trainer.allreduce [--elements 93322] [--calls 300]   (from the repository root)
 
 Runs itself twice as the two workers (TF_CONFIG on loopback) and prints each worker's figures.
 """
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from run_bench import free_ports
+from devcluster.controlplane import free_ports
 
 
 def worker(elements: int, calls: int) -> None:
@@ -58,7 +58,7 @@ def main() -> None:
     for i in range(2):
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "no_proxy": "localhost,127.0.0.1",
                "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})}
-        cmd = ["taskset", "-c", str(i), sys.executable, __file__, "--worker",
+        cmd = ["taskset", "-c", str(i), sys.executable, "-m", "bench.trainer.allreduce", "--worker",
                "--elements", str(args.elements), "--calls", str(args.calls)]
         procs.append(subprocess.Popen(cmd, env=env))
     codes = [proc.wait(timeout=600) for proc in procs]

@@ -96,7 +96,8 @@ def main() -> None:
                "rounds": ratios}
     Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
     print(f"lockstep / free, median of {args.rounds} rounds ({args.steps} steps, batch {args.batch}): "
-          f"throughput {summary['throughput_ratio_median']:.3f}, CPU per step {summary['cpu_per_step_ratio_median']:.3f} "
+          f"throughput {summary['throughput_ratio_median']:.3f}, "
+          f"CPU per step {summary['cpu_per_step_ratio_median']:.3f} "
           f"-> {args.out}")
 
 

@@ -11,7 +11,7 @@ epochs 2..E, timed by the trainer itself (its `window ... wall_s= cpu_s=` log li
 interleaved so that drift in the shared machine's load hits every variant alike; the
 median over rounds is reported, with the min and max.
 
-    make bench-trainer            (or: .venv/trainer/bin/python bench/trainer/run_bench.py --help)
+    make bench-trainer   (or, from the repository root: .venv/trainer/bin/python -m bench.trainer.run_bench --help)
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from devcluster.controlplane import free_ports
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "tests" / "cluster"))
-from controlplane import free_ports
 
 TIMEOUT = 600
 

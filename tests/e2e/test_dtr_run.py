@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import yaml
-from cluster_fixtures import wait_for
-from e2e_support import digits_run, saved_models
+
+from support.runs import digits_run, saved_models
+from support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -117,7 +118,8 @@ def test_dtr_run_of_data_that_cannot_load_ends_with_the_cause_and_the_worker(tmp
     # examples/mnist.yaml offline: each worker exits 5 ("cannot download mnist"), OnFailure restarts it,
     # and the kill at the backoff limit (143) must not replace that cause in the final status.
     env = {**os.environ, "DTR_RUN_DIR": str(tmp_path / ".dtr"),
-           "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}  # offline, even on a machine that is not
+           # offline, even on a machine that is not
+           "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
     env.pop("KUBECONFIG", None)
     proc = subprocess.run(
         [sys.executable, "-m", "dtr_operator.cli", "run", "examples/mnist.yaml"],

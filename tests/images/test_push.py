@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from controlplane import free_port
+
+from devcluster.controlplane import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR = "distml/operator:0.1.0"
@@ -33,7 +34,8 @@ def registry(tmp_path: Path) -> Iterator[str]:
     assert need.returncode == 0, need.stderr  # CI installs it; elsewhere the line says what to install
     port = free_port()
     config = tmp_path / "registry.yml"
-    config.write_text(yaml.safe_dump({"version": 0.1, "storage": {"filesystem": {"rootdirectory": str(tmp_path / "data")}},
+    config.write_text(yaml.safe_dump({"version": 0.1,
+                                      "storage": {"filesystem": {"rootdirectory": str(tmp_path / "data")}},
                                       "http": {"addr": f"127.0.0.1:{port}"}}))  # fmt: skip
     with open(tmp_path / "registry.log", "w") as log:
         proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)

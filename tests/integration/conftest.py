@@ -1,13 +1,23 @@
-"""Integration tests run on a real local control plane (tests/cluster/, docs/cluster.md).
-
-The fixtures live in tests/cluster/cluster_fixtures.py so tests/e2e can import them the same way:
-`control_plane` (session; DTR_KUBECONFIG=<file> reuses a running cluster) and `namespace` (per test).
+"""Integration tests run on a real local control plane (devcluster, docs/cluster.md), with the fixtures of
+tests/conftest.py: `control_plane` (session; DTR_KUBECONFIG=<file> reuses a running cluster) and `namespace`
+(per test). Here: `operator`, the operator for the test's namespace, in this process.
 """
 
-import sys
-from pathlib import Path
+from __future__ import annotations
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
+from collections.abc import Iterator
 
-from cluster_fixtures import control_plane, namespace  # noqa: F401
-from operator_support import operator  # noqa: F401
+import pytest
+
+from support.cluster import Cluster
+from support.operator import Operator
+
+
+@pytest.fixture
+def operator(control_plane: Cluster, namespace: str) -> Iterator[Operator]:
+    op = Operator(namespace)
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()

@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
-from cluster_fixtures import KUBECTL, Cluster, wait_for
-from controlplane import stop_child
+
+from devcluster.controlplane import stop_child
+from support.cluster import KUBECTL, Cluster
+from support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SA_NAMESPACE = "dtr-system"
@@ -382,11 +384,13 @@ def utc_now() -> str:
 
 def finish_pod(cluster: Cluster, namespace: str, pod: str, image: str, message: str) -> None:
     """What a kubelet writes when the tensorflow container exits 0 (no kubelet runs here)."""
-    terminated = {"exitCode": 0, "reason": "Completed", "message": message, "startedAt": utc_now(), "finishedAt": utc_now()}
+    terminated = {"exitCode": 0, "reason": "Completed", "message": message, "startedAt": utc_now(),
+                  "finishedAt": utc_now()}
     container = {"name": "tensorflow", "image": image, "imageID": "", "restartCount": 0, "ready": False,
                  "state": {"terminated": terminated}}  # fmt: skip
     body = {"status": {"phase": "Succeeded", "startTime": utc_now(), "containerStatuses": [container]}}
-    cluster.kubectl("patch", "pod", pod, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(body))
+    cluster.kubectl("patch", "pod", pod, "-n", namespace, "--subresource=status", "--type=merge",
+                    "-p", json.dumps(body))  # fmt: skip
 
 
 def http_ok(url: str) -> bool:

@@ -1,71 +1,26 @@
-"""The operator under test and the small API helpers the integration tests share.
+"""The small API helpers the integration tests share, through kubectl (tests/support/cluster.py).
 
-The operator runs in this process through kopf.testing.KopfRunner (`operator` fixture, registered in
-conftest.py). No kubelet runs here: set_pod_state writes a pod's status as a kubelet would.
+The operator runs in this process (`operator` fixture, conftest.py; support.operator.Operator). No kubelet
+runs here: set_pod_state writes a pod's status as a kubelet would.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
-import pytest
-from cluster_fixtures import Cluster, wait_for
-from kopf.testing import KopfRunner
-
-IMAGE = "distml/trainer:0.1.0-test"
-RUN_LABEL = "distml.dev/run"
-
-
-class Operator:
-    """The operator for one namespace; start/stop as often as a test needs (a restart = stop + start)."""
-
-    def __init__(self, namespace: str) -> None:
-        self.namespace = namespace
-        self.runner: KopfRunner | None = None
-        self.outputs: list[str] = []
-
-    def start(self) -> None:
-        assert self.runner is None
-        os.environ["DTR_TRAINER_IMAGE"] = IMAGE
-        args = ["run", "--standalone", "--namespace", self.namespace, "-m", "dtr_operator.handlers"]
-        self.runner = KopfRunner(args, timeout=60)
-        self.runner.__enter__()
-
-    def stop(self) -> None:
-        if self.runner is None:
-            return
-        runner, self.runner = self.runner, None
-        runner.__exit__(None, None, None)
-        self.outputs.append(runner.output)
-        assert runner.exit_code == 0, runner.output[-3000:]
-        assert "Traceback" not in runner.output, runner.output[-5000:]
-
-
-@pytest.fixture
-def operator(control_plane: Cluster, namespace: str) -> Iterator[Operator]:
-    op = Operator(namespace)
-    op.start()
-    try:
-        yield op
-    finally:
-        op.stop()
-
+from support.api import now
+from support.cluster import Cluster
+from support.operator import IMAGE
+from support.runs import run_doc
+from support.wait import wait_for
+from support.wait import wait_status as _wait_status
 
 # ---- helpers ----------------------------------------------------------------------------------
 
 
 def create_run(cluster: Cluster, namespace: str, name: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
-    doc = {
-        "apiVersion": "distml.dev/v1alpha1",
-        "kind": "DistTrainingRun",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec or {},
-    }
-    cluster.create(doc)
+    cluster.create(run_doc(name, namespace, spec or {}))
     return cluster.kubectl_json("get", "dtr", name, "-n", namespace)
 
 
@@ -80,11 +35,7 @@ def status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
 
 
 def wait_status(cluster: Cluster, namespace: str, name: str, what: str, timeout: float = 60, **expected: Any):
-    def probe() -> dict[str, Any] | None:
-        st = status(cluster, namespace, name)
-        return st if all(st.get(k) == v for k, v in expected.items()) else None
-
-    return wait_for(probe, f"run {name}: {what} {expected} (last: {status(cluster, namespace, name)})", timeout=timeout)
+    return _wait_status(lambda: status(cluster, namespace, name), f"run {name}: {what}", timeout, **expected)
 
 
 def items(cluster: Cluster, namespace: str, kind: str, selector: str) -> list[dict[str, Any]]:
@@ -93,7 +44,8 @@ def items(cluster: Cluster, namespace: str, kind: str, selector: str) -> list[di
 
 def events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str, str]]:
     got = cluster.kubectl_json(
-        "get", "events", "-n", namespace, "--field-selector", f"involvedObject.kind=DistTrainingRun,involvedObject.name={name}"
+        "get", "events", "-n", namespace,
+        "--field-selector", f"involvedObject.kind=DistTrainingRun,involvedObject.name={name}",
     )["items"]
     got.sort(key=lambda e: (e.get("firstTimestamp") or e.get("eventTime") or "", e["metadata"]["name"]))
     return [(e["type"], e["reason"], e.get("message", "")) for e in got]
@@ -101,10 +53,6 @@ def events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str, 
 
 def condition(st: dict[str, Any], cond_type: str) -> dict[str, Any]:
     return next(c for c in st.get("conditions", []) if c["type"] == cond_type)
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def worker_pods(cluster: Cluster, namespace: str, job: str, count: int) -> list[dict[str, Any]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import socket
 import subprocess
 import sys
@@ -12,18 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_fixtures import Cluster, wait_for
-from controlplane import pid_runs
 
-CLUSTER_DIR = Path(__file__).resolve().parents[1] / "cluster"
-REPO = CLUSTER_DIR.parents[1]
+from devcluster import node as devnode
+from devcluster.controlplane import REPO, pid_runs
+from support.cluster import Cluster
+from support.wait import wait_for
 
 
 def pinned(name: str) -> str:
-    text = (CLUSTER_DIR / "versions.env").read_text()
-    match = re.search(rf"^{name}=(\S+)$", text, re.MULTILINE)
-    assert match, f"{name} not in versions.env"
-    return match.group(1)
+    return devnode.pinned(devnode.HERE / "versions.env")[name]
 
 
 def missing(cluster: Cluster, *args: str) -> bool:
@@ -55,7 +51,8 @@ def test_rbac_refuses_a_service_account_until_it_is_granted_access(
     k("create", "role", "cm-reader", "--verb=get,list", "--resource=configmaps", "-n", namespace)
     k("create", "rolebinding", "cm-reader", "--role=cm-reader", f"--serviceaccount={namespace}:nobody", "-n", namespace)
     wait_for(
-        lambda: nobody.kubectl("auth", "can-i", "list", "configmaps", "-n", namespace, check=False).stdout.strip() == "yes",
+        lambda: nobody.kubectl("auth", "can-i", "list", "configmaps", "-n", namespace,
+                               check=False).stdout.strip() == "yes",
         "the RoleBinding to take effect",
     )
     nobody.kubectl("get", "configmaps", "-n", namespace)
@@ -80,7 +77,8 @@ def test_garbage_collector_deletes_a_child_after_its_owner(control_plane: Cluste
         }
     )
     k("delete", "configmap", "owner", "-n", namespace, "--cascade=background")
-    wait_for(lambda: missing(control_plane, "configmap", "child", "-n", namespace), "the child ConfigMap to be collected")
+    wait_for(lambda: missing(control_plane, "configmap", "child", "-n", namespace),
+             "the child ConfigMap to be collected")
     k("get", "configmap", "bystander", "-n", namespace)  # only owned objects go
 
 
@@ -109,7 +107,9 @@ def tfjob(name: str, namespace: str, workers: int, container: str = "tensorflow"
                 "Worker": {
                     "replicas": workers,
                     "restartPolicy": "Never",
-                    "template": {"spec": {"containers": [{"name": container, "image": "busybox:1.36", "command": ["true"]}]}},
+                    "template": {"spec": {"containers": [
+                        {"name": container, "image": "busybox:1.36", "command": ["true"]},
+                    ]}},
                 }
             },
         },
@@ -144,7 +144,8 @@ def test_training_operator_creates_pods_and_headless_services(control_plane: Clu
     wait_for(
         lambda: any(
             c["type"] == "Created" and c["status"] == "True"
-            for c in control_plane.kubectl_json("get", "tfjob", "mnist", "-n", namespace).get("status", {}).get("conditions", [])
+            for c in control_plane.kubectl_json("get", "tfjob", "mnist", "-n", namespace)
+            .get("status", {}).get("conditions", [])
         ),
         "the TFJob's Created condition",
     )
@@ -194,7 +195,8 @@ def test_pv_binder_binds_a_claim_to_a_matching_volume(control_plane: Cluster, na
             return control_plane.kubectl("get", *what, "-o", "jsonpath={.status.phase}").stdout
 
         wait_for(lambda: phase("pvc", "data", "-n", namespace) == "Bound", "the claim to bind")
-        assert control_plane.kubectl("get", "pvc", "data", "-n", namespace, "-o", "jsonpath={.spec.volumeName}").stdout == pv
+        volume = control_plane.kubectl("get", "pvc", "data", "-n", namespace, "-o", "jsonpath={.spec.volumeName}")
+        assert volume.stdout == pv
         assert phase("pv", pv) == "Bound"
     finally:
         control_plane.kubectl("delete", "pvc", "data", "-n", namespace, "--wait=true", "--timeout=60s", check=False)
@@ -247,11 +249,12 @@ def port_open(port: int) -> bool:
 
 @pytest.mark.usefixtures("control_plane")  # runs beside the session's plane: two at once must not collide
 def test_cli_up_refuses_twice_and_down_leaves_nothing_running(tmp_path: Path) -> None:
-    cli = [sys.executable, str(CLUSTER_DIR / "controlplane.py")]
+    cli = [sys.executable, "-m", "devcluster.controlplane"]
     workdir = tmp_path / "plane"
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*cli, *args, "--dir", str(workdir)], capture_output=True, text=True, timeout=300, check=False)
+        return subprocess.run([*cli, *args, "--dir", str(workdir)], capture_output=True, text=True, timeout=300,
+                              check=False, cwd=REPO)  # fmt: skip
 
     up = run("up")
     try:

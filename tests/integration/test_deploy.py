@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from cluster_fixtures import Cluster
-from controlplane import free_port
 from deploy_support import (
     MODES,
     NAMESPACED_MODE,
@@ -40,6 +38,9 @@ from deploy_support import (
     render,
     service_account_cluster,
 )
+
+from devcluster.controlplane import free_port
+from support.cluster import Cluster
 
 Triple = tuple[str, str, str]  # (api group, resource[/subresource], verb)
 
@@ -65,7 +66,8 @@ def architecture_triples(markdown: str) -> set[Triple]:
     A backticked token with a dot (or `""`, the core group) is a group; any other is a resource
     in the group named last. Parenthesised remarks are ignored.
     """
-    section = re.search(r"^## What the operator needs from the API.*?\n(.*?)(?=^## |\Z)", markdown, re.MULTILINE | re.DOTALL)
+    section = re.search(r"^## What the operator needs from the API.*?\n(.*?)(?=^## |\Z)", markdown,
+                        re.MULTILINE | re.DOTALL)
     assert section, "docs/architecture.md has no section 'What the operator needs from the API'"
     triples: set[Triple] = set()
     for line in section.group(1).splitlines():
@@ -201,8 +203,10 @@ def test_the_registry_overlay_changes_only_where_both_images_come_from(mode: Mod
         doc.pop("image")
         doc.pop("env")
     assert container == original
-    key = lambda d: (d["kind"], d["metadata"]["name"])
-    others = lambda docs: sorted((d for d in docs if d["kind"] != "Deployment"), key=key)
+
+    def others(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted((d for d in docs if d["kind"] != "Deployment"), key=lambda d: (d["kind"], d["metadata"]["name"]))
+
     assert others(pushed) == others(plain)
 
 
@@ -255,8 +259,10 @@ def access_reviews(cluster: Cluster, checks: list[tuple[str, str, str, str | Non
 
 def rules_review(cluster: Cluster, user: str, namespace: str) -> set[Triple]:
     """What `user` may do in `namespace`, as the API server's authorizer reports it."""
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": {"namespace": namespace}}
-    proc = cluster.kubectl("create", "--validate=false", "-f", "-", "-o", "json", f"--as={user}", input=json.dumps(review))
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+              "spec": {"namespace": namespace}}
+    proc = cluster.kubectl("create", "--validate=false", "-f", "-", "-o", "json", f"--as={user}",
+                           input=json.dumps(review))
     return rule_triples(json.loads(proc.stdout)["status"]["resourceRules"])
 
 
@@ -270,7 +276,8 @@ def test_every_manifest_passes_server_side_dry_run(control_plane: Cluster, mode:
     # on a Deployment it would refuse pods of). kubectl's own note about the CRD that the control
     # plane created without `kubectl apply` is not about the manifests.
     assert proc.stdout.count("(server dry run)") == len(docs), proc.stdout
-    warnings = [w for w in proc.stderr.splitlines() if w.startswith("Warning") and "last-applied-configuration" not in w]
+    warnings = [w for w in proc.stderr.splitlines()
+                if w.startswith("Warning") and "last-applied-configuration" not in w]
     assert not warnings, proc.stderr
 
 
@@ -331,7 +338,8 @@ NEEDED = [
     ("watch", "disttrainingruns.distml.dev", ""),
     ("patch", "disttrainingruns.distml.dev", ""),
     ("patch", "disttrainingruns.distml.dev", "status"),
-    ("update", "disttrainingruns.distml.dev", "finalizers"),  # blockOwnerDeletion under OwnerReferencesPermissionEnforcement
+    # blockOwnerDeletion under OwnerReferencesPermissionEnforcement
+    ("update", "disttrainingruns.distml.dev", "finalizers"),
     ("create", "tfjobs.kubeflow.org", ""),
     ("watch", "tfjobs.kubeflow.org", ""),
     ("patch", "tfjobs.kubeflow.org", ""),  # runPolicy.suspend (spec.suspend); cleanPodPolicy of a failed TFJob

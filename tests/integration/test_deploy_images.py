@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from cluster_fixtures import Cluster
-from controlplane import free_port
 from deploy_support import (
     CLUSTER_MODE,
     REPO,
@@ -42,6 +40,9 @@ from deploy_support import (
 )
 from packaging.markers import Marker
 
+from devcluster.controlplane import free_port
+from support.cluster import Cluster
+
 
 def pins(requirements: Path) -> dict[str, str]:
     """name (normalised) -> version of every `name==version` line whose environment marker (`; ...`)
@@ -60,7 +61,8 @@ def normalise(name: str) -> str:
 
 def installed_packages(python: Path) -> dict[str, str]:
     """name (normalised) -> version of what the environment of `python` holds (pip need not be in it)."""
-    code = "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+    code = ("import importlib.metadata as m, json; "
+            "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))")
     proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True, timeout=120)
     return {normalise(name): version for name, version in json.loads(proc.stdout).items()}
 
@@ -121,7 +123,8 @@ def test_operator_image_holds_exactly_pinned_runtime_packages(operator_image_env
 def test_operator_image_entrypoint_runs(operator_image_opt: Path) -> None:
     # Inside a mount namespace where /opt is the image's, as the shebangs pip wrote expect.
     out = run(in_opt(operator_image_opt.parent, ["/opt/dtr/bin/dtr", "operator", "--help"]), cwd=Path("/"), timeout=60)
-    for flag in ("--namespace", "--all-namespaces", "--trainer-image", "--log-format", "--liveness-port", "--metrics-port"):
+    for flag in ("--namespace", "--all-namespaces", "--trainer-image", "--log-format", "--liveness-port",
+                 "--metrics-port"):
         assert flag in out, f"`dtr operator --help` does not mention {flag}:\n{out}"
 
 

@@ -12,11 +12,8 @@ import json
 import time
 
 import pytest
-from cluster_fixtures import Cluster, wait_for
+from dtr_operator.builders import RUN_LABEL
 from operator_support import (
-    IMAGE,
-    RUN_LABEL,
-    Operator,
     condition,
     create_run,
     events,
@@ -27,6 +24,10 @@ from operator_support import (
     wait_status,
     worker_pods,
 )
+
+from support.cluster import Cluster
+from support.operator import IMAGE, Operator
+from support.wait import wait_for
 
 SUMMARY = {
     "loss": 0.071,
@@ -75,7 +76,8 @@ def test_children_are_created_with_owner_references(control_plane: Cluster, name
     wait_status(control_plane, namespace, "mnist-cnn", "TFJob created", reason="TFJobCreated")
     # kopf posts events in the background: wait for the last one expected.
     reasons = wait_for(
-        lambda: (r := [reason for _, reason, _ in events(control_plane, namespace, "mnist-cnn")]) and "TFJobCreated" in r and r,
+        lambda: (r := [reason for _, reason, _ in events(control_plane, namespace, "mnist-cnn")])
+        and "TFJobCreated" in r and r,
         "the TFJobCreated event", timeout=30,
     )
     assert "Created" in reasons
@@ -188,7 +190,8 @@ def test_a_failed_worker_fails_the_run_and_is_named(control_plane: Cluster, name
     st = wait_status(control_plane, namespace, "broken", "failed", phase="Failed")
     assert "broken-worker-1 exited with code 2: ValueError: dataset x.npz not found" in st["message"]
     assert condition(st, "Failed")["status"] == "True"
-    assert any(kind == "Warning" and st["reason"] == reason for kind, reason, _ in events(control_plane, namespace, "broken"))
+    broken = events(control_plane, namespace, "broken")
+    assert any(kind == "Warning" and st["reason"] == reason for kind, reason, _ in broken)
 
     # Its worker still running is released (by the training-operator, once the operator sets the TFJob's
     # cleanPodPolicy); the failed one stays, with its termination message.
@@ -225,12 +228,15 @@ def test_a_foreign_tfjob_with_the_runs_name_is_a_conflict(control_plane: Cluster
     assert after["metadata"].get("ownerReferences") is None
     assert after["metadata"]["labels"] == {"team": "other"}
     assert after["spec"] == before["spec"]
-    assert any(reason == "NameConflict" and kind == "Warning" for kind, reason, _ in events(control_plane, namespace, "taken"))
+    taken = events(control_plane, namespace, "taken")
+    assert any(reason == "NameConflict" and kind == "Warning" for kind, reason, _ in taken)
     # Nothing else was made for the run (its PVC is only created once the TFJob name is known to be free).
     assert get(control_plane, namespace, "pvc", "taken-data") is None
 
 
-def test_a_foreign_pvc_with_the_runs_claim_name_is_a_conflict(control_plane: Cluster, namespace: str, operator: Operator):
+def test_a_foreign_pvc_with_the_runs_claim_name_is_a_conflict(
+    control_plane: Cluster, namespace: str, operator: Operator
+):
     control_plane.create({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": "clash-data", "namespace": namespace},
@@ -347,7 +353,8 @@ def test_a_run_re_created_at_once_waits_for_the_old_children_to_go(
     new_uid = create_run(control_plane, namespace, "redo", {"storage": {"reclaimPolicy": "Delete"}})["metadata"]["uid"]
     st = wait_status(control_plane, namespace, "redo", "waiting for the old TFJob", reason="WaitingForCleanup")
     assert st["phase"] == "Pending" and "TFJob redo, left by an earlier run of the same name" in st["message"]
-    control_plane.kubectl("patch", "tfjob", "redo", "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    control_plane.kubectl("patch", "tfjob", "redo", "-n", namespace, "--type=merge",
+                          "-p", '{"metadata":{"finalizers":null}}')
 
     def owned_by_new_run() -> bool:
         job, pvc = get(control_plane, namespace, "tfjob", "redo"), get(control_plane, namespace, "pvc", "redo-data")

@@ -7,19 +7,9 @@ import json
 from typing import Any
 
 import pytest
-from cluster_fixtures import Cluster
 
-
-def run_doc(name: str, namespace: str, spec: dict[str, Any] | None) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "apiVersion": "distml.dev/v1alpha1",
-        "kind": "DistTrainingRun",
-        "metadata": {"name": name, "namespace": namespace},
-    }
-    if spec is not None:
-        doc["spec"] = spec
-    return doc
-
+from support.cluster import Cluster
+from support.runs import run_doc
 
 # (id, name, spec, words the API server's answer must contain: the field, then the reason)
 REJECTED = [

@@ -4,80 +4,34 @@ runs it) against the real local control plane. Names: docs/performance.md."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_fixtures import Cluster, wait_for
-from controlplane import free_port
 
-DTR = Path(sys.executable).parent / "dtr"
-
-
-def scrape(port: int) -> dict[str, float] | None:
-    """Samples of dtr_* metrics ('name{labels}' -> value), or None while the endpoint is not up."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
-            text = resp.read().decode()
-    except OSError:
-        return None
-    samples = {}
-    for line in text.splitlines():
-        m = re.match(r"^(dtr_\S+) (\S+)$", line)
-        if m:
-            samples[m.group(1)] = float(m.group(2))
-    return samples
-
-
-class OperatorProcess:
-    def __init__(self, cluster: Cluster, namespace: str, log: Path) -> None:
-        self.port = free_port()
-        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-        self.log = log
-        self.proc = subprocess.Popen(
-            [str(DTR), "operator", "--namespace", namespace, "--trainer-image", "distml/trainer:0.1.0-test",
-             "--metrics-port", str(self.port), "--liveness-port", str(free_port())],
-            stdout=log.open("wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-        )  # fmt: skip
-
-    def metrics(self) -> dict[str, float]:
-        assert self.proc.poll() is None, f"dtr operator exited ({self.proc.returncode}): {self.log.read_text()[-3000:]}"
-        return scrape(self.port) or {}
-
-    def stop(self) -> str:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        return self.log.read_text()
+from devcluster.controlplane import free_port
+from support.cluster import Cluster
+from support.operator import OperatorProcess, scrape
+from support.runs import run_doc
+from support.wait import wait_for
 
 
 @pytest.fixture
 def operator_process(control_plane: Cluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(control_plane, namespace, tmp_path / "operator.log")
+    op = OperatorProcess(namespace, tmp_path / "operator.log", control_plane.kubeconfig, metrics_port=free_port())
+    op.start()
     try:
         yield op
     finally:
-        output = op.stop()
-        assert "Traceback" not in output, output[-5000:]
-
-
-def run_doc(name: str) -> dict[str, object]:
-    return {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "metadata": {"name": name}, "spec": {}}
+        op.stop()
+        assert "Traceback" not in op.text(), op.tail(80)
 
 
 def test_metrics_move_with_runs_reconciles_and_api_errors(
     control_plane: Cluster, namespace: str, operator_process: OperatorProcess
 ) -> None:
     op = operator_process
-    before = wait_for(lambda: scrape(op.port), "the operator's /metrics endpoint")
+    before = wait_for(lambda: scrape(op.metrics_port), "the operator's /metrics endpoint")
     # The phase gauge is there from the start, at zero, so a dashboard shows 0 rather than no data.
     for phase in ("Pending", "Running", "Succeeded", "Failed"):
         assert before[f'dtr_runs{{phase="{phase}"}}'] == 0.0, before
@@ -89,7 +43,7 @@ def test_metrics_move_with_runs_reconciles_and_api_errors(
         "patch", "quota", "no-pvcs", "-n", namespace, "--subresource=status", "--type=merge",
         "-p", '{"status": {"hard": {"persistentvolumeclaims": "0"}, "used": {"persistentvolumeclaims": "0"}}}',
     )  # fmt: skip
-    control_plane.create({**run_doc("blocked"), "metadata": {"name": "blocked", "namespace": namespace}})
+    control_plane.create(run_doc("blocked", namespace))
     after = wait_for(
         lambda: (m := op.metrics()).get('dtr_api_errors_total{status="403"}', 0) >= 1 and m,
         "dtr_api_errors_total{status=\"403\"} after a PVC create over quota",
@@ -102,7 +56,7 @@ def test_metrics_move_with_runs_reconciles_and_api_errors(
 
     # Without the quota a second run expands; its TFJob's events go through the tfjob handler.
     control_plane.kubectl("delete", "quota", "no-pvcs", "-n", namespace)
-    control_plane.create({**run_doc("fine"), "metadata": {"name": "fine", "namespace": namespace}})
+    control_plane.create(run_doc("fine", namespace))
     wait_for(
         lambda: control_plane.kubectl("get", "tfjob", "fine", "-n", namespace, check=False).returncode == 0,
         "TFJob fine",
@@ -124,8 +78,8 @@ def test_per_run_figures_come_from_the_runs_status_and_go_with_the_run(
     control_plane: Cluster, namespace: str, operator_process: OperatorProcess
 ) -> None:
     op = operator_process
-    wait_for(lambda: scrape(op.port), "the operator's /metrics endpoint")
-    control_plane.create({**run_doc("done"), "metadata": {"name": "done", "namespace": namespace}})
+    wait_for(lambda: scrape(op.metrics_port), "the operator's /metrics endpoint")
+    control_plane.create(run_doc("done", namespace))
     # A finished status, as the operator would have written it: the operator never writes a finished run again.
     status = {"phase": "Succeeded", "startTime": "2099-01-01T00:00:00Z", "completionTime": "2099-01-01T00:01:40Z",
               "workerRestarts": 1, "metrics": {"accuracy": 0.93, "examplesPerSecond": 512.5},

@@ -3,7 +3,7 @@ backoff, and proceeds once the TFJob CRD appears.
 
 The shared control plane has the TFJob CRD (and other tests rely on it), so this test brings up
 its own bare etcd + kube-apiserver from the same binaries and the same helpers
-(tests/cluster/controlplane.py), with only the DistTrainingRun CRD installed.
+(devcluster/controlplane.py), with only the DistTrainingRun CRD installed.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cluster_fixtures import Cluster, wait_for
-from controlplane import (
+from kopf.testing import KopfRunner
+
+from devcluster.controlplane import (
     Api,
     Layout,
     Ports,
@@ -32,7 +33,8 @@ from controlplane import (
     make_cluster_pki,
     terminate,
 )
-from kopf.testing import KopfRunner
+from support.cluster import Cluster
+from support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("DTR_CACHE") or Path.home() / ".cache" / "dtr")
@@ -44,7 +46,7 @@ def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     binaries = {name: CACHE / "bin" / name for name in ("etcd", "kube-apiserver")}
     for path in binaries.values():
         if not os.access(path, os.X_OK):
-            pytest.fail(f"{path} is missing; run `bash tests/cluster/build.sh`", pytrace=False)
+            pytest.fail(f"{path} is missing; run `bash devcluster/build.sh`", pytrace=False)
     layout = Layout(tmp_path_factory.mktemp("bare-apiserver"))
     for sub in ("logs", "apiserver"):
         (layout.root / sub).mkdir()
@@ -57,7 +59,7 @@ def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         with open(layout.log_file(name), "ab") as log:
             # die_with_parent only calls prctl(2): safe between fork and exec even with threads around.
             procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=layout.root,
-                                          preexec_fn=die_with_parent))  # noqa: PLW1509  # fmt: skip
+                                          preexec_fn=die_with_parent))  # fmt: skip
 
     try:
         spawn("etcd", etcd_args(binaries["etcd"], layout, ports))

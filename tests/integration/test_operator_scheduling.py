@@ -7,9 +7,7 @@ import json
 import uuid
 from typing import Any
 
-from cluster_fixtures import Cluster, wait_for
 from operator_support import (
-    Operator,
     create_run,
     events,
     get,
@@ -18,6 +16,10 @@ from operator_support import (
     wait_status,
     worker_pods,
 )
+
+from support.cluster import Cluster
+from support.operator import Operator
+from support.wait import wait_for
 
 
 def patch_run(cluster: Cluster, namespace: str, name: str, spec: dict[str, Any]) -> None:
@@ -47,7 +49,8 @@ def test_suspend_stops_the_workers_and_resume_brings_them_back(
     wait_for(lambda: no_pods(control_plane, namespace, "pause"), "the training-operator to delete the worker pods")
     assert '"suspend":false' in st["message"], st["message"]
     assert next(c for c in st["conditions"] if c["type"] == "Suspended")["status"] == "True"
-    assert ("Normal", "Suspended", "suspended TFJob pause (spec.suspend: True)") in events(control_plane, namespace, "pause")
+    suspended = ("Normal", "Suspended", "suspended TFJob pause (spec.suspend: True)")
+    assert suspended in events(control_plane, namespace, "pause")
 
     patch_run(control_plane, namespace, "pause", {"suspend": False})
     pods = worker_pods(control_plane, namespace, "pause", 2)  # created again by the training-operator
@@ -111,7 +114,8 @@ def test_placement_and_gang_settings_reach_the_tfjob_and_its_pods(
             "schedulingPolicy": {"minAvailable": 2, "queue": "research", "scheduleTimeoutSeconds": 120},
         }  # fmt: skip
         create_run(control_plane, namespace, "placed", spec)
-        job = wait_for(lambda: get(control_plane, namespace, "tfjob", "placed"), "TFJob placed (admitted by the webhook)")
+        job = wait_for(lambda: get(control_plane, namespace, "tfjob", "placed"),
+                       "TFJob placed (admitted by the webhook)")
         assert job["spec"]["runPolicy"]["schedulingPolicy"] == spec["schedulingPolicy"]
         for pod in worker_pods(control_plane, namespace, "placed", 2):
             pod_spec = pod["spec"]

@@ -13,16 +13,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster_fixtures import Cluster, wait_for
 from operator_support import (
-    IMAGE,
-    Operator,
     get,
     items,
     status,
     wait_status,
     worker_pods,
 )
+
+from support.cluster import Cluster
+from support.operator import IMAGE, Operator
+from support.wait import wait_for
 
 USER = "alice@example.com"
 
@@ -55,7 +56,8 @@ def can(cluster: Cluster, user: str, verb: str, resource: str, namespace: str) -
 def test_the_author_may_create_runs_and_nothing_else(control_plane: Cluster, namespace: str, author: str) -> None:
     assert can(control_plane, author, "create", "disttrainingruns.distml.dev", namespace)
     for verb, resource in (("create", "pods"), ("create", "tfjobs.kubeflow.org"), ("get", "secrets"),
-                           ("create", "persistentvolumeclaims"), ("update", "disttrainingruns.distml.dev")):  # fmt: skip
+                           ("create", "persistentvolumeclaims"),
+                           ("update", "disttrainingruns.distml.dev")):  # fmt: skip
         assert not can(control_plane, author, verb, resource, namespace), (verb, resource)
     assert not can(control_plane, author, "create", "disttrainingruns.distml.dev", "default")
 
@@ -80,7 +82,8 @@ def test_the_authors_pods_run_the_default_image_without_a_service_account_token(
         assert [c["image"] for c in spec["containers"]] == [IMAGE]
         projected = [v for v in spec.get("volumes", []) if "projected" in v]
         assert not projected, f"a token volume was mounted: {projected}"
-        assert not [m for c in spec["containers"] for m in c.get("volumeMounts", []) if "serviceaccount" in m["mountPath"]]
+        assert not [m for c in spec["containers"] for m in c.get("volumeMounts", [])
+                    if "serviceaccount" in m["mountPath"]]
 
 
 def test_a_claim_name_cannot_reach_another_namespaces_volume(

@@ -1,37 +1,19 @@
 """The real-node tier: control plane + a real node (containerd, kubelet, CoreDNS, local-path) +
 the training-operator and this project's operator as pods from their images (deploy/install.sh).
 
-- `real_node` (session): starts both in a temp dir and installs everything, or, with
-  DTR_NODE_DIR=<dir of `python tests/cluster/node.py up --dir DIR`>, uses that running node and
+- `real_node` (session, support.node): starts both in a temp dir and installs everything, or, with
+  DTR_NODE_DIR=<dir of `python -m devcluster.node up --dir DIR`>, uses that running node and
   installs into it (fast iteration).
-- `namespace` (per test): a fresh namespace that enforces Pod Security `restricted`.
+- `namespace` (per test, support.node): a fresh namespace that enforces Pod Security `restricted`.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from node_support import RealNode, restricted_namespace, start_real_node
-
-
-@pytest.fixture(scope="session")
-def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
-    with start_real_node(tmp_path_factory.mktemp("real-node")) as node:
-        yield node
-
-
-@pytest.fixture
-def namespace(real_node: RealNode, request: pytest.FixtureRequest) -> Iterator[str]:
-    with restricted_namespace(real_node, request.node.name) as name:
-        yield name
+from support.node import RealNode, node_namespace, real_node  # noqa: F401  (the tier's fixtures)
 
 
 @pytest.hookimpl(hookwrapper=True)

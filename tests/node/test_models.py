@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from e2e_support import digits_run
-from node_support import RealNode, saved_models
+from support.node import RealNode
+from support.runs import digits_run, saved_models
 
 LINEAGE = "lineage.json"  # beside saved_model.pb in each version directory (docs/models.md)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 import statistics
 
-from e2e_support import digits_run
-from node_support import RealNode, percentile, watch_progress
+from support.node import RealNode, percentile, watch_progress
+from support.runs import digits_run
 
 # Three epochs show the order, the column while Running and the last one; each was 5 to 9 s on 2 cores
 # alone and 28 s as a pod beside a busy node (CI, 2026-12): longer than the operator's 5 s read interval,

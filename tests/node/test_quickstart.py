@@ -12,9 +12,11 @@ import time
 from typing import Any
 
 import yaml
-from cluster_fixtures import wait_for
-from e2e_support import digits_run
-from node_support import REPO, RealNode
+
+from support.node import RealNode
+from support.repo import REPO
+from support.runs import digits_run
+from support.wait import wait_for
 
 TWO_CPUS_MILLI = 2000
 
@@ -92,7 +94,8 @@ def test_mnist_example_is_scheduled_on_a_2_cpu_node_and_offline_fails_naming_the
     # run on this 2-CPU node is not kept Pending by a run that has already failed.
     def released() -> bool:
         pods = real_node.cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
-        return not [p for p in pods if p["metadata"]["name"] in workers and p["status"].get("phase") in ("Running", "Pending")]
+        return not [p for p in pods
+                    if p["metadata"]["name"] in workers and p["status"].get("phase") in ("Running", "Pending")]
 
     wait_for(released, "the failed run's worker pods deleted", timeout=120, interval=1)
     print(f"  worker pods released {time.monotonic() - t0 - elapsed:.1f} s after the run failed")
@@ -107,7 +110,8 @@ def test_a_run_asking_more_cpu_than_the_node_has_is_pending_in_the_schedulers_wo
     t0 = time.monotonic()
     real_node.apply(namespace, doc)
     try:
-        st = wait_for(lambda: (s := real_node.run_status(namespace, name)).get("reason") == "WorkerPodsNotStarting" and s,
+        st = wait_for(lambda: (s := real_node.run_status(namespace, name)).get("reason") == "WorkerPodsNotStarting"
+                      and s,
                       "WorkerPodsNotStarting", timeout=60, interval=1)  # fmt: skip
         print(f"\ncpu 64: {st['phase']}/{st['reason']} after {time.monotonic() - t0:.1f} s: {st['message']}")
         assert st["phase"] == "Pending", st

@@ -15,17 +15,17 @@ import time
 from pathlib import Path
 
 import yaml
-from cluster_fixtures import wait_for
-from e2e_support import digits_run  # the same small runs as the dtr run tests
-from node_support import (
+
+from support.node import (
     JOB_LABEL,
     OPERATOR_SELECTOR,
-    REPO,
     RealNode,
-    saved_models,
     score_model,
     tensorflow_status,
 )
+from support.repo import REPO
+from support.runs import digits_run, saved_models
+from support.wait import wait_for
 
 TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 DTR = Path(sys.executable).parent / "dtr"
@@ -160,10 +160,12 @@ def test_run_deleted_mid_training_stops_its_pods_and_keeps_the_pvc_only_with_ret
     real_node.cluster.kubectl("delete", "distrainingruns", *runs, "-n", namespace, "--timeout=60s")
 
     def all_gone() -> bool:
-        return not (real_node.names("tfjobs", namespace, "distml.dev/run") or real_node.names("pods", namespace, JOB_LABEL))
+        return not (real_node.names("tfjobs", namespace, "distml.dev/run")
+                    or real_node.names("pods", namespace, JOB_LABEL))
 
     wait_for(all_gone, "TFJobs and pods to go", timeout=180, interval=1)
-    wait_for(lambda: not real_node.names("pvc", namespace, "distml.dev/run=drop"), "the Delete run's PVC to go", timeout=120)
+    wait_for(lambda: not real_node.names("pvc", namespace, "distml.dev/run=drop"), "the Delete run's PVC to go",
+             timeout=120)
     kept = real_node.cluster.kubectl_json("get", "pvc", "keep-data", "-n", namespace)
     assert "deletionTimestamp" not in kept["metadata"]
     assert (keep_volume / "backup" / "keep").exists(), "the retained volume keeps its data"

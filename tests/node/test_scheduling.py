@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import re
 
-from cluster_fixtures import wait_for
-from e2e_support import digits_run
-from node_support import RealNode, saved_models
+from support.node import RealNode
+from support.runs import digits_run, saved_models
+from support.wait import wait_for
 
 EPOCHS = 12
 

@@ -1,108 +1,30 @@
-"""Fault injection helpers: `dtr operator` as a killable subprocess, an API server restart, a kubelet
-stand-in for worker pods (the suite writes their status, as a kubelet would)."""
+"""Fault injection helpers: an API server restart, a kubelet stand-in for worker pods (the suite writes
+their status, as a kubelet would). `dtr operator` as a killable subprocess: support.operator."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from api import Api, poll
-from controlplane import die_with_parent, free_port
-
-DTR = Path(sys.executable).parent / "dtr"
-KUBECTL = os.environ.get("DTR_KUBECTL") or shutil.which("kubectl") or "/usr/bin/kubectl"
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def healthy(port: int) -> bool:
-    try:
-        with _NO_PROXY.open(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
-
-
-@dataclass
-class OperatorProcess:
-    """`dtr operator --namespace NS` in its own process group; SIGKILL and restart it at will."""
-
-    namespace: str
-    log: Path
-    kubeconfig: Path
-    proc: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-    kills: int = 0
-    exits: list[int] = field(default_factory=list)  # exit codes of the runs that ended on their own
-
-    def start(self, wait_healthy: bool = True, timeout: float = 60) -> None:
-        assert self.proc is None or self.proc.poll() is not None
-        if self.proc is not None and self.proc.returncode not in (None, -signal.SIGKILL):
-            self.exits.append(self.proc.returncode)
-        port = free_port()
-        argv = [str(DTR), "operator", "--namespace", self.namespace, "--liveness-port", str(port), "--metrics-port", "0"]
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "DTR_TRAINER_IMAGE": "distml/trainer:0.1.0-test"}
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
-            )
-        self.starts += 1
-        if wait_healthy and not poll(lambda: healthy(port) or not self.alive(), timeout, 0.1):
-            raise AssertionError(f"the operator did not become healthy:\n{self.tail()}")
-        if not self.alive():
-            raise AssertionError(f"the operator exited at start:\n{self.tail()}")
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL the whole group: no cleanup, as an OOM kill or a node loss would end it."""
-        assert self.proc is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-        self.kills += 1
-
-    def stop(self) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            return self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            return self.proc.wait(10)
-
-    def tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def text(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-
+from devcluster.controlplane import KUBECTL, die_with_parent
+from support.api import Api
+from support.wait import poll
 
 # ---- the API server ------------------------------------------------------------------------------------
 
 
 def plane_dir(kubeconfig: Path, known: Path | None) -> Path:
-    """The control plane's directory (tests/cluster/controlplane.py layout: state.json beside kubeconfig)."""
+    """The control plane's directory (devcluster/controlplane.py layout: state.json beside kubeconfig)."""
     root = known or kubeconfig.parent
     if not (root / "state.json").exists():
-        raise AssertionError(f"no control-plane state in {root}: the API server restart needs a plane this suite can reach")
+        raise AssertionError(f"no control-plane state in {root}: "
+                             "the API server restart needs a plane this suite can reach")
     return root
 
 
@@ -132,7 +54,7 @@ def restart_apiserver(root: Path, kubeconfig: Path, down_seconds: float = 2.0, d
     started = time.monotonic()
     with open(root / "logs" / "kube-apiserver.log", "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=root,
-                                start_new_session=True, preexec_fn=die_with_parent if die_with_test else None)  # noqa: PLW1509
+                                start_new_session=True, preexec_fn=die_with_parent if die_with_test else None)
     state["pids"]["kube-apiserver"] = proc.pid
     tmp = state_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=2))

@@ -17,11 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ledger import load, results_path
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-
-from ledger import load, results_path
 
 # test_node_faults.py's scenarios, by the names it records them under (it takes them from here).
 NODE_FAULTS = {
@@ -56,7 +55,8 @@ EXPECTED = {
 
 ELSEWHERE = [
     ("fault", "a worker SIGKILLed mid-run (resumes from backup; `Never` fails naming the worker)",
-     ("tests/node/test_real_node.py::test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_no_token, "
+     ("tests/node/test_real_node.py::"
+      "test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_no_token, "
       "::test_worker_container_killed_with_never_fails_the_run_naming_the_worker (containers on the real node)")),
     ("fault", "operator pod deleted during a real training run",
      "tests/node/test_real_node.py::test_operator_pod_deleted_mid_run_is_replaced_and_the_run_continues_without_duplicates"),
@@ -79,7 +79,8 @@ def versions() -> dict[str, str]:
         f = cache / f"{component}.version"
         out[component] = f.read_text().split()[0] if f.exists() else "?"
     try:
-        proc = subprocess.run(["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True, check=False)
+        proc = subprocess.run(["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True,
+                              check=False)
         out["kubectl"] = json.loads(proc.stdout)["clientVersion"]["gitVersion"]
     except (OSError, ValueError, KeyError):
         out["kubectl"] = "?"
@@ -229,7 +230,7 @@ def merge_sessions(sessions: list[dict[str, Any]] | dict[str, Any]) -> dict[str,
     }
 
 
-def render(records: list[dict[str, Any]], session: dict[str, Any] | None, meta: dict[str, str]) -> str:
+def render(records: list[dict[str, Any]], session: dict[str, Any] | None, meta: dict[str, str]) -> str:  # noqa: C901
     lines: list[str] = []
     add = lines.append
     add("# Reliability and security: what was tried and what survived")
@@ -239,7 +240,8 @@ def render(records: list[dict[str, Any]], session: dict[str, Any] | None, meta: 
         "Do not edit by hand.")  # fmt: skip
     add("")
     if session:
-        when = datetime.fromtimestamp(session["started"], UTC).strftime("%Y-%m-%d %H:%M UTC") if session.get("started") else "?"
+        started = session.get("started")
+        when = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%d %H:%M UTC") if started else "?"
         state = "passed" if session.get("exitstatus") == 0 else f"FAILED ({session.get('failed')} failed)"
         # Its duration stays in results.json: what the suite costs has one home, docs/cluster.md#what-ci-costs.
         add(f"Last run: {when}, {session.get('collected')} tests, {state} "
@@ -317,7 +319,8 @@ def render(records: list[dict[str, Any]], session: dict[str, Any] | None, meta: 
         add("| case | field named | refused | the API server's answer |")
         add("|---|---|---:|---|")
         for r in invalid:
-            add(f"| {r['case']} | `{r['detail'].get('field')}` | {r['correct']}/{r['tried']} | {cell(r['user_sees'], 260)} |")
+            add(f"| {r['case']} | `{r['detail'].get('field')}` | {r['correct']}/{r['tried']} | "
+                f"{cell(r['user_sees'], 260)} |")
         add("")
     return "\n".join(lines)
 

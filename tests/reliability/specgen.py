@@ -142,7 +142,8 @@ def reproducible(examples: int) -> Callable[[Any], Any]:
             deadline=None,
             phases=PHASES,
             # filter_too_much: the driven test rejects the specs the API server refused (they are not its examples)
-            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much],
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                   HealthCheck.filter_too_much],
         )(test)
         return seed(SEED)(test)
 

@@ -21,10 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from api import RUN_LABEL, Api, poll
-from cluster_fixtures import Cluster
+from dtr_operator.builders import RUN_LABEL
 from faults import (
-    OperatorProcess,
     bind_pods,
     plane_dir,
     pods_running,
@@ -32,6 +30,11 @@ from faults import (
     restart_apiserver,
 )
 from ledger import Ledger, Record
+
+from support.api import Api
+from support.cluster import Cluster
+from support.operator import OperatorProcess
+from support.wait import poll, wait_status
 
 KILLS = int(os.environ.get("DTR_RELIABILITY_KILLS", "20"))
 SEED = 6
@@ -67,13 +70,7 @@ def children(api: Api, namespace: str, name: str) -> tuple[list[str], list[str]]
 
 
 def wait_phase(api: Api, namespace: str, name: str, phase: str, timeout: float = 60, **more: Any) -> dict[str, Any]:
-    def probe() -> dict[str, Any] | None:
-        st = api.status(namespace, name)
-        return st if st.get("phase") == phase and all(st.get(k) == v for k, v in more.items()) else None
-
-    got = poll(probe, timeout)
-    assert got, f"run {name}: not {phase} {more} after {timeout:.0f}s; last status {api.status(namespace, name)}"
-    return got
+    return wait_status(lambda: api.status(namespace, name), f"run {name}", timeout, phase=phase, **more)
 
 
 def sees(st: dict[str, Any]) -> str:
@@ -83,7 +80,7 @@ def sees(st: dict[str, Any]) -> str:
 # ---- the operator SIGKILLed at random points --------------------------------------------------------------
 
 
-def test_operator_sigkilled_at_random_points(
+def test_operator_sigkilled_at_random_points(  # noqa: C901 (one scenario, read top to bottom)
     api: Api, namespace: str, operator: OperatorProcess, ledger: Ledger
 ) -> None:
     rng = random.Random(SEED)
@@ -264,7 +261,8 @@ def test_tfjob_deleted_out_of_band(api: Api, namespace: str, operator: OperatorP
     time.sleep(5)
     jobs, pvcs = children(api, namespace, "orphan")
     after = api.status(namespace, "orphan")
-    ok = not jobs and pvcs == pvcs_before and after["phase"] == "Failed" and "create a new DistTrainingRun" in final["message"]
+    ok = (not jobs and pvcs == pvcs_before and after["phase"] == "Failed"
+          and "create a new DistTrainingRun" in final["message"])
     ledger.add(
         Record(
             area="fault",
@@ -274,7 +272,8 @@ def test_tfjob_deleted_out_of_band(api: Api, namespace: str, operator: OperatorP
             lost=int(pvcs != pvcs_before),
             duplicated=int(bool(jobs)),
             user_sees=sees(final),
-            detail={"runs": 1, "runs_correct": int(ok), "tfjobs_after_restart": len(jobs), "pvc_kept": pvcs == pvcs_before},
+            detail={"runs": 1, "runs_correct": int(ok), "tfjobs_after_restart": len(jobs),
+                    "pvc_kept": pvcs == pvcs_before},
         )
     )
     assert ok, (sees(after), jobs, pvcs, pvcs_before)
@@ -296,7 +295,9 @@ FOREIGN_TFJOB = {
 }
 
 
-def test_foreign_children_with_the_run_names(api: Api, namespace: str, operator: OperatorProcess, ledger: Ledger) -> None:
+def test_foreign_children_with_the_run_names(
+    api: Api, namespace: str, operator: OperatorProcess, ledger: Ledger
+) -> None:
     from kubernetes import client
 
     foreign = {**FOREIGN_TFJOB, "metadata": {**FOREIGN_TFJOB["metadata"], "namespace": namespace}}
@@ -369,7 +370,8 @@ def test_pvc_deleted_under_a_running_job(api: Api, namespace: str, operator: Ope
     # its pods (cleanPodPolicy None): the volume, with the model on it, stays until the run is deleted.
     time.sleep(3)
     kept = api.pvc(namespace, "vol-gone-data")
-    kept_after_success = kept is not None and kept.metadata.uid == pvc_uid and kept.metadata.deletion_timestamp is not None
+    kept_after_success = (kept is not None and kept.metadata.uid == pvc_uid
+                          and kept.metadata.deletion_timestamp is not None)
     jobs, pvcs = children(api, namespace, "vol-gone")
     api.custom.delete_namespaced_custom_object(
         "distml.dev", "v1alpha1", namespace, "disttrainingruns", "vol-gone", propagation_policy="Foreground"

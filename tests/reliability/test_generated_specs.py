@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from api import RUN_LABEL, Api, poll
-from cluster_fixtures import Cluster
+from dtr_operator.builders import RUN_LABEL
 from hypothesis import assume, given
 from kopf.testing import KopfRunner
 from ledger import Ledger, Record
@@ -46,6 +45,10 @@ from specgen import (
     specs,
     stratum,
 )
+
+from support.api import Api
+from support.cluster import Cluster
+from support.wait import poll
 
 # Accepted specs driven to their end; the refused ones drawn on the way are checked and counted as well.
 EXAMPLES = int(os.environ.get("DTR_RELIABILITY_EXAMPLES", "50"))
@@ -153,7 +156,8 @@ def finish(h: Harness, ledger: Ledger, elapsed: float) -> None:
     # first attempt need show: a run created just before the operator stops may not have been tried yet.
     if attempts_seen and not any(attempts_seen.values()):
         seen = [ln[:160] for ln in output.splitlines() if any(n in ln for n in attempts_seen)][:3]
-        t.problems.append(f"no retry seen in the operator's log for {sorted(attempts_seen)} (log format changed?) {seen}")
+        t.problems.append(f"no retry seen in the operator's log for {sorted(attempts_seen)} "
+                          f"(log format changed?) {seen}")
     # The sample must reach every stratum the suite can drive: each ending on some run that trains.
     untried = [e for e in ENDINGS if not t.paths[f"trains, then {e}"]]
     if t.accepted >= EXAMPLES >= 50 and untried:
@@ -250,7 +254,7 @@ def drive(h: Harness, name: str, spec: dict[str, Any], ending: str) -> dict[str,
     return poll(lambda: (s := api.status(ns, name)).get("phase") in TERMINAL and s, limit) or api.status(ns, name)
 
 
-def judge(spec: dict[str, Any], ending: str, final: dict[str, Any]) -> str | None:
+def judge(spec: dict[str, Any], ending: str, final: dict[str, Any]) -> str | None:  # noqa: C901
     """Why the final status is wrong for what was done (None: right)."""
     if not explained(final):
         return f"no phase/reason/message: {final}"

@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from api import Api, run_doc
-from cluster_fixtures import Cluster
 from dtr_operator.spec import RunSpec, SpecError, parse_run
 from hypothesis import given
 from ledger import Ledger, Record
@@ -43,6 +41,10 @@ from specgen import (
     specs,
     stratum,
 )
+
+from support.api import Api
+from support.cluster import Cluster
+from support.runs import run_doc
 
 EXAMPLES = int(os.environ.get("DTR_RELIABILITY_DRY_RUN_EXAMPLES", "1000"))
 CASE = "hypothesis specs (derandomized), server-side dry-run, the operator's parser alongside"
@@ -190,7 +192,8 @@ def judge(s: Sender, spec: dict[str, Any]) -> Verdict:
     if code == 201 and returned is not None:
         as_returned = parsed(returned)
         if isinstance(as_returned, str) or isinstance(written, str):
-            v.wrong = f"the parser refuses what the server accepted: {written if isinstance(written, str) else as_returned}"
+            refused = written if isinstance(written, str) else as_returned
+            v.wrong = f"the parser refuses what the server accepted: {refused}"
         elif not same(as_returned, written):
             v.wrong = f"defaults differ: the server's object parses to {as_returned}, the spec as written to {written}"
         else:
@@ -265,5 +268,6 @@ def test_the_api_server_and_the_parser_accept_and_refuse_the_same_specs(sender: 
     count(t, spec, v)
     found = v if v.wrong is not None else peel(s, spec, v)
     if found is not None:
-        t.disagreements.append({"spec": spec, "after_peeling": found is not v, "server": f"{found.code} {found.message}"[:600],
+        t.disagreements.append({"spec": spec, "after_peeling": found is not v,
+                                "server": f"{found.code} {found.message}"[:600],
                                 "wrong": (found.wrong or "")[:600]})  # fmt: skip

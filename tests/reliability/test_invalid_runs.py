@@ -16,23 +16,14 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_fixtures import Cluster
 from ledger import Ledger, Record
+
+from support.cluster import Cluster
+from support.runs import run_doc
 
 CORPUS = Path(__file__).resolve().parent / "invalid_runs.yaml"
 CASES: list[dict[str, Any]] = yaml.safe_load(CORPUS.read_text())["cases"]
 GROUPS = ("name", "type", "range", "enum", "storage", "path", "unknown", "scheduling", "edit")
-
-
-def run_doc(name: str, namespace: str, spec: Any, top: dict[str, Any] | None = None) -> dict[str, Any]:
-    doc = {
-        "apiVersion": "distml.dev/v1alpha1",
-        "kind": "DistTrainingRun",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }
-    doc.update(top or {})
-    return doc
 
 
 def deep_merge(base: Any, patch: Any) -> Any:
@@ -77,14 +68,15 @@ def refused_naming(proc: Any, case: dict[str, Any]) -> tuple[bool, str]:
 
 def server_message(stderr: str) -> str:
     """kubectl's stderr as one line, without its client/server version-skew notice."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith("WARNING: version difference")]
+    lines = [ln.strip() for ln in stderr.splitlines()
+             if ln.strip() and not ln.startswith("WARNING: version difference")]
     return " ".join(lines)
 
 
 def send_new(cluster: Cluster, namespace: str, case: dict[str, Any], index: int) -> dict[str, tuple[bool, str]]:
     """The manifest through kubectl apply and kubectl create: client -> (refused as required, message)."""
     name = case.get("name") or f"bad-{index}"
-    doc = json.dumps(run_doc(name, namespace, case["spec"], case.get("top")))
+    doc = json.dumps(run_doc(name, namespace, case["spec"], top=case.get("top")))
     seen = {}
     for client in ("apply", "create"):
         proc = cluster.kubectl(client, "-f", "-", input=doc, check=False)
@@ -138,7 +130,8 @@ def test_each_invalid_run_is_refused_naming_the_field(
         )
     )
     for client, (ok, message) in seen.items():
-        assert ok, f"kubectl {client}: expected a refusal naming {case['field']} {case.get('words', [])}, got: {message}"
+        assert ok, (f"kubectl {client}: expected a refusal naming {case['field']} {case.get('words', [])}, "
+                    f"got: {message}")
 
 
 def test_no_refused_run_was_stored(control_plane: Cluster, corpus_ns: str) -> None:
@@ -184,7 +177,8 @@ def test_unknown_fields_per_client(control_plane: Cluster, corpus_ns: str, ledge
                 k for k in ("optimizer",) if k in got["spec"].get("training", {})
             ]
             warned = "unknown field" in proc.stderr
-            observed[label] = f"stored, unknown fields {'kept' if kept else 'pruned'}, {'warning' if warned else 'no warning'}"
+            observed[label] = (f"stored, unknown fields {'kept' if kept else 'pruned'}, "
+                               f"{'warning' if warned else 'no warning'}")
         return proc, got
 
     proc, got = attempt("kubectl apply", "apply")

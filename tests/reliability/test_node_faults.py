@@ -1,4 +1,4 @@
-"""Faults of the node and of the volume, injected for real on the real node (tests/cluster/node.py):
+"""Faults of the node and of the volume, injected for real on the real node (devcluster/node.py):
 the kubelet and containerd killed and restarted mid-training, the whole node "rebooted" (kubelet,
 containerd and every container killed at once), a worker OOM-killed by its memory limit, the volume
 full mid-run, and a volume uid 1000 cannot write. Each is driven to its end and recorded in
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,34 +23,16 @@ import pytest
 from ledger import Ledger, Record
 from report import NODE_FAULTS as CASES
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "node"))
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-
-from e2e_support import digits_run
-from node_support import (
-    RealNode,
-    restricted_namespace,
-    saved_models,
-    score_model,
-    start_real_node,
-)
+from support import node as node_support
+from support.node import RealNode, score_model
+from support.runs import digits_run, saved_models
 
 EPOCHS = 12
 STEPS = 40  # ~0.4 s per epoch on 2 cores: the fault lands mid-training with room to spare
 
-
-@pytest.fixture(scope="module")
-def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
-    with start_real_node(tmp_path_factory.mktemp("fault-node")) as node:
-        yield node
-
-
-@pytest.fixture
-def namespace(real_node: RealNode, request: pytest.FixtureRequest) -> Iterator[str]:
-    """Not the control-plane `namespace` of this directory's conftest: one on the real node."""
-    with restricted_namespace(real_node, request.node.name) as name:
-        yield name
+# The real node's fixtures: `real_node`, and `namespace` on it (not this directory's control-plane one).
+real_node = node_support.real_node
+namespace = node_support.node_namespace
 
 
 @dataclass
@@ -66,7 +47,8 @@ class Outcome:
 def outcome(real_node: RealNode, namespace: str, name: str, claim: str, volume: Path | None = None) -> Outcome:
     st = real_node.wait_terminal(namespace, name, timeout=600)
     tfjobs = len(real_node.names("tfjobs", namespace, f"distml.dev/run={name}"))
-    pvcs = len(real_node.cluster.kubectl("get", "pvc", claim, "-n", namespace, "-o", "name", check=False).stdout.split())
+    pvc_names = real_node.cluster.kubectl("get", "pvc", claim, "-n", namespace, "-o", "name", check=False).stdout
+    pvcs = len(pvc_names.split())
     root = volume if volume is not None else real_node.volume(namespace, claim)
     models = saved_models(root / "models")
     loads = None
@@ -127,7 +109,8 @@ def test_the_whole_node_rebooted_mid_training(real_node: RealNode, namespace: st
     chief = real_node.logs(namespace, f"{name}-worker-0")
     resumed = "resumed from backup at epoch" in chief
     ok = succeeded_once(out) and resumed
-    record(ledger, CASES["reboot"], ok, out, f"Running/TFJobRestarting while the kubelet restarts the containers; they resume from the "
+    record(ledger, CASES["reboot"], ok, out,
+           f"Running/TFJobRestarting while the kubelet restarts the containers; they resume from the "
            f"backup ({'seen' if resumed else 'NOT seen'} in the chief's log); ends {out.status.get('phase')} with "
            f"one model", restarts=out.status.get("workerRestarts"), resumed=resumed)  # fmt: skip
     assert ok, (out, chief[-2000:])

@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 import yaml
-from api import Api, poll
-from cluster_fixtures import Cluster
 from kopf.testing import KopfRunner
 from ledger import Ledger, Record
+
+from support.api import Api
+from support.cluster import Cluster
+from support.wait import poll
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "distml/trainer:0.1.0-test"
@@ -44,7 +46,8 @@ def restricted_ns(control_plane: Cluster) -> Iterator[str]:
 
 
 def tfjob_events(api: Api, namespace: str, name: str) -> list[str]:
-    got = api.core.list_namespaced_event(namespace, field_selector=f"involvedObject.kind=TFJob,involvedObject.name={name}")
+    selector = f"involvedObject.kind=TFJob,involvedObject.name={name}"
+    got = api.core.list_namespaced_event(namespace, field_selector=selector)
     return [f"{e.reason}: {e.message}" for e in got.items]
 
 
@@ -87,7 +90,8 @@ def test_trainer_pods_are_admitted_under_restricted(
             case="restricted PSS enforced: the run's TFJob worker pods",
             tried=admitted + 1,
             correct=(admitted if contexts_ok else 0) + int(bool(refusal) and not weak_pods),
-            user_sees=f"{admitted} of 3 worker pods admitted; a weakened TFJob: {(refusal or ['(no refusal)'])[0][:160]}",
+            user_sees=f"{admitted} of 3 worker pods admitted; "
+                      f"a weakened TFJob: {(refusal or ['(no refusal)'])[0][:160]}",
             detail={"pods_admitted": admitted, "security_contexts_restricted": contexts_ok,
                     "weakened_refused": bool(refusal) and not weak_pods, "tfjob_events": events[:5]},
         )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import run_trainer
 from dtr_trainer.errors import EXIT_DATA, EXIT_DOWNLOAD, EXIT_TF_CONFIG, EXIT_USAGE
+
+from support.trainer import run_trainer
 
 
 def error_lines(stderr: str):
@@ -30,46 +31,46 @@ def assert_one_line_error(result, code: int, *needles: str) -> str:
     ('{"cluster": {"ps": ["localhost:1"]}, "task": {"type": "ps", "index": 0}}', "unsupported jobs"),
 ])
 def test_bad_tf_config(volume, tf_config, needle):
-    result = run_trainer(["--dataset", "digits"] + volume.args(), volume, tf_config_text=tf_config)
+    result = run_trainer(["--dataset", "digits", *volume.args()], volume, tf_config_text=tf_config)
     assert_one_line_error(result, EXIT_TF_CONFIG, "bad TF_CONFIG", needle)
 
 
 def test_unknown_model(volume):
-    result = run_trainer(["--model", "resnet", "--dataset", "digits"] + volume.args(), volume)
+    result = run_trainer(["--model", "resnet", "--dataset", "digits", *volume.args()], volume)
     assert_one_line_error(result, EXIT_USAGE, "--model", "resnet", "cnn")
 
 
 def test_bad_number(volume):
-    result = run_trainer(["--epochs", "0", "--dataset", "digits"] + volume.args(), volume)
+    result = run_trainer(["--epochs", "0", "--dataset", "digits", *volume.args()], volume)
     assert_one_line_error(result, EXIT_USAGE, "--epochs", ">= 1")
 
 
 def test_missing_npz(volume):
-    result = run_trainer(["--dataset", "nope.npz"] + volume.args(), volume)
+    result = run_trainer(["--dataset", "nope.npz", *volume.args()], volume)
     assert_one_line_error(result, EXIT_DATA, "nope.npz", "not found")
 
 
 def test_npz_path_escaping_the_data_dir(volume):
     secret = volume.root / "models" / "outside.npz"
     np.savez(secret, x_train=np.zeros((4, 28, 28), np.uint8), y_train=np.zeros(4, np.int64))
-    result = run_trainer(["--dataset", "../models/outside.npz"] + volume.args(), volume)
+    result = run_trainer(["--dataset", "../models/outside.npz", *volume.args()], volume)
     assert_one_line_error(result, EXIT_DATA, "escapes --data-dir")
 
 
 def test_malformed_npz(volume):
     np.savez(volume.root / "data" / "bad.npz", x_train=np.zeros((4, 32, 32), np.uint8), y_train=np.zeros(4))
-    result = run_trainer(["--dataset", "bad.npz"] + volume.args(), volume)
+    result = run_trainer(["--dataset", "bad.npz", *volume.args()], volume)
     assert_one_line_error(result, EXIT_DATA, "[N,28,28]")
 
 
 def test_unknown_dataset_name(volume):
-    result = run_trainer(["--dataset", "cifar10"] + volume.args(), volume)
+    result = run_trainer(["--dataset", "cifar10", *volume.args()], volume)
     assert_one_line_error(result, EXIT_DATA, "unknown dataset", "digits")
 
 
 def test_download_that_cannot_happen_names_offline_alternatives(volume):
     # conftest points every proxy variable at a closed local port: no byte leaves the machine
-    result = run_trainer(["--dataset", "fashion_mnist"] + volume.args(), volume)
+    result = run_trainer(["--dataset", "fashion_mnist", *volume.args()], volume)
     line = assert_one_line_error(result, EXIT_DOWNLOAD, "cannot download fashion_mnist", "digits", "synthetic", ".npz")
     assert len(line) < 400
     leftovers = list((volume.root / "data").rglob("*"))

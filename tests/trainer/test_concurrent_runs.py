@@ -12,7 +12,9 @@ import json
 
 import numpy as np
 import pytest
-from conftest import (
+
+from devcluster.controlplane import free_ports
+from support.trainer import (
     Volume,
     all_entries,
     integer_dirs,
@@ -21,7 +23,6 @@ from conftest import (
     validate_lineage,
     worker_log_file,
 )
-from controlplane import free_ports
 
 MODEL_NAME = "shared-model"
 ARGS = ["--dataset", "digits", "--epochs", "2", "--batch-size-per-worker", "32", "--seed", "11"]
@@ -98,7 +99,8 @@ def test_each_version_carries_its_own_runs_lineage(two_runs):
         assert doc["trainerImage"] == "distml/trainer:test"
         assert doc["modelVersion"] == summary["modelVersion"] and doc["training"]["workers"] == RUNS[name]
         assert doc["metrics"] == {k: summary[k] for k in ("loss", "accuracy", "examplesPerSecond")}
-        claim = json.loads((volume.root / "models" / ".dtr-export" / MODEL_NAME / f"claim-{summary['modelVersion']}").read_text())
+        claim_file = volume.root / "models" / ".dtr-export" / MODEL_NAME / f"claim-{summary['modelVersion']}"
+        claim = json.loads(claim_file.read_text())
         assert claim["run"] == doc["run"]
 
 

@@ -7,7 +7,8 @@ import json
 import re
 import signal
 
-from conftest import (
+from devcluster.controlplane import free_ports
+from support.trainer import (
     Volume,
     all_entries,
     kill_all,
@@ -15,7 +16,6 @@ from conftest import (
     wait_for_line,
     worker_log_file,
 )
-from controlplane import free_ports
 
 EPOCHS = 10
 ARGS = ["--dataset", "digits", "--epochs", str(EPOCHS), "--batch-size-per-worker", "32", "--seed", "3"]

@@ -11,8 +11,9 @@ import json
 import re
 
 import pytest
-from conftest import Volume, kill_all, start_workers
-from controlplane import free_ports
+
+from devcluster.controlplane import free_ports
+from support.trainer import Volume, kill_all, start_workers
 
 ARGS = ["--model", "cnn", "--dataset", "synthetic", "--epochs", "2", "--steps-per-epoch", "25",
         "--steps-per-execution", "10", "--batch-size-per-worker", "32", "--seed", "3"]

@@ -8,8 +8,9 @@ that log that ends at an epoch's end, as the operator does when it reads the chi
 
 from __future__ import annotations
 
-from conftest import Volume, run_trainer
 from dtr_contract.progress import EpochEnd, parse_epoch_end, parse_epoch_end_line
+
+from support.trainer import Volume, run_trainer
 
 EPOCHS = 4
 ARGS = ["--dataset", "digits", "--epochs", str(EPOCHS), "--steps-per-epoch", "8", "--batch-size-per-worker", "16"]

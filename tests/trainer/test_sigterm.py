@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Volume, run_trainer, trainer_env
+
+from support.trainer import Volume, run_trainer, trainer_env
 
 # SIGTERM lands within half a second of epoch 3's end; nine epochs more (each a fraction of a second
 # here) leave room to see that it did not train on, and are all the restart has to finish.

@@ -7,7 +7,9 @@ import re
 
 import numpy as np
 import pytest
-from conftest import (
+
+from devcluster.controlplane import free_ports
+from support.trainer import (
     Volume,
     all_entries,
     integer_dirs,
@@ -16,7 +18,6 @@ from conftest import (
     validate_lineage,
     worker_log_file,
 )
-from controlplane import free_ports
 
 EPOCHS = 6
 ARGS = ["--model", "cnn", "--dataset", "digits", "--epochs", str(EPOCHS), "--batch-size-per-worker", "32",

@@ -36,7 +36,8 @@ def test_parse_tf_config(raw, expected):
 @pytest.mark.parametrize("raw", [
     "[]", "{", cfg({}, {"type": "worker", "index": 0}), cfg({"worker": "a:1"}, {"type": "worker", "index": 0}),
     cfg({"worker": ["a:1"]}, {"type": "ps", "index": 0}), cfg({"worker": ["a:1"]}, {"type": "worker", "index": -1}),
-    cfg({"worker": ["a:1"]}, {"type": "worker", "index": True}), cfg({"worker": ["nohost"]}, {"type": "worker", "index": 0}),
+    cfg({"worker": ["a:1"]}, {"type": "worker", "index": True}),
+    cfg({"worker": ["nohost"]}, {"type": "worker", "index": 0}),
     cfg({"chief": ["a:1", "b:1"]}, {"type": "chief", "index": 0}),
 ])
 def test_parse_tf_config_rejects(raw):
@@ -45,7 +46,8 @@ def test_parse_tf_config_rejects(raw):
 
 
 @pytest.mark.parametrize("raw, why", [
-    (cfg({"worker": ["a:1"], "ps": ["p:1"]}, {"type": "worker", "index": 0}), "unsupported jobs ['ps'] (MultiWorkerMirroredStrategy uses chief/worker only)"),
+    (cfg({"worker": ["a:1"], "ps": ["p:1"]}, {"type": "worker", "index": 0}),
+     "unsupported jobs ['ps'] (MultiWorkerMirroredStrategy uses chief/worker only)"),
     (cfg({"worker": ["a:1"]}, {"type": "worker", "index": "one"}), "task.index must be an integer, got 'one'"),
     (cfg({"chief": ["c:1"], "worker": ["a:1"]}, {"type": "chief", "index": 1}),
      "task chief/1 is not in cluster.chief (1 tasks)"),
@@ -88,7 +90,7 @@ def test_to_unit_images_keeps_unit_floats():
 
 
 def test_to_labels_rejects_out_of_range():
-    with pytest.raises(DataError, match="0..9"):
+    with pytest.raises(DataError, match=r"0\.\.9"):
         data.to_labels(np.array([0, 10]), 2, "t")
 
 

@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import Volume, run_trainer
+
+from support.trainer import Volume, run_trainer
 
 ARGS = ["--dataset", "digits", "--epochs", "1", "--steps-per-epoch", "3", "--batch-size-per-worker", "16"]
 EXIT_VOLUME = 7

@@ -60,7 +60,8 @@ def test_an_unwritable_dir_is_one_warning_and_stderr_stays(tmp_path, install_fak
 def test_a_write_failure_later_stops_the_copy_with_one_warning(tmp_path, install_fake_stderr):
     fake_stderr = install_fake_stderr()
     warnings = []
-    worker_log.start(str(tmp_path), "worker-0", RunIdentity(), lambda m: (warnings.append(m), print(m, file=sys.stderr)))
+    worker_log.start(str(tmp_path), "worker-0", RunIdentity(),
+                     lambda m: (warnings.append(m), print(m, file=sys.stderr)))
     sys.stderr._file.close()  # the volume went away
     print("still on stderr", file=sys.stderr)
     print("and again", file=sys.stderr)

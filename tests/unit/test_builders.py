@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from dtr_fixtures import make_run
 from dtr_operator import builders as b
 from dtr_operator.builders import (
     build_pvc,
@@ -16,6 +15,8 @@ from dtr_operator.builders import (
     trainer_args,
 )
 from dtr_operator.spec import parse_run
+
+from support.runs import make_run
 
 UID = "0b6e4a52-1111-2222-3333-444455556666"
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
-from dtr_fixtures import make_run
 from dtr_operator.builders import build_tfjob, effective_spec, trainer_args, trainer_env
 from dtr_operator.spec import parse_run
 from hypothesis import given
 from hypothesis import strategies as st
+
+from support.runs import make_run
 
 UID = "0b6e4a52-1111-2222-3333-444455556666"
 

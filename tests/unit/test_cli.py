@@ -8,9 +8,10 @@ import sys
 
 import pytest
 import yaml
-from dtr_fixtures import REPO
 from dtr_operator import cli
 from dtr_operator import settings as cfg
+
+from support.repo import REPO
 
 
 def render_docs(capsys, *argv):
@@ -132,7 +133,8 @@ def test_settings_from_env():
 
 def test_flags_win_over_env():
     env = {"DTR_NAMESPACE": "a", "DTR_TRAINER_IMAGE": "reg/t:2", "DTR_LIVENESS_PORT": "1"}
-    s = cfg.from_args(_operator_args("-n", "x", "--namespace", "y,z", "--trainer-image", "i:3", "--liveness-port", "0"), env)
+    args = _operator_args("-n", "x", "--namespace", "y,z", "--trainer-image", "i:3", "--liveness-port", "0")
+    s = cfg.from_args(args, env)
     assert s.namespaces == ("x", "y", "z") and s.trainer_image == "i:3" and s.liveness_port == 0
     assert cfg.from_args(_operator_args("--all-namespaces"), env).all_namespaces
 
@@ -182,7 +184,8 @@ def test_the_operator_command_loads_none_of_the_local_tooling():
         "import sys\n"
         "from dtr_operator import cli\n"
         "cli.build_parser().parse_args(['operator', '--all-namespaces'])\n"
-        "print(sorted(m for m in sys.modules if m.startswith('dtr_operator.local.') and m != 'dtr_operator.local.cli'))\n"
+        "print(sorted(m for m in sys.modules\n"
+        "             if m.startswith('dtr_operator.local.') and m != 'dtr_operator.local.cli'))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out

@@ -7,7 +7,8 @@ import sys
 from types import ModuleType
 
 import yaml
-from dtr_fixtures import REPO
+
+from support.repo import REPO
 
 
 def _load_gen() -> ModuleType:

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from dtr_fixtures import REPO
+
+from support.repo import REPO, clean_env
 
 DOCTOR = REPO / "deploy" / "doctor.sh"
 BASH = shutil.which("bash") or "/bin/bash"
 # What doctor.sh itself calls, beside the tools it checks for.
 COREUTILS = ("bash", "dirname", "sed", "sort", "head", "tail", "awk", "df", "stat", "timeout", "cat", "readlink")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This environment less what make and the Makefile pass down (no -j, no PY_TRAINER of a calling make)."""
-    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL", "MFLAGS", "PY_OP", "PY_TRAINER"}}
-    env.update(extra)
-    return env
 
 
 def real_python311() -> str:

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 import yaml
-from dtr_fixtures import REPO
 
-
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL", "MFLAGS"}}
+from support.repo import REPO, clean_env
 
 
 def test_dtr_shim_through_a_symlink_from_another_directory(tmp_path):

@@ -7,10 +7,11 @@ import re
 from typing import Any
 
 import pytest
-from dtr_fixtures import make_run
 from dtr_operator import fields
 from dtr_operator.builders import build_pvc, build_tfjob, trainer_args
 from dtr_operator.spec import parse_run
+
+from support.runs import make_run
 
 # A value other than the default for every field with a destination: a field added to the table without one
 # here fails test_every_destination_has_a_sample.

@@ -65,13 +65,14 @@ def test_load_run_errors_are_one_line_naming_the_problem():
     assert r.load_run(RUN, "f.yaml").name == "digits"
     with pytest.raises(r.RunError, match="not valid YAML"):
         r.load_run("a: [", "f.yaml")
-    with pytest.raises(r.RunError, match="f.yaml: apiVersion not set"):
+    with pytest.raises(r.RunError, match=r"f\.yaml: apiVersion not set"):
         r.load_run("kind: Pod\n", "f.yaml")
     with pytest.raises(r.RunError, match=r"no DistTrainingRun in this file \(found Pod;"):
         r.load_run("apiVersion: v1\nkind: Pod\n", "f.yaml")
     with pytest.raises(r.RunError, match="one DistTrainingRun at a time; this file has 2"):
         r.load_run(RUN + "---" + RUN, "f.yaml")
-    with pytest.raises(r.RunError, match=r"f\.yaml: DistTrainingRun digits: spec\.workers: must be between 1 and 64, got 0"):
+    with pytest.raises(r.RunError,
+                       match=r"f\.yaml: DistTrainingRun digits: spec\.workers: must be between 1 and 64, got 0"):
         r.load_run(RUN.replace("workers: 2", "workers: 0"), "f.yaml")
     with pytest.raises(r.RunError, match=r"f\.yaml: spec\.suspend is true: a suspended run trains nowhere"):
         r.load_run(RUN.replace("workers: 2,", "workers: 2, suspend: true,"), "f.yaml")
@@ -101,7 +102,8 @@ DEADLINE = ("Failed", "DeadlineExceeded", "TFJob ns/j has failed because it was 
         ("OnFailure", {}, 5, 0.0, None), ("OnFailure", {}, 6, 0.0, BACKOFF),  # the training-operator's default 6
         ("OnFailure", {"backoffLimit": 2}, 2, 0.0, BACKOFF),
         ("Never", {}, 0, 0.0, None),
-        ("Never", {"activeDeadlineSeconds": 60}, 0, 60.0, None), ("Never", {"activeDeadlineSeconds": 60}, 0, 60.5, DEADLINE),
+        ("Never", {"activeDeadlineSeconds": 60}, 0, 60.0, None),
+        ("Never", {"activeDeadlineSeconds": 60}, 0, 60.5, DEADLINE),
     ],
 )  # fmt: skip
 def test_end_by_limits(policy, run_policy, restarts, elapsed, end):

@@ -3,15 +3,9 @@ wording), and `make install-cli` links ./dtr."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 
-from dtr_fixtures import REPO
-
-
-def clean_env() -> dict[str, str]:
-    """No -j, no PY_TRAINER from a calling make (make test-unit)."""
-    return {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL", "MFLAGS", "PY_OP", "PY_TRAINER"}}
+from support.repo import REPO, clean_env
 
 
 def test_make_setup_trainer_without_python39_fails_with_the_doctors_message(tmp_path):

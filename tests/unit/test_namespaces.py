@@ -6,7 +6,8 @@ from dtr_operator import namespaces as ns
 
 
 def deployment(args=(), env=None, name="dtr-operator", ready=1):
-    container = {"name": "operator", "args": list(args), "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}
+    container = {"name": "operator", "args": list(args),
+                 "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}
     return {"metadata": {"namespace": "dtr-system", "name": name}, "spec": {"replicas": 1, "template": {"spec": {
         "containers": [{"name": "sidecar"}, container]}}}, "status": {"readyReplicas": ready}}  # fmt: skip
 

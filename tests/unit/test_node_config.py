@@ -1,4 +1,4 @@
-"""The real node's rendered configuration (tests/cluster/node.py's pure parts): seconds, no root.
+"""The real node's rendered configuration (devcluster/node.py's pure parts): seconds, no root.
 
 The node tier proves these on a machine; here a typo in a manifest or a pin fails at once.
 """
@@ -6,14 +6,12 @@ The node tier proves these on a machine; here a typo in a manifest or a pin fail
 from __future__ import annotations
 
 import json
-import sys
 import tomllib
 from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
-import node  # tests/cluster is not a package
+from devcluster import node
 
 LAYOUT = node.NodeLayout(Path("/srv/dtr/node"))
 PINS = node.pinned(node.HERE / "versions.env")
@@ -25,7 +23,8 @@ def docs(addon: str) -> list[dict]:
 
 
 def images(objects: list[dict]) -> set[str]:
-    return {c["image"] for o in objects if o["kind"] == "Deployment" for c in o["spec"]["template"]["spec"]["containers"]}
+    return {c["image"] for o in objects if o["kind"] == "Deployment"
+            for c in o["spec"]["template"]["spec"]["containers"]}
 
 
 def test_every_addon_renders_with_the_pinned_images():

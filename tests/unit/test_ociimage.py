@@ -1,22 +1,16 @@
-"""tests/cluster/ociimage.py: the OCI image-layout tars the node's images are imported from."""
+"""devcluster/ociimage.py: the OCI image-layout tars the node's images are imported from."""
 
 import gzip
 import hashlib
-import importlib.util
 import io
 import json
 import os
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "ociimage", Path(__file__).resolve().parents[1] / "cluster" / "ociimage.py")
-assert _spec and _spec.loader
-oi = sys.modules["ociimage"] = importlib.util.module_from_spec(_spec)  # dataclasses look their module up
-_spec.loader.exec_module(oi)
+from devcluster import ociimage as oi
 
 
 def sha(b: bytes) -> str:

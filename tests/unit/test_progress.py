@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from dtr_fixtures import make_run
 from dtr_operator import status as st
 from dtr_operator.spec import parse_run
+
+from support.runs import make_run
 
 T0, T1 = "2026-11-30T18:00:00Z", "2026-11-30T18:00:05Z"
 RUN = parse_run(make_run({"workers": 2, "training": {"epochs": 8}}, uid="u-1", generation=1))

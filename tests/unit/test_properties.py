@@ -7,12 +7,13 @@ import dataclasses
 import json
 import re
 
-from dtr_fixtures import make_run
 from dtr_operator import status as status_mod
 from dtr_operator.builders import build_pvc, build_tfjob, children, effective_spec
 from dtr_operator.spec import RunSpec, SpecError, parse_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from support.runs import make_run
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 FIELDS = (
@@ -59,7 +60,9 @@ specs = st.fixed_dictionaries(
         "imagePullPolicy": maybe(st.sampled_from(["Always", "IfNotPresent", "Never", "Sometimes"])),
         "training": maybe(training),
         "storage": maybe(storage),
-        "export": maybe(st.fixed_dictionaries({}, optional={"modelName": maybe(st.sampled_from(["m", "../m", "a_b"]))})),
+        "export": maybe(
+            st.fixed_dictionaries({}, optional={"modelName": maybe(st.sampled_from(["m", "../m", "a_b"]))})
+        ),
         "resources": maybe(st.fixed_dictionaries({}, optional={"limits": maybe(st.just({"cpu": "1"}))})),
         "restartPolicy": maybe(st.sampled_from(["Never", "OnFailure", "ExitCode", "Always"])),
         "backoffLimit": maybe(st.integers(-1, 101)),
@@ -123,7 +126,8 @@ conditions = st.lists(
     max_size=6,
 )  # fmt: skip
 counts = st.fixed_dictionaries({}, optional={k: st.integers(0, 64) for k in ("active", "succeeded", "failed")})
-messages = st.one_of(st.none(), st.text(max_size=80), st.builds(json.dumps, st.dictionaries(st.text(max_size=8), anything)))
+messages = st.one_of(st.none(), st.text(max_size=80),
+                     st.builds(json.dumps, st.dictionaries(st.text(max_size=8), anything)))
 
 
 @settings(max_examples=150, deadline=None)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ast
 
-from dtr_fixtures import REPO
 from dtr_operator import reasons
+
+from support.repo import REPO
 
 OPERATOR = REPO / "operator" / "dtr_operator"
 

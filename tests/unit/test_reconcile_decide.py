@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dtr_fixtures import make_run
 from dtr_operator import reconcile
 from dtr_operator.reconcile import UNREAD, Create, Observed, Record, Sync, decide
 from dtr_operator.spec import parse_run
+
+from support.runs import make_run
 
 OWN = parse_run(make_run({"workers": 2}, uid="u-1", generation=1))
 CLAIMED = parse_run(make_run({"storage": {"claimName": "shared"}}, uid="u-1", generation=1))
@@ -57,7 +58,8 @@ def test_our_tfjob_gone_after_we_created_it_fails_the_run():
 
 
 def test_a_foreign_tfjob_with_the_name_is_a_conflict():
-    assert reason(decide(OWN, {}, Observed(obj(owner_uid="someone-else", owner_name="other")))) == ("NameConflict", False)
+    foreign = Observed(obj(owner_uid="someone-else", owner_name="other"))
+    assert reason(decide(OWN, {}, foreign)) == ("NameConflict", False)
     assert reason(decide(OWN, {}, Observed(obj()))) == ("NameConflict", False)
 
 
@@ -181,7 +183,8 @@ def test_a_run_already_running_is_not_stopped_by_a_later_allow_list():
 def _job(condition: str, policy: str | None = "None") -> dict[str, Any]:
     run_policy = {} if policy is None else {"cleanPodPolicy": policy}
     return {"spec": {"runPolicy": run_policy},
-            "status": {"conditions": [{"type": "Created", "status": "True"}, {"type": condition, "status": "True"}]}}  # fmt: skip
+            "status": {"conditions": [{"type": "Created", "status": "True"},
+                                      {"type": condition, "status": "True"}]}}  # fmt: skip
 
 
 def _pod(name: str, phase: str) -> dict[str, Any]:

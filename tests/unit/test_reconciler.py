@@ -10,9 +10,10 @@ import logging
 from typing import Any
 
 import pytest
-from dtr_fixtures import make_run
 from dtr_operator.kube import ApiError, Conflict
 from dtr_operator.reconcile import Reconciler
+
+from support.runs import make_run
 
 Event = tuple[str, str, str, str]  # run name, type, reason, message
 

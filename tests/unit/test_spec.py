@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from dtr_fixtures import REPO, make_run
 from dtr_operator.fields import MAX_NAME_LENGTH, SPEC
 from dtr_operator.spec import (
     DEFAULT_TRAINER_IMAGE,
@@ -14,6 +13,9 @@ from dtr_operator.spec import (
     TrainingSpec,
     parse_run,
 )
+
+from support.repo import REPO
+from support.runs import make_run
 
 
 def test_defaults_for_an_empty_spec():
@@ -96,7 +98,8 @@ ACCEPTED = [
      ({"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},)),
     ({"tolerations": [{"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 30}]},
      "placement.tolerations", ({"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 30},)),
-    ({"tolerations": [{"key": "", "operator": "Exists"}]}, "placement.tolerations", ({"key": "", "operator": "Exists"},)),
+    ({"tolerations": [{"key": "", "operator": "Exists"}]}, "placement.tolerations",
+     ({"key": "", "operator": "Exists"},)),
     ({"affinity": {"nodeAffinity": {"x": 1}}}, "placement.affinity", {"nodeAffinity": {"x": 1}}),
     ({"priorityClassName": "batch-low"}, "placement.priority_class_name", "batch-low"),
     ({"podLabels": {"team": "ml", "example.com/cost-center": "a1", "empty": ""}}, "placement.pod_labels",
@@ -327,4 +330,5 @@ def test_the_crd_and_the_parser_know_the_same_spec_fields_and_only_suspend_is_mu
     rules = " ".join(v["rule"] for v in schema["x-kubernetes-validations"])
     for f in SPEC.fields:
         guarded = f"self.{f.name} == oldSelf.{f.name}" in rules
-        assert guarded == (not f.mutable), f"spec.{f.name}: immutability rule {'missing' if not guarded else 'on a mutable field'}"
+        where = "missing" if not guarded else "on a mutable field"
+        assert guarded == (not f.mutable), f"spec.{f.name}: immutability rule {where}"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from dtr_fixtures import make_run
 from dtr_operator import reasons
 from dtr_operator import status as st
 from dtr_operator.spec import parse_run
+
+from support.runs import make_run
 
 T0, T1, T2 = "2026-11-29T18:00:00Z", "2026-11-29T18:01:00Z", "2026-11-29T18:02:00Z"
 RUN = parse_run(make_run({"workers": 2}, uid="u-1", generation=1))
@@ -75,8 +76,10 @@ CONDITIONS = [
     ([cond("Created"), cond("Running")], "Running", "TFJobRunning", {"active": 2}),
     ([cond("Created"), cond("Running", "False"), cond("Restarting")], "Running", "TFJobRestarting", {"active": 1}),
     ([cond("Created"), cond("Suspended")], "Pending", "TFJobSuspended", {}),
-    ([cond("Created"), cond("Running", "False"), cond("Succeeded")], "Succeeded", "TrainingSucceeded", {"succeeded": 2}),
-    ([cond("Created"), cond("Running", "False"), cond("Failed", reason="TFJobFailed")], "Failed", "TFJobFailed", {"failed": 1}),
+    ([cond("Created"), cond("Running", "False"), cond("Succeeded")], "Succeeded", "TrainingSucceeded",
+     {"succeeded": 2}),
+    ([cond("Created"), cond("Running", "False"), cond("Failed", reason="TFJobFailed")], "Failed", "TFJobFailed",
+     {"failed": 1}),
     # Failed wins over anything else that is still True.
     ([cond("Created"), cond("Running"), cond("Failed")], "Failed", "TFJobFailed", {"active": 1, "failed": 1}),
     # A status of False is not a state.
@@ -177,7 +180,8 @@ def test_failure_names_the_failed_workers():
         pod(0, running=True, last_exit=137, last_message="Killed"),
         pod(1, 2, "Traceback (most recent call last):\n  ...\nValueError: unknown dataset"),
     ]
-    job = tfjob([cond("Created"), cond("Failed", message="TFJob ml/mnist-cnn has failed because 1 Worker replica(s) failed.")])
+    job = tfjob([cond("Created"),
+                 cond("Failed", message="TFJob ml/mnist-cnn has failed because 1 Worker replica(s) failed.")])
     status = st.tfjob_status(RUN, job, pods, {}, T1)
     assert status["phase"] == "Failed"
     assert "worker mnist-cnn-worker-0 exited with code 137: Killed" in status["message"]
@@ -189,7 +193,8 @@ def test_failure_names_the_killed_worker_before_the_peer_that_lost_it():
     # Seen on the real node: worker-1 SIGKILLed (137), worker-0 then exits 138 with a long gRPC error.
     grpc = "dtr_trainer[worker-0]: error: lost a peer or a collective timed out (UnavailableError: " + "x" * 400
     pods = [pod(0, 138, grpc), pod(1, 137, "epoch 1/5 end")]
-    job = tfjob([cond("Created"), cond("Failed", message="TFJob ml/mnist-cnn has failed because 1 Worker replica(s) failed.")])
+    job = tfjob([cond("Created"),
+                 cond("Failed", message="TFJob ml/mnist-cnn has failed because 1 Worker replica(s) failed.")])
     message = st.tfjob_status(RUN, job, pods, {}, T1)["message"]
     assert "worker mnist-cnn-worker-1 exited with code 137" in message
     assert message.index("worker-1") < message.index("worker-0"), message
@@ -201,9 +206,11 @@ def test_a_kill_at_the_backoff_limit_does_not_hide_the_permanent_error_before_it
     offline = "dtr_trainer[worker-{}]: error: cannot download mnist: use --dataset digits or synthetic (offline)"
     pods = [pod(i, 143, "", last_exit=5, last_message=offline.format(i)) for i in (0, 1)]
     job = tfjob([cond("Created"), cond("Failed", reason="BackoffLimitExceeded",
-                                       message="TFJob ml/mnist-cnn has failed because it has reached the specified backoff limit")])  # fmt: skip
+                                       message="TFJob ml/mnist-cnn has failed because it has reached "
+                                               "the specified backoff limit")])  # fmt: skip
     message = st.tfjob_status(RUN, job, pods, {}, T1)["message"]
-    assert "worker mnist-cnn-worker-0 exited with code 5: dtr_trainer[worker-0]: error: cannot download mnist" in message
+    cause = "worker mnist-cnn-worker-0 exited with code 5: dtr_trainer[worker-0]: error: cannot download mnist"
+    assert cause in message
     assert "143" not in message, message
 
 
@@ -298,7 +305,9 @@ def test_a_wrong_image_makes_a_waiting_run_say_its_pods_cannot_start():
     pods = [waiting_pod(1, "ImagePullBackOff", pulled), waiting_pod(0, "ImagePullBackOff", pulled)]
     status = st.waiting_status(RUN, pods, created_status(), T2)
     assert (status["phase"], status["reason"]) == ("Pending", "WorkerPodsNotStarting")
-    assert status["message"].startswith("worker pods cannot start: worker mnist-cnn-worker-0 cannot start: ImagePullBackOff")
+    assert status["message"].startswith(
+        "worker pods cannot start: worker mnist-cnn-worker-0 cannot start: ImagePullBackOff"
+    )
     assert "distml/trainer:0.2.0" in status["message"]
     assert len(status["message"]) <= st.MAX_MESSAGE
 
@@ -307,7 +316,8 @@ def test_an_unschedulable_pod_is_named_with_the_schedulers_reason():
     why = "0/1 nodes are available: 1 Insufficient cpu."
     status = st.waiting_status(RUN, [waiting_pod(0, unschedulable=why)], created_status(), T2)
     assert status["reason"] == "WorkerPodsNotStarting"
-    assert "worker mnist-cnn-worker-0 cannot be scheduled: 0/1 nodes are available: 1 Insufficient cpu." in status["message"]
+    assert ("worker mnist-cnn-worker-0 cannot be scheduled: 0/1 nodes are available: 1 Insufficient cpu."
+            in status["message"])
 
 
 def test_a_stuck_pod_without_a_message_is_one_line_by_its_reason_and_not_also_unschedulable():
@@ -327,7 +337,9 @@ def test_pods_merely_starting_leave_the_status_alone():
 def test_pods_that_start_after_all_clear_the_reason():
     stuck = st.waiting_status(RUN, [waiting_pod(0, "ErrImagePull", "x")], created_status(), T2)
     cleared = st.waiting_status(RUN, [waiting_pod(0, "ContainerCreating")], stuck, T2)
-    assert (cleared["reason"], cleared["message"]) == ("TFJobCreated", "TFJob mnist-cnn created, waiting for its worker pods to run")
+    assert (cleared["reason"], cleared["message"]) == (
+        "TFJobCreated", "TFJob mnist-cnn created, waiting for its worker pods to run"
+    )
 
 
 def test_waiting_status_never_touches_a_run_past_waiting():

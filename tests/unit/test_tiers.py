@@ -12,7 +12,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from dtr_fixtures import REPO
+
+from support.repo import REPO
 
 
 def _load_tiers() -> ModuleType:
@@ -40,12 +41,16 @@ def test_every_step_is_a_make_target_or_a_command_of_ours_and_every_tier_has_a_b
         if step.argv[0] == "make":
             assert step.argv[-1] in targets, step
         else:
-            assert step.argv[0] == tiers.OP_PYTHON and (REPO / step.argv[1]).exists() or step.argv[1] == "-m", step
+            assert step.argv[0] == tiers.OP_PYTHON, step
+            module = step.argv[2] if step.argv[1] == "-m" else None  # pytest, or a module of this repository
+            script = step.argv[1] if module is None else module.replace(".", "/") + ".py"
+            assert module == "pytest" or (REPO / script).is_file(), step
         assert step.tier == (step.budget is not None), f"{step.name}: a tier has a budget, a build has none"
         for name in step.after:
             assert name in names, f"{step.name} waits for {name}, which is no step"
             other = next(s for s in tiers.STEPS if s.name == name)
-            assert other.side != step.side or names.index(name) < names.index(step.name), (step, "waits for a later step")
+            assert other.side != step.side or names.index(name) < names.index(step.name), (
+                step, "waits for a later step")
 
 
 def test_the_node_tiers_wait_for_the_node_start() -> None:
@@ -92,7 +97,8 @@ def test_the_timings_plugin_counts_a_shared_start_once_and_outside_its_module(tm
     env = {**os.environ, "DTR_TIMINGS": str(out), "DTR_TIER": "demo",
            "PYTHONPATH": str(REPO / "tests" / "plugins")}  # fmt: skip
     env.pop("PYTEST_ADDOPTS", None)
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "tier_timings", "-p", "no:cacheprovider", str(tmp_path / "test_a.py")]
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "tier_timings", "-p", "no:cacheprovider",
+            str(tmp_path / "test_a.py")]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1, proc.stdout
     doc = json.loads((out / "demo.json").read_text())

@@ -1,0 +1,699 @@
+"""A real Kubernetes node for the local control plane: the parts k3s bundles, as host processes.
+
+containerd (with runc and Debian's CNI plugins: one bridge, host-local IPAM), kubelet,
+kube-scheduler and kube-proxy (iptables), then CoreDNS, local-path-provisioner (the default
+StorageClass `local-path`) and the Kubeflow training-operator from its own standalone manifests,
+all three as pods from images built here (devcluster/build_node.sh) and imported with
+`ctr -n k8s.io images import`, never pulled.
+
+Only one node runs on a machine at a time: containerd's socket, the bridge, the iptables rules
+and kubelet's port are the machine's. Pod and service traffic stays on the bridge `dtr0`
+(pods 10.42.0.0/24, the node itself is 10.42.0.1) and in the namespaces the node creates.
+
+    python -m devcluster.node up|down|status [--dir DIR]
+
+Python 3.11 standard library; PyYAML through controlplane.py for the CRDs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import string
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from devcluster import controlplane as cp
+
+HERE = Path(__file__).resolve().parent
+
+BUILD_NODE_SH = HERE / "build_node.sh"
+INSTALL_SH = cp.REPO / "deploy" / "install.sh"
+ADDONS = HERE / "addons"
+DEFAULT_DIR = cp.REPO / ".dtr" / "node"
+
+NODE_NAME = "dtr-node"
+BRIDGE = "dtr0"
+POD_CIDR = "10.42.0.0/24"
+NODE_IP = "10.42.0.1"  # the bridge's own address: kubelet, the apiserver's advertised address
+DNS_IP = "10.0.0.10"  # in controlplane.SERVICE_CIDR
+CLUSTER_DOMAIN = "cluster.local"
+KUBELET_PORT = 10250
+# containerd's sockets must fit a unix socket path (108 bytes): a short fixed home, not DIR.
+RUN_DIR = Path("/run/dtr-node")
+IPTABLES_CHAIN = "DTR-NODE-FORWARD"
+OWNER = RUN_DIR / "owner"  # the directory of the node that holds the machine's node resources
+
+# Start order; teardown runs in reverse.
+COMPONENTS = ("containerd", "kubelet", "kube-scheduler", "kube-proxy")
+
+START_TIMEOUT = 180.0
+
+
+class NodeError(cp.ControlPlaneError):
+    """A failure with a one-line explanation for a person."""
+
+
+# ---------------------------------------------------------------- pure parts
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """Where everything of the node lives under its directory (sockets excepted: RUN_DIR)."""
+
+    root: Path
+
+    def sub(self, name: str) -> Path:
+        """containerd, kubelet, kube-proxy, cni, logs, pids, pod-logs, storage."""
+        return self.root / name
+
+    @property
+    def socket(self) -> Path:
+        return RUN_DIR / "containerd" / "containerd.sock"
+
+
+def containerd_config(layout: NodeLayout, bin_dir: Path, cni_bin: Path) -> str:
+    """containerd 2.x (config version 3): CRI on its own socket, runc built here, the node's CNI."""
+    return f"""version = 3
+root = '{layout.sub('containerd')}/root'
+state = '{RUN_DIR}/containerd/state'
+
+[grpc]
+  address = '{layout.socket}'
+
+[plugins]
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = 'overlayfs'
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = '{pinned(HERE / "versions.env")["PAUSE_IMAGE"]}'
+  [plugins.'io.containerd.cri.v1.runtime']
+    # These machines refuse a negative oom_score_adj even to root: without this every sandbox fails.
+    restrict_oom_score_adj = true
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = 'runc'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = 'io.containerd.runc.v2'
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          BinaryName = '{bin_dir}/runc'
+          SystemdCgroup = false
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ['{cni_bin}']
+      conf_dir = '{layout.sub('cni')}/net.d'
+  [plugins.'io.containerd.grpc.v1.cri']
+    # Image pulls are never made here; everything is imported.
+    disable_tcp_service = true
+"""
+
+
+def cni_conflist(layout: NodeLayout) -> dict[str, object]:
+    return {
+        "cniVersion": "1.0.0",
+        "name": "dtr",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": True,
+                "ipMasq": False,  # nothing leaves the machine: no masquerading to the outside
+                "hairpinMode": True,  # a pod reaching itself through its Service
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": POD_CIDR, "gateway": NODE_IP}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(layout.sub('cni') / "ipam"),
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+def kubelet_config(layout: NodeLayout, pki: Path) -> dict[str, object]:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        # This host mounts cgroup v1 (kubelet 1.36 refuses it unless told); cgroupfs, not systemd.
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",
+        "containerRuntimeEndpoint": f"unix://{layout.socket}",
+        "address": NODE_IP,
+        "port": KUBELET_PORT,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": 10248,
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": False},
+            "x509": {"clientCAFile": str(pki / "ca.crt")},
+        },
+        "authorization": {"mode": "AlwaysAllow"},
+        "clusterDNS": [DNS_IP],
+        "clusterDomain": CLUSTER_DOMAIN,
+        # Pods resolve cluster names only: no upstream nameserver outside this machine.
+        "resolvConf": str(layout.root / "resolv.conf"),
+        "podLogsDir": str(layout.sub('pod-logs')),
+        "failSwapOn": False,
+        # Imported images are the only copies there are: never garbage-collect them.
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        # A shared development disk may be fuller than kubelet's defaults like; memory stays guarded.
+        "evictionHard": {"memory.available": "200Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        "serializeImagePulls": False,
+        "rotateCertificates": False,
+        "serverTLSBootstrap": False,
+        "registerNode": True,
+        "shutdownGracePeriod": "0s",
+    }
+
+
+def kube_proxy_config(kubeconfig: Path, healthz_port: int, metrics_port: int) -> dict[str, object]:
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "mode": "iptables",
+        "clusterCIDR": POD_CIDR,
+        "hostnameOverride": NODE_NAME,
+        "healthzBindAddress": f"127.0.0.1:{healthz_port}",
+        "metricsBindAddress": f"127.0.0.1:{metrics_port}",
+        # Leave the machine's conntrack table size alone.
+        "conntrack": {"maxPerCore": 0},
+    }
+
+
+def kubelet_args(binary: Path, layout: NodeLayout) -> list[str]:
+    return [
+        str(binary),
+        f"--config={layout.sub('kubelet') / 'config.json'}",
+        f"--kubeconfig={layout.sub('kubelet') / 'kubeconfig'}",
+        f"--root-dir={layout.sub('kubelet') / 'root'}",
+        f"--cert-dir={layout.sub('kubelet') / 'pki'}",
+        f"--hostname-override={NODE_NAME}",
+        f"--node-ip={NODE_IP}",
+        "--v=1",
+    ]
+
+
+def scheduler_args(binary: Path, kubeconfig: Path, port: int) -> list[str]:
+    return cp.loopback_component_args(binary, kubeconfig, port)
+
+
+def pinned(versions_env: Path) -> dict[str, str]:
+    """devcluster/versions.env as a dict (the image references the node's manifests name)."""
+    out = {}
+    for line in versions_env.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.startswith("#"):
+            out[key.strip()] = value.strip()
+    return out
+
+
+def render_addon(name: str, values: dict[str, str]) -> str:
+    """devcluster/addons/<name>.yaml with ${...} filled in (a missing value is an error)."""
+    return string.Template((ADDONS / f"{name}.yaml").read_text()).substitute(values)
+
+
+# ---------------------------------------------------------------- host I/O
+
+
+def run(argv: Sequence[str], check: bool = True, **kw: object) -> subprocess.CompletedProcess[str]:
+    if shutil.which(argv[0]) is None:
+        if not check:
+            return subprocess.CompletedProcess(list(argv), 127, "", f"{argv[0]}: not found")
+        raise NodeError(f"{argv[0]} not found on PATH (devcluster/build_node.sh installs the node's host packages)")
+    proc = subprocess.run(list(argv), capture_output=True, text=True, check=False, **kw)  # type: ignore[call-overload]
+    if check and proc.returncode != 0:
+        raise NodeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
+    return proc
+
+
+def prepare_host_network() -> None:
+    """The bridge with the node's address, forwarding, and a FORWARD accept for the bridge.
+
+    Docker (when running) sets FORWARD's policy to DROP; pod-to-pod traffic crosses FORWARD once
+    br_netfilter hands bridged frames to iptables, which kube-proxy's Service NAT needs.
+    """
+    if run(["ip", "link", "show", BRIDGE], check=False).returncode != 0:
+        run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+    if NODE_IP not in run(["ip", "-4", "addr", "show", BRIDGE]).stdout:
+        run(["ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE])
+    run(["ip", "link", "set", BRIDGE, "up"])
+    run(["modprobe", "br_netfilter"], check=False)  # built in on some kernels
+    run(["modprobe", "overlay"], check=False)
+    for key, value in (("net/ipv4/ip_forward", "1"), ("net/bridge/bridge-nf-call-iptables", "1")):
+        path = Path("/proc/sys") / key
+        if not path.exists():
+            raise NodeError(f"{path} is missing: the kernel needs br_netfilter for Service traffic between pods")
+        path.write_text(value)
+    if run(["iptables", "-n", "-L", IPTABLES_CHAIN], check=False).returncode != 0:
+        run(["iptables", "-N", IPTABLES_CHAIN])
+    run(["iptables", "-F", IPTABLES_CHAIN])
+    run(["iptables", "-A", IPTABLES_CHAIN, "-i", BRIDGE, "-j", "ACCEPT"])
+    run(["iptables", "-A", IPTABLES_CHAIN, "-o", BRIDGE, "-j", "ACCEPT"])
+    if run(["iptables", "-C", "FORWARD", "-j", IPTABLES_CHAIN], check=False).returncode != 0:
+        run(["iptables", "-I", "FORWARD", "1", "-j", IPTABLES_CHAIN])
+
+
+def cleanup_host_network() -> None:
+    run(["iptables", "-D", "FORWARD", "-j", IPTABLES_CHAIN], check=False)
+    run(["iptables", "-F", IPTABLES_CHAIN], check=False)
+    run(["iptables", "-X", IPTABLES_CHAIN], check=False)
+    # kube-proxy's and kubelet's own chains (KUBE-*): the jumps into them from the built-in chains,
+    # then the chains. (`kube-proxy --cleanup` would need its config; this is what it removes.)
+    for table in ("nat", "filter", "mangle"):
+        rules = run(["iptables-save", "-t", table], check=False).stdout.splitlines()
+        for rule in rules:
+            words = shlex.split(rule)
+            if words[:1] == ["-A"] and not words[1].startswith("KUBE-") and "-j" in words \
+                    and words[words.index("-j") + 1].startswith("KUBE-"):  # fmt: skip
+                run(["iptables", "-t", table, "-D", *words[1:]], check=False)
+        chains = [rule[1:].split()[0] for rule in rules if rule.startswith(":KUBE-")]
+        for flag in ("-F", "-X"):
+            for chain in chains:
+                run(["iptables", "-t", table, flag, chain], check=False)
+    run(["ip", "link", "del", BRIDGE], check=False)
+
+
+def running_node_dir() -> Path | None:
+    """The directory of the node that runs on this machine now, if any (its containerd or kubelet lives)."""
+    try:
+        root = Path(OWNER.read_text().strip())
+    except OSError:
+        return None
+    for component in ("containerd", "kubelet"):
+        with contextlib.suppress(OSError, ValueError):
+            pid, binary = (root / "pids" / component).read_text().split(maxsplit=1)
+            if cp.pid_runs(int(pid), binary.strip()):
+                return root
+    return None
+
+
+def unmount_below(root: Path) -> None:
+    """Unmount everything kubelet and containerd mounted under root (deepest first)."""
+    prefix = str(root.resolve()) + "/"
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for target in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+        run(["umount", "-l", target], check=False)
+
+
+# ---------------------------------------------------------------- the node
+
+
+@dataclass
+class NodeState:
+    pids: dict[str, int]
+    binaries: dict[str, str]
+    started_at: float
+    ready_seconds: float = 0.0
+
+
+class Node:
+    """A real node joined to `plane` (a ControlPlane started with node networking)."""
+
+    def __init__(
+        self,
+        plane: cp.ControlPlane,
+        workdir: str | os.PathLike[str],
+        build: bool = True,
+        stop_at_exit: bool = True,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.plane = plane
+        self.layout = NodeLayout(Path(workdir).resolve())
+        self.build = build
+        self.stop_at_exit = stop_at_exit
+        self.log = log or (lambda msg: None)
+        self._procs = cp.Supervisor(self.layout.root, stop_at_exit, self.log)
+
+    @property
+    def bin(self) -> Path:
+        return self.plane.bin
+
+    @property
+    def storage(self) -> Path:
+        """Where local-path puts each volume (<pv>_<namespace>_<pvc>), as k3s's storage dir."""
+        return self.layout.sub('storage')
+
+    # -- public
+
+    def start(self) -> NodeState:
+        other = running_node_dir()
+        if other is not None:
+            raise NodeError(
+                f"a node already runs on this machine, from {other} (one at a time: containerd's socket, the "
+                f"bridge and kubelet's port are the machine's); stop it first: python -m devcluster.node down "
+                f"--dir {other.parent}"
+            )
+        self.stop()
+        if self.build:
+            self._build()
+        t0 = time.monotonic()
+        try:
+            state = self._start_all()
+        except BaseException:
+            self.stop()
+            raise
+        state.ready_seconds = round(time.monotonic() - t0, 2)
+        if self.stop_at_exit:
+            atexit.register(self.stop)
+        return state
+
+    def stop(self) -> None:
+        """Everything the node started, its pods' containers, mounts, and host network changes."""
+        pids = dict(self._running_pids())
+        for component in reversed(COMPONENTS):
+            if component == "containerd" and component in pids:
+                self._remove_all_pods()
+            if component in pids:
+                cp.terminate(pids[component][0], pids[component][1])
+        for proc in self._procs.children.values():
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                proc.wait(timeout=1)
+        self._procs.children.clear()
+        unmount_below(self.layout.root)
+        other = running_node_dir()
+        if other is not None and other != self.layout.root:
+            return  # another node holds the machine: leave its shims, network and state alone
+        self._kill_shims(with_containers=True)  # what _remove_all_pods could not reach (containerd gone)
+        unmount_below(RUN_DIR)
+        cleanup_host_network()
+        shutil.rmtree(RUN_DIR, ignore_errors=True)
+
+    def log_file(self, component: str) -> Path:
+        return self._procs.log_file(component)
+
+    def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return run([str(self.bin / "ctr"), "--address", str(self.layout.socket), "-n", "k8s.io", *args],
+                   check=check, timeout=timeout)  # fmt: skip
+
+    def import_image(self, tar: Path) -> None:
+        self.ctr("images", "import", "--no-unpack=false", str(tar))
+
+    # -- faults (tests/reliability/test_node_faults.py)
+
+    def kill(self, component: str) -> None:
+        """SIGKILL one of the node's processes, as a crash would; what it started (containers) lives on."""
+        pid, binary = dict(self._running_pids())[component]
+        os.kill(pid, signal.SIGKILL)
+        proc = self._procs.children.get(component)
+        if proc is not None:
+            proc.wait(timeout=30)
+        deadline = time.monotonic() + 30  # not our child when another process started the node (tests/tiers.py)
+        while cp.pid_runs(pid, binary) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def restart(self, component: str) -> None:
+        """Start a killed component again, and wait until it serves."""
+        self._procs.respawn(component)
+        ready = {
+            "containerd": lambda: self.ctr("version", check=False, timeout=10).returncode == 0,
+            "kubelet": lambda: cp.http_get("http://127.0.0.1:10248/healthz")[0] == 200,
+        }.get(component, lambda: True)
+        self._procs.wait(component, ready)
+
+    def reboot(self) -> None:
+        """The whole node at once, as a power cut and a boot: the kubelet, containerd and every container
+        die together (SIGKILL), then containerd and the kubelet start again; pods come back as the kubelet
+        restarts their containers."""
+        self.kill("kubelet")
+        self.kill("containerd")
+        self._kill_shims(with_containers=True)
+        self.restart("containerd")
+        self.restart("kubelet")
+
+    # -- steps
+
+    def _running_pids(self) -> list[tuple[str, tuple[int, str]]]:
+        found = []
+        pids_dir = self.layout.sub('pids')
+        for component in COMPONENTS:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid_s, binary = (pids_dir / component).read_text().split(maxsplit=1)
+                if cp.pid_runs(int(pid_s), binary.strip()):
+                    found.append((component, (int(pid_s), binary.strip())))
+        for component, proc in self._procs.children.items():
+            if proc.poll() is None and component not in dict(found):
+                found.append((component, (proc.pid, str(proc.args[0]))))  # type: ignore[index]
+        return found
+
+    def _remove_all_pods(self) -> None:
+        """Stop every pod sandbox through CRI, so runc's containers and their mounts go with them."""
+        if not self.layout.socket.exists():
+            return
+        tasks = self.ctr("tasks", "ls", "-q", check=False, timeout=30).stdout.split()
+        for task in tasks:
+            self.ctr("tasks", "kill", "-s", "SIGKILL", task, check=False, timeout=30)
+        deadline = time.monotonic() + 15
+        while tasks and time.monotonic() < deadline:
+            for task in tasks:
+                self.ctr("tasks", "delete", "-f", task, check=False, timeout=30)
+            tasks = self.ctr("tasks", "ls", "-q", check=False, timeout=30).stdout.split()
+
+    def _kill_shims(self, with_containers: bool = False) -> None:
+        """containerd's shims outlive it by design; a node that goes down takes its shims along (and, for a
+        reboot, every container process under them first: a container's init outlives its shim)."""
+        shim = str(self.bin / "containerd-shim-runc-v2")
+        parents: dict[int, int] = {}
+        shims = []
+        for proc_dir in Path("/proc").iterdir():
+            if not proc_dir.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid = int(proc_dir.name)
+                parents[pid] = int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if (proc_dir / "cmdline").read_bytes().split(b"\0", 1)[0].decode() == shim:
+                    shims.append(pid)
+        doomed = set(shims)
+        if with_containers:
+            grew = True
+            while grew:
+                below = {pid for pid, parent in parents.items() if parent in doomed} - doomed
+                grew = bool(below)
+                doomed |= below
+        for pid in sorted(doomed, key=lambda p: p not in shims):  # containers first, then their shims
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def _build(self) -> None:
+        self.log("build_node.sh (cached when built)")
+        for script in (cp.BUILD_SH, BUILD_NODE_SH):
+            cp.run_build(script, self.plane.cache)
+
+    def _binary(self, name: str) -> Path:
+        return cp.built_binary(self.bin, name, BUILD_NODE_SH)
+
+    def _prepare_dir(self) -> None:
+        unmount_below(self.layout.root)
+        for sub in ("containerd", "kubelet", "cni", "logs", "pids", "pod-logs", "kube-proxy"):
+            shutil.rmtree(self.layout.root / sub, ignore_errors=True)
+            (self.layout.root / sub).mkdir(parents=True)
+        (self.layout.sub('cni') / "net.d").mkdir()
+        self.storage.mkdir(parents=True, exist_ok=True)
+        # Cluster names only (kubelet adds the cluster DNS server and search path to every pod).
+        (self.layout.root / "resolv.conf").write_text("options ndots:5\n")
+        RUN_DIR.mkdir(parents=True, exist_ok=True)
+        OWNER.write_text(f"{self.layout.root}\n")
+
+    def _kubeconfig(self, name: str, cert: str) -> Path:
+        pki = self.plane.layout.pki
+        doc = cp.kubeconfig_doc(
+            self._server(), (pki / "ca.crt").read_bytes(), (pki / f"{cert}.crt").read_bytes(),
+            (pki / f"{cert}.key").read_bytes(),
+        )
+        path = self.layout.root / name / "kubeconfig"
+        path.write_text(json.dumps(doc, indent=2))
+        path.chmod(0o600)
+        return path
+
+    def _server(self) -> str:
+        state = self.plane.state()
+        if state is None:
+            raise NodeError(f"no control plane runs in {self.plane.dir}")
+        return f"https://127.0.0.1:{state.ports.apiserver}"
+
+    def _start_all(self) -> NodeState:
+        binaries = {c: self._binary(c) for c in COMPONENTS}
+        for extra in ("ctr", "containerd-shim-runc-v2", "runc"):
+            self._binary(extra)
+        cni_bin = Path(os.environ.get("DTR_CNI_BIN", "/usr/lib/cni"))
+        if not (cni_bin / "bridge").exists():
+            raise NodeError(f"no CNI plugins in {cni_bin}: apt-get install containernetworking-plugins")
+        self._prepare_dir()
+        pki = self.plane.layout.pki
+        # The kubelet's identity for the Node authorizer.
+        cp.make_leaf(pki, "ca", "kubelet", f"/O=system:nodes/CN=system:node:{NODE_NAME}", "clientAuth")
+        prepare_host_network()
+
+        layout = self.layout
+        (layout.sub('containerd') / "config.toml").write_text(containerd_config(layout, self.bin, cni_bin))
+        (layout.sub('cni') / "net.d" / "10-dtr.conflist").write_text(json.dumps(cni_conflist(layout), indent=2))
+        env = dict(os.environ, PATH=f"{self.bin}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+        containerd_toml = layout.sub("containerd") / "config.toml"
+        self._procs.spawn("containerd", [str(binaries["containerd"]), f"--config={containerd_toml}"], env)
+        self._procs.wait("containerd", lambda: self.ctr("version", check=False, timeout=10).returncode == 0)
+        self._import_images()
+
+        (layout.sub('kubelet') / "config.json").write_text(json.dumps(kubelet_config(layout, pki), indent=2))
+        self._kubeconfig("kubelet", "kubelet")
+        self._procs.spawn("kubelet", kubelet_args(binaries["kubelet"], layout), env)
+        admin = self._kubeconfig("kube-proxy", "admin")
+        sched_port, proxy_healthz, proxy_metrics = cp.free_ports(3)
+        self._procs.spawn("kube-scheduler", scheduler_args(binaries["kube-scheduler"], admin, sched_port))
+        proxy_config = layout.sub("kube-proxy") / "config.json"
+        proxy_config.write_text(json.dumps(kube_proxy_config(admin, proxy_healthz, proxy_metrics)))
+        self._procs.spawn("kube-proxy", [str(binaries["kube-proxy"]), f"--config={proxy_config}"], env)
+
+        api = cp.Api(self.plane.state().ports.apiserver, pki)  # type: ignore[union-attr]
+
+        def node_ready() -> bool | str:
+            status, node = api.call("GET", f"/api/v1/nodes/{NODE_NAME}")
+            if status != 200:
+                return "not registered"
+            ready = [c for c in node.get("status", {}).get("conditions", []) if c.get("type") == "Ready"]
+            if ready and ready[0].get("status") == "True":
+                return True
+            return ready[0].get("message", "not ready") if ready else "no Ready condition"
+
+        self._procs.wait("kubelet", node_ready, timeout=START_TIMEOUT, what=f"node {NODE_NAME}")
+        self._procs.wait("kube-proxy", lambda: cp.http_get(f"http://127.0.0.1:{proxy_healthz}/healthz")[0] == 200)
+        self._apply_addons()
+        pids = {c: p.pid for c, p in self._procs.children.items()}
+        return NodeState(pids, {c: str(b) for c, b in binaries.items()}, time.time())
+
+    def _import_images(self) -> None:
+        images = sorted((self.plane.cache / "images").glob("*.tar"))
+        if not images:
+            raise NodeError(f"no node images in {self.plane.cache / 'images'}; run `bash devcluster/build_node.sh`")
+        for tar in images:
+            self.import_image(tar)
+        self.log(f"{len(images)} node images imported")
+
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 300) -> str:
+        proc = run([cp.KUBECTL, f"--kubeconfig={self.plane.kubeconfig}", *args], input=input, timeout=timeout)
+        return proc.stdout
+
+    def _apply_addons(self) -> None:
+        values = {**pinned(HERE / "versions.env"), "DNS_IP": DNS_IP, "CLUSTER_DOMAIN": CLUSTER_DOMAIN,
+                  "STORAGE_DIR": str(self.storage)}  # fmt: skip
+        for addon in ("coredns", "local-path"):
+            self.kubectl("apply", "--server-side", "-f", "-", input=render_addon(addon, values))
+        for ns, deploy in (("kube-system", "coredns"), ("local-path-storage", "local-path-provisioner")):
+            t0 = time.monotonic()
+            self.kubectl("-n", ns, "rollout", "status", f"deployment/{deploy}", "--timeout=300s", timeout=320)
+            self.log(f"{ns}/{deploy} available ({time.monotonic() - t0:.0f} s)")
+
+
+    def install(self, example: str = "", check: bool = True) -> subprocess.CompletedProcess[str]:
+        """deploy/install.sh as a user runs it on any cluster, images imported with ctr (what
+        `k3d image import` does inside a k3s node), the training-operator from its Go module's
+        standalone overlay (no GitHub here). The images must be built (`make images`)."""
+        images = built_image_ids()
+        imported = self.layout.root / "imported-images"
+        # A node shared by several tiers (tests/tiers.py) imports each build once: ~2 GB through ctr.
+        same = imported.exists() and imported.read_text() == images and self._has_images()
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.plane.kubeconfig),
+            "DTR_IMPORT": "none" if same else "ctr",
+            "DTR_CTR": f"{self.bin / 'ctr'} --address {self.layout.socket}",
+            "DTR_SKIP_BUILD": "1",
+            "DTR_EXAMPLE": example,
+            "DTR_HOST_DIR": str(self.storage),
+            "DTR_TRAINING_OPERATOR_KUSTOMIZE": str(training_operator_overlay(self.plane.cache)),
+        }
+        proc = subprocess.run(["bash", str(INSTALL_SH)], env=env, capture_output=True, text=True, check=False)
+        if check and proc.returncode != 0:
+            raise NodeError(f"deploy/install.sh failed ({proc.returncode}):\n"
+                            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        if proc.returncode == 0:
+            imported.write_text(images)
+        return proc
+
+    def _has_images(self) -> bool:
+        names = self.ctr("images", "ls", "-q", check=False, timeout=60).stdout.split()
+        return all(f"docker.io/{image}" in names for image in image_names())
+
+
+def image_names() -> tuple[str, str]:
+    """The operator's and the trainer's image, from their one home in the scripts (deploy/lib.sh)."""
+    text = (cp.REPO / "deploy" / "lib.sh").read_text()
+    found = dict(re.findall(r'\b(OPERATOR_IMAGE|TRAINER_IMAGE)="([^"]+)"', text))
+    return found["OPERATOR_IMAGE"], found["TRAINER_IMAGE"]
+
+
+def built_image_ids() -> str:
+    """Both images' IDs as Docker has them now (empty when either is not built)."""
+    proc = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", *image_names()],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def training_operator_overlay(cache: Path) -> Path:
+    """The upstream standalone overlay of the pinned training-operator module (read-only in Go's cache)."""
+    path = cache / "training-operator" / "manifests" / "overlays" / "standalone"
+    if not path.is_dir():
+        raise NodeError(f"{path} is missing; run `bash devcluster/build.sh`")
+    return path
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devcluster.node", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("--dir", default=str(DEFAULT_DIR), help=f"working directory (default {DEFAULT_DIR})")
+    parser.add_argument("--install", action="store_true",
+                        help="then deploy/install.sh: images (built), training-operator, the operator (deploy/)")
+    args = parser.parse_args(argv)
+    t0 = time.monotonic()
+
+    def say(msg: str) -> None:
+        print(f"[node {time.monotonic() - t0:5.1f}s] {msg}", file=sys.stderr)
+
+    root = Path(args.dir)
+    plane = cp.ControlPlane(root / "control-plane", stop_at_exit=False, log=say, node_ip=NODE_IP)
+    node = Node(plane, root / "node", stop_at_exit=False, log=say)
+    try:
+        if args.command == "up":
+            plane.start()
+            state = node.start()
+            say(f"node up in {state.ready_seconds}s; logs in {node.layout.root / 'logs'}")
+            if args.install:
+                t1 = time.monotonic()
+                installed = node.install()
+                print(installed.stdout, file=sys.stderr)  # what install.sh did, with its own times
+                say(f"training-operator and the operator installed in {time.monotonic() - t1:.0f}s")
+            print(f"export KUBECONFIG={plane.kubeconfig}")
+            return 0
+        if args.command == "down":
+            node.stop()
+            plane.stop()
+            say("down")
+            return 0
+        running = dict(node._running_pids())
+        for component in COMPONENTS:
+            print(f"{component:24} {'running' if component in running else 'stopped'}")
+        return 0 if len(running) == len(COMPONENTS) and all(plane.status().values()) else 1
+    except cp.ControlPlaneError as err:
+        say(f"error: {err}")
+        if args.command == "up":
+            say(f"stopping what was started; logs stay in {root}")
+            node.stop()
+            plane.stop()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
