@@ -46,6 +46,7 @@ NET_CHUNK = 1 << 16  # at most this per socket read: the claim's heartbeat and p
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # What a file name in the cache may be: no path separator, no leading dot (the cache's own files are hidden).
 SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,199}")
+X509_V_ERR_HOSTNAME_MISMATCH = 62  # OpenSSL's verify code: the certificate is for another host name
 TRANSIENT_HTTP = frozenset({408, 425, 429})  # and every 5xx but 501 (not implemented: it stays so)
 CA_HINT = ("if the server's certificate comes from a CA of your own, a cluster admin mounts a CA bundle into the "
            "workers and sets SSL_CERT_FILE to it (docs/trainer.md#data-from-a-url)")
@@ -144,6 +145,12 @@ def mismatch_message(source: Source, got: str) -> str:
 def is_transient_status(code: int) -> bool:
     """HTTP statuses a later try may not see: timeouts, rate limits, server errors."""
     return code in TRANSIENT_HTTP or (500 <= code <= 599 and code != 501)
+
+
+def certificate_message(url: str, code: int, text: str) -> str:
+    """The server's certificate was refused: what OpenSSL said, and, unless only the name was wrong, the CA hint."""
+    hint = "" if code == X509_V_ERR_HOSTNAME_MISMATCH else f"; {CA_HINT}"
+    return f"cannot download {url}: its TLS certificate was refused ({text.rstrip('.')}){hint}"
 
 
 def size_text(n: int) -> str:
@@ -316,7 +323,7 @@ def _open(url: str, timeout: float):  # an http.client.HTTPResponse
         raise DownloadError(f"cannot download {url}: HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:
         if isinstance(exc.reason, ssl.SSLCertVerificationError):
-            raise DownloadError(f"cannot download {url}: {exc.reason.verify_message}; {CA_HINT}") from None
+            raise DownloadError(certificate_message(url, exc.reason.verify_code, exc.reason.verify_message)) from None
         raise _Transient(str(exc.reason)) from None
     except (OSError, http.client.HTTPException) as exc:
         raise _Transient(f"{type(exc).__name__}: {exc}") from None
