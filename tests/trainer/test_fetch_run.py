@@ -17,7 +17,7 @@ import pytest
 from conftest import Volume, kill_all, start_workers, trainer_env, validate_lineage
 from controlplane import free_ports
 from dtr_contract import exits, flags, layout
-from dtr_trainer.errors import EXIT_DATA, EXIT_DOWNLOAD_RETRY, EXIT_USAGE
+from dtr_trainer.errors import EXIT_DATA, EXIT_DOWNLOAD_RETRY, EXIT_USAGE, EXIT_VOLUME
 
 MODEL = "url-cnn"
 
@@ -81,7 +81,9 @@ def test_two_workers_download_once_and_both_train_on_the_file(two_workers):
     assert codes == [0, 0], "\n".join(w.log()[-2000:] for w in workers)
     assert requests == 1
     logs = [w.log() for w in workers]
-    assert sum("sha256 verified" in log for log in logs) == 1, logs  # the one that downloaded
+    downloaded = ["downloaded" in log for log in logs]
+    assert sorted(downloaded) == [False, True], logs  # one downloads, the other waits and checks the file
+    assert "using the cached" in logs[downloaded.index(False)], logs
     for log in logs:  # both trained on the served file's 256 + 64 examples
         assert "2 worker(s)" in log and "256 train / 64 eval examples" in log, log[-2000:]
     cached = layout.dataset_cache_file(str(volume.root / "data"), SHA, "tiny.npz")
@@ -98,13 +100,18 @@ def test_the_lineage_records_the_url_and_the_digest(two_workers, server):
 
 
 def test_a_second_run_uses_the_cache_without_a_request(two_workers, server):
+    """The second run stops at the volume check that follows the data (its --backup-dir is a file): a whole
+    second training would add 20 s and show nothing more, the first run trained on this very file."""
     volume, _, codes, _ = two_workers
     assert codes == [0, 0]
     before = server.requests["/tiny.npz"]
-    result = run_cli(url_args(server) + volume.args(MODEL, run="run2"), volume, server)
-    assert result.returncode == 0, result.stderr[-3000:]
+    not_a_dir = volume.root / "backup" / "a-file"
+    not_a_dir.write_text("")
+    result = run_cli(url_args(server) + volume.args(MODEL, run="run2") + ["--backup-dir", str(not_a_dir)], volume,
+                     server)
+    one_error_line(result, EXIT_VOLUME)
     assert server.requests["/tiny.npz"] == before and "downloading" not in result.stderr
-    assert validate_lineage(volume.root / "models" / MODEL / "2")["training"]["datasetSource"]["sha256"] == SHA
+    assert f"using the cached {volume.root / 'data' / 'cache' / 'sha256' / SHA / 'tiny.npz'}" in result.stderr
 
 
 def test_a_wrong_digest_fails_for_good_at_once_naming_both_digests(server, volume):

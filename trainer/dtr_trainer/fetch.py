@@ -429,6 +429,7 @@ class Fetcher:
             cached = self._look(said) if stamp is None else None
             step = next_step(cached, quiet, self.clock() - started, self.timing)
             if step is Step.USE:
+                self.log(f"using the cached {self.files.target} (sha256 verified)")
                 return self.files.target
             if step is Step.DOWNLOAD and self._claim_and_download():
                 return self.files.target
