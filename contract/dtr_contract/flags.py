@@ -7,6 +7,8 @@ from __future__ import annotations
 
 MODEL = "--model"
 DATASET = "--dataset"
+DATASET_URL = "--dataset-url"  # instead of DATASET: an https:// file, downloaded once into the data cache
+DATASET_SHA256 = "--dataset-sha256"  # required with DATASET_URL: the file's SHA-256, 64 hex digits
 EPOCHS = "--epochs"
 BATCH_SIZE_PER_WORKER = "--batch-size-per-worker"
 STEPS_PER_EPOCH = "--steps-per-epoch"

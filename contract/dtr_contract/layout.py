@@ -1,7 +1,8 @@
 """The run's volume (its PVC): where it is mounted in the trainer's container and where things live on it.
 
     /mnt/dtr/
-      data/                           --data-dir; data/keras/<name>.npz caches the Keras downloads
+      data/                           --data-dir; data/keras/<name>.npz caches the Keras downloads,
+                                      data/cache/sha256/<digest>/<file> the --dataset-url downloads
       models/<modelName>/<version>/   --export-dir is models/<modelName>; each version a SavedModel
       models/.dtr-export/<modelName>/claim-<version>   who owns each version number
       backup/<run>/<uid>/             --backup-dir (BackupAndRestore)
@@ -20,6 +21,7 @@ MOUNT_PATH = "/mnt/dtr"
 
 _DATA, _MODELS, _BACKUP, _LOGS = "data", "models", "backup", "logs"
 _KERAS_CACHE = "keras"
+_URL_CACHE = ("cache", "sha256")  # content-addressed: a file's path names its digest
 _BOOKKEEPING = ".dtr-export"  # beside the model dirs, on the same volume: renames stay atomic
 _CLAIM_PREFIX = "claim-"
 
@@ -31,6 +33,11 @@ def data_dir(mount: str = MOUNT_PATH) -> str:
 def keras_cache_dir(data_dir: str) -> str:
     """Where the Keras datasets are cached once downloaded: <data-dir>/keras/<name>.npz."""
     return posixpath.join(data_dir, _KERAS_CACHE)
+
+
+def dataset_cache_file(data_dir: str, sha256: str, file_name: str) -> str:
+    """A dataset downloaded from a URL: <data-dir>/cache/sha256/<digest>/<file name from the URL>."""
+    return posixpath.join(data_dir, *_URL_CACHE, sha256, file_name)
 
 
 def export_dir(model_name: str, mount: str = MOUNT_PATH) -> str:

@@ -101,7 +101,7 @@ def test_lineage_beside_the_model_without_the_operators_env(finished_run):
     steps = int(re.search(r"(\d+) steps/epoch", workers[0].log()).group(1))
     assert doc["training"] == {"model": "cnn", "dataset": "digits", "seed": 7, "epochs": EPOCHS,
                                "batchSizePerWorker": 32, "globalBatchSize": 64, "stepsPerEpoch": steps,
-                               "learningRate": 0.002, "workers": 2}
+                               "learningRate": 0.002, "workers": 2, "datasetSource": None}
     assert doc["metrics"] == {k: summary[k] for k in ("loss", "accuracy", "examplesPerSecond")}
     assert doc["tensorflowVersion"] == "2.11.0"
 

@@ -12,9 +12,13 @@ EXIT_INTERNAL = 1  # a bug: unexpected exception
 EXIT_USAGE = 2  # bad command line (argparse's own code)
 EXIT_TF_CONFIG = 3  # TF_CONFIG is not a valid cluster description
 EXIT_DATA = 4  # dataset missing, malformed, or a path escaping --data-dir
-EXIT_DOWNLOAD = 5  # dataset not cached and cannot be downloaded (offline)
+EXIT_DOWNLOAD = 5  # dataset not cached and cannot be downloaded (offline; a URL refused for good)
 EXIT_EXPORT = 6  # the model could not be written to --export-dir
 EXIT_VOLUME = 7  # the run's volume is full or not writable by this process's uid
+# --dataset-url could not be fetched for now (unreachable, timed out, HTTP 5xx/408/429) after a few tries
+# of its own: the digest pins the content, so a later try gets the right file or a mismatch (exit 4).
+# 128 + 12 is SIGUSR2's code, a signal nothing here sends, so it is not mistaken for a crash (139 is SIGSEGV).
+EXIT_DOWNLOAD_RETRY = 140
 EXIT_PEER_LOST = PEER_LOST  # a peer died or a collective timed out: restart every worker
 EXIT_TERMINATED = 143  # SIGTERM (the pod is deleted: suspend, preemption, drain): 128 + 15, as a shell reports it
 
@@ -39,6 +43,10 @@ class DataError(TrainerError):
 
 class DownloadError(TrainerError):
     exit_code = EXIT_DOWNLOAD
+
+
+class DownloadRetryError(TrainerError):
+    exit_code = EXIT_DOWNLOAD_RETRY
 
 
 class ExportError(TrainerError):

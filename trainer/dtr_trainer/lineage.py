@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from dtr_contract import env
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: training.datasetSource
 # In the version directory, beside saved_model.pb: TensorFlow's SavedModel loader (and so TF Serving,
 # KServe's TensorFlow runtime, tf.saved_model.load) reads only saved_model.pb, variables/, assets/ and
 # fingerprint.pb and ignores other files, as it ignores Keras' keras_metadata.pb (docs/models.md).
@@ -90,6 +90,8 @@ class Training:
     steps_per_epoch: int
     learning_rate: float
     workers: int
+    dataset_url: str | None = None  # --dataset-url: then dataset is the file's path in the data cache
+    dataset_sha256: str | None = None
 
 
 def document(run: RunIdentity, training: Training, metrics: Mapping[str, float], model_name: str,
@@ -112,6 +114,7 @@ def document(run: RunIdentity, training: Training, metrics: Mapping[str, float],
             "stepsPerEpoch": int(training.steps_per_epoch),
             "learningRate": float(training.learning_rate),
             "workers": int(training.workers),
+            "datasetSource": _dataset_source(training),
         },
         "metrics": {
             "loss": _finite(metrics["loss"], 6),
@@ -121,6 +124,13 @@ def document(run: RunIdentity, training: Training, metrics: Mapping[str, float],
         "tensorflowVersion": tensorflow_version,
         "trainerImage": run.image,
     }
+
+
+def _dataset_source(training: Training) -> dict[str, str] | None:
+    """Where the dataset came from when it was downloaded, and the digest it was checked against."""
+    if training.dataset_url is None:
+        return None
+    return {"url": training.dataset_url, "sha256": str(training.dataset_sha256)}
 
 
 def _finite(value: float, digits: int) -> float | None:

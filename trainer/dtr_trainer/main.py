@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dtr_contract import flags, layout, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
 
-from dtr_trainer import data, export, lineage, memory, volume, worker_log
+from dtr_trainer import data, export, fetch, lineage, memory, volume, worker_log
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
 from dtr_trainer.errors import EXIT_INTERNAL, EXIT_PEER_LOST, EXIT_TERMINATED, EXIT_VOLUME, TrainerError, UsageError
 from dtr_trainer.lineage import RunIdentity
@@ -71,8 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m dtr_trainer",
                 description="MultiWorkerMirroredStrategy trainer (TF_CONFIG decides the task)")
     p.add_argument(flags.MODEL, choices=MODELS, default="cnn")
-    p.add_argument(flags.DATASET, default="mnist",
-                   help=f"mnist | fashion_mnist | digits | synthetic | <file>.npz (relative to {flags.DATA_DIR})")
+    sources = p.add_mutually_exclusive_group()
+    sources.add_argument(flags.DATASET, default="mnist",
+                         help=f"mnist | fashion_mnist | digits | synthetic | <file>.npz (relative to {flags.DATA_DIR})")
+    fetch.add_arguments(p, sources)
     p.add_argument(flags.EPOCHS, type=_positive_int, default=3)
     p.add_argument(flags.BATCH_SIZE_PER_WORKER, type=_positive_int, default=64)
     p.add_argument(flags.STEPS_PER_EPOCH, type=_positive_int, default=None,
@@ -179,6 +181,7 @@ def lineage_file(args: argparse.Namespace, cluster: ClusterInfo, run_identity: R
         model=args.model, dataset=args.dataset, seed=args.seed, epochs=args.epochs,
         batch_size_per_worker=args.batch_size_per_worker, global_batch=outcome.global_batch,
         steps_per_epoch=outcome.steps_per_epoch, learning_rate=args.learning_rate, workers=cluster.num_workers,
+        dataset_url=args.dataset_url, dataset_sha256=args.dataset_sha256,
     )
     metrics = {"loss": outcome.loss, "accuracy": outcome.accuracy, "examplesPerSecond": outcome.examples_per_second}
     doc = lineage.document(run_identity, training, metrics, os.path.basename(os.path.normpath(args.export_dir)),
@@ -206,6 +209,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     _TASK = cluster.name
     run_identity = RunIdentity.from_env(os.environ, warn=log)
     worker_log.start(args.log_dir, cluster.name, run_identity, warn=log)
+    args.dataset = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path in the volume's cache
     data.validate_dataset_name(args.dataset, args.data_dir)
     volume.check_writable([d for d in (args.backup_dir, args.export_dir if cluster.is_chief else None) if d])
     splits = data.load_arrays(args.dataset, args.data_dir, args.seed)  # numpy only: no TF op yet

@@ -1,0 +1,91 @@
+"""An HTTPS server on 127.0.0.1 for the --dataset-url tests: a self-signed certificate the test makes with
+the openssl CLI (nothing is downloaded), files served from memory, every request counted by path.
+
+    /<name>              a file of `files` (404 if none)
+    /status/<code>       that HTTP status
+    /redirect/<any>?to=<url>   302 to <url>
+    /short/<name>        a file of `files` with a Content-Length 100 bytes longer than what is sent
+"""
+
+from __future__ import annotations
+
+import collections
+import http.server
+import ssl
+import subprocess
+import threading
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+OPENSSL = "/usr/bin/openssl"
+
+
+def self_signed_cert(directory: Path) -> tuple[Path, Path]:
+    """(certificate, key) for 127.0.0.1, valid for a day; the certificate is its own CA."""
+    cert, key = directory / "server.crt", directory / "server.key"
+    subprocess.run([OPENSSL, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    return cert, key
+
+
+@dataclass
+class Server:
+    cert: Path
+    files: dict[str, bytes] = field(default_factory=dict)
+    requests: collections.Counter = field(default_factory=collections.Counter)
+    port: int = 0
+
+    def url(self, path: str) -> str:
+        return f"https://127.0.0.1:{self.port}/{path.lstrip('/')}"
+
+
+def _handler(server: Server) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # the test's output stays its own
+            pass
+
+        def do_GET(self) -> None:
+            parts = urllib.parse.urlsplit(self.path)
+            server.requests[parts.path] += 1
+            head, _, rest = parts.path.lstrip("/").partition("/")
+            if head == "status":
+                self.send_error(int(rest))
+            elif head == "redirect":
+                self.send_response(302)
+                self.send_header("Location", urllib.parse.parse_qs(parts.query)["to"][0])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif head == "short" and rest in server.files:
+                self._send(server.files[rest], extra=100)
+            elif parts.path.lstrip("/") in server.files:
+                self._send(server.files[parts.path.lstrip("/")])
+            else:
+                self.send_error(404)
+
+        def _send(self, body: bytes, extra: int = 0) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(body) + extra))
+            self.end_headers()
+            self.wfile.write(body)
+            if extra:
+                self.close_connection = True
+
+    return Handler
+
+
+def start(directory: Path) -> tuple[Server, http.server.ThreadingHTTPServer]:
+    """A running server (stop it with .shutdown() and .server_close())."""
+    cert, key = self_signed_cert(directory)
+    served = Server(cert)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(served))
+    httpd.daemon_threads = True
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    served.port = httpd.server_address[1]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return served, httpd
