@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-import https_server
 import jsonschema
 import pytest
 from dtr_contract import flags, layout
@@ -38,6 +37,8 @@ from dtr_trainer.fetch import (
 )
 from dtr_trainer.lineage import RunIdentity
 from dtr_trainer.main import parse_args
+
+from support import https_server
 
 REPO = Path(__file__).resolve().parents[2]
 BODY = b"tiny dataset bytes\n" * 1000
@@ -252,7 +253,7 @@ def test_redirects_are_followed_to_https_only(trusted, tmp_path):
     assert fetcher(tmp_path, to_https).obtain().read_bytes() == BODY
     assert trusted.requests["/redirect/t.npz"] == trusted.requests["/t.npz"] == 1
     to_http = fetch.https_url(trusted.url(f"redirect/u.npz?to={quote(f'http://127.0.0.1:{trusted.port}/t.npz')}"))
-    with pytest.raises(DownloadError, match="redirects to http://.*only https:// is followed") as err:
+    with pytest.raises(DownloadError, match=r"redirects to http://.*only https:// is followed") as err:
         fetcher(tmp_path, to_http, sha=OTHER_SHA).obtain()
     assert err.value.exit_code == EXIT_DOWNLOAD and trusted.requests["/t.npz"] == 1
 
@@ -284,7 +285,7 @@ def test_an_untrusted_certificate_names_ssl_cert_file(server, monkeypatch, tmp_p
 
 
 def test_a_certificate_for_another_name_says_so_without_the_ca_hint(trusted, tmp_path):
-    with pytest.raises(DownloadError, match="certificate is not valid for 'localhost'\\)$"):
+    with pytest.raises(DownloadError, match=r"certificate is not valid for 'localhost'\)$"):
         fetcher(tmp_path, f"https://localhost:{trusted.port}/t.npz").obtain()
 
 
@@ -294,7 +295,7 @@ def test_concurrent_fetchers_download_once(trusted, tmp_path):
     def one() -> None:
         try:
             results.append(fetcher(tmp_path, trusted.url("t.npz")).obtain().read_bytes())
-        except Exception as exc:  # noqa: BLE001 (reported by the assert below)
+        except Exception as exc:  # reported by the assert below
             results.append(exc)
 
     threads = [threading.Thread(target=one) for _ in range(6)]

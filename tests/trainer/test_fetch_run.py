@@ -11,13 +11,14 @@ import sys
 import time
 from pathlib import Path
 
-import https_server
 import numpy as np
 import pytest
-from conftest import Volume, kill_all, start_workers, trainer_env, validate_lineage
-from controlplane import free_ports
 from dtr_contract import exits, flags, layout
 from dtr_trainer.errors import EXIT_DATA, EXIT_DOWNLOAD_RETRY, EXIT_USAGE, EXIT_VOLUME
+
+from devcluster.controlplane import free_ports
+from support import https_server
+from support.trainer import Volume, kill_all, start_workers, trainer_env, validate_lineage
 
 MODEL = "url-cnn"
 
