@@ -10,11 +10,13 @@ the openssl CLI (nothing is downloaded), files served from memory, every request
 from __future__ import annotations
 
 import collections
+import contextlib
 import http.server
 import ssl
 import subprocess
 import threading
 import urllib.parse
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,3 +91,15 @@ def start(directory: Path) -> tuple[Server, http.server.ThreadingHTTPServer]:
     served.port = httpd.server_address[1]
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return served, httpd
+
+
+@contextlib.contextmanager
+def serving(directory: Path, files: Mapping[str, bytes]) -> Iterator[Server]:
+    """A server of these files for the length of the block."""
+    served, httpd = start(directory)
+    served.files.update(files)
+    try:
+        yield served
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

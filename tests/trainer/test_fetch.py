@@ -200,11 +200,8 @@ def test_lineage_records_url_and_digest_and_validates():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    served, httpd = https_server.start(tmp_path_factory.mktemp("https"))
-    served.files["t.npz"] = BODY
-    yield served
-    httpd.shutdown()
-    httpd.server_close()
+    with https_server.serving(tmp_path_factory.mktemp("https"), {"t.npz": BODY}) as served:
+        yield served
 
 
 @pytest.fixture

@@ -38,11 +38,8 @@ SHA = hashlib.sha256(BODY).hexdigest()
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    served, httpd = https_server.start(tmp_path_factory.mktemp("https"))
-    served.files["tiny.npz"] = BODY
-    yield served
-    httpd.shutdown()
-    httpd.server_close()
+    with https_server.serving(tmp_path_factory.mktemp("https"), {"tiny.npz": BODY}) as served:
+        yield served
 
 
 def url_args(server, sha: str = SHA, path: str = "tiny.npz") -> list[str]:
