@@ -281,12 +281,14 @@ def put(kube: Any, namespace: str, target: str, entries: list[copier.Entry], des
 def _local_dest(dest: Path) -> None:
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise tr.TransferError(f"{dest} exists and is not an empty directory")
-    if not dest.parent.is_dir():
+    if dest.parent.exists() and not dest.parent.is_dir():
         raise tr.TransferError(f"{dest.parent} is not a directory")
 
 
 def _into(dest: Path, fill: Callable[[str], None]) -> None:
-    """DEST made complete or not at all: filled in a temporary directory beside it, renamed at the end."""
+    """DEST made complete or not at all: filled in a temporary directory beside it (its parents made as
+    needed), renamed at the end."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=f".{dest.name}.dtr-partial-", dir=dest.parent)
     try:
         fill(temporary)

@@ -192,8 +192,8 @@ def test_the_model_version_asked_for_and_one_that_is_not_there(cluster, tmp_path
         (cluster.volume / layout.in_volume(layout.export_dir("m")) / str(v) / "saved_model.pb").write_text(str(v))
     assert dtr("model", "get", "r", str(tmp_path / "exported")) == 0
     assert (tmp_path / "exported" / "saved_model.pb").read_text() == "2"
-    assert dtr("model", "get", "r", str(tmp_path / "first"), "--version", "1") == 0
-    assert (tmp_path / "first" / "saved_model.pb").read_text() == "1"
+    assert dtr("model", "get", "r", str(tmp_path / "served" / "m" / "1"), "--version", "1") == 0
+    assert (tmp_path / "served" / "m" / "1" / "saved_model.pb").read_text() == "1", "its parents made as needed"
     capsys.readouterr()
     assert dtr("model", "get", "r", str(tmp_path / "none"), "--version", "7") == 1
     base = layout.in_volume(layout.export_dir("m"))
