@@ -220,7 +220,7 @@ class TreeWriter:
         name = payload.decode()
         parts = name_parts(name)
         parent = make_dirs(self.root, "/".join(parts[:-1])) if len(parts) > 1 else self.root
-        temporary = os.path.join(parent, f".{parts[-1]}{PARTIAL}{os.getpid()}")
+        temporary = os.path.join(parent, f".{parts[-1]}{PARTIAL}{os.urandom(4).hex()}")  # pids repeat in pods
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         self._file = (name, temporary, os.open(temporary, flags, 0o644), hashlib.sha256())
 

@@ -86,10 +86,11 @@ def _path(api_version: str, namespace: str, plural: str, name: str | None = None
 _PLURALS = {("v1", "PersistentVolumeClaim"): "persistentvolumeclaims", ("v1", "Pod"): "pods",
             (TFJOB_API_VERSION, "TFJob"): TFJOB_PLURAL}  # fmt: skip
 
-# The exec WebSocket's subprotocols (v5 adds closing a stream; the copy does not need it) and channels.
+# The exec WebSocket's subprotocols (v5, Kubernetes 1.29+, adds closing a stream) and channels.
 EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
-STDIN, STDOUT, STDERR, EXEC_STATUS = 0, 1, 2, 3
+STDIN, STDOUT, STDERR, EXEC_STATUS, CLOSE_STREAM = 0, 1, 2, 3, 255
 EXEC_CHUNK = 64 * 1024  # bytes of stdin per WebSocket message
+EXEC_CLOSE_TIMEOUT = 2.0  # seconds to wait for the server's answer to our close
 
 
 class ExecStream:
@@ -101,6 +102,13 @@ class ExecStream:
     async def write(self, data: bytes) -> None:
         for start in range(0, len(data), EXEC_CHUNK):
             await self._ws.send_bytes(bytes([STDIN]) + data[start : start + EXEC_CHUNK])
+
+    async def close_stdin(self) -> bool:
+        """End the process's stdin (it reads EOF), if the server speaks v5; False if it cannot."""
+        if self._ws.protocol != EXEC_PROTOCOLS[0]:
+            return False
+        await self._ws.send_bytes(bytes([CLOSE_STREAM, STDIN]))
+        return True
 
     async def read(self) -> tuple[int, bytes] | None:
         """(channel, bytes): STDOUT, STDERR, or EXEC_STATUS (the process's end, a metav1.Status); None once
@@ -346,6 +354,7 @@ class Kube:
             try:
                 ws = await session.ws_connect(
                     yarl.URL(url, encoded=True), protocols=EXEC_PROTOCOLS, headers=headers,
+                    timeout=aiohttp.ClientWSTimeout(ws_close=EXEC_CLOSE_TIMEOUT),
                     ssl=_ssl_context(conf) if url.startswith("https:") else False,
                     server_hostname=conf.tls_server_name or None, proxy=conf.proxy or None,
                     proxy_headers=conf.proxy_headers or None, max_msg_size=0,

@@ -38,10 +38,17 @@ IDLE_SECONDS = 300
 START_TIMEOUT = 120.0  # seconds for the pod to run, by default (--timeout)
 RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
 
-# The pod's own process: waits, and exits on SIGTERM (a pod's PID 1 ignores it by default) or once no copy
-# has touched the heartbeat file for IDLE_SECONDS.
+# The pod's own process: waits, and exits once no copy has touched the heartbeat file for IDLE_SECONDS, or
+# on SIGTERM (a pod's PID 1 ignores it by default) as soon as no copy runs, within the grace period: a copy
+# whose connection dtr has closed (Ctrl-C) sees the end of its input and removes its partial file first.
+GRACE_SECONDS = 3
 IDLE = f"""import os, signal, sys, time
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+def stop(*_):
+    end = time.time() + {GRACE_SECONDS - 1}
+    while time.time() < end and [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]:
+        time.sleep(0.1)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
 start = time.time()
 while True:
     time.sleep(2)
@@ -150,7 +157,7 @@ def pod_manifest(namespace: str, name: str, claim: str, image: str, read_only: b
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 2,
+        "terminationGracePeriodSeconds": GRACE_SECONDS,
         "securityContext": pod_security,
         "containers": [container],
         "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only}},
@@ -358,20 +365,24 @@ def human_bytes(n: float) -> str:
 
 @dataclass
 class Progress:
-    """Bytes copied of a total, as a line at most every `every` seconds, none before `after` seconds (a
-    small copy says nothing but its result). Times are the caller's clock."""
+    """Bytes copied of a total, as a line at most every `every` seconds, none before `after` seconds from
+    the first bytes (a small copy says nothing but its result). Times are the caller's clock."""
 
     label: str
-    started: float
     total: int = 0
     done: int = 0
     every: float = 0.5
     after: float = 1.0
+    started: float | None = None  # when the first bytes were counted
+    last: float | None = None  # and the latest
     _shown: float = -math.inf
 
     def add(self, n: int, now: float) -> str | None:
         """Count n more bytes; the line to show now, or None."""
         self.done += n
+        if self.started is None:
+            self.started = now
+        self.last = now
         if now - self.started < self.after or now - self._shown < self.every:
             return None
         self._shown = now
@@ -382,7 +393,7 @@ class Progress:
         return self._shown > -math.inf
 
     def line(self, now: float) -> str:
-        elapsed = max(now - self.started, 1e-9)
+        elapsed = max(now - (now if self.started is None else self.started), 1e-9)
         percent = f" ({100 * self.done // self.total}%)" if self.total else ""
         return (f"{self.label}: {human_bytes(self.done)} of {human_bytes(self.total)}{percent}, "
                 f"{human_bytes(self.done / elapsed)}/s")  # fmt: skip

@@ -36,6 +36,7 @@ from .spec import KIND, SpecError, parse_run
 
 PROGRAM = Path(copier.__file__).read_bytes()
 DELETE_WAIT = 30.0  # seconds to wait for the pod to be gone (its volume released) before saying so
+WIND_DOWN = 2.0  # seconds for the program to end once its input has ended early
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 OnFrame = Callable[[bytes, bytes], None]
 
@@ -48,7 +49,7 @@ class Reporter:
 
     def __init__(self, label: str, quiet: bool, out: TextIO = sys.stderr):
         self.out, self.quiet, self.tty = out, quiet, out.isatty()
-        self.progress = tr.Progress(label, time.monotonic(), every=0.5 if self.tty else 5.0)
+        self.progress = tr.Progress(label, every=0.5 if self.tty else 5.0)
 
     def total(self, n: int) -> None:
         self.progress.total = n
@@ -61,7 +62,7 @@ class Reporter:
 
     def finish(self) -> None:
         if self.progress.showed and not self.quiet:
-            line = self.progress.line(time.monotonic())
+            line = self.progress.line(self.progress.last or time.monotonic())  # the rate of the copy itself
             self.out.write(f"\r{line}\033[K\n" if self.tty else f"{line}\n")
 
 
@@ -113,6 +114,21 @@ async def _both(stream: Any, frames: Iterable[bytes], on_frame: OnFrame) -> tupl
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        if reader in pending:  # stopped early (an error, Ctrl-C): the program must not be killed mid-file
+            await _wind_down(stream)
+
+
+async def _wind_down(stream: Any) -> None:
+    """End the program's input and give it a moment to end: a receiving program then removes its partial
+    file. Where the server cannot end stdin alone (before Kubernetes 1.29), closing the connection does."""
+    with contextlib.suppress(Exception):
+        if await stream.close_stdin():
+            await asyncio.wait_for(_drain(stream), WIND_DOWN)
+
+
+async def _drain(stream: Any) -> None:
+    while await stream.read() is not None:
+        pass
 
 
 async def _exec(kube: Any, namespace: str, pod: str, op: str, target: str, on_frame: OnFrame,

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from dtr_contract import layout
@@ -212,10 +216,26 @@ def test_bytes_for_people():
 
 
 def test_progress_is_quiet_at_first_then_throttled():
-    p = tr.Progress("put x", started=100.0, total=4 * 1024**2)
+    p = tr.Progress("put x", total=4 * 1024**2)
+    assert p.add(0, 100.0) is None, "the clock starts at the first bytes (not while the pod starts)"
     assert p.add(1024**2, 100.5) is None, "a copy shorter than a second says nothing"
     assert p.add(1024**2, 101.0) == "put x: 2.0 MiB of 4.0 MiB (50%), 2.0 MiB/s"
     assert p.add(1024**2, 101.2) is None, "at most every half second"
     assert p.add(1024**2, 102.0) == "put x: 4.0 MiB of 4.0 MiB (100%), 2.0 MiB/s"
     assert p.showed
-    assert tr.Progress("get", started=0.0).line(1.0) == "get: 0 B of 0 B, 0 B/s"
+    assert tr.Progress("get").line(1.0) == "get: 0 B of 0 B, 0 B/s"
+
+
+def test_the_pods_idle_process_ends_without_a_copy_and_on_sigterm(tmp_path):
+    """Run as it runs in the pod (PID 1 there; here it also sees the host's processes, so SIGTERM waits out
+    its grace for them)."""
+    heartbeat = tmp_path / "heartbeat"
+    script = tr.IDLE.replace(repr(tr.HEARTBEAT), repr(str(heartbeat))).replace(f"> {tr.IDLE_SECONDS}", "> 1")
+    assert script.count(repr(str(heartbeat))) == 1 and "> 1:\n" in script
+    idle = subprocess.Popen([sys.executable, "-c", script])
+    stopped = subprocess.Popen([sys.executable, "-c", tr.IDLE])
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    stopped.send_signal(signal.SIGTERM)
+    assert stopped.wait(10) == 0 and time.monotonic() - t0 < tr.GRACE_SECONDS
+    assert idle.wait(10) == 0, "no heartbeat for longer than the idle limit"

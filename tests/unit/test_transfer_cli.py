@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,10 @@ class ProcessStream:
     async def write(self, data: bytes) -> None:
         self.proc.stdin.write(self.tamper(data) if self.tamper else data)
         await self.proc.stdin.drain()
+
+    async def close_stdin(self) -> bool:
+        self.proc.stdin.close()
+        return True
 
     async def read(self) -> tuple[int, bytes] | None:
         while self.open:
@@ -128,6 +133,7 @@ def cluster(tmp_path, monkeypatch) -> FakeKube:
     fake = FakeKube(volume)
     monkeypatch.setattr(kube.Kube, "from_environment", classmethod(lambda cls: fake))
     monkeypatch.setattr(transfer_cli, "DELETE_WAIT", 1.0)
+    monkeypatch.setattr(transfer_cli, "WIND_DOWN", 0.5)
     return fake
 
 
@@ -279,19 +285,30 @@ def test_the_pod_joins_the_node_where_the_readwriteonce_claim_is_used(cluster, t
         "values"] == ["n1"]  # fmt: skip
 
 
-def test_ctrl_c_during_the_copy_deletes_the_pod_and_leaves_no_partial_file(cluster, tmp_path, capsys):
+def test_ctrl_c_during_the_copy_deletes_the_pod_and_the_program_removes_its_partial_file(cluster, tmp_path):
     make_tree(tmp_path)
+    partial = f"*{copier.PARTIAL}*"
 
     class Interrupting(transfer_cli.Reporter):
         def __call__(self, n: int) -> None:
-            raise KeyboardInterrupt
+            if self.progress.done:  # the second chunk: the program is writing the file
+                wait_for(lambda: list(cluster.volume.rglob(partial)))
+                raise KeyboardInterrupt
+            self.progress.done += n
 
-    pvc = cluster.claims["c"]
     with pytest.raises(KeyboardInterrupt):
-        transfer_cli.put(cluster, NS, "c", transfer_cli.local_tree(str(tmp_path / "a")), "", "img", 5.0,
+        transfer_cli.put(cluster, NS, "c", transfer_cli.local_tree(str(tmp_path / "big.bin")), "", "img", 5.0,
                          Interrupting("put", True, io.StringIO()))  # fmt: skip
-    assert pvc and cluster.deleted and not cluster.pods
-    assert not (cluster.volume / "a" / "d.txt").exists()
+    assert cluster.deleted and not cluster.pods
+    assert not list(cluster.volume.rglob("*")), "the program saw the end of its input and removed its partial file"
+
+
+def wait_for(probe: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := probe()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+    return found
 
 
 def test_progress_lines_on_stderr_when_it_takes_a_while(cluster, tmp_path, monkeypatch):
