@@ -249,14 +249,17 @@ def _when(event: Mapping[str, Any]) -> str:
     return str(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or "")
 
 
-def events_summary(events: Iterable[Mapping[str, Any]], last: int = 3) -> str:
-    """The last few distinct events of the pod, oldest first, in one line."""
+def events_summary(events: Iterable[Mapping[str, Any]], last: int = 3, besides: str = "") -> str:
+    """The last few distinct events of the pod, oldest first, in one line; none whose message `besides`
+    already says."""
     said: list[str] = []
     for event in sorted(events, key=_when):
-        text = f"{event.get('reason')}: {' '.join(str(event.get('message') or '').split())}"
+        message = " ".join(str(event.get("message") or "").split())
+        text = f"{event.get('reason')}: {message}"
         if text in said:
             said.remove(text)
-        said.append(text)
+        if message not in besides:
+            said.append(text)
     return "; ".join(said[-last:])
 
 

@@ -165,7 +165,7 @@ def _wait_started(kube: Any, namespace: str, name: str, timeout: float, node: st
         if state == tr.READY:
             return
         if state == tr.FAILED or time.monotonic() >= deadline:
-            events = tr.events_summary(kube.pod_events(namespace, name))
+            events = tr.events_summary(kube.pod_events(namespace, name), besides=doing)
             if state == tr.FAILED:
                 raise tr.TransferError(f"the transfer pod {name} cannot start: {doing}" + (f"; events: {events}"
                                                                                          if events else ""))
@@ -445,17 +445,20 @@ def _pod_paragraph() -> str:
 The copy goes through a short-lived pod in the namespace, dtr-put-* or dtr-get-* (label
 app.kubernetes.io/name={tr.COMPONENT}), that mounts the claim ({layout.MOUNT_PATH}, read-only for model get):
 uid and gid {RUN_AS} as the trainer, no ServiceAccount token, a read-only root filesystem, no capabilities,
-seccomp RuntimeDefault, resource limits (it passes Pod Security `restricted`). It runs where pods already
-using a ReadWriteOnce claim run, and is deleted afterwards, also on Ctrl-C (left behind, it ends by itself
-after {tr.IDLE_SECONDS} s without a copy). dtr uses kubectl's credentials and sends the copy over the API
-server's exec WebSocket (no kubectl needed; RBAC: create pods and pods/exec, get pods and events).
-Every file's SHA-256 is computed at both ends and compared; progress goes to stderr."""
+seccomp RuntimeDefault, resource limits (it passes Pod Security `restricted`). It runs where pods
+already using a ReadWriteOnce claim run, and is deleted afterwards, also on Ctrl-C (left behind, it
+ends by itself after {tr.IDLE_SECONDS} s without a copy). dtr uses kubectl's credentials and sends the
+copy over the API server's exec WebSocket (no kubectl needed). Every file's SHA-256 is computed at
+both ends and compared; progress goes to stderr. Permissions in the namespace: get the run and the
+claim; create, get and delete pods; create pods/exec; list events (and pods, to find a ReadWriteOnce
+claim's node)."""
 
 
 def _add_data(sub: argparse._SubParsersAction) -> None:
     default = tr.default_dest()
     data = sub.add_parser("data", help="copy files into a run's volume (dtr data put)",
-                          description="Files on a run's volume, its PersistentVolumeClaim.")  # fmt: skip
+                          description="Files on a run's volume, its PersistentVolumeClaim: dtr data put "
+                                      "CLAIM-or-RUN LOCAL_PATH [DEST] copies them in (see its --help).")  # fmt: skip
     verbs = data.add_subparsers(dest="verb", metavar="VERB", required=True)
     p = verbs.add_parser(
         "put", help="copy a local file or directory into a claim (default: the trainer's data directory)",
@@ -486,14 +489,15 @@ each file appears only once complete and checked. Symlinks and special files are
 def _add_model(sub: argparse._SubParsersAction) -> None:
     versions = posixpath.join(layout.in_volume(layout.export_dir("<modelName>")) or "", "<version>")
     model = sub.add_parser("model", help="copy an exported model version out of a run's volume (dtr model get)",
-                           description="A run's exported models, on its volume.")  # fmt: skip
+                           description="A run's exported models, on its volume: dtr model get RUN DEST copies a "
+                                       "version out (see its --help).")  # fmt: skip
     verbs = model.add_subparsers(dest="verb", metavar="VERB", required=True)
     p = verbs.add_parser(
         "get", help="copy an exported model version to a local directory",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=f"""\
-Copy a version of RUN's model, {versions} on its claim (a TF SavedModel and its lineage.json),
-into the local directory DEST:
+Copy a version of RUN's model, {versions} on its claim (a TF SavedModel and its
+lineage.json), into the local directory DEST:
 
   dtr model get mnist-cnn ./model               the version the run exported (status.model)
   dtr model get mnist-cnn ./v1 --version 1      another version of its model name

@@ -139,6 +139,8 @@ def test_events_in_one_line_latest_last_repeats_once():
     ]
     assert tr.events_summary(events) == "Pulled: present; Scheduled: assigned; FailedMount: Multi-Attach error for volume"
     assert tr.events_summary(events, last=1) == "FailedMount: Multi-Attach error for volume"
+    assert tr.events_summary(events, besides="not scheduled: assigned") == (
+        "Pulled: present; FailedMount: Multi-Attach error for volume"), "not what the caller says already"
 
 
 def test_a_start_timeout_says_what_the_pod_waits_for_its_events_and_its_node():

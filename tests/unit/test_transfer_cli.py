@@ -104,7 +104,8 @@ class FakeKube:
         return {**pod, "status": self.starts[min(pod["seen"], len(self.starts)) - 1]}
 
     def pod_events(self, namespace, name):
-        return [{"reason": "FailedScheduling", "message": "0/1 nodes are available", "lastTimestamp": "t"}]
+        return [{"reason": "FailedScheduling", "message": "0/1 nodes are available", "lastTimestamp": "t1"},
+                {"reason": "FailedMount", "message": "Multi-Attach error", "lastTimestamp": "t2"}]
 
     def delete_pod(self, namespace, name):
         self.deleted.append(name)
@@ -262,7 +263,7 @@ def test_a_pod_that_does_not_start_is_named_with_its_events_and_deleted(cluster,
     [pod] = cluster.created
     assert capsys.readouterr().err == (
         f"dtr data put: the transfer pod {pod['metadata']['name']} did not start in 1 s: not scheduled: 0/1 nodes are "
-        "available; events: FailedScheduling: 0/1 nodes are available\n")  # fmt: skip
+        "available; events: FailedMount: Multi-Attach error\n")  # fmt: skip
     assert cluster.deleted == [pod["metadata"]["name"]]
 
     cluster.starts = [{"phase": "Pending", "containerStatuses": [{"name": transfer.CONTAINER, "state": {
