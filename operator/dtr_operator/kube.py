@@ -7,14 +7,18 @@ becomes one of the few exceptions below.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping
+import ssl
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
+import aiohttp
 import urllib3
+import yarl
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -79,7 +83,56 @@ def _path(api_version: str, namespace: str, plural: str, name: str | None = None
     return path
 
 
-_PLURALS = {("v1", "PersistentVolumeClaim"): "persistentvolumeclaims", (TFJOB_API_VERSION, "TFJob"): TFJOB_PLURAL}
+_PLURALS = {("v1", "PersistentVolumeClaim"): "persistentvolumeclaims", ("v1", "Pod"): "pods",
+            (TFJOB_API_VERSION, "TFJob"): TFJOB_PLURAL}  # fmt: skip
+
+# The exec WebSocket's subprotocols (v5, Kubernetes 1.29+, adds closing a stream) and channels.
+EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+STDIN, STDOUT, STDERR, EXEC_STATUS, CLOSE_STREAM = 0, 1, 2, 3, 255
+EXEC_CHUNK = 64 * 1024  # bytes of stdin per WebSocket message
+EXEC_CLOSE_TIMEOUT = 2.0  # seconds to wait for the server's answer to our close
+
+
+class ExecStream:
+    """One exec session in a container: write to the process's stdin, read what it says by channel."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse):
+        self._ws = ws
+
+    async def write(self, data: bytes) -> None:
+        for start in range(0, len(data), EXEC_CHUNK):
+            await self._ws.send_bytes(bytes([STDIN]) + data[start : start + EXEC_CHUNK])
+
+    async def close_stdin(self) -> bool:
+        """End the process's stdin (it reads EOF), if the server speaks v5; False if it cannot."""
+        if self._ws.protocol != EXEC_PROTOCOLS[0]:
+            return False
+        await self._ws.send_bytes(bytes([CLOSE_STREAM, STDIN]))
+        return True
+
+    async def read(self) -> tuple[int, bytes] | None:
+        """(channel, bytes): STDOUT, STDERR, or EXEC_STATUS (the process's end, a metav1.Status); None once
+        the session has closed."""
+        while True:
+            message = await self._ws.receive()
+            if message.type == aiohttp.WSMsgType.BINARY and message.data:
+                return message.data[0], message.data[1:]
+            if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED,
+                                aiohttp.WSMsgType.ERROR):  # fmt: skip
+                return None
+
+
+def _ssl_context(conf: client.Configuration) -> ssl.SSLContext:
+    """The TLS settings of the client's configuration (the kubeconfig's or the service account's)."""
+    context = ssl.create_default_context(cafile=conf.ssl_ca_cert or None)
+    if not conf.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif conf.assert_hostname is False:
+        context.check_hostname = False
+    if conf.cert_file:
+        context.load_cert_chain(conf.cert_file, conf.key_file)
+    return context
 
 
 class Kube:
@@ -265,6 +318,53 @@ class Kube:
             response.response.release_conn()
         if pending:
             yield pending.decode("utf-8", "replace")
+
+    # ---- pods: dtr data put, dtr model get (transfer_cli.py) ------------------------------------
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.get("v1", "Pod", namespace, name)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete the pod (its own grace period); gone already is fine."""
+        with contextlib.suppress(NotFound):
+            self.request("DELETE", _path("v1", namespace, "pods", name))
+
+    def list_pods(self, namespace: str) -> list[dict[str, Any]]:
+        return list(self.request("GET", _path("v1", namespace, "pods")).get("items") or [])
+
+    def pod_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        selector = f"involvedObject.kind=Pod,involvedObject.name={name}"
+        data = self.request("GET", _path("v1", namespace, "events"), query=[("fieldSelector", selector)])
+        return list(data.get("items") or [])
+
+    @contextlib.asynccontextmanager
+    async def exec_stream(self, namespace: str, pod: str, container: str, argv: Sequence[str]
+                          ) -> AsyncIterator[ExecStream]:  # fmt: skip
+        """An exec session of argv in the container, over the API server's WebSocket (what `kubectl exec`
+        does), with this client's credentials and TLS settings. ApiError when the API server refuses it."""
+        query = [("container", container), ("stdin", "true"), ("stdout", "true"), ("stderr", "true")]
+        _, url, headers, _, _ = self.api.param_serialize(
+            method="GET", resource_path=_path("v1", namespace, "pods", pod, "exec"),
+            query_params=query + [("command", arg) for arg in argv], header_params={}, auth_settings=["BearerToken"],
+        )  # fmt: skip
+        conf = self.api.configuration
+        headers = {**headers, "User-Agent": USER_AGENT}
+        metrics.API_REQUESTS.inc()
+        async with aiohttp.ClientSession() as session:
+            try:
+                ws = await session.ws_connect(
+                    yarl.URL(url, encoded=True), protocols=EXEC_PROTOCOLS, headers=headers,
+                    timeout=aiohttp.ClientWSTimeout(ws_close=EXEC_CLOSE_TIMEOUT),
+                    ssl=_ssl_context(conf) if url.startswith("https:") else False,
+                    server_hostname=conf.tls_server_name or None, proxy=conf.proxy or None,
+                    proxy_headers=conf.proxy_headers or None, max_msg_size=0,
+                )  # fmt: skip
+            except aiohttp.WSServerHandshakeError as err:
+                raise ApiError(err.status, "ExecRefused", f"exec in pod {pod}: {err.message}") from None
+            except (aiohttp.ClientError, OSError) as err:
+                raise ApiError(0, "Unreachable", str(err)) from None
+            async with ws:
+                yield ExecStream(ws)
 
     def patch_tfjob_run_policy(self, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
         """Merge-patch fields of the TFJob's runPolicy: suspend (the training-operator deletes or recreates

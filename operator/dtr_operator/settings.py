@@ -76,6 +76,12 @@ def _patterns(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.split(",") if p.strip())
 
 
+def default_trainer_image(env: Mapping[str, str]) -> str:
+    """--trainer-image's default: DTR_TRAINER_IMAGE, else the built-in image (also the image of dtr's transfer
+    pods, dtr data put and dtr model get)."""
+    return env.get("DTR_TRAINER_IMAGE") or DEFAULT_TRAINER_IMAGE
+
+
 def from_env(env: Mapping[str, str]) -> Settings:
     namespaces = tuple(ns.strip() for ns in env.get("DTR_NAMESPACE", "").split(",") if ns.strip())
     log_format = env.get("DTR_LOG_FORMAT", "plain") or "plain"
@@ -83,7 +89,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         raise SettingsError(f"DTR_LOG_FORMAT: must be plain or json, got {log_format!r}")
     return Settings(
         namespaces=namespaces,
-        trainer_image=env.get("DTR_TRAINER_IMAGE") or DEFAULT_TRAINER_IMAGE,
+        trainer_image=default_trainer_image(env),
         log_format=log_format,
         liveness_port=_port(env.get("DTR_LIVENESS_PORT", "8080") or "8080", "DTR_LIVENESS_PORT"),
         metrics_port=_port(env.get("DTR_METRICS_PORT", "9090") or "9090", "DTR_METRICS_PORT"),

@@ -1,0 +1,520 @@
+"""`dtr data put` and `dtr model get`: files into a run's volume, an exported model out of it.
+
+    dtr data put my-claim ./wine.csv              into the trainer's data directory of claim my-claim
+    dtr data put mnist-cnn ./sets sets/2026       a directory, into the volume of run mnist-cnn
+    dtr model get mnist-cnn ./model               the run's exported version, into ./model
+    dtr model get mnist-cnn ./v1 --version 1      another version of its model
+
+The shell: the API calls (kube.py) and the copy, in order; what they decide is in transfer.py, the copy
+program both ends run in copier.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import posixpath
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from dtr_contract import layout
+
+from . import copier
+from . import transfer as tr
+from .builders import RUN_AS
+from .spec import KIND, SpecError, parse_run
+
+PROGRAM = Path(copier.__file__).read_bytes()
+DELETE_WAIT = 30.0  # seconds to wait for the pod to be gone (its volume released) before saying so
+WIND_DOWN = 2.0  # seconds for the program to end once its input has ended early
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+OnFrame = Callable[[bytes, bytes], None]
+
+
+# ---- progress on stderr -------------------------------------------------------------------------------
+
+
+class Reporter:
+    """Progress lines on stderr: one line redrawn on a terminal, a line every few seconds otherwise."""
+
+    def __init__(self, label: str, quiet: bool, out: TextIO = sys.stderr):
+        self.out, self.quiet, self.tty = out, quiet, out.isatty()
+        self.progress = tr.Progress(label, every=0.5 if self.tty else 5.0)
+
+    def total(self, n: int) -> None:
+        self.progress.total = n
+
+    def __call__(self, n: int) -> None:
+        line = self.progress.add(n, time.monotonic())
+        if line and not self.quiet:
+            self.out.write(f"\r{line}\033[K" if self.tty else f"{line}\n")
+            self.out.flush()
+
+    def finish(self) -> None:
+        if self.progress.showed and not self.quiet:
+            line = self.progress.line(self.progress.last or time.monotonic())  # the rate of the copy itself
+            self.out.write(f"\r{line}\033[K\n" if self.tty else f"{line}\n")
+
+
+# ---- the copy over exec ----------------------------------------------------------------------------
+
+
+async def _send(stream: Any, frames: Iterable[bytes]) -> None:
+    """The program's text, then the frames; a local read error is a CopyError, a connection error as is."""
+    await stream.write(PROGRAM)
+    iterator = iter(frames)
+    while True:
+        try:
+            data = next(iterator, None)
+        except OSError as err:
+            raise copier.CopyError(f"cannot read {err.filename}: {err.strerror}") from None
+        if data is None:
+            return
+        await stream.write(data)
+
+
+async def _read(stream: Any, on_frame: OnFrame) -> tuple[bytes | None, str]:
+    """Until the session ends: stdout's frames to on_frame; (the exec status, stderr)."""
+    from .kube import EXEC_STATUS, STDERR, STDOUT
+
+    frames, stderr, status = copier.Frames(), bytearray(), None
+    while (got := await stream.read()) is not None:
+        channel, data = got
+        if channel == STDOUT:
+            for kind, payload in frames.feed(data):
+                on_frame(kind, payload)
+        elif channel == STDERR:
+            stderr += data
+        elif channel == EXEC_STATUS:
+            status = data
+    return status, stderr.decode("utf-8", "replace")
+
+
+async def _both(stream: Any, frames: Iterable[bytes], on_frame: OnFrame) -> tuple[bytes | None, str]:
+    """Send and read at once until the session ends, or stop at a local error (which wins)."""
+    reader, sender = asyncio.ensure_future(_read(stream, on_frame)), asyncio.ensure_future(_send(stream, frames))
+    pending = {reader, sender}
+    try:
+        while reader in pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if sender in done and isinstance(sender.exception(), copier.CopyError):
+                raise sender.exception()  # type: ignore[misc]
+        return reader.result()
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if reader in pending:  # stopped early (an error, Ctrl-C): the program must not be killed mid-file
+            await _wind_down(stream)
+
+
+async def _wind_down(stream: Any) -> None:
+    """End the program's input and give it a moment to end: a receiving program then removes its partial
+    file. Where the server cannot end stdin alone (before Kubernetes 1.29), closing the connection does."""
+    with contextlib.suppress(Exception):
+        if await stream.close_stdin():
+            await asyncio.wait_for(_drain(stream), WIND_DOWN)
+
+
+async def _drain(stream: Any) -> None:
+    while await stream.read() is not None:
+        pass
+
+
+async def _exec(kube: Any, namespace: str, pod: str, op: str, target: str, on_frame: OnFrame,
+                frames: Iterable[bytes] = ()) -> None:  # fmt: skip
+    """Run the copy program's OP on TARGET in the pod; TransferError naming what went wrong."""
+    async with kube.exec_stream(namespace, pod, tr.CONTAINER, tr.command(PROGRAM, op, target)) as stream:
+        status, stderr = await _both(stream, frames, on_frame)
+    code, message = tr.exit_status(status) if status is not None else (-1, "the session ended without a status")
+    if code != 0:
+        raise tr.TransferError(tr.program_error(code, message, stderr))
+
+
+def _frames_of(kind: bytes, into: dict[str, Any]) -> OnFrame:
+    """An on_frame that keeps the JSON payload of one kind of frame (a listing, an account)."""
+
+    def keep(got: bytes, payload: bytes) -> None:
+        if got != kind:
+            raise copier.CopyError(f"unexpected frame {got!r} from the pod")
+        into.update(json.loads(payload))
+
+    return keep
+
+
+# ---- the pod -----------------------------------------------------------------------------------------
+
+
+def _wait_started(kube: Any, namespace: str, name: str, timeout: float, node: str | None) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        pod = kube.get_pod(namespace, name)
+        if pod is None:
+            raise tr.TransferError(f"the transfer pod {name} was deleted before the copy")
+        state, doing = tr.pod_start(pod)
+        if state == tr.READY:
+            return
+        if state == tr.FAILED or time.monotonic() >= deadline:
+            events = tr.events_summary(kube.pod_events(namespace, name), besides=doing)
+            if state == tr.FAILED:
+                raise tr.TransferError(f"the transfer pod {name} cannot start: {doing}" + (f"; events: {events}"
+                                                                                         if events else ""))
+            raise tr.TransferError(tr.start_timeout(name, timeout, doing, events, node))
+        time.sleep(0.5)
+
+
+def _remove(kube: Any, namespace: str, name: str) -> None:
+    """Delete the pod (Ctrl-C cannot interrupt the request) and wait a little for it to be gone."""
+    from .kube import ApiError
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        kube.delete_pod(namespace, name)
+        deadline = time.monotonic() + DELETE_WAIT
+        signal.signal(signal.SIGINT, previous)
+        while kube.get_pod(namespace, name) is not None:
+            if time.monotonic() >= deadline:
+                print(f"dtr: the transfer pod {name} is still terminating", file=sys.stderr)
+                return
+            time.sleep(0.5)
+    except ApiError as err:
+        print(f"dtr: could not delete the transfer pod {name} ({err}); it ends by itself after "
+              f"{tr.IDLE_SECONDS} s without a copy", file=sys.stderr)  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def transfer_pod(kube: Any, namespace: str, pvc: dict[str, Any], image: str, read_only: bool, what: str,
+                 timeout: float) -> Iterator[str]:  # fmt: skip
+    """A running transfer pod for the claim, deleted afterwards whatever happens (also on Ctrl-C)."""
+    from .kube import ApiError
+
+    claim = pvc["metadata"]["name"]
+    node = tr.placement(pvc, tr.claim_users(_pods(kube, namespace), claim))
+    name = tr.pod_name("get" if read_only else "put", claim, secrets.token_hex(3))
+    created = True  # until the API server says it did not create it (Ctrl-C may land in the request)
+    try:
+        try:
+            kube.create(tr.pod_manifest(namespace, name, claim, image, read_only, what, node))
+        except ApiError as err:
+            created = err.status == 0
+            raise tr.TransferError(f"cannot create the transfer pod: {err.message}") from None
+        _wait_started(kube, namespace, name, timeout, node)
+        yield name
+    finally:
+        if created:
+            _remove(kube, namespace, name)
+
+
+def _pods(kube: Any, namespace: str) -> list[dict[str, Any]]:
+    """The namespace's pods, to find the claim's users; none when we may not list them (placement is a help)."""
+    from .kube import ApiError
+
+    try:
+        return kube.list_pods(namespace)
+    except ApiError as err:
+        if err.status in (401, 403):
+            return []
+        raise
+
+
+# ---- dtr data put -----------------------------------------------------------------------------------
+
+
+def _run(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    """The run, or None when there is none or we may not read runs (a claim is enough for data put)."""
+    from .kube import ApiError
+
+    try:
+        return kube.get_run(namespace, name)
+    except ApiError as err:
+        if err.status in (401, 403):
+            return None
+        raise
+
+
+def claim_of(kube: Any, namespace: str, target: str) -> dict[str, Any]:
+    """The PVC that TARGET names: a run's (as the operator names or uses it), else the claim of that name."""
+    run = _run(kube, namespace, target)
+    if run is None:
+        pvc = kube.get_pvc(namespace, target)
+        if pvc is None:
+            raise tr.TransferError(f"no {KIND} and no PersistentVolumeClaim named {target} in namespace {namespace}")
+        return pvc
+    try:
+        claim = parse_run(run).pvc_name
+    except SpecError as err:
+        raise tr.TransferError(f"{KIND} {target} is not valid: {err}") from None
+    pvc = kube.get_pvc(namespace, claim)
+    if pvc is None:
+        raise tr.TransferError(f"{KIND} {target}'s claim {claim} does not exist (yet): the operator creates it "
+                               "when the run starts; to put data before a run, create a claim and name it in "
+                               "spec.storage.claimName")  # fmt: skip
+    return pvc
+
+
+def local_tree(local: str) -> list[copier.Entry]:
+    """What putting LOCAL sends: it under its own name."""
+    return copier.walk(local, os.path.basename(os.path.abspath(local)))
+
+
+def put(kube: Any, namespace: str, target: str, entries: list[copier.Entry], dest: str, image: str,
+        timeout: float, reporter: Reporter) -> str:  # fmt: skip
+    """Copy the local tree into DEST (volume-relative) on TARGET's claim; the one-line summary."""
+    top = entries[0][1].split("/")[0]
+    totals = copier.totals(entries)
+    reporter.total(totals["bytes"])
+    pvc = claim_of(kube, namespace, target)
+    claim, where = pvc["metadata"]["name"], f"{dest}/{top}" if dest else top
+    sent: dict[str, str] = {}
+    account: dict[str, Any] = {}
+    with transfer_pod(kube, namespace, pvc, image, False, f"put {where}", timeout) as pod:
+        frames = copier.tree_frames(entries, reporter, sent)
+        asyncio.run(_exec(kube, namespace, pod, "receive", tr.in_pod(dest), _frames_of(copier.ACCOUNT, account),
+                          frames))  # fmt: skip
+    reporter.finish()
+    mismatch = tr.account_mismatch(sent, account)
+    if mismatch:
+        raise tr.TransferError(mismatch)
+    return (f"put {totals['files']} file(s), {tr.human_bytes(totals['bytes'])}, into {where} on claim {claim} "
+            "(SHA-256 checked)")  # fmt: skip
+
+
+# ---- dtr model get ------------------------------------------------------------------------------------
+
+
+def _local_dest(dest: Path) -> None:
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise tr.TransferError(f"{dest} exists and is not an empty directory")
+    if dest.parent.exists() and not dest.parent.is_dir():
+        raise tr.TransferError(f"{dest.parent} is not a directory")
+
+
+def _into(dest: Path, fill: Callable[[str], None]) -> None:
+    """DEST made complete or not at all: filled in a temporary directory beside it (its parents made as
+    needed), renamed at the end."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    temporary = tempfile.mkdtemp(prefix=f".{dest.name}.dtr-partial-", dir=dest.parent)
+    try:
+        fill(temporary)
+        os.chmod(temporary, 0o755)
+        if dest.exists():
+            dest.rmdir()
+        os.rename(temporary, dest)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
+def get(kube: Any, namespace: str, run_name: str, dest: Path, version: int | None, image: str, timeout: float,
+        reporter: Reporter) -> str:  # fmt: skip
+    """Copy a version of the run's model into DEST; the one-line summary."""
+    _local_dest(dest)
+    run = kube.get_run(namespace, run_name)
+    if run is None:
+        raise tr.TransferError(f"no {KIND} {run_name} in namespace {namespace}")
+    try:
+        source = tr.model_source(run, version)
+    except SpecError as err:
+        raise tr.TransferError(f"{KIND} {run_name} is not valid: {err}") from None
+    pvc = kube.get_pvc(namespace, source.claim)
+    if pvc is None:
+        raise tr.TransferError(f"{run_name}'s claim {source.claim} does not exist (any more)")
+    where = f"{source.base} on claim {source.claim}"
+    with transfer_pod(kube, namespace, pvc, image, True, f"get {source.base}", timeout) as pod:
+        found: dict[str, Any] = {}
+        asyncio.run(_exec(kube, namespace, pod, "list", tr.in_pod(source.base), _frames_of(copier.LISTING, found)))
+        chosen = tr.choose_version(found.get("names") or [], source.version, where)
+        path = tr.version_path(source, chosen)
+
+        def fill(directory: str) -> None:
+            writer = copier.TreeWriter(directory, reporter, reporter.total, sides=("in the pod", "local"))
+            try:
+                asyncio.run(_exec(kube, namespace, pod, "send", tr.in_pod(path), writer.handle))
+            finally:
+                writer.abort()
+            if not writer.done:
+                raise tr.TransferError(f"the copy of {path} ended before it was complete")
+            found["account"] = writer.account
+
+        _into(dest, fill)
+    reporter.finish()
+    account = found["account"]
+    return (f"got version {chosen} of {run_name}'s model ({len(account['files'])} file(s), "
+            f"{tr.human_bytes(account['bytes'])}) from {path} on claim {source.claim} into {dest} (SHA-256 checked)")
+
+
+# ---- the commands ---------------------------------------------------------------------------------------
+
+
+def _sigterm(*_: Any) -> None:
+    raise KeyboardInterrupt  # the pod is deleted on the way out, as on Ctrl-C
+
+
+def _main(command: str, action: Callable[[Any, str], str], namespace: str | None) -> int:
+    from .kube import ApiError, Kube, NoCredentials, current_namespace
+
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        summary = action(Kube.from_environment(), namespace or current_namespace())
+    except (tr.TransferError, copier.CopyError, NoCredentials) as err:
+        print(f"dtr {command}: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except ApiError as err:
+        print(f"dtr {command}: the API server said {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as err:
+        print(f"dtr {command}: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(summary)
+    return 0
+
+
+def _bad_input(command: str, check: Callable[[], Any]) -> tuple[Any, int | None]:
+    """check()'s value, or an exit code after saying what is wrong with the command line."""
+    try:
+        return check(), None
+    except (tr.TransferError, copier.CopyError) as err:
+        print(f"dtr {command}: {err}", file=sys.stderr)
+        return None, EXIT_BAD_INPUT
+
+
+def _data_put(args: argparse.Namespace) -> int:
+    dest, code = _bad_input("data put", lambda: tr.volume_path(args.dest))
+    if code is None:
+        entries, code = _bad_input("data put", lambda: local_tree(args.local))
+    if code is not None:
+        return code
+    reporter = Reporter(f"put {args.local}", args.quiet)
+    return _main("data put", lambda kube, ns: put(kube, ns, args.target, entries, dest, args.image, args.timeout,
+                                                  reporter), args.namespace)  # fmt: skip
+
+
+def _model_get(args: argparse.Namespace) -> int:
+    dest = Path(args.dest)
+    _, code = _bad_input("model get", lambda: _local_dest(dest))
+    if code is not None:
+        return code
+    reporter = Reporter(f"get {args.run}", args.quiet)
+    return _main("model get", lambda kube, ns: get(kube, ns, args.run, dest, args.version, args.image, args.timeout,
+                                                   reporter), args.namespace)  # fmt: skip
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be in (0, 3600], got {text}")
+    return value
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    from .settings import default_trainer_image
+
+    p.add_argument("-n", "--namespace", help="the namespace of the run or claim (default: the kubeconfig context's)")
+    p.add_argument("--image", default=default_trainer_image(os.environ), metavar="IMG",
+                   help="the transfer pod's image, which needs python (default: %(default)s, the default of the "
+                        "operator's --trainer-image, from the same environment variable)")  # fmt: skip
+    p.add_argument("--timeout", type=_seconds, default=tr.START_TIMEOUT, metavar="S",
+                   help="seconds to wait for the transfer pod to start (default %(default)g); then the error names "
+                        "what it waits for and its events")  # fmt: skip
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def _pod_paragraph() -> str:
+    return f"""\
+The copy goes through a short-lived pod in the namespace, dtr-put-* or dtr-get-* (label
+app.kubernetes.io/name={tr.COMPONENT}), that mounts the claim ({layout.MOUNT_PATH}, read-only for model get):
+uid and gid {RUN_AS} as the trainer, no ServiceAccount token, a read-only root filesystem, no capabilities,
+seccomp RuntimeDefault, resource limits (it passes Pod Security `restricted`). It runs where pods
+already using a ReadWriteOnce claim run, and is deleted afterwards, also on Ctrl-C (left behind, it
+ends by itself after {tr.IDLE_SECONDS} s without a copy). dtr uses kubectl's credentials and sends the
+copy over the API server's exec WebSocket (no kubectl needed). Every file's SHA-256 is computed at
+both ends and compared; progress goes to stderr. Permissions in the namespace: get the run and the
+claim; create, get and delete pods; create pods/exec; list events (and pods, to find a ReadWriteOnce
+claim's node)."""
+
+
+def _add_data(sub: argparse._SubParsersAction) -> None:
+    default = tr.default_dest()
+    data = sub.add_parser("data", help="copy files into a run's volume (dtr data put)",
+                          description="Files on a run's volume, its PersistentVolumeClaim: dtr data put "
+                                      "CLAIM-or-RUN LOCAL_PATH [DEST] copies them in (see its --help).")  # fmt: skip
+    verbs = data.add_subparsers(dest="verb", metavar="VERB", required=True)
+    p = verbs.add_parser(
+        "put", help="copy a local file or directory into a claim (default: the trainer's data directory)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=f"""\
+Copy LOCAL_PATH, a file or a directory with its files and subdirectories, into the directory DEST on
+a volume, as DEST/<the name of LOCAL_PATH>:
+
+  dtr data put my-claim ./wine.npz          ->  {posixpath.join(default, "wine.npz")}
+  dtr data put my-run ./tables extra        ->  extra/tables/...
+
+DEST is relative to the volume's root and is created if missing; the default, {default}, is the
+trainer's data directory ({layout.data_dir()} in its pods). A file of the same name is replaced;
+each file appears only once complete and checked. Symlinks and special files are refused.
+
+{_pod_paragraph()}""",
+    )  # fmt: skip
+    p.add_argument("target", metavar="CLAIM-or-RUN",
+                   help=f"a PersistentVolumeClaim, or a {KIND}: its spec.storage.claimName or the claim the "
+                        "operator creates for it (a run of that name wins over a claim)")  # fmt: skip
+    p.add_argument("local", metavar="LOCAL_PATH", help="a local file or directory")
+    p.add_argument("dest", metavar="DEST", nargs="?", default=default,
+                   help=f"a directory on the volume, relative to its root (default: {default})")  # fmt: skip
+    _common(p)
+    p.set_defaults(func=_data_put, parser=p)
+
+
+def _add_model(sub: argparse._SubParsersAction) -> None:
+    versions = posixpath.join(layout.in_volume(layout.export_dir("<modelName>")) or "", "<version>")
+    model = sub.add_parser("model", help="copy an exported model version out of a run's volume (dtr model get)",
+                           description="A run's exported models, on its volume: dtr model get RUN DEST copies a "
+                                       "version out (see its --help).")  # fmt: skip
+    verbs = model.add_subparsers(dest="verb", metavar="VERB", required=True)
+    p = verbs.add_parser(
+        "get", help="copy an exported model version to a local directory",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=f"""\
+Copy a version of RUN's model, {versions} on its claim (a TF SavedModel and its
+lineage.json), into the local directory DEST:
+
+  dtr model get mnist-cnn ./model               the version the run exported (status.model)
+  dtr model get mnist-cnn ./v1 --version 1      another version of its model name
+
+Without --version and without an exported version in its status, the latest version on the volume.
+DEST must not exist, or be empty; it appears only once complete and checked.
+
+{_pod_paragraph()}""",
+    )  # fmt: skip
+    p.add_argument("run", metavar="RUN", help=f"the {KIND}")
+    p.add_argument("dest", metavar="DEST", help="a local directory to create (or an empty one)")
+    p.add_argument("--version", type=_positive_int, metavar="N",
+                   help="this version of the run's model (runs that share a model name number its versions)")
+    _common(p)
+    p.set_defaults(func=_model_get, parser=p)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    _add_data(sub)
+    _add_model(sub)

@@ -1,0 +1,326 @@
+"""dtr data put and dtr model get through their shell (transfer_cli.py), against a fake API whose exec runs
+the command as a local process on a directory standing in for the volume: the whole copy as on a cluster
+(the program's text over stdin, frames, digests, the pod's account) but the pod. The real pod: tests/node."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dtr_contract import layout
+from dtr_operator import copier, kube, transfer, transfer_cli
+from dtr_operator.cli import main
+from test_copier import make_tree, written
+
+NS = "ml"
+
+
+class ProcessStream:
+    """An exec session backed by a local process: stdin, then stdout/stderr by channel, then its status."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, tamper: Callable[[bytes], bytes] | None):
+        self.proc, self.tamper = proc, tamper
+        self.queue: asyncio.Queue[tuple[int, bytes | None]] = asyncio.Queue()
+        self.open = 2
+        self.ended = False
+        self.tasks = [asyncio.ensure_future(self._pump(proc.stdout, kube.STDOUT)),
+                      asyncio.ensure_future(self._pump(proc.stderr, kube.STDERR))]  # fmt: skip
+
+    async def _pump(self, pipe: Any, channel: int) -> None:
+        while data := await pipe.read(65536):
+            await self.queue.put((channel, data))
+        await self.queue.put((channel, None))
+
+    async def write(self, data: bytes) -> None:
+        self.proc.stdin.write(self.tamper(data) if self.tamper else data)
+        await self.proc.stdin.drain()
+
+    async def close_stdin(self) -> bool:
+        self.proc.stdin.close()
+        return True
+
+    async def read(self) -> tuple[int, bytes] | None:
+        while self.open:
+            channel, data = await self.queue.get()
+            if data is not None:
+                return channel, data
+            self.open -= 1
+        if self.ended:
+            return None
+        self.ended = True
+        code = await self.proc.wait()
+        if code == 0:
+            return kube.EXEC_STATUS, b'{"status":"Success"}'
+        causes = [{"reason": "ExitCode", "message": str(code)}]
+        return kube.EXEC_STATUS, json.dumps({"status": "Failure", "details": {"causes": causes}}).encode()
+
+
+class FakeKube:
+    """Runs, claims and pods in one namespace; a pod runs once created (or as `starts` says)."""
+
+    def __init__(self, volume: Path, runs=(), claims=("c",), users=(), starts=None):
+        self.volume = volume
+        self.runs = {r["metadata"]["name"]: r for r in runs}
+        self.claims = {c: {"metadata": {"name": c}, "spec": {"accessModes": ["ReadWriteOnce"]}} for c in claims}
+        self.users = list(users)
+        self.starts = starts or [{"phase": "Running", "containerStatuses": [
+            {"name": transfer.CONTAINER, "state": {"running": {}}}]}]  # fmt: skip
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.created: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
+        self.execs: list[list[str]] = []
+        self.tamper: Callable[[bytes], bytes] | None = None
+
+    def get_run(self, namespace, name):
+        assert namespace == NS
+        return self.runs.get(name)
+
+    def get_pvc(self, namespace, name):
+        return self.claims.get(name)
+
+    def list_pods(self, namespace):
+        return self.users
+
+    def create(self, manifest):
+        assert manifest["metadata"]["namespace"] == NS
+        self.created.append(manifest)
+        self.pods[manifest["metadata"]["name"]] = {**manifest, "seen": 0}
+
+    def get_pod(self, namespace, name):
+        pod = self.pods.get(name)
+        if pod is None:
+            return None
+        pod["seen"] += 1
+        return {**pod, "status": self.starts[min(pod["seen"], len(self.starts)) - 1]}
+
+    def pod_events(self, namespace, name):
+        return [{"reason": "FailedScheduling", "message": "0/1 nodes are available", "lastTimestamp": "t1"},
+                {"reason": "FailedMount", "message": "Multi-Attach error", "lastTimestamp": "t2"}]
+
+    def delete_pod(self, namespace, name):
+        self.deleted.append(name)
+        self.pods.pop(name, None)
+
+    @contextlib.asynccontextmanager
+    async def exec_stream(self, namespace, pod, container, argv) -> AsyncIterator[ProcessStream]:
+        assert pod in self.pods and container == transfer.CONTAINER
+        self.execs.append(list(argv))
+        here = [a.replace(layout.MOUNT_PATH, str(self.volume)) for a in argv[3:]]
+        here[-1] = str(self.volume.parent / "heartbeat")
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", argv[2], *here, stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            yield ProcessStream(proc, self.tamper)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch) -> FakeKube:
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    fake = FakeKube(volume)
+    monkeypatch.setattr(kube.Kube, "from_environment", classmethod(lambda cls: fake))
+    monkeypatch.setattr(transfer_cli, "DELETE_WAIT", 1.0)
+    monkeypatch.setattr(transfer_cli, "WIND_DOWN", 0.5)
+    return fake
+
+
+def dtr(*args: str) -> int:
+    return main([*args, "-n", NS, "-q"])
+
+
+def run(name: str, spec: dict[str, Any], status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "metadata": {"name": name, "namespace": NS},
+            "spec": spec, **({"status": status} if status else {})}  # fmt: skip
+
+
+def test_put_a_tree_then_get_it_back_as_a_model_version_through_pods_that_are_gone_after(cluster, tmp_path, capsys):
+    cluster.runs = {"r": run("r", {"storage": {"claimName": "c"}, "export": {"modelName": "m"}})}
+    version = tmp_path / "1"
+    version.mkdir()
+    files = make_tree(version)
+    base = layout.in_volume(layout.export_dir("m"))
+
+    assert dtr("data", "put", "c", str(version), base) == 0
+    said = capsys.readouterr()
+    assert said.out == f"put 4 file(s), 768.0 KiB, into {base}/1 on claim c (SHA-256 checked)\n"
+    assert said.err == ""
+    assert written(cluster.volume / base / "1") == files
+
+    out = tmp_path / "out"
+    assert dtr("model", "get", "r", str(out)) == 0
+    said = capsys.readouterr()
+    assert said.out == (f"got version 1 of r's model (4 file(s), 768.0 KiB) from {base}/1 on claim c into {out} "
+                        "(SHA-256 checked)\n")  # fmt: skip
+    assert written(out) == files and (out / "a" / "empty-dir").is_dir()
+    assert not [p for p in tmp_path.iterdir() if copier.PARTIAL in p.name]
+
+    put_pod, get_pod = cluster.created
+    assert put_pod["metadata"]["name"].startswith("dtr-put-c-") and get_pod["metadata"]["name"].startswith("dtr-get-c-")
+    assert put_pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c", "readOnly": False}
+    assert get_pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c", "readOnly": True}
+    assert cluster.deleted == [put_pod["metadata"]["name"], get_pod["metadata"]["name"]] and not cluster.pods
+    assert [argv[5] for argv in cluster.execs] == ["receive", "list", "send"]
+
+
+def test_put_a_file_into_a_runs_claim_defaults_to_the_data_dir_and_replaces_it(cluster, tmp_path, capsys):
+    cluster.runs = {"wine": run("wine", {})}
+    cluster.claims["wine-data"] = {"metadata": {"name": "wine-data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
+    local = tmp_path / "wine.csv"
+    for content in (b"old\n", b"a,b\n1,2\n"):
+        local.write_bytes(content)
+        assert dtr("data", "put", "wine", str(local)) == 0
+    assert (cluster.volume / tr_default() / "wine.csv").read_bytes() == b"a,b\n1,2\n"
+    assert "into data/wine.csv on claim wine-data" in capsys.readouterr().out
+
+
+def tr_default() -> str:
+    return transfer.default_dest()
+
+
+def test_the_model_version_asked_for_and_one_that_is_not_there(cluster, tmp_path, capsys):
+    status = {"model": {"path": layout.version_dir(layout.export_dir("m"), 2), "claim": "c", "version": 2}}
+    cluster.runs = {"r": run("r", {"storage": {"claimName": "c"}}, status)}
+    for v in (1, 2):
+        (cluster.volume / layout.in_volume(layout.export_dir("m")) / str(v)).mkdir(parents=True)
+        (cluster.volume / layout.in_volume(layout.export_dir("m")) / str(v) / "saved_model.pb").write_text(str(v))
+    assert dtr("model", "get", "r", str(tmp_path / "exported")) == 0
+    assert (tmp_path / "exported" / "saved_model.pb").read_text() == "2"
+    assert dtr("model", "get", "r", str(tmp_path / "served" / "m" / "1"), "--version", "1") == 0
+    assert (tmp_path / "served" / "m" / "1" / "saved_model.pb").read_text() == "1", "its parents made as needed"
+    capsys.readouterr()
+    assert dtr("model", "get", "r", str(tmp_path / "none"), "--version", "7") == 1
+    base = layout.in_volume(layout.export_dir("m"))
+    assert capsys.readouterr().err == f"dtr model get: no version 7 in {base} on claim c (there: 1, 2)\n"
+    assert not (tmp_path / "none").exists() and not cluster.pods
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (("data", "put", "c", "LOCAL", "/etc"), ("dtr data put: DEST '/etc' must be a path on the volume relative to "
+                                             "its root, such as 'data'")),
+    (("data", "put", "c", "LOCAL", "../up"), "dtr data put: DEST '../up' leaves the volume"),
+    (("data", "put", "c", "MISSING"), "dtr data put: MISSING: no such file or directory"),
+    (("model", "get", "r", "FULL"), "dtr model get: FULL exists and is not an empty directory"),
+])  # fmt: skip
+def test_bad_input_is_one_line_exit_2_and_no_pod(cluster, tmp_path, capsys, args, error):
+    (tmp_path / "local").write_text("x")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    paths = {"LOCAL": str(tmp_path / "local"), "MISSING": str(tmp_path / "missing"), "FULL": str(tmp_path / "full")}
+    assert dtr(*[paths.get(a, a) for a in args]) == 2
+    assert capsys.readouterr().err == error.replace("MISSING", paths["MISSING"]).replace("FULL", paths["FULL"]) + "\n"
+    assert not cluster.created
+
+
+def test_no_claim_no_run_and_a_runs_claim_not_there_yet(cluster, tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    assert dtr("data", "put", "nothing", str(tmp_path / "f")) == 1
+    assert capsys.readouterr().err == (f"dtr data put: no DistTrainingRun and no PersistentVolumeClaim named nothing "
+                                       f"in namespace {NS}\n")  # fmt: skip
+    cluster.runs = {"early": run("early", {})}
+    assert dtr("data", "put", "early", str(tmp_path / "f")) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dtr data put: DistTrainingRun early's claim early-data does not exist (yet)")
+    assert err.count("\n") == 1
+    assert dtr("model", "get", "nothing", str(tmp_path / "out")) == 1
+    assert capsys.readouterr().err == f"dtr model get: no DistTrainingRun nothing in namespace {NS}\n"
+    assert not cluster.created
+
+
+def test_a_file_damaged_on_the_way_is_refused_naming_both_digests(cluster, tmp_path, capsys):
+    (tmp_path / "f.bin").write_bytes(b"\x01" * 1000)
+
+    def flip_last_byte_of_every_chunk(data: bytes) -> bytes:
+        return data[:-1] + b"\x02" if data[:1] == copier.CHUNK_OF and len(data) > copier.HEAD else data
+
+    cluster.tamper = flip_last_byte_of_every_chunk
+    assert dtr("data", "put", "c", str(tmp_path / "f.bin")) == 1
+    err = capsys.readouterr().err
+    good, bad = (copier.hashlib.sha256(b"\x01" * 999 + end).hexdigest() for end in (b"\x01", b"\x02"))
+    assert err == f"dtr data put: SHA-256 mismatch for f.bin: local {good}, in the pod {bad}\n"
+    assert not list((cluster.volume / "data").iterdir()), "neither the file nor a partial one"
+    assert cluster.deleted and not cluster.pods
+
+
+def test_a_pod_that_does_not_start_is_named_with_its_events_and_deleted(cluster, tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    cluster.starts = [{"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "message": "0/1 nodes are available"}]}]  # fmt: skip
+    assert dtr("data", "put", "c", str(tmp_path / "f"), "--timeout", "1") == 1
+    [pod] = cluster.created
+    assert capsys.readouterr().err == (
+        f"dtr data put: the transfer pod {pod['metadata']['name']} did not start in 1 s: not scheduled: 0/1 nodes are "
+        "available; events: FailedMount: Multi-Attach error\n")  # fmt: skip
+    assert cluster.deleted == [pod["metadata"]["name"]]
+
+    cluster.starts = [{"phase": "Pending", "containerStatuses": [{"name": transfer.CONTAINER, "state": {
+        "waiting": {"reason": "ErrImageNeverPull", "message": 'image "nope:1" is not present'}}}]}]  # fmt: skip
+    assert dtr("data", "put", "c", str(tmp_path / "f"), "--image", "nope:1") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dtr data put: the transfer pod dtr-put-c-") and "cannot start: ErrImageNeverPull: image " \
+        '"nope:1" is not present; events: ' in err  # fmt: skip
+    assert cluster.created[-1]["spec"]["containers"][0]["image"] == "nope:1"
+    assert not cluster.pods
+
+
+def test_the_pod_joins_the_node_where_the_readwriteonce_claim_is_used(cluster, tmp_path):
+    (tmp_path / "f").write_text("x")
+    cluster.users = [{"metadata": {"name": "w0"}, "spec": {"nodeName": "n1", "volumes": [
+        {"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]}, "status": {"phase": "Running"}}]  # fmt: skip
+    assert dtr("data", "put", "c", str(tmp_path / "f")) == 0
+    affinity = cluster.created[0]["spec"]["affinity"]["nodeAffinity"]
+    assert affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0][
+        "values"] == ["n1"]  # fmt: skip
+
+
+def test_ctrl_c_during_the_copy_deletes_the_pod_and_the_program_removes_its_partial_file(cluster, tmp_path):
+    make_tree(tmp_path)
+    partial = f"*{copier.PARTIAL}*"
+
+    class Interrupting(transfer_cli.Reporter):
+        def __call__(self, n: int) -> None:
+            if self.progress.done:  # the second chunk: the program is writing the file
+                wait_for(lambda: list(cluster.volume.rglob(partial)))
+                raise KeyboardInterrupt
+            self.progress.done += n
+
+    with pytest.raises(KeyboardInterrupt):
+        transfer_cli.put(cluster, NS, "c", transfer_cli.local_tree(str(tmp_path / "big.bin")), "", "img", 5.0,
+                         Interrupting("put", True, io.StringIO()))  # fmt: skip
+    assert cluster.deleted and not cluster.pods
+    assert not list(cluster.volume.rglob("*")), "the program saw the end of its input and removed its partial file"
+
+
+def wait_for(probe: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := probe()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+    return found
+
+
+def test_progress_lines_on_stderr_when_it_takes_a_while(cluster, tmp_path, monkeypatch):
+    clock = iter(float(i) for i in range(10**6))
+    monkeypatch.setattr(transfer_cli.time, "monotonic", lambda: next(clock))
+    (tmp_path / "big").write_bytes(os.urandom(4 * copier.CHUNK))
+    err = io.StringIO()
+    reporter = transfer_cli.Reporter("put big", False, err)
+    transfer_cli.put(cluster, NS, "c", transfer_cli.local_tree(str(tmp_path / "big")), "", "img", 30.0, reporter)
+    reporter.finish()
+    lines = err.getvalue().splitlines()
+    line_form = r"put big: \S+ \S+ of 1.0 MiB \(\d+%\), \S+ \S+/s"
+    assert len(lines) >= 2 and all(re.fullmatch(line_form, line) for line in lines)
+    assert lines[-1].startswith("put big: 1.0 MiB of 1.0 MiB (100%), "), lines
