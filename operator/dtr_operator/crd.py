@@ -46,17 +46,19 @@ PRINTER_COLUMNS = """\
 - name: Accuracy
   type: number
   jsonPath: .status.metrics.accuracy
-  description: Accuracy on the held-out evaluation split, reported by the chief worker.
+  description: >-
+    Accuracy on the held-out evaluation split, reported by the chief worker; empty for a model that reports
+    none (a regression: see METRIC).
+- name: Model
+  type: string
+  jsonPath: .status.model.path
+  description: Where the exported model is, inside the run's volume.
 - name: Metric
   type: string
   jsonPath: .status.headline
   description: >-
     The run's headline metric and its value (e.g. mae=0.1234): spec.training.metric, else accuracy when the
     model reports it, else loss.
-- name: Model
-  type: string
-  jsonPath: .status.model.path
-  description: Where the exported model is, inside the run's volume.
 - name: Age
   type: date
   jsonPath: .metadata.creationTimestamp
