@@ -11,7 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -159,3 +162,45 @@ def test_code_in_a_configmap_is_refused_when_the_operator_disallows_it(
     args = get(control_plane, namespace, "tfjob", "baked")["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"][
         "containers"][0]["args"]  # fmt: skip
     assert args[args.index(flags.CODE_MODULE) + 1] == "acme.wine" and "code" not in st
+
+
+def test_dtr_submit_sends_the_file_and_the_run_which_owns_it(
+    control_plane: Cluster, namespace: str, operator: Operator, tmp_path: Path
+) -> None:
+    """`dtr submit FILE.py` as a user runs it: the ConfigMap, the run, the owner reference; the operator records
+    the same digest dtr submit printed; deleting the run deletes the code."""
+    model = tmp_path / "wine_model.py"
+    model.write_text(SOURCE)
+    env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
+    argv = [sys.executable, "-m", "dtr_operator.cli", "submit", str(model), "-n", namespace, "--workers", "1",
+            flags.DATASET, "tables/wine.csv", flags.METRIC, "accuracy"]  # fmt: skip
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"code wine_model.py in ConfigMap wine-model-code (sha256 {SHA})" in proc.stdout, proc.stdout
+    assert f"kubectl get distrainingruns wine-model -n {namespace} -w" in proc.stdout
+
+    run = get(control_plane, namespace, "dtr", "wine-model")
+    cm = get(control_plane, namespace, "configmap", "wine-model-code")
+    assert cm["immutable"] is True and cm["data"] == {"wine_model.py": SOURCE}
+    assert cm["metadata"]["labels"]["distml.dev/run"] == "wine-model"
+    (owner,) = cm["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("DistTrainingRun", "wine-model", run["metadata"]["uid"])
+    st = wait_created(control_plane, namespace, "wine-model")
+    assert st["code"] == {"configMap": "wine-model-code", "key": "wine_model.py", "sha256": SHA}
+
+    # The same name again: refused before anything else is touched (the ConfigMap is taken).
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert again.returncode == 1 and "ConfigMap wine-model-code already exists" in again.stderr, again.stderr
+
+    control_plane.kubectl("delete", "dtr", "wine-model", "-n", namespace)
+    wait_for(lambda: get(control_plane, namespace, "configmap", "wine-model-code") is None,
+             "the garbage collector to delete the run's code with it", timeout=60)  # fmt: skip
+
+
+def test_dtr_submit_refuses_a_file_that_does_not_compile_before_any_api_call(tmp_path: Path) -> None:
+    model = tmp_path / "broken.py"
+    model.write_text("def build_model(ctx)\n    pass\n")
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "no-such-kubeconfig")}
+    proc = subprocess.run([sys.executable, "-m", "dtr_operator.cli", "submit", str(model), "-n", "ml"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 2 and f"{model}:1: SyntaxError" in proc.stderr, proc.stderr
