@@ -18,12 +18,20 @@ from __future__ import annotations
 import posixpath
 
 MOUNT_PATH = "/mnt/dtr"
+# Where a run's code from a ConfigMap (spec.training.code.configMap) is mounted, read-only, in every worker:
+# the trainer gets --code <CODE_DIR>/<key>. Outside the volume and the image's own /opt/dtr.
+CODE_DIR = "/opt/dtr-code"
 
 _DATA, _MODELS, _BACKUP, _LOGS = "data", "models", "backup", "logs"
 _KERAS_CACHE = "keras"
 _URL_CACHE = ("cache", "sha256")  # content-addressed: a file's path names its digest
 _BOOKKEEPING = ".dtr-export"  # beside the model dirs, on the same volume: renames stay atomic
 _CLAIM_PREFIX = "claim-"
+
+
+def code_file(key: str) -> str:
+    """The path --code names for a ConfigMap's key."""
+    return posixpath.join(CODE_DIR, key)
 
 
 def data_dir(mount: str = MOUNT_PATH) -> str:

@@ -29,6 +29,8 @@ TFJOB_API_VERSION = f"{TFJOB_GROUP}/{TFJOB_VERSION}"
 CONTAINER_NAME = "tensorflow"
 PORT_NAME = "tfjob-port"
 VOLUME_NAME = "dtr-data"
+CODE_VOLUME = "dtr-code"  # the run's code from its ConfigMap (spec.training.code.configMap)
+CODE_FILE_MODE = 0o444  # read-only for everyone: the workers run as RUN_AS, not as the file's owner
 # The root filesystem is read-only; Python and TensorFlow still want a scratch dir.
 SCRATCH_VOLUME = "tmp"
 SCRATCH_PATH = "/tmp"
@@ -55,11 +57,24 @@ def logs_dir(run: RunSpec) -> str:
     return layout.logs_dir(run.name)
 
 
+def code_args(run: RunSpec) -> list[str]:
+    """Which model the trainer builds: the run's own code (a file mounted from its ConfigMap, or a module in
+    its image), else the built-in spec.training.model; then the headline metric, when the run names one."""
+    code = run.code
+    if code is None:
+        args = [flags.MODEL, run.training.model]
+    elif code.file_key is not None:
+        args = [flags.CODE, layout.code_file(code.file_key)]
+    else:
+        args = [flags.CODE_MODULE, str(code.module)]
+    return args + ([flags.METRIC, run.training.metric] if run.training.metric else [])
+
+
 def trainer_args(run: RunSpec) -> list[str]:
     """The trainer command line (docs/architecture.md, "The trainer command line")."""
     t = run.training
     args = [
-        flags.MODEL, t.model,
+        *code_args(run),
         flags.DATASET, t.dataset,
         flags.EPOCHS, str(t.epochs),
         flags.BATCH_SIZE_PER_WORKER, str(t.batch_size_per_worker),
@@ -153,6 +168,7 @@ def _container(run: RunSpec) -> dict[str, Any]:
         "volumeMounts": [
             {"name": VOLUME_NAME, "mountPath": layout.MOUNT_PATH},
             {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_PATH},
+            *code_mounts(run),
         ],
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         # On success the trainer writes its JSON summary there; on a crash the log tail explains it.
@@ -170,6 +186,20 @@ def _container(run: RunSpec) -> dict[str, Any]:
     if run.resources:
         container["resources"] = copy.deepcopy(dict(run.resources))
     return container
+
+
+def code_volumes(run: RunSpec) -> list[dict[str, Any]]:
+    """The run's ConfigMap as a volume holding only its one key, read-only; none without one."""
+    code = run.code
+    if code is None or code.config_map is None or code.file_key is None:
+        return []
+    items = [{"key": code.file_key, "path": code.file_key, "mode": CODE_FILE_MODE}]
+    return [{"name": CODE_VOLUME,
+             "configMap": {"name": code.config_map, "items": items, "defaultMode": CODE_FILE_MODE}}]  # fmt: skip
+
+
+def code_mounts(run: RunSpec) -> list[dict[str, Any]]:
+    return [{"name": CODE_VOLUME, "mountPath": layout.CODE_DIR, "readOnly": True} for _ in code_volumes(run)]
 
 
 def worker_pod_name(run: RunSpec, index: int) -> str:
@@ -242,6 +272,7 @@ def _pod_spec(run: RunSpec) -> dict[str, Any]:
         "volumes": [
             {"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": run.pvc_name}},
             {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE}},
+            *code_volumes(run),
         ],
     }
     return {**spec, **_placement_fields(run)}

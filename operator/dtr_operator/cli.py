@@ -5,6 +5,7 @@
     dtr logs RUN        the workers' logs of a run, merged (logs.py)
     dtr namespaces      which namespaces the operators watch (namespaces.py)
     dtr data put        copy files into a run's volume; dtr model get: a model version out (transfer_cli.py)
+    dtr submit FILE.py  your own model file to the cluster: a ConfigMap with the code, then the run (submit.py)
 
 To add a subcommand, write `add_parser(subparsers)` that adds a parser and sets `func` (a function
 of the parsed args returning the exit code), and list its module in EXTENSIONS (or SUBCOMMANDS for
@@ -32,7 +33,8 @@ from .spec import DEFAULT_TRAINER_IMAGE, SpecError
 AddParser = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 # Modules with an `add_parser(subparsers)`; skipped when the module does not exist (yet).
-EXTENSIONS = ("dtr_operator.logs", "dtr_operator.namespaces", "dtr_operator.local.cli", "dtr_operator.transfer_cli")
+EXTENSIONS = ("dtr_operator.logs", "dtr_operator.namespaces", "dtr_operator.local.cli", "dtr_operator.transfer_cli",
+              "dtr_operator.submit")
 
 
 EXIT_BAD_INPUT = 2  # argparse's own code for a bad command line; a bad file or flag value is the same kind

@@ -46,11 +46,19 @@ PRINTER_COLUMNS = """\
 - name: Accuracy
   type: number
   jsonPath: .status.metrics.accuracy
-  description: Accuracy on the held-out evaluation split, reported by the chief worker.
+  description: >-
+    Accuracy on the held-out evaluation split, reported by the chief worker; empty for a model that reports
+    none (a regression: see METRIC).
 - name: Model
   type: string
   jsonPath: .status.model.path
   description: Where the exported model is, inside the run's volume.
+- name: Metric
+  type: string
+  jsonPath: .status.headline
+  description: >-
+    The run's headline metric and its value (e.g. mae=0.1234): spec.training.metric, else accuracy when the
+    model reports it, else loss.
 - name: Age
   type: date
   jsonPath: .metadata.creationTimestamp
@@ -187,21 +195,33 @@ properties:
         description: When the operator last read a finished epoch.
   metrics:
     type: object
-    description: The chief worker's final metrics (held-out evaluation split).
-    x-kubernetes-preserve-unknown-fields: true
+    description: >-
+      The chief worker's final figures, by name: every metric of the evaluation on the held-out split under
+      its Keras name (loss; accuracy when the model reports it; a regression model's mae, ...), epochs (epochs
+      trained) and examplesPerSecond (global training throughput).
+    additionalProperties:
+      type: number
+  headline:
+    type: string
+    description: >-
+      The headline metric and its value, name=value (e.g. accuracy=0.9812, mae=0.1234): spec.training.metric,
+      else accuracy when the model reports it, else loss (the METRIC column).
+  code:
+    type: object
+    description: >-
+      The run's code from spec.training.code.configMap as the operator read it before it created the TFJob:
+      which ConfigMap and key, and the file's SHA-256 (as sha256sum prints it; lineage.json beside the model
+      names the same).
     properties:
-      loss:
-        type: number
-        description: Evaluation loss.
-      accuracy:
-        type: number
-        description: Evaluation accuracy (0..1).
-      epochs:
-        type: integer
-        description: Epochs trained.
-      examplesPerSecond:
-        type: number
-        description: Global training throughput.
+      configMap:
+        type: string
+        description: The ConfigMap.
+      key:
+        type: string
+        description: The key of the file in it.
+      sha256:
+        type: string
+        description: SHA-256 of the file's bytes, hex.
   conditions:
     type: array
     description: Conditions (Kubernetes conventions); types {condition_types}.

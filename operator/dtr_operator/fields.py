@@ -25,6 +25,8 @@ from typing import Any
 from dtr_contract import flags, layout
 
 DEFAULT_TRAINER_IMAGE = "distml/trainer:0.1.0"  # the operator's --trainer-image default
+DEFAULT_CODE_KEY = "model.py"  # spec.training.code.key when configMap is set and key is not
+CONFIGMAP_LIMIT = "1 MiB"  # the API server's limit on a ConfigMap's data (so on a file sent in one)
 
 # "<name>-worker-<index>" must stay a 63-character DNS label for up to 64 workers (index <= 63):
 # 52 + len("-worker-63") = 62, one character to spare.
@@ -39,6 +41,9 @@ DNS1123_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9
 PVC_NAME = r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
 MODEL_NAME = r"[a-z0-9]([-a-z0-9_.]*[a-z0-9])?"
 NPZ_PATH = r"[A-Za-z0-9._/-]+"
+CODE_KEY = r"[-._a-zA-Z0-9]+\.py"  # a ConfigMap key ('.', '..' are not) that is a Python file's name
+PY_MODULE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+METRIC_NAME = r"[A-Za-z_][A-Za-z0-9_]*"  # as Keras names a metric (mae, auc, top_k_categorical_accuracy)
 DOT_SEGMENT = r"(^|/)[.][.]?(/|$)"  # searched, not matched: a "." or ".." path segment
 LABEL_KEY = rf"({DNS1123_SUBDOMAIN}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?"
 LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
@@ -147,11 +152,20 @@ def _positive_quantity(value: str) -> bool:
     return number is not None and any(c in "123456789" for c in number.group(1))
 
 
+def _relative_path(value: str) -> bool:
+    return re.fullmatch(NPZ_PATH, value) is not None and not value.startswith("/") and not re.search(DOT_SEGMENT, value)
+
+
 def _npz_or_builtin(value: str) -> bool:
-    if value in BUILTIN_DATASETS:
+    return value in BUILTIN_DATASETS or (value.endswith(".npz") and _relative_path(value))
+
+
+def _dataset_allowed(training: Mapping[str, Any]) -> bool:
+    """The dataset rule's twin: with code, any relative path its load_data reads; else a built-in or a .npz."""
+    dataset = training.get("dataset")
+    if dataset is None:
         return True
-    return (value.endswith(".npz") and re.fullmatch(NPZ_PATH, value) is not None and not value.startswith("/")
-            and re.search(DOT_SEGMENT, value) is None)  # fmt: skip
+    return _relative_path(dataset) if "code" in training else _npz_or_builtin(dataset)
 
 
 def _keys(what: str) -> Rule:
@@ -178,26 +192,55 @@ def _quantities(name: str, description: str) -> Field:
 
 
 _LABEL_VALUE = Pattern(LABEL_VALUE, "must be a label value")
-_NPZ_RULE = (
-    f"self in [{', '.join(repr(d) for d in BUILTIN_DATASETS)}] || (self.endsWith('.npz') && "
-    f"self.matches('^{NPZ_PATH}$') && !self.startsWith('/') && !self.matches('{DOT_SEGMENT}'))"
+_RELATIVE = f"self.dataset.matches('^{NPZ_PATH}$') && !self.dataset.startsWith('/') && " \
+            f"!self.dataset.matches('{DOT_SEGMENT}')"
+_DATASET_RULE = (
+    f"!has(self.dataset) || (has(self.code) ? ({_RELATIVE}) : (self.dataset in "
+    f"[{', '.join(repr(d) for d in BUILTIN_DATASETS)}] || (self.dataset.endsWith('.npz') && {_RELATIVE})))"
 )
+_DNS_SUBDOMAIN = "a DNS subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+
+CODE = Field("code", "object",
+    "Your own model and data loader instead of the built-in model (docs/own-model.md): a Python file in a "
+    f"ConfigMap of the run's namespace (configMap, key), mounted read-only at {layout.CODE_DIR} in every worker, "
+    "or a module importable in spec.image (module). Exactly one of configMap and module.",
+    attr="code", doc="`dtr submit FILE.py` creates the ConfigMap: [own-model.md](own-model.md).", fields=(
+    Field("configMap", "string",
+          f"A ConfigMap in the run's namespace holding the file (at most {CONFIGMAP_LIMIT}, the API server's limit "
+          "on a ConfigMap). The operator waits (CodeNotFound) until it and its key exist, and records the file's "
+          "SHA-256 in status.code before it starts the workers.",
+          attr="code.config_map", min_length=1, max_length=253, to=To("pod", "spec.volumes.2.configMap.name"),
+          pattern=Pattern(DNS1123_SUBDOMAIN, f"must be a ConfigMap name, {_DNS_SUBDOMAIN}", cel=True)),
+    Field("module", "string",
+          "A Python module importable in spec.image that defines build_model and load_data (an image of your own "
+          "built FROM the trainer image; spec.image must pass the operator's --allowed-images).",
+          attr="code.module", min_length=1, max_length=253, to=To("trainer", flags.CODE_MODULE),
+          pattern=Pattern(PY_MODULE, "must be a Python module name: identifiers joined by '.'", cel=True)),
+    Field("key", "string",
+          "The file's key in the ConfigMap: a file name ending in .py (default {default}). Only with configMap.",
+          attr="code.key", default=DEFAULT_CODE_KEY, schema_default=False, max_length=253,
+          not_with=("module", "is only for a file in code.configMap"),
+          pattern=Pattern(CODE_KEY, "must be a ConfigMap key naming a Python file: letters, digits, '-', '_' and "
+                          "'.', ending in .py", cel=True)),
+), rules=(
+    Rule("has(self.configMap) != has(self.module)",
+         "must set exactly one of configMap (a file sent with the run) and module (a module in your image)",
+         lambda c: ("configMap" in c) != ("module" in c)),
+))  # fmt: skip
 
 TRAINING = Field("training", "object", "The model, the data and the optimisation settings passed to the trainer.",
                  attr="training", default={}, fields=(
     Field("model", "string",
           "Model architecture: cnn (small Keras CNN), dropout (the CNN with dropout) or batch_norm (the CNN with "
-          "batch normalisation).",
+          "batch normalisation). Ignored with code.",
           attr="training.model", default="cnn", enum=("cnn", "dropout", "batch_norm"), to=To("trainer", flags.MODEL)),
+    CODE,
     Field("dataset", "string",
           "Training data: mnist, fashion_mnist (Keras loaders, cached on the volume), digits (scikit-learn's "
           "bundled 8x8 digits upscaled to 28x28; needs no network), synthetic, or a relative path to a .npz file "
-          "under <volume>/data/ (no leading '/', no '..').",
-          attr="training.dataset", default="mnist", min_length=1, max_length=253, to=To("trainer", flags.DATASET),
-          rules=(Rule(_NPZ_RULE,
-                      f"must be {', '.join(BUILTIN_DATASETS)}, or a relative path to a .npz file on the volume "
-                      "(letters, digits, '._-/'; no leading '/', no '.' or '..' segments)",
-                      _npz_or_builtin),)),
+          "under <volume>/data/ (no leading '/', no '..'). With code: passed to its load_data as given, and may "
+          "also name any file or directory under <volume>/data/.",
+          attr="training.dataset", default="mnist", min_length=1, max_length=253, to=To("trainer", flags.DATASET)),
     Field("epochs", "integer", "Passes over the training data ({bounds}).", attr="training.epochs", default=3,
           format="int32", minimum=1, maximum=1000, to=To("trainer", flags.EPOCHS)),
     Field("batchSizePerWorker", "integer",
@@ -212,6 +255,19 @@ TRAINING = Field("training", "object", "The model, the data and the optimisation
           default=0.001, minimum=0, exclusive_minimum=True, maximum=10, to=To("trainer", flags.LEARNING_RATE)),
     Field("seed", "integer", "Random seed for weights and data order ({bounds}).", attr="training.seed", default=42,
           format="int64", minimum=0, maximum=2**31 - 1, to=To("trainer", flags.SEED)),
+    Field("metric", "string",
+          "The evaluation metric the run reports as its headline (status.headline, the METRIC column), by its "
+          "Keras name, e.g. mae. Unset: accuracy when the model reports it, else loss.",
+          attr="training.metric", min_length=1, max_length=63, to=To("trainer", flags.METRIC),
+          pattern=Pattern(METRIC_NAME, "must be a metric name: letters, digits and '_', not starting with a digit",
+                          cel=True),
+          doc_default="accuracy, else loss"),
+), rules=(
+    Rule(_DATASET_RULE,
+         f"must be {', '.join(BUILTIN_DATASETS)}, or a relative path on the volume (letters, digits, '._-/'; no "
+         "leading '/', no '.' or '..' segments) to a .npz file, or with spec.training.code to any file or "
+         "directory its load_data reads",
+         _dataset_allowed, subject="dataset", field_path=True),
 ))  # fmt: skip
 
 STORAGE = Field("storage", "object",

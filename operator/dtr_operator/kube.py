@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from . import __version__, metrics
 from .builders import JOB_NAME_LABEL, TFJOB_API_VERSION, TFJOB_GROUP, TFJOB_PLURAL
-from .spec import API_VERSION, PLURAL
+from .spec import API_VERSION, KIND, PLURAL
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,8 @@ def _path(api_version: str, namespace: str, plural: str, name: str | None = None
 
 
 _PLURALS = {("v1", "PersistentVolumeClaim"): "persistentvolumeclaims", ("v1", "Pod"): "pods",
-            (TFJOB_API_VERSION, "TFJob"): TFJOB_PLURAL}  # fmt: skip
+            (TFJOB_API_VERSION, "TFJob"): TFJOB_PLURAL, ("v1", "ConfigMap"): "configmaps",
+            (API_VERSION, KIND): PLURAL}  # fmt: skip
 
 # The exec WebSocket's subprotocols (v5, Kubernetes 1.29+, adds closing a stream) and channels.
 EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
@@ -247,6 +248,25 @@ class Kube:
 
     def get_tfjob(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.get(TFJOB_API_VERSION, "TFJob", namespace, name)
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A run's code (spec.training.code.configMap); the operator's RBAC has get on configmaps, nothing more."""
+        return self.get("v1", "ConfigMap", namespace, name)
+
+    def set_owner(self, api_version: str, kind: str, namespace: str, name: str,
+                  owner: Mapping[str, Any]) -> dict[str, Any]:  # fmt: skip
+        """Merge-patch the object's ownerReferences to [owner] (dtr submit: the run owns its code's ConfigMap)."""
+        return self.request(
+            "PATCH",
+            _path(api_version, namespace, _PLURALS[(api_version, kind)], name),
+            body={"metadata": {"ownerReferences": [dict(owner)]}},
+            content_type="application/merge-patch+json",
+        )
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        """Delete the object; gone already is fine (dtr submit: the ConfigMap of a run the API refused)."""
+        with contextlib.suppress(NotFound):
+            self.request("DELETE", _path(api_version, namespace, _PLURALS[(api_version, kind)], name))
 
     def tfjob_crd_installed(self) -> bool:
         try:

@@ -72,6 +72,12 @@ WAITING_FOR_PVC = _status("WaitingForPVC", PENDING, True,
 WAITING_FOR_CLEANUP = _status("WaitingForCleanup", PENDING, True,
     "a TFJob or PVC with the child's name is left by an earlier run of the same name (deleted, garbage "
     "collection pending) or is being deleted; retried with backoff until it is gone, then created anew")  # fmt: skip
+CODE_NOT_FOUND = _status("CodeNotFound", PENDING, True,
+    "`spec.training.code.configMap` does not exist in the run's namespace, or lacks the key "
+    "`spec.training.code.key`: the message names both (`waiting for ConfigMap <name> in namespace <ns> ... with "
+    "the key <key>`, or `waiting for the key <key> ... in ConfigMap <name> ..., which has <its keys>`); nothing is "
+    "created; checked again with backoff (5 s, 10 s, 20 s ... up to 5 min), so the ConfigMap may come after the "
+    "run ([training.code](#your-own-model-trainingcode))")  # fmt: skip
 TFJOB_CRD_MISSING = _status("TFJobCRDMissing", PENDING, True,
     "the TFJob CRD (`tfjobs.kubeflow.org`) is not installed; the message says how to install the "
     "training-operator; retried with the same backoff")  # fmt: skip
@@ -92,11 +98,12 @@ TFJOB_RUNNING = _status("TFJobRunning", RUNNING, False,
 TFJOB_RESTARTING = _status("TFJobRestarting", RUNNING, False,
     "a worker is being restarted (it resumes from its backup)")  # fmt: skip
 TRAINING_SUCCEEDED = _status("TrainingSucceeded", SUCCEEDED, False,
-    'all workers succeeded; `metrics`, `model` set; message "accuracy A, model exported to P"')  # fmt: skip
+    "all workers succeeded; `metrics`, `headline`, `model` set; message \"accuracy A, model exported to P\" "
+    "(the headline metric's name and value: `mae 0.1234, ...` for a run whose headline is mae)")  # fmt: skip
 METRICS_UNAVAILABLE = _status("MetricsUnavailable", SUCCEEDED, False,
-    "all workers succeeded but the chief's termination message is missing, not JSON, or lacks "
-    f"`{summary.ACCURACY}`/`{summary.MODEL_PATH}`: the message says which; no `metrics`/`model` (or only what "
-    "could be read)")  # fmt: skip
+    "all workers succeeded but the chief's termination message is missing, not JSON, or lacks the headline "
+    f"metric (`{summary.METRIC}`; in a summary without one, `{summary.ACCURACY}`, else `{summary.LOSS}`) or "
+    f"`{summary.MODEL_PATH}`: the message says which; no `metrics`/`model` (or only what could be read)")  # fmt: skip
 TFJOB_FAILED = _status("TFJobFailed", FAILED, True,
     "the TFJob failed (a worker failed with no restart left, backoff limit, deadline); the message carries the "
     "TFJob's message and names each failed worker once, with its exit code and last log line, by its most "
@@ -105,10 +112,21 @@ TFJOB_FAILED = _status("TFJobFailed", FAILED, True,
     f"({exits.PEER_LOST}) last: `worker "
     "mnist-cnn-worker-1 exited with code 2: ValueError: ...`. The reason is the TFJob's own failure reason when "
     "it gives one")  # fmt: skip
+USER_CODE_ERROR = _status("UserCodeError", FAILED, True,
+    f"a worker exited with the user-code exit code ({exits.USER_CODE}): the run's own code "
+    "(`spec.training.code`) does not import, lacks `build_model` or `load_data`, returns the wrong thing, its "
+    "model does not fit its data, or it raised. The message is that worker's one line, naming the file, line "
+    "and error, then the worker: `my_model.py:12 in load_data: ValueError: ... (worker wine-worker-0, exit "
+    f"code {exits.USER_CODE})`. Permanent: change the code and create a new run")  # fmt: skip
 IMAGE_NOT_ALLOWED = _status("ImageNotAllowed", FAILED, True,
     "`spec.image` is neither the operator's default trainer image nor matched by its `--allowed-images` "
     "patterns; nothing was created. The message names the flag and the patterns "
     "([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
+USER_CODE_NOT_ALLOWED = _status("UserCodeNotAllowed", FAILED, True,
+    "`spec.training.code.configMap` is set but the operator runs with `--user-code=disallowed`: code sent with "
+    "a run is turned off on this cluster; nothing was created. The message names the flag "
+    "([operator.md](operator.md#what-a-run-lets-its-author-do)); code in an allowed image "
+    "(`spec.training.code.module`) still runs")  # fmt: skip
 NAME_CONFLICT = _status("NameConflict", FAILED, True,
     "a TFJob or PVC with the child's name exists and does not belong to this run (left untouched)")  # fmt: skip
 TFJOB_DELETED = _status("TFJobDeleted", FAILED, True,

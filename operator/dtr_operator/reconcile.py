@@ -18,6 +18,7 @@ stays Succeeded.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from .builders import (
 from .kube import AlreadyExists, ApiError, Conflict, Kube, NotFound, ResourceMissing
 from .reasons import (
     API_UNAVAILABLE,
+    CODE_NOT_FOUND,
     CREATED,
     IMAGE_NOT_ALLOWED,
     INVALID_SPEC,
@@ -50,6 +52,7 @@ from .reasons import (
     TFJOB_CRD_MISSING,
     TFJOB_CREATED,
     TFJOB_DELETED,
+    USER_CODE_NOT_ALLOWED,
     WAITING_FOR_CLEANUP,
     WAITING_FOR_PVC,
     WARNING_REASONS,
@@ -63,6 +66,8 @@ from .status import (
     RUNNING,
     TERMINAL,
     State,
+    code_status,
+    configmap_content,
     is_terminal,
     next_status,
     parse_epoch_end,
@@ -140,10 +145,16 @@ def _name_conflict(kind: str, name: str) -> str:
 
 
 ImageCheck = Callable[[str], "str | None"]  # why a trainer image is refused, or None
+CodeCheck = Callable[["str | None"], "str | None"]  # why a run's code ConfigMap (or None) is refused, or None
 
 
 def any_image(image: str) -> str | None:
     """An ImageCheck that refuses none."""
+    return None
+
+
+def any_code(config_map: str | None) -> str | None:
+    """A CodeCheck that refuses none."""
     return None
 
 
@@ -154,24 +165,29 @@ UNREAD: Any = object()  # an object not read yet (the PVC of a run that creates 
 
 @dataclass(frozen=True)
 class Observed:
-    """What exists of the run's children: the object, None (absent) or UNREAD."""
+    """What exists of the run's children, and of its code's ConfigMap: the object, None (absent) or UNREAD
+    (the ConfigMap is read only for a run that names one and whose status does not record it yet)."""
 
     tfjob: Mapping[str, Any] | None
     pvc: Mapping[str, Any] | None = UNREAD
+    config_map: Mapping[str, Any] | None = UNREAD
 
 
 @dataclass(frozen=True)
 class Create:
-    """Create the TFJob, and the PVC first when `pvc` (storage first: workers never wait for a volume)."""
+    """Create the TFJob, and the PVC first when `pvc` (storage first: workers never wait for a volume); record
+    `code` (status.code) with the status that follows."""
 
     pvc: bool
+    code: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
 class Sync:
-    """The TFJob is ours: mirror its status."""
+    """The TFJob is ours: mirror its status (and record `code` when the status lacks it)."""
 
     tfjob: Mapping[str, Any]
+    code: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -207,24 +223,70 @@ def _suspend_action(run: RunSpec, status: Mapping[str, Any], tfjob: Mapping[str,
     return Sync(tfjob)
 
 
-def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed, image_refusal: str | None = None) -> Action:
+def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed, image_refusal: str | None = None,
+           code_refusal: str | None = None) -> Action:  # fmt: skip
     """The one step that makes the run's children what they should be. Pure.
 
-    image_refusal: why the run's trainer image is not allowed (checked before anything is created;
-    a run whose TFJob exists already keeps running)."""
+    image_refusal, code_refusal: why the run's trainer image, or its code sent in a ConfigMap, is not allowed
+    (checked before anything is created; a run whose TFJob exists already keeps running)."""
     tfjob = seen.tfjob
+    code = _code_record(run, seen.config_map)
     if tfjob is not None:
         if is_owned_by(tfjob, run.uid):
             # Created earlier (a restart, a retry, spec.suspend changed): nothing to create; catch up.
-            return _suspend_action(run, status, tfjob)
+            return _with_code(_suspend_action(run, status, tfjob), code)
         return _clash("TFJob", run.tfjob_name, tfjob, run)
     if _was_created(status):
         return Record(State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run)), retry=False)
+    refused = _refused(image_refusal, code_refusal) or _code_missing(run, seen.config_map)
+    if refused is not None:
+        return refused
+    if run.creates_pvc:
+        return _with_code(_with_own_pvc(run, seen.pvc), code)
+    return _with_code(_with_claimed_pvc(run, seen.pvc), code)
+
+
+def _refused(image_refusal: str | None, code_refusal: str | None) -> Record | None:
+    """A run the operator's settings refuse: it fails before anything is created."""
     if image_refusal is not None:
         return Record(State(FAILED, IMAGE_NOT_ALLOWED, image_refusal), retry=False)
-    if run.creates_pvc:
-        return _with_own_pvc(run, seen.pvc)
-    return _with_claimed_pvc(run, seen.pvc)
+    if code_refusal is not None:
+        return Record(State(FAILED, USER_CODE_NOT_ALLOWED, code_refusal), retry=False)
+    return None
+
+
+def _code_record(run: RunSpec, config_map: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """status.code from the run's ConfigMap as read; None when it was not read or lacks the file."""
+    code = run.code
+    if code is None or code.config_map is None or code.file_key is None or config_map is UNREAD:
+        return None
+    content = configmap_content(config_map, code.file_key)
+    return None if content is None else code_status(code.config_map, code.file_key, content)
+
+
+def _code_missing(run: RunSpec, config_map: Mapping[str, Any] | None) -> Record | None:
+    """Wait (CodeNotFound) while the run's ConfigMap, or its key, is not there: the user may create it next."""
+    code = run.code
+    if code is None or code.config_map is None or code.file_key is None or config_map is UNREAD:
+        return None
+    if configmap_content(config_map, code.file_key) is not None:
+        return None
+    where = f"ConfigMap {code.config_map} in namespace {run.namespace}"
+    if config_map is None:
+        what = f"waiting for {where} (spec.training.code.configMap) with the key {code.file_key}"
+    else:
+        keys = sorted({*(config_map.get("data") or {}), *(config_map.get("binaryData") or {})})
+        what = (f"waiting for the key {code.file_key} (spec.training.code.key) in {where}, which has "
+                f"{', '.join(keys) or 'no keys'}")  # fmt: skip
+    message = f"{what}: create it (`dtr submit FILE.py` does), or fix the run; checked again with backoff"
+    return Record(State(PENDING, CODE_NOT_FOUND, message), retry=True)
+
+
+def _with_code(action: Action, code: Mapping[str, str] | None) -> Action:
+    """The action, told to record status.code when it creates or mirrors the TFJob and the code was read."""
+    if code is not None and isinstance(action, Create | Sync):
+        return dataclasses.replace(action, code=code)
+    return action
 
 
 def _with_own_pvc(run: RunSpec, pvc: Mapping[str, Any] | None) -> Action:
@@ -400,7 +462,8 @@ def no_cache(namespace: str, name: str) -> Mapping[str, Any] | None:
 class Reconciler:
     """The operator's clients, settings and memory; one per operator process, made at its startup.
 
-    emit posts a Kubernetes event on a run; image_refusal says why a trainer image is not allowed. The
+    emit posts a Kubernetes event on a run; image_refusal and code_refusal say why a trainer image, or code sent
+    with a run in a ConfigMap, is not allowed. The
     trackers are in memory only (a restarted operator rebuilds them from its watch of runs): the phases and
     figures of runs for the metrics, the runs waiting for their pods and the Running runs for the two
     background checks, and the progress refusals already said.
@@ -410,6 +473,7 @@ class Reconciler:
     emit: Emit
     default_image: str
     image_refusal: ImageCheck = any_image
+    code_refusal: CodeCheck = any_code
     retries: Retries = Retries()
     waiting: WaitingRuns = field(default_factory=lambda: WaitingRuns(after=POD_CHECK_SECONDS))
     running: RunningRuns = field(default_factory=RunningRuns)
@@ -509,20 +573,27 @@ class Reconciler:
         self._put(run, refused)
         return None
 
-    def observe(self, run: RunSpec, read_pvc: bool) -> Observed:
-        """The TFJob, and the PVC when it matters: a claimName run's, or ours after a create clashed."""
+    def observe(self, run: RunSpec, read_pvc: bool, read_code: bool = False) -> Observed:
+        """The TFJob, and the PVC when it matters: a claimName run's, or ours after a create clashed; the code's
+        ConfigMap when read_code."""
         tfjob = self.kube.get_tfjob(run.namespace, run.tfjob_name)
+        config_map = UNREAD
+        if read_code and run.code is not None and run.code.config_map is not None:
+            config_map = self.kube.get_configmap(run.namespace, run.code.config_map)
         if tfjob is not None or (run.creates_pvc and not read_pvc):
-            return Observed(tfjob)
-        return Observed(tfjob, self.kube.get_pvc(run.namespace, run.pvc_name))
+            return Observed(tfjob, config_map=config_map)
+        return Observed(tfjob, self.kube.get_pvc(run.namespace, run.pvc_name), config_map)
 
     def _ensure_children(self, run: ObservedRun, retry: int) -> float | None:
         spec = run.spec
         created: list[str] = []
         read_pvc = False
         refusal = self.image_refusal(spec.image)
+        code_refusal = self.code_refusal(spec.code.config_map if spec.code else None)
+        read_code = code_refusal is None and "code" not in run.status  # read until status.code says it
         for _ in range(self.retries.observations):
-            action = decide(spec, run.status, self.observe(spec, read_pvc), refusal)
+            seen = self.observe(spec, read_pvc, read_code)
+            action = decide(spec, run.status, seen, refusal, code_refusal)
             if not isinstance(action, Create):
                 return self._act(run, action, created, retry)
             pvc_manifest, tfjob_manifest = children(spec)
@@ -534,7 +605,7 @@ class Reconciler:
             tfjob = self._create(tfjob_manifest, f"TFJob {spec.tfjob_name}", created)
             if tfjob is None:  # someone else was faster: ours (a concurrent handler) or not
                 continue
-            self._announce(run, tfjob, created)
+            self._announce(run, tfjob, created, action.code)
             return None
         return self.retries.backoff(0)  # the world kept changing under us: look again shortly
 
@@ -553,7 +624,7 @@ class Reconciler:
             self._put(run, action.state)
             return self.retries.backoff(retry) if action.retry else None
         if isinstance(action, Sync):
-            self._announce(run, action.tfjob, created)
+            self._announce(run, action.tfjob, created, action.code)
             return None
         return self._set_suspend(run, action.suspend, retry)
 
@@ -582,24 +653,30 @@ class Reconciler:
         self.sync_status(run, tfjob)  # a stale body is re-read on the write's conflict
         return None
 
-    def _announce(self, run: ObservedRun, tfjob: Mapping[str, Any], created: list[str]) -> None:
-        """The status from the TFJob; with one `Created` event for what this call created."""
+    def _announce(
+        self, run: ObservedRun, tfjob: Mapping[str, Any], created: list[str], code: Mapping[str, str] | None = None
+    ) -> None:
+        """The status from the TFJob (and status.code); with one `Created` event for what this call created."""
         if created:
             self.emit(run.body, "Normal", CREATED, f"created {' and '.join(created)}")
             # That event also tells of the move to TFJobSubmitted: one event per run fewer, which a
             # burst of runs feels (every event is an API write).
-            self.sync_status(run, tfjob, quiet=True)
+            self.sync_status(run, tfjob, quiet=True, code=code)
         else:
-            self.sync_status(run, tfjob)
+            self.sync_status(run, tfjob, code=code)
 
-    def sync_status(self, run: ObservedRun, tfjob: Mapping[str, Any], quiet: bool = False) -> None:
-        """Mirror the TFJob into the run's status; on a finished TFJob read its pods once, for the summary,
-        then have the training-operator delete a failed run's pods that still run. quiet: no events."""
+    def sync_status(
+        self, run: ObservedRun, tfjob: Mapping[str, Any], quiet: bool = False, code: Mapping[str, str] | None = None
+    ) -> None:
+        """Mirror the TFJob into the run's status, with status.code when given (later writes leave it: they are
+        merge patches without it); on a finished TFJob read its pods once, for the summary, then have the
+        training-operator delete a failed run's pods that still run. quiet: no events."""
         spec = run.spec
         pods: list[dict[str, Any]] = []
         if tfjob_state(tfjob).phase in TERMINAL:
             pods = self.kube.list_job_pods(spec.namespace, spec.tfjob_name)
-        self.record(run.body, lambda prev: tfjob_status(spec, tfjob, pods, prev, now()), quiet)
+        recorded = {"code": dict(code)} if code else {}
+        self.record(run.body, lambda prev: {**tfjob_status(spec, tfjob, pods, prev, now()), **recorded}, quiet)
         if holding := pods_to_release(tfjob, pods):
             self._release(run, holding, quiet)
 

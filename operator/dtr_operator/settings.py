@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from .spec import DEFAULT_TRAINER_IMAGE
 
 LOG_FORMATS = ("plain", "json")
+USER_CODE_MODES = ("allowed", "disallowed")  # runs with spec.training.code.configMap: run them, or refuse them
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class Settings:
     progress_interval: float = 5.0  # seconds between reads of a running run's chief log; 0 = off
     # Trainer images a run may name in spec.image (glob patterns); empty: the default image only.
     allowed_images: tuple[str, ...] = ()
+    user_code: str = "allowed"
     verbose: bool = False
 
     def image_refusal(self, image: str) -> str | None:
@@ -37,6 +39,17 @@ class Settings:
         return (
             f"spec.image {image} is not allowed by the operator's --allowed-images (DTR_ALLOWED_IMAGES: "
             f"{allowed}): use an allowed image, or ask a cluster admin to add a pattern for it"
+        )
+
+    def code_refusal(self, config_map: str | None) -> str | None:
+        """Why a run may not bring its code in a ConfigMap (None: it may, or it brings none). Code in an image is
+        --allowed-images' to judge."""
+        if config_map is None or self.user_code == "allowed":
+            return None
+        return (
+            f"spec.training.code.configMap {config_map}: code sent with a run is turned off by the operator's "
+            "--user-code=disallowed (DTR_USER_CODE): build an image FROM the trainer image with your module and "
+            "name it in spec.training.code.module (it must pass --allowed-images), or ask a cluster admin"
         )
 
     @property
@@ -72,6 +85,12 @@ def _seconds(value: str, name: str) -> float:
     return seconds
 
 
+def _user_code(value: str, name: str) -> str:
+    if value not in USER_CODE_MODES:
+        raise SettingsError(f"{name}: must be {' or '.join(USER_CODE_MODES)}, got {value!r}")
+    return value
+
+
 def _patterns(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.split(",") if p.strip())
 
@@ -95,6 +114,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         metrics_port=_port(env.get("DTR_METRICS_PORT", "9090") or "9090", "DTR_METRICS_PORT"),
         progress_interval=_seconds(env.get("DTR_PROGRESS_INTERVAL", "5") or "5", "DTR_PROGRESS_INTERVAL"),
         allowed_images=_patterns(env.get("DTR_ALLOWED_IMAGES", "")),
+        user_code=_user_code(env.get("DTR_USER_CODE") or "allowed", "DTR_USER_CODE"),
     )
 
 
@@ -124,6 +144,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "'registry.example.com/ml/*'; the default image is always allowed; empty: only the default "
         "(env DTR_ALLOWED_IMAGES)",
     )  # fmt: skip
+    parser.add_argument(
+        "--user-code", choices=USER_CODE_MODES,
+        help="allowed: runs may bring their own Python code in a ConfigMap (spec.training.code.configMap); "
+        "disallowed: such runs fail (UserCodeNotAllowed), code in an allowed image still runs "
+        "(env DTR_USER_CODE; default allowed)",
+    )  # fmt: skip
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
 
 
@@ -138,6 +164,7 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
         metrics_port=_port(args.metrics_port, "--metrics-port") if args.metrics_port else base.metrics_port,
         progress_interval=_seconds(interval, "--progress-interval") if interval else base.progress_interval,
         allowed_images=_patterns(args.allowed_images) if args.allowed_images is not None else base.allowed_images,
+        user_code=args.user_code or base.user_code,
         verbose=bool(args.verbose),
     )
 

@@ -56,6 +56,21 @@ class TrainingSpec:
     steps_per_epoch: int | None = None
     learning_rate: float = _default("training.learningRate")
     seed: int = _default("training.seed")
+    metric: str | None = None  # unset: the trainer's choice (accuracy, else loss)
+
+
+@dataclass(frozen=True)
+class CodeSpec:
+    """spec.training.code: the run's own model and data loader, a file in a ConfigMap or a module in the image."""
+
+    config_map: str | None = None
+    module: str | None = None
+    key: str = _default("training.code.key")  # the file's key in config_map (meaningless with module)
+
+    @property
+    def file_key(self) -> str | None:
+        """The ConfigMap's key the workers read, or None for a module."""
+        return self.key if self.config_map else None
 
 
 @dataclass(frozen=True)
@@ -110,6 +125,7 @@ class RunSpec:
     placement: Placement = field(default_factory=Placement)
     queue_name: str | None = None
     scheduling_policy: SchedulingPolicy | None = None
+    code: CodeSpec | None = None  # spec.training.code (a part of its own: the trainer's flags do not map it 1:1)
     uid: str | None = None
     generation: int | None = None
 
@@ -129,7 +145,7 @@ class RunSpec:
 
 # The parts of RunSpec that group fields (fields.py's attr "training.model" lives on RunSpec.training).
 PARTS: dict[str, type] = {"training": TrainingSpec, "storage": StorageSpec, "placement": Placement,
-                          "scheduling_policy": SchedulingPolicy}  # fmt: skip
+                          "scheduling_policy": SchedulingPolicy, "code": CodeSpec}  # fmt: skip
 
 
 def created_pvc_name(run_name: str) -> str:

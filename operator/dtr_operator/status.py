@@ -7,6 +7,10 @@ write.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +42,7 @@ from .reasons import (
     TFJOB_SUBMITTED,
     TFJOB_SUSPENDED,
     TRAINING_SUCCEEDED,
+    USER_CODE_ERROR,
     WORKERS_NOT_STARTING,
 )
 from .spec import RunSpec
@@ -135,12 +140,17 @@ def worker_restarts(pods: Sequence[Mapping[str, Any]]) -> int:
     return sum(int(_tensorflow_status(pod).get("restartCount") or 0) for pod in pods)
 
 
+def _last_line(message: str | None) -> str:
+    tail = [line for line in (message or "").splitlines() if line.strip()]
+    return tail[-1].strip() if tail else ""
+
+
 def _worker_exit(name: str, code: int, terminated: Mapping[str, Any]) -> str:
     if terminated.get("reason") == "OOMKilled":
         return (f"worker {name} was OOMKilled (exit code {code}): it went over its memory limit "
                 f"(spec.resources.limits.memory)")
-    tail = [line for line in (terminated.get("message") or "").splitlines() if line.strip()]
-    detail = f": {_short(tail[-1].strip(), MAX_WORKER_DETAIL)}" if tail else ""
+    last = _last_line(terminated.get("message"))
+    detail = f": {_short(last, MAX_WORKER_DETAIL)}" if last else ""
     return f"worker {name} exited with code {code}{detail}"
 
 
@@ -152,28 +162,59 @@ def _cause_rank(code: int, terminated: Mapping[str, Any]) -> int:
     return 0 if not exits.is_retryable(code) or terminated.get("reason") == "OOMKilled" else 1
 
 
-def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per worker whose tensorflow container exited non-zero, the likely cause first.
+@dataclass(frozen=True)
+class WorkerExit:
+    """A worker's non-zero exit, as its tensorflow container's state or lastState says it."""
+
+    order: tuple[int, str, str]  # (cause rank, finishedAt, pod name): the likely cause sorts first
+    name: str
+    code: int
+    terminated: Mapping[str, Any]
+
+
+def _exits_of(pod: Mapping[str, Any]) -> list[WorkerExit]:
+    cs = _tensorflow_status(pod)
+    name = (pod.get("metadata") or {}).get("name", "?")
+    found = []
+    for key in ("state", "lastState"):
+        terminated = (cs.get(key) or {}).get("terminated") or {}
+        if code := terminated.get("exitCode"):
+            found.append(WorkerExit((_cause_rank(code, terminated), terminated.get("finishedAt") or "", name), name,
+                                    code, terminated))  # fmt: skip
+    return found
+
+
+def worker_exits(pods: Sequence[Mapping[str, Any]]) -> list[WorkerExit]:
+    """Each worker whose tensorflow container exited non-zero, once, by its most telling exit; the likely
+    cause first.
 
     A worker's current and previous terminations are both read: under restartPolicy OnFailure a
     permanent error (exit 5, "cannot download mnist") is followed by restarts and then the kill at
     the backoff limit (143), and the kill must not hide the cause. Each worker is named once, by its
-    most telling exit (its own error before a kill, the earliest first); the lines go in that order
-    across workers, peers that exited because another worker died (dtr_contract.exits.PEER_LOST) last.
+    most telling exit (its own error before a kill, the earliest first); the workers go in that order,
+    peers that exited because another worker died (dtr_contract.exits.PEER_LOST) last.
     """
-    found = []
-    for pod in pods:
-        cs = _tensorflow_status(pod)
-        name = (pod.get("metadata") or {}).get("name", "?")
-        exits = []
-        for key in ("state", "lastState"):
-            terminated = (cs.get(key) or {}).get("terminated") or {}
-            if code := terminated.get("exitCode"):
-                order = (_cause_rank(code, terminated), terminated.get("finishedAt") or "", name)
-                exits.append((order, _worker_exit(name, code, terminated)))
-        if exits:
-            found.append(min(exits))
-    return [line for _, line in sorted(found)]
+    found = [min(mine, key=lambda e: e.order) for pod in pods if (mine := _exits_of(pod))]
+    return sorted(found, key=lambda e: e.order)
+
+
+def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per worker whose tensorflow container exited non-zero, the likely cause first (worker_exits)."""
+    return [_worker_exit(e.name, e.code, e.terminated) for e in worker_exits(pods)]
+
+
+# The trainer's prefix on its error line ("dtr_trainer[worker-0]: error: "): the user's one line follows it.
+_ERROR_PREFIX = re.compile(r"^[\w.-]+\[[\w.-]+\]: error: ")
+
+
+def user_code_failure(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """The run's own code failed (dtr_contract.exits.USER_CODE): the first such worker's one line, which names
+    the file, line and error, then the worker; None when no worker exited so."""
+    for e in worker_exits(pods):
+        if exits.is_user_code(e.code):
+            line = _ERROR_PREFIX.sub("", _last_line(e.terminated.get("message"))) or "the run's code failed"
+            return _short(f"{line} (worker {e.name}, exit code {e.code})")
+    return None
 
 
 # A container waiting for one of these will not start by itself: the kubelet retries, nothing changes
@@ -219,19 +260,29 @@ class Summary:
     metrics: dict[str, Any] | None
     model: dict[str, Any] | None
     problem: str | None
+    headline: tuple[str, float] | None = None  # the run's headline metric: (name, value)
 
 
 def parse_summary(message: str | None, claim: str) -> Summary:
-    """The trainer's termination message (dtr_contract.summary) -> metrics and model."""
+    """The trainer's termination message (dtr_contract.summary) -> metrics, the headline and the model."""
     if not message or not message.strip():
         return Summary(None, None, "the chief worker left no termination message, so no metrics")
     found = chief_summary.parse_summary(message)
     if found is None:
         return Summary(None, None, "the chief worker's termination message is not a JSON object, so no metrics")
     model = _summary_model(found, claim)
-    lacking = f"the chief worker's summary lacks {chief_summary.ACCURACY} or {chief_summary.MODEL_PATH}"
+    headline = found.headline()
+    wanted = found.metric or chief_summary.default_metric(found.metrics())
+    lacking = [f"its headline metric {wanted}"] * (headline is None) + [chief_summary.MODEL_PATH] * (model is None)
+    problem = f"the chief worker's summary lacks {' and '.join(lacking)}" if lacking else None
     # status.metrics are the summary's figures under the summary's own names (docs/api.md).
-    return Summary(found.metrics() or None, model, None if found.accuracy is not None and model else lacking)
+    return Summary(found.metrics() or None, model, problem, headline)
+
+
+def headline_text(headline: tuple[str, float]) -> str:
+    """status.headline, the METRIC column: `mae=0.1234`."""
+    name, value = headline
+    return f"{name}={value:.4f}"
 
 
 def _summary_model(found: chief_summary.Summary, claim: str) -> dict[str, Any] | None:
@@ -250,6 +301,29 @@ def storage_uri(claim: str, model_path: str) -> str | None:
     of numbered versions that TF Serving (and KServe's TensorFlow runtime) watches; None outside the volume."""
     base = layout.model_base(model_path)
     return None if base is None else f"pvc://{claim}/{base}"
+
+
+# ---- the run's code (spec.training.code.configMap) ----------------------------------------------
+
+
+def configmap_content(config_map: Mapping[str, Any] | None, key: str) -> bytes | None:
+    """The bytes the workers will read from the ConfigMap's key (the kubelet writes data as UTF-8 and
+    binaryData decoded), or None when the ConfigMap or the key is missing."""
+    if config_map is None:
+        return None
+    text = (config_map.get("data") or {}).get(key)
+    if isinstance(text, str):
+        return text.encode()
+    encoded = (config_map.get("binaryData") or {}).get(key)
+    try:
+        return base64.b64decode(encoded, validate=True) if isinstance(encoded, str) else None
+    except binascii.Error:
+        return None
+
+
+def code_status(config_map: str, key: str, content: bytes) -> dict[str, str]:
+    """status.code: which file the workers run, and its SHA-256 (as `sha256sum FILE` prints it)."""
+    return {"configMap": config_map, "key": key, "sha256": hashlib.sha256(content).hexdigest()}
 
 
 # ---- progress (from the chief's log: dtr_contract.progress) -------------------------------------
@@ -397,17 +471,27 @@ def _explained(
     """The TFJob's state with what the pods add: the chief's summary, who failed, why none starts."""
     if state.phase == SUCCEEDED:
         summary = parse_summary(termination_message(chief_pod(pods)), run.pvc_name)
-        if summary.model and summary.metrics and "accuracy" in summary.metrics:
-            done = f"accuracy {summary.metrics['accuracy']:.4f}, model exported to {summary.model['path']}"
+        if summary.model and summary.headline and summary.problem is None:
+            name, value = summary.headline
+            done = f"{name} {value:.4f}, model exported to {summary.model['path']}"
             return State(SUCCEEDED, TRAINING_SUCCEEDED, done, created=True), summary
         partial = f"training succeeded, but {summary.problem}"
         return State(SUCCEEDED, METRICS_UNAVAILABLE, partial, created=True), summary
-    if state.phase == FAILED and (why := failed_workers(pods)):
-        return State(FAILED, state.reason, _short(f"{state.message} {'; '.join(why)}"), created=True), None
+    if state.phase == FAILED:
+        return _failure(state, pods), None
     if state.reason == TFJOB_CREATED and previous.get("reason") == WORKERS_NOT_STARTING:
         # The TFJob says nothing new; the pods' own trouble, found by waiting_status, still holds.
         return State(PENDING, WORKERS_NOT_STARTING, previous.get("message") or state.message, created=True), None
     return state, None
+
+
+def _failure(state: State, pods: Sequence[Mapping[str, Any]]) -> State:
+    """A failed TFJob's state with who failed: the run's own code (its one line), else each failed worker."""
+    if user_code := user_code_failure(pods):
+        return State(FAILED, USER_CODE_ERROR, user_code, created=True)
+    if why := failed_workers(pods):
+        return State(FAILED, state.reason, _short(f"{state.message} {'; '.join(why)}"), created=True)
+    return state
 
 
 def _epoch_note(previous: Mapping[str, Any]) -> str:
@@ -455,13 +539,22 @@ def tfjob_status(
         if job_status.get(key):
             status[key] = job_status[key]
     if summary is not None:
-        if summary.metrics:
-            status["metrics"] = summary.metrics
-        if summary.model:
-            status["model"] = summary.model
+        status |= _summary_fields(summary)
     if state.phase == SUCCEEDED:
         status["progress"] = final_progress(previous.get("progress"), run.training.epochs, now)
     return status
+
+
+def _summary_fields(summary: Summary) -> dict[str, Any]:
+    """status.metrics, status.headline and status.model: what the chief's summary gives of them."""
+    fields: dict[str, Any] = {}
+    if summary.metrics:
+        fields["metrics"] = summary.metrics
+    if summary.headline:
+        fields["headline"] = headline_text(summary.headline)
+    if summary.model:
+        fields["model"] = summary.model
+    return fields
 
 
 def waiting_status(

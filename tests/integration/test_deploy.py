@@ -346,6 +346,7 @@ NEEDED = [
     ("create", "persistentvolumeclaims", ""),
     ("get", "pods", ""),
     ("get", "pods", "log"),  # status.progress
+    ("get", "configmaps", ""),  # a run's code (spec.training.code.configMap): its SHA-256 in status.code
     ("create", "events", ""),
     ("create", "events.events.k8s.io", ""),
 ]
@@ -366,6 +367,9 @@ FORBIDDEN = [
     ("patch", "deployments.apps", ""),
     ("delete", "deployments.apps", ""),
     ("create", "configmaps", ""),
+    ("list", "configmaps", ""),
+    ("watch", "configmaps", ""),
+    ("patch", "configmaps", ""),
     ("create", "serviceaccounts", "token"),
     ("create", "rolebindings.rbac.authorization.k8s.io", ""),
     ("create", "customresourcedefinitions.apiextensions.k8s.io", ""),

@@ -152,8 +152,10 @@ def test_status_follows_the_tfjob_to_success(control_plane: Cluster, namespace: 
     assert conds["Running"]["lastTransitionTime"] >= running_since
 
     table = control_plane.kubectl("get", "distrainingruns", "-n", namespace).stdout.splitlines()
-    assert table[0].split() == ["NAME", "PHASE", "WORKERS", "PROGRESS", "ACCURACY", "MODEL", "AGE"]
-    assert table[1].split()[:6] == ["mnist-cnn", "Succeeded", "2/2", "3/3", "0.9812", "/mnt/dtr/models/mnist-cnn/1"]
+    assert table[0].split() == ["NAME", "PHASE", "WORKERS", "PROGRESS", "ACCURACY", "MODEL", "METRIC", "AGE"]
+    assert table[1].split()[:7] == ["mnist-cnn", "Succeeded", "2/2", "3/3", "0.9812", "/mnt/dtr/models/mnist-cnn/1",
+                                    "accuracy=0.9812"]  # fmt: skip
+    assert st["headline"] == "accuracy=0.9812"
     assert st["progress"]["progressPercentage"] == 100 and st["progress"]["estimatedRemainingSeconds"] == 0
 
     reasons = [(kind, reason) for kind, reason, _ in events(control_plane, namespace, "mnist-cnn")]

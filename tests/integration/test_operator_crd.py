@@ -60,6 +60,27 @@ REJECTED = [
     ("ttl-negative", "r", {"ttlSecondsAfterFinished": -1}, ["spec.ttlSecondsAfterFinished", "greater than or equal"]),
     ("ttl-int32", "r", {"ttlSecondsAfterFinished": 2**31}, ["spec.ttlSecondsAfterFinished", "int32"]),
     ("unknown-field", "r", {"replicas": 2}, ['unknown field "spec.replicas"']),
+    ("code-empty", "r", {"training": {"code": {}}}, ["spec.training.code", "exactly one of configMap"]),
+    ("code-both", "r", {"training": {"code": {"configMap": "c", "module": "m"}}},
+     ["spec.training.code", "exactly one of configMap"]),
+    ("code-key-with-module", "r", {"training": {"code": {"module": "m", "key": "m.py"}}},
+     ["spec.training.code.key", "cannot be set with spec.training.code.module"]),
+    ("code-key-not-py", "r", {"training": {"code": {"configMap": "c", "key": "m.sh"}}},
+     ["spec.training.code.key", "naming a Python file"]),
+    ("code-key-path", "r", {"training": {"code": {"configMap": "c", "key": "a/m.py"}}},
+     ["spec.training.code.key", "naming a Python file"]),
+    ("code-configmap-name", "r", {"training": {"code": {"configMap": "My_Code"}}},
+     ["spec.training.code.configMap", "ConfigMap name"]),
+    ("code-module-name", "r", {"training": {"code": {"module": "acme-models.wine"}}},
+     ["spec.training.code.module", "Python module name"]),
+    ("code-unknown", "r", {"training": {"code": {"configMap": "c", "file": "x.py"}}},
+     ['unknown field "spec.training.code.file"']),
+    ("metric-shape", "r", {"training": {"metric": "val loss"}}, ["spec.training.metric", "metric name"]),
+    ("dataset-dir-without-code", "r", {"training": {"dataset": "tables/wine"}}, ["spec.training.dataset", ".npz"]),
+    ("dataset-escape-with-code", "r", {"training": {"code": {"module": "m"}, "dataset": "../wine"}},
+     ["spec.training.dataset", "'..'"]),
+    ("dataset-absolute-with-code", "r", {"training": {"code": {"configMap": "c"}, "dataset": "/data/wine.csv"}},
+     ["spec.training.dataset", "leading '/'"]),
     ("unknown-nested-field", "r", {"training": {"optimizer": "sgd"}}, ['unknown field "spec.training.optimizer"']),
 ]
 
@@ -110,6 +131,28 @@ def test_longest_valid_name_and_relative_npz_are_accepted(control_plane: Cluster
     spec = {"workers": 64, "training": {"dataset": "sets/my-data_v1.2.npz"}, "storage": {"claimName": "shared"}}
     control_plane.create(run_doc(name, namespace, spec))
     assert control_plane.kubectl_json("get", "dtr", name, "-n", namespace)["spec"]["workers"] == 64
+
+
+def test_code_and_metric_are_accepted_as_the_parser_admits_them(control_plane: Cluster, namespace: str) -> None:
+    from dtr_operator.spec import parse_run
+
+    specs = {
+        "file": {"training": {"code": {"configMap": "wine-code", "key": "wine_v2.py"}, "dataset": "tables/wine.csv",
+                              "metric": "auc"}},
+        "default-key": {"training": {"code": {"configMap": "wine-code"}, "dataset": "wine/"}},
+        "module": {"image": "reg.example/acme:1", "training": {"code": {"module": "acme.models.wine"},
+                                                                "dataset": "shards/train-0.tfrecord"}},
+    }  # fmt: skip
+    for name, spec in specs.items():
+        doc = run_doc(name, namespace, spec)
+        control_plane.create(doc)
+        stored = control_plane.kubectl_json("get", "dtr", name, "-n", namespace)
+        assert stored["spec"]["training"]["code"] == spec["training"]["code"], "no key defaulted beside a module"
+        assert parse_run({**stored, "metadata": doc["metadata"]}) == parse_run(doc)
+    proc = control_plane.kubectl("patch", "dtr", "file", "-n", namespace, "--type=merge", "-p",
+                                 json.dumps({"spec": {"training": {"code": {"configMap": "other"}}}}),
+                                 check=False)  # fmt: skip
+    assert proc.returncode != 0 and "spec.training is immutable" in proc.stderr, proc.stderr
 
 
 def test_spec_is_immutable_but_metadata_and_status_are_not(control_plane: Cluster, namespace: str) -> None:
@@ -177,7 +220,8 @@ def test_kubectl_get_names_and_columns(control_plane: Cluster, namespace: str) -
             "phase": "Succeeded",
             "workersReady": "2/2",
             "progress": {"epoch": 3, "epochs": 3, "epochsDone": "3/3", "estimatedRemainingSeconds": 0},
-            "metrics": {"accuracy": 0.975},
+            "metrics": {"accuracy": 0.975, "loss": 0.08, "epochs": 3},
+            "headline": "accuracy=0.9750",
             "model": {"path": "/mnt/dtr/models/cols/1"},
             "message": "accuracy 0.9750, model exported",
         }
@@ -187,18 +231,46 @@ def test_kubectl_get_names_and_columns(control_plane: Cluster, namespace: str) -
     )
     for resource in ("distrainingruns", "dtr", "disttrainingruns", "disttrainingrun", "disttrainingruns.distml.dev"):
         lines = control_plane.kubectl("get", resource, "-n", namespace).stdout.splitlines()
-        assert lines[0].split() == ["NAME", "PHASE", "WORKERS", "PROGRESS", "ACCURACY", "MODEL", "AGE"], resource
+        header = ["NAME", "PHASE", "WORKERS", "PROGRESS", "ACCURACY", "MODEL", "METRIC", "AGE"]
+        assert lines[0].split() == header, resource
         row = lines[1].split()
-        assert row[:6] == ["cols", "Succeeded", "2/2", "3/3", "0.975", "/mnt/dtr/models/cols/1"], resource
+        want = ["cols", "Succeeded", "2/2", "3/3", "0.975", "/mnt/dtr/models/cols/1", "accuracy=0.9750"]
+        assert row[:7] == want, resource
     wide = control_plane.kubectl("get", "dtr", "-n", namespace, "-o", "wide").stdout.splitlines()
     assert wide[0].split()[-2:] == ["ETA(S)", "MESSAGE"] and "accuracy 0.9750, model exported" in wide[1]
-    assert wide[1].split()[7] == "0", wide
+    assert wide[1].split()[8] == "0", wide
+
+
+def test_a_regression_run_shows_its_headline_and_an_empty_accuracy(control_plane: Cluster, namespace: str) -> None:
+    """status.metrics takes any metric by name (numbers only); ACCURACY is empty, METRIC says the headline."""
+    control_plane.create(run_doc("reg", namespace, {"training": {"code": {"configMap": "reg-code"}, "metric": "mae"}}))
+    status = {"status": {"phase": "Succeeded", "workersReady": "2/2", "headline": "mae=0.4172",
+                         "metrics": {"loss": 0.31, "mae": 0.4172, "mean_squared_error": 0.31, "epochs": 4},
+                         "code": {"configMap": "reg-code", "key": "model.py", "sha256": "ab" * 32},
+                         "model": {"path": "/mnt/dtr/models/reg/1"}}}  # fmt: skip
+    k = control_plane.kubectl
+    k("patch", "dtr", "reg", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    got = control_plane.kubectl_json("get", "dtr", "reg", "-n", namespace)["status"]
+    assert got["metrics"] == status["status"]["metrics"] and got["code"] == status["status"]["code"]
+    columns = k("get", "dtr", "reg", "-n", namespace, "-o",
+                "custom-columns=ACC:.status.metrics.accuracy,METRIC:.status.headline").stdout.split()  # fmt: skip
+    assert columns == ["ACC", "METRIC", "<none>", "mae=0.4172"]
+    row = k("get", "dtr", "reg", "-n", namespace, "--no-headers").stdout.split()
+    assert row[:5] == ["reg", "Succeeded", "2/2", "/mnt/dtr/models/reg/1", "mae=0.4172"], row  # empty cells vanish
+    bad = {"status": {"metrics": {"mae": "low"}}}
+    proc = k("patch", "dtr", "reg", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(bad),
+             check=False)  # fmt: skip
+    assert proc.returncode != 0 and "status.metrics.mae" in proc.stderr, proc.stderr
 
 
 def test_kubectl_explain_describes_every_level(control_plane: Cluster) -> None:
     out = control_plane.kubectl("explain", "disttrainingrun.spec.training").stdout
-    for field in ("model", "dataset", "epochs", "batchSizePerWorker", "stepsPerEpoch", "learningRate", "seed"):
+    for field in ("model", "code", "dataset", "epochs", "batchSizePerWorker", "stepsPerEpoch", "learningRate", "seed",
+                  "metric"):
         assert field in out
+    code = control_plane.kubectl("explain", "disttrainingrun.spec.training.code.configMap").stdout
+    assert "1 MiB" in code and "CodeNotFound" in code
+    assert "METRIC column" in control_plane.kubectl("explain", "disttrainingrun.spec.training.metric").stdout
     assert "digits" in out
     storage = control_plane.kubectl("explain", "disttrainingrun.spec.storage.reclaimPolicy").stdout
     assert "Retain" in storage and "keeps it (and the model on it)" in storage

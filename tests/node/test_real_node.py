@@ -50,7 +50,8 @@ def test_digits_example_applied_with_kubectl_succeeds_and_its_model_scores_on_th
 
     table = real_node.cluster.kubectl("get", "distrainingruns", "-n", namespace).stdout
     row = next(line for line in table.splitlines() if line.startswith(name))
-    assert re.match(rf"{name}\s+Succeeded\s+2/2\s+8/8\s+0\.\d+\s+/mnt/dtr/models/{name}/1\s", row), table
+    form = rf"{name}\s+Succeeded\s+2/2\s+8/8\s+0\.\d+\s+/mnt/dtr/models/{name}/1\s+accuracy=0\.\d{{4}}\s"
+    assert re.match(form, row), table
 
     volume = real_node.volume(namespace, st["model"]["claim"])
     model = volume / "models" / name / "1"

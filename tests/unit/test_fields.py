@@ -20,6 +20,9 @@ SAMPLES: dict[str, Any] = {
     "image": "reg.example/trainer:2",
     "imagePullPolicy": "Never",
     "training.model": "batch_norm",
+    "training.code.configMap": "my-code",
+    "training.code.module": "acme.models.wine",
+    "training.metric": "mae",
     "training.dataset": "sets/d.npz",
     "training.epochs": 7,
     "training.batchSizePerWorker": 16,
@@ -103,8 +106,23 @@ def test_every_field_lands_where_the_table_says(path: str, f: fields.Field) -> N
         assert landed == value, (path, landed)
 
 
+# What a field needs beside it to be set at all (a default of a field inside an optional object).
+COMPANIONS: dict[str, dict[str, Any]] = {"training.code.key": _spec_with("training.code.configMap", "my-code")}
+
+
+def _with(spec: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """spec and more merged, objects by their fields."""
+    out = dict(spec)
+    for key, value in more.items():
+        out[key] = _with(out.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
 def test_a_default_is_a_value_the_field_accepts() -> None:
-    """The schema's defaults and the operator's: set explicitly, each gives the run an empty spec gives."""
+    """The schema's defaults and the operator's: set explicitly, each gives the run an empty spec gives (or the
+    field's companions alone give)."""
     for path, f in fields.walk(fields.SPEC):
         if f.default is not None and f.type != "object":
-            assert parse_run(make_run(_spec_with(path.removeprefix("spec."), f.default))) == parse_run(make_run({}))
+            path = path.removeprefix("spec.")
+            base = COMPANIONS.get(path, {})
+            assert parse_run(make_run(_with(base, _spec_with(path, f.default)))) == parse_run(make_run(base)), path

@@ -40,6 +40,11 @@ training = st.fixed_dictionaries(
         "stepsPerEpoch": maybe(st.integers(0, 10)),
         "learningRate": maybe(st.floats(0, 11, allow_nan=False)),
         "seed": maybe(st.integers(-1, 2**31)),
+        "code": maybe(st.fixed_dictionaries({}, optional={
+            "configMap": maybe(st.sampled_from(["wine-code", "Bad_Name"])),
+            "key": maybe(st.sampled_from(["wine.py", "x.txt", "../x.py"])),
+            "module": maybe(st.sampled_from(["acme.wine", "acme-wine"]))})),
+        "metric": maybe(st.sampled_from(["mae", "val loss", "auc"])),
     },
 )
 storage = st.fixed_dictionaries(

@@ -142,8 +142,12 @@ BAD_SUMMARIES = [
     ("Epoch 3/3 done", "not a JSON object"),
     ("[1, 2]", "not a JSON object"),
     ('"text"', "not a JSON object"),
-    (json.dumps({"loss": 0.1}), "lacks accuracy or modelPath"),
-    (json.dumps({"accuracy": 0.9}), "lacks accuracy or modelPath"),
+    (json.dumps({"loss": 0.1}), "lacks modelPath"),
+    (json.dumps({"accuracy": 0.9}), "lacks modelPath"),
+    (json.dumps({"modelPath": "/mnt/dtr/models/m/1"}), "lacks its headline metric loss"),
+    (json.dumps({"loss": 0.1, "metric": "mae", "metrics": {"loss": 0.1}, "modelPath": "/mnt/dtr/models/m/1"}),
+     "lacks its headline metric mae"),
+    (json.dumps({"metric": "mae"}), "lacks its headline metric mae and modelPath"),
 ]
 
 

@@ -5,25 +5,36 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dtr_contract import flags
+
+from dtr_operator import submit
+
 
 def _run(args: argparse.Namespace) -> int:
     from dtr_operator.local import runner  # only when running: `dtr operator` never imports it
 
     base_dir = args.dir if args.dir is not None else runner.default_base_dir()
     python = args.python if args.python is not None else runner.default_python()
-    return runner.run_file(args.file, base_dir=base_dir, python=python)
+    given = {dest: getattr(args, dest) for dest, *_ in submit.OPTIONS} | {"name": args.name}
+    return runner.run_file(args.file, base_dir=base_dir, python=python, code=args.code, given=given)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run",
-        help="train a run file with local processes, no cluster (the embedded default)",
+        help="train a run file, or your own model file, with local processes, no cluster (the embedded default)",
         description="Train the DistTrainingRun in FILE on this machine: the TFJob the operator would create, "
         "its workers as local processes (TF_CONFIG on loopback ports), the PVC as DIR/volumes/<claim>. "
-        "Streams the workers' logs, prints the final status as the cluster would report it, and exits 0 "
-        "when the run Succeeded (1 Failed, 2 bad input).",
+        "FILE.py trains your own model file as `dtr submit FILE.py` would on a cluster (the options below); "
+        f"{flags.CODE} FILE gives a run file's code. Streams the workers' logs, prints the final status as the cluster "
+        "would report it, and exits 0 when the run Succeeded (1 Failed, 2 bad input).",
     )
-    p.add_argument("file", metavar="FILE", help="a YAML file with one DistTrainingRun")
+    p.add_argument("file", metavar="FILE", help="a YAML file with one DistTrainingRun, or your model's FILE.py")
+    # The trainer's flag name, on purpose: the same file the trainer gets as --code in the pod.
+    p.add_argument(flags.CODE, dest="code", metavar="FILE.py", default=None,
+                   help="the run file's code: the local file stands for its spec.training.code ConfigMap")  # fmt: skip
+    p.add_argument("--name", default=None, help="with FILE.py: the run's name (default: the file's name)")
+    submit.add_training_options(p)
     p.add_argument("--dir", type=Path, default=None, help="volumes and logs [./.dtr, env DTR_RUN_DIR]")
     p.add_argument("--python", default=None,
                    help="the trainer's Python 3.9 [env DTR_TRAINER_PYTHON, else .venv/trainer/bin/python]")  # fmt: skip

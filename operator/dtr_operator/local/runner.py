@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-from dtr_contract import exits, layout
+from dtr_contract import exits, flags, layout
 from dtr_contract.container import PORT
 from dtr_contract.progress import parse_epoch_end_line
 
-from dtr_operator import builders, status
+from dtr_operator import builders, status, submit
 from dtr_operator.local import kubelet, ports, translate
 from dtr_operator.runfile import RunFileError, parse_run_doc, runs_from_text
 from dtr_operator.spec import DEFAULT_TRAINER_IMAGE, KIND, RunSpec, SpecError
@@ -133,18 +133,64 @@ def replica_labels(job: str, rtype: str, index: int) -> dict[str, str]:
     }
 
 
-def load_run(text: str, source: str) -> RunSpec:
-    """The one DistTrainingRun of a run file, read exactly as `dtr render` reads it."""
+def load_run(text: str, source: str, code: submit.CodeFile | None = None) -> RunSpec:
+    """The one DistTrainingRun of a run file, read exactly as `dtr render` reads it (with code: the local file
+    as its code, with_local_code)."""
     try:
         docs = runs_from_text(text, source)
-        if len(docs) != 1:
-            raise RunError(f"{source}: dtr run trains one {KIND} at a time; this file has {len(docs)}")
-        run = parse_run_doc(docs[0], source, DEFAULT_TRAINER_IMAGE)
-    except (RunFileError, SpecError) as exc:
+    except RunFileError as exc:
+        raise RunError(str(exc)) from None
+    if len(docs) != 1:
+        raise RunError(f"{source}: dtr run trains one {KIND} at a time; this file has {len(docs)}")
+    return admit(with_local_code(docs[0], code, source), source)
+
+
+def admit(doc: dict[str, Any], source: str) -> RunSpec:
+    """A run document parsed as the API server would admit it; a suspended run is refused."""
+    try:
+        run = parse_run_doc(doc, source, DEFAULT_TRAINER_IMAGE)
+    except SpecError as exc:
         raise RunError(str(exc)) from None
     if run.suspend:
         raise RunError(f"{source}: spec.suspend is true: a suspended run trains nowhere; set it to false to run it")
     return run
+
+
+def with_local_code(doc: dict[str, Any], code: submit.CodeFile | None, source: str) -> dict[str, Any]:
+    """The run document with a local file (--code) as its code ConfigMap: the ConfigMap and key it names, else
+    `<name>-code` and the file's name, as `dtr submit` makes them. A run naming a ConfigMap needs the file: there
+    is no cluster to read it from."""
+    training = (doc.get("spec") or {}).get("training") or {}
+    named = dict(training.get("code") or {})
+    _check_local_code(named, code is not None, source)
+    if code is None:
+        return doc
+    name = str((doc.get("metadata") or {}).get("name") or "")
+    local = {"configMap": named.get("configMap") or submit.configmap_name(name), "key": named.get("key") or code.key}
+    spec = dict(doc.get("spec") or {})
+    spec["training"] = {**training, "code": local}
+    return {**doc, "spec": spec}
+
+
+def _check_local_code(named: Mapping[str, Any], file_given: bool, source: str) -> None:
+    """RunError when the run's code and --code disagree: a ConfigMap without the file, a module with one."""
+    if not file_given and "configMap" in named:
+        raise RunError(f"{source}: spec.training.code.configMap {named['configMap']}: dtr run has no cluster to "
+                       f"read it from: give the file with {flags.CODE} FILE")  # fmt: skip
+    if file_given and "module" in named:
+        raise RunError(f"{source}: spec.training.code.module {named['module']}: the run's code is a module in its "
+                       f"image; {flags.CODE} is for a file")  # fmt: skip
+
+
+def code_run(path: str, given: Mapping[str, Any]) -> tuple[RunSpec, submit.CodeFile]:
+    """`dtr run FILE.py`: the run `dtr submit FILE.py` would send (the options given, the API's defaults for the
+    rest), and the file, checked as dtr submit checks it."""
+    try:
+        code = submit.read_code(path)
+        name = submit.run_name(given.get("name"), path)
+    except submit.SubmitError as exc:
+        raise RunError(str(exc)) from None
+    return admit(submit.code_run_doc(name, None, code.key, given), path), code
 
 
 def now_rfc3339() -> str:
@@ -206,12 +252,15 @@ class Console:
 
 
 class LocalRun:
-    def __init__(self, run: RunSpec, base_dir: Path, python: str, console: Console) -> None:
+    def __init__(
+        self, run: RunSpec, base_dir: Path, python: str, console: Console, code: submit.CodeFile | None = None
+    ) -> None:
         # As the API server would have it once created: generation 1 (status.observedGeneration).
         run = dataclasses.replace(run, generation=run.generation or 1)
         self.run = run
         self.console = console
         self.python = python
+        self.code = code  # the local file playing the run's code ConfigMap
         self.tfjob = builders.build_tfjob(run)
         self.pvc = builders.build_pvc(run)
         job = self.tfjob["spec"]
@@ -259,6 +308,35 @@ class LocalRun:
     def claim_dir(self, claim: str) -> str:
         return str((self.volume_root / claim).resolve())
 
+    @property
+    def code_dir(self) -> Path:
+        """The stand-in for the run's code ConfigMap: a directory with the file under its key."""
+        return self.run_dir / "code"
+
+    def config_maps(self) -> dict[str, str]:
+        """ConfigMap name -> its local directory: the run's code, when it has a file."""
+        name = self.run.code.config_map if self.run.code else None
+        return {name: str(self.code_dir.resolve())} if self.code is not None and name else {}
+
+    def place_code(self) -> None:
+        """The file under its key, read-only, as the kubelet mounts the ConfigMap (a copy: later edits of the
+        file do not reach a run that has started)."""
+        code, key = self.code, self.run.code.file_key if self.run.code else None
+        if code is None or key is None:
+            return
+        self.code_dir.mkdir(parents=True, exist_ok=True)
+        target = self.code_dir / key
+        target.unlink(missing_ok=True)
+        target.write_bytes(code.content)
+        target.chmod(builders.CODE_FILE_MODE)
+
+    def code_status(self) -> dict[str, Any]:
+        """status.code as the operator records it, from the local file."""
+        code, spec = self.code, self.run.code
+        if code is None or spec is None or spec.config_map is None or spec.file_key is None:
+            return {}
+        return {"code": status.code_status(spec.config_map, spec.file_key, code.content)}
+
     # -- processes --
 
     def start(self, r: Replica) -> None:
@@ -276,8 +354,10 @@ class LocalRun:
             termination_path=str(r.termination_path.resolve()),
             fields={"metadata.name": r.pod, "metadata.namespace": self.run.namespace},
             base_env=translate.base_env(os.environ, r.pod),
+            config_maps=self.config_maps(),
         )
-        for local in translate.volume_dirs(volumes, self.claim_dir, str(r.dir / f"{r.label}-volumes")).values():
+        scratch = str(r.dir / f"{r.label}-volumes")
+        for local in translate.volume_dirs(volumes, self.claim_dir, scratch, self.config_maps()).values():
             Path(local).mkdir(parents=True, exist_ok=True)
         if r.attempts > 0:
             r.restart_count += 1
@@ -355,6 +435,7 @@ class LocalRun:
     def execute(self) -> End:
         """Run to the end: (phase, TFJob condition reason, message)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.place_code()
         for r in self.replicas:
             r.log_path.write_text("")
         self.start_time = now_rfc3339()
@@ -419,7 +500,7 @@ class LocalRun:
             "failed": sum(1 for r in self.replicas if r.final_code not in (None, 0)),
         }
         tfjob = tfjob_view(self.tfjob, phase, reason, message, counts, self.start_time, now_rfc3339())
-        return status.tfjob_status(self.run, tfjob, pods, {}, now_rfc3339())
+        return {**status.tfjob_status(self.run, tfjob, pods, {}, now_rfc3339()), **self.code_status()}
 
 
 def _signal_group(proc: subprocess.Popen[bytes] | None, sig: int) -> None:
@@ -428,10 +509,13 @@ def _signal_group(proc: subprocess.Popen[bytes] | None, sig: int) -> None:
             os.killpg(proc.pid, sig)
 
 
-def _read(path: Path) -> str:
+def _read(path: Path | str, missing: bool = False) -> str:
+    """A file's text; "" when it cannot be read, or with missing, RunError saying why."""
     try:
-        return path.read_text(errors="replace")
-    except OSError:
+        return Path(path).read_text(errors="replace")
+    except OSError as exc:
+        if missing:
+            raise RunError(f"cannot read {path}: {exc.strerror}") from None
         return ""
 
 
@@ -442,10 +526,14 @@ def run_file(
     python: str,
     out: TextIO = sys.stdout,
     on_signal: Callable[[int, Callable[[int, Any], None]], Any] = signal.signal,
+    code: str | None = None,
+    given: Mapping[str, Any] | None = None,
 ) -> int:
-    """`dtr run FILE`: exit 0 when the run Succeeded, 1 when it Failed, 2 for bad input, 130 interrupted."""
+    """`dtr run FILE` (a run file, with --code its code's file) or `dtr run FILE.py` (the run `dtr submit FILE.py`
+    would send, `given` its options): exit 0 when the run Succeeded, 1 when it Failed, 2 for bad input, 130
+    interrupted."""
     try:
-        local = _prepare_run(path, base_dir, python, Console(out))
+        local = _prepare_run(path, base_dir, python, Console(out), code, given or {})
     except RunError as exc:
         print(f"dtr run: {exc}", file=sys.stderr)
         return 2
@@ -460,6 +548,8 @@ def run_file(
         f"[dtr] run {run.name}: {len(local.replicas)} {local.rtype.lower()}(s), restartPolicy {local.policy}; "
         f"volume {run.pvc_name} -> {claim}; logs in {local.run_dir}"
     )
+    if recorded := local.code_status().get("code"):
+        console.say(f"[dtr] code {recorded['key']} (sha256 {recorded['sha256']}) -> {local.code_dir}")
     try:
         phase, reason, message = local.execute()
     except (RunError, translate.TranslateError) as exc:
@@ -473,18 +563,31 @@ def run_file(
     return _report_end(local, local.final_status(phase, reason, message), claim)
 
 
-def _prepare_run(path: str, base_dir: Path, python: str, console: Console) -> LocalRun:
-    """The run of the file, ready to execute; RunError (one line) when the file or the Python cannot be used."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise RunError(f"cannot read {path}: {exc.strerror}") from None
-    run = load_run(text, path)
+def _prepare_run(
+    path: str, base_dir: Path, python: str, console: Console, code_path: str | None, given: Mapping[str, Any]
+) -> LocalRun:
+    """The run of the file, ready to execute; RunError (one line) when a file or the Python cannot be used."""
+    if path.endswith(".py"):
+        if code_path is not None:
+            raise RunError(f"{path} is the run's code already: {flags.CODE} goes with a run file")
+        run, code = code_run(path, given)
+    else:
+        if any(value is not None for value in given.values()):
+            raise RunError(f"{path}: the training options go with FILE.py; a run file says them itself")
+        code = _read_code(code_path)
+        run = load_run(_read(path, missing=True), path, code)
     if not Path(python).exists():
         raise RunError(
             f"the trainer's Python {python} does not exist: run `make setup-trainer` (or set DTR_TRAINER_PYTHON)"
         )
-    return LocalRun(run, base_dir, python, console)
+    return LocalRun(run, base_dir, python, console, code)
+
+
+def _read_code(path: str | None) -> submit.CodeFile | None:
+    try:
+        return None if path is None else submit.read_code(path)
+    except submit.SubmitError as exc:
+        raise RunError(str(exc)) from None
 
 
 def _report_end(local: LocalRun, final: Mapping[str, Any], claim: str) -> int:

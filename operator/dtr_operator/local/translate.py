@@ -6,7 +6,8 @@ would create:
 - Network: every TF_CONFIG address (`<job>-worker-<i>.<ns>.svc:<port>`) is rewritten to
   `127.0.0.1:<port>`, one port per address, allocated by the caller and shared by all the
   replicas of a job, so each worker binds its own port and reaches its peers at theirs.
-- Volumes: a PVC is a local directory; every value in args/env/workingDir that names a path
+- Volumes: a PVC is a local directory, and so is a ConfigMap the caller has a local stand-in for
+  (the run's code: `dtr run --code FILE`); every value in args/env/workingDir that names a path
   under a volume's mountPath is rewritten to the same path under that directory. The
   termination-message path maps to a per-container file the same way.
 - Command: `python` (and `python3`, `python3.X`) becomes the trainer's Python that `dtr run` was
@@ -133,10 +134,14 @@ def unmap_text(text: str, path_map: PathMap) -> str:
 
 
 def volume_dirs(
-    volumes: Sequence[Mapping[str, Any]], claim_dir: Callable[[str], str], scratch_dir: str
+    volumes: Sequence[Mapping[str, Any]],
+    claim_dir: Callable[[str], str],
+    scratch_dir: str,
+    config_maps: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Volume name -> local directory: a PVC -> claim_dir(claimName), emptyDir -> scratch_dir/<name>,
-    hostPath -> its path. Other kinds (secrets, configMaps, projected tokens) are not provided."""
+    hostPath -> its path, a ConfigMap -> config_maps[its name] (a directory holding its keys as files).
+    Other kinds (secrets, other configMaps, projected tokens) are not provided."""
     out: dict[str, str] = {}
     for vol in volumes:
         name = vol.get("name", "")
@@ -146,6 +151,8 @@ def volume_dirs(
             out[name] = os.path.join(scratch_dir, name)
         elif "hostPath" in vol:
             out[name] = vol["hostPath"]["path"]
+        elif (vol.get("configMap") or {}).get("name") in (config_maps or {}):
+            out[name] = (config_maps or {})[vol["configMap"]["name"]]
     return out
 
 
@@ -237,9 +244,10 @@ def translate_container(
     termination_path: str,
     fields: Mapping[str, str],
     base_env: Mapping[str, str],
+    config_maps: Mapping[str, str] | None = None,
 ) -> LocalProcess:
     """A pod's container -> argv, env and paths of the local process that plays it."""
-    dirs = volume_dirs(volumes, claim_dir, scratch_dir)
+    dirs = volume_dirs(volumes, claim_dir, scratch_dir, config_maps)
     # Kubernetes' default, which is also the trainer's: the same path (dtr_contract.container).
     inside_term = container.get("terminationMessagePath") or TERMINATION_MESSAGE_PATH
     path_map = sort_path_map(

@@ -1,0 +1,245 @@
+"""`dtr submit FILE.py`: send your own model file to the cluster with a run, no image to build (docs/own-model.md).
+
+    dtr submit wine.py --workers 2 --epochs 10 --dataset wine --metric auc
+
+creates an immutable ConfigMap `<name>-code` holding the file under its base name (labelled distml.dev/run=<name>),
+then the DistTrainingRun naming it (spec.training.code), then makes the run the ConfigMap's owner, so deleting
+the run deletes its code. The file is checked here first: a Python file (compiled locally: a syntax error names
+its file and line before anything reaches the cluster) of at most CONFIGMAP_BYTES (the API server's limit on a
+ConfigMap; a larger program goes in an image built FROM the trainer image). `--dry-run` prints both objects.
+
+The pure parts (the file's check, the two manifests, the training options) serve `dtr run FILE.py` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from dtr_contract import flags
+
+from .builders import RUN_LABEL
+from .fields import CODE_KEY, CONFIGMAP_LIMIT, DNS1035_LABEL, MAX_NAME_LENGTH
+from .spec import API_VERSION, KIND, SpecError, parse_run
+
+CONFIGMAP_BYTES = 1024 * 1024  # CONFIGMAP_LIMIT: the API server refuses a ConfigMap whose data is larger
+OWN_IMAGE = "build an image FROM the trainer image with your code and name its module in spec.training.code.module"
+GUIDE = "docs/own-model.md"
+
+
+class SubmitError(ValueError):
+    """A file or an option dtr submit cannot send: one line naming it."""
+
+
+@dataclass(frozen=True)
+class CodeFile:
+    """A checked Python file: its key in the ConfigMap (its base name) and its bytes."""
+
+    key: str
+    content: bytes
+
+
+def read_code(path: str | Path) -> CodeFile:
+    """The file at path, checked as the cluster would take it, or SubmitError naming what is wrong."""
+    p = Path(path)
+    try:
+        content = p.read_bytes()
+    except OSError as err:
+        raise SubmitError(f"{path}: {err.strerror}") from None
+    if re.fullmatch(CODE_KEY, p.name) is None:
+        raise SubmitError(f"{path}: the file's name is its key in the ConfigMap: it must end in .py and hold only "
+                          "letters, digits, '-', '_' and '.'; rename it")  # fmt: skip
+    if len(content) > CONFIGMAP_BYTES:
+        raise SubmitError(f"{path}: {len(content)} bytes, over the {CONFIGMAP_LIMIT} a ConfigMap holds: {OWN_IMAGE} "
+                          f"({GUIDE})")  # fmt: skip
+    check_syntax(content, str(path))
+    return CodeFile(p.name, content)
+
+
+def check_syntax(content: bytes, where: str) -> None:
+    """Compile the file as the trainer's Python would, without running it: SubmitError `file:line: message`."""
+    try:
+        compile(content, where, "exec", dont_inherit=True)
+    except SyntaxError as err:
+        raise SubmitError(f"{where}:{err.lineno}: {type(err).__name__}: {err.msg}") from None
+    except ValueError as err:  # null bytes
+        raise SubmitError(f"{where}: not Python source: {err}") from None
+
+
+def run_name(given: str | None, path: str | Path) -> str:
+    """--name, else the file's stem as a run name (wine_v2.py -> wine-v2); SubmitError when neither is one."""
+    name = given or re.sub(r"[^a-z0-9-]+", "-", Path(path).stem.lower()).strip("-")
+    if re.fullmatch(DNS1035_LABEL, name) is None or len(name) > MAX_NAME_LENGTH:
+        source = "--name" if given else f"the file name {Path(path).name}"
+        raise SubmitError(f"{source} does not make a run name ({name!r}: a DNS-1035 label of at most "
+                          f"{MAX_NAME_LENGTH} characters, starting with a letter): give one with --name")  # fmt: skip
+    return name
+
+
+def configmap_name(run: str) -> str:
+    return f"{run}-code"
+
+
+# The options both `dtr submit FILE.py` and `dtr run FILE.py` take: (dest, flag, type, spec path, help). The
+# trainer's own flag names where the trainer has one (they mean the same).
+OPTIONS: tuple[tuple[str, str, type, str, str], ...] = (
+    ("workers", "--workers", int, "workers", "worker replicas (API default 2)"),
+    ("epochs", flags.EPOCHS, int, "training.epochs", "passes over the data (API default 3)"),
+    ("dataset", flags.DATASET, str, "training.dataset",
+     "what your load_data gets as ctx.dataset: a name, or a path under the volume's data directory"),
+    ("batch_size_per_worker", flags.BATCH_SIZE_PER_WORKER, int, "training.batchSizePerWorker",
+     "batch size on each worker (API default 64)"),
+    ("learning_rate", flags.LEARNING_RATE, float, "training.learningRate", "the optimiser's learning rate"),
+    ("metric", flags.METRIC, str, "training.metric", "the headline metric (status.headline, the METRIC column)"),
+)  # fmt: skip
+
+
+def add_training_options(parser: argparse.ArgumentParser) -> None:
+    for dest, flag, kind, _path, text in OPTIONS:
+        parser.add_argument(flag, dest=dest, type=kind, metavar=dest.split("_")[0].upper(), help=text)
+
+
+def _set(spec: dict[str, Any], path: str, value: Any) -> None:
+    *parents, key = path.split(".")
+    for name in parents:
+        spec = spec.setdefault(name, {})
+    spec[key] = value
+
+
+def code_run_doc(name: str, namespace: str | None, key: str, given: Mapping[str, Any],
+                 extra: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The DistTrainingRun for a file sent in ConfigMap `<name>-code`: the options given (by dest, None = not
+    given, left to the API's defaults) and extra spec paths (storage.claimName, image)."""
+    spec: dict[str, Any] = {"training": {"code": {"configMap": configmap_name(name), "key": key}}}
+    for dest, _flag, _kind, path, _text in OPTIONS:
+        if given.get(dest) is not None:
+            _set(spec, path, given[dest])
+    for path, value in (extra or {}).items():
+        if value is not None:
+            _set(spec, path, value)
+    metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
+
+
+def code_configmap(run: str, namespace: str, code: CodeFile) -> dict[str, Any]:
+    """The immutable ConfigMap holding the file (data when it is UTF-8 text, else binaryData)."""
+    try:
+        content = {"data": {code.key: code.content.decode()}}
+    except UnicodeDecodeError:
+        content = {"binaryData": {code.key: base64.b64encode(code.content).decode()}}
+    meta = {"name": configmap_name(run), "namespace": namespace, "labels": {RUN_LABEL: run}}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "immutable": True, **content}
+
+
+def run_owner(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The run as the ConfigMap's owner: the garbage collector deletes the code with the run. Not a controller
+    and not blocking: a run's author needs no rights on the run's finalizers."""
+    meta = run["metadata"]
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"]}
+
+
+def manifests(path: str, args: argparse.Namespace, namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(ConfigMap, DistTrainingRun) for the file and the options, the run admitted as the API server would."""
+    code = read_code(path)
+    name = run_name(args.name, path)
+    extra = {"storage.claimName": args.claim, "image": args.image}
+    doc = code_run_doc(name, namespace, code.key, vars(args), extra)
+    try:
+        parse_run(doc)
+    except SpecError as err:
+        raise SubmitError(str(err)) from None
+    return code_configmap(name, namespace, code), doc
+
+
+class _Dumper(yaml.SafeDumper):
+    """The file's text as a block, the way a person reads it."""
+
+
+_Dumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v,
+                                                             style="|" if "\n" in v else None))  # fmt: skip
+
+
+# ---- the shell --------------------------------------------------------------------------------
+
+
+def submit(kube: Any, config_map: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    """Create the ConfigMap, then the run, then make the run own the ConfigMap; the run as created. A run the API
+    refuses takes its new ConfigMap with it."""
+    from .kube import AlreadyExists, ApiError
+
+    meta = config_map["metadata"]
+    try:
+        kube.create(config_map)
+    except AlreadyExists:
+        raise SubmitError(f"ConfigMap {meta['name']} already exists in namespace {meta['namespace']}: delete it "
+                          "(kubectl delete configmap ...) or choose another --name") from None  # fmt: skip
+    try:
+        run = kube.create(doc)
+    except ApiError:
+        kube.delete("v1", "ConfigMap", meta["namespace"], meta["name"])
+        raise
+    kube.set_owner("v1", "ConfigMap", meta["namespace"], meta["name"], run_owner(run))
+    return run
+
+
+def _watch_lines(doc: Mapping[str, Any], config_map: Mapping[str, Any]) -> list[str]:
+    """What was created, the file's SHA-256 (status.code will say the same), and how to follow the run."""
+    from .status import code_status, configmap_content
+
+    name, namespace = doc["metadata"]["name"], config_map["metadata"]["namespace"]
+    key = doc["spec"]["training"]["code"]["key"]
+    code = code_status(config_map["metadata"]["name"], key, configmap_content(config_map, key) or b"")
+    return [
+        f"disttrainingrun {name} created in namespace {namespace}: code {key} in ConfigMap {code['configMap']} "
+        f"(sha256 {code['sha256']})",
+        f"watch it:  kubectl get distrainingruns {name} -n {namespace} -w",
+        f"logs:      dtr logs {name} -n {namespace} -f",
+    ]
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from .kube import ApiError, Kube, NoCredentials, current_namespace
+
+    namespace = args.namespace or current_namespace()
+    try:
+        config_map, doc = manifests(args.file, args, namespace)
+    except SubmitError as err:
+        print(f"dtr submit: {err}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        sys.stdout.write(yaml.dump_all([config_map, doc], Dumper=_Dumper, sort_keys=False))
+        return 0
+    try:
+        submit(Kube.from_environment(), config_map, doc)
+    except (SubmitError, NoCredentials) as err:
+        print(f"dtr submit: {err}", file=sys.stderr)
+        return 1
+    except ApiError as err:
+        print(f"dtr submit: the API server said {err}", file=sys.stderr)
+        return 1
+    print("\n".join(_watch_lines(doc, config_map)))
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "submit",
+        help="train your own model file on the cluster: its code in a ConfigMap, then the run (no image build)",
+        description=__doc__.split("\n\n")[0] + f" The file: build_model(ctx) and load_data(ctx), {GUIDE}.",
+    )
+    p.add_argument("file", metavar="FILE.py", help="your model: a Python file defining build_model and load_data")
+    p.add_argument("--name", help="the run's name (default: the file's name, wine_v2.py -> wine-v2)")
+    p.add_argument("-n", "--namespace", help="its namespace (default: the kubeconfig context's)")
+    add_training_options(p)
+    p.add_argument("--claim", metavar="CLAIM",
+                   help="an existing PVC to mount (spec.storage.claimName), e.g. one with your data")  # fmt: skip
+    p.add_argument("--image", metavar="IMG", help="the trainer image (spec.image; default: the operator's)")
+    p.add_argument("--dry-run", action="store_true", help="print the ConfigMap and the run as YAML, create nothing")
+    p.set_defaults(func=_submit)
