@@ -10,6 +10,9 @@ RETRYABLE_FROM = 128
 # A peer died or a collective timed out: restarting every worker fixes it. In a failed run it is the
 # consequence of another worker's failure, never its cause.
 PEER_LOST = 138
+# The run's own code (--code, --code-module) failed: it does not import, lacks build_model or load_data,
+# returns the wrong thing, its model does not fit its data, or it raised. Permanent: the code must change.
+USER_CODE = 8
 
 
 def is_retryable(code: int) -> bool:
@@ -18,3 +21,7 @@ def is_retryable(code: int) -> bool:
 
 def is_peer_lost(code: int) -> bool:
     return code == PEER_LOST
+
+
+def is_user_code(code: int) -> bool:
+    return code == USER_CODE

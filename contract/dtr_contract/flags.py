@@ -18,3 +18,7 @@ BACKUP_DIR = "--backup-dir"
 TENSORBOARD_DIR = "--tensorboard-dir"
 LOG_DIR = "--log-dir"
 TERMINATION_MESSAGE_PATH = "--termination-message-path"
+# Your own model (docs/own-model.md): a Python file, or a module importable in the image; never both.
+CODE = "--code"
+CODE_MODULE = "--code-module"
+METRIC = "--metric"  # the evaluation metric the run reports as its headline (summary `metric`)
