@@ -1,39 +1,64 @@
 """The chief's summary: one JSON line on stdout and in the termination message, which the operator reads
 from the chief pod's status into status.metrics and status.model.
 
-    {"loss":0.0712,"accuracy":0.9812,"epochs":3,"examplesPerSecond":5400.3,"modelPath":"/mnt/dtr/models/m/1","modelVersion":1}
+    {"loss":0.0712,"accuracy":0.9812,"epochs":3,"examplesPerSecond":5400.3,"modelPath":"/mnt/dtr/models/m/1",
+     "modelVersion":1,"metric":"accuracy","metrics":{"accuracy":0.9812,"loss":0.0712}}
+
+`metrics` holds every figure the model's evaluation reported, under Keras' names (a regression model's
+`{"loss":..,"mae":..}`); `metric` names the headline among them (--metric, else `default_metric`). `loss`
+and `accuracy` repeat theirs at the top level for readers of the first format; `accuracy` only when the
+model reports it. A figure that is not a finite number (a diverged loss) is null.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 LOSS, ACCURACY, EPOCHS, EXAMPLES_PER_SECOND = "loss", "accuracy", "epochs", "examplesPerSecond"
 MODEL_PATH, MODEL_VERSION = "modelPath", "modelVersion"
+METRIC, METRICS = "metric", "metrics"  # the headline's name; every evaluation figure by name
 _FLOATS = (LOSS, ACCURACY, EXAMPLES_PER_SECOND)
 
 
-def summary_json(loss: float, accuracy: float, epochs: int, examples_per_second: float,
+def default_metric(names: Iterable[str]) -> str:
+    """The headline when the run names none: accuracy when the model reports it, else the loss."""
+    return ACCURACY if ACCURACY in set(names) else LOSS
+
+
+def _figure(value: float, digits: int) -> float | None:
+    value = float(value)
+    return round(value, digits) if math.isfinite(value) else None
+
+
+def summary_json(evaluation: Mapping[str, float], metric: str, epochs: int, examples_per_second: float,
                  model_path: str, model_version: int) -> str:
+    """evaluation: every figure of the final evaluation by name, `loss` among them; metric: one of its names."""
+    if LOSS not in evaluation or metric not in evaluation:
+        raise ValueError(f"the evaluation {sorted(evaluation)} lacks {LOSS!r} or the headline {metric!r}")
+    figures = {name: _figure(value, 6) for name, value in sorted(evaluation.items())}
+    top = {LOSS: figures[LOSS], **({ACCURACY: figures[ACCURACY]} if ACCURACY in figures else {})}
     return json.dumps(
         {
-            LOSS: round(float(loss), 6),
-            ACCURACY: round(float(accuracy), 6),
+            **top,
             EPOCHS: int(epochs),
-            EXAMPLES_PER_SECOND: round(float(examples_per_second), 1),
+            EXAMPLES_PER_SECOND: _figure(examples_per_second, 1),
             MODEL_PATH: model_path,
             MODEL_VERSION: int(model_version),
+            METRIC: metric,
+            METRICS: figures,
         },
         separators=(",", ":"),
+        allow_nan=False,
     )
 
 
 @dataclass(frozen=True)
 class Summary:
-    """What a summary says; None for each value it lacks or gives with the wrong type."""
+    """What a summary says; None (or empty) for each value it lacks or gives with the wrong type."""
 
     loss: float | None = None
     accuracy: float | None = None
@@ -41,12 +66,23 @@ class Summary:
     examples_per_second: float | None = None
     model_path: str | None = None
     model_version: int | None = None
+    metric: str | None = None
+    evaluation: tuple[tuple[str, float], ...] = ()  # sorted by name; figures that are numbers only
 
     def metrics(self) -> dict[str, float | int]:
-        """The figures it gives, under the summary's own names (status.metrics takes them as they are)."""
+        """The figures it gives, under the summary's own names (status.metrics takes them as they are):
+        every evaluation figure, then loss, accuracy, examplesPerSecond and epochs."""
         figures = ((LOSS, self.loss), (ACCURACY, self.accuracy), (EXAMPLES_PER_SECOND, self.examples_per_second),
                    (EPOCHS, self.epochs))
-        return {key: value for key, value in figures if value is not None}
+        return {**dict(self.evaluation), **{key: value for key, value in figures if value is not None}}
+
+    def headline(self) -> tuple[str, float] | None:
+        """(name, value) of the run's headline figure: `metric`, or for a summary without one (the first
+        format) default_metric of what it gives. None when that figure is missing."""
+        figures = {**{k: v for k, v in ((LOSS, self.loss), (ACCURACY, self.accuracy)) if v is not None},
+                   **dict(self.evaluation)}
+        name = self.metric or default_metric(figures)
+        return (name, figures[name]) if name in figures else None
 
 
 def _is_int(value: Any) -> bool:
@@ -57,14 +93,21 @@ def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _evaluation(value: Any) -> tuple[tuple[str, float], ...]:
+    figures = value.items() if isinstance(value, dict) else ()
+    return tuple(sorted((k, v) for k, v in ((k, _float(v)) for k, v in figures) if v is not None))
+
+
 def _from_object(data: Mapping[str, Any]) -> Summary:
     loss, accuracy, rate = (_float(data.get(key)) for key in _FLOATS)
-    path = data.get(MODEL_PATH)
+    path, metric = data.get(MODEL_PATH), data.get(METRIC)
     return Summary(
         loss=loss, accuracy=accuracy, examples_per_second=rate,
         epochs=data[EPOCHS] if _is_int(data.get(EPOCHS)) else None,
         model_path=path if isinstance(path, str) and path else None,
         model_version=data[MODEL_VERSION] if _is_int(data.get(MODEL_VERSION)) else None,
+        metric=metric if isinstance(metric, str) and metric else None,
+        evaluation=_evaluation(data.get(METRICS)),
     )  # fmt: skip
 
 

@@ -6,7 +6,7 @@ the operator reads too). The table is documented in docs/trainer.md; keep the tw
 
 from __future__ import annotations
 
-from dtr_contract.exits import PEER_LOST
+from dtr_contract.exits import PEER_LOST, USER_CODE
 
 EXIT_INTERNAL = 1  # a bug: unexpected exception
 EXIT_USAGE = 2  # bad command line (argparse's own code)
@@ -15,6 +15,7 @@ EXIT_DATA = 4  # dataset missing, malformed, or a path escaping --data-dir
 EXIT_DOWNLOAD = 5  # dataset not cached and cannot be downloaded (offline)
 EXIT_EXPORT = 6  # the model could not be written to --export-dir
 EXIT_VOLUME = 7  # the run's volume is full or not writable by this process's uid
+EXIT_USER_CODE = USER_CODE  # the run's own code (docs/own-model.md) fails: the message names its file and line
 EXIT_PEER_LOST = PEER_LOST  # a peer died or a collective timed out: restart every worker
 EXIT_TERMINATED = 143  # SIGTERM (the pod is deleted: suspend, preemption, drain): 128 + 15, as a shell reports it
 
@@ -45,6 +46,23 @@ class ExportError(TrainerError):
     exit_code = EXIT_EXPORT
 
 
-
 class VolumeError(TrainerError):
     exit_code = EXIT_VOLUME
+
+
+class UserCodeError(TrainerError):
+    """The message begins with where in the user's code: `my_model.py:12 in load_data: ...`."""
+
+    exit_code = EXIT_USER_CODE
+
+
+_NOISE = ("graph execution error", "detected at node", "file ", "node:", "[[", "function call stack", "for more")
+
+
+def one_line(message: str, fallback: str) -> str:
+    """The line of a TensorFlow error that says what went wrong (not the node trace around it)."""
+    for raw in message.splitlines():
+        line = raw.strip()
+        if line and not raw.startswith((" ", "\t")) and not line.lower().startswith(_NOISE):
+            return line[:300]
+    return fallback
