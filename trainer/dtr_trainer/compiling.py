@@ -85,14 +85,14 @@ def _loss_and_metric(rule: Rule):
             tf.keras.metrics.SparseCategoricalAccuracy(name=ACCURACY))
 
 
-def compile_by_rule(model: Any, rule: Rule, learning_rate: float, steps_per_execution: int) -> None:
+def compile_by_rule(model: Any, rule: Rule, learning_rate: float) -> None:
     """No jit_compile: TF 2.11 cannot XLA-compile MWMS collectives on CPU ("Collectives are not
-    yet implemented for CPU devices when compiling with XLA"); see bench/trainer/results.md."""
+    yet implemented for CPU devices when compiling with XLA"); see bench/trainer/results.md. Steps per
+    execution: `tune`, as for a model build_model compiled."""
     import tensorflow as tf
 
     loss, metric = _loss_and_metric(rule)
-    model.compile(optimizer=tf.keras.optimizers.Adam(learning_rate=learning_rate), loss=loss, metrics=[metric],
-                  steps_per_execution=steps_per_execution)
+    model.compile(optimizer=tf.keras.optimizers.Adam(learning_rate=learning_rate), loss=loss, metrics=[metric])
 
 
 # ---------------------------------------------------------------- one batch
@@ -138,7 +138,7 @@ class _Misfit(Exception):
     """The model and the data do not fit; the message says how."""
 
 
-def _check_output(model: Any, data: userdata.Data, ctx: Context, y_pred: Any, args: Any) -> None:
+def _check_output(model: Any, data: userdata.Data, ctx: Context, y_pred: Any) -> None:
     """Compile an uncompiled model by the rule, or check a compiled one's classes against its output."""
     import tensorflow as tf
 
@@ -158,7 +158,7 @@ def _check_output(model: Any, data: userdata.Data, ctx: Context, y_pred: Any, ar
             check_regression_shapes(data.label_shape, tuple(y_pred.shape[1:]))
     except ValueError as exc:
         raise _Misfit(str(exc)) from None
-    compile_by_rule(model, rule, ctx.learning_rate, args.steps_per_execution)
+    compile_by_rule(model, rule, ctx.learning_rate)
 
 
 def _check_loss(model: Any, y: Any, y_pred: Any) -> None:
@@ -200,7 +200,7 @@ def tune(model: Any, steps_per_execution: int, lazy_metrics: bool) -> bool:
     return lazy
 
 
-def _fitting(code: Code, model: Any, data: userdata.Data, ctx: Context, args: Any) -> list:
+def _fitting(code: Code, model: Any, data: userdata.Data, ctx: Context) -> list:
     """The checks on one batch, compile, and the metric names; any failure is a UserCodeError (DataError
     for a built-in)."""
     x, y = first_batch(data, ctx.batch_size_per_worker)
@@ -213,7 +213,7 @@ def _fitting(code: Code, model: Any, data: userdata.Data, ctx: Context, args: An
         raise UserCodeError(f"{describe_exception(code, exc, code.build_model.where)} "
                             f"(the model, given a batch of x of shape {shape})") from exc
     try:
-        _check_output(model, data, ctx, y_pred, args)
+        _check_output(model, data, ctx, y_pred)
         _check_loss(model, y, y_pred)
     except _Misfit as exc:
         raise fail(code.build_model, f"{exc} ({GUIDE})", DataError if code.builtin else UserCodeError) from None
@@ -228,5 +228,5 @@ def prepare(code: Code, ctx: Context, data: userdata.Data, args: Any) -> tuple[A
     model = call(code, code.build_model, ctx)
     if not isinstance(model, tf.keras.Model):
         raise fail(code.build_model, f"returned {userdata.kind(model)}, not a tf.keras.Model")
-    names = _fitting(code, model, data, ctx, args)
+    names = _fitting(code, model, data, ctx)
     return model, names, tune(model, args.steps_per_execution, args.lazy_metrics)
