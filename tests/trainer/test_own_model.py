@@ -1,9 +1,10 @@
 """Your own model on your own data (docs/own-model.md), through the real CLI and real MWMS workers.
 
 The two examples under examples/own-model/ train on two workers each: the tabular classifier as a file
-(--code), the CSV sequence regression as a module on the Python path (--code-module, as in an image
-built FROM the trainer's); each exports a model that loads and beats the trivial baseline on held-out
-data. A built-in model trains on a .npz of another image shape and class count through the same
+(--code; the harness compiles it), the CSV sequence regression as a module on the Python path
+(--code-module, as in an image built FROM the trainer's; it compiles itself, and the harness's tuning,
+lazy metrics included, runs on it); each exports a model that loads and beats the trivial baseline on
+held-out data. A built-in model trains on a .npz of another image shape and class count through the same
 contract. Broken variants of the wine example fail fast, each with exit 8 and one line naming the file
 and line, on stderr and in the termination message.
 """
@@ -136,7 +137,11 @@ def test_the_regression_reports_its_own_metrics_and_no_accuracy(series):
     _, workers = series
     summary = summary_of(workers)
     assert "accuracy" not in summary
-    assert summary["metric"] == "mae" and set(summary["metrics"]) == {"loss", "mae"}
+    assert summary["metric"] == "mae" and set(summary["metrics"]) == {"loss", "mae", "rmse"}
+    assert abs(summary["metrics"]["rmse"] ** 2 - summary["loss"]) < 1e-3  # its own compile: loss mse, metric rmse
+    for worker in workers:
+        assert "model compiled by build_model; it reports loss, mae, rmse; metrics read once per execution" in \
+            worker.log()
 
 
 def test_the_exported_regression_beats_the_mean_on_held_out_series(series):

@@ -184,10 +184,11 @@ def model_code(build) -> user.Code:
 ARGS = Namespace(steps_per_execution=5, lazy_metrics=True)
 
 
-def prepared(build, d: userdata.Data):
+def prepared(build, d: userdata.Data) -> tuple:
     ctx = user.Context(**{**vars(CTX), "input_shape": d.input_shape, "label_shape": d.label_shape,
                           "num_classes": d.num_classes})
-    return compiling.prepare(model_code(build), ctx, d, ARGS)
+    ready = compiling.prepare(model_code(build), ctx, d, ARGS)
+    return ready.model, ready.names, ready.lazy, ready.describe()
 
 
 def dense(units: int, activation=None, compile_with=None):
@@ -201,21 +202,23 @@ def dense(units: int, activation=None, compile_with=None):
 
 
 def test_an_uncompiled_classifier_of_logits_gets_the_rule():
-    model, names, lazy = prepared(dense(3), data())
+    model, names, lazy, described = prepared(dense(3), data())
     assert names == ["loss", "accuracy"] and lazy
+    assert described == ("model compiled by the trainer: sparse_categorical_crossentropy from logits; it reports "
+                         "loss, accuracy; metrics read once per execution")
     assert isinstance(model.loss, tf.keras.losses.SparseCategoricalCrossentropy) and model.loss.get_config()["from_logits"]
     assert int(model._steps_per_execution.numpy()) == 5
 
 
 def test_an_uncompiled_regression_gets_mse_and_mae():
-    model, names, _ = prepared(dense(1), data(labels=np.float32))
+    model, names, *_ = prepared(dense(1), data(labels=np.float32))
     assert names == ["loss", "mae"] and isinstance(model.loss, tf.keras.losses.MeanSquaredError)
 
 
 def test_a_compiled_model_keeps_its_loss_and_metrics_and_gets_the_tuning():
     compile_with = {"optimizer": "sgd", "loss": "mse", "metrics": ["mse", tf.keras.metrics.RootMeanSquaredError()]}
-    model, names, lazy = prepared(dense(1, compile_with=compile_with), data(labels=np.float32))
-    assert names == ["loss", "mse", "root_mean_squared_error"] and lazy
+    model, names, lazy, described = prepared(dense(1, compile_with=compile_with), data(labels=np.float32))
+    assert names == ["loss", "mse", "root_mean_squared_error"] and lazy and "compiled by build_model" in described
     assert model.loss == "mse" and isinstance(model.optimizer, tf.keras.optimizers.SGD)
     assert int(model._steps_per_execution.numpy()) == 5
     x, y = data(labels=np.float32).train.data

@@ -138,20 +138,21 @@ class _Misfit(Exception):
     """The model and the data do not fit; the message says how."""
 
 
-def _check_output(model: Any, data: userdata.Data, ctx: Context, y_pred: Any) -> None:
-    """Compile an uncompiled model by the rule, or check a compiled one's classes against its output."""
+def _check_output(model: Any, data: userdata.Data, ctx: Context, y_pred: Any) -> Rule | None:
+    """Compile an uncompiled model by the rule (and return it), or check a compiled one's classes against
+    its output."""
     import tensorflow as tf
 
     if not tf.is_tensor(y_pred):
         if _is_compiled(model):
-            return
+            return None
         raise _Misfit(f"the model has several outputs ({type(y_pred).__name__}): compile it yourself in "
                       f"build_model (the harness's loss rule covers one output; {GUIDE})")
     units = _units(y_pred)
     if _is_compiled(model):
         if data.classes and units > 1 and (data.num_classes or 0) > units:
             raise _Misfit(f"the model has {units} output units but the labels are classes 0..{data.num_classes - 1}")
-        return
+        return None
     try:
         rule = choose_rule(data, units, final_activation(model))
         if not data.classes:
@@ -159,6 +160,7 @@ def _check_output(model: Any, data: userdata.Data, ctx: Context, y_pred: Any) ->
     except ValueError as exc:
         raise _Misfit(str(exc)) from None
     compile_by_rule(model, rule, ctx.learning_rate)
+    return rule
 
 
 def _check_loss(model: Any, y: Any, y_pred: Any) -> None:
@@ -200,9 +202,9 @@ def tune(model: Any, steps_per_execution: int, lazy_metrics: bool) -> bool:
     return lazy
 
 
-def _fitting(code: Code, model: Any, data: userdata.Data, ctx: Context) -> list:
-    """The checks on one batch, compile, and the metric names; any failure is a UserCodeError (DataError
-    for a built-in)."""
+def _fitting(code: Code, model: Any, data: userdata.Data, ctx: Context) -> tuple[list, Rule | None]:
+    """The checks on one batch, compile: (the metric names, the rule it was compiled by); any failure is a
+    UserCodeError (DataError for a built-in)."""
     x, y = first_batch(data, ctx.batch_size_per_worker)
     try:
         y_pred = _output(model, x)
@@ -213,20 +215,35 @@ def _fitting(code: Code, model: Any, data: userdata.Data, ctx: Context) -> list:
         raise UserCodeError(f"{describe_exception(code, exc, code.build_model.where)} "
                             f"(the model, given a batch of x of shape {shape})") from exc
     try:
-        _check_output(model, data, ctx, y_pred)
+        rule = _check_output(model, data, ctx, y_pred)
         _check_loss(model, y, y_pred)
     except _Misfit as exc:
         raise fail(code.build_model, f"{exc} ({GUIDE})", DataError if code.builtin else UserCodeError) from None
-    return metric_names(model, y, y_pred)
+    return metric_names(model, y, y_pred), rule
 
 
-def prepare(code: Code, ctx: Context, data: userdata.Data, args: Any) -> tuple[Any, list, bool]:
-    """(model, the names evaluate() will report, lazy metrics on?) for build_model(ctx)'s model."""
+@dataclass(frozen=True)
+class Prepared:
+    model: Any
+    names: list  # what evaluate() will report, loss first
+    rule: Rule | None  # how the trainer compiled it; None: build_model did
+    lazy: bool  # metrics read once per execution
+
+    def describe(self) -> str:
+        """For the log: how the model was compiled and what it reports."""
+        how = (f"compiled by the trainer: {self.rule.loss}{' from logits' if self.rule.from_logits else ''}"
+               if self.rule else "compiled by build_model")
+        lazy = "; metrics read once per execution" if self.lazy else ""
+        return f"model {how}; it reports {', '.join(self.names)}{lazy}"
+
+
+def prepare(code: Code, ctx: Context, data: userdata.Data, args: Any) -> Prepared:
+    """build_model(ctx)'s model, checked, compiled and tuned."""
     import tensorflow as tf
 
     tf.keras.utils.set_random_seed(ctx.seed)  # the same initial weights on every worker and in every run
     model = call(code, code.build_model, ctx)
     if not isinstance(model, tf.keras.Model):
         raise fail(code.build_model, f"returned {userdata.kind(model)}, not a tf.keras.Model")
-    names = _fitting(code, model, data, ctx)
-    return model, names, tune(model, args.steps_per_execution, args.lazy_metrics)
+    names, rule = _fitting(code, model, data, ctx)
+    return Prepared(model, names, rule, tune(model, args.steps_per_execution, args.lazy_metrics))

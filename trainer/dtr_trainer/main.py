@@ -193,8 +193,9 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
         f"{steps} steps/epoch, {loaded.train_size} train / {loaded.eval.size or 'unknown'} eval examples")
     with strategy.scope():
         train_ds, eval_ds = data.make_datasets(loaded, global_batch, args.seed, cache=args.cache)
-        model, names, _ = prepare(code, with_data(ctx, loaded), loaded, args)
-    metric = headline(args.metric, names)
+        prepared = prepare(code, with_data(ctx, loaded), loaded, args)
+    log(prepared.describe())
+    model, metric = prepared.model, headline(args.metric, prepared.names)
 
     progress = Progress(args.epochs, steps * global_batch, log)
     callbacks = [progress]

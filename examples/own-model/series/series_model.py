@@ -3,9 +3,9 @@ of CSV files (one series per file, columns `t,value`; make_data.py writes some).
 
 load_data(ctx) returns unbatched tf.data.Datasets of (window, next value): the harness counts them,
 caches, shuffles, batches with the global batch and shards them across the workers. build_model(ctx)
-returns an uncompiled model; with float labels the harness compiles it with mean squared error and
-reports `mae` beside the loss (choose the headline with `--metric mae`). The exported model takes
-`window` (float32 [batch, 24, 1]) and returns `next_value` [batch, 1].
+compiles its model itself: the harness keeps its loss and metrics (the run reports `loss`, `mae` and
+`rmse`; `--metric mae` makes mae the headline) and still applies its own tuning. The exported model
+takes `window` (float32 [batch, 24, 1]) and returns `next_value` [batch, 1].
 
 Run it locally, one worker:
 
@@ -62,4 +62,8 @@ def build_model(ctx):
     x = tf.keras.layers.Flatten()(x)
     x = tf.keras.layers.Dense(32, activation="relu")(x)
     outputs = tf.keras.layers.Dense(1, name="next_value")(x)
-    return tf.keras.Model(inputs, outputs)
+    model = tf.keras.Model(inputs, outputs)
+    model.compile(optimizer=tf.keras.optimizers.Adam(ctx.learning_rate), loss="mse",
+                  metrics=[tf.keras.metrics.MeanAbsoluteError(name="mae"),
+                           tf.keras.metrics.RootMeanSquaredError(name="rmse")])
+    return model
