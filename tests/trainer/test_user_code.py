@@ -56,8 +56,8 @@ def failure(fn, *args) -> str:
 def test_a_file_is_imported_with_its_hash_and_both_functions(tmp_path):
     path = write(tmp_path, GOOD_DATA + GOOD_MODEL)
     code = user.load_file(str(path))
-    assert code.sha256 == hashlib.sha256(path.read_bytes()).hexdigest() and not code.builtin
-    assert code.lineage() == {"file": "my_model.py", "module": None, "sha256": code.sha256}
+    assert code.origin.sha256 == hashlib.sha256(path.read_bytes()).hexdigest() and not code.builtin
+    assert code.origin.lineage() == {"file": "my_model.py", "module": None, "sha256": code.origin.sha256}
     assert code.load_data.where == f"my_model.py:{line_of(path, 'def load_data')} in load_data"
 
 
@@ -81,6 +81,33 @@ def test_a_function_without_parameters_is_called_without_the_context(tmp_path):
     code = user.load_file(str(path))
     assert not code.load_data.takes_context and code.build_model.takes_context
     assert user.load_data_before_strategy(code, CTX).train_size == 32
+
+
+def package(tmp_path: Path, monkeypatch, name: str, text: str) -> Path:
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return write(tmp_path / name, text, "model.py")
+
+
+def test_a_module_is_imported_with_its_files_hash(tmp_path, monkeypatch):
+    path = package(tmp_path, monkeypatch, "acme_good", GOOD_DATA + GOOD_MODEL)
+    code = user.load_module("acme_good.model")
+    assert code.origin.lineage() == {"file": "model.py", "module": "acme_good.model",
+                                     "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    assert code.build_model.where == f"acme_good/model.py:{line_of(path, 'def build_model')} in build_model"
+
+
+def test_a_module_failing_at_import_is_named_from_its_package(tmp_path, monkeypatch):
+    path = package(tmp_path, monkeypatch, "acme_boom", GOOD_DATA + "raise RuntimeError('boom')\n")
+    message = failure(user.load_module, "acme_boom.model")
+    assert message == f"acme_boom/model.py:{line_of(path, 'boom')} in <module>: RuntimeError: boom"
+
+
+@pytest.mark.parametrize("name", ["acme_there.nothing", "nothing_at_all_here", ""])
+def test_a_module_that_is_not_there(tmp_path, monkeypatch, name):
+    package(tmp_path, monkeypatch, "acme_there", GOOD_DATA + GOOD_MODEL)
+    assert f"--code-module {name}: no such module on the trainer's Python path" in failure(user.load_module, name)
 
 
 def test_a_missing_file_is_a_user_code_error(tmp_path):
@@ -177,7 +204,7 @@ def data(classes: int = 3, n: int = 32, labels=np.int64) -> userdata.Data:
 
 
 def model_code(build) -> user.Code:
-    return user.Code("test", user.Entry("build_model", build, True, "my_model.py:1 in build_model"),
+    return user.Code(user.Origin("test"), user.Entry("build_model", build, True, "my_model.py:1 in build_model"),
                      user.Entry("load_data", lambda ctx: None, True, "my_model.py:9 in load_data"))
 
 

@@ -212,7 +212,7 @@ def _fitting(code: Code, model: Any, data: userdata.Data, ctx: Context) -> tuple
         if code.builtin:
             raise
         shape = list(getattr(x, "shape", [])) or "(a structure)"
-        raise UserCodeError(f"{describe_exception(code, exc, code.build_model.where)} "
+        raise UserCodeError(f"{describe_exception(code.origin, exc, code.build_model.where)} "
                             f"(the model, given a batch of x of shape {shape})") from exc
     try:
         rule = _check_output(model, data, ctx, y_pred)

@@ -84,7 +84,7 @@ class Training:
 
     model: str | None  # the built-in model; None when the run's code defines it
     dataset: str | None  # --dataset as given; None when the run's code did not get one
-    code: dict | None  # user.Code.lineage(): file or module and its SHA-256; None for the built-ins
+    code: dict | None  # user.Origin.lineage(): file or module and its SHA-256; None for the built-ins
     seed: int
     epochs: int
     batch_size_per_worker: int

@@ -223,13 +223,13 @@ def claim_export_version(args: argparse.Namespace, run_identity: RunIdentity) ->
     return claim
 
 
-def lineage_file(args: argparse.Namespace, cluster: ClusterInfo, run_identity: RunIdentity, code: user.Code,
+def lineage_file(args: argparse.Namespace, cluster: ClusterInfo, run_identity: RunIdentity, origin: user.Origin,
                  outcome: TrainOutcome, claim: export.Claim) -> dict[str, str]:
     """{path inside the version dir: text}: the lineage, written before the version appears."""
     import tensorflow as tf
 
     training = lineage.Training(
-        model=args.model, dataset=args.dataset, code=code.lineage(), seed=args.seed, epochs=args.epochs,
+        model=args.model, dataset=args.dataset, code=origin.lineage(), seed=args.seed, epochs=args.epochs,
         batch_size_per_worker=args.batch_size_per_worker, global_batch=outcome.global_batch,
         steps_per_epoch=outcome.steps_per_epoch, learning_rate=args.learning_rate, workers=cluster.num_workers,
     )
@@ -289,7 +289,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     loaded = loaded or user.load_data_after_strategy(code, ctx)
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary, whatever the code prints
         outcome = train(args, cluster, strategy, code, ctx, loaded)
-    extra = lineage_file(args, cluster, run_identity, code, outcome, claim) if claim else None
+    extra = lineage_file(args, cluster, run_identity, code.origin, outcome, claim) if claim else None
     path = export.save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief, extra)
     if claim is None:
         log(f"done: {outcome.metric}={outcome.evaluation[outcome.metric]:.4f} (the chief exports the model)")

@@ -24,7 +24,7 @@ import sys
 import traceback
 import types
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -69,18 +69,16 @@ class Entry:
 
 
 @dataclass(frozen=True)
-class Code:
-    """The run's model and data: a user's file or module, or the built-ins the run names."""
+class Origin:
+    """Where the run's code comes from: a user's file or module, or the built-ins the run names."""
 
-    name: str  # for log lines: `my_model.py`, `acme.model`, `cnn on digits`
-    build_model: Entry
-    load_data: Entry
+    name: str  # for messages: `my_model.py`, `acme.model`, `cnn on digits`
     file: str | None = None  # the file imported: --code as given, or the module's
     module: str | None = None  # --code-module
     sha256: str | None = None  # of the file that was imported
     roots: tuple[str, ...] = ()  # the user's files (and package dirs): their frames name a failure's line
     builtin: bool = False
-    display_base: str = field(default="", compare=False)  # paths in messages are relative to this dir
+    display_base: str = ""  # paths in messages are relative to this dir (else just the file's name)
 
     def owns(self, filename: str) -> bool:
         path = os.path.realpath(filename)
@@ -98,28 +96,42 @@ class Code:
                 "sha256": self.sha256 if self.file else None}
 
 
+@dataclass(frozen=True)
+class Code:
+    """The run's model and data: build_model and load_data, and where they come from."""
+
+    origin: Origin
+    build_model: Entry
+    load_data: Entry
+
+    @property
+    def builtin(self) -> bool:
+        return self.origin.builtin
+
+
 # ---------------------------------------------------------------- where a failure is
 
 
-def _frame_of(code: Code, frames: list) -> traceback.FrameSummary | None:
-    mine = [f for f in frames if code.owns(f.filename)]
+def _frame_of(origin: Origin, frames: list) -> traceback.FrameSummary | None:
+    mine = [f for f in frames if origin.owns(f.filename)]
     return mine[-1] if mine else None
 
 
-def location(code: Code, exc: BaseException, fallback: str) -> str:
+def location(origin: Origin, exc: BaseException, fallback: str) -> str:
     """`file:line in function` of the innermost frame in the user's code, else fallback."""
-    if isinstance(exc, SyntaxError) and exc.filename and code.owns(exc.filename):
-        return f"{code.display(exc.filename)}:{exc.lineno}"
-    frame = _frame_of(code, traceback.extract_tb(exc.__traceback__))
-    return f"{code.display(frame.filename)}:{frame.lineno} in {frame.name}" if frame else fallback
+    if isinstance(exc, SyntaxError) and exc.filename and origin.owns(exc.filename):
+        return f"{origin.display(exc.filename)}:{exc.lineno}"
+    frame = _frame_of(origin, traceback.extract_tb(exc.__traceback__))
+    return f"{origin.display(frame.filename)}:{frame.lineno} in {frame.name}" if frame else fallback
 
 
-def describe_exception(code: Code, exc: BaseException, fallback: str) -> str:
+def describe_exception(origin: Origin, exc: BaseException, fallback: str) -> str:
+    """`where: Type: message`, the message's telling line only."""
     if isinstance(exc, SyntaxError):
-        return f"{location(code, exc, fallback)}: {type(exc).__name__}: {exc.msg}"
+        return f"{location(origin, exc, fallback)}: {type(exc).__name__}: {exc.msg}"
     name = type(exc).__name__
     text = getattr(exc, "message", None) or str(exc)
-    return f"{location(code, exc, fallback)}: {name}: {one_line(text, name)}"
+    return f"{location(origin, exc, fallback)}: {name}: {one_line(text, name)}"
 
 
 # ---------------------------------------------------------------- TensorFlow operations before the strategy
@@ -160,16 +172,16 @@ def tf_ops_refused() -> Iterator[Refusal]:
 # ---------------------------------------------------------------- importing the code
 
 
-def _fail_import(code: Code, exc: BaseException, refusal: Refusal) -> UserCodeError:
+def _fail_import(origin: Origin, exc: BaseException, refusal: Refusal) -> UserCodeError:
     if refusal.stack is not None:
-        frame = _frame_of(code, refusal.stack)
-        where = f"{code.display(frame.filename)}:{frame.lineno}" if frame else code.name
+        frame = _frame_of(origin, refusal.stack)
+        where = f"{origin.display(frame.filename)}:{frame.lineno}" if frame else origin.name
         return UserCodeError(f"{where}: runs a TensorFlow operation when imported; TensorFlow may run only inside "
                              f"build_model and load_data, once the harness has created the strategy ({GUIDE})")
-    return UserCodeError(describe_exception(code, exc, code.name))
+    return UserCodeError(describe_exception(origin, exc, origin.name))
 
 
-def _execute(code: Code, run: Callable[[], Any]) -> Any:
+def _execute(origin: Origin, run: Callable[[], Any]) -> Any:
     """Import the user's code with TensorFlow imported (so its operations can be refused) and print()
     sent to stderr (stdout carries only the summary)."""
     import tensorflow  # noqa: F401  (the runtime is not started by an import)
@@ -177,10 +189,12 @@ def _execute(code: Code, run: Callable[[], Any]) -> Any:
     with tf_ops_refused() as refusal, contextlib.redirect_stdout(sys.stderr):
         try:
             result = run()
+        except TrainerError:
+            raise
         except Exception as exc:
-            raise _fail_import(code, exc, refusal) from exc
+            raise _fail_import(origin, exc, refusal) from exc
     if refusal.stack is not None:
-        raise _fail_import(code, RuntimeError(), refusal)
+        raise _fail_import(origin, RuntimeError(), refusal)
     return result
 
 
@@ -195,53 +209,58 @@ def load_file(path: str) -> Code:
             source = f.read()
     except OSError as exc:
         raise UserCodeError(f"cannot read {flags.CODE} {path}: {exc.strerror or exc}") from None
-    real = os.path.realpath(path)
-    shell = Code(os.path.basename(path), _NO_ENTRY, _NO_ENTRY, file=path, sha256=_sha256(source), roots=(real,))
+    origin = Origin(os.path.basename(path), file=path, sha256=_sha256(source), roots=(os.path.realpath(path),))
     try:
         compiled = compile(source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte
-        raise UserCodeError(describe_exception(shell, exc, shell.name)) from exc
+        raise UserCodeError(describe_exception(origin, exc, origin.name)) from exc
     module = types.ModuleType(MODULE_NAME)
     module.__file__ = path
     sys.modules[MODULE_NAME] = module
-    _execute(shell, lambda: exec(compiled, module.__dict__))
-    return _with_entries(shell, module, source.decode(errors="replace"))
+    _execute(origin, lambda: exec(compiled, module.__dict__))
+    return _with_entries(origin, module, source.decode(errors="replace"))
 
 
-def _module_roots(module: types.ModuleType) -> tuple[tuple[str, ...], str]:
-    """(the files whose frames are the user's, the dir paths are shown from): the top package's dir for
-    a module in a package, the file itself for a top-level module."""
-    top = sys.modules.get(module.__name__.partition(".")[0], module)
-    top_file = getattr(top, "__file__", None) or getattr(module, "__file__", None) or ""
-    real = os.path.realpath(top_file)
-    if os.path.basename(real) == "__init__.py":
-        package = os.path.dirname(real)
-        return (package,), os.path.dirname(package)
-    return (real,), os.path.dirname(real)
+def _not_there(name: str, cause: BaseException | None = None) -> UserCodeError:
+    why = f" ({one_line(str(cause), type(cause).__name__)})" if cause else ""
+    return UserCodeError(f"{flags.CODE_MODULE} {name}: no such module on the trainer's Python path{why}; "
+                         f"install it in your image ({GUIDE})")
+
+
+def _module_origin(name: str) -> Origin:
+    """Found without importing anything: the top-level package's directory (or the top-level module's
+    file) holds the user's code."""
+    try:
+        top = importlib.util.find_spec(name.partition(".")[0])
+    except (ImportError, ValueError) as exc:
+        raise _not_there(name, exc) from None
+    if top is None:
+        raise _not_there(name)
+    if top.submodule_search_locations:
+        roots = tuple(os.path.realpath(p) for p in top.submodule_search_locations)
+    else:
+        roots = (os.path.realpath(top.origin or ""),)
+    return Origin(name, module=name, roots=roots, display_base=os.path.dirname(roots[0]))
 
 
 def load_module(name: str) -> Code:
     """--code-module NAME: a module importable in the trainer's image (one built FROM it)."""
-    shell = Code(name, _NO_ENTRY, _NO_ENTRY, module=name)
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError) as exc:
-        spec, cause = None, exc
-    else:
-        cause = None
-    if spec is None:
-        why = f" ({one_line(str(cause), type(cause).__name__)})" if cause else ""
-        raise UserCodeError(f"{flags.CODE_MODULE} {name}: no such module on the trainer's Python path{why}; "
-                            f"install it in your image ({GUIDE})")
-    if spec.origin and os.path.isfile(spec.origin):
-        shell = Code(name, _NO_ENTRY, _NO_ENTRY, module=name, roots=(os.path.realpath(spec.origin),))
-    module = _execute(shell, lambda: importlib.import_module(name))
-    roots, base = _module_roots(module)
+    origin = _module_origin(name)
+
+    def import_it() -> types.ModuleType:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                raise _not_there(name) from None
+            raise
+
+    module = _execute(origin, import_it)
     path = getattr(module, "__file__", None)
     source = _read(path)
-    shell = Code(name, _NO_ENTRY, _NO_ENTRY, file=path if source is not None else None, module=name,
-                 sha256=_sha256(source) if source is not None else None, roots=roots, display_base=base)
-    return _with_entries(shell, module, (source or b"").decode(errors="replace"))
+    if source is not None:
+        origin = replace(origin, file=path, sha256=_sha256(source))
+    return _with_entries(origin, module, (source or b"").decode(errors="replace"))
 
 
 def _read(path: str | None) -> bytes | None:
@@ -253,13 +272,6 @@ def _read(path: str | None) -> bytes | None:
 
 
 # ---------------------------------------------------------------- build_model and load_data
-
-
-def _no_entry(ctx: Context) -> None:
-    raise AssertionError("the code's entry points were not read")
-
-
-_NO_ENTRY = Entry("none", _no_entry, True, "")
 
 
 def _binding_line(source: str, name: str) -> int | None:
@@ -300,17 +312,18 @@ def _takes_context(fn: Callable) -> bool | None:
     return None
 
 
-def _entry(code: Code, module: types.ModuleType, name: str, source: str) -> Entry:
+def _entry(origin: Origin, module: types.ModuleType, name: str, source: str) -> Entry:
     fn = getattr(module, name, None)
+    shown = origin.display(origin.file) if origin.file else origin.name
     line = _binding_line(source, name)
-    at = f"{code.name}:{line}" if line else code.name
+    at = f"{shown}:{line}" if line else shown
     if fn is None:
-        raise UserCodeError(f"{code.name}: defines no {name}(ctx) function; see {GUIDE}")
+        raise UserCodeError(f"{shown}: defines no {name}(ctx) function; see {GUIDE}")
     if not callable(fn):
         raise UserCodeError(f"{at}: {name} is {userdata.kind(fn)}, not a function; see {GUIDE}")
     code_of = getattr(fn, "__code__", None)
-    if code_of is not None and code.owns(code_of.co_filename):
-        at = f"{code.display(code_of.co_filename)}:{code_of.co_firstlineno}"
+    if code_of is not None and origin.owns(code_of.co_filename):
+        at = f"{origin.display(code_of.co_filename)}:{code_of.co_firstlineno}"
     takes = _takes_context(fn)
     if takes is None:
         raise UserCodeError(f"{at} in {name}: takes {inspect.signature(fn)}; the harness calls {name}(ctx) "
@@ -318,16 +331,15 @@ def _entry(code: Code, module: types.ModuleType, name: str, source: str) -> Entr
     return Entry(name, fn, takes, f"{at} in {name}")
 
 
-def _with_entries(shell: Code, module: types.ModuleType, source: str) -> Code:
-    build_model, load_data = (_entry(shell, module, name, source) for name in ENTRY_POINTS)
-    return Code(shell.name, build_model, load_data, shell.file, shell.module, shell.sha256, shell.roots,
-                display_base=shell.display_base)
+def _with_entries(origin: Origin, module: types.ModuleType, source: str) -> Code:
+    build_model, load_data = (_entry(origin, module, name, source) for name in ENTRY_POINTS)
+    return Code(origin, build_model, load_data)
 
 
 def builtin(model: str, build_model: Callable, dataset: str, load_data: Callable) -> Code:
     """The built-in model and dataset a run names, as the same kind of code as a user's."""
-    return Code(f"{model} on {dataset}", Entry("build_model", build_model, True, model),
-                Entry("load_data", load_data, True, dataset), builtin=True)
+    return Code(Origin(f"{model} on {dataset}", builtin=True), Entry("build_model", build_model, True, model),
+                Entry("load_data", load_data, True, dataset))
 
 
 def call(code: Code, entry: Entry, ctx: Context) -> Any:
@@ -341,7 +353,7 @@ def call(code: Code, entry: Entry, ctx: Context) -> Any:
         except Exception as exc:
             if code.builtin:
                 raise
-            raise UserCodeError(describe_exception(code, exc, entry.where)) from exc
+            raise UserCodeError(describe_exception(code.origin, exc, entry.where)) from exc
 
 
 def fail(entry: Entry, message: str, error: type = UserCodeError) -> TrainerError:
