@@ -274,6 +274,9 @@ def test_a_model_with_a_train_step_of_its_own_keeps_keras_loop():
      "expected shape=(None, 5), found shape=(8, 4)"),
     (dense(2, compile_with={"optimizer": "adam", "loss": "sparse_categorical_crossentropy"}), data(3),
      "the model has 2 output units but the labels are classes 0..2"),
+    (dense(3, compile_with={"optimizer": "adam", "loss": "sparse_categorical_crossentropy"}),
+     userdata.describe(((np.ones((16, 4), np.float32), np.ones((16, 2), np.int64)),) * 2),
+     "its loss cannot compare the labels [8, 2] with the output [8, 3]: ValueError: `labels.shape` must equal"),
 ])
 def test_a_model_that_does_not_fit_its_data_fails_naming_build_model(build, d, expected):
     message = failure(prepared, build, d)

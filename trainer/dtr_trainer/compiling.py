@@ -170,11 +170,10 @@ def _check_loss(model: Any, y: Any, y_pred: Any) -> None:
     if loss is None or not tf.is_tensor(y_pred):
         return
     try:
-        value = loss(tf.convert_to_tensor(y), y_pred)
+        loss(tf.convert_to_tensor(y), y_pred)  # raises when they do not fit
     except Exception as exc:
         raise _Misfit(f"its loss cannot compare the labels {list(getattr(y, 'shape', []))} with the output "
                       f"{y_pred.shape.as_list()}: {type(exc).__name__}: {one_line(str(exc), '')}") from None
-    del value
 
 
 def metric_names(model: Any, y: Any, y_pred: Any) -> list:

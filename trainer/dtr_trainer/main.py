@@ -286,7 +286,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     claim = claim_export_version(args, run_identity) if cluster.is_chief else None
 
     strategy = make_strategy(args.bytes_per_pack)
-    loaded = loaded or user.load_data_after_strategy(code, ctx)
+    if loaded is None:
+        loaded = user.load_data_after_strategy(code, ctx)
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary, whatever the code prints
         outcome = train(args, cluster, strategy, code, ctx, loaded)
     extra = lineage_file(args, cluster, run_identity, code.origin, outcome, claim) if claim else None

@@ -31,7 +31,7 @@ import numpy as np
 from dtr_contract import flags
 
 from dtr_trainer import userdata
-from dtr_trainer.errors import TrainerError, UserCodeError, one_line
+from dtr_trainer.errors import DataError, TrainerError, UserCodeError, one_line
 
 GUIDE = "docs/own-model.md"
 ENTRY_POINTS = ("build_model", "load_data")
@@ -373,8 +373,6 @@ def seed_everything_but_tensorflow(seed: int) -> None:
 
 
 def _describe(code: Code, result: Any) -> userdata.Data:
-    from dtr_trainer.errors import DataError
-
     try:
         return userdata.describe(result)
     except userdata.Invalid as exc:
