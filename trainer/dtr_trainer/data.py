@@ -24,6 +24,7 @@ from dtr_contract import flags, layout
 
 from dtr_trainer import userdata
 from dtr_trainer.errors import DataError, DownloadError
+from dtr_trainer.user import GUIDE
 
 KERAS_DATASETS = ("mnist", "fashion_mnist")
 BUILTIN_DATASETS = (*KERAS_DATASETS, "digits", "synthetic")
@@ -31,7 +32,6 @@ OFFLINE_HINT = f"use {flags.DATASET} digits or synthetic (no download), or put a
 EVAL_FRACTION = 0.2  # held out when a dataset has no test split of its own
 NUM_CLASSES = 10  # of the built-in datasets (a .npz has its own)
 IMAGE_SHAPE = (28, 28, 1)
-GUIDE = "docs/own-model.md"
 
 
 @dataclass(frozen=True)
