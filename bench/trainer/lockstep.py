@@ -32,9 +32,13 @@ def worker(core: int, steps: int, batch: int, barrier, out) -> None:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
     import numpy as np
     import tensorflow as tf
-    from dtr_trainer.models import build_model
+    from dtr_trainer.models import BUILT_IN
+    from dtr_trainer.user import Context
 
-    model = build_model("cnn", seed=1)
+    tf.keras.utils.set_random_seed(1)
+    model = BUILT_IN["cnn"](Context(worker_index=0, num_workers=1, is_chief=True, batch_size_per_worker=batch,
+                                    global_batch_size=batch, data_dir="", seed=1, epochs=1, learning_rate=0.001,
+                                    dataset=None, input_shape=(28, 28, 1), label_shape=(), num_classes=10))
     optimizer = tf.keras.optimizers.Adam(0.001)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy()
     rng = np.random.default_rng(core)

@@ -1,12 +1,19 @@
 """The chief's summary: one JSON line on stdout and in the termination message, which the operator reads
 from the chief pod's status into status.metrics and status.model.
 
-    {"loss":0.0712,"accuracy":0.9812,"epochs":3,"examplesPerSecond":5400.3,"modelPath":"/mnt/dtr/models/m/1","modelVersion":1}
+    {"loss":0.0712,"accuracy":0.9812,"epochs":3,"examplesPerSecond":5400.3,"modelPath":"/mnt/dtr/models/m/1",
+     "modelVersion":1,"metric":"accuracy","metrics":{"accuracy":0.9812,"loss":0.0712}}
+
+`metrics` holds every figure the model's evaluation reported, under Keras' names (a regression model's
+`{"loss":..,"mae":..}`); `metric` names the headline among them (--metric, else `default_metric`). `loss`
+and `accuracy` repeat theirs at the top level for readers of the first format; `accuracy` only when the
+model reports it. A figure that is not a finite number (a diverged loss) is null.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,18 +29,30 @@ def default_metric(names: Iterable[str]) -> str:
     return ACCURACY if ACCURACY in set(names) else LOSS
 
 
-def summary_json(loss: float, accuracy: float, epochs: int, examples_per_second: float,
+def _figure(value: float, digits: int) -> float | None:
+    value = float(value)
+    return round(value, digits) if math.isfinite(value) else None
+
+
+def summary_json(evaluation: Mapping[str, float], metric: str, epochs: int, examples_per_second: float,
                  model_path: str, model_version: int) -> str:
+    """evaluation: every figure of the final evaluation by name, `loss` among them; metric: one of its names."""
+    if LOSS not in evaluation or metric not in evaluation:
+        raise ValueError(f"the evaluation {sorted(evaluation)} lacks {LOSS!r} or the headline {metric!r}")
+    figures = {name: _figure(value, 6) for name, value in sorted(evaluation.items())}
+    top = {LOSS: figures[LOSS], **({ACCURACY: figures[ACCURACY]} if ACCURACY in figures else {})}
     return json.dumps(
         {
-            LOSS: round(float(loss), 6),
-            ACCURACY: round(float(accuracy), 6),
+            **top,
             EPOCHS: int(epochs),
-            EXAMPLES_PER_SECOND: round(float(examples_per_second), 1),
+            EXAMPLES_PER_SECOND: _figure(examples_per_second, 1),
             MODEL_PATH: model_path,
             MODEL_VERSION: int(model_version),
+            METRIC: metric,
+            METRICS: figures,
         },
         separators=(",", ":"),
+        allow_nan=False,
     )
 
 

@@ -58,9 +58,15 @@ def test_npz_path_escaping_the_data_dir(volume):
 
 
 def test_malformed_npz(volume):
-    np.savez(volume.root / "data" / "bad.npz", x_train=np.zeros((4, 32, 32), np.uint8), y_train=np.zeros(4))
+    np.savez(volume.root / "data" / "bad.npz", x_train=np.zeros((4, 32, 32), np.uint8), y_train=np.zeros(4) - 1)
     result = run_trainer(["--dataset", "bad.npz", *volume.args()], volume)
-    assert_one_line_error(result, EXIT_DATA, "[N,28,28]")
+    assert_one_line_error(result, EXIT_DATA, "labels must be class numbers")
+
+
+def test_a_built_in_model_on_data_that_are_not_images_points_to_your_own_model(volume):
+    np.savez(volume.root / "data" / "table.npz", x_train=np.zeros((4, 13), np.float32), y_train=np.zeros(4))
+    result = run_trainer(["--dataset", "table.npz", *volume.args()], volume)
+    assert_one_line_error(result, EXIT_DATA, "[N,H,W] or [N,H,W,C], got [4, 13]", "docs/own-model.md")
 
 
 def test_unknown_dataset_name(volume):

@@ -98,7 +98,8 @@ def test_each_version_carries_its_own_runs_lineage(two_runs):
         assert doc["spec"] == json.loads(run_env(name)["DTR_RUN_SPEC"])
         assert doc["trainerImage"] == "distml/trainer:test"
         assert doc["modelVersion"] == summary["modelVersion"] and doc["training"]["workers"] == RUNS[name]
-        assert doc["metrics"] == {k: summary[k] for k in ("loss", "accuracy", "examplesPerSecond")}
+        assert doc["metrics"] == {**{k: summary[k] for k in ("loss", "accuracy", "examplesPerSecond", "metric")},
+                                  "evaluation": summary["metrics"]}
         claim_file = volume.root / "models" / ".dtr-export" / MODEL_NAME / f"claim-{summary['modelVersion']}"
         claim = json.loads(claim_file.read_text())
         assert claim["run"] == doc["run"]

@@ -46,7 +46,9 @@ def test_chief_reports_summary_on_stdout_and_termination_message(finished_run):
     lines = chief.stdout_lines()
     assert len(lines) == 1, chief.log()
     summary = json.loads(lines[0])
-    assert set(summary) == {"loss", "accuracy", "epochs", "examplesPerSecond", "modelPath", "modelVersion"}
+    assert set(summary) == {"loss", "accuracy", "epochs", "examplesPerSecond", "modelPath", "modelVersion", "metric",
+                            "metrics"}
+    assert summary["metric"] == "accuracy" and summary["metrics"] == {k: summary[k] for k in ("loss", "accuracy")}
     assert summary["accuracy"] >= 0.90
     assert summary["epochs"] == EPOCHS
     assert summary["examplesPerSecond"] > 0
@@ -99,10 +101,11 @@ def test_lineage_beside_the_model_without_the_operators_env(finished_run):
     assert doc["spec"] is None and doc["trainerImage"] is None
     assert doc["modelName"] == "digits-cnn" and doc["modelVersion"] == 1
     steps = int(re.search(r"(\d+) steps/epoch", workers[0].log()).group(1))
-    assert doc["training"] == {"model": "cnn", "dataset": "digits", "seed": 7, "epochs": EPOCHS,
+    assert doc["training"] == {"model": "cnn", "dataset": "digits", "code": None, "seed": 7, "epochs": EPOCHS,
                                "batchSizePerWorker": 32, "globalBatchSize": 64, "stepsPerEpoch": steps,
                                "learningRate": 0.002, "workers": 2, "datasetSource": None}
-    assert doc["metrics"] == {k: summary[k] for k in ("loss", "accuracy", "examplesPerSecond")}
+    assert doc["metrics"] == {**{k: summary[k] for k in ("loss", "accuracy", "examplesPerSecond", "metric")},
+                              "evaluation": summary["metrics"]}
     assert doc["tensorflowVersion"] == "2.11.0"
 
 

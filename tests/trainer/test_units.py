@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from dtr_contract import exits, layout, summary
-from dtr_trainer import data, errors, export, main
+from dtr_trainer import compiling, data, errors, export, main, models, user, userdata
 from dtr_trainer.cluster import LOCAL, parse_tf_config
 from dtr_trainer.errors import ConfigError, DataError
 from dtr_trainer.lineage import RunIdentity
@@ -71,7 +71,8 @@ def test_to_unit_images_scales_uint8_and_rejects_bad_floats():
 
 
 @pytest.mark.parametrize("x, why", [
-    (np.zeros((1, 28, 27)), "images must have shape [N,28,28] or [N,28,28,1], got [1, 28, 27, 1]"),
+    (np.zeros((1, 13)), ("the built-in models train on images [N,H,W] or [N,H,W,C], got [1, 13]; for other data, "
+                        "write your own model and loader (docs/own-model.md)")),
     (np.zeros((0, 28, 28)), "no images"),
     (np.full((1, 28, 28), -1, np.int16), "integer pixels must be in 0..255"),
     (np.full((1, 28, 28), "a"), "images must be integers 0..255 or floats 0..1, got <U1"),
@@ -89,9 +90,21 @@ def test_to_unit_images_keeps_unit_floats():
     assert out.dtype == np.float32 and out.shape == (1, 28, 28, 1) and np.allclose(out, x)
 
 
-def test_to_labels_rejects_out_of_range():
-    with pytest.raises(DataError, match=r"0\.\.9"):
-        data.to_labels(np.array([0, 10]), 2, "t")
+def test_to_labels_takes_any_number_of_classes_and_rejects_the_rest():
+    assert data.to_labels(np.array([0, 10, 3.0]), 3, "t").tolist() == [0, 10, 3]
+    for bad in (np.array([0, -1]), np.array([0.5, 1.0])):
+        with pytest.raises(DataError, match=r"class numbers 0, 1, \.\.\.") as err:
+            data.to_labels(bad, 2, "t")
+        assert "docs/own-model.md" in str(err.value)
+
+
+def test_an_npz_of_any_image_shape_and_class_count(tmp_path):
+    x = np.random.RandomState(0).randint(0, 256, (12, 20, 30, 3)).astype(np.uint8)
+    np.savez(tmp_path / "rgb.npz", x_train=x, y_train=np.arange(12) % 4)
+    splits = data.load_arrays("rgb.npz", str(tmp_path), seed=0)
+    assert splits.x_train.shape[1:] == (20, 30, 3) and splits.x_train.max() <= 1.0
+    described = userdata.describe(splits.pairs())
+    assert (described.input_shape, described.num_classes) == ((20, 30, 3), 4)
 
 
 def test_hold_out_is_seeded_and_disjoint():
@@ -178,17 +191,93 @@ def test_claim_version_is_recorded_and_reused(tmp_path):
     export.clear_backup(str(backup))
     assert export.claim_version(str(models), str(backup), run).version == 6
 def test_the_summary_line_is_one_line_the_operator_reads_back_on_the_trainers_python():
-    line = summary.summary_json(0.1, 0.95, 3, 1234.56, "/mnt/dtr/models/m/1", 1)
+    line = summary.summary_json({"loss": 0.1, "accuracy": 0.95}, "accuracy", 3, 1234.56, "/mnt/dtr/models/m/1", 1)
     assert "\n" not in line
     assert summary.parse_summary(f"a log line\n{line}\n") == summary.Summary(
         loss=0.1, accuracy=0.95, epochs=3, examples_per_second=1234.6, model_path="/mnt/dtr/models/m/1",
-        model_version=1)
+        model_version=1, metric="accuracy", evaluation=(("accuracy", 0.95), ("loss", 0.1)))
+
+
+def test_a_regression_summary_has_its_own_metrics_and_no_accuracy():
+    line = summary.summary_json({"loss": 0.5, "mae": 0.25}, "mae", 2, 10.0, "/m/1", 1)
+    assert json.loads(line)["metrics"] == {"loss": 0.5, "mae": 0.25} and "accuracy" not in json.loads(line)
+    read = summary.parse_summary(line)
+    assert read.accuracy is None and read.headline() == ("mae", 0.25)
+
+
+@pytest.mark.parametrize("names, requested, expected", [
+    (["loss", "accuracy"], None, "accuracy"), (["loss", "mae"], None, "loss"), (["loss", "mae"], "mae", "mae"),
+])
+def test_the_headline_metric(names, requested, expected):
+    assert main.headline(requested, names) == expected
+
+
+def test_a_headline_the_model_does_not_report_is_a_usage_error():
+    with pytest.raises(errors.UsageError, match="--metric auc: the model reports loss, mae"):
+        main.headline("auc", ["loss", "mae"])
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["--code", "a.py", "--code-module", "m"], "not allowed with argument --code"),
+    (["--code", "a.py", "--model", "cnn"], "--model: not allowed with --code or --code-module"),
+])
+def test_code_excludes_a_second_code_and_a_built_in_model(argv, why):
+    with pytest.raises(errors.UsageError, match=why):
+        main.parse_args([*argv, "--export-dir", "/x"])
+
+
+def test_with_code_the_dataset_is_passed_on_as_given_and_the_built_ins_have_defaults():
+    assert (main.parse_args(["--code", "a.py", "--export-dir", "/x"]).dataset, ) == (None, )
+    assert main.parse_args(["--code", "a.py", "--dataset", "wine.npz", "--export-dir", "/x"]).dataset == "wine.npz"
+    parsed = main.parse_args(["--export-dir", "/x"])
+    assert (parsed.model, parsed.dataset, parsed.metric) == ("cnn", "mnist", None)
+
+
+def test_the_worker_index_counts_the_chief_first():
+    cluster = {"chief": ["c:1"], "worker": ["a:1", "b:1"]}
+    assert [parse_tf_config(cfg(cluster, {"type": t, "index": i})).worker_index
+            for t, i in (("chief", 0), ("worker", 0), ("worker", 1))] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("labels, units, activation, expected", [
+    (np.arange(6) % 3, 3, "softmax", ("sparse_categorical_crossentropy", False, "accuracy")),
+    (np.arange(6) % 3, 5, "linear", ("sparse_categorical_crossentropy", True, "accuracy")),
+    (np.arange(6) % 2, 1, "sigmoid", ("binary_crossentropy", False, "accuracy")),
+    (np.arange(6) % 2, 1, None, ("binary_crossentropy", True, "accuracy")),
+    (np.linspace(0, 1, 6), 1, None, ("mse", False, "mae")),
+])
+def test_the_loss_rule(labels, units, activation, expected):
+    described = userdata.describe(((np.ones((6, 2)), labels), (np.ones((2, 2)), labels[:2])))
+    rule = compiling.choose_rule(described, units, activation)
+    assert (rule.loss, rule.from_logits, rule.metric) == expected
+
+
+def test_regression_shapes_must_match_a_trailing_one_aside():
+    compiling.check_regression_shapes((), (1,))
+    compiling.check_regression_shapes((3,), (3,))
+    with pytest.raises(ValueError, match=r"outputs \[3\] per example but the targets have shape \[\]"):
+        compiling.check_regression_shapes((), (3,))
+
+
+@pytest.mark.parametrize("shape, classes, why", [
+    ((13,), 3, "trains on images [H, W, C], and these examples have shape [13]"),
+    ((8, 8, 1), 10, "needs images of at least 18x18, got 8x8"),
+    ((28, 28, 1), None, "the labels are not integers"),
+    ((28, 28, 1), 1, "the labels are all 0"),
+])
+def test_a_built_in_model_refuses_data_it_cannot_take(shape, classes, why):
+    ctx = user.Context(0, 1, True, 8, 8, "/d", 0, 1, 0.1, None, input_shape=shape, label_shape=(),
+                       num_classes=classes)
+    with pytest.raises(DataError) as err:
+        models.image_shape(ctx, "cnn")
+    assert why in str(err.value) and "docs/own-model.md" in str(err.value)
 
 
 def test_the_trainers_exit_codes_fall_in_the_classes_the_operator_acts_on():
     permanent = [errors.EXIT_INTERNAL, errors.EXIT_USAGE, errors.EXIT_TF_CONFIG, errors.EXIT_DATA,
-                 errors.EXIT_DOWNLOAD, errors.EXIT_EXPORT, errors.EXIT_VOLUME]
-    assert not any(exits.is_retryable(code) for code in permanent)
+                 errors.EXIT_DOWNLOAD, errors.EXIT_EXPORT, errors.EXIT_VOLUME, errors.EXIT_USER_CODE]
+    assert not any(exits.is_retryable(code) for code in permanent) and len(set(permanent)) == len(permanent)
+    assert exits.is_user_code(errors.EXIT_USER_CODE) and not exits.is_user_code(errors.EXIT_DATA)
     assert exits.is_retryable(errors.EXIT_PEER_LOST) and exits.is_peer_lost(errors.EXIT_PEER_LOST)
     assert exits.is_retryable(errors.EXIT_TERMINATED) and not exits.is_peer_lost(errors.EXIT_TERMINATED)
 

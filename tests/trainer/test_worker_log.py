@@ -93,8 +93,9 @@ def test_a_bad_spec_variable_is_null_with_one_warning(raw):
 
 
 def test_lineage_has_no_nan():
-    training = lineage.Training("cnn", "digits", 1, 1, 1, 1, 1, 0.1, 1)
-    doc = lineage.document(RunIdentity(), training, {"loss": float("nan"), "accuracy": 0.1, "examplesPerSecond": 5},
-                           "m", 1, "2.11.0", lineage.utc_now())
-    assert doc["metrics"] == {"loss": None, "accuracy": 0.1, "examplesPerSecond": 5.0}
+    training = lineage.Training("cnn", "digits", None, 1, 1, 1, 1, 1, 0.1, 1)
+    figures = lineage.Figures({"loss": float("nan"), "accuracy": 0.1}, "accuracy", 5)
+    doc = lineage.document(RunIdentity(), training, figures, "m", 1, "2.11.0", lineage.utc_now())
+    assert doc["metrics"] == {"loss": None, "accuracy": 0.1, "examplesPerSecond": 5.0, "metric": "accuracy",
+                              "evaluation": {"loss": None, "accuracy": 0.1}}
     assert "NaN" not in lineage.render(doc)

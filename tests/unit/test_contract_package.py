@@ -6,8 +6,10 @@ The trainer tier runs the same package on the trainer's Python 3.9 against a rea
 
 from __future__ import annotations
 
+import json
 import math
 
+import pytest
 from dtr_contract import exits, layout, summary
 from dtr_contract.progress import epoch_end_line, parse_epoch_end, parse_epoch_end_line
 from hypothesis import given
@@ -43,20 +45,46 @@ def test_the_last_epoch_end_of_a_log_is_read_and_other_lines_are_not() -> None:
     assert parse_epoch_end("epoch 1/3 begin\n") is None
 
 
-@given(figures, figures, st.integers(1, 10_000), st.floats(0, 1e7), st.text(min_size=1), st.integers(1, 10**6))
-def test_every_summary_reads_back(loss, accuracy, epochs_done, rate, path, version) -> None:
-    line = summary.summary_json(loss, accuracy, epochs_done, rate, path, version)
+@given(st.dictionaries(names.filter(lambda n: n != summary.EPOCHS), figures, max_size=3), figures,
+       st.none() | st.floats(0, 1), st.integers(1, 10_000), st.floats(0, 1e7), st.text(min_size=1),
+       st.integers(1, 10**6), st.data())
+def test_every_summary_reads_back(extra, loss, accuracy, epochs_done, rate, path, version, data) -> None:
+    evaluation = {**extra, summary.LOSS: loss, **({summary.ACCURACY: accuracy} if accuracy is not None else {})}
+    metric = data.draw(st.sampled_from(sorted(evaluation)))
+    line = summary.summary_json(evaluation, metric, epochs_done, rate, path, version)
     assert "\n" not in line
     read = summary.parse_summary(f"a log line\n{line}\n")
-    assert read == summary.Summary(round(loss, 6), round(accuracy, 6), epochs_done, round(rate, 1), path, version)
-    assert read.metrics() == {summary.LOSS: read.loss, summary.ACCURACY: read.accuracy,
-                              summary.EXAMPLES_PER_SECOND: read.examples_per_second, summary.EPOCHS: epochs_done}
+    shown = {name: round(value, 6) for name, value in evaluation.items()}
+    assert read == summary.Summary(shown[summary.LOSS], shown.get(summary.ACCURACY), epochs_done, round(rate, 1), path,
+                                   version, metric, tuple(sorted(shown.items())))
+    assert read.metrics() == {**shown, summary.EXAMPLES_PER_SECOND: read.examples_per_second,
+                              summary.EPOCHS: epochs_done}
+    assert read.headline() == (metric, shown[metric])
+
+
+def test_a_summary_has_accuracy_only_when_the_model_reports_it_and_null_for_what_is_not_a_number() -> None:
+    line = summary.summary_json({"loss": math.nan, "mae": 0.5}, "mae", 1, 2.0, "/m/1", 1)
+    data = json.loads(line)
+    assert summary.ACCURACY not in data and data[summary.LOSS] is None and data[summary.METRICS]["loss"] is None
+    read = summary.parse_summary(line)
+    assert read.loss is None and read.evaluation == (("mae", 0.5),) and read.headline() == ("mae", 0.5)
+
+
+def test_the_headline_must_be_reported_and_defaults_to_accuracy_then_loss() -> None:
+    with pytest.raises(ValueError, match="lacks"):
+        summary.summary_json({"loss": 1.0}, "accuracy", 1, 1.0, "/m/1", 1)
+    assert summary.default_metric(["loss", "accuracy"]) == summary.ACCURACY
+    assert summary.default_metric(["loss", "mae"]) == summary.LOSS
+    # a summary of the first format (no metric, no metrics) heads with its accuracy
+    assert summary.parse_summary('{"loss": 0.1, "accuracy": 0.9}').headline() == ("accuracy", 0.9)
+    assert summary.parse_summary('{"epochs": 1}').headline() is None
 
 
 def test_a_summary_without_a_json_object_reads_as_none_and_wrong_types_as_missing() -> None:
     assert summary.parse_summary("") is None and summary.parse_summary("[1, 2]") is None
-    read = summary.parse_summary('{"loss": "low", "epochs": true, "modelPath": "", "modelVersion": 1.5}')
-    assert read == summary.Summary() and read.metrics() == {}
+    read = summary.parse_summary('{"loss": "low", "epochs": true, "modelPath": "", "modelVersion": 1.5, '
+                                 '"metric": 3, "metrics": {"mae": "x", "auc": true, "f1": 0.5}}')
+    assert read == summary.Summary(evaluation=(("f1", 0.5),)) and read.metrics() == {"f1": 0.5}
 
 
 @given(st.from_regex(r"[a-z0-9][a-z0-9.-]{0,40}", fullmatch=True), st.integers(1, 10**6))
@@ -86,3 +114,5 @@ def test_backups_are_per_run_object_when_it_has_a_uid() -> None:
 def test_exit_classes() -> None:
     assert [exits.is_retryable(c) for c in (1, 127, 128, exits.PEER_LOST, 255)] == [False, False, True, True, True]
     assert exits.is_peer_lost(exits.PEER_LOST) and not exits.is_peer_lost(exits.PEER_LOST + 1)
+    assert exits.is_user_code(exits.USER_CODE) and not exits.is_retryable(exits.USER_CODE)
+    assert not exits.is_user_code(exits.PEER_LOST)

@@ -17,6 +17,7 @@ class ClusterInfo:
     num_workers: int  # every task that trains: chief + workers
     is_chief: bool
     distributed: bool  # False when TF_CONFIG is absent (one local worker)
+    worker_index: int = 0  # among every task that trains: the chief 0, then the workers
 
     @property
     def name(self) -> str:
@@ -73,6 +74,7 @@ def parse_tf_config(raw: str | None) -> ClusterInfo:
         num_workers=len(workers) + len(chiefs),
         is_chief=is_chief,
         distributed=True,
+        worker_index=task_index + (len(chiefs) if task_type == "worker" else 0),
     )
 
 

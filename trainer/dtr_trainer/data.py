@@ -1,8 +1,9 @@
-"""Datasets as arrays (numpy only) and as sharded tf.data pipelines.
+"""The built-in datasets as arrays (numpy only), and the sharded tf.data pipelines every run trains on.
 
-Every dataset becomes float32 images [N, 28, 28, 1] in [0, 1] with int32 labels 0..9,
-split into a training part and a held-out evaluation part. `load_arrays` runs no
-TensorFlow op, so the CLI can validate data before it creates the strategy.
+Every built-in dataset becomes float32 images [N, H, W, C] in [0, 1] with int32 class labels 0, 1, ...,
+split into a training part and a held-out evaluation part (mnist, fashion_mnist, digits and synthetic:
+28x28x1, 10 classes; a .npz: its own shape and classes). `load_arrays` runs no TensorFlow op, so the CLI
+checks data before it creates the strategy. `loader` makes one the load_data(ctx) of docs/own-model.md.
 """
 
 from __future__ import annotations
@@ -14,19 +15,22 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 from dtr_contract import flags, layout
 
+from dtr_trainer import userdata
 from dtr_trainer.errors import DataError, DownloadError
+from dtr_trainer.user import GUIDE
 
 KERAS_DATASETS = ("mnist", "fashion_mnist")
 BUILTIN_DATASETS = (*KERAS_DATASETS, "digits", "synthetic")
 OFFLINE_HINT = f"use {flags.DATASET} digits or synthetic (no download), or put a .npz file in {flags.DATA_DIR}"
 EVAL_FRACTION = 0.2  # held out when a dataset has no test split of its own
-NUM_CLASSES = 10
+NUM_CLASSES = 10  # of the built-in datasets (a .npz has its own)
 IMAGE_SHAPE = (28, 28, 1)
 
 
@@ -41,12 +45,16 @@ class Splits:
     def train_size(self) -> int:
         return int(self.x_train.shape[0])
 
+    def pairs(self) -> tuple:
+        """What load_data(ctx) returns: ((x_train, y_train), (x_eval, y_eval))."""
+        return (self.x_train, self.y_train), (self.x_eval, self.y_eval)
+
 
 # ---------------------------------------------------------------- pure helpers
 
 
 def to_unit_images(x: np.ndarray, what: str) -> np.ndarray:
-    """uint8 0..255 or float 0..1 images [N,28,28] or [N,28,28,1] -> float32 [N,28,28,1] in [0,1]."""
+    """uint8 0..255 or float 0..1 images [N,H,W] or [N,H,W,C] -> float32 [N,H,W,C] in [0,1]."""
     x = _image_stack(x, what)
     if np.issubdtype(x.dtype, np.integer):
         return _scaled_integer_pixels(x, what)
@@ -54,11 +62,12 @@ def to_unit_images(x: np.ndarray, what: str) -> np.ndarray:
 
 
 def _image_stack(x: np.ndarray, what: str) -> np.ndarray:
-    """x as [N,28,28,1] with N > 0 (a channel axis added to [N,28,28])."""
+    """x as [N,H,W,C] with N > 0 (a channel axis added to [N,H,W])."""
     if x.ndim == 3:
         x = x[..., np.newaxis]
-    if x.ndim != 4 or x.shape[1:] != IMAGE_SHAPE:
-        raise DataError(f"{what}: images must have shape [N,28,28] or [N,28,28,1], got {list(x.shape)}")
+    if x.ndim != 4:
+        raise DataError(f"{what}: the built-in models train on images [N,H,W] or [N,H,W,C], got {list(x.shape)}; "
+                        f"for other data, write your own model and loader ({GUIDE})")
     if x.shape[0] == 0:
         raise DataError(f"{what}: no images")
     return x
@@ -83,10 +92,9 @@ def to_labels(y: np.ndarray, count: int, what: str) -> np.ndarray:
     if y.shape[0] != count:
         raise DataError(f"{what}: {y.shape[0]} labels for {count} images")
     whole_floats = np.issubdtype(y.dtype, np.floating) and bool(np.all(np.mod(y, 1) == 0))
-    if not (np.issubdtype(y.dtype, np.integer) or whole_floats):
-        raise DataError(f"{what}: labels must be integers 0..9")
-    if y.min() < 0 or y.max() >= NUM_CLASSES:
-        raise DataError(f"{what}: labels must be integers 0..9")
+    if not (np.issubdtype(y.dtype, np.integer) or whole_floats) or y.min() < 0:
+        raise DataError(f"{what}: labels must be class numbers 0, 1, ... (the built-in models classify; for "
+                        f"regression, write your own model: {GUIDE})")
     return y.astype(np.int32)
 
 
@@ -229,18 +237,42 @@ def cached_keras_dataset(name: str, data_dir: str) -> Path:
     return target
 
 
+def _digits(data_dir: str, seed: int) -> Splits:
+    from sklearn.datasets import load_digits  # ships with scikit-learn: no network
+
+    bunch = load_digits()
+    return hold_out(upscale_digits(bunch.images), bunch.target.astype(np.int32), seed)
+
+
+def _keras(name: str, data_dir: str, seed: int) -> Splits:
+    return read_npz(cached_keras_dataset(name, data_dir), seed, name)
+
+
+def _npz(name: str, data_dir: str, seed: int) -> Splits:
+    return read_npz(resolve_npz(data_dir, name), seed, f"dataset {name!r}")
+
+
+# The one registry of the built-in datasets: name -> (data_dir, seed) -> Splits. Any other name is a .npz.
+DATASETS: dict[str, Callable[[str, int], Splits]] = {
+    "mnist": partial(_keras, "mnist"),
+    "fashion_mnist": partial(_keras, "fashion_mnist"),
+    "digits": _digits,
+    "synthetic": lambda data_dir, seed: synthetic(seed),
+}
+
+
 def load_arrays(name: str, data_dir: str, seed: int) -> Splits:
     """The dataset named on the command line, as train/eval arrays."""
-    if name == "synthetic":
-        return synthetic(seed)
-    if name == "digits":
-        from sklearn.datasets import load_digits  # ships with scikit-learn: no network
+    return DATASETS.get(name, partial(_npz, name))(data_dir, seed)
 
-        bunch = load_digits()
-        return hold_out(upscale_digits(bunch.images), bunch.target.astype(np.int32), seed)
-    if name in KERAS_DATASETS:
-        return read_npz(cached_keras_dataset(name, data_dir), seed, name)
-    return read_npz(resolve_npz(data_dir, name), seed, f"dataset {name!r}")
+
+def loader(name: str) -> Callable:
+    """The built-in dataset `name` as a load_data(ctx) (docs/own-model.md)."""
+
+    def load_data(ctx) -> tuple:
+        return load_arrays(name, ctx.data_dir, ctx.seed).pairs()
+
+    return load_data
 
 
 # ---------------------------------------------------------------- tf.data
@@ -250,8 +282,25 @@ def steps_for(train_size: int, global_batch: int) -> int:
     return max(1, train_size // global_batch)
 
 
-def make_datasets(splits: Splits, global_batch: int, seed: int, cache: bool = True):
-    """Training (shuffled, repeated) and evaluation pipelines batched by the global batch.
+def _source(split: userdata.Split):
+    """A Dataset of the split's examples, its size known to tf.data (Keras' evaluate needs it with
+    steps_per_execution > 1; userdata counted what TensorFlow could not)."""
+    import tensorflow as tf
+
+    if not split.is_dataset:
+        return tf.data.Dataset.from_tensor_slices(split.data)
+    return split.data.apply(tf.data.experimental.assert_cardinality(split.size))
+
+
+def shuffle_buffer(split: userdata.Split) -> int:
+    """NumPy data are shuffled whole; a Dataset (maybe larger than memory) through a bounded buffer."""
+    size = split.size or userdata.SHUFFLE_BUFFER
+    return min(size, userdata.SHUFFLE_BUFFER) if split.is_dataset else size
+
+
+def make_datasets(data: userdata.Data, global_batch: int, seed: int, cache: bool = True):
+    """Training (cached, shuffled, repeated) and evaluation pipelines batched by the global batch, from
+    what load_data returned (NumPy arrays or unbatched Datasets alike).
 
     AutoShardPolicy.DATA needs every worker to produce the same element order: the
     shuffle is seeded, so it is, and each worker keeps its own share of every batch.
@@ -262,18 +311,18 @@ def make_datasets(splits: Splits, global_batch: int, seed: int, cache: bool = Tr
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     options.deterministic = True
 
-    train = tf.data.Dataset.from_tensor_slices((splits.x_train, splits.y_train))
+    train = _source(data.train)
     if cache:
         train = train.cache()
     train = (
-        train.shuffle(splits.train_size, seed=seed, reshuffle_each_iteration=True)
+        train.shuffle(shuffle_buffer(data.train), seed=seed, reshuffle_each_iteration=True)
         .repeat()
         .batch(global_batch, drop_remainder=True)
         .prefetch(tf.data.AUTOTUNE)
         .with_options(options)
     )
     evaluation = (
-        tf.data.Dataset.from_tensor_slices((splits.x_eval, splits.y_eval))
+        _source(data.eval)
         .batch(global_batch)
         .prefetch(tf.data.AUTOTUNE)
         .with_options(options)

@@ -235,23 +235,11 @@ def remove_stale_staging(export_dir: str, claim: Claim, now: float | None = None
 # ---------------------------------------------------------------- saving
 
 
-def _serving_function(model):
-    import tensorflow as tf
-
-    @tf.function(input_signature=[tf.TensorSpec([None, 28, 28, 1], tf.float32, name="images")])
-    def serve(images):
-        return {"probabilities": model(images, training=False)}
-
-    return serve
-
-
 def _save(model, path: str) -> None:
-    model.save(
-        path,
-        save_format="tf",
-        include_optimizer=False,
-        signatures={"serving_default": _serving_function(model)},
-    )
+    """Keras' own serving signature: its inputs named after the model's Input layers (the built-ins'
+    `images`), its outputs after the last layers (`probabilities`), the shapes the model was trained on
+    with any batch size."""
+    model.save(path, save_format="tf", include_optimizer=False)
 
 
 def _publish(staging: Path, final: Path, claim: Claim) -> None:

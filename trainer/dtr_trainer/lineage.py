@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from dtr_contract import env
+from dtr_contract import env, summary
 
-SCHEMA_VERSION = 2  # 2: training.datasetSource
+# 2: training.code (the run's own code and its SHA-256), training.model/dataset may be null,
+# metrics.metric + metrics.evaluation (every figure of the evaluation by name; accuracy only when reported),
+# and training.datasetSource (a --dataset-url's URL and SHA-256).
+SCHEMA_VERSION = 2
 # In the version directory, beside saved_model.pb: TensorFlow's SavedModel loader (and so TF Serving,
 # KServe's TensorFlow runtime, tf.saved_model.load) reads only saved_model.pb, variables/, assets/ and
 # fingerprint.pb and ignores other files, as it ignores Keras' keras_metadata.pb (docs/models.md).
 LINEAGE_PATH = "lineage.json"
-
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,9 @@ def utc_now() -> str:
 class Training:
     """What the trainer actually did (its parsed command line and the derived figures)."""
 
-    model: str
-    dataset: str
+    model: str | None  # the built-in model; None when the run's code defines it
+    dataset: str | None  # --dataset as given; None when the run's code did not get one
+    code: dict | None  # user.Origin.lineage(): file or module and its SHA-256; None for the built-ins
     seed: int
     epochs: int
     batch_size_per_worker: int
@@ -94,7 +97,22 @@ class Training:
     dataset_sha256: str | None = None
 
 
-def document(run: RunIdentity, training: Training, metrics: Mapping[str, float], model_name: str,
+@dataclass(frozen=True)
+class Figures:
+    """The run's final figures, as in the chief's summary (dtr_contract.summary)."""
+
+    evaluation: Mapping[str, float]  # every figure of the held-out evaluation, by Keras' names
+    metric: str  # the headline among them
+    examples_per_second: float
+
+    def as_json(self) -> dict[str, Any]:
+        figures = {name: _finite(value, 6) for name, value in sorted(self.evaluation.items())}
+        top = {key: figures[key] for key in (summary.LOSS, summary.ACCURACY) if key in figures}
+        return {**top, "examplesPerSecond": _finite(self.examples_per_second, 1), summary.METRIC: self.metric,
+                "evaluation": figures}
+
+
+def document(run: RunIdentity, training: Training, figures: Figures, model_name: str,
              model_version: int, tensorflow_version: str, created_at: str) -> dict[str, Any]:
     """The lineage of one exported version (docs/lineage.schema.json)."""
     return {
@@ -107,6 +125,7 @@ def document(run: RunIdentity, training: Training, metrics: Mapping[str, float],
         "training": {
             "model": training.model,
             "dataset": training.dataset,
+            "code": training.code,
             "seed": int(training.seed),
             "epochs": int(training.epochs),
             "batchSizePerWorker": int(training.batch_size_per_worker),
@@ -116,11 +135,7 @@ def document(run: RunIdentity, training: Training, metrics: Mapping[str, float],
             "workers": int(training.workers),
             "datasetSource": _dataset_source(training),
         },
-        "metrics": {
-            "loss": _finite(metrics["loss"], 6),
-            "accuracy": _finite(metrics["accuracy"], 6),
-            "examplesPerSecond": _finite(metrics["examplesPerSecond"], 1),
-        },
+        "metrics": figures.as_json(),
         "tensorflowVersion": tensorflow_version,
         "trainerImage": run.image,
     }

@@ -1,25 +1,37 @@
 """`python -m dtr_trainer`: validate input, create the strategy first, train, export, report.
 
+The model and the data come from the run's own code (--code FILE or --code-module NAME, docs/own-model.md)
+or from the built-ins it names (--model, --dataset): the same build_model(ctx) and load_data(ctx) either way.
+
 Imperative shell: each step is a small function; errors become one line and an exit code.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dtr_contract import flags, layout, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
 
-from dtr_trainer import data, export, fetch, lineage, memory, volume, worker_log
+from dtr_trainer import data, export, fetch, lineage, memory, user, userdata, volume, worker_log
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
-from dtr_trainer.errors import EXIT_INTERNAL, EXIT_PEER_LOST, EXIT_TERMINATED, EXIT_VOLUME, TrainerError, UsageError
+from dtr_trainer.errors import (
+    EXIT_INTERNAL,
+    EXIT_PEER_LOST,
+    EXIT_TERMINATED,
+    EXIT_VOLUME,
+    TrainerError,
+    UsageError,
+    one_line,
+)
 from dtr_trainer.lineage import RunIdentity
-from dtr_trainer.models import MODELS
+from dtr_trainer.models import BUILT_IN, MODELS
 
 # Defaults chosen by bench/trainer (see bench/trainer/results.md).
 # 50 steps per tf.function call: each call ends in a metric read (4 all-reduces) and a trip through
@@ -30,8 +42,10 @@ DEFAULT_STEPS_PER_EXECUTION = 50
 DEFAULT_BYTES_PER_PACK = 0  # 0 = all gradients in one all-reduce; 128 KiB packs measured worse
 DEFAULT_LAZY_METRICS = True  # +9% MWMS examples/s over spe10 alone (bench/trainer/results-lazy.md)
 DEFAULT_RETAIN_MEMORY = True  # no page faults per step from malloc trimming (dtr_trainer/memory.py)
+DEFAULT_MODEL, DEFAULT_DATASET = "cnn", "mnist"  # without --code
 
 _TASK = "worker-0"
+_TERMINATION_PATH: str | None = None  # once the command line is read: where an error line goes too
 
 
 def log(message: str) -> None:
@@ -44,6 +58,21 @@ def log(message: str) -> None:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, not argparse's usage dump
         raise UsageError(f"{message} (see --help)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, rest = super().parse_known_args(args, namespace)
+        return self._with_model_and_dataset(parsed), rest
+
+    def _with_model_and_dataset(self, parsed: argparse.Namespace) -> argparse.Namespace:
+        """Without code of its own the run trains a built-in (defaults cnn on mnist); with it, --model
+        has no meaning and --dataset is only passed on to the code (ctx.dataset)."""
+        if parsed.code is None and parsed.code_module is None:
+            parsed.model = parsed.model or DEFAULT_MODEL
+            parsed.dataset = parsed.dataset or DEFAULT_DATASET
+        elif parsed.model is not None:
+            self.error(f"argument {flags.MODEL}: not allowed with {flags.CODE} or {flags.CODE_MODULE} "
+                       "(the code's build_model is the model)")
+        return parsed
 
 
 def _positive_int(text: str) -> int:
@@ -70,11 +99,20 @@ def _positive_float(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m dtr_trainer",
                 description="MultiWorkerMirroredStrategy trainer (TF_CONFIG decides the task)")
-    p.add_argument(flags.MODEL, choices=MODELS, default="cnn")
+    p.add_argument(flags.MODEL, choices=MODELS, default=None, help=f"a built-in model [{DEFAULT_MODEL}]")
     sources = p.add_mutually_exclusive_group()
-    sources.add_argument(flags.DATASET, default="mnist",
-                         help=f"mnist | fashion_mnist | digits | synthetic | <file>.npz (relative to {flags.DATA_DIR})")
+    sources.add_argument(flags.DATASET, default=None,
+                         help=f"mnist | fashion_mnist | digits | synthetic | <file>.npz (relative to {flags.DATA_DIR}) "
+                              f"[{DEFAULT_DATASET}]; with {flags.CODE}: any text, passed on as ctx.dataset")
     fetch.add_arguments(p, sources)
+    code = p.add_mutually_exclusive_group()
+    code.add_argument(flags.CODE, default=None, metavar="FILE",
+                      help="your own model and data: a Python file defining build_model(ctx) and load_data(ctx) "
+                           "(docs/own-model.md)")
+    code.add_argument(flags.CODE_MODULE, default=None, metavar="MODULE",
+                      help="the same as an importable module (an image built FROM the trainer's)")
+    p.add_argument(flags.METRIC, default=None,
+                   help="the evaluation metric the summary heads with [accuracy if the model reports it, else loss]")
     p.add_argument(flags.EPOCHS, type=_positive_int, default=3)
     p.add_argument(flags.BATCH_SIZE_PER_WORKER, type=_positive_int, default=64)
     p.add_argument(flags.STEPS_PER_EPOCH, type=_positive_int, default=None,
@@ -122,29 +160,44 @@ def make_strategy(bytes_per_pack: int):
 @dataclass
 class TrainOutcome:
     model: object
-    loss: float
-    accuracy: float
+    evaluation: dict[str, float]  # every figure evaluate() reported, by name
+    metric: str  # the headline among them
     examples_per_second: float
     global_batch: int
     steps_per_epoch: int
 
 
-def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, splits: data.Splits) -> TrainOutcome:
+def headline(requested: str | None, names: Sequence[str]) -> str:
+    """--metric, which the model must report, else dtr_contract.summary.default_metric."""
+    if requested is None:
+        return summary.default_metric(names)
+    if requested not in names:
+        raise UsageError(f"{flags.METRIC} {requested}: the model reports {', '.join(names)}")
+    return requested
+
+
+def with_data(ctx: user.Context, loaded: userdata.Data) -> user.Context:
+    """build_model's context: load_data's, and what the data say about themselves."""
+    return replace(ctx, input_shape=loaded.input_shape, label_shape=loaded.label_shape,
+                   num_classes=loaded.num_classes)
+
+
+def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.Code, ctx: user.Context,
+          loaded: userdata.Data) -> TrainOutcome:
     import tensorflow as tf
 
-    from dtr_trainer.models import build_model, compile_model, read_metrics_at_execution_end
+    from dtr_trainer.compiling import prepare
     from dtr_trainer.progress import Progress
 
-    global_batch = args.batch_size_per_worker * strategy.num_replicas_in_sync
-    steps = args.steps_per_epoch or data.steps_for(splits.train_size, global_batch)
+    global_batch = ctx.global_batch_size
+    steps = args.steps_per_epoch or data.steps_for(loaded.train_size, global_batch)
     log(f"{cluster.num_workers} worker(s), {strategy.num_replicas_in_sync} replica(s), global batch {global_batch}, "
-        f"{steps} steps/epoch, {splits.train_size} train / {splits.x_eval.shape[0]} eval examples")
+        f"{steps} steps/epoch, {loaded.train_size} train / {loaded.eval.size or 'unknown'} eval examples")
     with strategy.scope():
-        train_ds, eval_ds = data.make_datasets(splits, global_batch, args.seed, cache=args.cache)
-        model = build_model(args.model, args.seed)
-        compile_model(model, args.learning_rate, args.steps_per_execution)
-        if args.lazy_metrics and args.steps_per_execution > 1:
-            read_metrics_at_execution_end(model)
+        train_ds, eval_ds = data.make_datasets(loaded, global_batch, args.seed, cache=args.cache)
+        prepared = prepare(code, with_data(ctx, loaded), loaded, args)
+    log(prepared.describe())
+    model, metric = prepared.model, headline(args.metric, prepared.names)
 
     progress = Progress(args.epochs, steps * global_batch, log)
     callbacks = [progress]
@@ -156,8 +209,8 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, splits: data
                                                         write_graph=False, update_freq="epoch"))
     model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     results = model.evaluate(eval_ds, verbose=0, return_dict=True)
-    return TrainOutcome(model, float(results["loss"]), float(results["accuracy"]), progress.examples_per_second(),
-                        global_batch, steps)
+    evaluation = {name: float(value) for name, value in results.items()}
+    return TrainOutcome(model, evaluation, metric, progress.examples_per_second(), global_batch, steps)
 
 
 # ---------------------------------------------------------------- the whole run
@@ -172,19 +225,19 @@ def claim_export_version(args: argparse.Namespace, run_identity: RunIdentity) ->
     return claim
 
 
-def lineage_file(args: argparse.Namespace, cluster: ClusterInfo, run_identity: RunIdentity, outcome: TrainOutcome,
-                 claim: export.Claim) -> dict[str, str]:
+def lineage_file(args: argparse.Namespace, cluster: ClusterInfo, run_identity: RunIdentity, origin: user.Origin,
+                 outcome: TrainOutcome, claim: export.Claim) -> dict[str, str]:
     """{path inside the version dir: text}: the lineage, written before the version appears."""
     import tensorflow as tf
 
     training = lineage.Training(
-        model=args.model, dataset=args.dataset, seed=args.seed, epochs=args.epochs,
+        model=args.model, dataset=args.dataset, code=origin.lineage(), seed=args.seed, epochs=args.epochs,
         batch_size_per_worker=args.batch_size_per_worker, global_batch=outcome.global_batch,
         steps_per_epoch=outcome.steps_per_epoch, learning_rate=args.learning_rate, workers=cluster.num_workers,
         dataset_url=args.dataset_url, dataset_sha256=args.dataset_sha256,
     )
-    metrics = {"loss": outcome.loss, "accuracy": outcome.accuracy, "examplesPerSecond": outcome.examples_per_second}
-    doc = lineage.document(run_identity, training, metrics, os.path.basename(os.path.normpath(args.export_dir)),
+    figures = lineage.Figures(outcome.evaluation, outcome.metric, outcome.examples_per_second)
+    doc = lineage.document(run_identity, training, figures, os.path.basename(os.path.normpath(args.export_dir)),
                            claim.version, tf.__version__, lineage.utc_now())
     return {lineage.LINEAGE_PATH: lineage.render(doc)}
 
@@ -199,10 +252,30 @@ def stop_on_sigterm(signum: int, frame: object) -> None:
     os._exit(EXIT_TERMINATED)  # not sys.exit: a collective in another thread must not hold the exit up
 
 
+def load_code(args: argparse.Namespace) -> user.Code:
+    """The run's code, imported and its two functions checked (before the strategy: no TF op yet)."""
+    if args.code is not None:
+        return user.load_file(args.code)
+    if args.code_module is not None:
+        return user.load_module(args.code_module)
+    data.validate_dataset_name(args.dataset, args.data_dir)
+    return user.builtin(args.model, BUILT_IN[args.model], args.dataset, data.loader(args.dataset))
+
+
+def context(args: argparse.Namespace, cluster: ClusterInfo) -> user.Context:
+    return user.Context(
+        worker_index=cluster.worker_index, num_workers=cluster.num_workers, is_chief=cluster.is_chief,
+        batch_size_per_worker=args.batch_size_per_worker,
+        global_batch_size=args.batch_size_per_worker * cluster.num_workers, data_dir=args.data_dir,
+        seed=args.seed, epochs=args.epochs, learning_rate=args.learning_rate, dataset=args.dataset,
+    )  # fmt: skip
+
+
 def run(argv: Sequence[str] | None = None) -> int:
-    global _TASK
+    global _TASK, _TERMINATION_PATH
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     args = parse_args(argv)
+    _TERMINATION_PATH = args.termination_message_path
     if args.retain_memory:
         memory.retain_freed_memory()
     cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
@@ -210,19 +283,23 @@ def run(argv: Sequence[str] | None = None) -> int:
     run_identity = RunIdentity.from_env(os.environ, warn=log)
     worker_log.start(args.log_dir, cluster.name, run_identity, warn=log)
     args.dataset = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path in the volume's cache
-    data.validate_dataset_name(args.dataset, args.data_dir)
+    code = load_code(args)
     volume.check_writable([d for d in (args.backup_dir, args.export_dir if cluster.is_chief else None) if d])
-    splits = data.load_arrays(args.dataset, args.data_dir, args.seed)  # numpy only: no TF op yet
+    ctx = context(args, cluster)
+    loaded = user.load_data_before_strategy(code, ctx)  # NumPy data checked now; None: it needs TensorFlow
     claim = claim_export_version(args, run_identity) if cluster.is_chief else None
 
     strategy = make_strategy(args.bytes_per_pack)
-    outcome = train(args, cluster, strategy, splits)
-    extra = lineage_file(args, cluster, run_identity, outcome, claim) if claim else None
+    if loaded is None:
+        loaded = user.load_data_after_strategy(code, ctx)
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary, whatever the code prints
+        outcome = train(args, cluster, strategy, code, ctx, loaded)
+    extra = lineage_file(args, cluster, run_identity, code.origin, outcome, claim) if claim else None
     path = export.save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief, extra)
     if claim is None:
-        log(f"done: accuracy={outcome.accuracy:.4f} (the chief exports the model)")
+        log(f"done: {outcome.metric}={outcome.evaluation[outcome.metric]:.4f} (the chief exports the model)")
         return 0
-    line = summary.summary_json(outcome.loss, outcome.accuracy, args.epochs, outcome.examples_per_second,
+    line = summary.summary_json(outcome.evaluation, outcome.metric, args.epochs, outcome.examples_per_second,
                                str(path), claim.version)
     export.report_summary(line, args.termination_message_path)
     export.clear_backup(args.backup_dir)
@@ -247,18 +324,6 @@ def is_peer_failure(type_name: str, message: str) -> bool:
     return type_name in ("InternalError", "UnknownError") and any(word in text for word in PEER_WORDS)
 
 
-_NOISE = ("graph execution error", "detected at node", "file ", "node:", "[[", "function call stack", "for more")
-
-
-def one_line(message: str, fallback: str) -> str:
-    """The line of a TensorFlow error that says what went wrong (not the node trace around it)."""
-    for raw in message.splitlines():
-        line = raw.strip()
-        if line and not raw.startswith((" ", "\t")) and not line.lower().startswith(_NOISE):
-            return line[:300]
-    return fallback
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's INFO chatter out of pod logs
     try:
@@ -267,11 +332,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker_log.stop()  # after the error line: it belongs in the worker's file too
 
 
+def report_error(message: str) -> None:
+    """The error line on stderr, and as the termination message (the run's status shows it)."""
+    log(f"error: {message}")
+    if _TERMINATION_PATH:
+        try:
+            with open(_TERMINATION_PATH, "w") as f:
+                f.write(f"dtr_trainer[{_TASK}]: error: {message}\n")
+        except OSError:
+            pass  # stderr has it; Kubernetes falls back to the log's tail
+
+
 def _run_reporting_errors(argv: Sequence[str] | None) -> int:
     try:
         return run(argv)
     except TrainerError as exc:
-        log(f"error: {exc}")
+        if os.environ.get("DTR_TRACEBACK") and exc.__cause__ is not None:
+            import traceback
+
+            traceback.print_exception(type(exc.__cause__), exc.__cause__, exc.__cause__.__traceback__)
+        report_error(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         log("interrupted")
@@ -280,17 +360,17 @@ def _run_reporting_errors(argv: Sequence[str] | None) -> int:
         name = type(exc).__name__
         what = one_line(getattr(exc, "message", None) or str(exc), name)
         if volume.is_full(exc):
-            log(f"error: {volume.full_message(f'training ({name}: {what})')}")
+            report_error(volume.full_message(f"training ({name}: {what})"))
             return EXIT_VOLUME
         if os.environ.get("DTR_TRACEBACK"):
             import traceback
 
             traceback.print_exc()
         if is_peer_failure(name, str(exc)):
-            log(f"error: lost a peer or a collective timed out ({name}: {what}); "
-                "restart all workers to resume from the backup")
+            report_error(f"lost a peer or a collective timed out ({name}: {what}); "
+                         "restart all workers to resume from the backup")
             return EXIT_PEER_LOST
-        log(f"error: {name}: {what}")
+        report_error(f"{name}: {what}")
         return EXIT_INTERNAL
 
 

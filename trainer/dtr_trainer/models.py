@@ -1,62 +1,101 @@
-"""The small Keras CNN family for 28x28x1 images in [0, 1] -> 10 class probabilities."""
+"""The built-in models: a small Keras CNN family for images [H, W, C] -> class probabilities, sized from the
+data (build_model(ctx) of docs/own-model.md, like a user's). `BUILT_IN` is the one registry; the harness
+compiles them like any uncompiled model (compiling.py)."""
 
 from __future__ import annotations
 
-MODELS = ("cnn", "dropout", "batch_norm")
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from dtr_trainer.errors import DataError
+from dtr_trainer.user import GUIDE, Context
+
+# Three 3x3 convolutions (valid padding) with a 2x2 pooling after the first two leave 1x1 of an 18x18 image.
+MIN_IMAGE_SIDE = 18
 
 
-def _layers(kind: str) -> list:
+def _conv_relu(filters: int) -> list:
     from tensorflow.keras import layers
 
-    def conv(filters: int) -> list:
-        block = [layers.Conv2D(filters, 3, activation=None if kind == "batch_norm" else "relu")]
-        if kind == "batch_norm":
-            block += [layers.BatchNormalization(), layers.Activation("relu")]
-        return block
+    return [layers.Conv2D(filters, 3, activation="relu")]
 
-    def drop(rate: float) -> list:
-        return [layers.Dropout(rate)] if kind == "dropout" else []
 
-    return [
-        *conv(32),
+def _conv_batch_norm_relu(filters: int) -> list:
+    from tensorflow.keras import layers
+
+    return [layers.Conv2D(filters, 3), layers.BatchNormalization(), layers.Activation("relu")]
+
+
+def _dropout(rate: float) -> list:
+    from tensorflow.keras import layers
+
+    return [layers.Dropout(rate)]
+
+
+def _no_dropout(rate: float) -> list:
+    return []
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What sets one built-in apart: its convolution block and its dropout."""
+
+    conv: Callable[[int], list]
+    drop: Callable[[float], list]
+
+
+RECIPES = {
+    "cnn": Recipe(_conv_relu, _no_dropout),  # Conv32-Pool-Conv64-Pool-Conv64-Dense64-Dense(classes): 93k for MNIST
+    "dropout": Recipe(_conv_relu, _dropout),  # Dropout 0.25 after each pooling, 0.5 before the output
+    "batch_norm": Recipe(_conv_batch_norm_relu, _no_dropout),  # BatchNormalization + ReLU after each convolution
+}
+
+
+def image_shape(ctx: Context, name: str) -> tuple:
+    """(H, W, C) of the data's images; DataError when they are no images a built-in CNN can take."""
+    shape = ctx.input_shape
+    if shape is None or len(shape) != 3 or None in shape:
+        raise DataError(f"the built-in model {name} trains on images [H, W, C], and these examples have shape "
+                        f"{list(shape) if shape is not None else '(a structure)'}: for other data, write your own "
+                        f"model ({GUIDE})")
+    if min(shape[:2]) < MIN_IMAGE_SIDE:
+        raise DataError(f"the built-in model {name} needs images of at least {MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE}, "
+                        f"got {shape[0]}x{shape[1]}: scale them up, or write your own model ({GUIDE})")
+    if not ctx.num_classes or ctx.num_classes < 2:
+        raise DataError(f"the built-in model {name} classifies, and the labels are "
+                        f"{'not integers' if ctx.num_classes is None else 'all 0'}: for other data, write your "
+                        f"own model ({GUIDE})")
+    return tuple(shape)
+
+
+def build_cnn(name: str, recipe: Recipe, ctx: Context):
+    """An uncompiled model; called inside strategy.scope(). Input `images`, output `probabilities` (softmax)."""
+    import tensorflow as tf
+    from tensorflow.keras import layers
+
+    shape = image_shape(ctx, name)
+    inputs = tf.keras.Input(shape=shape, name="images")
+    x = inputs
+    for layer in [
+        *recipe.conv(32),
         layers.MaxPooling2D(),
-        *drop(0.25),
-        *conv(64),
+        *recipe.drop(0.25),
+        *recipe.conv(64),
         layers.MaxPooling2D(),
-        *drop(0.25),
-        *conv(64),
+        *recipe.drop(0.25),
+        *recipe.conv(64),
         layers.Flatten(),
         layers.Dense(64, activation="relu"),
-        *drop(0.5),
-        layers.Dense(10, activation="softmax", name="probabilities"),
-    ]
-
-
-def build_model(kind: str, seed: int):
-    """An uncompiled model; call inside strategy.scope()."""
-    import tensorflow as tf
-
-    if kind not in MODELS:
-        raise ValueError(f"unknown model {kind!r}")
-    tf.keras.utils.set_random_seed(seed)  # same initial weights on every worker and every run
-    inputs = tf.keras.Input(shape=(28, 28, 1), name="images")
-    x = inputs
-    for layer in _layers(kind):
+        *recipe.drop(0.5),
+        layers.Dense(ctx.num_classes, activation="softmax", name="probabilities"),
+    ]:
         x = layer(x)
-    return tf.keras.Model(inputs, x, name=kind)
+    return tf.keras.Model(inputs, x, name=name)
 
 
-def compile_model(model, learning_rate: float, steps_per_execution: int) -> None:
-    """No jit_compile: TF 2.11 cannot XLA-compile MWMS collectives on CPU ("Collectives are not
-    yet implemented for CPU devices when compiling with XLA"); see bench/trainer/results.md."""
-    import tensorflow as tf
-
-    model.compile(
-        optimizer=tf.keras.optimizers.Adam(learning_rate=learning_rate),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-        steps_per_execution=steps_per_execution,
-    )
+BUILT_IN: dict[str, Callable[[Context], object]] = {name: partial(build_cnn, name, r) for name, r in RECIPES.items()}
+MODELS = tuple(BUILT_IN)
 
 
 def read_metrics_at_execution_end(model) -> None:
