@@ -182,13 +182,13 @@ def test_lineage_records_url_and_digest_and_validates():
     schema = json.loads((REPO / "docs" / "lineage.schema.json").read_text())
     validator = jsonschema.Draft202012Validator(schema)
     source = Source("https://h/t.npz", SHA)
-    training = lineage.Training("cnn", source.relative_path(), 1, 1, 1, 2, 1, 0.1, 2, source.url, source.sha256)
-    doc = lineage.document(RunIdentity(), training, {"loss": 1, "accuracy": 0.5, "examplesPerSecond": 5}, "m", 1,
-                           "2.11.0", lineage.utc_now())
+    figures = lineage.Figures({"loss": 1, "accuracy": 0.5}, "accuracy", 5)
+    training = lineage.Training("cnn", source.relative_path(), None, 1, 1, 1, 2, 1, 0.1, 2, source.url, source.sha256)
+    doc = lineage.document(RunIdentity(), training, figures, "m", 1, "2.11.0", lineage.utc_now())
     validator.validate(doc)
     assert doc["training"]["datasetSource"] == {"url": "https://h/t.npz", "sha256": SHA}
-    plain = lineage.document(RunIdentity(), lineage.Training("cnn", "digits", 1, 1, 1, 2, 1, 0.1, 2),
-                             {"loss": 1, "accuracy": 0.5, "examplesPerSecond": 5}, "m", 1, "2.11.0", lineage.utc_now())
+    plain = lineage.document(RunIdentity(), lineage.Training("cnn", "digits", None, 1, 1, 1, 2, 1, 0.1, 2),
+                             figures, "m", 1, "2.11.0", lineage.utc_now())
     validator.validate(plain)
     assert plain["training"]["datasetSource"] is None
     doc["training"]["datasetSource"]["url"] = "http://h/t.npz"
