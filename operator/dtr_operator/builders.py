@@ -75,7 +75,7 @@ def trainer_args(run: RunSpec) -> list[str]:
     t = run.training
     args = [
         *code_args(run),
-        flags.DATASET, t.dataset,
+        *dataset_args(run),
         flags.EPOCHS, str(t.epochs),
         flags.BATCH_SIZE_PER_WORKER, str(t.batch_size_per_worker),
     ]
@@ -92,6 +92,14 @@ def trainer_args(run: RunSpec) -> list[str]:
         flags.TERMINATION_MESSAGE_PATH, TERMINATION_MESSAGE_PATH,
     ]
     return args
+
+
+def dataset_args(run: RunSpec) -> list[str]:
+    """The data: a file the trainer downloads and checks (datasetSource), else the dataset by name or path."""
+    source = run.training.dataset_source
+    if source is not None:
+        return [flags.DATASET_URL, source["url"], flags.DATASET_SHA256, source["sha256"]]
+    return [flags.DATASET, run.training.dataset]
 
 
 def backup_dir(run: RunSpec) -> str:

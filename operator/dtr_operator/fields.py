@@ -43,6 +43,8 @@ MODEL_NAME = r"[a-z0-9]([-a-z0-9_.]*[a-z0-9])?"
 NPZ_PATH = r"[A-Za-z0-9._/-]+"
 CODE_KEY = r"[-._a-zA-Z0-9]+\.py"  # a ConfigMap key ('.', '..' are not) that is a Python file's name
 PY_MODULE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+HTTPS_URL = r"https://[^\s/?#@]+/[^\s?#]*[^\s/?#](\?[^\s#]*)?"  # a host (no user:password@) and a file name
+SHA256_HEX = r"[0-9a-f]{64}"
 METRIC_NAME = r"[A-Za-z_][A-Za-z0-9_]*"  # as Keras names a metric (mae, auc, top_k_categorical_accuracy)
 DOT_SEGMENT = r"(^|/)[.][.]?(/|$)"  # searched, not matched: a "." or ".." path segment
 LABEL_KEY = rf"({DNS1123_SUBDOMAIN}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?"
@@ -228,6 +230,24 @@ CODE = Field("code", "object",
          lambda c: ("configMap" in c) != ("module" in c)),
 ))  # fmt: skip
 
+DATASET_SOURCE = Field("datasetSource", "object",
+    "Training data downloaded over HTTPS once into the volume's data cache (data/cache/sha256/<sha256>/<file>) "
+    "and checked against its SHA-256 before any worker trains on it; then dataset is not passed. A mismatch fails "
+    "the run naming both digests.",
+    attr="training.dataset_source", doc="[trainer.md](trainer.md#data-from-a-url)", fields=(
+    Field("url", "string", "An https:// URL ending in the file's name (no user:password@; a query is allowed).",
+          min_length=1, max_length=2048, to=To("trainer", flags.DATASET_URL),
+          pattern=Pattern(HTTPS_URL, "must be an https:// URL with a host and a file name, without credentials",
+                          cel=True)),
+    Field("sha256", "string", "The file's SHA-256, 64 lower-case hex digits (sha256sum FILE).",
+          min_length=64, max_length=64,
+          to=To("trainer", flags.DATASET_SHA256),
+          pattern=Pattern(SHA256_HEX, "must be 64 lower-case hex digits (a SHA-256)", cel=True)),
+), rules=(
+    Rule("has(self.url) && has(self.sha256)", "must set both url and sha256 (the download is checked against it)",
+         lambda d: "url" in d and "sha256" in d),
+))  # fmt: skip
+
 TRAINING = Field("training", "object", "The model, the data and the optimisation settings passed to the trainer.",
                  attr="training", default={}, fields=(
     Field("model", "string",
@@ -241,6 +261,7 @@ TRAINING = Field("training", "object", "The model, the data and the optimisation
           "under <volume>/data/ (no leading '/', no '..'). With code: passed to its load_data as given, and may "
           "also name any file or directory under <volume>/data/.",
           attr="training.dataset", default="mnist", min_length=1, max_length=253, to=To("trainer", flags.DATASET)),
+    DATASET_SOURCE,
     Field("epochs", "integer", "Passes over the training data ({bounds}).", attr="training.epochs", default=3,
           format="int32", minimum=1, maximum=1000, to=To("trainer", flags.EPOCHS)),
     Field("batchSizePerWorker", "integer",

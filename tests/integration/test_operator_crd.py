@@ -75,6 +75,16 @@ REJECTED = [
      ["spec.training.code.module", "Python module name"]),
     ("code-unknown", "r", {"training": {"code": {"configMap": "c", "file": "x.py"}}},
      ['unknown field "spec.training.code.file"']),
+    ("source-http", "r", {"training": {"datasetSource": {"url": "http://h/d.npz", "sha256": "a" * 64}}},
+     ["spec.training.datasetSource.url", "https:// URL"]),
+    ("source-credentials", "r", {"training": {"datasetSource": {"url": "https://u:p@h/d.npz", "sha256": "a" * 64}}},
+     ["spec.training.datasetSource.url", "without credentials"]),
+    ("source-no-file", "r", {"training": {"datasetSource": {"url": "https://h/", "sha256": "a" * 64}}},
+     ["spec.training.datasetSource.url", "file name"]),
+    ("source-no-digest", "r", {"training": {"datasetSource": {"url": "https://h/d.npz"}}},
+     ["spec.training.datasetSource", "both url and sha256"]),
+    ("source-digest-shape", "r", {"training": {"datasetSource": {"url": "https://h/d.npz", "sha256": "A" * 64}}},
+     ["spec.training.datasetSource.sha256", "hex digits"]),
     ("metric-shape", "r", {"training": {"metric": "val loss"}}, ["spec.training.metric", "metric name"]),
     ("dataset-dir-without-code", "r", {"training": {"dataset": "tables/wine"}}, ["spec.training.dataset", ".npz"]),
     ("dataset-escape-with-code", "r", {"training": {"code": {"module": "m"}, "dataset": "../wine"}},
@@ -131,6 +141,19 @@ def test_longest_valid_name_and_relative_npz_are_accepted(control_plane: Cluster
     spec = {"workers": 64, "training": {"dataset": "sets/my-data_v1.2.npz"}, "storage": {"claimName": "shared"}}
     control_plane.create(run_doc(name, namespace, spec))
     assert control_plane.kubectl_json("get", "dtr", name, "-n", namespace)["spec"]["workers"] == 64
+
+
+def test_a_dataset_source_is_accepted_and_reaches_the_trainer(control_plane: Cluster, namespace: str) -> None:
+    from dtr_contract import flags
+    from dtr_operator.builders import trainer_args
+    from dtr_operator.spec import parse_run
+
+    source = {"url": "https://data.example/sets/wine.npz?X-Amz-Signature=ab12", "sha256": "0f" * 32}
+    control_plane.create(run_doc("fetched", namespace, {"training": {"datasetSource": source}}))
+    stored = control_plane.kubectl_json("get", "dtr", "fetched", "-n", namespace)
+    assert stored["spec"]["training"]["datasetSource"] == source
+    args = trainer_args(parse_run(stored))
+    assert args[args.index(flags.DATASET_URL) + 1] == source["url"] and flags.DATASET not in args
 
 
 def test_code_and_metric_are_accepted_as_the_parser_admits_them(control_plane: Cluster, namespace: str) -> None:

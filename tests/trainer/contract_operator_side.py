@@ -28,6 +28,7 @@ cases += [
     case({"epochs": 1000, "batchSizePerWorker": 4096, "stepsPerEpoch": 1_000_000, "learningRate": 10, "seed": 0}),
     case({"epochs": 1, "batchSizePerWorker": 1, "stepsPerEpoch": 1, "learningRate": 1e-07, "seed": 2**31 - 1}),
     case({"learningRate": 0.1 + 0.2}),  # a float whose shortest repr has 17 digits
+    case({"datasetSource": {"url": "https://data.example/sets/wine.npz?sig=a%2Fb", "sha256": "0f" * 32}}),
 ]
 print(json.dumps({
     "models": list(spec.MODELS),

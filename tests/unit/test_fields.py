@@ -24,6 +24,8 @@ SAMPLES: dict[str, Any] = {
     "training.code.module": "acme.models.wine",
     "training.metric": "mae",
     "training.dataset": "sets/d.npz",
+    "training.datasetSource.url": "https://data.example/sets/wine.npz?sig=1",
+    "training.datasetSource.sha256": "ab" * 32,
     "training.epochs": 7,
     "training.batchSizePerWorker": 16,
     "training.stepsPerEpoch": 11,
@@ -65,6 +67,22 @@ def _spec_with(path: str, value: Any) -> dict[str, Any]:
     return spec
 
 
+# What a field needs beside it to be set at all (a default of a field inside an optional object).
+COMPANIONS: dict[str, dict[str, Any]] = {
+    "training.code.key": _spec_with("training.code.configMap", "my-code"),
+    "training.datasetSource.url": _spec_with("training.datasetSource.sha256", "cd" * 32),
+    "training.datasetSource.sha256": _spec_with("training.datasetSource.url", "https://data.example/d.npz"),
+}
+
+
+def _with(spec: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """spec and more merged, objects by their fields."""
+    out = dict(spec)
+    for key, value in more.items():
+        out[key] = _with(out.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
 def _destinations() -> list[tuple[str, fields.Field]]:
     return [(path.removeprefix("spec."), f) for path, f in fields.walk(fields.SPEC) if f.to is not None]
 
@@ -97,25 +115,13 @@ def test_every_destination_has_a_sample() -> None:
 def test_every_field_lands_where_the_table_says(path: str, f: fields.Field) -> None:
     value = SAMPLES[path]
     assert value != f.default, f"{path}: the sample must differ from the default"
-    landed = _landed(f, make_run(_spec_with(path, value)))
+    landed = _landed(f, make_run(_with(COMPANIONS.get(path, {}), _spec_with(path, value))))
     if f.to is not None and f.to.kind == "trainer":
         assert str(value) in landed, (path, landed)
     elif isinstance(value, dict) and f.type == "map":
         assert value.items() <= landed.items(), (path, landed)  # labels: the operator's are there too
     else:
         assert landed == value, (path, landed)
-
-
-# What a field needs beside it to be set at all (a default of a field inside an optional object).
-COMPANIONS: dict[str, dict[str, Any]] = {"training.code.key": _spec_with("training.code.configMap", "my-code")}
-
-
-def _with(spec: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
-    """spec and more merged, objects by their fields."""
-    out = dict(spec)
-    for key, value in more.items():
-        out[key] = _with(out.get(key, {}), value) if isinstance(value, dict) else value
-    return out
 
 
 def test_a_default_is_a_value_the_field_accepts() -> None:
