@@ -55,7 +55,7 @@ KILL_AFTER = 2  # series epochs finished (so backed up) when its worker 1 is kil
 # The operator's --allowed-images (deploy/base/deployment.yaml: distml/trainer:*) admits any tag of the trainer's
 # name, so the image of one's own is tagged so here; a user's would be their registry's, added to the pattern.
 OWN_IMAGE = "distml/trainer:own-wine"
-FAIL_DEADLINE = 90  # seconds from dtr submit to Failed for a broken file, with everything else starting at once
+FAIL_DEADLINE = 60  # seconds from dtr submit to Failed for a broken file, with everything else starting at once
 
 
 def sha256(path: Path) -> str:
@@ -129,6 +129,10 @@ class Watch(threading.Thread):
                 self.status[name] = st
                 if st.get("phase"):
                     self.first_seen.setdefault((name, st["phase"]), now)
+
+    def phases(self, name: str) -> list[str]:
+        """The run's phases in the order they were first seen."""
+        return [phase for _, phase in sorted((t, phase) for (run, phase), t in self.first_seen.items() if run == name)]
 
     def terminal(self, name: str, timeout: float = 600) -> dict[str, Any]:
         def done() -> dict[str, Any] | None:
@@ -316,7 +320,7 @@ def check_succeeded(own: Own, run: str, code: Path, metrics: set[str], headline:
     own.times[f"{run}: dtr submit -> Succeeded"] = own.seconds_to(run, st["phase"])
     assert st["phase"] == "Succeeded" and st["reason"] == "TrainingSucceeded", st
     assert st["code"] == {"configMap": f"{run}-code", "key": code.name, "sha256": sha256(code)}, st
-    assert set(st["metrics"]) == metrics, st["metrics"]
+    assert set(st["metrics"]) == {*metrics, "epochs", "examplesPerSecond"}, st["metrics"]  # docs/api.md#status
     name, _, value = st["headline"].partition("=")
     assert name == headline and float(value) == round(st["metrics"][headline], 4), st
     assert st["model"]["path"] == f"/mnt/dtr/models/{run}/1" and st["model"]["claim"] == CLAIM, st["model"]
@@ -389,14 +393,23 @@ def test_a_broken_wine_file_fails_user_code_error_naming_its_line(own: Own, case
     assert st["message"].startswith(broken.where(path)), (broken.where(path), st["message"])
     assert broken.words in st["message"], st["message"]
     assert re.search(rf"\(worker {name}-worker-\d, exit code {exits.USER_CODE}\)$", st["message"]), st["message"]
-    assert not st.get("workerRestarts"), f"a permanent failure restarts nothing: {st}"
+    # No restart loop: the operator has the TFJob fail at the first restart (reconcile.restart_no_more).
+    assert st.get("workerRestarts", 0) <= broken.workers, st
+    print(f"{name}: Failed {seconds:.0f} s after submit, {st.get('workerRestarts', 0)} restart(s), phases "
+          f"{own.watch.phases(name)}")
     assert seconds < FAIL_DEADLINE, seconds
-    if case == "syntax":  # dtr submit said so, before anything reached the cluster
-        refused = own.submits[name]
-        assert (refused.returncode, refused.stdout) == (2, ""), refused
-        assert refused.stderr == f"dtr submit: {path.parent}/{broken.where(path)}: {broken.words}\n", refused.stderr
-    else:
+    check_broken_submitted(own, case)
+
+
+def check_broken_submitted(own: Own, case: str) -> None:
+    """dtr submit sent the file, or, for the syntax error, said so before anything reached the cluster."""
+    name, broken, path = f"broken-{case}", BROKEN[case], own.broken[case]
+    if case != "syntax":
         check_submitted(own, name, path)
+        return
+    refused = own.submits[name]
+    assert (refused.returncode, refused.stdout) == (2, ""), refused
+    assert refused.stderr == f"dtr submit: {path.parent}/{broken.where(path)}: {broken.words}\n", refused.stderr
 
 
 # ---------------------------------------------------------------- an image of one's own
