@@ -12,7 +12,7 @@ image's build and import mostly wait on the disk):
   cluster never saw, lineage.json naming the code's SHA-256; a series worker SIGKILLed mid-run resumes
   from its backup and every epoch ends once;
 - a broken variant of the wine file for each error of docs/own-model.md ("When your code fails"): each run
-  Failed, UserCodeError, its message naming the file and line, without a restart;
+  Failed, UserCodeError, its message naming the file and line, with at most one restart per worker;
 - examples/own-model/Dockerfile: the wine file as a module in an image of its own, imported into the
   node, a run naming it in spec.image and spec.training.code.module: Succeeded.
 """
@@ -46,16 +46,21 @@ WINE, SERIES = EXAMPLES / "wine" / "wine_model.py", EXAMPLES / "series" / "serie
 HOST = Path(__file__).with_name("own_model_host.py")  # the data, and the scores, in the trainer's environment
 CLAIM = "own-data"
 WINE_RUN, SERIES_RUN, IMAGE_RUN = "wine-model", "series-model", "wine-image"  # dtr submit's names for the files
-WINE_ARGS = ("--workers", "2", "--epochs", "20", "--dataset", "wine.npz", "--batch-size-per-worker", "16",
+WINE_ARGS = ("--workers", "2", "--epochs", "10", "--dataset", "wine.npz", "--batch-size-per-worker", "16",
              "--learning-rate", "0.01")  # fmt: skip
+# Series' epochs take 0.5-2 s on the node (165 steps of 16): the kill after epoch KILL_AFTER (backed up
+# by then: BackupAndRestore runs before the epoch's line) lands mid-run with 7-30 s to spare, which a kill that
+# reads the log once a second needs.
 SERIES_EPOCHS = 16
 SERIES_ARGS = ("--workers", "2", "--epochs", str(SERIES_EPOCHS), "--dataset", "series", "--batch-size-per-worker",
-               "16", "--metric", "mae")  # fmt: skip
-KILL_AFTER = 2  # series epochs finished (so backed up) when its worker 1 is killed
+               "8", "--metric", "mae")  # fmt: skip
+KILL_AFTER = 1
 # The operator's --allowed-images (deploy/base/deployment.yaml: distml/trainer:*) admits any tag of the trainer's
 # name, so the image of one's own is tagged so here; a user's would be their registry's, added to the pattern.
 OWN_IMAGE = "distml/trainer:own-wine"
-FAIL_DEADLINE = 60  # seconds from dtr submit to Failed for a broken file, with everything else starting at once
+# Seconds from dtr submit to Failed for a broken file while all 9 runs (12 workers) start at once on 2 cores:
+# 9-74 s measured, the 2-worker one slowest (its workers connect before the model is checked); 10-12 s alone.
+FAIL_DEADLINE = 100
 
 
 def sha256(path: Path) -> str:
@@ -103,7 +108,7 @@ BROKEN = {
     "classes": Broken((("Dense(ctx.num_classes,", "Dense(2,"),), "def build_model(ctx):",
                       "2 output units but the labels are classes 0..2", workers=2),
     "raises": Broken((("    d = _arrays(ctx)\n", '    d = _arrays(ctx)\n    d["y_train"] = d["labels"]\n'),),
-                     'd["labels"]', "KeyError: 'labels'", workers=2),
+                     'd["labels"]', "KeyError: 'labels'"),
 }  # fmt: skip
 
 
@@ -371,13 +376,17 @@ def test_the_series_regression_reads_a_csv_directory_reports_mae_and_resumes_a_k
     own.times["series: worker 1 killed, from submit"] = own.background["kill"].result()
     assert st["workerRestarts"] >= 1, st
     assert st["progress"]["epochsDone"] == f"{SERIES_EPOCHS}/{SERIES_EPOCHS}", st["progress"]
-    for i in range(2):
-        log = (own.volume() / "logs" / SERIES_RUN / f"worker-{i}.log").read_text()
+    logs = [(own.volume() / "logs" / SERIES_RUN / f"worker-{i}.log").read_text() for i in range(2)]
+    for i, log in enumerate(logs):
         ends = [int(n) for n in re.findall(rf"\]: epoch (\d+)/{SERIES_EPOCHS} end ", log)]
         assert ends == list(range(1, SERIES_EPOCHS + 1)), (i, ends, log[-3000:])
-    resumed = (own.volume() / "logs" / SERIES_RUN / "worker-1.log").read_text()
-    assert re.search(rf"resumed from backup at epoch ({KILL_AFTER + 1}|{KILL_AFTER + 2})/{SERIES_EPOCHS}", resumed), \
-        resumed[-3000:]
+    # ...and the killed worker went on from the epoch after the last one it had finished.
+    resumed = re.search(rf"\]: resumed from backup at epoch (\d+)/{SERIES_EPOCHS}\n", logs[1])
+    assert resumed, logs[1][-3000:]
+    ended = len(re.findall(r"\]: epoch \d+/\d+ end ", logs[1][: resumed.start()]))
+    assert int(resumed[1]) == ended + 1 > KILL_AFTER, (resumed[0], ended)
+    print("series: worker 0's log", re.findall(r"^\S+ dtr_trainer\[worker-0\]: (?:epoch \d+/\d+ end|resumed).{0,24}",
+                                                logs[0], re.MULTILINE))  # fmt: skip
 
 
 # ---------------------------------------------------------------- broken files
@@ -409,7 +418,9 @@ def check_broken_submitted(own: Own, case: str) -> None:
         return
     refused = own.submits[name]
     assert (refused.returncode, refused.stdout) == (2, ""), refused
-    assert refused.stderr == f"dtr submit: {path.parent}/{broken.where(path)}: {broken.words}\n", refused.stderr
+    # Its own words: dtr's Python (3.11) says `expected ':'` where the trainer's (3.9) says `invalid syntax`.
+    assert refused.stderr.startswith(f"dtr submit: {path.parent}/{broken.where(path)}: SyntaxError: "), refused.stderr
+    assert refused.stderr.count("\n") == 1, refused.stderr
 
 
 # ---------------------------------------------------------------- an image of one's own
