@@ -84,7 +84,7 @@ STEPS: tuple[Step, ...] = (
     Step("e2e", make("test-e2e"), "dtr run end to end", budget=75, tier=True),
     Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=60, tier=True,
          after=("images",)),
-    Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=540, tier=True, node=True,
+    Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=660, tier=True, node=True,
          after=("node start",)),
     Step("node faults", pytest(NODE_FAULTS), "kubelet, containerd, a reboot, OOM, volumes, on the shared node",
          budget=180, tier=True, node=True, after=("reliability",)),

@@ -117,7 +117,9 @@ USER_CODE_ERROR = _status("UserCodeError", FAILED, True,
     "(`spec.training.code`) does not import, lacks `build_model` or `load_data`, returns the wrong thing, its "
     "model does not fit its data, or it raised. The message is that worker's one line, naming the file, line "
     "and error, then the worker: `my_model.py:12 in load_data: ValueError: ... (worker wine-worker-0, exit "
-    f"code {exits.USER_CODE})`. Permanent: change the code and create a new run")  # fmt: skip
+    f"code {exits.USER_CODE})`. Permanent: change the code and create a new run. Under `restartPolicy: "
+    "OnFailure` the operator, seeing the error in the chief's log, sets the TFJob's backoffLimit to 0, so it "
+    "fails at the first restart rather than after `backoffLimit` restarts")  # fmt: skip
 IMAGE_NOT_ALLOWED = _status("ImageNotAllowed", FAILED, True,
     "`spec.image` is neither the operator's default trainer image nor matched by its `--allowed-images` "
     "patterns; nothing was created. The message names the flag and the patterns "

@@ -7,7 +7,8 @@ for one run:
 - tfjob_event: its TFJob changed (or vanished): mirror that into the run's status.
 - seen: a watch event of a run: the in-memory trackers below, for the metrics and the two checks.
 - check_waiting_pods: a run waiting for its worker pods: say why they cannot start.
-- poll_progress: a Running run: its chief's last finished epoch into status.progress.
+- poll_progress: a Running run: its chief's last finished epoch into status.progress; a chief whose own
+  code failed: its TFJob restarts no more.
 Each reads the run once into an `ObservedRun` (the body and its parsed spec).
 
 Every status write is a merge patch guarded by the run's resourceVersion, recomputed on conflict,
@@ -24,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
+
+from dtr_contract import exits
 
 from . import metrics
 from .builders import (
@@ -69,6 +72,7 @@ from .status import (
     code_status,
     configmap_content,
     is_terminal,
+    logs_an_error,
     next_status,
     parse_epoch_end,
     running_progress,
@@ -76,6 +80,7 @@ from .status import (
     tfjob_state,
     tfjob_status,
     unparsed_status,
+    user_code_failure,
     waiting_status,
 )
 
@@ -796,3 +801,26 @@ class Reconciler:
         end = parse_epoch_end(log_text)
         if end is not None:
             self.record(run.body, lambda prev: running_progress(prev, end, now()), quiet)
+        elif logs_an_error(log_text):
+            self.restart_no_more(run)
+
+    def restart_no_more(self, run: ObservedRun) -> None:
+        """When the chief's own code failed (exit code 8: permanent), have its TFJob fail at the next restart.
+
+        Under restartPolicy OnFailure the kubelet restarts it anyway, with a growing back-off, until the TFJob's
+        backoffLimit: a minute and more of the same error. With backoffLimit 0 the training-operator fails the
+        TFJob once any worker has restarted, and the run fails as for any failed TFJob: UserCodeError, its
+        pods released. An API error is logged: the backoffLimit the run asked for still ends it.
+        """
+        spec = run.spec
+        try:
+            pod = self.kube.get_pod(spec.namespace, worker_pod_name(spec, 0))
+            if pod is None or user_code_failure([pod]) is None:
+                return
+            self.kube.patch_tfjob_run_policy(spec.namespace, spec.tfjob_name, backoffLimit=0)
+        except ApiError as err:
+            log.warning("run %s/%s: its code failed, but TFJob %s was not told to stop restarting: %s",
+                        spec.namespace, spec.name, spec.tfjob_name, err)  # fmt: skip
+            return
+        log.info("run %s/%s: its code failed (exit code %d); TFJob %s fails at the next restart (backoffLimit 0)",
+                 spec.namespace, spec.name, exits.USER_CODE, spec.tfjob_name)  # fmt: skip

@@ -217,6 +217,12 @@ def user_code_failure(pods: Sequence[Mapping[str, Any]]) -> str | None:
     return None
 
 
+def logs_an_error(log_text: str) -> bool:
+    """Whether a worker's log holds the trainer's one-line error: it has exited, and its pod says with which
+    code (user_code_failure)."""
+    return any(_ERROR_PREFIX.match(line) for line in log_text.splitlines())
+
+
 # A container waiting for one of these will not start by itself: the kubelet retries, nothing changes
 # until someone fixes the image, the pull secret or the pod's configuration.
 STUCK_REASONS = frozenset({

@@ -8,27 +8,15 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 from dtr_contract import layout
 
-from support.node import RESTRICTED, RealNode
+from support.node import RESTRICTED, RealNode, dtr
 from support.runs import digits_run
 
-DTR = Path(sys.executable).parent / "dtr"
 TRANSFER_PODS = "app.kubernetes.io/name=dtr-transfer"
 CLAIM, MODEL, RUN = "transfer", "fetched", "fetch"
-
-
-def dtr(real_node: RealNode, namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KUBECONFIG": str(real_node.cluster.kubeconfig)}
-    t0 = time.monotonic()
-    proc = subprocess.run([str(DTR), *args, "-n", namespace], capture_output=True, text=True, env=env, timeout=300,
-                          check=False)  # fmt: skip
-    print(f"dtr {' '.join(args[:2])}: exit {proc.returncode} in {time.monotonic() - t0:.1f} s")
-    return proc
 
 
 def tree(root: Path) -> dict[str, bytes]:

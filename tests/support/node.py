@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ TRAINER_PYTHON = os.environ.get("DTR_TRAINER_PYTHON") or str(REPO / ".venv" / "t
 RESTRICTED = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
 JOB_LABEL = "training.kubeflow.org/job-name"
 OPERATOR_SELECTOR = "app.kubernetes.io/name=dtr-operator"
+DTR = Path(sys.executable).parent / "dtr"  # the op environment's console script
 
 
 @dataclass
@@ -101,6 +103,16 @@ class RealNode:
         for component in realnode.COMPONENTS:
             parts.append(f"--- {component} log ---\n{cp.tail(self.node.log_file(component), 20)}")
         return "\n".join(parts)
+
+
+def dtr(real_node: RealNode, namespace: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`dtr ARGS -n NAMESPACE` as a user runs it (the op environment's console script), timed on stdout."""
+    env = {**os.environ, "KUBECONFIG": str(real_node.cluster.kubeconfig)}
+    t0 = time.monotonic()
+    proc = subprocess.run([str(DTR), *args, "-n", namespace], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)  # fmt: skip
+    print(f"dtr {' '.join(args[:2])}: exit {proc.returncode} in {time.monotonic() - t0:.1f} s")
+    return proc
 
 
 def tensorflow_status(pod: dict[str, Any]) -> dict[str, Any]:

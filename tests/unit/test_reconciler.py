@@ -26,6 +26,10 @@ class FakeKube:
         self.conflicts = conflicts  # status writes refused as stale before one passes
         self.writes: list[tuple[str, dict[str, Any], str | None]] = []  # name, patch, resourceVersion
         self.log_error: ApiError | None = None
+        self.log_text: str | None = None  # the chief's log
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.patch_error: ApiError | None = None
+        self.run_policy_patches: list[tuple[str, dict[str, Any]]] = []  # TFJob name, fields
 
     def patch_run_status(self, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None) -> None:
         if self.conflicts:
@@ -39,7 +43,16 @@ class FakeKube:
     def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None = None) -> str | None:
         if self.log_error is not None:
             raise self.log_error
-        return None
+        return self.log_text
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get(name)
+
+    def patch_tfjob_run_policy(self, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
+        if self.patch_error is not None:
+            raise self.patch_error
+        self.run_policy_patches.append((name, fields))
+        return {}
 
 
 def reconciler(kube: FakeKube) -> tuple[Reconciler, list[Event]]:
@@ -158,4 +171,55 @@ def test_a_progress_refusal_is_said_once_per_run_and_status(caplog: pytest.LogCa
     said = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(said) == 1 and "RBAC needs get on pods/log" in said[0].getMessage()
     assert len(caplog.records) == 3, "the repeats go to the debug log"
+    assert kube.writes == []
+
+
+# ---- a chief whose own code failed ---------------------------------------------------------------
+
+ERROR_LOG = ("dtr_trainer[worker-0]: 2 worker(s), 2 replica(s), global batch 32\n"
+             "dtr_trainer[worker-0]: error: wine_model.py:30: SyntaxError: invalid syntax\n")  # fmt: skip
+
+
+def chief(exit_code: int, state: str = "lastState") -> dict[str, Any]:
+    """The chief's pod after its container exited (under OnFailure: lastState once restarted, else state)."""
+    terminated = {"exitCode": exit_code, "message": "dtr_trainer[worker-0]: error: wine_model.py:30: SyntaxError"}
+    return {"metadata": {"name": "mnist-cnn-worker-0"}, "status": {"phase": "Running", "containerStatuses": [
+        {"name": "tensorflow", "restartCount": 0, state: {"terminated": terminated}}]}}  # fmt: skip
+
+
+@pytest.mark.parametrize("state", ["state", "lastState"])
+def test_a_chief_whose_code_failed_has_its_tfjob_fail_at_the_next_restart(state: str, caplog: pytest.LogCaptureFixture):
+    kube = FakeKube()
+    kube.log_text, kube.pods["mnist-cnn-worker-0"] = ERROR_LOG, chief(8, state)
+    rec, events = reconciler(kube)
+    with caplog.at_level(logging.INFO, logger="dtr_operator.reconcile"):
+        rec.poll_progress(run({"phase": "Running", "reason": "TFJobRunning"}))
+    assert kube.run_policy_patches == [("mnist-cnn", {"backoffLimit": 0})]
+    assert "its code failed (exit code 8); TFJob mnist-cnn fails at the next restart" in caplog.text
+    assert kube.writes == [] and events == [], "the run fails as its TFJob does"
+
+
+@pytest.mark.parametrize("log_text, pod", [
+    (ERROR_LOG, chief(5)),  # another permanent error: the run's backoffLimit, as before
+    (ERROR_LOG, None),  # the pod is gone
+    ("dtr_trainer[worker-0]: epoch 1/3 begin\n", chief(8)),  # no error line: the pod is not read
+])  # fmt: skip
+def test_a_chief_that_did_not_fail_with_its_code_keeps_the_runs_backoff_limit(log_text: str, pod: Any):
+    kube = FakeKube()
+    kube.log_text = log_text
+    if pod is not None:
+        kube.pods["mnist-cnn-worker-0"] = pod
+    rec, _ = reconciler(kube)
+    rec.poll_progress(run({"phase": "Running", "reason": "TFJobRunning"}))
+    assert kube.run_policy_patches == []
+
+
+def test_a_refused_backoff_limit_patch_is_said_and_the_run_goes_on(caplog: pytest.LogCaptureFixture):
+    kube = FakeKube()
+    kube.log_text, kube.pods["mnist-cnn-worker-0"] = ERROR_LOG, chief(8)
+    kube.patch_error = ApiError(403, "Forbidden", "tfjobs is forbidden")
+    rec, _ = reconciler(kube)
+    with caplog.at_level(logging.WARNING, logger="dtr_operator.reconcile"):
+        rec.poll_progress(run({"phase": "Running", "reason": "TFJobRunning"}))
+    assert "its code failed, but TFJob mnist-cnn was not told to stop restarting" in caplog.text
     assert kube.writes == []
