@@ -241,10 +241,18 @@ def submit_all(own: Own, pool: ThreadPoolExecutor) -> None:
     }))  # fmt: skip
 
 
-def kill_series_worker(own: Own) -> float:
-    """SIGKILL series' worker 1 once KILL_AFTER epochs have ended (and been backed up); when, from submit."""
-    pod = f"{SERIES_RUN}-worker-1"
-    own.real_node.wait_log(own.namespace, pod, f"epoch {KILL_AFTER}/{SERIES_EPOCHS} end", timeout=600)
+def kill_series_worker(own: Own) -> float | None:
+    """SIGKILL series' worker 1 once KILL_AFTER epochs have ended (and been backed up): seconds from its submit,
+    or None when the run finished first."""
+    pod, line = f"{SERIES_RUN}-worker-1", f"epoch {KILL_AFTER}/{SERIES_EPOCHS} end"
+
+    def due() -> str | None:
+        if (own.watch.status.get(SERIES_RUN) or {}).get("phase") in ("Succeeded", "Failed"):
+            return "finished"
+        return "due" if line in own.real_node.logs(own.namespace, pod) else None
+
+    if wait_for(due, f"{line!r} in {pod}'s log", timeout=600, interval=1) == "finished":
+        return None
     own.real_node.kill_container(own.namespace, pod)
     return time.monotonic() - own.submitted[SERIES_RUN]
 
@@ -371,9 +379,15 @@ def test_the_series_regression_reads_a_csv_directory_reports_mae_and_resumes_a_k
     assert score["mse"] < 0.3 * score["mean_predictor_mse"], score
     check_lineage(model, SERIES, st)
 
-    # Worker 1 was killed after epoch KILL_AFTER: restarted, it resumed from the backup, and the logs each
-    # worker keeps on the volume (appended across restarts) end every epoch exactly once.
-    own.times["series: worker 1 killed, from submit"] = own.background["kill"].result()
+    check_resumed_every_epoch_once(own, st)
+
+
+def check_resumed_every_epoch_once(own: Own, st: dict[str, Any]) -> None:
+    """Worker 1, killed after epoch KILL_AFTER, restarted and resumed from the backup; the logs each worker keeps
+    on the volume (appended across restarts) end every epoch exactly once."""
+    killed = own.background["kill"].result()
+    assert killed is not None, "the run finished before its worker was killed"
+    own.times["series: worker 1 killed, from submit"] = killed
     assert st["workerRestarts"] >= 1, st
     assert st["progress"]["epochsDone"] == f"{SERIES_EPOCHS}/{SERIES_EPOCHS}", st["progress"]
     logs = [(own.volume() / "logs" / SERIES_RUN / f"worker-{i}.log").read_text() for i in range(2)]
