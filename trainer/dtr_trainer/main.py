@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from dtr_contract import flags, layout, summary
+from dtr_contract import exits, flags, layout, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
 
 from dtr_trainer import data, export, fetch, lineage, memory, user, userdata, volume, worker_log
@@ -375,4 +375,12 @@ def _run_reporting_errors(argv: Sequence[str] | None) -> int:
 
 
 def cli() -> None:
-    sys.exit(main())
+    code = main()
+    if exits.is_retryable(code):
+        # A lost peer can leave TensorFlow's collective threads running: at interpreter shutdown they
+        # abort the process (SIGABRT, "terminate called without an active exception"), and the exit code
+        # that says why (138) is lost. Nothing is left to clean up by then: leave at once, as on SIGTERM.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
