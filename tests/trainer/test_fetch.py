@@ -340,11 +340,12 @@ def test_a_waiter_gives_up_on_a_holder_that_never_finishes(trusted, tmp_path):
     files = waiter.files
     files.target.parent.mkdir(parents=True)
     assert files.try_claim("slow")
+    files.claim.write_text("slow worker-0 (pid 1)\n")  # as another pod's trainer would have named itself
     stop = threading.Event()
 
-    def alive() -> None:  # a holder that still shows life
+    def alive() -> None:  # a holder that still shows life, as the trainer's does: by the claim's mtime
         while not stop.wait(0.05):
-            files.claim.write_text(f"slow worker-0 (pid 1) {time.monotonic()}\n")
+            files.touch_claim()
 
     threading.Thread(target=alive).start()
     try:
