@@ -84,8 +84,11 @@ STEPS: tuple[Step, ...] = (
     Step("e2e", make("test-e2e"), "dtr run end to end", budget=110, tier=True),
     Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=60, tier=True,
          after=("images",)),
+    # After integration too: the node tier's own-model runs (a dozen TF workers at once) starved the
+    # integration tier's training-operator past its 60 s waits when the two overlapped; warm, the main lane
+    # reaches the node tier about when integration ends, so the wait costs little.
     Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=660, tier=True, node=True,
-         after=("node start",)),
+         after=("node start", "integration")),
     Step("node faults", pytest(NODE_FAULTS), "kubelet, containerd, a reboot, OOM, volumes, on the shared node",
          budget=180, tier=True, node=True, after=("reliability",)),
     Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from both parts"),
