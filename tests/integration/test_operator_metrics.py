@@ -44,9 +44,11 @@ def test_metrics_move_with_runs_reconciles_and_api_errors(
         "-p", '{"status": {"hard": {"persistentvolumeclaims": "0"}, "used": {"persistentvolumeclaims": "0"}}}',
     )  # fmt: skip
     control_plane.create(run_doc("blocked", namespace))
+    # The reconcile's duration is observed when its handler returns, after the 403 it counted: wait for both.
     after = wait_for(
-        lambda: (m := op.metrics()).get('dtr_api_errors_total{status="403"}', 0) >= 1 and m,
-        "dtr_api_errors_total{status=\"403\"} after a PVC create over quota",
+        lambda: ((m := op.metrics()).get('dtr_api_errors_total{status="403"}', 0) >= 1
+                 and m.get('dtr_reconcile_seconds_count{handler="run"}', 0) >= 1 and m),
+        "dtr_api_errors_total{status=\"403\"} and a timed reconcile after a PVC create over quota",
     )
     assert after['dtr_runs{phase="Pending"}'] == 1.0, after
     assert after['dtr_reconcile_seconds_count{handler="run"}'] >= 1, after
