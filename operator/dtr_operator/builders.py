@@ -274,6 +274,9 @@ def _pod_spec(run: RunSpec) -> dict[str, Any]:
             "runAsUser": RUN_AS,
             "runAsGroup": RUN_AS,
             "fsGroup": RUN_AS,
+            # Re-permission the volume only when its root is not ours yet: never a recursive chown of a
+            # claim on every start (security review M4).
+            "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [_container(run)],

@@ -58,7 +58,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_
     except NoCredentials as err:
         raise kopf.PermanentError(str(err)) from None
     memo.reconciler = Reconciler(kube, emit, ours.trainer_image, image_refusal=ours.image_refusal,
-                                 code_refusal=ours.code_refusal)  # fmt: skip
+                                 code_refusal=ours.code_refusal, run_refusal=ours.run_refusal,
+                                 claim_refusal=ours.claim_refusal)  # fmt: skip
     _tune(settings)
     logger.info("dtr-operator: default trainer image %s", ours.trainer_image)
 

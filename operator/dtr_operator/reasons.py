@@ -129,6 +129,30 @@ USER_CODE_NOT_ALLOWED = _status("UserCodeNotAllowed", FAILED, True,
     "a run is turned off on this cluster; nothing was created. The message names the flag "
     "([operator.md](operator.md#what-a-run-lets-its-author-do)); code in an allowed image "
     "(`spec.training.code.module`) still runs")  # fmt: skip
+POD_LABEL_NOT_ALLOWED = _status("PodLabelNotAllowed", FAILED, True,
+    "a key of `spec.podLabels` is not matched by the operator's `--allowed-pod-labels` (none by default), or is "
+    "one no flag allows (add-ons' and Kubernetes' own); nothing was created. The message names the key and the "
+    "flag ([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
+POD_ANNOTATION_NOT_ALLOWED = _status("PodAnnotationNotAllowed", FAILED, True,
+    "a key of `spec.podAnnotations` is not matched by the operator's `--allowed-pod-annotations` (none by "
+    "default), or is one no flag allows (for example `sidecar.istio.io/*`); nothing was created. The message "
+    "names the key and the flag ([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
+PRIORITY_CLASS_NOT_ALLOWED = _status("PriorityClassNotAllowed", FAILED, True,
+    "`spec.priorityClassName` or `spec.schedulingPolicy.priorityClass` is not matched by the operator's "
+    "`--allowed-priority-classes` (none by default; a `system-*` class only by its exact name); nothing was "
+    "created ([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
+TOLERATION_NOT_ALLOWED = _status("TolerationNotAllowed", FAILED, True,
+    "a toleration in `spec.tolerations` tolerates a control-plane or node-role taint, a cordoned node's, or "
+    "(without a key) every taint, and the operator's `--allowed-toleration-keys` does not allow it; nothing was "
+    "created ([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
+AFFINITY_NOT_ALLOWED = _status("AffinityNotAllowed", FAILED, True,
+    "a pod (anti-)affinity term in `spec.affinity` selects pods of other namespaces (`namespaces`, "
+    "`namespaceSelector`) and the operator runs with `--cross-namespace-affinity=refused` (the default); "
+    "nothing was created ([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
+CLAIM_NOT_ALLOWED = _status("ClaimNotAllowed", FAILED, True,
+    "the PVC named in `spec.storage.claimName` does not carry the label that opens it to runs "
+    "([operator.md](operator.md#what-a-run-lets-its-author-do)) and the operator runs with `--claims=labelled` "
+    "(the default); nothing was created, the PVC is untouched. The message names the label and the flag")  # fmt: skip
 NAME_CONFLICT = _status("NameConflict", FAILED, True,
     "a TFJob or PVC with the child's name exists and does not belong to this run (left untouched)")  # fmt: skip
 TFJOB_DELETED = _status("TFJobDeleted", FAILED, True,

@@ -41,6 +41,7 @@ from .builders import (
     worker_pod_name,
 )
 from .kube import AlreadyExists, ApiError, Conflict, Kube, NotFound, ResourceMissing
+from .policy import Refusal
 from .reasons import (
     API_UNAVAILABLE,
     CODE_NOT_FOUND,
@@ -153,6 +154,20 @@ ImageCheck = Callable[[str], "str | None"]  # why a trainer image is refused, or
 CodeCheck = Callable[["str | None"], "str | None"]  # why a run's code ConfigMap (or None) is refused, or None
 
 
+PolicyCheck = Callable[[RunSpec], "Refusal | None"]  # why the operator's policy refuses what a run asks, or None
+ClaimCheck = Callable[[RunSpec, Mapping[str, Any]], "Refusal | None"]  # why a run may not mount this PVC, or None
+
+
+def any_request(run: RunSpec) -> Refusal | None:
+    """A PolicyCheck that refuses nothing."""
+    return None
+
+
+def any_claim(run: RunSpec, pvc: Mapping[str, Any]) -> Refusal | None:
+    """A ClaimCheck that refuses nothing."""
+    return None
+
+
 def any_image(image: str) -> str | None:
     """An ImageCheck that refuses none."""
     return None
@@ -218,45 +233,57 @@ def tfjob_suspended(tfjob: Mapping[str, Any]) -> bool:
     return bool(((tfjob.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
 
 
-def _suspend_action(run: RunSpec, status: Mapping[str, Any], tfjob: Mapping[str, Any]) -> Action:
+def _suspend_action(run: RunSpec, status: Mapping[str, Any], tfjob: Mapping[str, Any],
+                    refused: Record | None = None) -> Action:  # fmt: skip
     """Sync, or Suspend when spec.suspend and the TFJob disagree. A queued run's TFJob is Kueue's to
-    suspend; a finished run is left alone."""
+    suspend; a finished run is left alone. A run the settings refuse now (`refused`: an image or a request
+    banned since it started) is not resumed: it fails, its TFJob stays suspended."""
     if run.queue_name is not None or is_terminal(status) or tfjob_state(tfjob).phase in TERMINAL:
         return Sync(tfjob)
     if tfjob_suspended(tfjob) != run.suspend:
+        if not run.suspend and refused is not None:
+            message = f"{refused.state.message} (checked again on resume: the run stays suspended)"
+            return dataclasses.replace(refused, state=dataclasses.replace(refused.state, message=message))
         return Suspend(tfjob, run.suspend)
     return Sync(tfjob)
 
 
 def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed, image_refusal: str | None = None,
-           code_refusal: str | None = None) -> Action:  # fmt: skip
+           code_refusal: str | None = None, policy_refusal: Refusal | None = None,
+           claim_refusal: Refusal | None = None) -> Action:  # fmt: skip
     """The one step that makes the run's children what they should be. Pure.
 
-    image_refusal, code_refusal: why the run's trainer image, or its code sent in a ConfigMap, is not allowed
-    (checked before anything is created; a run whose TFJob exists already keeps running)."""
+    image_refusal, code_refusal, policy_refusal: why the run's trainer image, its code sent in a ConfigMap, or
+    what it asks of the cluster (policy.py) is not allowed; claim_refusal: why the PVC seen (spec.storage.claimName)
+    is not. Checked before anything is created; a run whose TFJob exists already keeps running, but is not
+    resumed with a refused image or request."""
     tfjob = seen.tfjob
     code = _code_record(run, seen.config_map)
     if tfjob is not None:
         if is_owned_by(tfjob, run.uid):
             # Created earlier (a restart, a retry, spec.suspend changed): nothing to create; catch up.
-            return _with_code(_suspend_action(run, status, tfjob), code)
+            refused = _refused(image_refusal, None, policy_refusal)
+            return _with_code(_suspend_action(run, status, tfjob, refused), code)
         return _clash("TFJob", run.tfjob_name, tfjob, run)
     if _was_created(status):
         return Record(State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run)), retry=False)
-    refused = _refused(image_refusal, code_refusal) or _code_missing(run, seen.config_map)
+    refused = _refused(image_refusal, code_refusal, policy_refusal) or _code_missing(run, seen.config_map)
     if refused is not None:
         return refused
     if run.creates_pvc:
         return _with_code(_with_own_pvc(run, seen.pvc), code)
-    return _with_code(_with_claimed_pvc(run, seen.pvc), code)
+    return _with_code(_with_claimed_pvc(run, seen.pvc, claim_refusal), code)
 
 
-def _refused(image_refusal: str | None, code_refusal: str | None) -> Record | None:
+def _refused(image_refusal: str | None, code_refusal: str | None,
+             policy_refusal: Refusal | None = None) -> Record | None:  # fmt: skip
     """A run the operator's settings refuse: it fails before anything is created."""
     if image_refusal is not None:
         return Record(State(FAILED, IMAGE_NOT_ALLOWED, image_refusal), retry=False)
     if code_refusal is not None:
         return Record(State(FAILED, USER_CODE_NOT_ALLOWED, code_refusal), retry=False)
+    if policy_refusal is not None:
+        return Record(State(FAILED, policy_refusal.reason, policy_refusal.message), retry=False)
     return None
 
 
@@ -303,8 +330,9 @@ def _with_own_pvc(run: RunSpec, pvc: Mapping[str, Any] | None) -> Action:
     return _clash("PVC", run.pvc_name, pvc, run)
 
 
-def _with_claimed_pvc(run: RunSpec, pvc: Mapping[str, Any] | None) -> Action:
-    """A run that names its claim (spec.storage.claimName): wait until it exists, then create the TFJob."""
+def _with_claimed_pvc(run: RunSpec, pvc: Mapping[str, Any] | None, refusal: Refusal | None = None) -> Action:
+    """A run that names its claim (spec.storage.claimName): wait until it exists, then create the TFJob unless the
+    policy refuses that PVC (`refusal`)."""
     if pvc is None or pvc is UNREAD:
         message = (
             f"waiting for PVC {run.pvc_name} in namespace {run.namespace} (spec.storage.claimName): create it, "
@@ -313,6 +341,8 @@ def _with_claimed_pvc(run: RunSpec, pvc: Mapping[str, Any] | None) -> Action:
         return Record(State(PENDING, WAITING_FOR_PVC, message), retry=True)
     if left_by_earlier_run(pvc, run):
         return _wait_for_cleanup("PVC", run.pvc_name)
+    if refusal is not None:
+        return Record(State(FAILED, refusal.reason, refusal.message), retry=False)
     return Create(pvc=False)
 
 
@@ -468,7 +498,8 @@ class Reconciler:
     """The operator's clients, settings and memory; one per operator process, made at its startup.
 
     emit posts a Kubernetes event on a run; image_refusal and code_refusal say why a trainer image, or code sent
-    with a run in a ConfigMap, is not allowed. The
+    with a run in a ConfigMap, is not allowed; run_refusal and claim_refusal why what a run asks of the cluster, or
+    the PVC it names, is not (policy.py). The
     trackers are in memory only (a restarted operator rebuilds them from its watch of runs): the phases and
     figures of runs for the metrics, the runs waiting for their pods and the Running runs for the two
     background checks, and the progress refusals already said.
@@ -479,6 +510,8 @@ class Reconciler:
     default_image: str
     image_refusal: ImageCheck = any_image
     code_refusal: CodeCheck = any_code
+    run_refusal: PolicyCheck = any_request
+    claim_refusal: ClaimCheck = any_claim
     retries: Retries = Retries()
     waiting: WaitingRuns = field(default_factory=lambda: WaitingRuns(after=POD_CHECK_SECONDS))
     running: RunningRuns = field(default_factory=RunningRuns)
@@ -596,9 +629,10 @@ class Reconciler:
         refusal = self.image_refusal(spec.image)
         code_refusal = self.code_refusal(spec.code.config_map if spec.code else None)
         read_code = code_refusal is None and "code" not in run.status  # read until status.code says it
+        request_refusal = self.run_refusal(spec)
         for _ in range(self.retries.observations):
             seen = self.observe(spec, read_pvc, read_code)
-            action = decide(spec, run.status, seen, refusal, code_refusal)
+            action = decide(spec, run.status, seen, refusal, code_refusal, request_refusal, self._claim(spec, seen))
             if not isinstance(action, Create):
                 return self._act(run, action, created, retry)
             pvc_manifest, tfjob_manifest = children(spec)
@@ -613,6 +647,11 @@ class Reconciler:
             self._announce(run, tfjob, created, action.code)
             return None
         return self.retries.backoff(0)  # the world kept changing under us: look again shortly
+
+    def _claim(self, spec: RunSpec, seen: Observed) -> Refusal | None:
+        """Why the run may not mount the claim it names, once that PVC has been read."""
+        claimed = not spec.creates_pvc and isinstance(seen.pvc, Mapping)
+        return self.claim_refusal(spec, seen.pvc) if claimed else None
 
     def _create(self, manifest: Mapping[str, Any], what: str, created: list[str]) -> Mapping[str, Any] | None:
         """Create the object and add `what` to `created`; None when its name is taken."""

@@ -7,11 +7,13 @@ the mapping it is given.
 from __future__ import annotations
 
 import argparse
-import fnmatch
+import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .spec import DEFAULT_TRAINER_IMAGE
+from . import imageref, policy
+from .policy import Flag, Policy, Refusal
+from .spec import DEFAULT_TRAINER_IMAGE, RunSpec
 
 LOG_FORMATS = ("plain", "json")
 USER_CODE_MODES = ("allowed", "disallowed")  # runs with spec.training.code.configMap: run them, or refuse them
@@ -28,12 +30,20 @@ class Settings:
     # Trainer images a run may name in spec.image (glob patterns); empty: the default image only.
     allowed_images: tuple[str, ...] = ()
     user_code: str = "allowed"
+    policy: Policy = field(default_factory=Policy)  # what else a run may ask of the cluster (policy.py)
     verbose: bool = False
 
     def image_refusal(self, image: str) -> str | None:
         """Why a run may not use this trainer image (None: it may). Runs execute it with the operator's
-        rights to create pods in their namespace, so the cluster admin decides which images qualify."""
-        if image == self.trainer_image or any(fnmatch.fnmatchcase(image, p) for p in self.allowed_images):
+        rights to create pods in their namespace, so the cluster admin decides which images qualify. Matched on
+        normalized references (imageref.py): `distml/trainer:*` is `docker.io/distml/trainer:*`."""
+        if imageref.normalize(image) is None:
+            return (
+                f"spec.image {image!r} is not a valid image reference ([registry/]path[:tag][@digest], lower-case "
+                "path): the operator's --allowed-images (DTR_ALLOWED_IMAGES) admits only valid ones"
+            )
+        if imageref.same_image(image, self.trainer_image) or any(imageref.matches(p, image)
+                                                                  for p in self.allowed_images):
             return None
         allowed = ", ".join(self.allowed_images) if self.allowed_images else f"only the default {self.trainer_image}"
         return (
@@ -51,6 +61,14 @@ class Settings:
             "--user-code=disallowed (DTR_USER_CODE): build an image FROM the trainer image with your module and "
             "name it in spec.training.code.module (it must pass --allowed-images), or ask a cluster admin"
         )
+
+    def run_refusal(self, run: RunSpec) -> Refusal | None:
+        """Why the run may not ask the cluster for what its spec asks (policy.py; None: it may)."""
+        return policy.run_refusal(run, self.policy)
+
+    def claim_refusal(self, run: RunSpec, pvc: Mapping[str, object]) -> Refusal | None:
+        """Why the run may not mount the existing PVC it names (policy.py; None: it may)."""
+        return policy.claim_refusal(run, pvc, self.policy)
 
     @property
     def all_namespaces(self) -> bool:
@@ -95,6 +113,56 @@ def _patterns(value: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in value.split(",") if p.strip())
 
 
+def _image_patterns(value: str, name: str) -> tuple[str, ...]:
+    patterns = _patterns(value)
+    bad = [p for p in patterns if imageref.normalize_pattern(p) is None]
+    if bad:
+        raise SettingsError(f"{name}: {bad[0]!r} is not an image reference pattern ([registry/]path[:tag][@digest], "
+                            "with * or ? inside a component)")  # fmt: skip
+    return patterns
+
+
+def _choice(value: str, name: str, choices: tuple[str, str]) -> bool:
+    """A two-way flag: whether it is the first choice."""
+    if value not in choices:
+        raise SettingsError(f"{name}: must be {' or '.join(choices)}, got {value!r}")
+    return value == choices[0]
+
+
+AFFINITY_CHOICES = (policy.ALLOWED, policy.REFUSED)
+CLAIM_CHOICES = (policy.ANY, policy.LABELLED)
+_POLICY_LISTS = {  # Policy's field -> its flag, for the comma-separated lists of globs
+    "pod_labels": policy.POD_LABELS, "pod_annotations": policy.POD_ANNOTATIONS,
+    "priority_classes": policy.PRIORITY_CLASSES, "toleration_keys": policy.TOLERATION_KEYS,
+}  # fmt: skip
+
+
+def _attr(flag: Flag) -> str:
+    return flag.option.replace("-", "_")
+
+
+def policy_from_env(env: Mapping[str, str]) -> Policy:
+    lists = {attr: _patterns(env.get(flag.env, "")) for attr, flag in _POLICY_LISTS.items()}
+    affinity = env.get(policy.CROSS_NAMESPACE_AFFINITY.env) or policy.REFUSED
+    claims = env.get(policy.CLAIMS.env) or policy.LABELLED
+    any_claim = _choice(claims, policy.CLAIMS.env, CLAIM_CHOICES)
+    return Policy(**lists,
+                  cross_namespace_affinity=_choice(affinity, policy.CROSS_NAMESPACE_AFFINITY.env, AFFINITY_CHOICES),
+                  claims=policy.ANY if any_claim else policy.LABELLED)  # fmt: skip
+
+
+def _policy_from_args(args: argparse.Namespace, base: Policy) -> Policy:
+    """The flags given over the environment's policy (base)."""
+    given = {attr: _patterns(getattr(args, _attr(flag))) for attr, flag in _POLICY_LISTS.items()
+             if getattr(args, _attr(flag)) is not None}  # fmt: skip
+    affinity = getattr(args, _attr(policy.CROSS_NAMESPACE_AFFINITY))
+    if affinity is not None:
+        given["cross_namespace_affinity"] = affinity == policy.ALLOWED
+    if args.claims is not None:
+        given["claims"] = args.claims
+    return dataclasses.replace(base, **given)
+
+
 def default_trainer_image(env: Mapping[str, str]) -> str:
     """--trainer-image's default: DTR_TRAINER_IMAGE, else the built-in image (also the image of dtr's transfer
     pods, dtr data put and dtr model get)."""
@@ -113,8 +181,9 @@ def from_env(env: Mapping[str, str]) -> Settings:
         liveness_port=_port(env.get("DTR_LIVENESS_PORT", "8080") or "8080", "DTR_LIVENESS_PORT"),
         metrics_port=_port(env.get("DTR_METRICS_PORT", "9090") or "9090", "DTR_METRICS_PORT"),
         progress_interval=_seconds(env.get("DTR_PROGRESS_INTERVAL", "5") or "5", "DTR_PROGRESS_INTERVAL"),
-        allowed_images=_patterns(env.get("DTR_ALLOWED_IMAGES", "")),
+        allowed_images=_image_patterns(env.get("DTR_ALLOWED_IMAGES", ""), "DTR_ALLOWED_IMAGES"),
         user_code=_user_code(env.get("DTR_USER_CODE") or "allowed", "DTR_USER_CODE"),
+        policy=policy_from_env(env),
     )
 
 
@@ -141,8 +210,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allowed-images", metavar="PATTERNS",
         help="trainer images a run may name in spec.image, comma-separated glob patterns such as "
-        "'registry.example.com/ml/*'; the default image is always allowed; empty: only the default "
-        "(env DTR_ALLOWED_IMAGES)",
+        "'registry.example.com/ml/*', matched on normalized references (no registry: docker.io) where * and ? "
+        "never cross '/'; the default image is always allowed; empty: only the default (env DTR_ALLOWED_IMAGES)",
     )  # fmt: skip
     parser.add_argument(
         "--user-code", choices=USER_CODE_MODES,
@@ -150,7 +219,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "disallowed: such runs fail (UserCodeNotAllowed), code in an allowed image still runs "
         "(env DTR_USER_CODE; default allowed)",
     )  # fmt: skip
+    _add_policy_arguments(parser)
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+
+
+def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of policy.py: what a run may ask of the cluster beyond its pods (none of it by default)."""
+    refused = "; keys that steer add-ons or belong to Kubernetes are refused whatever this says"
+    lists = {
+        policy.POD_LABELS: f"label keys a run may put on its pods (spec.podLabels){refused}",
+        policy.POD_ANNOTATIONS: f"annotation keys a run may put on its pods (spec.podAnnotations){refused}",
+        policy.PRIORITY_CLASSES: "PriorityClasses a run may name (spec.priorityClassName, "
+        "spec.schedulingPolicy.priorityClass); a system- class only by its exact name",
+        policy.TOLERATION_KEYS: "control-plane, node-role and cordoned-node taint keys a run may tolerate; '*' also "
+        "allows the key-less toleration of every taint",
+    }  # fmt: skip
+    for flag, what in lists.items():
+        parser.add_argument(f"--{flag.option}", metavar="PATTERNS",
+                            help=f"{what}; comma-separated globs, empty: none (env {flag.env})")  # fmt: skip
+    parser.add_argument(
+        f"--{policy.CROSS_NAMESPACE_AFFINITY.option}", choices=AFFINITY_CHOICES,
+        help="whether a run's pod (anti-)affinity terms may select pods of other namespaces "
+        f"(env {policy.CROSS_NAMESPACE_AFFINITY.env}; default {policy.REFUSED})",
+    )  # fmt: skip
+    parser.add_argument(
+        f"--{policy.CLAIMS.option}", choices=CLAIM_CHOICES,
+        help=f"which PVCs a run may name in spec.storage.claimName: {policy.LABELLED}, those labelled "
+        f"{policy.CLAIM_LABEL}={policy.CLAIM_LABEL_VALUE}; {policy.ANY}, any of its namespace "
+        f"(env {policy.CLAIMS.env}; default {policy.LABELLED})",
+    )  # fmt: skip
 
 
 def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
@@ -163,8 +260,10 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
         liveness_port=_port(args.liveness_port, "--liveness-port") if args.liveness_port else base.liveness_port,
         metrics_port=_port(args.metrics_port, "--metrics-port") if args.metrics_port else base.metrics_port,
         progress_interval=_seconds(interval, "--progress-interval") if interval else base.progress_interval,
-        allowed_images=_patterns(args.allowed_images) if args.allowed_images is not None else base.allowed_images,
+        allowed_images=(_image_patterns(args.allowed_images, "--allowed-images") if args.allowed_images is not None
+                        else base.allowed_images),
         user_code=args.user_code or base.user_code,
+        policy=_policy_from_args(args, base.policy),
         verbose=bool(args.verbose),
     )
 

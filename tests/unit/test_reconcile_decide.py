@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 from dtr_operator import reconcile
+from dtr_operator.policy import Refusal
 from dtr_operator.reconcile import UNREAD, Create, Observed, Record, Sync, decide
 from dtr_operator.spec import parse_run
+from dtr_operator.status import FAILED, State
 
 from support.runs import make_run
 
@@ -175,6 +177,34 @@ def test_an_image_the_operator_does_not_allow_fails_the_run_before_anything_is_c
 def test_a_run_already_running_is_not_stopped_by_a_later_allow_list():
     tfjob = ours(suspend=False)
     assert decide(OWN, CREATED, Observed(tfjob), image_refusal="not allowed") == Sync(tfjob)
+
+
+REFUSED = Refusal("PodAnnotationNotAllowed", "spec.podAnnotations key x is not allowed by --allowed-pod-annotations")
+
+
+def test_a_request_the_policy_refuses_fails_the_run_before_anything_is_created():
+    assert decide(OWN, {}, Observed(None), policy_refusal=REFUSED) == Record(
+        State(FAILED, REFUSED.reason, REFUSED.message), retry=False)
+    assert reason(decide(CLAIMED, {}, Observed(None, None), policy_refusal=REFUSED)) == (REFUSED.reason, False)
+
+
+def test_a_claim_the_policy_refuses_fails_the_run_once_the_claim_is_seen():
+    claim = Refusal("ClaimNotAllowed", "spec.storage.claimName shared: not labelled")
+    assert reason(decide(CLAIMED, {}, Observed(None, None), claim_refusal=claim)) == ("WaitingForPVC", True)
+    assert decide(CLAIMED, {}, Observed(None, obj()), claim_refusal=claim) == Record(
+        State(FAILED, "ClaimNotAllowed", claim.message), retry=False)
+    assert decide(CLAIMED, {}, Observed(None, obj())) == Create(pvc=False)
+
+
+@pytest.mark.parametrize("refusals", [{"image_refusal": "spec.image x is not allowed"}, {"policy_refusal": REFUSED}])
+def test_a_suspended_run_refused_since_it_started_is_not_resumed(refusals):
+    tfjob = ours(suspend=True)
+    action = decide(OWN, CREATED, Observed(tfjob), **refusals)
+    assert isinstance(action, Record) and action.state.phase == FAILED and not action.retry
+    assert action.state.message.endswith("(checked again on resume: the run stays suspended)")
+    assert decide(SUSPENDED_RUN, CREATED, Observed(tfjob), **refusals) == Sync(tfjob)  # still suspended: no news
+    running = ours(suspend=False)
+    assert decide(OWN, CREATED, Observed(running), **refusals) == Sync(running)  # never stopped mid-training
 
 
 # ---- a failed run's pods that still run ---------------------------------------------------------

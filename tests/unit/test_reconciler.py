@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from dtr_operator.kube import ApiError, Conflict
 from dtr_operator.reconcile import Reconciler
+from dtr_operator.settings import Settings
 
 from support.runs import make_run
 
@@ -223,3 +224,32 @@ def test_a_refused_backoff_limit_patch_is_said_and_the_run_goes_on(caplog: pytes
         rec.poll_progress(run({"phase": "Running", "reason": "TFJobRunning"}))
     assert "its code failed, but TFJob mnist-cnn was not told to stop restarting" in caplog.text
     assert kube.writes == []
+
+
+class ChildKube(FakeKube):
+    """Also the reads of a run's children; a create fails the test (the refusals come before any)."""
+
+    def __init__(self, pvc: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.pvc = pvc
+
+    def get_tfjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None
+
+    def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pvc
+
+
+@pytest.mark.parametrize("spec, pvc, reason", [
+    ({"workers": 1, "podAnnotations": {"sidecar.istio.io/proxyImage": "evil.example/x:1"}}, None,
+     "PodAnnotationNotAllowed"),
+    ({"workers": 1, "storage": {"claimName": "postgres-data"}}, {"metadata": {"name": "postgres-data"}},
+     "ClaimNotAllowed"),
+])  # fmt: skip
+def test_the_operators_policy_fails_a_run_without_creating_anything(spec, pvc, reason):
+    kube, settings = ChildKube(pvc), Settings()
+    rec = Reconciler(kube, lambda *_: None, "distml/trainer:test", run_refusal=settings.run_refusal,  # type: ignore[arg-type]
+                     claim_refusal=settings.claim_refusal)  # fmt: skip
+    assert rec.reconcile_run(run(spec=spec)) is None
+    [(_, patch, _)] = kube.writes
+    assert (patch["phase"], patch["reason"]) == ("Failed", reason)

@@ -1,0 +1,200 @@
+"""policy.py: what a run may ask of the cluster beyond its pods, refused by default (security review H3, M1, M4).
+
+Pure decisions on a parsed spec; reconcile.decide turns each into a Failed run before anything is created
+(tests/unit/test_reconcile_decide.py), and tests/integration/test_run_author.py shows it against the API server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dtr_operator import policy, reasons
+from dtr_operator import settings as cfg
+from dtr_operator.policy import Policy, claim_refusal, run_refusal
+from dtr_operator.spec import parse_run
+
+from support.runs import UNIT_NAMESPACE, make_run
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def refusal(spec: dict[str, Any], **allowed: Any) -> policy.Refusal | None:
+    return run_refusal(parse_run(make_run(spec)), Policy(**allowed))
+
+
+def test_a_run_asking_nothing_of_the_cluster_passes_the_default_policy():
+    assert refusal({"workers": 2, "nodeSelector": {"pool": "gpu"},
+                    "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}) is None
+
+
+# ---- labels and annotations ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field, key, reason, flag", [
+    ("podLabels", "team", reasons.POD_LABEL_NOT_ALLOWED, "--allowed-pod-labels (DTR_ALLOWED_POD_LABELS)"),
+    ("podAnnotations", "example.com/note", reasons.POD_ANNOTATION_NOT_ALLOWED,
+     "--allowed-pod-annotations (DTR_ALLOWED_POD_ANNOTATIONS)"),
+])  # fmt: skip
+def test_no_label_or_annotation_key_is_allowed_by_default(field, key, reason, flag):
+    got = refusal({field: {key: "v"}})
+    assert got is not None and got.reason == reason
+    assert f"spec.{field} key {key}" in got.message and flag in got.message and ": none;" in got.message
+
+
+def test_allowed_keys_are_globs():
+    allowed = {"pod_labels": ("team", "example.com/*"), "pod_annotations": ("prometheus.io/*",)}
+    assert refusal({"podLabels": {"team": "ml", "example.com/cost": "a1"},
+                    "podAnnotations": {"prometheus.io/scrape": "true"}}, **allowed) is None  # fmt: skip
+    assert refusal({"podLabels": {"teams": "ml"}}, **allowed).reason == reasons.POD_LABEL_NOT_ALLOWED
+
+
+@pytest.mark.parametrize("key", [
+    "sidecar.istio.io/inject", "sidecar.istio.io/proxyImage", "sidecar.istio.io/userVolume", "istio.io/rev",
+    "container.apparmor.security.beta.kubernetes.io/tensorflow", "seccomp.security.alpha.kubernetes.io/pod",
+    "k8s.v1.cni.cncf.io/networks", "v1.multus-cni.io/default-network", "cni.projectcalico.org/ipAddrs",
+    "vault.hashicorp.com/agent-inject", "linkerd.io/inject", "config.linkerd.io/proxy-image",
+    "azure.workload.identity/use", "kubernetes.io/egress-bandwidth", "cluster-autoscaler.kubernetes.io/safe-to-evict",
+    "k8s.io/x", "scheduling.k8s.io/group-name", "kueue.x-k8s.io/queue-name", "dapr.io/sidecar-image",
+    "scheduling.volcano.sh/queue-name",
+])  # fmt: skip
+def test_keys_that_steer_add_ons_or_belong_to_kubernetes_are_refused_even_when_allowed(key):
+    for field, attr in (("podLabels", "pod_labels"), ("podAnnotations", "pod_annotations")):
+        value = "true" if field == "podLabels" else '[{"name": "h", "hostPath": {"path": "/"}}]'
+        got = refusal({field: {key: value}}, **{attr: ("*",)})
+        assert got is not None and "refused whatever the operator's flags say" in got.message, (field, key)
+
+
+def test_recommended_labels_may_be_allowed():
+    assert refusal({"podLabels": {"app.kubernetes.io/part-of": "fraud"}}, pod_labels=("app.kubernetes.io/*",)) is None
+    assert not policy.refused_key("app.kubernetes.io/name") and policy.refused_key("node.kubernetes.io/x")
+
+
+# ---- priority classes ---------------------------------------------------------------------------
+
+
+def test_no_priority_class_is_allowed_by_default():
+    got = refusal({"priorityClassName": "batch-low"})
+    assert got is not None and got.reason == reasons.PRIORITY_CLASS_NOT_ALLOWED
+    assert "spec.priorityClassName batch-low" in got.message and "--allowed-priority-classes" in got.message
+
+
+def test_system_priority_classes_need_their_exact_name():
+    assert refusal({"priorityClassName": "batch-low"}, priority_classes=("batch-*",)) is None
+    for pattern in ("*", "system-*", "system-node-*"):
+        got = refusal({"priorityClassName": "system-node-critical"}, priority_classes=(pattern,))
+        assert got is not None and got.reason == reasons.PRIORITY_CLASS_NOT_ALLOWED, pattern
+    assert refusal({"priorityClassName": "system-node-critical"}, priority_classes=("system-node-critical",)) is None
+
+
+def test_the_gang_schedulers_priority_class_is_held_to_the_same_list():
+    got = refusal({"schedulingPolicy": {"priorityClass": "system-cluster-critical"}}, priority_classes=("*",))
+    assert got is not None and "spec.schedulingPolicy.priorityClass system-cluster-critical" in got.message
+
+
+# ---- tolerations --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("toleration, words", [
+    ({"operator": "Exists"}, "no key (it tolerates every taint)"),
+    ({"key": "", "operator": "Exists", "effect": "NoSchedule"}, "no key"),
+    ({"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+     "key node-role.kubernetes.io/control-plane"),
+    ({"key": "node-role.kubernetes.io/master", "operator": "Exists"}, "key node-role.kubernetes.io/master"),
+    ({"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}, "key node.kubernetes.io/unschedulable"),
+])  # fmt: skip
+def test_tolerations_of_the_control_plane_or_every_taint_are_refused_by_default(toleration, words):
+    got = refusal({"tolerations": [{"key": "gpu", "operator": "Exists"}, toleration]})
+    assert got is not None and got.reason == reasons.TOLERATION_NOT_ALLOWED
+    assert f"spec.tolerations[1] with {words}" in got.message and "--allowed-toleration-keys" in got.message
+
+
+def test_tolerations_allowed_by_key_and_the_keyless_one_only_by_star():
+    control_plane = {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}
+    assert refusal({"tolerations": [control_plane]}, toleration_keys=("node-role.kubernetes.io/*",)) is None
+    assert refusal({"tolerations": [{"operator": "Exists"}]}, toleration_keys=("node-role.kubernetes.io/*",))
+    assert refusal({"tolerations": [{"operator": "Exists"}]}, toleration_keys=("*",)) is None
+
+
+# ---- affinity -----------------------------------------------------------------------------------
+
+
+def _term(**extra: Any) -> dict[str, Any]:
+    return {"topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "Exists"}]}, **extra}
+
+
+@pytest.mark.parametrize("affinity, path", [
+    ({"podAntiAffinity": {policy.REQUIRED: [_term(namespaceSelector={})]}}, f"podAntiAffinity.{policy.REQUIRED}[0]"),
+    ({"podAffinity": {policy.REQUIRED: [_term(), _term(namespaces=["kube-system"])]}},
+     f"podAffinity.{policy.REQUIRED}[1]"),
+    ({"podAntiAffinity": {policy.PREFERRED: [{"weight": 1, "podAffinityTerm": _term(namespaceSelector={
+        "matchLabels": {"team": "b"}})}]}}, f"podAntiAffinity.{policy.PREFERRED}[0].podAffinityTerm"),
+])  # fmt: skip
+def test_affinity_terms_reaching_other_namespaces_are_refused_by_default(affinity, path):
+    got = refusal({"affinity": affinity})
+    assert got is not None and got.reason == reasons.AFFINITY_NOT_ALLOWED
+    assert f"spec.affinity.{path} reaches other namespaces" in got.message
+    assert "--cross-namespace-affinity (DTR_CROSS_NAMESPACE_AFFINITY)" in got.message
+    assert refusal({"affinity": affinity}, cross_namespace_affinity=True) is None
+
+
+def test_affinity_within_the_runs_namespace_is_fine():
+    own = {"podAntiAffinity": {policy.REQUIRED: [_term(namespaces=[UNIT_NAMESPACE])],
+                               policy.PREFERRED: [{"weight": 1, "podAffinityTerm": _term()}]},
+           "nodeAffinity": {policy.REQUIRED: {"nodeSelectorTerms": []}}}  # fmt: skip
+    assert refusal({"affinity": own}) is None
+
+
+# ---- claims -------------------------------------------------------------------------------------
+
+
+def _pvc(labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": "shared", "labels": labels or {}}}
+
+
+def test_only_claims_labelled_for_runs_may_be_named():
+    run = parse_run(make_run({"storage": {"claimName": "shared"}}))
+    got = claim_refusal(run, _pvc(), Policy())
+    assert got is not None and got.reason == reasons.CLAIM_NOT_ALLOWED
+    assert "spec.storage.claimName shared" in got.message and "--claims (DTR_CLAIMS)=labelled" in got.message
+    assert f"kubectl label pvc shared {policy.CLAIM_LABEL}={policy.CLAIM_LABEL_VALUE}" in got.message
+    assert claim_refusal(run, _pvc({policy.CLAIM_LABEL: "no"}), Policy()) is not None
+    assert claim_refusal(run, _pvc({policy.CLAIM_LABEL: policy.CLAIM_LABEL_VALUE}), Policy()) is None
+    assert claim_refusal(run, _pvc(), Policy(claims=policy.ANY)) is None
+
+
+def test_the_claim_label_is_the_one_docs_operator_md_tells_admins_to_set():
+    text = (REPO / "docs" / "operator.md").read_text()
+    assert f"{policy.CLAIM_LABEL}={policy.CLAIM_LABEL_VALUE}" in text
+
+
+# ---- the flags ----------------------------------------------------------------------------------
+
+
+def test_the_policy_flags_default_to_refusing_and_read_env_then_flags():
+    assert cfg.from_env({}).policy == Policy()
+    env = {"DTR_ALLOWED_POD_LABELS": "team, example.com/*", "DTR_ALLOWED_PRIORITY_CLASSES": "batch-low",
+           "DTR_CROSS_NAMESPACE_AFFINITY": "allowed", "DTR_CLAIMS": "any"}  # fmt: skip
+    from_env = cfg.from_env(env).policy
+    assert from_env == Policy(pod_labels=("team", "example.com/*"), priority_classes=("batch-low",),
+                              cross_namespace_affinity=True, claims=policy.ANY)  # fmt: skip
+    parser = cfg.argparse.ArgumentParser()
+    cfg.add_arguments(parser)
+    args = parser.parse_args(["--allowed-pod-labels", "", "--allowed-toleration-keys", "*", "--claims", "labelled",
+                              "--cross-namespace-affinity", "refused"])  # fmt: skip
+    assert cfg.from_args(args, env).policy == Policy(priority_classes=("batch-low",), toleration_keys=("*",))
+
+
+@pytest.mark.parametrize("env", [{"DTR_CLAIMS": "some"}, {"DTR_CROSS_NAMESPACE_AFFINITY": "yes"}])
+def test_a_bad_policy_value_names_its_variable(env):
+    with pytest.raises(cfg.SettingsError, match=next(iter(env))):
+        cfg.from_env(env)
+
+
+def test_settings_refuse_as_the_policy_does():
+    s = cfg.from_env({"DTR_ALLOWED_POD_LABELS": "team"})
+    assert s.run_refusal(parse_run(make_run({"podLabels": {"team": "ml"}}))) is None
+    assert s.run_refusal(parse_run(make_run({"podLabels": {"sidecar.istio.io/inject": "true"}}))) is not None
+    assert s.claim_refusal(parse_run(make_run({"storage": {"claimName": "shared"}})), _pvc()) is not None
