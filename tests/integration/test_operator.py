@@ -13,6 +13,7 @@ import time
 
 import pytest
 from dtr_operator.builders import RUN_LABEL
+from dtr_operator.policy import CLAIM_LABEL, CLAIM_LABEL_VALUE
 from operator_support import (
     condition,
     create_run,
@@ -287,7 +288,7 @@ def test_a_missing_claim_waits_then_proceeds(control_plane: Cluster, namespace: 
 
     control_plane.create({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "shared", "namespace": namespace},
+        "metadata": {"name": "shared", "namespace": namespace, "labels": {CLAIM_LABEL: CLAIM_LABEL_VALUE}},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Mi"}}},
     })  # fmt: skip
     # Retries back off 5 s, 10 s, ...: the next attempt finds the claim.

@@ -7,6 +7,7 @@ import json
 import uuid
 from typing import Any
 
+import pytest
 from operator_support import (
     create_run,
     events,
@@ -95,9 +96,15 @@ def test_a_queued_run_waits_for_kueue_and_the_operator_leaves_the_hand_off_to_it
 
 
 def test_placement_and_gang_settings_reach_the_tfjob_and_its_pods(
-    control_plane: Cluster, namespace: str, operator: Operator
+    control_plane: Cluster, namespace: str, operator: Operator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     priority = f"dtr-test-{uuid.uuid4().hex[:6]}"
+    # What the run below asks of the cluster, allowed as an admin would (docs/operator.md); read at start.
+    for name, value in (("DTR_ALLOWED_POD_LABELS", "team"), ("DTR_ALLOWED_POD_ANNOTATIONS", "example.com/*"),
+                        ("DTR_ALLOWED_PRIORITY_CLASSES", priority)):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    operator.stop()
+    operator.start()
     control_plane.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                           "metadata": {"name": priority}, "value": 100})  # fmt: skip
     try:

@@ -2,8 +2,10 @@
 (impersonated), against the real API server, with the operator (default settings) running.
 
 The operator creates pods with its own rights; so whatever a run can make it do is what that user can
-do. These tests pin it down: only allowed trainer images run, the pods hold no ServiceAccount token, and
-a claimName cannot reach another namespace's volume."""
+do. These tests pin it down: only allowed trainer images run, the pods hold no ServiceAccount token, a
+claimName cannot reach another namespace's volume nor a claim of its own not labelled for runs, and what the
+operator's policy refuses (pod annotations for add-ons, control-plane tolerations, system priority classes,
+cross-namespace affinity) fails the run before anything is created (docs/operator.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from dtr_operator.policy import REQUIRED
 from operator_support import (
     get,
     items,
@@ -106,3 +109,46 @@ def test_a_claim_name_cannot_reach_another_namespaces_volume(
         wait_for(lambda: status(control_plane, namespace, "reach").get("reason") == "WaitingForPVC", "still waiting")
     finally:
         control_plane.kubectl("delete", "namespace", other, "--wait=false", check=False)
+
+
+# What the operator's default policy refuses, one run each (security review H3, M1): (name, spec, reason).
+REFUSED = (
+    ("istio-proxy", {"podAnnotations": {"sidecar.istio.io/proxyImage": "evil.example/x:1"}}, "PodAnnotationNotAllowed"),
+    ("istio-inject", {"podLabels": {"sidecar.istio.io/inject": "true"}}, "PodLabelNotAllowed"),
+    ("everywhere", {"tolerations": [{"operator": "Exists"}],
+                    "nodeSelector": {"node-role.kubernetes.io/control-plane": ""}}, "TolerationNotAllowed"),
+    ("preempt", {"priorityClassName": "system-node-critical"}, "PriorityClassNotAllowed"),
+    ("fence", {"affinity": {"podAntiAffinity": {REQUIRED: [{
+        "topologyKey": "kubernetes.io/hostname", "namespaceSelector": {},
+        "labelSelector": {"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "Exists"}]}}]}}},
+     "AffinityNotAllowed"),
+)  # fmt: skip
+
+
+def test_what_the_policy_refuses_fails_the_run_naming_field_and_flag_and_nothing_is_created(
+    control_plane: Cluster, namespace: str, author: str, operator: Operator
+) -> None:
+    for name, spec, _ in REFUSED:
+        create_as(control_plane, author, namespace, name, {"workers": 1, **spec})
+    for name, spec, reason in REFUSED:
+        st = wait_status(control_plane, namespace, name, "refused", phase="Failed", reason=reason)
+        assert f"spec.{next(iter(spec))}" in st["message"] and "operator's" in st["message"], st
+        assert get(control_plane, namespace, "tfjob", name) is None
+        assert get(control_plane, namespace, "pvc", f"{name}-data") is None
+
+
+def test_a_claim_not_labelled_for_runs_is_refused_and_left_untouched(
+    control_plane: Cluster, namespace: str, author: str, operator: Operator
+) -> None:
+    control_plane.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                          "metadata": {"name": "team-db", "namespace": namespace, "labels": {"app": "postgres"}},
+                          "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    before = get(control_plane, namespace, "pvc", "team-db")
+    create_as(control_plane, author, namespace, "borrow", {"workers": 1, "storage": {"claimName": "team-db"},
+                                                           "export": {"modelName": "prod-classifier"}})  # fmt: skip
+    st = wait_status(control_plane, namespace, "borrow", "refused", phase="Failed", reason="ClaimNotAllowed")
+    assert "spec.storage.claimName team-db" in st["message"] and "--claims (DTR_CLAIMS)" in st["message"], st
+    assert get(control_plane, namespace, "tfjob", "borrow") is None
+    after = get(control_plane, namespace, "pvc", "team-db")
+    assert after["metadata"]["labels"] == before["metadata"]["labels"]
+    assert not after["metadata"].get("ownerReferences")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from dtr_operator.policy import CLAIM_LABEL, CLAIM_LABEL_VALUE
+
 from support.node import RealNode
 from support.runs import digits_run, saved_models
 
@@ -22,7 +24,8 @@ def test_two_runs_sharing_a_claim_and_model_name_get_distinct_complete_versions_
     real_node: RealNode, namespace: str
 ) -> None:
     real_node.apply(namespace, {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared"},
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "shared", "labels": {CLAIM_LABEL: CLAIM_LABEL_VALUE}},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "256Mi"}}},
     })  # fmt: skip
     for name in ("first", "second"):

@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 from dtr_contract import exits
+from dtr_operator.policy import CLAIM_LABEL, CLAIM_LABEL_VALUE
 
 from support.node import TRAINER_PYTHON, RealNode, dtr, restricted_namespace
 from support.repo import REPO
@@ -198,7 +199,8 @@ def host(*args: str, timeout: float = 300) -> str:
 
 def make_claim(own: Own) -> None:
     own.real_node.apply(own.namespace, {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": CLAIM, "labels": {CLAIM_LABEL: CLAIM_LABEL_VALUE}},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
     })  # fmt: skip
 

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from dtr_contract import layout
+from dtr_operator.policy import CLAIM_LABEL, CLAIM_LABEL_VALUE
 
 from support.node import RESTRICTED, RealNode, dtr
 from support.runs import digits_run
@@ -48,7 +49,8 @@ def test_a_tree_put_into_a_fresh_claim_and_a_trained_version_beside_it_come_back
     labels = real_node.cluster.kubectl_json("get", "namespace", namespace)["metadata"]["labels"]
     assert RESTRICTED.items() <= labels.items(), "the transfer pods must pass Pod Security restricted"
     real_node.apply(namespace, {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": CLAIM, "labels": {CLAIM_LABEL: CLAIM_LABEL_VALUE}},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
     })  # fmt: skip
     base = layout.in_volume(layout.export_dir(MODEL))

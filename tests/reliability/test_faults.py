@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from dtr_operator.builders import RUN_LABEL
+from dtr_operator.policy import CLAIM_LABEL, CLAIM_LABEL_VALUE
 from faults import (
     bind_pods,
     plane_dir,
@@ -444,7 +445,7 @@ def test_waiting_run_proceeds_once_its_claim_appears(
     operator.kill()  # the wait survives a restart too
     operator.start()
     pvc = client.V1PersistentVolumeClaim(
-        metadata=client.V1ObjectMeta(name="late"),
+        metadata=client.V1ObjectMeta(name="late", labels={CLAIM_LABEL: CLAIM_LABEL_VALUE}),
         spec=client.V1PersistentVolumeClaimSpec(
             access_modes=["ReadWriteOnce"], resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"})
         ),

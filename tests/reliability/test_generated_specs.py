@@ -37,6 +37,7 @@ from ledger import Ledger, Record
 from specgen import (
     ENDINGS,
     IMAGE,
+    POLICY_ENV,
     PRIORITY_CLASS,
     draw_settings,
     named_fields,
@@ -112,6 +113,7 @@ def harness(control_plane: Cluster, ledger: Ledger) -> Iterator[Harness]:
                 "value": 10}  # fmt: skip
     control_plane.kubectl("apply", "-f", "-", input=json.dumps(priority))
     os.environ["DTR_TRAINER_IMAGE"] = IMAGE
+    os.environ.update(POLICY_ENV)  # read once, at the operator's start
     runner = KopfRunner(["run", "--standalone", "--namespace", namespace, "-m", "dtr_operator.handlers"], timeout=120)
     retry_log = RetryLog()
     logging.getLogger("kopf.objects").addHandler(retry_log)
@@ -123,6 +125,8 @@ def harness(control_plane: Cluster, ledger: Ledger) -> Iterator[Harness]:
             yield h
     finally:
         runner.__exit__(None, None, None)
+        for name in POLICY_ENV:
+            os.environ.pop(name, None)
         logging.getLogger("kopf.objects").removeHandler(retry_log)
         finish(h, ledger, time.monotonic() - started)
         control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dtr_operator.policy import CLAIM_LABEL, CLAIM_LABEL_VALUE
 from ledger import Ledger, Record
 from report import NODE_FAULTS as CASES
 
@@ -149,7 +150,8 @@ def host_volume(real_node: RealNode, namespace: str) -> Iterator[tuple[str, Path
                  "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(path), "type": "Directory"}},
     }))  # fmt: skip
     real_node.apply(namespace, {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "faulty"},
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "faulty", "labels": {CLAIM_LABEL: CLAIM_LABEL_VALUE}},
         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv,
                  "resources": {"requests": {"storage": "1Gi"}}},
     })  # fmt: skip

@@ -72,6 +72,7 @@ def test_pod_security_is_restricted_and_non_root():
     job = build_tfjob(run_of())
     pod = worker(job)["template"]["spec"]["securityContext"]
     assert pod["runAsNonRoot"] is True and pod["runAsUser"] == 1000 and pod["fsGroup"] == 1000
+    assert pod["fsGroupChangePolicy"] == "OnRootMismatch"  # no recursive chown of a claim on every start (M4)
     assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
     sc = container(job)["securityContext"]
     assert sc["allowPrivilegeEscalation"] is False

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from dtr_operator import policy, reasons
 from dtr_operator import settings as cfg
 from dtr_operator.policy import Policy, claim_refusal, run_refusal
@@ -198,3 +199,51 @@ def test_settings_refuse_as_the_policy_does():
     assert s.run_refusal(parse_run(make_run({"podLabels": {"team": "ml"}}))) is None
     assert s.run_refusal(parse_run(make_run({"podLabels": {"sidecar.istio.io/inject": "true"}}))) is not None
     assert s.claim_refusal(parse_run(make_run({"storage": {"claimName": "shared"}})), _pvc()) is not None
+
+
+# ---- the attack catalogue (tests/reliability/attacks/policy.yaml) -------------------------------
+
+
+def _shipped_env() -> dict[str, str]:
+    """The operator's environment as deploy/ ships it."""
+    docs = yaml.safe_load_all((REPO / "deploy" / "base" / "deployment.yaml").read_text())
+    deployment = next(d for d in docs if d and d.get("kind") == "Deployment")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _operator_refusal(attack: dict[str, Any]) -> str | None:
+    """The reason the operator, as shipped plus the attack's flags, gives the attack's run (None: none)."""
+    parser = cfg.argparse.ArgumentParser()
+    cfg.add_arguments(parser)
+    settings = cfg.from_args(parser.parse_args(attack.get("operator_args", [])), _shipped_env())
+    run = parse_run(make_run(_merged({"workers": 1}, attack["spec"])))
+    if settings.image_refusal(run.image) is not None:
+        return reasons.IMAGE_NOT_ALLOWED
+    refused = settings.run_refusal(run)
+    claims = [o for o in attack.get("objects", []) if o["kind"] == "PersistentVolumeClaim"
+              and o["metadata"]["name"] == run.storage.claim_name]  # fmt: skip
+    if refused is None and claims:
+        refused = settings.claim_refusal(run, claims[0])
+    return None if refused is None else refused.reason
+
+
+ATTACKS = yaml.safe_load((REPO / "tests" / "reliability" / "attacks" / "policy.yaml").read_text())
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a["id"] for a in ATTACKS])
+def test_every_policy_attack_is_refused_by_the_operator_with_its_reason(attack: dict[str, Any]):
+    assert attack["refused_by"] == "operator" and attack["reason"] in {r.name for r in reasons.REASONS}
+    assert _operator_refusal(attack) == attack["reason"]
+
+
+def test_the_attack_ids_are_unique():
+    ids = [a["id"] for a in ATTACKS]
+    assert len(ids) == len(set(ids))
