@@ -122,8 +122,9 @@ USER_CODE_ERROR = _status("UserCodeError", FAILED, True,
     "fails at the first restart rather than after `backoffLimit` restarts")  # fmt: skip
 IMAGE_NOT_ALLOWED = _status("ImageNotAllowed", FAILED, True,
     "`spec.image` is neither the operator's default trainer image nor matched by its `--allowed-images` "
-    "patterns; nothing was created. The message names the flag and the patterns "
-    "([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
+    "patterns (both compared as normalized references), or is not a valid image reference; nothing was created "
+    "(also checked again when a suspended run is resumed). The message names the flag and the patterns "
+    "([operator.md](operator.md#image-references-and-the-allow-list))")  # fmt: skip
 USER_CODE_NOT_ALLOWED = _status("UserCodeNotAllowed", FAILED, True,
     "`spec.training.code.configMap` is set but the operator runs with `--user-code=disallowed`: code sent with "
     "a run is turned off on this cluster; nothing was created. The message names the flag "
