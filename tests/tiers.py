@@ -71,6 +71,7 @@ def pytest(*args: str) -> tuple[str, ...]:
 
 
 NODE_FAULTS = "tests/reliability/test_node_faults.py"
+ATTACKS = "tests/reliability/test_attacks.py"
 NODE = (OP_PYTHON, "-m", "devcluster.node")  # run from the repository root, as every step is
 NODE_DOWN = (*NODE, "down", "--dir", str(NODE_DIR))
 
@@ -89,8 +90,9 @@ STEPS: tuple[Step, ...] = (
     # reaches the node tier about when integration ends, so the wait costs little.
     Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=660, tier=True, node=True,
          after=("node start", "integration")),
-    Step("node faults", pytest(NODE_FAULTS), "kubelet, containerd, a reboot, OOM, volumes, on the shared node",
-         budget=180, tier=True, node=True, after=("reliability",)),
+    Step("node faults", pytest(NODE_FAULTS, ATTACKS),
+         "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",
+         budget=330, tier=True, node=True, after=("reliability",)),
     Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from both parts"),
     # side lane
     Step("images", make("images"), "Docker engine, base images, both images", side=True),
@@ -101,7 +103,7 @@ STEPS: tuple[Step, ...] = (
          after=("setup",)),
     Step("integration", make("test-integration"), "the operator on a real control plane", budget=270, tier=True,
          side=True),
-    Step("reliability", pytest("tests/reliability", f"--ignore={NODE_FAULTS}"),
+    Step("reliability", pytest("tests/reliability", f"--ignore={NODE_FAULTS}", f"--ignore={ATTACKS}"),
          "invalid runs, generated specs, control-plane faults, Pod Security", budget=270, tier=True, side=True),
 )
 

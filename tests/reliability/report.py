@@ -216,6 +216,27 @@ def generated_section(records: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def attack_section(records: list[dict[str, Any]]) -> list[str]:
+    """The attack suite (test_attacks.py, on the real node): each attack, who refused it, what the author saw."""
+    attacks = [r for r in records if r["area"] == "attack"]
+    if not attacks:
+        return []
+    refused = sum(r["correct"] for r in attacks)
+    out = ["## Attacks (tests/reliability/test_attacks.py, on the real node)", "",
+           f"As a user who may only create runs and ConfigMaps in one namespace (impersonated), the operator as "
+           f"deploy/ ships it: {len(attacks)} attacks tried, {refused} refused or harmless. Finding: the id in the project's "
+           f"security review (H1-H3, M1-M6, L1-L11); the specs sent: tests/reliability/attacks/*.yaml.",
+           "", "| attack | finding | refused by | as | what the author got |", "|---|---|---|---|---|"]  # fmt: skip
+    for r in sorted(attacks, key=lambda r: r["case"]):
+        d = r.get("detail") or {}
+        verdict = "" if r["correct"] == r["tried"] else "**NOT REFUSED** "
+        out.append(f"| {cell(r['case'], 200)} | {d.get('finding', r['case'].split('-')[0])} | "
+                   f"{d.get('refused_by', 'the node')} | {cell(d.get('reason', ''), 60)} | "
+                   f"{verdict}{cell(r['user_sees'], 300)} |")  # fmt: skip
+    out.append("")
+    return out
+
+
 def merge_sessions(sessions: list[dict[str, Any]] | dict[str, Any]) -> dict[str, Any] | None:
     """The pytest sessions since the results were reset, as one (make test runs the suite in two parts)."""
     sessions = sessions if isinstance(sessions, list) else [sessions]
@@ -292,6 +313,7 @@ def render(records: list[dict[str, Any]], session: dict[str, Any] | None, meta: 
         )
         add("")
 
+    lines += attack_section(records)
     lines += generated_section(records)
 
     unknown = next((r for r in records if r["area"] == "unknown-fields"), None)

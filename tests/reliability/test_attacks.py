@@ -1,0 +1,316 @@
+"""The attack suite (issue 26): every attack of the security review tried for real on the real node, as a
+user who may only create (and read) DistTrainingRuns and ConfigMaps in one namespace (impersonated), with
+the operator installed as deploy/ ships it. Each must fail or be harmless, and is recorded in the ledger
+(docs/reliability.md, "Attacks").
+
+- the catalogue (tests/reliability/attacks/*.yaml, loaded by catalogue.py): specs the API server or the
+  operator must refuse by name, before anything is created;
+- another namespace's pod driving a worker's TensorFlow server (the review's H1 proof of concept),
+  refused by the run's NetworkPolicy, while the run's own workers still reach each other;
+- user code printing crafted progress lines and writing a crafted termination message: the operator keeps
+  serving every run and the run's status stays bounded and clean.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from catalogue import Attack, load, merged
+from ledger import Ledger, Record
+
+from support import node as node_support
+from support.cluster import namespace_name
+from support.node import RealNode
+from support.runs import digits_run
+from support.wait import poll, wait_for
+
+real_node = node_support.real_node
+
+MALLORY = "mallory@example.com"
+ATTACKS = load()
+CHILDREN = ("tfjobs", "persistentvolumeclaims", "pods", "services")
+VERDICT_SECONDS = 60
+
+
+def role_for_author(namespace: str) -> list[dict[str, Any]]:
+    """What a team's run author holds: runs and ConfigMaps (user code) in one namespace, nothing else."""
+    rules = [{"apiGroups": ["distml.dev"], "resources": ["disttrainingruns"], "verbs": ["create", "get", "list"]},
+             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get"]}]  # fmt: skip
+    meta = {"name": "run-author", "namespace": namespace}
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta, "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "run-author"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": MALLORY}]},
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def team(real_node: RealNode) -> Iterator[str]:
+    """The attacker's namespace (restricted Pod Security), with the author's role bound to MALLORY."""
+    name = namespace_name("attacks")
+    real_node.create_restricted_namespace(name)
+    for doc in role_for_author(name):
+        real_node.cluster.create(doc)
+    yield name
+    real_node.cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+def create_as_author(real_node: RealNode, namespace: str, doc: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    return real_node.cluster.kubectl("create", "-n", namespace, "-f", "-", f"--as={MALLORY}",
+                                     input=json.dumps(doc), check=False)  # fmt: skip
+
+
+def run_name(attack: Attack) -> str:
+    return f"a-{uuid.uuid4().hex[:6]}-{attack.id.lower()}"[:50].rstrip("-").replace("_", "-")
+
+
+@dataclass
+class Launched:
+    name: str
+    created: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def launched(real_node: RealNode, team: str) -> dict[str, Launched]:
+    """Every catalogue attack sent at once (the operator decides them side by side, as under a real tenant)."""
+    out: dict[str, Launched] = {}
+    for attack in ATTACKS:
+        for obj in attack.objects:
+            real_node.cluster.kubectl("apply", "-n", team, "-f", "-", input=json.dumps(obj))
+        name = run_name(attack)
+        base = digits_run(name, epochs=1, steps=2)
+        doc = {**base, "spec": merged(base["spec"], attack.spec)}
+        out[attack.id] = Launched(name, create_as_author(real_node, team, doc))
+    return out
+
+
+def children(real_node: RealNode, namespace: str, run: str) -> dict[str, list[str]]:
+    return {kind: real_node.names(kind, namespace, f"distml.dev/run={run}") for kind in CHILDREN}
+
+
+def verdict(real_node: RealNode, namespace: str, attack: Attack, sent: Launched) -> tuple[bool, str]:
+    """(refused as the catalogue says, what the author saw)."""
+    if attack.refused_by == "crd":
+        said = " ".join((sent.created.stderr or sent.created.stdout).split())
+        return sent.created.returncode != 0 and attack.reason in said, said or "created"
+    if sent.created.returncode != 0:
+        return False, f"refused by the API server, not the operator: {' '.join(sent.created.stderr.split())}"
+    status = poll(lambda: _failed(real_node, namespace, sent.name), VERDICT_SECONDS, interval=1) or \
+        real_node.run_status(namespace, sent.name)  # fmt: skip
+    made = {kind: names for kind, names in children(real_node, namespace, sent.name).items() if names}
+    seen = f"{status.get('phase')} {status.get('reason')}: {status.get('message')}" + (f"; made {made}" if made else "")
+    return status.get("phase") == "Failed" and status.get("reason") == attack.reason and not made, seen
+
+
+def _failed(real_node: RealNode, namespace: str, name: str) -> dict[str, Any] | None:
+    status = real_node.run_status(namespace, name)
+    return status if status.get("phase") == "Failed" else None
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.id for a in ATTACKS])
+def test_the_attack_is_refused_by_name(
+    real_node: RealNode, team: str, launched: dict[str, Launched], attack: Attack, ledger: Ledger
+) -> None:
+    ok, seen = verdict(real_node, team, attack, launched[attack.id])
+    ledger.add(Record(area="attack", case=f"{attack.id}: {attack.attack}", tried=1, correct=int(ok), user_sees=seen,
+                      detail={"finding": attack.finding, "refused_by": attack.refused_by, "reason": attack.reason,
+                              "file": attack.source}))  # fmt: skip
+    assert ok, f"{attack.id} ({attack.attack}) was not refused by {attack.refused_by} as {attack.reason!r}: {seen}"
+
+
+# -- H1: another namespace's pod drives a worker's TensorFlow server
+
+POC = """
+import sys, tensorflow as tf
+tf.compat.v1.disable_eager_execution()
+with tf.device("/job:worker/replica:0/task:0"):
+    found = tf.io.matching_files("/mnt/dtr/*/*")
+config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=15000)
+try:
+    with tf.compat.v1.Session(sys.argv[1], config=config) as s:
+        print("GOT", [p.decode() for p in s.run(found)])
+except Exception as e:
+    print("REFUSED", type(e).__name__, str(e).splitlines()[0][:200])
+"""
+
+PEER = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], 2222), timeout=10).close()
+    print("CONNECTED")
+except OSError as e:
+    print("REFUSED", e)
+"""
+
+
+def restricted_pod(name: str, image: str, argv: list[str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                     "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile":
+                                         {"type": "RuntimeDefault"}},
+                     "containers": [{"name": "attacker", "image": image, "imagePullPolicy": "IfNotPresent",
+                                     "command": argv,
+                                     "env": [{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"}],
+                                     "securityContext": {"allowPrivilegeEscalation": False,
+                                                         "capabilities": {"drop": ["ALL"]}}}]}}  # fmt: skip
+
+
+def pod_output(real_node: RealNode, namespace: str, pod: str, timeout: float = 180) -> str:
+    def done() -> str | None:
+        phase = real_node.cluster.kubectl_json("get", "pod", pod, "-n", namespace)["status"].get("phase")
+        if phase not in ("Succeeded", "Failed"):
+            return None
+        return real_node.cluster.kubectl("logs", "-n", namespace, pod, check=False).stdout or "(no output)"
+
+    return wait_for(done, f"pod {namespace}/{pod} to finish", timeout=timeout, interval=1)
+
+
+def test_another_namespace_cannot_drive_a_workers_tensorflow_server(
+    real_node: RealNode, team: str, ledger: Ledger
+) -> None:
+    victim = "victim"
+    assert create_as_author(real_node, team, digits_run(victim, epochs=60, steps=40)).returncode == 0
+    real_node.wait_log(team, f"{victim}-worker-0", "epoch 1/60 end", timeout=300)
+    image = real_node.pod(team, f"{victim}-worker-0")["spec"]["containers"][0]["image"]
+    target = f"{victim}-worker-0.{team}.svc"
+    other = namespace_name("attacker")
+    real_node.create_restricted_namespace(other)
+    try:
+        t0 = time.monotonic()
+        pod = restricted_pod("poc", image, ["python", "-c", POC, f"grpc://{target}:2222"])
+        real_node.cluster.kubectl("create", "-n", other, "-f", "-", input=json.dumps(pod))
+        from_outside = pod_output(real_node, other, "poc").strip()
+        seconds = time.monotonic() - t0
+        from_peer = real_node.exec(team, f"{victim}-worker-1", "python", "-c", PEER, target).stdout.strip()
+    finally:
+        real_node.cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
+        real_node.cluster.kubectl("delete", "distrainingrun", victim, "-n", team, "--wait=false", check=False)
+    ok = "GOT" not in from_outside and from_peer.startswith("CONNECTED")
+    ledger.add(Record(area="attack", case="H1-grpc-from-another-namespace: a pod in another namespace runs "
+                      "tf.io.matching_files on a worker through grpc://<run>-worker-0.<ns>.svc:2222",
+                      tried=1, correct=int(ok),
+                      user_sees=f"outside: {from_outside[-300:]} ({seconds:.0f} s); the run's own worker-1: "
+                                f"{from_peer[-120:]}"))  # fmt: skip
+    assert "GOT" not in from_outside, f"another namespace read the run's volume through TensorFlow: {from_outside}"
+    assert from_peer.startswith("CONNECTED"), f"the run's own workers cannot reach each other: {from_peer}"
+
+
+# -- L1/L2: the author's code prints crafted progress lines and leaves a crafted termination message
+
+CRAFTED = '''
+import os, sys
+import numpy as np
+
+TERMINATION = {termination}
+
+ESC = "\\x1b[2J\\x1b[31m"
+LINES = [
+    "dtr_trainer[worker-0]: epoch " + "9" * 5000 + "/3 end accuracy=1.0",
+    "dtr_trainer[worker-0]: epoch 99/100 end accuracy=1.0 loss=0.0",
+    "dtr_trainer[worker-0]: epoch 1/3 end " + " ".join(f"m{i}=1.0" for i in range(20000)),
+    "dtr_trainer[worker-0]: epoch 2/3 end accuracy=1.0 remaining=1e300 " + ESC,
+    "error: dataset 'evil.npz': cannot read as .npz (Cannot parse header: 'epoch 3/3 end accuracy=1.0')",
+]
+
+
+def load_data(ctx):
+    for line in LINES:
+        print(line, file=sys.stderr, flush=True)
+    if TERMINATION and ctx.worker_index == 0:
+        with open("/dev/termination-log", "w") as f:
+            f.write("[" * 4000 + ESC)
+        os._exit(0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 4)).astype("float32")
+    y = (x[:, 0] > 0).astype("int64")
+    return (x, y), (x[:64], y[:64])
+
+
+def build_model(ctx):
+    import tensorflow as tf
+    inputs = tf.keras.Input(shape=ctx.input_shape)
+    outputs = tf.keras.layers.Dense(ctx.num_classes, activation="softmax")(inputs)
+    return tf.keras.Model(inputs, outputs)
+'''
+
+CONTROL = {chr(c) for c in [*range(0, 9), *range(11, 32), 127, *range(128, 160)]}
+
+
+def crafted_code(termination: bool) -> str:
+    return CRAFTED.replace("{termination}", str(termination))
+
+
+def strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield str(k)
+            yield from strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from strings(v)
+
+
+def crafted_run(name: str, termination: bool) -> dict[str, Any]:
+    doc = digits_run(name, epochs=3, steps=4)
+    key = "termination.py" if termination else "lines.py"
+    doc["spec"]["training"] = {"code": {"configMap": "crafted-code", "key": key}, "epochs": 3,
+                               "batchSizePerWorker": 16, "stepsPerEpoch": 4}  # fmt: skip
+    return doc
+
+
+def operator_restarts(real_node: RealNode) -> int:
+    pods = real_node.cluster.kubectl_json("get", "pods", "-n", "dtr-system", "-l", node_support.OPERATOR_SELECTOR)
+    return sum(c.get("restartCount", 0) for p in pods["items"] for c in p["status"].get("containerStatuses") or [])
+
+
+def bounded_and_clean(status: dict[str, Any]) -> list[str]:
+    """What is wrong with a status a crafted log could have written (empty: nothing)."""
+    text = json.dumps(status)
+    wrong = []
+    if len(text) > 16384:
+        wrong.append(f"status is {len(text)} bytes")
+    if any(ch in CONTROL for s in strings(status) for ch in s):
+        wrong.append("a control character reached the status")
+    progress = status.get("progress") or {}
+    if progress.get("epoch", 0) > 3 or progress.get("epochs", 3) != 3:
+        wrong.append(f"progress believed a crafted epoch: {progress}")
+    if len(progress.get("metrics") or {}) > 16:
+        wrong.append(f"{len(progress['metrics'])} metrics kept")
+    return wrong
+
+
+def test_crafted_progress_lines_and_termination_message_mislead_nothing(
+    real_node: RealNode, team: str, ledger: Ledger
+) -> None:
+    before = operator_restarts(real_node)
+    real_node.cluster.kubectl("create", "configmap", "crafted-code", "-n", team, f"--as={MALLORY}",
+                              "--from-literal", f"lines.py={crafted_code(False)}",
+                              "--from-literal", f"termination.py={crafted_code(True)}")  # fmt: skip
+    for name, termination in (("crafted-lines", False), ("crafted-message", True)):
+        assert create_as_author(real_node, team, crafted_run(name, termination)).returncode == 0
+    bystander = digits_run("bystander", epochs=2, steps=4)
+    assert create_as_author(real_node, team, bystander).returncode == 0
+    seen = {name: real_node.wait_terminal(team, name, timeout=420)
+            for name in ("crafted-lines", "crafted-message", "bystander")}  # fmt: skip
+    restarts = operator_restarts(real_node) - before
+    wrong = {name: bounded_and_clean(st) for name, st in seen.items()}
+    ok = restarts == 0 and seen["bystander"].get("phase") == "Succeeded" and not any(wrong.values())
+    ledger.add(Record(area="attack", case="L1/L2-crafted-output: the run's own code prints forged epoch lines "
+                      "(a 5000-digit epoch, 99/100, 20000 metrics, ESC, remaining=1e300, the crafted .npz error) "
+                      "and leaves a 4000-deep JSON termination message", tried=1, correct=int(ok),
+                      user_sees="; ".join(f"{n}: {st.get('phase')} {st.get('reason')}: "
+                                          f"{str(st.get('message'))[:120]}" for n, st in seen.items())
+                      + f"; operator restarts {restarts}", detail={"wrong": wrong}))  # fmt: skip
+    assert restarts == 0, f"the operator restarted {restarts} times"
+    assert seen["bystander"].get("phase") == "Succeeded", seen["bystander"]
+    assert not any(wrong.values()), wrong
