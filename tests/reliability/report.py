@@ -224,8 +224,9 @@ def attack_section(records: list[dict[str, Any]]) -> list[str]:
     refused = sum(r["correct"] for r in attacks)
     out = ["## Attacks (tests/reliability/test_attacks.py, on the real node)", "",
            f"As a user who may only create runs and ConfigMaps in one namespace (impersonated), the operator as "
-           f"deploy/ ships it: {len(attacks)} attacks tried, {refused} refused or harmless. Finding: the id in the project's "
-           f"security review (H1-H3, M1-M6, L1-L11); the specs sent: tests/reliability/attacks/*.yaml.",
+           f"deploy/ ships it unless the row names flags: {len(attacks)} attacks tried, {refused} refused or "
+           f"harmless. Finding: its id in the project's security review (H1-H3, M1-M6, L1-L11); the specs "
+           f"sent: tests/reliability/attacks/*.yaml.",
            "", "| attack | finding | refused by | as | what the author got |", "|---|---|---|---|---|"]  # fmt: skip
     for r in sorted(attacks, key=lambda r: r["case"]):
         d = r.get("detail") or {}

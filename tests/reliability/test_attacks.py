@@ -78,19 +78,45 @@ class Launched:
     created: subprocess.CompletedProcess[str]
 
 
-@pytest.fixture(scope="module")
-def launched(real_node: RealNode, team: str) -> dict[str, Launched]:
-    """Every catalogue attack sent at once (the operator decides them side by side, as under a real tenant)."""
-    out: dict[str, Launched] = {}
-    for attack in ATTACKS:
-        for obj in attack.objects:
-            real_node.cluster.kubectl("apply", "-n", team, "-f", "-", input=json.dumps(obj))
-        name = run_name(attack)
-        base = digits_run(name, epochs=1, steps=2)
-        doc = {**base, "spec": merged(base["spec"], attack.spec)}
-        out[attack.id] = Launched(name, create_as_author(real_node, team, doc))
-    return out
+def launch(real_node: RealNode, namespace: str, attack: Attack) -> Launched:
+    for obj in attack.objects:
+        real_node.cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(obj))
+    name = run_name(attack)
+    base = digits_run(name, epochs=1, steps=2)
+    return Launched(name, create_as_author(real_node, namespace, {**base, "spec": merged(base["spec"], attack.spec)}))
 
+
+def configure_operator(real_node: RealNode, args: list[str]) -> None:
+    """The installed operator's container args set to `args` (an admin's flags), rolled out and alone."""
+    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args}]
+    real_node.cluster.kubectl("patch", "deployment", "dtr-operator", "-n", "dtr-system", "--type=json",
+                              "-p", json.dumps(patch))  # fmt: skip
+    real_node.cluster.kubectl("rollout", "status", "deployment/dtr-operator", "-n", "dtr-system",
+                              "--timeout=180s", timeout=200)  # fmt: skip
+    wait_for(lambda: len(real_node.names("pods", "dtr-system", node_support.OPERATOR_SELECTOR)) == 1,
+             "the previous operator pod to be gone", timeout=120, interval=1)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def verdicts(real_node: RealNode, team: str) -> dict[str, tuple[bool, str]]:
+    """Every catalogue attack sent, a group of the same operator flags at a time (the operator decides a
+    group's runs side by side, as under a real tenant), the shipped flags first and restored after."""
+    shipped = real_node.cluster.kubectl_json("get", "deployment", "dtr-operator", "-n", "dtr-system")
+    shipped_args = list(shipped["spec"]["template"]["spec"]["containers"][0].get("args") or [])
+    groups: dict[tuple[str, ...], list[Attack]] = {}
+    for attack in ATTACKS:
+        groups.setdefault(attack.operator_args, []).append(attack)
+    out: dict[str, tuple[bool, str]] = {}
+    try:
+        for extra in sorted(groups, key=len):
+            if extra:
+                configure_operator(real_node, [*shipped_args, *extra])
+            sent = {a.id: launch(real_node, team, a) for a in groups[extra]}
+            out.update({a.id: verdict(real_node, team, a, sent[a.id]) for a in groups[extra]})
+    finally:
+        if any(groups):
+            configure_operator(real_node, shipped_args)
+    return out
 
 def children(real_node: RealNode, namespace: str, run: str) -> dict[str, list[str]]:
     return {kind: real_node.names(kind, namespace, f"distml.dev/run={run}") for kind in CHILDREN}
@@ -116,13 +142,12 @@ def _failed(real_node: RealNode, namespace: str, name: str) -> dict[str, Any] | 
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a.id for a in ATTACKS])
-def test_the_attack_is_refused_by_name(
-    real_node: RealNode, team: str, launched: dict[str, Launched], attack: Attack, ledger: Ledger
-) -> None:
-    ok, seen = verdict(real_node, team, attack, launched[attack.id])
-    ledger.add(Record(area="attack", case=f"{attack.id}: {attack.attack}", tried=1, correct=int(ok), user_sees=seen,
-                      detail={"finding": attack.finding, "refused_by": attack.refused_by, "reason": attack.reason,
-                              "file": attack.source}))  # fmt: skip
+def test_the_attack_is_refused_by_name(verdicts: dict[str, tuple[bool, str]], attack: Attack, ledger: Ledger) -> None:
+    ok, seen = verdicts[attack.id]
+    flags = f" (operator {' '.join(attack.operator_args)})" if attack.operator_args else ""
+    ledger.add(Record(area="attack", case=f"{attack.id}: {attack.attack}{flags}", tried=1, correct=int(ok),
+                      user_sees=seen, detail={"finding": attack.finding, "refused_by": attack.refused_by,
+                                              "reason": attack.reason, "file": attack.source}))  # fmt: skip
     assert ok, f"{attack.id} ({attack.attack}) was not refused by {attack.refused_by} as {attack.reason!r}: {seen}"
 
 
