@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from reliability.catalogue import CatalogueError, load, merged
 
 
 def test_every_catalogue_entry_is_well_formed_and_ids_are_unique() -> None:
     attacks = load()
+    assert attacks, "tests/reliability/attacks/ holds no attack"
     assert len({a.id for a in attacks}) == len(attacks)
     for a in attacks:
         assert a.finding and a.attack and a.reason, a
