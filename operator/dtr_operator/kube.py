@@ -386,13 +386,18 @@ class Kube:
             async with ws:
                 yield ExecStream(ws)
 
-    def patch_tfjob_run_policy(self, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
+    def patch_tfjob_run_policy(self, namespace: str, name: str, annotations: Mapping[str, str | None] | None = None,
+                               **fields: Any) -> dict[str, Any]:  # fmt: skip
         """Merge-patch fields of the TFJob's runPolicy: suspend (the training-operator deletes or recreates
-        its pods), cleanPodPolicy (a finished TFJob's pods are deleted as it says)."""
+        its pods), cleanPodPolicy (a finished TFJob's pods are deleted as it says); and in the same write its
+        annotations (None removes one)."""
+        body: dict[str, Any] = {"spec": {"runPolicy": fields}}
+        if annotations:
+            body["metadata"] = {"annotations": dict(annotations)}
         return self.request(
             "PATCH",
             _path(TFJOB_API_VERSION, namespace, TFJOB_PLURAL, name),
-            body={"spec": {"runPolicy": fields}},
+            body=body,
             content_type="application/merge-patch+json",
         )
 

@@ -65,7 +65,8 @@ WORKERS_NOT_STARTING = _status("WorkerPodsNotStarting", PENDING, True,
     "pods run. The run stays Pending (the kubelet keeps retrying): fix the image or the resources, or delete "
     "the run")  # fmt: skip
 TFJOB_SUSPENDED = _status("TFJobSuspended", PENDING, False,
-    "the TFJob is suspended")  # fmt: skip
+    "the TFJob is suspended; when not by this operator (a queue manager, an admin), the message says so, and "
+    "the operator leaves it suspended ([scheduling.md](scheduling.md#suspend-and-resume))")  # fmt: skip
 WAITING_FOR_PVC = _status("WaitingForPVC", PENDING, True,
     '`storage.claimName` does not exist: "waiting for PVC <claim> in namespace <ns> ..."; checked again with '
     "backoff (5 s, 10 s, 20 s ... up to 5 min)")  # fmt: skip

@@ -33,6 +33,8 @@ from .builders import (
     CONTAINER_NAME,
     KEEP_PODS,
     RELEASE_RUNNING_PODS,
+    SUSPENDED_BY,
+    SUSPENDED_BY_ANNOTATION,
     children,
     is_owned_by,
     is_reusable_pvc,
@@ -72,11 +74,13 @@ from .status import (
     code_status,
     configmap_content,
     is_terminal,
+    kueue_queue,
     logs_an_error,
     next_status,
     parse_epoch_end,
     running_progress,
     state_status,
+    suspended_by_other,
     tfjob_state,
     tfjob_status,
     unparsed_status,
@@ -219,11 +223,14 @@ def tfjob_suspended(tfjob: Mapping[str, Any]) -> bool:
 
 
 def _suspend_action(run: RunSpec, status: Mapping[str, Any], tfjob: Mapping[str, Any]) -> Action:
-    """Sync, or Suspend when spec.suspend and the TFJob disagree. A queued run's TFJob is Kueue's to
-    suspend; a finished run is left alone."""
-    if run.queue_name is not None or is_terminal(status) or tfjob_state(tfjob).phase in TERMINAL:
+    """Sync, or Suspend when spec.suspend and the TFJob disagree. A queued run's TFJob (spec.queueName, or a
+    Kueue label on the TFJob itself) is Kueue's to suspend; a suspension the operator did not make is not its to
+    undo (security review M5); a finished run is left alone."""
+    if run.queue_name is not None or kueue_queue(tfjob) is not None:
         return Sync(tfjob)
-    if tfjob_suspended(tfjob) != run.suspend:
+    if is_terminal(status) or tfjob_state(tfjob).phase in TERMINAL:
+        return Sync(tfjob)
+    if tfjob_suspended(tfjob) != run.suspend and not suspended_by_other(tfjob):
         return Suspend(tfjob, run.suspend)
     return Sync(tfjob)
 
@@ -640,10 +647,12 @@ class Reconciler:
         if suspend:
             try:  # the epoch the workers reach last, while the chief's log can still be read
                 self.read_progress(run, quiet=True)
-            except ApiError as err:
+            except (ApiError, ValueError) as err:  # never a reason not to suspend
                 log.info("last progress of %s/%s not read before suspending: %s", spec.namespace, spec.name, err)
         try:
-            tfjob = self.kube.patch_tfjob_run_policy(spec.namespace, spec.tfjob_name, suspend=suspend)
+            # The record that the operator suspended it goes in the same write: only that suspension is its to undo.
+            mark = {SUSPENDED_BY_ANNOTATION: SUSPENDED_BY if suspend else None}
+            tfjob = self.kube.patch_tfjob_run_policy(spec.namespace, spec.tfjob_name, annotations=mark, suspend=suspend)
         except NotFound:
             return self.retries.backoff(0)  # gone meanwhile: the next look records TFJobDeleted
         except ApiError as err:
@@ -798,7 +807,7 @@ class Reconciler:
         log_text = self.kube.pod_log(spec.namespace, chief, CONTAINER_NAME, tail_lines=LOG_TAIL_LINES)
         if log_text is None:
             return
-        end = parse_epoch_end(log_text)
+        end = parse_epoch_end(log_text, spec.training.epochs)
         if end is not None:
             self.record(run.body, lambda prev: running_progress(prev, end, now()), quiet)
         elif logs_an_error(log_text):
