@@ -353,7 +353,11 @@ class Kube:
         return list(self.request("GET", _path("v1", namespace, "pods")).get("items") or [])
 
     def pod_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        selector = f"involvedObject.kind=Pod,involvedObject.name={name}"
+        return self.object_events(namespace, "Pod", name)
+
+    def object_events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        """The core events about one object (the operator: a TFJob's, which tell of pods it could not create)."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name}"
         data = self.request("GET", _path("v1", namespace, "events"), query=[("fieldSelector", selector)])
         return list(data.get("items") or [])
 

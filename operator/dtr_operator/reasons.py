@@ -58,7 +58,9 @@ TFJOB_CREATED = _status("TFJobCreated", PENDING, False,
 WORKERS_NOT_STARTING = _status("WorkerPodsNotStarting", PENDING, True,
     "a worker pod cannot start by itself: its container waits with `ErrImagePull`, `ImagePullBackOff`, "
     "`InvalidImageName`, `ErrImageNeverPull`, `CreateContainerConfigError`, `CreateContainerError` or "
-    "`RunContainerError`, or the scheduler finds no node for it (`Unschedulable`). The message names each such "
+    "`RunContainerError`, or the scheduler finds no node for it (`Unschedulable`), or the API server refuses "
+    "to create it (a quota, an unknown PriorityClass, Pod Security admission: the TFJob's `FailedCreatePod` "
+    "event, quoted). The message names each such "
     "worker and the kubelet's or scheduler's words: `worker pods cannot start: worker mnist-cnn-worker-0 cannot"
     ' start: ErrImagePull: failed to pull image "distml/trainer:0.2.0" ...`. Looked at 20 s after the run '
     "starts waiting and every 20 s after; back to `TFJobCreated` once the cause is gone, `Running` once the "

@@ -55,14 +55,12 @@ from .reasons import (
     SUSPEND_REFUSED,
     SUSPENDED_EVENT,
     TFJOB_CRD_MISSING,
-    TFJOB_CREATED,
     TFJOB_DELETED,
     USER_CODE_NOT_ALLOWED,
     WAITING_FOR_CLEANUP,
     WAITING_FOR_PVC,
     WARNING_REASONS,
     WORKER_PODS_RELEASED,
-    WORKERS_NOT_STARTING,
 )
 from .spec import GROUP, KIND, RunSpec, SpecError, parse_run
 from .status import (
@@ -70,6 +68,7 @@ from .status import (
     PENDING,
     RUNNING,
     TERMINAL,
+    WAITING_FOR_PODS,
     State,
     code_status,
     configmap_content,
@@ -78,6 +77,7 @@ from .status import (
     logs_an_error,
     next_status,
     parse_epoch_end,
+    refused_pods,
     running_progress,
     state_status,
     suspended_by_other,
@@ -99,8 +99,6 @@ TRAINING_OPERATOR_INSTALL = (
 
 # emit(run body, event type "Normal" | "Warning", reason, message): a Kubernetes event on the run.
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
-# Reasons of a run whose TFJob made its pods, none of which runs yet.
-WAITING_FOR_PODS = frozenset({TFJOB_CREATED, WORKERS_NOT_STARTING})
 
 
 def now() -> str:
@@ -776,7 +774,10 @@ class Reconciler:
         if run is None:
             return
         pods = self.kube.list_job_pods(run.spec.namespace, run.spec.tfjob_name)
-        self.record(run.body, lambda prev: waiting_status(run.spec, pods, prev, now()))
+        refused: list[str] = []
+        if len(pods) < run.spec.workers:  # pods missing: the API server may have refused them (review L4)
+            refused = refused_pods(self.kube.object_events(run.spec.namespace, "TFJob", run.spec.tfjob_name))
+        self.record(run.body, lambda prev: waiting_status(run.spec, pods, prev, now(), refused))
 
     def poll_progress(self, body: Mapping[str, Any]) -> None:
         """A Running run: read the end of its chief's log and write the last finished epoch into status.progress.

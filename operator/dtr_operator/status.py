@@ -522,7 +522,7 @@ def _explained(
         return State(SUCCEEDED, METRICS_UNAVAILABLE, partial, created=True), summary
     if state.phase == FAILED:
         return _failure(state, pods), None
-    if state.reason == TFJOB_CREATED and previous.get("reason") == WORKERS_NOT_STARTING:
+    if state.reason in (TFJOB_SUBMITTED, TFJOB_CREATED) and previous.get("reason") == WORKERS_NOT_STARTING:
         # The TFJob says nothing new; the pods' own trouble, found by waiting_status, still holds.
         return State(PENDING, WORKERS_NOT_STARTING, previous.get("message") or state.message, created=True), None
     return state, None
@@ -630,14 +630,36 @@ def _summary_fields(summary: Summary) -> dict[str, Any]:
     return fields
 
 
+# The training-operator's event reasons when the API server refuses a pod it creates for a TFJob (quota,
+# an unknown PriorityClass, Pod Security admission, a webhook): no pod exists to look at, only these.
+CREATE_REFUSED = frozenset({"FailedCreatePod", "FailedCreate"})
+MAX_REFUSAL = 300
+
+
+def refused_pods(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The line for the newest refusal among a TFJob's events (the API server's own words), or none."""
+    refused = [e for e in events if e.get("reason") in CREATE_REFUSED and e.get("type") == "Warning"]
+    if not refused:
+        return []
+    newest = max(refused, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    return [f"the training-operator cannot create them: {clean_text(newest.get('message') or '', MAX_REFUSAL)}"]
+
+
+# Reasons of a run whose TFJob should have made its pods, none of which runs yet. TFJobSubmitted too: a
+# training-operator that cannot create a pod does not record the TFJob as Created either.
+WAITING_FOR_PODS = frozenset({TFJOB_SUBMITTED, TFJOB_CREATED, WORKERS_NOT_STARTING})
+
+
 def waiting_status(
-    run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any], now: str
-) -> dict[str, Any]:
+    run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any], now: str,
+    refused: Sequence[str] = (),
+) -> dict[str, Any]:  # fmt: skip
     """A run whose TFJob created its pods but none runs yet: say why, when they cannot start by
-    themselves (a wrong image, a missing Secret, no node with room). Any other status is left as is."""
-    if previous.get("phase") != PENDING or previous.get("reason") not in (TFJOB_CREATED, WORKERS_NOT_STARTING):
+    themselves (a wrong image, a missing Secret, no node with room) or cannot be created (`refused`:
+    refused_pods). Any other status is left as is."""
+    if previous.get("phase") != PENDING or previous.get("reason") not in WAITING_FOR_PODS:
         return dict(previous)
-    lines = stuck_workers(pods)
+    lines = [*refused, *stuck_workers(pods)]
     if lines:
         message = clean_text("worker pods cannot start: " + "; ".join(lines))
         state = State(PENDING, WORKERS_NOT_STARTING, message, created=True)

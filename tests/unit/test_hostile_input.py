@@ -218,3 +218,31 @@ def test_a_phase_no_operator_writes_is_counted_as_unknown():
     assert "Pwned\x1b" not in samples and samples[metrics.UNKNOWN_PHASE] >= 1
     tracker.gone("u-1")
     tracker.gone("u-2")
+
+
+# ---- L4: a worker pod the API server refuses (no pod exists to look at: the TFJob's events tell) -------------
+
+
+def _event(reason: str, message: str, at: str, event_type: str = "Warning") -> dict[str, str]:
+    return {"type": event_type, "reason": reason, "message": message, "lastTimestamp": at}
+
+
+def test_the_newest_refusal_among_a_tfjobs_events_is_the_line():
+    events = [_event("FailedCreatePod", 'Error creating: pods "r-worker-0" is forbidden: exceeded quota: q', T0),
+              _event("FailedCreatePod", "Error creating: no PriorityClass with name x\x1b[0m was found", "2026-12-01"),
+              _event("SuccessfulCreatePod", "Created pod: r-worker-1", "2026-12-02", "Normal")]  # fmt: skip
+    (line,) = st.refused_pods(events)
+    assert line == ("the training-operator cannot create them: Error creating: no PriorityClass with name x [0m "
+                    "was found")
+    assert st.refused_pods(events[2:]) == []
+
+
+@pytest.mark.parametrize("reason", ["TFJobSubmitted", "TFJobCreated"])
+def test_a_refusal_makes_a_waiting_run_say_why_and_it_goes_when_the_cause_does(reason: str):
+    previous = {"phase": "Pending", "reason": reason, "message": "waiting"}
+    refused = st.refused_pods([_event("FailedCreatePod", "pods is forbidden: exceeded quota: no-pods", T0)])
+    status = st.waiting_status(RUN, [], previous, T0, refused)
+    assert status["reason"] == "WorkerPodsNotStarting" and "exceeded quota: no-pods" in status["message"]
+    assert st.waiting_status(RUN, [], status, T0)["reason"] == "TFJobCreated"
+    tfjob = {"metadata": {"name": "mnist-cnn"}, "status": {}}  # the training-operator recorded nothing yet
+    assert st.tfjob_status(RUN, tfjob, [], status, T0)["reason"] == "WorkerPodsNotStarting", "kept, not undone"
