@@ -8,12 +8,17 @@ from the chief pod's status into status.metrics and status.model.
 `{"loss":..,"mae":..}`); `metric` names the headline among them (--metric, else `default_metric`). `loss`
 and `accuracy` repeat theirs at the top level for readers of the first format; `accuracy` only when the
 model reports it. A figure that is not a finite number (a diverged loss) is null.
+
+The reader survives any text (a custom image writes its own message): it reads at most MAX_TEXT
+characters, keeps at most MAX_FIGURES figures whose names are short and printable, and takes nothing it
+cannot represent (nesting too deep to parse, integers past MAX_INT, numbers too large for a float).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +27,10 @@ LOSS, ACCURACY, EPOCHS, EXAMPLES_PER_SECOND = "loss", "accuracy", "epochs", "exa
 MODEL_PATH, MODEL_VERSION = "modelPath", "modelVersion"
 METRIC, METRICS = "metric", "metrics"  # the headline's name; every evaluation figure by name
 _FLOATS = (LOSS, ACCURACY, EXAMPLES_PER_SECOND)
+MAX_TEXT = 64 * 1024  # characters of a termination message read (the kubelet keeps 4 KiB; a log tail more)
+MAX_FIGURES = 32  # evaluation figures kept, by name
+MAX_INT = 2**53 - 1  # epochs and modelVersion beyond this are not taken (JSON's exact integers)
+_NAME = re.compile(r"[A-Za-z_][\w./-]{0,63}", re.ASCII)  # a figure's or the headline's name
 
 
 def default_metric(names: Iterable[str]) -> str:
@@ -86,16 +95,27 @@ class Summary:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT
 
 
 def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        return None
+    return number if math.isfinite(number) else None  # JSON's 1e999 reads as inf, which no status can hold
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None
 
 
 def _evaluation(value: Any) -> tuple[tuple[str, float], ...]:
     figures = value.items() if isinstance(value, dict) else ()
-    return tuple(sorted((k, v) for k, v in ((k, _float(v)) for k, v in figures) if v is not None))
+    named = sorted((k, v) for k, v in ((k, _float(v)) for k, v in figures) if v is not None and _is_name(k))
+    return tuple(named[:MAX_FIGURES])
 
 
 def _from_object(data: Mapping[str, Any]) -> Summary:
@@ -106,19 +126,20 @@ def _from_object(data: Mapping[str, Any]) -> Summary:
         epochs=data[EPOCHS] if _is_int(data.get(EPOCHS)) else None,
         model_path=path if isinstance(path, str) and path else None,
         model_version=data[MODEL_VERSION] if _is_int(data.get(MODEL_VERSION)) else None,
-        metric=metric if isinstance(metric, str) and metric else None,
+        metric=metric if _is_name(metric) else None,
         evaluation=_evaluation(data.get(METRICS)),
     )  # fmt: skip
 
 
 def parse_summary(text: str) -> Summary | None:
     """The summary in a termination message: the whole text, else its last line that is JSON (a message
-    that fell back to the log tail). None when no JSON object is found."""
-    stripped = text.strip()
+    that fell back to the log tail). None when no JSON object is found. Only the last MAX_TEXT characters
+    are read."""
+    stripped = text[-MAX_TEXT:].strip()
     for candidate in (stripped, *reversed(stripped.splitlines())):
         try:
             data = json.loads(candidate)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             continue
         return _from_object(data) if isinstance(data, dict) else None
     return None

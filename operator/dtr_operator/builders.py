@@ -217,6 +217,10 @@ def worker_pod_name(run: RunSpec, index: int) -> str:
 
 # The label Kueue reads to queue a job in a LocalQueue (kueue.x-k8s.io/v1beta1).
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# On a TFJob the operator suspended (spec.suspend): only such a suspension is the operator's to undo; one by a
+# queue manager or a person stays theirs (security review M5).
+SUSPENDED_BY_ANNOTATION = "distml.dev/suspended-by"
+SUSPENDED_BY = "dtr-operator"
 
 
 KEEP_PODS = "None"  # runPolicy.cleanPodPolicy values of the training-operator
@@ -297,7 +301,8 @@ def build_tfjob(run: RunSpec) -> dict[str, Any]:
     return {
         "apiVersion": TFJOB_API_VERSION,
         "kind": "TFJob",
-        "metadata": {"name": run.tfjob_name, "namespace": run.namespace, "labels": labels},
+        "metadata": {"name": run.tfjob_name, "namespace": run.namespace, "labels": labels,
+                     **({"annotations": {SUSPENDED_BY_ANNOTATION: SUSPENDED_BY}} if run.suspend else {})},
         "spec": {
             "runPolicy": _run_policy(run),
             # Every worker saves (MWMS needs it); wait for all of them, not just worker 0.

@@ -29,6 +29,7 @@ from .kube import Kube, NoCredentials
 from .reconcile import Reconciler, slim
 from .settings import Settings, from_env
 from .spec import GROUP, PLURAL, VERSION
+from .status import MAX_REASON, MAX_STATE_MESSAGE, clean_text
 
 _log = logging.getLogger(__name__)
 RunKey = tuple[str, str]  # (namespace, name)
@@ -37,8 +38,10 @@ T = TypeVar("T")
 
 
 def emit(body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
-    """A Kubernetes event on the run (kopf posts it in the background; failures are only logged)."""
-    kopf.event(dict(body), type=event_type, reason=reason, message=message)
+    """A Kubernetes event on the run (kopf posts it in the background; failures are only logged). Its text is
+    cleaned as the status's is: it may quote what a tenant wrote."""
+    kopf.event(dict(body), type=event_type, reason=clean_text(reason, MAX_REASON),
+               message=clean_text(message, MAX_STATE_MESSAGE))  # fmt: skip
 
 
 @kopf.on.login()

@@ -353,7 +353,11 @@ class Kube:
         return list(self.request("GET", _path("v1", namespace, "pods")).get("items") or [])
 
     def pod_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        selector = f"involvedObject.kind=Pod,involvedObject.name={name}"
+        return self.object_events(namespace, "Pod", name)
+
+    def object_events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        """The core events about one object (the operator: a TFJob's, which tell of pods it could not create)."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name}"
         data = self.request("GET", _path("v1", namespace, "events"), query=[("fieldSelector", selector)])
         return list(data.get("items") or [])
 
@@ -386,13 +390,18 @@ class Kube:
             async with ws:
                 yield ExecStream(ws)
 
-    def patch_tfjob_run_policy(self, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
+    def patch_tfjob_run_policy(self, namespace: str, name: str, annotations: Mapping[str, str | None] | None = None,
+                               **fields: Any) -> dict[str, Any]:  # fmt: skip
         """Merge-patch fields of the TFJob's runPolicy: suspend (the training-operator deletes or recreates
-        its pods), cleanPodPolicy (a finished TFJob's pods are deleted as it says)."""
+        its pods), cleanPodPolicy (a finished TFJob's pods are deleted as it says); and in the same write its
+        annotations (None removes one)."""
+        body: dict[str, Any] = {"spec": {"runPolicy": fields}}
+        if annotations:
+            body["metadata"] = {"annotations": dict(annotations)}
         return self.request(
             "PATCH",
             _path(TFJOB_API_VERSION, namespace, TFJOB_PLURAL, name),
-            body={"spec": {"runPolicy": fields}},
+            body=body,
             content_type="application/merge-patch+json",
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -49,12 +49,13 @@ RUN_GAUGES = {
 }
 
 PHASES = (PENDING, RUNNING, SUSPENDED, SUCCEEDED, FAILED)
+UNKNOWN_PHASE = "Unknown"  # a phase the operator never writes (whoever may write a run's status can): one label
 HANDLERS = ("run", "tfjob", "pods", "progress")
 # Answers the operator expects and acts on (absent object, create race, stale resourceVersion).
 EXPECTED_STATUSES = (404, 409)
 
 # Every series exists from the start (0 rather than "no data" on a dashboard).
-for _phase in PHASES:
+for _phase in (*PHASES, UNKNOWN_PHASE):
     RUNS.labels(phase=_phase).set(0)
 for _handler in HANDLERS:
     RECONCILE_SECONDS.labels(handler=_handler)
@@ -75,7 +76,7 @@ class PhaseTracker:
 
     def seen(self, uid: str, phase: str | None) -> None:
         with self._lock:
-            self._phases[uid] = phase or "Pending"
+            self._phases[uid] = (phase if phase in PHASES else UNKNOWN_PHASE) if phase else PENDING
             self._publish()
 
     def gone(self, uid: str) -> None:
@@ -84,7 +85,7 @@ class PhaseTracker:
             self._publish()
 
     def _publish(self) -> None:
-        counts = dict.fromkeys(PHASES, 0)
+        counts = dict.fromkeys((*PHASES, UNKNOWN_PHASE), 0)
         for phase in self._phases.values():
             counts[phase] = counts.get(phase, 0) + 1
         for phase, n in counts.items():
@@ -95,9 +96,15 @@ def _seconds_between(start: str | None, end: str | None) -> float | None:
     if not start or not end:
         return None
     try:
-        return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
-    except ValueError:
+        return (_aware(end) - _aware(start)).total_seconds()
+    except (TypeError, ValueError):  # not a string, not a timestamp
         return None
+
+
+def _aware(timestamp: str) -> datetime:
+    """A status timestamp; one without a zone (not the operator's: RFC 3339 has one) is taken as UTC."""
+    parsed = datetime.fromisoformat(timestamp)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _ended_at(status: Mapping[str, Any]) -> str | None:

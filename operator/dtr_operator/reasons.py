@@ -58,14 +58,17 @@ TFJOB_CREATED = _status("TFJobCreated", PENDING, False,
 WORKERS_NOT_STARTING = _status("WorkerPodsNotStarting", PENDING, True,
     "a worker pod cannot start by itself: its container waits with `ErrImagePull`, `ImagePullBackOff`, "
     "`InvalidImageName`, `ErrImageNeverPull`, `CreateContainerConfigError`, `CreateContainerError` or "
-    "`RunContainerError`, or the scheduler finds no node for it (`Unschedulable`). The message names each such "
+    "`RunContainerError`, or the scheduler finds no node for it (`Unschedulable`), or the API server refuses "
+    "to create it (a quota, an unknown PriorityClass, Pod Security admission: the TFJob's `FailedCreatePod` "
+    "event, quoted). The message names each such "
     "worker and the kubelet's or scheduler's words: `worker pods cannot start: worker mnist-cnn-worker-0 cannot"
     ' start: ErrImagePull: failed to pull image "distml/trainer:0.2.0" ...`. Looked at 20 s after the run '
     "starts waiting and every 20 s after; back to `TFJobCreated` once the cause is gone, `Running` once the "
     "pods run. The run stays Pending (the kubelet keeps retrying): fix the image or the resources, or delete "
     "the run")  # fmt: skip
 TFJOB_SUSPENDED = _status("TFJobSuspended", PENDING, False,
-    "the TFJob is suspended")  # fmt: skip
+    "the TFJob is suspended; when not by this operator (a queue manager, an admin), the message says so, and "
+    "the operator leaves it suspended ([scheduling.md](scheduling.md#suspend-and-resume))")  # fmt: skip
 WAITING_FOR_PVC = _status("WaitingForPVC", PENDING, True,
     '`storage.claimName` does not exist: "waiting for PVC <claim> in namespace <ns> ..."; checked again with '
     "backoff (5 s, 10 s, 20 s ... up to 5 min)")  # fmt: skip

@@ -33,6 +33,8 @@ from .builders import (
     CONTAINER_NAME,
     KEEP_PODS,
     RELEASE_RUNNING_PODS,
+    SUSPENDED_BY,
+    SUSPENDED_BY_ANNOTATION,
     children,
     is_owned_by,
     is_reusable_pvc,
@@ -54,14 +56,12 @@ from .reasons import (
     SUSPEND_REFUSED,
     SUSPENDED_EVENT,
     TFJOB_CRD_MISSING,
-    TFJOB_CREATED,
     TFJOB_DELETED,
     USER_CODE_NOT_ALLOWED,
     WAITING_FOR_CLEANUP,
     WAITING_FOR_PVC,
     WARNING_REASONS,
     WORKER_PODS_RELEASED,
-    WORKERS_NOT_STARTING,
 )
 from .spec import GROUP, KIND, RunSpec, SpecError, parse_run
 from .status import (
@@ -69,15 +69,19 @@ from .status import (
     PENDING,
     RUNNING,
     TERMINAL,
+    WAITING_FOR_PODS,
     State,
     code_status,
     configmap_content,
     is_terminal,
+    kueue_queue,
     logs_an_error,
     next_status,
     parse_epoch_end,
+    refused_pods,
     running_progress,
     state_status,
+    suspended_by_other,
     tfjob_state,
     tfjob_status,
     unparsed_status,
@@ -96,8 +100,6 @@ TRAINING_OPERATOR_INSTALL = (
 
 # emit(run body, event type "Normal" | "Warning", reason, message): a Kubernetes event on the run.
 Emit = Callable[[Mapping[str, Any], str, str, str], None]
-# Reasons of a run whose TFJob made its pods, none of which runs yet.
-WAITING_FOR_PODS = frozenset({TFJOB_CREATED, WORKERS_NOT_STARTING})
 
 
 def now() -> str:
@@ -235,12 +237,15 @@ def tfjob_suspended(tfjob: Mapping[str, Any]) -> bool:
 
 def _suspend_action(run: RunSpec, status: Mapping[str, Any], tfjob: Mapping[str, Any],
                     refused: Record | None = None) -> Action:  # fmt: skip
-    """Sync, or Suspend when spec.suspend and the TFJob disagree. A queued run's TFJob is Kueue's to
-    suspend; a finished run is left alone. A run the settings refuse now (`refused`: an image or a request
-    banned since it started) is not resumed: it fails, its TFJob stays suspended."""
-    if run.queue_name is not None or is_terminal(status) or tfjob_state(tfjob).phase in TERMINAL:
+    """Sync, or Suspend when spec.suspend and the TFJob disagree. A queued run's TFJob (spec.queueName, or a
+    Kueue label on the TFJob itself) is Kueue's to suspend; a suspension the operator did not make is not its to
+    undo (security review M5); a finished run is left alone. A run the settings refuse now (`refused`: an image
+    or a request banned since it started) is not resumed: it fails, its TFJob stays suspended."""
+    if run.queue_name is not None or kueue_queue(tfjob) is not None:
         return Sync(tfjob)
-    if tfjob_suspended(tfjob) != run.suspend:
+    if is_terminal(status) or tfjob_state(tfjob).phase in TERMINAL:
+        return Sync(tfjob)
+    if tfjob_suspended(tfjob) != run.suspend and not suspended_by_other(tfjob):
         if not run.suspend and refused is not None:
             message = f"{refused.state.message} (checked again on resume: the run stays suspended)"
             return dataclasses.replace(refused, state=dataclasses.replace(refused.state, message=message))
@@ -679,10 +684,12 @@ class Reconciler:
         if suspend:
             try:  # the epoch the workers reach last, while the chief's log can still be read
                 self.read_progress(run, quiet=True)
-            except ApiError as err:
+            except (ApiError, ValueError) as err:  # never a reason not to suspend
                 log.info("last progress of %s/%s not read before suspending: %s", spec.namespace, spec.name, err)
         try:
-            tfjob = self.kube.patch_tfjob_run_policy(spec.namespace, spec.tfjob_name, suspend=suspend)
+            # The record that the operator suspended it goes in the same write: only that suspension is its to undo.
+            mark = {SUSPENDED_BY_ANNOTATION: SUSPENDED_BY if suspend else None}
+            tfjob = self.kube.patch_tfjob_run_policy(spec.namespace, spec.tfjob_name, annotations=mark, suspend=suspend)
         except NotFound:
             return self.retries.backoff(0)  # gone meanwhile: the next look records TFJobDeleted
         except ApiError as err:
@@ -806,7 +813,10 @@ class Reconciler:
         if run is None:
             return
         pods = self.kube.list_job_pods(run.spec.namespace, run.spec.tfjob_name)
-        self.record(run.body, lambda prev: waiting_status(run.spec, pods, prev, now()))
+        refused: list[str] = []
+        if len(pods) < run.spec.workers:  # pods missing: the API server may have refused them (review L4)
+            refused = refused_pods(self.kube.object_events(run.spec.namespace, "TFJob", run.spec.tfjob_name))
+        self.record(run.body, lambda prev: waiting_status(run.spec, pods, prev, now(), refused))
 
     def poll_progress(self, body: Mapping[str, Any]) -> None:
         """A Running run: read the end of its chief's log and write the last finished epoch into status.progress.
@@ -837,7 +847,7 @@ class Reconciler:
         log_text = self.kube.pod_log(spec.namespace, chief, CONTAINER_NAME, tail_lines=LOG_TAIL_LINES)
         if log_text is None:
             return
-        end = parse_epoch_end(log_text)
+        end = parse_epoch_end(log_text, spec.training.epochs)
         if end is not None:
             self.record(run.body, lambda prev: running_progress(prev, end, now()), quiet)
         elif logs_an_error(log_text):

@@ -15,12 +15,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dtr_contract import exits, layout
+from dtr_contract import exits, layout, progress
 from dtr_contract import summary as chief_summary
 from dtr_contract.progress import EpochEnd
-from dtr_contract.progress import parse_epoch_end as parse_epoch_end  # reconcile reads the chief's log with it
 
-from .builders import CONTAINER_NAME, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from .builders import (
+    CONTAINER_NAME,
+    KUEUE_QUEUE_LABEL,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+    SUSPENDED_BY,
+    SUSPENDED_BY_ANNOTATION,
+)
 from .reasons import (
     CHILDREN_CREATED,
     CONDITION_TYPES,
@@ -48,21 +54,34 @@ from .reasons import (
 from .spec import RunSpec
 
 MAX_MESSAGE = 400
+MAX_STATE_MESSAGE = 1024  # a whole status message, or event (kopf cuts events at 1024 too)
+MAX_REASON = 128
+
+
+def clean_text(text: str, limit: int = MAX_MESSAGE) -> str:
+    """One line fit for a run's status or an event: control characters (C0, C1, ESC sequences' lead, DEL)
+    and bidirectional overrides become spaces, whitespace runs one space, and at most `limit` characters.
+    Everything the operator writes there goes through it: some of it quotes what a tenant wrote (an image
+    name, a termination message, a log line)."""
+    text = " ".join(_UNPRINTABLE.sub(" ", str(text)).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 @dataclass(frozen=True)
 class State:
-    """Where a run is: the phase, why, and one line for a person."""
+    """Where a run is: the phase, why, and one line for a person (cleaned and capped: clean_text)."""
 
     phase: str
     reason: str
     message: str
     created: bool = False
 
-
-def _short(text: str, limit: int = MAX_MESSAGE) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", clean_text(self.reason, MAX_REASON))
+        object.__setattr__(self, "message", clean_text(self.message, MAX_STATE_MESSAGE))
 
 
 # ---- TFJob -> state ---------------------------------------------------------------------------
@@ -83,7 +102,7 @@ def tfjob_state(tfjob: Mapping[str, Any]) -> State:
     name = (tfjob.get("metadata") or {}).get("name", "")
 
     def msg(cond_type: str, fallback: str) -> str:
-        return _short(true[cond_type].get("message") or fallback)
+        return clean_text(true[cond_type].get("message") or fallback)
 
     if "Failed" in true:
         reason = true["Failed"].get("reason") or TFJOB_FAILED
@@ -150,7 +169,7 @@ def _worker_exit(name: str, code: int, terminated: Mapping[str, Any]) -> str:
         return (f"worker {name} was OOMKilled (exit code {code}): it went over its memory limit "
                 f"(spec.resources.limits.memory)")
     last = _last_line(terminated.get("message"))
-    detail = f": {_short(last, MAX_WORKER_DETAIL)}" if last else ""
+    detail = f": {clean_text(last, MAX_WORKER_DETAIL)}" if last else ""
     return f"worker {name} exited with code {code}{detail}"
 
 
@@ -213,7 +232,7 @@ def user_code_failure(pods: Sequence[Mapping[str, Any]]) -> str | None:
     for e in worker_exits(pods):
         if exits.is_user_code(e.code):
             line = _ERROR_PREFIX.sub("", _last_line(e.terminated.get("message"))) or "the run's code failed"
-            return _short(f"{line} (worker {e.name}, exit code {e.code})")
+            return clean_text(f"{line} (worker {e.name}, exit code {e.code})")
     return None
 
 
@@ -246,14 +265,14 @@ def _cannot_start(name: str, pod: Mapping[str, Any]) -> str | None:
     waiting = (_tensorflow_status(pod).get("state") or {}).get("waiting") or {}
     if waiting.get("reason") not in STUCK_REASONS:
         return None
-    detail = _short(waiting.get("message") or "", MAX_WORKER_DETAIL)
+    detail = clean_text(waiting.get("message") or "", MAX_WORKER_DETAIL)
     return f"worker {name} cannot start: {waiting['reason']}" + (f": {detail}" if detail else "")
 
 
 def _cannot_be_scheduled(name: str, pod: Mapping[str, Any]) -> list[str]:
     """A line per PodScheduled=False condition of reason Unschedulable."""
     return [
-        f"worker {name} cannot be scheduled: {_short(cond.get('message') or '', MAX_WORKER_DETAIL)}"
+        f"worker {name} cannot be scheduled: {clean_text(cond.get('message') or '', MAX_WORKER_DETAIL)}"
         for cond in (pod.get("status") or {}).get("conditions") or []
         if (cond.get("type"), cond.get("status"), cond.get("reason")) == ("PodScheduled", "False", "Unschedulable")
     ]
@@ -273,7 +292,10 @@ def parse_summary(message: str | None, claim: str) -> Summary:
     """The trainer's termination message (dtr_contract.summary) -> metrics, the headline and the model."""
     if not message or not message.strip():
         return Summary(None, None, "the chief worker left no termination message, so no metrics")
-    found = chief_summary.parse_summary(message)
+    try:
+        found = chief_summary.parse_summary(message)
+    except Exception:  # any text may be there (a custom image's): it must not stop the run's status
+        return Summary(None, None, "the chief worker's termination message cannot be read, so no metrics")
     if found is None:
         return Summary(None, None, "the chief worker's termination message is not a JSON object, so no metrics")
     model = _summary_model(found, claim)
@@ -291,8 +313,12 @@ def headline_text(headline: tuple[str, float]) -> str:
     return f"{name}={value:.4f}"
 
 
+MAX_MODEL_PATH = 1024
+
+
 def _summary_model(found: chief_summary.Summary, claim: str) -> dict[str, Any] | None:
-    if found.model_path is None:
+    """status.model, or None: no model path, or one that is not a clean line (clean_text) of MAX_MODEL_PATH."""
+    if found.model_path is None or clean_text(found.model_path, MAX_MODEL_PATH) != found.model_path:
         return None
     model: dict[str, Any] = {"path": found.model_path, "claim": claim}
     if found.model_version is not None:
@@ -333,6 +359,17 @@ def code_status(config_map: str, key: str, content: bytes) -> dict[str, str]:
 
 
 # ---- progress (from the chief's log: dtr_contract.progress) -------------------------------------
+
+MAX_LOG = 64 * 1024  # characters of the chief's log read for its last epoch (its end: the newest lines)
+
+
+def parse_epoch_end(log_text: str, epochs: int | None = None) -> EpochEnd | None:
+    """The chief's last finished epoch of a run of `epochs` (dtr_contract.progress), or None; never raises: the
+    log is the run's own writing."""
+    try:
+        return progress.parse_epoch_end(log_text[-MAX_LOG:], epochs)
+    except Exception:  # an unreadable log is no progress, not a stuck poll loop
+        return None
 
 
 def progress_of(end: EpochEnd, now: str) -> dict[str, Any]:
@@ -485,7 +522,7 @@ def _explained(
         return State(SUCCEEDED, METRICS_UNAVAILABLE, partial, created=True), summary
     if state.phase == FAILED:
         return _failure(state, pods), None
-    if state.reason == TFJOB_CREATED and previous.get("reason") == WORKERS_NOT_STARTING:
+    if state.reason in (TFJOB_SUBMITTED, TFJOB_CREATED) and previous.get("reason") == WORKERS_NOT_STARTING:
         # The TFJob says nothing new; the pods' own trouble, found by waiting_status, still holds.
         return State(PENDING, WORKERS_NOT_STARTING, previous.get("message") or state.message, created=True), None
     return state, None
@@ -496,7 +533,7 @@ def _failure(state: State, pods: Sequence[Mapping[str, Any]]) -> State:
     if user_code := user_code_failure(pods):
         return State(FAILED, USER_CODE_ERROR, user_code, created=True)
     if why := failed_workers(pods):
-        return State(FAILED, state.reason, _short(f"{state.message} {'; '.join(why)}"), created=True)
+        return State(FAILED, state.reason, clean_text(f"{state.message} {'; '.join(why)}"), created=True)
     return state
 
 
@@ -505,21 +542,51 @@ def _epoch_note(previous: Mapping[str, Any]) -> str:
     return f"the last finished epoch was {done}" if done else "no epoch had finished"
 
 
-def suspension(state: State, run: RunSpec, previous: Mapping[str, Any]) -> State:
+def kueue_queue(tfjob: Mapping[str, Any]) -> str | None:
+    """The Kueue LocalQueue the TFJob itself names (a label, or the annotation older Kueue read; Kueue's webhook
+    may add one to a run without spec.queueName), else None. Such a TFJob's suspend is Kueue's."""
+    meta = tfjob.get("metadata") or {}
+    return (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL) or (meta.get("annotations") or {}).get(KUEUE_QUEUE_LABEL)
+
+
+def suspended_by_other(tfjob: Mapping[str, Any]) -> bool:
+    """Whether the TFJob is suspended (runPolicy.suspend) without the operator's record that it suspended it
+    (SUSPENDED_BY_ANNOTATION): a queue manager's or a person's suspension, which the operator never undoes."""
+    annotations = (tfjob.get("metadata") or {}).get("annotations") or {}
+    suspended = bool(((tfjob.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+    return suspended and annotations.get(SUSPENDED_BY_ANNOTATION) != SUSPENDED_BY
+
+
+def _suspended(run: RunSpec, previous: Mapping[str, Any], tfjob_suspended: bool) -> State:
+    """A run whose spec.suspend is true: suspended, or on its way there."""
+    resume = f"kubectl patch dtr {run.name} --type=merge -p '{{\"spec\":{{\"suspend\":false}}}}' resumes it"
+    if tfjob_suspended:
+        message = f"suspended (spec.suspend): no worker pods; {_epoch_note(previous)}; {resume}"
+        return State(SUSPENDED, RUN_SUSPENDED, message, created=True)
+    return State(SUSPENDED, SUSPENDING, f"suspending: TFJob {run.tfjob_name} is stopping its pods", created=True)
+
+
+def suspension(state: State, run: RunSpec, previous: Mapping[str, Any], tfjob: Mapping[str, Any]) -> State:
     """The TFJob's state as the run's suspend and queue explain it (a finished run stays finished)."""
     if state.phase in TERMINAL:
         return state
     tfjob_suspended = state.reason == TFJOB_SUSPENDED
     if run.suspend:
-        resume = f"kubectl patch dtr {run.name} --type=merge -p '{{\"spec\":{{\"suspend\":false}}}}' resumes it"
-        if tfjob_suspended:
-            message = f"suspended (spec.suspend): no worker pods; {_epoch_note(previous)}; {resume}"
-            return State(SUSPENDED, RUN_SUSPENDED, message, created=True)
-        return State(SUSPENDED, SUSPENDING, f"suspending: TFJob {run.tfjob_name} is stopping its pods", created=True)
-    if tfjob_suspended and run.queue_name is not None:
-        message = f"waiting in Kueue LocalQueue {run.queue_name} for admission (the TFJob stays suspended until then)"
+        return _suspended(run, previous, tfjob_suspended)
+    return _held(state, run, previous, tfjob) if tfjob_suspended else state
+
+
+def _held(state: State, run: RunSpec, previous: Mapping[str, Any], tfjob: Mapping[str, Any]) -> State:
+    """A run not suspended whose TFJob is: queued in Kueue, suspended by someone else, or being resumed."""
+    if (queue := run.queue_name or kueue_queue(tfjob)) is not None:
+        message = f"waiting in Kueue LocalQueue {queue} for admission (the TFJob stays suspended until then)"
         return State(PENDING, QUEUED, message, created=True)
-    if tfjob_suspended and (previous.get("phase") == SUSPENDED or previous.get("reason") == RESUMING):
+    if suspended_by_other(tfjob):
+        message = (f"TFJob {run.tfjob_name} was suspended, not by this operator (it lacks the annotation "
+                   f"{SUSPENDED_BY_ANNOTATION}: {SUSPENDED_BY}); whoever suspended it (a queue manager, an admin) "
+                   f"resumes it: the operator does not")  # fmt: skip
+        return State(PENDING, TFJOB_SUSPENDED, message, created=True)
+    if previous.get("phase") == SUSPENDED or previous.get("reason") == RESUMING:
         message = f"resuming: TFJob {run.tfjob_name} is being unsuspended; workers continue from their backup"
         return State(PENDING, RESUMING, message, created=True)
     return state
@@ -533,7 +600,7 @@ def tfjob_status(
     now: str,
 ) -> dict[str, Any]:
     """Status mirrored from the run's TFJob; pods are read only once the TFJob has finished."""
-    state, summary = _explained(suspension(tfjob_state(tfjob), run, previous), run, pods, previous)
+    state, summary = _explained(suspension(tfjob_state(tfjob), run, previous, tfjob), run, pods, previous)
     status = _base(run, state, previous, now)
     counts = worker_counts(tfjob)
     status["workers"] = counts
@@ -563,16 +630,38 @@ def _summary_fields(summary: Summary) -> dict[str, Any]:
     return fields
 
 
+# The training-operator's event reasons when the API server refuses a pod it creates for a TFJob (quota,
+# an unknown PriorityClass, Pod Security admission, a webhook): no pod exists to look at, only these.
+CREATE_REFUSED = frozenset({"FailedCreatePod", "FailedCreate"})
+MAX_REFUSAL = 300
+
+
+def refused_pods(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The line for the newest refusal among a TFJob's events (the API server's own words), or none."""
+    refused = [e for e in events if e.get("reason") in CREATE_REFUSED and e.get("type") == "Warning"]
+    if not refused:
+        return []
+    newest = max(refused, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    return [f"the training-operator cannot create them: {clean_text(newest.get('message') or '', MAX_REFUSAL)}"]
+
+
+# Reasons of a run whose TFJob should have made its pods, none of which runs yet. TFJobSubmitted too: a
+# training-operator that cannot create a pod does not record the TFJob as Created either.
+WAITING_FOR_PODS = frozenset({TFJOB_SUBMITTED, TFJOB_CREATED, WORKERS_NOT_STARTING})
+
+
 def waiting_status(
-    run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any], now: str
-) -> dict[str, Any]:
+    run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any], now: str,
+    refused: Sequence[str] = (),
+) -> dict[str, Any]:  # fmt: skip
     """A run whose TFJob created its pods but none runs yet: say why, when they cannot start by
-    themselves (a wrong image, a missing Secret, no node with room). Any other status is left as is."""
-    if previous.get("phase") != PENDING or previous.get("reason") not in (TFJOB_CREATED, WORKERS_NOT_STARTING):
+    themselves (a wrong image, a missing Secret, no node with room) or cannot be created (`refused`:
+    refused_pods). Any other status is left as is."""
+    if previous.get("phase") != PENDING or previous.get("reason") not in WAITING_FOR_PODS:
         return dict(previous)
-    lines = stuck_workers(pods)
+    lines = [*refused, *stuck_workers(pods)]
     if lines:
-        message = _short("worker pods cannot start: " + "; ".join(lines))
+        message = clean_text("worker pods cannot start: " + "; ".join(lines))
         state = State(PENDING, WORKERS_NOT_STARTING, message, created=True)
     elif previous.get("reason") == WORKERS_NOT_STARTING:
         state = State(PENDING, TFJOB_CREATED, _created_message(run.tfjob_name), created=True)

@@ -90,6 +90,7 @@ def architecture_triples(markdown: str) -> set[Triple]:
 
 
 NAMESPACES = ("", "namespaces")
+USER_ROLES = ("dtr-run-author", "dtr-run-viewer")  # deploy/users/: for people, bound by an admin (test_user_roles.py)
 CLUSTER_SCOPED = {("apiextensions.k8s.io", "customresourcedefinitions"), NAMESPACES}
 
 
@@ -124,7 +125,9 @@ def test_architecture_doc_lists_the_permissions_the_clusterrole_grants() -> None
     assert {t for t in wanted if t[2] == "update"} == {("distml.dev", "disttrainingruns/finalizers", "update")}
     # Children: created, read; of the TFJob only runPolicy patched (suspend; a failed one's cleanPodPolicy).
     assert {t[2] for t in wanted if t[1] == "tfjobs"} == {"get", "list", "watch", "create", "patch"}
-    assert {t[2] for t in wanted if t[1] == "persistentvolumeclaims"} == {"get", "list", "watch", "create"}
+    # PVCs: the one a run names is read, its own created; never listed or watched (security review M2).
+    assert {t[2] for t in wanted if t[1] == "persistentvolumeclaims"} == {"get", "create"}
+    assert {t[2] for t in wanted if t[1] == "disttrainingruns/status"} == {"patch"}
 
 
 def test_namespaced_mode_splits_the_list_into_a_role_and_cluster_wide_reads() -> None:
@@ -136,7 +139,8 @@ def test_namespaced_mode_splits_the_list_into_a_role_and_cluster_wide_reads() ->
     discovery = only(docs, "ClusterRole", "dtr-operator-discovery")
     assert rule_triples(discovery["rules"]) == cluster_scoped(wanted)
     assert {t[2] for t in cluster_scoped(wanted)} <= {"get", "list", "watch"}, "cluster-wide reads only"
-    assert [d["kind"] for d in docs].count("ClusterRole") == 1, "namespaced mode has one, read-only, ClusterRole"
+    operator_roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] not in USER_ROLES]
+    assert len(operator_roles) == 1, "namespaced mode has one, read-only, ClusterRole for the operator"
     binding = only(docs, "RoleBinding", "dtr-operator")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": SA_NAMESPACE}]
 
@@ -348,7 +352,7 @@ NEEDED = [
     ("get", "pods", "log"),  # status.progress
     ("get", "configmaps", ""),  # a run's code (spec.training.code.configMap): its SHA-256 in status.code
     ("create", "events", ""),
-    ("create", "events.events.k8s.io", ""),
+    ("list", "events", ""),  # a TFJob's FailedCreatePod events: pods the API server refused
 ]
 # What it must never be able to do, anywhere.
 FORBIDDEN = [
@@ -359,6 +363,10 @@ FORBIDDEN = [
     ("delete", "disttrainingruns.distml.dev", ""),
     ("update", "disttrainingruns.distml.dev", ""),
     ("delete", "persistentvolumeclaims", ""),
+    ("list", "persistentvolumeclaims", ""),
+    ("watch", "persistentvolumeclaims", ""),
+    ("patch", "events", ""),
+    ("create", "events.events.k8s.io", ""),
     ("create", "pods", ""),
     ("delete", "pods", ""),
     ("create", "pods", "exec"),

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import zipfile
+
 import numpy as np
 import pytest
+from dtr_contract.progress import parse_epoch_end
 from dtr_trainer.errors import EXIT_DATA, EXIT_DOWNLOAD, EXIT_TF_CONFIG, EXIT_USAGE
 
 from support.trainer import run_trainer
@@ -81,3 +84,16 @@ def test_download_that_cannot_happen_names_offline_alternatives(volume):
     assert len(line) < 400
     leftovers = list((volume.root / "data").rglob("*"))
     assert [p.name for p in leftovers] == ["keras"], leftovers  # no partial file, no private dir
+
+
+def test_a_crafted_npz_header_cannot_make_the_trainer_report_an_epoch(volume):
+    """Security review L1: numpy quotes a header it cannot parse, and the trainer's error line quotes numpy; the
+    operator's reader takes only the trainer's own epoch-end line, whole, so the quoted text is not an epoch."""
+    fake = b"epoch 99/100 end accuracy=1.0000 loss=0.0000"
+    npy = b"\x93NUMPY\x01\x00" + len(fake).to_bytes(2, "little") + fake
+    with zipfile.ZipFile(volume.root / "data" / "evil.npz", "w") as archive:
+        archive.writestr("x_train.npy", npy)
+        archive.writestr("y_train.npy", npy)
+    result = run_trainer(["--dataset", "evil.npz", *volume.args()], volume)
+    line = assert_one_line_error(result, EXIT_DATA, "evil.npz", "cannot read as .npz", fake.decode())
+    assert parse_epoch_end(result.stderr) is None, line

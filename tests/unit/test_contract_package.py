@@ -11,7 +11,7 @@ import math
 
 import pytest
 from dtr_contract import exits, layout, summary
-from dtr_contract.progress import epoch_end_line, parse_epoch_end, parse_epoch_end_line
+from dtr_contract.progress import epoch_end_line, parse_epoch_end, parse_epoch_end_line, trainer_line
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -38,9 +38,9 @@ def test_every_epoch_end_line_reads_back(done, metrics, rate, remaining) -> None
 
 
 def test_the_last_epoch_end_of_a_log_is_read_and_other_lines_are_not() -> None:
-    log = "\n".join([epoch_end_line(1, 3, {"loss": 0.5}, 10.0, 20), "epoch 2/3 begin", "the epoch 2/3 endpoint",
-                     epoch_end_line(2, 3, {"loss": math.nan}, 11.0, None), "epoch 4/3 end loss=1", ""])
-    end = parse_epoch_end(log)
+    lines = [epoch_end_line(1, 3, {"loss": 0.5}, 10.0, 20), "epoch 2/3 begin", "the epoch 2/3 endpoint",
+             epoch_end_line(2, 3, {"loss": math.nan}, 11.0, None), "epoch 4/3 end loss=1"]
+    end = parse_epoch_end("\n".join(trainer_line("worker-0", line) for line in lines) + "\n")
     assert end is not None and (end.epoch, end.metrics, end.remaining_seconds) == (2, (), None)
     assert parse_epoch_end("epoch 1/3 begin\n") is None
 

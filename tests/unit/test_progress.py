@@ -28,12 +28,13 @@ def test_the_last_finished_epoch_of_the_log():
 def test_no_finished_epoch_yet_and_lines_that_only_look_alike():
     assert st.parse_epoch_end("") is None
     assert st.parse_epoch_end("dtr_trainer[worker-0]: epoch 1/8 begin\n") is None
-    assert st.parse_epoch_end("epoch 9/8 end loss=1\nepoch 0/8 end loss=1\n") is None
-    assert st.parse_epoch_end("the epoch 1/2 endpoint\n") is None
+    assert st.parse_epoch_end("dtr_trainer[worker-0]: epoch 9/8 end loss=1\nepoch 0/8 end loss=1\n") is None
+    assert st.parse_epoch_end("dtr_trainer[worker-0]: the epoch 1/2 endpoint\n") is None
 
 
 def test_values_that_are_not_finite_numbers_are_left_out():
-    end = st.parse_epoch_end("epoch 1/2 end loss=nan accuracy=0.5 note=x examples_per_second=inf")
+    end = st.parse_epoch_end("dtr_trainer[worker-0]: epoch 1/2 end loss=nan accuracy=0.5 note=x "
+                             "examples_per_second=inf")
     assert end is not None
     assert end.metrics == (("accuracy", 0.5),) and end.examples_per_second is None and end.remaining_seconds is None
 

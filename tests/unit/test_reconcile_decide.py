@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 from dtr_operator import reconcile
+from dtr_operator.builders import KUEUE_QUEUE_LABEL, SUSPENDED_BY, SUSPENDED_BY_ANNOTATION, build_tfjob
 from dtr_operator.policy import Refusal
 from dtr_operator.reconcile import UNREAD, Create, Observed, Record, Sync, decide
 from dtr_operator.spec import parse_run
-from dtr_operator.status import FAILED, State
+from dtr_operator.status import FAILED, State, tfjob_status
 
 from support.runs import make_run
 
@@ -133,9 +134,15 @@ SUSPENDED_RUN = parse_run(make_run({"workers": 2, "suspend": True}, uid="u-1", g
 QUEUED_RUN = parse_run(make_run({"workers": 2, "queueName": "team-a"}, uid="u-1", generation=1))
 
 
-def ours(suspend: bool | None = None, conditions: tuple[str, ...] = ("Created", "Running")) -> dict[str, Any]:
+def ours(suspend: bool | None = None, conditions: tuple[str, ...] = ("Created", "Running"),
+         by: str | None = "operator") -> dict[str, Any]:  # fmt: skip
+    """Our TFJob; a suspended one as suspended `by` the operator (its annotation), someone else, or Kueue."""
     tfjob = obj(owner_uid="u-1")
     tfjob["spec"] = {"runPolicy": {} if suspend is None else {"suspend": suspend}}
+    if suspend and by == "operator":
+        tfjob["metadata"]["annotations"] = {SUSPENDED_BY_ANNOTATION: SUSPENDED_BY}
+    if by == "kueue":
+        tfjob["metadata"]["labels"] = {KUEUE_QUEUE_LABEL: "default"}
     tfjob["status"] = {"conditions": [{"type": t, "status": "True"} for t in conditions]}
     return tfjob
 
@@ -159,6 +166,34 @@ def test_a_tfjob_that_already_agrees_is_mirrored(run, suspend):
 def test_a_queued_runs_tfjob_is_kueues_to_suspend():
     tfjob = ours(suspend=True, conditions=("Created", "Suspended"))
     assert decide(QUEUED_RUN, CREATED, Observed(tfjob)) == Sync(tfjob)
+
+
+@pytest.mark.parametrize("by", [None, "kueue"])
+def test_a_suspension_the_operator_did_not_make_is_never_undone(by):
+    """Security review M5: an admin's or a queue manager's suspension stays, whatever spec.suspend did meanwhile
+    (a toggle, or the resume handler after an operator restart, both end in this decision)."""
+    tfjob = ours(suspend=True, conditions=("Created", "Suspended"), by=by)
+    assert decide(OWN, CREATED, Observed(tfjob)) == Sync(tfjob)
+    assert decide(SUSPENDED_RUN, CREATED, Observed(tfjob)) == Sync(tfjob)
+
+
+def test_a_tfjob_kueue_labelled_is_kueues_even_without_queue_name():
+    running = ours(suspend=False, by="kueue")
+    assert decide(SUSPENDED_RUN, CREATED, Observed(running)) == Sync(running)
+
+
+def test_the_operators_own_suspension_is_recorded_on_the_tfjob_it_creates():
+    assert build_tfjob(SUSPENDED_RUN)["metadata"]["annotations"] == {SUSPENDED_BY_ANNOTATION: SUSPENDED_BY}
+    assert "annotations" not in build_tfjob(OWN)["metadata"]
+
+
+def test_a_tfjob_suspended_by_someone_else_says_so_in_the_runs_status():
+    tfjob = ours(suspend=True, conditions=("Created", "Suspended"), by=None)
+    status = tfjob_status(OWN, tfjob, [], {"phase": "Suspended", "reason": "RunSuspended"}, "2026-11-30T18:00:00Z")
+    assert (status["phase"], status["reason"]) == ("Pending", "TFJobSuspended")
+    assert "not by this operator" in status["message"] and SUSPENDED_BY_ANNOTATION in status["message"]
+    queued = tfjob_status(OWN, ours(suspend=True, conditions=("Created", "Suspended"), by="kueue"), [], {}, "t")
+    assert (queued["reason"], "LocalQueue default" in queued["message"]) == ("Queued", True)
 
 
 def test_a_finished_run_or_tfjob_is_never_suspended():

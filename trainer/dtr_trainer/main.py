@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from dtr_contract import exits, flags, layout, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
+from dtr_contract.progress import trainer_line
 
 from dtr_trainer import data, export, fetch, lineage, memory, user, userdata, volume, worker_log
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
@@ -49,7 +50,7 @@ _TERMINATION_PATH: str | None = None  # once the command line is read: where an 
 
 
 def log(message: str) -> None:
-    print(f"dtr_trainer[{_TASK}]: {message}", file=sys.stderr, flush=True)
+    print(trainer_line(_TASK, message), file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------- command line
@@ -338,7 +339,7 @@ def report_error(message: str) -> None:
     if _TERMINATION_PATH:
         try:
             with open(_TERMINATION_PATH, "w") as f:
-                f.write(f"dtr_trainer[{_TASK}]: error: {message}\n")
+                f.write(trainer_line(_TASK, f"error: {message}") + "\n")
         except OSError:
             pass  # stderr has it; Kubernetes falls back to the log's tail
 
