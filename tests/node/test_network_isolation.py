@@ -1,5 +1,6 @@
 """Network isolation on the real node, enforced by kube-network-policies (devcluster/node.py):
 
+- the engine: a deny-all-ingress NetworkPolicy cuts a busybox pod off, deleting it lets the traffic back;
 - a run's NetworkPolicy (operator): TensorFlow's unauthenticated gRPC port of a training worker answers the
   run's other worker, and no pod of another namespace (the attack of the security review's H1), nor another
   pod of the run's own namespace;
@@ -34,6 +35,47 @@ except OSError as err:
 print("connected")
 """
 SCRAPE = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()[:2000])"
+
+
+def _busybox(name: str, command: list[str], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A busybox pod that may run under Pod Security `restricted`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "busybox", "image": realnode.pinned(realnode.HERE / "versions.env")["BUSYBOX_IMAGE"],
+                "imagePullPolicy": "Never", "command": command,
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }  # fmt: skip
+
+
+def test_a_deny_policy_cuts_a_pod_off_and_its_removal_lets_traffic_back(real_node: RealNode, namespace: str) -> None:
+    real_node.apply(namespace, _busybox("server", ["httpd", "-f", "-p", "8080", "-h", "/etc"], {"app": "server"}))
+    real_node.apply(namespace, _busybox("client", ["sleep", "900"]))
+    real_node.cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod/server", "pod/client",
+                              "--timeout=120s", timeout=150)  # fmt: skip
+    server_ip = real_node.pod(namespace, "server")["status"]["podIP"]
+    request = f"printf 'GET /hostname HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {server_ip} 8080"
+
+    def answered() -> bool:
+        proc = real_node.cluster.kubectl("exec", "-n", namespace, "client", "--", "sh", "-c", request, check=False)
+        return proc.stdout.startswith("HTTP/1.")
+
+    assert answered(), "no answer before any policy"
+    deny = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "deny"},
+            "spec": {"podSelector": {"matchLabels": {"app": "server"}}, "policyTypes": ["Ingress"]}}  # fmt: skip
+    real_node.apply(namespace, deny)
+    wait_for(lambda: not answered(), "the deny policy to cut the server off", timeout=30, interval=0.5)
+    time.sleep(2)
+    assert not answered(), "the policy let a later connection through"
+    real_node.cluster.kubectl("delete", "networkpolicy", "deny", "-n", namespace)
+    wait_for(answered, "the server to answer again once the policy is gone", timeout=30, interval=0.5)
 
 
 def _probe_pod(name: str) -> dict[str, Any]:
