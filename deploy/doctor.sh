@@ -293,7 +293,7 @@ check_command make "${T_ALL}" "apt-get install make" make --version
 check_go
 check_command kubectl "${T_CONTROL_PLANE} k3d-up" "${KUBECTL_HOW}" kubectl version --client
 check_command openssl "${T_CONTROL_PLANE}" "apt-get install openssl" openssl version
-for pkg in gcc libc6-dev libseccomp-dev pkgconf busybox-static containernetworking-plugins iptables iproute2; do
+for pkg in gcc libc6-dev libseccomp-dev pkgconf busybox-static containernetworking-plugins iptables iproute2 nftables patch; do
   check_package "${pkg}" "${T_NODE}" "make node-build (devcluster/build_node.sh)"
 done
 check_docker

@@ -6,6 +6,7 @@
 #   runc                     runc, static, cgo + seccomp               github.com/opencontainers/runc
 #   coredns                  CoreDNS with only the plugins below       github.com/coredns/coredns
 #   local-path-provisioner   + its deploy manifest in manifests/       github.com/rancher/local-path-provisioner
+#   kube-network-policies    NetworkPolicy enforcement (nftables, NFQUEUE) sigs.k8s.io/kube-network-policies
 #   images                   OCI image tars in images/ for `ctr -n k8s.io images import` (ociimage.py):
 #                            pause, coredns, local-path-provisioner, busybox, training-operator; each rewritten
 #                            when its arguments, its files' contents or ociimage.py change
@@ -17,6 +18,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=versions.env disable=SC1091
 . "${here}/versions.env"
 : "${CONTAINERD_VERSION:?}" "${RUNC_VERSION:?}" "${COREDNS_VERSION:?}" "${LOCAL_PATH_PROVISIONER_VERSION:?}"
+: "${KUBE_NETWORK_POLICIES_VERSION:?}"
 : "${TRAINING_OPERATOR_VERSION:?}" "${PAUSE_IMAGE:?}" "${COREDNS_IMAGE:?}" "${BUSYBOX_IMAGE:?}"
 : "${LOCAL_PATH_PROVISIONER_IMAGE:?}" "${TRAINING_OPERATOR_IMAGE:?}"
 cache=${DTR_CACHE:-${HOME}/.cache/dtr}
@@ -193,6 +195,28 @@ build_local_path() {
   stamp local-path-provisioner "${v}"
   rm -rf "${d}"
   log "local-path-provisioner ${v} built in $((SECONDS - t0)) s"
+}
+
+# The node's NetworkPolicy engine, a host process as kube-proxy is (devcluster/node.py), with
+# patches/kube-network-policies.patch: upstream's main reads only the in-cluster config (a pod's token at a
+# fixed path), the patched one reads $KUBECONFIG (unset: the in-cluster config, as before); and it queues
+# packets with iptables' NFQUEUE target (nft_compat), since kernels built without nft_queue (CONFIG_NFT_QUEUE,
+# this one) refuse upstream's nftables `queue` rule and with it the whole table.
+build_network_policies() {
+  local v=${KUBE_NETWORK_POLICIES_VERSION} patch="${here}/patches/kube-network-policies.patch" key have
+  key="${v} patch:$(sha12 "${patch}")"
+  have=$(built kube-network-policies)
+  if [[ ${have} = "${key}" ]]; then log "kube-network-policies ${v} cached"; return; fi
+  need_pkgs patch
+  local d="${work}/kube-network-policies" t0=${SECONDS}
+  log "building kube-network-policies ${v}"
+  module_src sigs.k8s.io/kube-network-policies "${v}" "${d}"
+  patch -p1 --forward --fuzz=0 --quiet -d "${d}" < "${patch}" \
+    || { echo "kube-network-policies ${v}: ${patch} does not apply; update it" >&2; exit 1; }
+  (cd "${d}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${bin}/kube-network-policies" ./cmd)
+  stamp kube-network-policies "${key}"
+  rm -rf "${d}"
+  log "kube-network-policies ${v} built in $((SECONDS - t0)) s"
 }
 
 # image NAME ociimage.py-args...: writes images/NAME.tar unless its stamp (NAME.tar.version) says it was written
@@ -407,12 +431,13 @@ TOML
 }
 
 # What the node itself runs on the host (devcluster/node.py): the CNI plugins (bridge,
-# host-local, portmap in /usr/lib/cni), iptables for kube-proxy and the bridge's FORWARD rule.
+# host-local, portmap in /usr/lib/cni), iptables for kube-proxy and the bridge's FORWARD rule,
+# nftables to look at (and remove) kube-network-policies' table.
 host_packages() {
-  need_pkgs containernetworking-plugins iptables iproute2
+  need_pkgs containernetworking-plugins iptables iproute2 nftables
 }
 
-want=${*:-host containerd runc coredns local-path-provisioner images}
+want=${*:-host containerd runc coredns local-path-provisioner network-policies images}
 for w in ${want}; do
   case ${w} in
     host) host_packages ;;
@@ -420,6 +445,7 @@ for w in ${want}; do
     runc) build_runc ;;
     coredns) build_coredns ;;
     local-path-provisioner) build_local_path ;;
+    network-policies) build_network_policies ;;
     images) build_images ;;
     check-images) check_images ;;
     *) echo "unknown component: ${w}" >&2; exit 2 ;;

@@ -1,7 +1,8 @@
 """A real Kubernetes node for the local control plane: the parts k3s bundles, as host processes.
 
 containerd (with runc and Debian's CNI plugins: one bridge, host-local IPAM), kubelet,
-kube-scheduler and kube-proxy (iptables), then CoreDNS, local-path-provisioner (the default
+kube-scheduler, kube-proxy (iptables) and kube-network-policies (NetworkPolicy: nftables + NFQUEUE),
+then CoreDNS, local-path-provisioner (the default
 StorageClass `local-path`) and the Kubeflow training-operator from its own standalone manifests,
 all three as pods from images built here (devcluster/build_node.sh) and imported with
 `ctr -n k8s.io images import`, never pulled.
@@ -54,9 +55,10 @@ KUBELET_PORT = 10250
 RUN_DIR = Path("/run/dtr-node")
 IPTABLES_CHAIN = "DTR-NODE-FORWARD"
 OWNER = RUN_DIR / "owner"  # the directory of the node that holds the machine's node resources
+NFT_TABLE = "kube-network-policies"  # the inet table kube-network-policies writes (its default name)
 
 # Start order; teardown runs in reverse.
-COMPONENTS = ("containerd", "kubelet", "kube-scheduler", "kube-proxy")
+COMPONENTS = ("containerd", "kubelet", "kube-scheduler", "kube-proxy", "kube-network-policies")
 
 START_TIMEOUT = 180.0
 
@@ -209,6 +211,16 @@ def scheduler_args(binary: Path, kubeconfig: Path, port: int) -> list[str]:
     return cp.loopback_component_args(binary, kubeconfig, port)
 
 
+def network_policies_args(binary: Path, metrics_port: int) -> list[str]:
+    """kube-network-policies as a host process (its kubeconfig comes in $KUBECONFIG, build_node.sh)."""
+    return [
+        str(binary),
+        f"--hostname-override={NODE_NAME}",  # it enforces the policies of this node's pods only
+        f"--metrics-bind-address=127.0.0.1:{metrics_port}",  # its default is every interface
+        "--v=1",
+    ]
+
+
 def pinned(versions_env: Path) -> dict[str, str]:
     """devcluster/versions.env as a dict (the image references the node's manifests name)."""
     out = {}
@@ -251,6 +263,7 @@ def prepare_host_network() -> None:
     run(["ip", "link", "set", BRIDGE, "up"])
     run(["modprobe", "br_netfilter"], check=False)  # built in on some kernels
     run(["modprobe", "overlay"], check=False)
+    run(["modprobe", "nfnetlink_queue"], check=False)  # kube-network-policies' NFQUEUE
     for key, value in (("net/ipv4/ip_forward", "1"), ("net/bridge/bridge-nf-call-iptables", "1")):
         path = Path("/proc/sys") / key
         if not path.exists():
@@ -266,6 +279,9 @@ def prepare_host_network() -> None:
 
 
 def cleanup_host_network() -> None:
+    # kube-network-policies removes its table on SIGINT only; left behind, its NFQUEUE rules would drop
+    # every packet of a policed pod address, with no one reading the queue.
+    run(["nft", "delete", "table", "inet", NFT_TABLE], check=False)
     run(["iptables", "-D", "FORWARD", "-j", IPTABLES_CHAIN], check=False)
     run(["iptables", "-F", IPTABLES_CHAIN], check=False)
     run(["iptables", "-X", IPTABLES_CHAIN], check=False)
@@ -548,11 +564,14 @@ class Node:
         self._kubeconfig("kubelet", "kubelet")
         self._procs.spawn("kubelet", kubelet_args(binaries["kubelet"], layout), env)
         admin = self._kubeconfig("kube-proxy", "admin")
-        sched_port, proxy_healthz, proxy_metrics = cp.free_ports(3)
+        sched_port, proxy_healthz, proxy_metrics, policy_metrics = cp.free_ports(4)
         self._procs.spawn("kube-scheduler", scheduler_args(binaries["kube-scheduler"], admin, sched_port))
         proxy_config = layout.sub("kube-proxy") / "config.json"
         proxy_config.write_text(json.dumps(kube_proxy_config(admin, proxy_healthz, proxy_metrics)))
         self._procs.spawn("kube-proxy", [str(binaries["kube-proxy"]), f"--config={proxy_config}"], env)
+        self._procs.spawn("kube-network-policies",
+                          network_policies_args(binaries["kube-network-policies"], policy_metrics),
+                          {**env, "KUBECONFIG": str(admin)})  # fmt: skip
 
         api = cp.Api(self.plane.state().ports.apiserver, pki)  # type: ignore[union-attr]
 
@@ -567,6 +586,9 @@ class Node:
 
         self._procs.wait("kubelet", node_ready, timeout=START_TIMEOUT, what=f"node {NODE_NAME}")
         self._procs.wait("kube-proxy", lambda: cp.http_get(f"http://127.0.0.1:{proxy_healthz}/healthz")[0] == 200)
+        # Its table exists once its informers have synced: from then on, every NetworkPolicy holds.
+        policing = ["nft", "list", "table", "inet", NFT_TABLE]
+        self._procs.wait("kube-network-policies", lambda: run(policing, check=False).returncode == 0)
         self._apply_addons()
         pids = {c: p.pid for c, p in self._procs.children.items()}
         return NodeState(pids, {c: str(b) for c, b in binaries.items()}, time.time())

@@ -1,4 +1,4 @@
-"""RunSpec -> the manifests the operator creates: a Kubeflow TFJob and (maybe) a PVC. Pure.
+"""RunSpec -> the manifests the operator creates: a Kubeflow TFJob, (maybe) a PVC, a NetworkPolicy. Pure.
 
 The same builders serve the operator and `dtr run` (which runs the TFJob's workers as local
 processes), so a run behaves the same with or without a cluster.
@@ -24,6 +24,7 @@ TFJOB_GROUP = "kubeflow.org"
 TFJOB_VERSION = "v1"
 TFJOB_PLURAL = "tfjobs"
 TFJOB_API_VERSION = f"{TFJOB_GROUP}/{TFJOB_VERSION}"
+NETWORK_POLICY_API_VERSION = "networking.k8s.io/v1"
 
 # The training-operator only wires TF_CONFIG and the services into a container with this name.
 CONTAINER_NAME = "tensorflow"
@@ -333,6 +334,26 @@ def build_pvc(run: RunSpec) -> dict[str, Any] | None:
         "kind": "PersistentVolumeClaim",
         "metadata": {"name": run.pvc_name, "namespace": run.namespace, "labels": run_labels(run)},
         "spec": spec,
+    }
+
+
+def build_network_policy(run: RunSpec) -> dict[str, Any]:
+    """The NetworkPolicy that guards the run's workers (no owner reference; see owned_by).
+
+    TensorFlow's gRPC server on PORT authenticates no one and runs any graph it is sent: only the pods of
+    the same run, in the same namespace, may reach it; nothing else may reach the workers at all. Egress
+    is left open (DNS, spec.training.datasetSource).
+    """
+    run_pods = {"matchLabels": {RUN_LABEL: run.name}}
+    return {
+        "apiVersion": NETWORK_POLICY_API_VERSION,
+        "kind": "NetworkPolicy",
+        "metadata": {"name": run.name, "namespace": run.namespace, "labels": run_labels(run)},
+        "spec": {
+            "podSelector": run_pods,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": run_pods}], "ports": [{"protocol": "TCP", "port": PORT}]}],
+        },
     }
 
 

@@ -23,7 +23,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from . import __version__, metrics
-from .builders import JOB_NAME_LABEL, TFJOB_API_VERSION, TFJOB_GROUP, TFJOB_PLURAL
+from .builders import JOB_NAME_LABEL, NETWORK_POLICY_API_VERSION, TFJOB_API_VERSION, TFJOB_GROUP, TFJOB_PLURAL
 from .spec import API_VERSION, KIND, PLURAL
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def _path(api_version: str, namespace: str, plural: str, name: str | None = None
 
 _PLURALS = {("v1", "PersistentVolumeClaim"): "persistentvolumeclaims", ("v1", "Pod"): "pods",
             (TFJOB_API_VERSION, "TFJob"): TFJOB_PLURAL, ("v1", "ConfigMap"): "configmaps",
-            (API_VERSION, KIND): PLURAL}  # fmt: skip
+            (API_VERSION, KIND): PLURAL, (NETWORK_POLICY_API_VERSION, "NetworkPolicy"): "networkpolicies"}  # fmt: skip
 
 # The exec WebSocket's subprotocols (v5, Kubernetes 1.29+, adds closing a stream) and channels.
 EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")

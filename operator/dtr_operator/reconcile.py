@@ -32,14 +32,17 @@ from . import metrics
 from .builders import (
     CONTAINER_NAME,
     KEEP_PODS,
+    NETWORK_POLICY_API_VERSION,
     RELEASE_RUNNING_PODS,
     SUSPENDED_BY,
     SUSPENDED_BY_ANNOTATION,
+    build_network_policy,
     children,
     is_owned_by,
     is_reusable_pvc,
     left_by_earlier_run,
     logs_dir,
+    owned_by,
     worker_pod_name,
 )
 from .kube import AlreadyExists, ApiError, Conflict, Kube, NotFound, ResourceMissing
@@ -366,6 +369,14 @@ def _wait_for_cleanup(kind: str, name: str) -> Record:
     return Record(State(PENDING, WAITING_FOR_CLEANUP, message), retry=True)
 
 
+def network_policy_taken(run: RunSpec, policy: Mapping[str, Any]) -> Record | None:
+    """Whether the run's NetworkPolicy name, found taken, stops its TFJob: None when the policy is this run's.
+    Not created with another's in place: an earlier run's goes with the GC, and the workers would be open."""
+    if is_owned_by(policy, run.uid):
+        return None
+    return _clash("NetworkPolicy", run.name, policy, run)
+
+
 def _tfjob_deleted_message(run: RunSpec) -> str:
     return (
         f"TFJob {run.tfjob_name} was deleted before the run finished; the run cannot continue: "
@@ -637,7 +648,8 @@ class Reconciler:
         request_refusal = self.run_refusal(spec)
         for _ in range(self.retries.observations):
             seen = self.observe(spec, read_pvc, read_code)
-            action = decide(spec, run.status, seen, refusal, code_refusal, request_refusal, self._claim(spec, seen))
+            action = self._guarded(spec, decide(spec, run.status, seen, refusal, code_refusal, request_refusal,
+                                                 self._claim(spec, seen)))
             if not isinstance(action, Create):
                 return self._act(run, action, created, retry)
             pvc_manifest, tfjob_manifest = children(spec)
@@ -657,6 +669,20 @@ class Reconciler:
         """Why the run may not mount the claim it names, once that PVC has been read."""
         claimed = not spec.creates_pvc and isinstance(seen.pvc, Mapping)
         return self.claim_refusal(spec, seen.pvc) if claimed else None
+
+    def _guarded(self, run: RunSpec, action: Action) -> Action:
+        """A Create after the run's NetworkPolicy exists (before the PVC and TFJob: no worker ever listens
+        unguarded), or the Record that stops it when the name is taken by a policy not this run's; a 409
+        ApiError (retried) when the policy went away in between. Any other action as it is."""
+        if not isinstance(action, Create):
+            return action
+        # Not in `created`: that list says what the status announces, and that the PVC is made.
+        if self._create(owned_by(build_network_policy(run), run), f"NetworkPolicy {run.name}", []):
+            return action
+        policy = self.kube.get(NETWORK_POLICY_API_VERSION, "NetworkPolicy", run.namespace, run.name)
+        if policy is None:
+            raise ApiError(409, "Conflict", f"NetworkPolicy {run.namespace}/{run.name} was deleted; will retry")
+        return network_policy_taken(run, policy) or action
 
     def _create(self, manifest: Mapping[str, Any], what: str, created: list[str]) -> Mapping[str, Any] | None:
         """Create the object and add `what` to `created`; None when its name is taken."""

@@ -70,6 +70,14 @@ def test_cni_keeps_pod_traffic_on_the_bridge():
     assert bridge["ipam"]["ranges"] == [[{"subnet": node.POD_CIDR, "gateway": node.NODE_IP}]]
 
 
+def test_network_policies_serve_this_node_under_its_name_and_listen_on_loopback_only():
+    args = node.network_policies_args(Path("/bin/knp"), 9999)
+    assert args[0] == "/bin/knp"
+    assert f"--hostname-override={node.NODE_NAME}" in args  # its pods' policies, no other node's
+    assert "--metrics-bind-address=127.0.0.1:9999" in args  # upstream's default is every interface
+    assert "kube-network-policies" in node.COMPONENTS
+
+
 def test_kubelet_keeps_imported_images_and_runs_on_cgroup_v1():
     config = node.kubelet_config(LAYOUT, Path("/pki"))
     assert config["imageGCHighThresholdPercent"] == 100
