@@ -153,7 +153,7 @@ docker-up: ## start dockerd unless a Docker engine answers (CI=true as root: ins
 base-images: docker-up ## python:3.11-slim, python:3.9-slim: pull, else local stand-ins (offline fallback)
 	bash deploy/images/base-images.sh
 
-images: ## build distml/operator:0.1.0 and distml/trainer:0.1.0 (ARGS go to docker build)
+images: ## build both images (names: deploy/lib.sh; ARGS go to docker build)
 	bash deploy/images/build.sh $(ARGS)
 
 # docs/clusters.md: both images on a registry your cluster pulls from, and the overlay that deploys them.

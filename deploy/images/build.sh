@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build distml/operator:0.1.0 and distml/trainer:0.1.0 from the Dockerfiles at the repository
+# Build both images (OPERATOR_IMAGE and TRAINER_IMAGE, deploy/lib.sh) from the Dockerfiles at the repository
 # root (make images): a running engine (docker-up.sh), then the base images they start FROM
 # (base-images.sh, only when one is missing), then both builds; prints times and sizes.
 # Arguments go to both `docker build`s (make images ARGS=--no-cache). HTTP(S)_PROXY, NO_PROXY

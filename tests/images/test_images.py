@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
-OPERATOR = os.environ.get("DTR_OPERATOR_IMAGE", "distml/operator:0.1.0")
-TRAINER = os.environ.get("DTR_TRAINER_IMAGE", "distml/trainer:0.1.0")
+from devcluster.node import image_names
+
+OPERATOR = os.environ.get("DTR_OPERATOR_IMAGE", image_names()[0])
+TRAINER = os.environ.get("DTR_TRAINER_IMAGE", image_names()[1])
 
 HARDENED = [
     "--user", "1000:1000",

@@ -24,7 +24,7 @@ from dtr_operator.fields import BUILTIN_DATASETS, find
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis import strategies as st
 
-IMAGE = "distml/trainer:0.1.0-test"
+IMAGE = "localhost/distml/trainer:0.1.0-test"
 PRIORITY_CLASS = "dtr-generated-low"  # created by the harness: pods naming a missing class are refused
 SEED = 18  # issue 18: a fixed seed, stated in the report
 

@@ -61,7 +61,7 @@ def reconciler(kube: FakeKube) -> tuple[Reconciler, list[Event]]:
     def emit(body: Any, event_type: str, reason: str, message: str) -> None:
         events.append((body["metadata"]["name"], event_type, reason, message))
 
-    return Reconciler(kube, emit, "distml/trainer:test"), events
+    return Reconciler(kube, emit, "localhost/distml/trainer:test"), events
 
 
 def run(status: dict[str, Any] | None = None, spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
