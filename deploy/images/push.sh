@@ -62,7 +62,9 @@ push_images() {
 # The overlay: kustomize's images transformer for the operator's container; the trainer image is
 # an environment value of that container (the default for runs, and the runs' spec.image allow-list).
 write_overlay() {
-  local base
+  local base operator trainer
+  operator="$(path_of "${OPERATOR_IMAGE%:*}")"
+  trainer="$(path_of "${TRAINER_IMAGE}")"
   mkdir -p "${OVERLAY}"
   base="$(realpath --relative-to="${OVERLAY}" "${DEPLOY}")"  # kustomize refuses absolute paths
   cat >"${OVERLAY}/kustomization.yaml" <<YAML
@@ -73,7 +75,7 @@ resources:
   - ${base}
 images:
   - name: ${OPERATOR_IMAGE%:*}
-    newName: ${registry}/$(path_of "${OPERATOR_IMAGE%:*}")
+    newName: ${registry}/${operator}
 patches:
   - patch: |-
       apiVersion: apps/v1
@@ -88,9 +90,9 @@ patches:
               - name: operator
                 env:
                   - name: DTR_TRAINER_IMAGE
-                    value: ${registry}/$(path_of "${TRAINER_IMAGE}")
+                    value: ${registry}/${trainer}
                   - name: DTR_ALLOWED_IMAGES
-                    value: ${registry}/$(path_of "${TRAINER_IMAGE%:*}")@sha256:*
+                    value: ${registry}/${trainer%:*}@sha256:*
 YAML
   step "overlay: ${OVERLAY}/kustomization.yaml"
   info "kubectl apply -k ${OVERLAY}"
