@@ -8,6 +8,7 @@ whoever owns it there publishes), so no file may spell one.
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 from pathlib import Path
@@ -80,3 +81,25 @@ def test_the_scan_sees_what_it_looks_for():
     assert REFERENCE.search("FROM distml/trainer:1") and not REFERENCE.search("x registry.example/fooxdistml/trainer")
     assert [m["before"] for m in REFERENCE.finditer("a localhost/distml/trainer:1 and distml/operator")] == \
         ["localhost/", ""]
+
+
+def shipped_settings():
+    """The operator's settings as deploy/ runs it: its environment from the Deployment."""
+    from dtr_operator import settings
+
+    deployment = yaml.safe_load((REPO / "deploy" / "base" / "deployment.yaml").read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    parser = argparse.ArgumentParser()
+    settings.add_arguments(parser)
+    return settings.from_args(parser.parse_args(container["args"]), env)
+
+
+def test_the_shipped_allow_list_refuses_every_look_alike_attack_and_admits_the_default_and_its_digests():
+    attacks = yaml.safe_load((REPO / "tests" / "reliability" / "attacks" / "supply.yaml").read_text())
+    s = shipped_settings()
+    assert attacks and all(a["reason"] == "ImageNotAllowed" and a["refused_by"] == "operator" for a in attacks)
+    for attack in attacks:
+        assert s.image_refusal(attack["spec"]["image"]) is not None, attack["id"]
+    assert s.image_refusal(TRAINER) is None
+    assert s.image_refusal(TRAINER.rsplit(":", 1)[0] + "@sha256:" + "0" * 64) is None
