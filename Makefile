@@ -28,20 +28,20 @@ setup: setup-check setup-op setup-trainer ## create both Python environments (pi
 setup-check:
 	@$(DOCTOR) -q setup
 
-$(OP)/dtr: operator/requirements.txt operator/pyproject.toml contract/pyproject.toml
+$(OP)/dtr: operator/requirements.txt operator/requirements-build.txt operator/pyproject.toml contract/pyproject.toml
 	@$(DOCTOR) -q setup-op
 	$(PY_OP) -m venv $(VENV_OP)
-	$(OP)/pip install -q --upgrade pip
+	$(OP)/pip install -q -r operator/requirements-build.txt
 	$(OP)/pip install -q -r operator/requirements.txt
 	$(OP)/pip install -q --no-deps -e contract/ -e operator/
 	touch $@
 
 setup-op: $(OP)/dtr
 
-$(TR)/.installed: trainer/requirements.txt trainer/requirements-test.txt trainer/pyproject.toml contract/pyproject.toml
+$(TR)/.installed: trainer/requirements.txt trainer/requirements-build.txt trainer/requirements-test.txt trainer/pyproject.toml contract/pyproject.toml
 	@$(DOCTOR) -q setup-trainer
 	$(PY_TRAINER) -m venv $(VENV_TR)
-	$(TR)/pip install -q --upgrade pip
+	$(TR)/pip install -q -r trainer/requirements-build.txt
 	$(TR)/pip install -q -r trainer/requirements.txt -r trainer/requirements-test.txt
 	$(TR)/pip install -q --no-deps -e contract/ -e trainer/
 	TF_CPP_MIN_LOG_LEVEL=2 $(TR)/python -c "import tensorflow as tf, numpy; assert tf.__version__ == '2.11.0', tf.__version__; print('TensorFlow', tf.__version__, 'numpy', numpy.__version__)"
@@ -59,11 +59,17 @@ install-cli: ## link $(PREFIX)/bin/dtr (PREFIX=~/.local) to ./dtr, so that `dtr`
 
 # Cyclomatic complexity as radon counts it (ruff's C901 does not count boolean operators, so it passes more):
 # xenon fails on any function of the product ranked C, i.e. above 10.
-COMPLEXITY_PATHS := operator trainer contract docs/gen.py
+COMPLEXITY_PATHS := operator trainer contract docs/gen.py deploy/images/lock.py
 
-lint: setup-op lint-deploy ## ruff on all Python; complexity <= 10 (radon) in the product; shellcheck and hadolint on the deploy files
-	$(OP)/ruff check operator trainer contract tests bench devcluster docs
+lint: setup-op lint-deploy ## ruff on all Python; complexity <= 10 (radon) in the product; the images' locks; shellcheck and hadolint on the deploy files
+	$(OP)/ruff check operator trainer contract tests bench devcluster docs deploy
 	$(OP)/xenon --max-absolute B $(COMPLEXITY_PATHS)
+	$(OP)/python deploy/images/lock.py --check
+
+# The images' hash-pinned locks (operator/locks/, trainer/locks/) from the pinned lists; PyPI, seconds.
+.PHONY: locks
+locks: setup-op ## regenerate the images' locks after a change to a requirements*.txt (deploy/images/lock.py)
+	$(OP)/python deploy/images/lock.py
 
 cluster-build: ## build etcd, kube-apiserver, kube-controller-manager, training-operator (cached)
 	bash devcluster/build.sh
@@ -153,7 +159,7 @@ docker-up: ## start dockerd unless a Docker engine answers (CI=true as root: ins
 base-images: docker-up ## python:3.11-slim, python:3.9-slim: pull, else local stand-ins (offline fallback)
 	bash deploy/images/base-images.sh
 
-images: ## build distml/operator:0.1.0 and distml/trainer:0.1.0 (ARGS go to docker build)
+images: ## build both images (names: deploy/lib.sh; ARGS go to docker build)
 	bash deploy/images/build.sh $(ARGS)
 
 # docs/clusters.md: both images on a registry your cluster pulls from, and the overlay that deploys them.

@@ -5,10 +5,11 @@
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE="${DTR_STATE:-${ROOT}/.dtr}"
 readonly ROOT STATE
-# The two images every script builds, imports or pushes (deploy/base/deployment.yaml and the operator's
-# default trainer image name them too: tests/unit/test_image_names.py keeps them equal).
+# The two images every script builds, imports or pushes: the one home of their names (deploy/base/deployment.yaml
+# and the operator's default trainer image name them too: tests/unit/test_image_names.py keeps them equal).
+# Fully qualified on a registry host nothing serves, so a node never pulls them from a stranger (docs/images.md#names).
 # shellcheck disable=SC2034 # used by the scripts that source this file
-readonly OPERATOR_IMAGE="distml/operator:0.1.0" TRAINER_IMAGE="distml/trainer:0.1.0"
+readonly OPERATOR_IMAGE="localhost/distml/operator:0.1.0" TRAINER_IMAGE="localhost/distml/trainer:0.1.0"
 
 step() { printf '\n==> %s\n' "$*"; }
 info() { printf '    %s\n' "$*"; }

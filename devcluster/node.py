@@ -644,7 +644,7 @@ class Node:
 
     def _has_images(self) -> bool:
         names = self.ctr("images", "ls", "-q", check=False, timeout=60).stdout.split()
-        return all(f"docker.io/{image}" in names for image in image_names())
+        return all(image in names for image in image_names())  # fully qualified: ctr lists them as named
 
 
 def image_names() -> tuple[str, str]:

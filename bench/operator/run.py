@@ -45,7 +45,7 @@ HISTORY = HERE / "history.json"  # every recorded run's figures (analysis.histor
 
 NS = "bench"  # watched by our operator
 REF_NS = "bench-ref"  # reference TFJobs, created directly (the operator does not watch it)
-IMAGE = "distml/trainer:bench"
+IMAGE = "localhost/distml/trainer:bench"
 USER_AGENT = "dtr-bench/1"
 DTR = "/apis/distml.dev/v1alpha1"
 TFJOBS = "/apis/kubeflow.org/v1"

@@ -4,12 +4,15 @@
 #   1. docker pull it (the real image; skipped with DTR_PULL=0, bounded by DTR_PULL_TIMEOUT=60 s);
 #   2. if that fails (no registry reachable), build a local STAND-IN with the same name from
 #      Debian packages: debootstrap --variant=minbase, Debian's python3.X, python3-venv and
-#      python-is-python3 (so `python -m venv` works), security updates, this machine's CA
-#      bundle, then `docker import`. Labelled dev.distml.standin=1.
+#      python-is-python3 (so `python -m venv` works), security updates, then `docker import`.
+#      Labelled dev.distml.standin=1. Nothing of this machine goes in: not its CA bundle, not its
+#      pip settings (deploy/images/build.sh gives those to the build stages alone).
 # A stand-in is a fallback for machines without a registry, to build and test the images
-# offline; it is NOT what to ship: push images built on the real python:3.X-slim.
-# An image already present (real or stand-in) is kept; DTR_STANDIN_REBUILD=1 rebuilds stand-ins
-# (e.g. for newer security updates; real images are never replaced). Needs root (debootstrap,
+# offline; it is NOT what to ship: push images built on the real python:3.X-slim (push.sh
+# refuses images built on a stand-in).
+# An image already present (real or stand-in) is kept, but a stand-in an older version of this
+# script built (it carried this machine's CAs and /etc/pip.conf; no label CLEAN below) is rebuilt;
+# DTR_STANDIN_REBUILD=1 rebuilds stand-ins (e.g. for newer security updates; real images are never replaced). Needs root (debootstrap,
 # chroot) only when it builds a stand-in. Notes: docs/images.md.
 set -Eeuo pipefail
 
@@ -18,13 +21,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 readonly MIRROR="${DTR_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 readonly SECURITY_MIRROR="${DTR_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
-# The CA bundle the stand-ins trust: this machine's, so that `pip install` in `docker build`
-# gets through a TLS-inspecting proxy whose CA only this machine's bundle has.
-readonly CA_BUNDLE="${DTR_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
-# pip's settings on this machine (index, cert), copied into the stand-ins when present.
-readonly PIP_CONF="${DTR_PIP_CONF:-/etc/pip.conf}"
 readonly WORK="${STATE}/base-images"
 readonly LABEL="dev.distml.standin"
+readonly CLEAN="dev.distml.standin.host-settings=none"  # built without this machine's CAs and pip settings
 readonly STANDIN_PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 rootfs="" # the chroot being built, for the cleanup on exit
@@ -48,44 +47,6 @@ trap on_error ERR
 in_root() {
   chroot "${rootfs}" /usr/bin/env -i PATH="${STANDIN_PATH}" LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive \
     "$@" >>"${log}" 2>&1
-}
-
-# One line per certificate of a PEM bundle: its base64 body, sorted.
-cert_bodies() {
-  awk '/-----BEGIN CERTIFICATE-----/ { body = ""; inside = 1; next }
-       /-----END CERTIFICATE-----/   { print body; inside = 0; next }
-       inside                         { gsub(/[ \r]/, ""); body = body $0 }' "$1" | sort -u
-}
-
-# The certificates of this machine's bundle that the stand-in's own bundle lacks (such as a
-# TLS-inspecting proxy's CA) go to /usr/local/share/ca-certificates, and update-ca-certificates
-# adds them to /etc/ssl/certs/ca-certificates.crt and its hash links. Unlike copying the bundle
-# over the stand-in's, this survives a later apt-get that regenerates the bundle.
-add_host_cas() {
-  local bundle="${rootfs}/etc/ssl/certs/ca-certificates.crt" dir="${rootfs}/usr/local/share/ca-certificates"
-  local extra="${WORK}/extra-cas.txt" n=0 body
-  if [[ ! -s "${CA_BUNDLE}" ]]; then
-    info "no CA bundle at ${CA_BUNDLE}: the stand-in trusts Debian's CAs only"
-    return 0
-  fi
-  cert_bodies "${CA_BUNDLE}" >"${WORK}/host-cas.txt"
-  cert_bodies "${bundle}" >"${WORK}/standin-cas.txt"
-  comm -23 "${WORK}/host-cas.txt" "${WORK}/standin-cas.txt" >"${extra}"
-  mkdir -p "${dir}"
-  while IFS= read -r body; do
-    n=$((n + 1))
-    {
-      echo "-----BEGIN CERTIFICATE-----"
-      fold -w 64 <<<"${body}"
-      echo "-----END CERTIFICATE-----"
-    } >"${dir}/dtr-host-${n}.crt"
-  done <"${extra}"
-  in_root update-ca-certificates
-  cert_bodies "${bundle}" >"${WORK}/standin-cas.txt"
-  comm -23 "${WORK}/host-cas.txt" "${WORK}/standin-cas.txt" >"${extra}"
-  [[ ! -s "${extra}" ]] || die "the stand-in's CA bundle still lacks certificates of ${CA_BUNDLE} after update-ca-certificates"
-  info "CA bundle: ${n} certificate(s) of ${CA_BUNDLE} added to Debian's (/usr/local/share/ca-certificates/dtr-host-*.crt)"
-  rm -f "${extra}" "${WORK}/host-cas.txt" "${WORK}/standin-cas.txt"
 }
 
 # build_standin IMAGE SUITE PYTHON PACKAGE...
@@ -126,12 +87,6 @@ build_standin() {
   t2=${SECONDS}
   info "security updates: $((t2 - t1))s"
 
-  # After the last apt-get, so nothing regenerates the CA bundle behind our back.
-  add_host_cas
-  if [[ -s "${PIP_CONF}" ]]; then
-    cp "${PIP_CONF}" "${rootfs}/etc/pip.conf"
-    info "pip settings: ${PIP_CONF} copied to /etc/pip.conf"
-  fi
   # What the Dockerfiles rely on: `python` is this version, with venv (ensurepip) and ssl.
   version="$(chroot "${rootfs}" /usr/bin/python -c 'import ensurepip, ssl, venv, sys; print("%d.%d" % sys.version_info[:2])')"
   [[ "${version}" == "${python#python}" ]] || die "'python' in the ${suite} stand-in is ${version}, not ${python}"
@@ -151,7 +106,7 @@ build_standin() {
     docker import \
       --change "ENV PATH=${STANDIN_PATH}" \
       --change 'ENV LANG=C.UTF-8' \
-      --change "LABEL ${LABEL}=1 ${LABEL}.suite=${suite} org.opencontainers.image.description=\"local stand-in for ${image} (Debian ${suite}, ${python}), built by deploy/images/base-images.sh; not for shipping\"" \
+      --change "LABEL ${LABEL}=1 ${CLEAN} ${LABEL}.suite=${suite} org.opencontainers.image.description=\"local stand-in for ${image} (Debian ${suite}, ${python}), built by deploy/images/base-images.sh; not for shipping\"" \
       --change 'CMD ["python3"]' \
       --message "stand-in for ${image} from Debian ${suite} (deploy/images/base-images.sh)" \
       - "${image}" >/dev/null
@@ -166,14 +121,17 @@ build_standin() {
 
 # ensure IMAGE SUITE PYTHON PACKAGE...
 ensure() {
-  local image="$1" standin
+  local image="$1" standin clean
   if docker image inspect "${image}" >/dev/null 2>&1; then
     standin="$(docker image inspect -f "{{index .Config.Labels \"${LABEL}\"}}" "${image}")"
+    clean="$(docker image inspect -f "{{index .Config.Labels \"${CLEAN%=*}\"}}" "${image}")"
     if [[ "${standin}" != 1 ]]; then
       echo "${image}: present (the real image)"
       return 0
     fi
-    if [[ "${DTR_STANDIN_REBUILD:-0}" != 1 ]]; then
+    if [[ "${clean}" != "${CLEAN#*=}" ]]; then
+      echo "${image}: a local stand-in that carries this machine's CAs and pip settings (an older script's): rebuilding it"
+    elif [[ "${DTR_STANDIN_REBUILD:-0}" != 1 ]]; then
       echo "${image}: present (a local stand-in; DTR_STANDIN_REBUILD=1 rebuilds it)"
       return 0
     fi

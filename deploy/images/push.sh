@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Put both images on a registry and write the kustomize overlay that deploys from it (make push,
-# docs/clusters.md): tag distml/operator:0.1.0 and distml/trainer:0.1.0 as REGISTRY/distml/...,
+# docs/clusters.md): tag both images (deploy/lib.sh, localhost/distml/...) as REGISTRY/distml/...,
 # push them, then write DTR_OVERLAY (default .dtr/deploy-registry/kustomization.yaml): DTR_DEPLOY
-# (default deploy/; deploy/namespaced for one namespace) with the operator's image, its default
-# trainer image and its trainer allow-list all on REGISTRY.
+# (default deploy/; deploy/namespaced for one namespace) with the operator's image and its default
+# trainer image on REGISTRY, and its trainer allow-list REGISTRY/distml/trainer@sha256:* (any digest).
+# An image built on a local stand-in base (label dev.distml.standin=1, deploy/images/base-images.sh) is
+# refused: stand-ins are for offline tests, not for shipping (docs/images.md#stand-ins-are-a-fallback-not-what-to-ship).
 #   push.sh REGISTRY            REGISTRY: host[:port][/path], e.g. registry.example.com:5000/ml
 # Settings (environment):
 #   DTR_PUSH=0       write the overlay only (the images are already there, or pushed another way)
 #   DTR_PUSH_IMAGES  which images to push (default: both; space-separated names as built)
+#   DTR_PUSH_STANDIN=1  push images built on a stand-in all the same (a registry of your own, for tests)
 set -euo pipefail
 
 # shellcheck source=deploy/lib.sh
@@ -22,11 +25,34 @@ registry="${1%/}"
   die "REGISTRY '${registry}' is not host[:port][/path] in lower case (e.g. registry.example.com:5000/ml)"
 readonly registry
 
+# The repository path of an image without its registry host: localhost/team/image:1 -> team/image:1.
+path_of() {
+  local first="${1%%/*}"
+  if [[ "$1" == */* && ( "${first}" == localhost || "${first}" == *.* || "${first}" == *:* ) ]]; then
+    echo "${1#*/}"
+  else
+    echo "$1"
+  fi
+}
+
+# refuse_standin IMAGE: fail if IMAGE's base is a local stand-in (the label is inherited from the base image).
+refuse_standin() {
+  local label
+  label="$(docker image inspect -f '{{index .Config.Labels "dev.distml.standin"}}' "$1")"
+  [[ "${label}" == 1 ]] || return 0
+  if [[ "${DTR_PUSH_STANDIN:-0}" == 1 ]]; then
+    info "${1} is built on a local stand-in base (dev.distml.standin=1); pushed because DTR_PUSH_STANDIN=1"
+    return 0
+  fi
+  die "${1} is built on a local stand-in base image (label dev.distml.standin=1): not for shipping. Build on the real base (docs/images.md#stand-ins-are-a-fallback-not-what-to-ship), or set DTR_PUSH_STANDIN=1 for a registry of your own"
+}
+
 push_images() {
   local image target
   for image in ${DTR_PUSH_IMAGES:-${OPERATOR_IMAGE} ${TRAINER_IMAGE}}; do
     docker image inspect "${image}" >/dev/null 2>&1 || die "${image} is not built here: run make images first"
-    target="${registry}/${image}"
+    refuse_standin "${image}"
+    target="${registry}/$(path_of "${image}")"
     step "push ${target}"
     docker tag "${image}" "${target}"
     docker push "${target}"
@@ -36,7 +62,9 @@ push_images() {
 # The overlay: kustomize's images transformer for the operator's container; the trainer image is
 # an environment value of that container (the default for runs, and the runs' spec.image allow-list).
 write_overlay() {
-  local base
+  local base operator trainer
+  operator="$(path_of "${OPERATOR_IMAGE%:*}")"
+  trainer="$(path_of "${TRAINER_IMAGE}")"
   mkdir -p "${OVERLAY}"
   base="$(realpath --relative-to="${OVERLAY}" "${DEPLOY}")"  # kustomize refuses absolute paths
   cat >"${OVERLAY}/kustomization.yaml" <<YAML
@@ -47,7 +75,7 @@ resources:
   - ${base}
 images:
   - name: ${OPERATOR_IMAGE%:*}
-    newName: ${registry}/${OPERATOR_IMAGE%:*}
+    newName: ${registry}/${operator}
 patches:
   - patch: |-
       apiVersion: apps/v1
@@ -62,9 +90,9 @@ patches:
               - name: operator
                 env:
                   - name: DTR_TRAINER_IMAGE
-                    value: ${registry}/${TRAINER_IMAGE}
+                    value: ${registry}/${trainer}
                   - name: DTR_ALLOWED_IMAGES
-                    value: ${registry}/${TRAINER_IMAGE%:*}:*
+                    value: ${registry}/${trainer%:*}@sha256:*
 YAML
   step "overlay: ${OVERLAY}/kustomization.yaml"
   info "kubectl apply -k ${OVERLAY}"

@@ -24,7 +24,7 @@ from typing import Any
 
 from dtr_contract import flags, layout
 
-DEFAULT_TRAINER_IMAGE = "distml/trainer:0.1.0"  # the operator's --trainer-image default
+DEFAULT_TRAINER_IMAGE = "localhost/distml/trainer:0.1.0"  # --trainer-image's default (docs/images.md#names)
 DEFAULT_CODE_KEY = "model.py"  # spec.training.code.key when configMap is set and key is not
 CONFIGMAP_LIMIT = "1 MiB"  # the API server's limit on a ConfigMap's data (so on a file sent in one)
 

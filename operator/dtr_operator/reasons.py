@@ -62,7 +62,7 @@ WORKERS_NOT_STARTING = _status("WorkerPodsNotStarting", PENDING, True,
     "to create it (a quota, an unknown PriorityClass, Pod Security admission: the TFJob's `FailedCreatePod` "
     "event, quoted). The message names each such "
     "worker and the kubelet's or scheduler's words: `worker pods cannot start: worker mnist-cnn-worker-0 cannot"
-    ' start: ErrImagePull: failed to pull image "distml/trainer:0.2.0" ...`. Looked at 20 s after the run '
+    ' start: ErrImagePull: failed to pull image "localhost/distml/trainer:0.2.0" ...`. Looked at 20 s after the run '
     "starts waiting and every 20 s after; back to `TFJobCreated` once the cause is gone, `Running` once the "
     "pods run. The run stays Pending (the kubelet keeps retrying): fix the image or the resources, or delete "
     "the run")  # fmt: skip

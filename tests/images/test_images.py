@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import re
 import shutil
 import subprocess
 import uuid
@@ -19,8 +21,11 @@ from pathlib import Path
 
 import pytest
 
-OPERATOR = os.environ.get("DTR_OPERATOR_IMAGE", "distml/operator:0.1.0")
-TRAINER = os.environ.get("DTR_TRAINER_IMAGE", "distml/trainer:0.1.0")
+from devcluster.node import image_names
+
+REPO = Path(__file__).resolve().parents[2]
+OPERATOR = os.environ.get("DTR_OPERATOR_IMAGE", image_names()[0])
+TRAINER = os.environ.get("DTR_TRAINER_IMAGE", image_names()[1])
 
 HARDENED = [
     "--user", "1000:1000",
@@ -220,3 +225,32 @@ def test_operator_environment() -> None:
     proc = run(OPERATOR, "-c", code, entrypoint="python")
     assert proc.returncode == 0, output(proc)
     assert proc.stdout.strip() == "ok", output(proc)
+
+
+def locked(image: str) -> dict[str, str]:
+    """The lock the image installed from (deploy/images/lock.py): name -> version, for this machine."""
+    which = "operator" if image == OPERATOR else "trainer"
+    text = (REPO / which / "locks" / f"linux-{platform.machine()}.lock").read_text()
+    return {re.sub(r"[-_.]+", "-", n).lower(): v for n, v in re.findall(r"^([A-Za-z0-9][\w.-]*)==(\S+)", text, re.M)}
+
+
+@pytest.mark.parametrize("image", [OPERATOR, TRAINER])
+def test_image_holds_its_lock_and_nothing_of_the_build(image: str) -> None:
+    """Exactly the lock's packages at its versions (but the installers, removed) and the project's own; none of
+    the build stage's CA bundle and pip settings (deploy/images/build.sh's layer)."""
+    code = (
+        "import importlib.metadata as m, importlib.util as u, os, re\n"
+        "for d in m.distributions(): print(re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(), d.version)\n"
+        "print('importable', [n for n in ('pip', 'setuptools', 'pkg_resources') if u.find_spec(n)])\n"
+        "print('build-only', os.path.exists('/etc/dtr-build'))\n"
+    )
+    proc = run(image, "-c", code, entrypoint="python")
+    assert proc.returncode == 0, output(proc)
+    *dists, importable, build_only = proc.stdout.splitlines()
+    assert (importable, build_only) == ("importable []", "build-only False"), output(proc)
+    own = {"dtr-contract", "dtr-operator" if image == OPERATOR else "dtr-trainer"}
+    want = {n: v for n, v in locked(image).items() if n not in {"pip", "setuptools"}}
+    assert {n: v for n, v in (d.split() for d in dists) if n not in own} == want
+    config = inspect(image)["Config"]
+    assert not [e for e in config["Env"] if e.startswith(("PIP_CERT=", "PIP_CONFIG_FILE="))], config["Env"]
+    assert "dev.distml.build-only" not in (config.get("Labels") or {}), config.get("Labels")

@@ -18,9 +18,11 @@ import pytest
 import yaml
 
 from devcluster.controlplane import free_port
+from devcluster.node import image_names
 
 REPO = Path(__file__).resolve().parents[2]
-OPERATOR = "distml/operator:0.1.0"
+OPERATOR, TRAINER = image_names()
+STANDIN = "dev.distml.standin"  # the label deploy/images/base-images.sh gives a stand-in base
 
 
 def sh(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -58,10 +60,11 @@ def test_push_puts_the_operator_image_on_a_registry_and_the_overlay_deploys_it_f
     registry: str, tmp_path: Path
 ) -> None:
     overlay = tmp_path / "overlay"
-    env = {**os.environ, "DTR_PUSH_IMAGES": OPERATOR, "DTR_OVERLAY": str(overlay)}
+    # DTR_PUSH_STANDIN: the operator image here may be built on a stand-in; this registry is the test's own.
+    env = {**os.environ, "DTR_PUSH_IMAGES": OPERATOR, "DTR_OVERLAY": str(overlay), "DTR_PUSH_STANDIN": "1"}
     pushed = sh("bash", str(REPO / "deploy" / "images" / "push.sh"), registry, env=env)
     assert pushed.returncode == 0, pushed.stdout[-2000:] + pushed.stderr
-    remote = f"{registry}/{OPERATOR}"
+    remote = f"{registry}/{OPERATOR.removeprefix('localhost/')}"
     built = sh("docker", "image", "inspect", "-f", "{{.Id}}", OPERATOR).stdout.strip()
 
     # Gone from this engine, then pulled back from the registry: the same image.
@@ -76,10 +79,36 @@ def test_push_puts_the_operator_image_on_a_registry_and_the_overlay_deploys_it_f
     rendered = sh("kubectl", "kustomize", str(overlay))
     assert rendered.returncode == 0, rendered.stderr
     assert f"image: {remote}\n" in rendered.stdout
-    assert f"value: {registry}/distml/trainer:0.1.0\n" in rendered.stdout
+    assert f"value: {registry}/{TRAINER.removeprefix('localhost/')}\n" in rendered.stdout
+
+
+@pytest.fixture
+def standin_image() -> Iterator[str]:
+    """An empty image labelled as a stand-in base is: what an image built FROM one inherits."""
+    name = "localhost/dtr-test/standin-based:1"
+    built = subprocess.run(["docker", "build", "-q", "-t", name, "-"], input=f"FROM scratch\nLABEL {STANDIN}=1\n",
+                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    try:
+        yield name
+    finally:  # and the tag push.sh gives it before a push (to 127.0.0.1:1/x, which fails, below)
+        sh("docker", "image", "rm", name, f"127.0.0.1:1/x/{name.removeprefix('localhost/')}")
+
+
+def test_push_refuses_an_image_built_on_a_stand_in_base_unless_told(standin_image: str, tmp_path: Path) -> None:
+    env = {**os.environ, "DTR_PUSH_IMAGES": standin_image, "DTR_OVERLAY": str(tmp_path)}
+    refused = sh("bash", str(REPO / "deploy" / "images" / "push.sh"), "127.0.0.1:1/x", env=env)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"{standin_image} is built on a local stand-in base image" in refused.stderr, refused.stderr
+    assert "DTR_PUSH_STANDIN=1" in refused.stderr and "push 127.0.0.1:1/x" not in refused.stdout
+    # Told: it goes on to the push (which fails here: nothing listens on port 1).
+    told = sh("bash", str(REPO / "deploy" / "images" / "push.sh"), "127.0.0.1:1/x",
+              env={**env, "DTR_PUSH_STANDIN": "1"})  # fmt: skip
+    assert "pushed because DTR_PUSH_STANDIN=1" in told.stdout, told.stdout + told.stderr
+    assert "push 127.0.0.1:1/x/dtr-test/standin-based:1" in told.stdout, told.stdout
 
 
 def test_push_of_an_image_not_built_here_says_to_build_it(tmp_path: Path) -> None:
-    env = {**os.environ, "DTR_PUSH_IMAGES": "distml/operator:no-such-tag", "DTR_OVERLAY": str(tmp_path)}
+    env = {**os.environ, "DTR_PUSH_IMAGES": "localhost/distml/operator:no-such-tag", "DTR_OVERLAY": str(tmp_path)}
     proc = sh("bash", str(REPO / "deploy" / "images" / "push.sh"), "127.0.0.1:1/x", env=env)
     assert proc.returncode == 1 and "is not built here: run make images first" in proc.stderr, proc.stderr

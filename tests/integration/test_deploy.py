@@ -40,6 +40,7 @@ from deploy_support import (
 )
 
 from devcluster.controlplane import free_port
+from devcluster.node import image_names
 from support.cluster import Cluster
 
 Triple = tuple[str, str, str]  # (api group, resource[/subresource], verb)
@@ -161,7 +162,7 @@ def test_crds_come_first_and_the_deployment_is_hardened(mode: Mode) -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     (container,) = pod["containers"]
-    assert container["image"] == "distml/operator:0.1.0"
+    assert container["image"] == image_names()[0]
     security = container["securityContext"]
     assert security["allowPrivilegeEscalation"] is False
     assert security["readOnlyRootFilesystem"] is True
@@ -196,10 +197,11 @@ def test_the_registry_overlay_changes_only_where_both_images_come_from(mode: Mod
     registry = "registry.example.com:5000/ml"
     plain, pushed = render(mode.kustomization), render(registry_overlay(mode, registry, tmp_path / "overlay"))
     container = operator_container(pushed)
-    assert container["image"] == f"{registry}/distml/operator:0.1.0"
+    operator, trainer = (name.removeprefix("localhost/") for name in image_names())  # the path on any registry
+    assert container["image"] == f"{registry}/{operator}"
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["DTR_TRAINER_IMAGE"] == f"{registry}/distml/trainer:0.1.0"
-    assert env["DTR_ALLOWED_IMAGES"] == f"{registry}/distml/trainer:*"
+    assert env["DTR_TRAINER_IMAGE"] == f"{registry}/{trainer}"
+    assert env["DTR_ALLOWED_IMAGES"] == f"{registry}/{trainer.rsplit(':', 1)[0]}@sha256:*"  # any digest, never a tag
     # Everything else is what deploy/ renders: the same objects, RBAC, flags, security settings.
     original = operator_container(plain)
     assert [e["name"] for e in container["env"]] == [e["name"] for e in original["env"]], "env merged by name"

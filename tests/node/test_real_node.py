@@ -198,7 +198,9 @@ def test_operator_pod_deleted_mid_run_is_replaced_and_the_run_continues_without_
 def test_a_trainer_image_the_node_does_not_have_is_named_in_the_status(real_node: RealNode, namespace: str) -> None:
     """The bug the process node hid: it ran any image. Here the kubelet cannot pull it."""
     doc = digits_run("badtag", epochs=1, steps=5)
-    doc["spec"]["image"] = "distml/trainer:0.0.0-missing"
+    # A digest of the trainer's repository: the shipped allow-list admits it; no node has it, none can pull it.
+    missing = "localhost/distml/trainer@sha256:" + "0" * 64
+    doc["spec"]["image"] = missing
     real_node.apply(namespace, doc)
 
     def stuck() -> dict[str, object] | None:
@@ -208,7 +210,7 @@ def test_a_trainer_image_the_node_does_not_have_is_named_in_the_status(real_node
     st = wait_for(stuck, "reason WorkerPodsNotStarting", timeout=180, interval=2)
     assert st["phase"] == "Pending"
     assert re.search(r"worker badtag-worker-\d cannot start: (ErrImagePull|ImagePullBackOff)", st["message"]), st
-    assert "distml/trainer:0.0.0-missing" in st["message"], st
+    assert missing in st["message"], st
     events = real_node.cluster.kubectl("get", "events", "-n", namespace, "--field-selector",
                                        "involvedObject.name=badtag,reason=WorkerPodsNotStarting").stdout  # fmt: skip
     assert "Warning" in events, events

@@ -24,7 +24,7 @@ from dtr_operator.fields import BUILTIN_DATASETS, find
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis import strategies as st
 
-IMAGE = "distml/trainer:0.1.0-test"
+IMAGE = "localhost/distml/trainer:0.1.0-test"
 PRIORITY_CLASS = "dtr-generated-low"  # created by the harness: pods naming a missing class are refused
 # The operator's policy (docs/operator.md#what-a-run-may-ask-of-the-cluster) allows what the valid draws ask:
 # the suite tests admission and the runs' paths, tests/reliability/attacks/policy.yaml the refusals.

@@ -28,7 +28,7 @@ from support.cluster import Cluster
 from support.wait import poll
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = "distml/trainer:0.1.0-test"
+IMAGE = "localhost/distml/trainer:0.1.0-test"
 PSS = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",

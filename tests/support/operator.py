@@ -26,7 +26,7 @@ from devcluster.controlplane import free_port
 
 from .wait import poll
 
-IMAGE = "distml/trainer:0.1.0-test"
+IMAGE = "localhost/distml/trainer:0.1.0-test"
 DTR = Path(sys.executable).parent / "dtr"
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

@@ -34,7 +34,7 @@ def run_env(name: str) -> dict[str, str]:
     spec = {"workers": RUNS[name], "training": {"model": "cnn", "dataset": "digits", "epochs": 2},
             "export": {"modelName": MODEL_NAME}}
     return {"DTR_RUN_NAME": name, "DTR_RUN_UID": f"uid-{name}", "DTR_RUN_NAMESPACE": "ml",
-            "DTR_RUN_SPEC": json.dumps(spec), "DTR_TRAINER_IMAGE": "distml/trainer:test"}
+            "DTR_RUN_SPEC": json.dumps(spec), "DTR_TRAINER_IMAGE": "localhost/distml/trainer:test"}
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_each_version_carries_its_own_runs_lineage(two_runs):
         doc = validate_lineage(volume.root / "models" / MODEL_NAME / str(summary["modelVersion"]))
         assert doc["run"] == {"name": name, "uid": f"uid-{name}", "namespace": "ml"}
         assert doc["spec"] == json.loads(run_env(name)["DTR_RUN_SPEC"])
-        assert doc["trainerImage"] == "distml/trainer:test"
+        assert doc["trainerImage"] == "localhost/distml/trainer:test"
         assert doc["modelVersion"] == summary["modelVersion"] and doc["training"]["workers"] == RUNS[name]
         assert doc["metrics"] == {**{k: summary[k] for k in ("loss", "accuracy", "examplesPerSecond", "metric")},
                                   "evaluation": summary["metrics"]}

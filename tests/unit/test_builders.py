@@ -14,7 +14,7 @@ from dtr_operator.builders import (
     owner_reference,
     trainer_args,
 )
-from dtr_operator.spec import parse_run
+from dtr_operator.spec import DEFAULT_TRAINER_IMAGE, parse_run
 
 from support.runs import make_run
 
@@ -53,7 +53,7 @@ def test_tfjob_shape_for_defaults():
     assert job["spec"]["runPolicy"] == {"cleanPodPolicy": "None", "backoffLimit": 3, "suspend": False}
     c = container(job)
     assert c["name"] == "tensorflow"
-    assert c["image"] == "distml/trainer:0.1.0" and c["imagePullPolicy"] == "IfNotPresent"
+    assert c["image"] == DEFAULT_TRAINER_IMAGE and c["imagePullPolicy"] == "IfNotPresent"
     assert c["command"] == ["python", "-m", "dtr_trainer"]
     assert c["ports"] == [{"name": "tfjob-port", "containerPort": 2222, "protocol": "TCP"}]
     assert c["volumeMounts"] == [{"name": "dtr-data", "mountPath": "/mnt/dtr"}, {"name": "tmp", "mountPath": "/tmp"}]

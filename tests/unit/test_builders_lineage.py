@@ -62,7 +62,7 @@ def test_worker_logs_go_beside_tensorboards_on_the_volume():
 
 valid_specs = st.fixed_dictionaries({}, optional={
     "workers": st.integers(1, 64),
-    "image": st.sampled_from(["reg/t:1", "distml/trainer:0.2.0"]),
+    "image": st.sampled_from(["reg/t:1", "localhost/distml/trainer:0.2.0"]),
     "imagePullPolicy": st.sampled_from(["Always", "IfNotPresent", "Never"]),
     "training": st.fixed_dictionaries({}, optional={
         "model": st.sampled_from(["cnn", "dropout", "batch_norm"]),

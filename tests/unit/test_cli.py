@@ -113,7 +113,7 @@ def _operator_args(*argv):
 def test_settings_defaults():
     s = cfg.from_args(_operator_args(), {})
     assert s == cfg.Settings()
-    assert s.all_namespaces and s.trainer_image == "distml/trainer:0.1.0" and s.log_format == "plain"
+    assert s.all_namespaces and s.trainer_image == cfg.DEFAULT_TRAINER_IMAGE and s.log_format == "plain"
     assert s.liveness_endpoint == "http://0.0.0.0:8080/healthz" and s.metrics_port == 9090
 
 
@@ -193,9 +193,9 @@ def test_the_operator_command_loads_none_of_the_local_tooling():
 
 def test_allowed_images_default_to_the_default_image_only():
     s = cfg.from_args(_operator_args(), {})
-    assert s.image_refusal("distml/trainer:0.1.0") is None
+    assert s.image_refusal(cfg.DEFAULT_TRAINER_IMAGE) is None
     refusal = s.image_refusal("busybox:1.36")
-    assert refusal and "--allowed-images" in refusal and "only the default distml/trainer:0.1.0" in refusal
+    assert refusal and "--allowed-images" in refusal and f"only the default {cfg.DEFAULT_TRAINER_IMAGE}" in refusal
 
 
 def test_allowed_images_are_globs_from_env_or_flag():

@@ -147,7 +147,7 @@ def test_a_progress_read_that_raises_value_error_does_not_block_the_suspend(monk
     monkeypatch.setattr(reconcile, "parse_epoch_end", unreadable)
     monkeypatch.setattr(rec, "sync_status", lambda *_: None)
     body = make_run({"workers": 2}, uid="u-1", generation=1, resourceVersion="1")
-    assert rec._set_suspend(reconcile.ObservedRun.parse(body, "distml/trainer:test"), True, 0) is None
+    assert rec._set_suspend(reconcile.ObservedRun.parse(body, "localhost/distml/trainer:test"), True, 0) is None
     assert [fields["suspend"] for _, fields in kube.run_policy_patches] == [True]
 
 
@@ -161,7 +161,7 @@ def test_the_operator_records_its_own_suspension_in_the_same_write_and_drops_it_
     kube = FakeKube()
     rec, _ = reconciler(kube)
     monkeypatch.setattr(rec, "sync_status", lambda *_: None)
-    run = reconcile.ObservedRun.parse(make_run({"workers": 2}, uid="u-1", generation=1), "distml/trainer:test")
+    run = reconcile.ObservedRun.parse(make_run({"workers": 2}, uid="u-1", generation=1), "localhost/distml/trainer:test")
     rec._set_suspend(run, True, 0)
     rec._set_suspend(run, False, 0)
     assert [f["annotations"] for _, f in kube.run_policy_patches] == [{SUSPENDED_BY_ANNOTATION: SUSPENDED_BY},

@@ -161,7 +161,7 @@ def test_resolve_env_values_field_refs_and_expansion():
 def container(**extra):
     return {
         "name": "tensorflow",
-        "image": "distml/trainer:0.1.0",
+        "image": "localhost/distml/trainer:test",
         "command": ["python", "-m", "dtr_trainer"],
         "args": [
             "--export-dir",

@@ -62,7 +62,7 @@ def reconciler(kube: FakeKube) -> tuple[Reconciler, list[Event]]:
     def emit(body: Any, event_type: str, reason: str, message: str) -> None:
         events.append((body["metadata"]["name"], event_type, reason, message))
 
-    return Reconciler(kube, emit, "distml/trainer:test"), events
+    return Reconciler(kube, emit, "localhost/distml/trainer:test"), events
 
 
 def run(status: dict[str, Any] | None = None, spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
@@ -248,7 +248,7 @@ class ChildKube(FakeKube):
 ])  # fmt: skip
 def test_the_operators_policy_fails_a_run_without_creating_anything(spec, pvc, reason):
     kube, settings = ChildKube(pvc), Settings()
-    rec = Reconciler(kube, lambda *_: None, "distml/trainer:test", run_refusal=settings.run_refusal,  # type: ignore[arg-type]
+    rec = Reconciler(kube, lambda *_: None, "localhost/distml/trainer:test", run_refusal=settings.run_refusal,  # type: ignore[arg-type]
                      claim_refusal=settings.claim_refusal)  # fmt: skip
     assert rec.reconcile_run(run(spec=spec)) is None
     [(_, patch, _)] = kube.writes

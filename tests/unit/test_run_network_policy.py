@@ -98,7 +98,7 @@ class ChildrenKube:
 
 def _reconcile(kube: ChildrenKube) -> float | None:
     body = make_run({"workers": 2}, uid=UID, generation=1, resourceVersion="1")
-    return Reconciler(kube, lambda *_: None, "distml/trainer:test").reconcile_run(body)  # type: ignore[arg-type]
+    return Reconciler(kube, lambda *_: None, "localhost/distml/trainer:test").reconcile_run(body)  # type: ignore[arg-type]
 
 
 def test_a_new_run_gets_its_policy_before_its_volume_and_its_workers():

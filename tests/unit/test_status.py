@@ -305,14 +305,14 @@ def created_status():
 
 
 def test_a_wrong_image_makes_a_waiting_run_say_its_pods_cannot_start():
-    pulled = 'Back-off pulling image "distml/trainer:0.2.0": ErrImagePull: not found'
+    pulled = 'Back-off pulling image "localhost/distml/trainer:0.2.0": ErrImagePull: not found'
     pods = [waiting_pod(1, "ImagePullBackOff", pulled), waiting_pod(0, "ImagePullBackOff", pulled)]
     status = st.waiting_status(RUN, pods, created_status(), T2)
     assert (status["phase"], status["reason"]) == ("Pending", "WorkerPodsNotStarting")
     assert status["message"].startswith(
         "worker pods cannot start: worker mnist-cnn-worker-0 cannot start: ImagePullBackOff"
     )
-    assert "distml/trainer:0.2.0" in status["message"]
+    assert "localhost/distml/trainer:0.2.0" in status["message"]
     assert len(status["message"]) <= st.MAX_MESSAGE
 
 

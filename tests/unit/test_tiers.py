@@ -114,7 +114,7 @@ def test_a_steps_parts_are_read_from_what_its_scripts_say_of_themselves() -> Non
 [build 05:21:07] kubernetes v1.36.3 modules resolved in 11 s
 [build 05:27:24] kubernetes v1.36.3 built in 388 s
     python:3.9-slim stand-in built in 130s, 113 MB
-distml/trainer:0.1.0      1955 MB  built in 153s
+localhost/distml/trainer:9.9.9   1955 MB  built in 153s
 trainer image built in 153s
     docker.io installed in 41 s
 [node  11.4s] node up in 5.97s; logs in /x

@@ -237,7 +237,7 @@ class CodeKube:
 
 
 def _reconciler(kube: CodeKube, refusal: str | None = None) -> Reconciler:
-    return Reconciler(kube, lambda *_: None, "distml/trainer:test", code_refusal=lambda _cm: refusal)  # type: ignore[arg-type]
+    return Reconciler(kube, lambda *_: None, "localhost/distml/trainer:test", code_refusal=lambda _cm: refusal)  # type: ignore[arg-type]
 
 
 def _body(status: dict[str, Any] | None = None) -> dict[str, Any]:
