@@ -161,7 +161,8 @@ def test_the_operator_records_its_own_suspension_in_the_same_write_and_drops_it_
     kube = FakeKube()
     rec, _ = reconciler(kube)
     monkeypatch.setattr(rec, "sync_status", lambda *_: None)
-    run = reconcile.ObservedRun.parse(make_run({"workers": 2}, uid="u-1", generation=1), "localhost/distml/trainer:test")
+    body = make_run({"workers": 2}, uid="u-1", generation=1)
+    run = reconcile.ObservedRun.parse(body, "localhost/distml/trainer:test")
     rec._set_suspend(run, True, 0)
     rec._set_suspend(run, False, 0)
     assert [f["annotations"] for _, f in kube.run_policy_patches] == [{SUSPENDED_BY_ANNOTATION: SUSPENDED_BY},
