@@ -370,8 +370,7 @@ def render_policy(repo: Path = REPO) -> str:
     """The policy flags with their help (settings.py), then what policy.py refuses whatever they say."""
     parser = argparse.ArgumentParser()
     settings.add_arguments(parser)
-    flags = {f"--{f.option}": f for f in (policy.POD_LABELS, policy.POD_ANNOTATIONS, policy.PRIORITY_CLASSES,
-                                           policy.TOLERATION_KEYS, policy.CROSS_NAMESPACE_AFFINITY, policy.CLAIMS)}
+    flags = {f"--{f.option}": f for f in vars(policy).values() if isinstance(f, policy.Flag)}
     lines = ["| flag | env | what it allows |", "|---|---|---|"]
     for action in parser._actions:  # argparse keeps no public list of its arguments
         flag = next((flags[o] for o in action.option_strings if o in flags), None)
@@ -383,8 +382,10 @@ def render_policy(repo: Path = REPO) -> str:
     return "\n".join([*lines, "",
                       f"Label and annotation keys refused whatever the flags say: {keys} "
                       f"(but not `{policy.RECOMMENDED_KEYS}`).",
-                      f"Taints tolerated only when `--{policy.TOLERATION_KEYS.option}` matches their key: {taints}, "
-                      "and every taint (a toleration without a key) only with `*`.",
+                      f"Taints tolerated, and node labels selected by (`spec.nodeSelector`, a nodeAffinity "
+                      f"expression {'/'.join(f'`{o}`' for o in policy.TARGETING_OPERATORS)}), only when "
+                      f"`--{policy.TOLERATION_KEYS.option}` matches their key: {taints}; every taint (a toleration "
+                      "without a key) only with `*`.",
                       f"The label that opens a PVC to runs (`--{policy.CLAIMS.option}={policy.LABELLED}`): "
                       f"`{policy.CLAIM_LABEL}={policy.CLAIM_LABEL_VALUE}`."])  # fmt: skip
 

@@ -2,7 +2,8 @@
 
 The operator creates every worker pod with its own rights, so the pod fields a run sets are the operator's
 requests, not its author's: labels and annotations that steer cluster add-ons, a priority class, tolerations
-of the control plane's taints, affinity that reaches other namespaces, another team's volume. Each is refused
+of the control plane's taints or a node selection by its role, affinity that reaches other namespaces or
+closes whole zones, another team's volume, a large volume of a costly class. Each is refused
 unless a flag allows it (docs/operator.md#what-a-run-lets-its-author-do); a refused run fails before anything
 is created, with its own reason (reasons.py) and a message naming the field and the flag.
 """
@@ -10,16 +11,21 @@ is created, with its own reason (reasons.py) and a message naming the field and 
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from .reasons import (
     AFFINITY_NOT_ALLOWED,
     CLAIM_NOT_ALLOWED,
+    NODE_SELECTOR_NOT_ALLOWED,
     POD_ANNOTATION_NOT_ALLOWED,
     POD_LABEL_NOT_ALLOWED,
     PRIORITY_CLASS_NOT_ALLOWED,
+    STORAGE_CLASS_NOT_ALLOWED,
+    STORAGE_TOO_LARGE,
     TOLERATION_NOT_ALLOWED,
 )
 from .spec import RunSpec
@@ -43,7 +49,15 @@ RECOMMENDED_KEYS = "app.kubernetes.io/*"
 
 # Taints a run tolerates only when --allowed-toleration-keys names them: the control plane's and other node
 # roles', and a cordoned node's. A toleration without a key (operator Exists) tolerates every taint: it needs `*`.
+# The same flag answers for node labels with these keys in spec.nodeSelector and nodeAffinity terms: both ask
+# "may the run land on control-plane or dedicated nodes" (an untainted dedicated pool needs no toleration).
 GUARDED_TAINTS = ("node-role.kubernetes.io/*", "node.kubernetes.io/unschedulable")
+# nodeAffinity operators that pull a run onto the nodes carrying a key; NotIn and DoesNotExist keep it off them.
+TARGETING_OPERATORS = ("In", "Exists", "Gt", "Lt")
+# The one topology a required anti-affinity term may always spread over: each worker closes its own node to the
+# pods it repels, as the LimitPodHardAntiAffinityTopology admission plugin allows; a zone or region closes them all.
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+DEFAULT_MAX_STORAGE = "100Gi"  # --max-storage: the largest spec.storage.size of a PVC the operator creates
 SYSTEM_PRIORITY_PREFIX = "system-"  # system-node-critical, system-cluster-critical: only when listed by name
 
 AFFINITY_KINDS = ("podAffinity", "podAntiAffinity")
@@ -66,6 +80,9 @@ PRIORITY_CLASSES = Flag("allowed-priority-classes", "DTR_ALLOWED_PRIORITY_CLASSE
 TOLERATION_KEYS = Flag("allowed-toleration-keys", "DTR_ALLOWED_TOLERATION_KEYS")
 CROSS_NAMESPACE_AFFINITY = Flag("cross-namespace-affinity", "DTR_CROSS_NAMESPACE_AFFINITY")
 CLAIMS = Flag("claims", "DTR_CLAIMS")
+ANTI_AFFINITY_TOPOLOGIES = Flag("allowed-anti-affinity-topologies", "DTR_ALLOWED_ANTI_AFFINITY_TOPOLOGIES")
+MAX_STORAGE = Flag("max-storage", "DTR_MAX_STORAGE")
+STORAGE_CLASSES = Flag("allowed-storage-classes", "DTR_ALLOWED_STORAGE_CLASSES")
 ALLOWED, REFUSED = "allowed", "refused"  # --cross-namespace-affinity
 LABELLED, ANY = "labelled", "any"  # --claims
 
@@ -83,9 +100,12 @@ class Policy:
     pod_labels: tuple[str, ...] = ()  # globs of label keys
     pod_annotations: tuple[str, ...] = ()  # globs of annotation keys
     priority_classes: tuple[str, ...] = ()  # globs; a system-* class only by its exact name
-    toleration_keys: tuple[str, ...] = ()  # globs of guarded taint keys; `*` also the key-less toleration
+    toleration_keys: tuple[str, ...] = ()  # globs of guarded taint and node keys; `*` also the key-less toleration
     cross_namespace_affinity: bool = False
     claims: str = LABELLED
+    anti_affinity_topologies: tuple[str, ...] = ()  # globs of topology keys beyond kubernetes.io/hostname
+    max_storage: str = DEFAULT_MAX_STORAGE  # a quantity
+    storage_classes: tuple[str, ...] = ()  # globs; empty: none named, the cluster's default class only
 
 
 def _listed(patterns: Sequence[str]) -> str:
@@ -144,11 +164,16 @@ def _priority(run: RunSpec, policy: Policy) -> Refusal | None:
     return None
 
 
+def node_key_allowed(key: str, patterns: Sequence[str]) -> bool:
+    """Whether a run may tolerate a taint, or select nodes by a label, with this key (GUARDED_TAINTS)."""
+    return not _any_match(key, GUARDED_TAINTS) or _any_match(key, patterns)
+
+
 def toleration_allowed(toleration: Mapping[str, Any], patterns: Sequence[str]) -> bool:
     key = toleration.get("key") or ""
     if not key:  # only operator Exists may omit the key (the CRD): it tolerates every taint
         return "*" in patterns
-    return not _any_match(key, GUARDED_TAINTS) or _any_match(key, patterns)
+    return node_key_allowed(key, patterns)
 
 
 def _tolerations(run: RunSpec, policy: Policy) -> Refusal | None:
@@ -197,7 +222,118 @@ def _affinity(run: RunSpec, policy: Policy) -> Refusal | None:
     return None
 
 
-CHECKS = (_labels, _annotations, _priority, _tolerations, _affinity)
+def _node_terms(affinity: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """(path, node selector term) of nodeAffinity's required terms and preferred preferences."""
+    node = affinity.get("nodeAffinity")
+    if not isinstance(node, Mapping):
+        return
+    required = node.get(REQUIRED)
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    for i, term in enumerate(terms if isinstance(terms, list) else []):
+        yield f"spec.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms[{i}]", term
+    preferred = node.get(PREFERRED)
+    for i, weighted in enumerate(preferred if isinstance(preferred, list) else []):
+        yield f"spec.affinity.nodeAffinity.{PREFERRED}[{i}].preference", (
+            weighted.get("preference") if isinstance(weighted, Mapping) else None)
+
+
+def _targeted_keys(term: Any) -> Iterator[tuple[str, str]]:
+    """(sub-path, key) of a node selector term's expressions that pull the run onto nodes carrying the key."""
+    expressions = term.get("matchExpressions") if isinstance(term, Mapping) else None
+    for j, expression in enumerate(expressions if isinstance(expressions, list) else []):
+        if isinstance(expression, Mapping) and expression.get("operator") in TARGETING_OPERATORS:
+            yield f".matchExpressions[{j}]", str(expression.get("key"))
+
+
+def node_selections(run: RunSpec) -> Iterator[tuple[str, str]]:
+    """(field, node label key) of every way the run picks nodes by a label."""
+    for key in sorted(run.placement.node_selector):
+        yield "spec.nodeSelector", key
+    affinity = run.placement.affinity
+    for path, term in _node_terms(affinity) if isinstance(affinity, Mapping) else ():
+        for sub, key in _targeted_keys(term):
+            yield path + sub, key
+
+
+def _node_selection(run: RunSpec, policy: Policy) -> Refusal | None:
+    for field, key in node_selections(run):
+        if not node_key_allowed(key, policy.toleration_keys):
+            return Refusal(NODE_SELECTOR_NOT_ALLOWED,
+                           f"{field} selects nodes by {key}, a node role's key, which the operator's "
+                           f"{TOLERATION_KEYS} does not allow: {_listed(policy.toleration_keys)} (keys "
+                           f"{', '.join(GUARDED_TAINTS)}: control-plane and dedicated nodes); leave it out, or ask "
+                           "a cluster admin")  # fmt: skip
+    return None
+
+
+def _required_anti_affinity(affinity: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    part = affinity.get("podAntiAffinity")
+    terms = part.get(REQUIRED) if isinstance(part, Mapping) else None
+    for i, term in enumerate(terms if isinstance(terms, list) else []):
+        yield f"spec.affinity.podAntiAffinity.{REQUIRED}[{i}]", term
+
+
+def topology_allowed(key: str, patterns: Sequence[str]) -> bool:
+    return key == HOSTNAME_TOPOLOGY or _any_match(key, patterns)
+
+
+def _anti_affinity_topology(run: RunSpec, policy: Policy) -> Refusal | None:
+    """Required anti-affinity is symmetric: every matching pod of the namespace is kept out of each topology
+    domain a worker holds, so a zone-wide key closes whole zones to them (security review M1)."""
+    affinity = run.placement.affinity
+    for path, term in _required_anti_affinity(affinity) if isinstance(affinity, Mapping) else ():
+        key = term.get("topologyKey") if isinstance(term, Mapping) else None
+        if isinstance(key, str) and not topology_allowed(key, policy.anti_affinity_topologies):
+            return Refusal(AFFINITY_NOT_ALLOWED,
+                           f"{path} has topologyKey {key}: a required anti-affinity term keeps the pods it matches "
+                           f"out of the whole {key} domain each worker holds, which the operator's "
+                           f"{ANTI_AFFINITY_TOPOLOGIES} does not allow: it allows "
+                           f"{', '.join((HOSTNAME_TOPOLOGY, *policy.anti_affinity_topologies))}; use "
+                           f"{HOSTNAME_TOPOLOGY} or a preferred term, or ask a cluster admin")  # fmt: skip
+    return None
+
+
+_BINARY_SUFFIXES = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}  # powers of 1024
+_DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?")
+
+
+def quantity(value: str | int) -> Decimal | None:
+    """A Kubernetes quantity's value (`100Gi`, `2G`, `1.5e9`, `500Mi`); None when it is not one."""
+    match = _QUANTITY.fullmatch(str(value).strip())
+    if match is None:
+        return None
+    number, suffix = Decimal(match.group(1)), match.group(2) or ""
+    try:
+        if suffix in _BINARY_SUFFIXES:
+            return number * 1024 ** _BINARY_SUFFIXES[suffix]
+        exponent = int(suffix[1:]) if len(suffix) > 1 else _DECIMAL_SUFFIXES[suffix]
+        return number.scaleb(exponent)
+    except (InvalidOperation, OverflowError):
+        return None
+
+
+def _storage(run: RunSpec, policy: Policy) -> Refusal | None:
+    """The PVC the operator creates: at most --max-storage, of a class the admin listed (security review L6).
+    A claim named in spec.storage.claimName is claim_refusal's: it exists already."""
+    if not run.creates_pvc:
+        return None
+    size, limit = quantity(run.storage.size), quantity(policy.max_storage)
+    if size is None or limit is None or size > limit:
+        return Refusal(STORAGE_TOO_LARGE,
+                       f"spec.storage.size {run.storage.size} is more than the operator's {MAX_STORAGE}: "
+                       f"{policy.max_storage}; ask for less, or ask a cluster admin")  # fmt: skip
+    name = run.storage.storage_class_name
+    if name is not None and not _any_match(name, policy.storage_classes):
+        return Refusal(STORAGE_CLASS_NOT_ALLOWED,
+                       f"spec.storage.storageClassName {name} is not allowed by the operator's {STORAGE_CLASSES}: "
+                       f"{_listed(policy.storage_classes)}; leave it out (the cluster's default class), or ask a "
+                       "cluster admin")  # fmt: skip
+    return None
+
+
+CHECKS = (_labels, _annotations, _priority, _tolerations, _node_selection, _affinity, _anti_affinity_topology,
+          _storage)
 
 
 def run_refusal(run: RunSpec, policy: Policy) -> Refusal | None:

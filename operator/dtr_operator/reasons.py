@@ -149,10 +149,24 @@ TOLERATION_NOT_ALLOWED = _status("TolerationNotAllowed", FAILED, True,
     "a toleration in `spec.tolerations` tolerates a control-plane or node-role taint, a cordoned node's, or "
     "(without a key) every taint, and the operator's `--allowed-toleration-keys` does not allow it; nothing was "
     "created ([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
+NODE_SELECTOR_NOT_ALLOWED = _status("NodeSelectorNotAllowed", FAILED, True,
+    "`spec.nodeSelector` or a `spec.affinity.nodeAffinity` term selects nodes by a node-role key "
+    "(`node-role.kubernetes.io/*`: control-plane or dedicated nodes) that the operator's "
+    "`--allowed-toleration-keys` does not allow; nothing was created "
+    "([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
 AFFINITY_NOT_ALLOWED = _status("AffinityNotAllowed", FAILED, True,
     "a pod (anti-)affinity term in `spec.affinity` selects pods of other namespaces (`namespaces`, "
-    "`namespaceSelector`) and the operator runs with `--cross-namespace-affinity=refused` (the default); "
-    "nothing was created ([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
+    "`namespaceSelector`) and the operator runs with `--cross-namespace-affinity=refused` (the default), or a "
+    "required anti-affinity term spreads over a topology other than `kubernetes.io/hostname` that "
+    "`--allowed-anti-affinity-topologies` does not allow; nothing was created "
+    "([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
+STORAGE_TOO_LARGE = _status("StorageTooLarge", FAILED, True,
+    "`spec.storage.size` is more than the operator's `--max-storage`; nothing was created "
+    "([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
+STORAGE_CLASS_NOT_ALLOWED = _status("StorageClassNotAllowed", FAILED, True,
+    "`spec.storage.storageClassName` is not matched by the operator's `--allowed-storage-classes` (none by "
+    "default: the cluster's default class only); nothing was created "
+    "([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
 CLAIM_NOT_ALLOWED = _status("ClaimNotAllowed", FAILED, True,
     "the PVC named in `spec.storage.claimName` does not carry the label that opens it to runs "
     "([operator.md](operator.md#what-a-run-lets-its-author-do)) and the operator runs with `--claims=labelled` "

@@ -134,6 +134,7 @@ CLAIM_CHOICES = (policy.ANY, policy.LABELLED)
 _POLICY_LISTS = {  # Policy's field -> its flag, for the comma-separated lists of globs
     "pod_labels": policy.POD_LABELS, "pod_annotations": policy.POD_ANNOTATIONS,
     "priority_classes": policy.PRIORITY_CLASSES, "toleration_keys": policy.TOLERATION_KEYS,
+    "anti_affinity_topologies": policy.ANTI_AFFINITY_TOPOLOGIES, "storage_classes": policy.STORAGE_CLASSES,
 }  # fmt: skip
 
 
@@ -141,14 +142,23 @@ def _attr(flag: Flag) -> str:
     return flag.option.replace("-", "_")
 
 
+def _max_storage(value: str, name: str) -> str:
+    """--max-storage: a positive quantity (policy.quantity reads it)."""
+    size = policy.quantity(value)
+    if size is None or size <= 0:
+        raise SettingsError(f"{name}: must be a positive Kubernetes quantity such as 100Gi, got {value!r}")
+    return value.strip()
+
+
 def policy_from_env(env: Mapping[str, str]) -> Policy:
     lists = {attr: _patterns(env.get(flag.env, "")) for attr, flag in _POLICY_LISTS.items()}
     affinity = env.get(policy.CROSS_NAMESPACE_AFFINITY.env) or policy.REFUSED
     claims = env.get(policy.CLAIMS.env) or policy.LABELLED
     any_claim = _choice(claims, policy.CLAIMS.env, CLAIM_CHOICES)
+    max_storage = _max_storage(env.get(policy.MAX_STORAGE.env) or policy.DEFAULT_MAX_STORAGE, policy.MAX_STORAGE.env)
     return Policy(**lists,
                   cross_namespace_affinity=_choice(affinity, policy.CROSS_NAMESPACE_AFFINITY.env, AFFINITY_CHOICES),
-                  claims=policy.ANY if any_claim else policy.LABELLED)  # fmt: skip
+                  claims=policy.ANY if any_claim else policy.LABELLED, max_storage=max_storage)  # fmt: skip
 
 
 def _policy_from_args(args: argparse.Namespace, base: Policy) -> Policy:
@@ -160,6 +170,8 @@ def _policy_from_args(args: argparse.Namespace, base: Policy) -> Policy:
         given["cross_namespace_affinity"] = affinity == policy.ALLOWED
     if args.claims is not None:
         given["claims"] = args.claims
+    if args.max_storage is not None:
+        given["max_storage"] = _max_storage(args.max_storage, f"--{policy.MAX_STORAGE.option}")
     return dataclasses.replace(base, **given)
 
 
@@ -231,8 +243,13 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
         policy.POD_ANNOTATIONS: f"annotation keys a run may put on its pods (spec.podAnnotations){refused}",
         policy.PRIORITY_CLASSES: "PriorityClasses a run may name (spec.priorityClassName, "
         "spec.schedulingPolicy.priorityClass); a system- class only by its exact name",
-        policy.TOLERATION_KEYS: "control-plane, node-role and cordoned-node taint keys a run may tolerate; '*' also "
-        "allows the key-less toleration of every taint",
+        policy.TOLERATION_KEYS: "control-plane, node-role and cordoned-node taint keys a run may tolerate, and node "
+        "label keys of these it may select nodes by (spec.nodeSelector, nodeAffinity); '*' also allows the key-less "
+        "toleration of every taint",
+        policy.ANTI_AFFINITY_TOPOLOGIES: "topology keys a required pod anti-affinity term may spread over besides "
+        f"{policy.HOSTNAME_TOPOLOGY} (always allowed), such as topology.kubernetes.io/zone",
+        policy.STORAGE_CLASSES: "StorageClasses a run may name for the PVC the operator creates "
+        "(spec.storage.storageClassName); a run that names none gets the cluster's default class",
     }  # fmt: skip
     for flag, what in lists.items():
         parser.add_argument(f"--{flag.option}", metavar="PATTERNS",
@@ -247,6 +264,11 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"which PVCs a run may name in spec.storage.claimName: {policy.LABELLED}, those labelled "
         f"{policy.CLAIM_LABEL}={policy.CLAIM_LABEL_VALUE}; {policy.ANY}, any of its namespace "
         f"(env {policy.CLAIMS.env}; default {policy.LABELLED})",
+    )  # fmt: skip
+    parser.add_argument(
+        f"--{policy.MAX_STORAGE.option}", metavar="QUANTITY",
+        help="the largest spec.storage.size of the PVC the operator creates for a run, a Kubernetes quantity "
+        f"(env {policy.MAX_STORAGE.env}; default {policy.DEFAULT_MAX_STORAGE})",
     )  # fmt: skip
 
 

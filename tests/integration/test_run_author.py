@@ -111,7 +111,7 @@ def test_a_claim_name_cannot_reach_another_namespaces_volume(
         control_plane.kubectl("delete", "namespace", other, "--wait=false", check=False)
 
 
-# What the operator's default policy refuses, one run each (security review H3, M1): (name, spec, reason).
+# What the operator's default policy refuses, one run each (security review H3, M1, L6): (name, spec, reason).
 REFUSED = (
     ("istio-proxy", {"podAnnotations": {"sidecar.istio.io/proxyImage": "evil.example/x:1"}}, "PodAnnotationNotAllowed"),
     ("istio-inject", {"podLabels": {"sidecar.istio.io/inject": "true"}}, "PodLabelNotAllowed"),
@@ -122,6 +122,13 @@ REFUSED = (
         "topologyKey": "kubernetes.io/hostname", "namespaceSelector": {},
         "labelSelector": {"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "Exists"}]}}]}}},
      "AffinityNotAllowed"),
+    ("aim", {"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}}, "NodeSelectorNotAllowed"),
+    ("zone-fence", {"affinity": {"podAntiAffinity": {REQUIRED: [{
+        "topologyKey": "topology.kubernetes.io/zone",
+        "labelSelector": {"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "Exists"}]}}]}}},
+     "AffinityNotAllowed"),
+    ("huge", {"storage": {"size": "100Ti"}}, "StorageTooLarge"),
+    ("premium", {"storage": {"storageClassName": "premium-rwo"}}, "StorageClassNotAllowed"),
 )  # fmt: skip
 
 

@@ -29,7 +29,8 @@ PRIORITY_CLASS = "dtr-generated-low"  # created by the harness: pods naming a mi
 # The operator's policy (docs/operator.md#what-a-run-may-ask-of-the-cluster) allows what the valid draws ask:
 # the suite tests admission and the runs' paths, tests/reliability/attacks/policy.yaml the refusals.
 POLICY_ENV = {"DTR_ALLOWED_POD_LABELS": "team,example.com/*", "DTR_ALLOWED_POD_ANNOTATIONS": "note",
-              "DTR_ALLOWED_PRIORITY_CLASSES": PRIORITY_CLASS}  # fmt: skip
+              "DTR_ALLOWED_PRIORITY_CLASSES": PRIORITY_CLASS,
+              "DTR_ALLOWED_STORAGE_CLASSES": "standard,fast"}  # fmt: skip
 SEED = 18  # issue 18: a fixed seed, stated in the report
 
 # ---- the generator: each field valid most of the time, out of bounds or malformed sometimes ----------

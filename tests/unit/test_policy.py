@@ -201,7 +201,7 @@ def test_settings_refuse_as_the_policy_does():
     assert s.claim_refusal(parse_run(make_run({"storage": {"claimName": "shared"}})), _pvc()) is not None
 
 
-# ---- the attack catalogue (tests/reliability/attacks/policy.yaml) -------------------------------
+# ---- the attack catalogue (tests/reliability/attacks/policy*.yaml) ------------------------------
 
 
 def _shipped_env() -> dict[str, str]:
@@ -235,7 +235,8 @@ def _operator_refusal(attack: dict[str, Any]) -> str | None:
     return None if refused is None else refused.reason
 
 
-ATTACKS = yaml.safe_load((REPO / "tests" / "reliability" / "attacks" / "policy.yaml").read_text())
+ATTACKS = [attack for part in ("policy.yaml", "policy2.yaml")
+           for attack in yaml.safe_load((REPO / "tests" / "reliability" / "attacks" / part).read_text())]
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a["id"] for a in ATTACKS])
@@ -247,3 +248,131 @@ def test_every_policy_attack_is_refused_by_the_operator_with_its_reason(attack: 
 def test_the_attack_ids_are_unique():
     ids = [a["id"] for a in ATTACKS]
     assert len(ids) == len(set(ids))
+
+
+# ---- node selection by role (M1) ----------------------------------------------------------------
+
+NODE_AFFINITY = "spec.affinity.nodeAffinity"
+
+
+def _node_affinity(key: str, operator: str = "Exists", preferred: bool = False) -> dict[str, Any]:
+    term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]},
+                                 {"key": key, "operator": operator}]}
+    if preferred:
+        return {"nodeAffinity": {policy.PREFERRED: [{"weight": 1, "preference": term}]}}
+    return {"nodeAffinity": {policy.REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": []}, term]}}}
+
+
+@pytest.mark.parametrize("spec, field", [
+    ({"nodeSelector": {"pool": "gpu", "node-role.kubernetes.io/control-plane": ""}}, "spec.nodeSelector"),
+    ({"nodeSelector": {"node-role.kubernetes.io/gpu-team-a": "true"}}, "spec.nodeSelector"),
+    ({"affinity": _node_affinity("node-role.kubernetes.io/master")},
+     f"{NODE_AFFINITY}.{policy.REQUIRED}.nodeSelectorTerms[1].matchExpressions[1]"),
+    ({"affinity": _node_affinity("node-role.kubernetes.io/control-plane", "In", preferred=True)},
+     f"{NODE_AFFINITY}.{policy.PREFERRED}[0].preference.matchExpressions[1]"),
+])  # fmt: skip
+def test_selecting_nodes_by_their_role_is_refused_by_default(spec, field):
+    got = refusal(spec)
+    assert got is not None and got.reason == reasons.NODE_SELECTOR_NOT_ALLOWED
+    assert f"{field} selects nodes by node-role.kubernetes.io/" in got.message
+    assert "--allowed-toleration-keys (DTR_ALLOWED_TOLERATION_KEYS) does not allow: none" in got.message
+    assert refusal(spec, toleration_keys=("node-role.kubernetes.io/*",)) is None
+
+
+def test_the_toleration_flag_allows_node_roles_by_key():
+    spec = {"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}}
+    assert refusal(spec, toleration_keys=("node-role.kubernetes.io/gpu-*",)).reason == \
+        reasons.NODE_SELECTOR_NOT_ALLOWED
+    assert refusal(spec, toleration_keys=("node-role.kubernetes.io/control-plane",)) is None
+
+
+@pytest.mark.parametrize("operator", ["NotIn", "DoesNotExist"])
+def test_keeping_a_run_off_role_nodes_is_fine(operator):
+    assert refusal({"affinity": _node_affinity("node-role.kubernetes.io/control-plane", operator)}) is None
+
+
+def test_malformed_node_affinity_is_left_to_the_api_server():
+    for affinity in ({"nodeAffinity": {"x": [1]}}, {"nodeAffinity": {policy.REQUIRED: {"nodeSelectorTerms": [1]}}},
+                     {"nodeAffinity": {policy.REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": ["x"]}]}}},
+                     {"nodeAffinity": {policy.PREFERRED: [{"weight": 1}]}}):  # fmt: skip
+        assert refusal({"affinity": affinity}) is None, affinity
+
+
+# ---- required anti-affinity over wide topologies (M1) --------------------------------------------
+
+
+def test_required_anti_affinity_over_a_zone_is_refused_by_default():
+    spec = {"affinity": {"podAntiAffinity": {policy.REQUIRED: [
+        _term(), _term(topologyKey="topology.kubernetes.io/zone")]}}}  # fmt: skip
+    got = refusal(spec)
+    assert got is not None and got.reason == reasons.AFFINITY_NOT_ALLOWED
+    assert f"spec.affinity.podAntiAffinity.{policy.REQUIRED}[1] has topologyKey topology.kubernetes.io/zone" \
+        in got.message
+    assert "--allowed-anti-affinity-topologies (DTR_ALLOWED_ANTI_AFFINITY_TOPOLOGIES) does not allow: it allows " \
+        "kubernetes.io/hostname; use" in got.message
+    assert refusal(spec, anti_affinity_topologies=("topology.kubernetes.io/*",)) is None
+
+
+def test_hostname_preferred_and_affinity_terms_spread_as_they_like():
+    wide = _term(topologyKey="topology.kubernetes.io/region")
+    assert refusal({"affinity": {"podAntiAffinity": {policy.REQUIRED: [_term()]}}}) is None
+    assert refusal({"affinity": {"podAffinity": {policy.REQUIRED: [wide]}}}) is None
+    assert refusal({"affinity": {"podAntiAffinity": {policy.PREFERRED: [{"weight": 1, "podAffinityTerm": wide}]}}}) \
+        is None
+
+
+# ---- storage (L6) -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, value", [
+    ("100Gi", 100 * 2**30), ("2G", 2 * 10**9), ("1.5e9", 15 * 10**8), ("500Mi", 500 * 2**20), ("1E", 10**18),
+    ("1Ei", 2**60), ("100m", 0.1), (7, 7), (".5Ki", 512), ("lots", None), ("1Gb", None), ("", None),
+])  # fmt: skip
+def test_quantities_are_read_as_kubernetes_reads_them(text, value):
+    got = policy.quantity(text)
+    assert (got is None and value is None) or got == policy.Decimal(str(value))
+
+
+def test_storage_over_the_limit_is_refused():
+    got = refusal({"storage": {"size": "101Gi"}})
+    assert got is not None and got.reason == reasons.STORAGE_TOO_LARGE
+    assert "spec.storage.size 101Gi" in got.message and "--max-storage (DTR_MAX_STORAGE): 100Gi" in got.message
+    assert refusal({"storage": {"size": "100Gi"}}) is None and refusal({"storage": {"size": "107374182400"}}) is None
+    assert refusal({"storage": {"size": "1Ti"}}, max_storage="2T") is None
+    assert refusal({"storage": {"size": "1e16"}}, max_storage="1Pi").reason == reasons.STORAGE_TOO_LARGE
+
+
+def test_storage_classes_only_when_listed():
+    got = refusal({"storage": {"storageClassName": "premium-ssd"}})
+    assert got is not None and got.reason == reasons.STORAGE_CLASS_NOT_ALLOWED
+    assert "spec.storage.storageClassName premium-ssd" in got.message
+    assert "--allowed-storage-classes (DTR_ALLOWED_STORAGE_CLASSES): none" in got.message
+    assert refusal({"storage": {"storageClassName": "standard"}}, storage_classes=("standard", "fast-*")) is None
+    assert refusal({"storage": {"storageClassName": "premium-ssd"}}, storage_classes=("standard",)) is not None
+    assert refusal({"storage": {"size": "1Gi"}}) is None  # no class: the cluster's default
+
+
+def test_a_named_claim_is_not_held_to_the_storage_flags():
+    assert refusal({"storage": {"claimName": "shared"}}, max_storage="1Mi") is None
+
+
+def test_the_storage_flags_read_env_then_flags():
+    env = {"DTR_MAX_STORAGE": "10Gi", "DTR_ALLOWED_STORAGE_CLASSES": "standard",
+           "DTR_ALLOWED_ANTI_AFFINITY_TOPOLOGIES": "topology.kubernetes.io/zone"}  # fmt: skip
+    assert cfg.from_env(env).policy == Policy(max_storage="10Gi", storage_classes=("standard",),
+                                              anti_affinity_topologies=("topology.kubernetes.io/zone",))
+    parser = cfg.argparse.ArgumentParser()
+    cfg.add_arguments(parser)
+    args = parser.parse_args(["--max-storage", "1Ti", "--allowed-storage-classes", ""])
+    assert cfg.from_args(args, env).policy == Policy(max_storage="1Ti",
+                                                     anti_affinity_topologies=("topology.kubernetes.io/zone",))
+
+
+@pytest.mark.parametrize("value", ["0", "-1Gi", "lots", "1GB"])
+def test_a_bad_max_storage_names_its_flag(value):
+    with pytest.raises(cfg.SettingsError, match="DTR_MAX_STORAGE"):
+        cfg.from_env({"DTR_MAX_STORAGE": value})
+    parser = cfg.argparse.ArgumentParser()
+    cfg.add_arguments(parser)
+    with pytest.raises(cfg.SettingsError, match="--max-storage"):
+        cfg.from_args(parser.parse_args([f"--max-storage={value}"]), {})
