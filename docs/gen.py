@@ -366,11 +366,16 @@ def render_events(repo: Path = REPO) -> str:
 PIPE = "\\|"  # a | inside a table cell
 
 
+def _policy_flags() -> dict[str, policy.Flag]:
+    """Every flag policy.py declares, by its option."""
+    return {f"--{f.option}": f for f in vars(policy).values() if isinstance(f, policy.Flag)}
+
+
 def render_policy(repo: Path = REPO) -> str:
     """The policy flags with their help (settings.py), then what policy.py refuses whatever they say."""
     parser = argparse.ArgumentParser()
     settings.add_arguments(parser)
-    flags = {f"--{f.option}": f for f in vars(policy).values() if isinstance(f, policy.Flag)}
+    flags = _policy_flags()
     lines = ["| flag | env | what it allows |", "|---|---|---|"]
     for action in parser._actions:  # argparse keeps no public list of its arguments
         flag = next((flags[o] for o in action.option_strings if o in flags), None)
@@ -379,11 +384,12 @@ def render_policy(repo: Path = REPO) -> str:
             lines.append(f"| `--{flag.option}{choices}` | `{flag.env}` | {_cell(action.help or '')} |")
     keys = ", ".join(f"`{k}`" for k in policy.REFUSED_KEYS)
     taints = ", ".join(f"`{t}`" for t in policy.GUARDED_TAINTS)
+    targeting = "/".join(f"`{o}`" for o in policy.TARGETING_OPERATORS)
     return "\n".join([*lines, "",
                       f"Label and annotation keys refused whatever the flags say: {keys} "
                       f"(but not `{policy.RECOMMENDED_KEYS}`).",
                       f"Taints tolerated, and node labels selected by (`spec.nodeSelector`, a nodeAffinity "
-                      f"expression {'/'.join(f'`{o}`' for o in policy.TARGETING_OPERATORS)}), only when "
+                      f"expression {targeting}), only when "
                       f"`--{policy.TOLERATION_KEYS.option}` matches their key: {taints}; every taint (a toleration "
                       "without a key) only with `*`.",
                       f"The label that opens a PVC to runs (`--{policy.CLAIMS.option}={policy.LABELLED}`): "
