@@ -123,6 +123,9 @@ SUBCOMMANDS: list[AddParser] = [_add_render, _add_operator]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dtr", description="DistTrainingRun: distributed TensorFlow training runs.")
     parser.add_argument("--version", action="version", version=f"dtr {__version__}")
+    parser.add_argument("--kubeconfig", metavar="FILE",
+                        help="the kubeconfig to use, before KUBECONFIG, ~/.kube/config and a pod's service account "
+                        "(in that order, as kubectl)")  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in SUBCOMMANDS:
         add(sub)
@@ -143,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:
         args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # exits 2
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig  # what every command reads (kube.py), and kopf for the operator
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

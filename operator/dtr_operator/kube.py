@@ -38,6 +38,18 @@ class NoCredentials(Exception):
     """Neither a service account nor a usable kubeconfig; the message says which file was tried."""
 
 
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
+
+def cli_kubeconfig(env: Mapping[str, str], default_exists: bool) -> str | None:
+    """The kubeconfig a dtr command uses, in kubectl's order: KUBECONFIG (which `dtr --kubeconfig` sets), else
+    ~/.kube/config when it exists; None: neither, so the pod's service account, if in a pod. A user's own
+    credentials win over those of the pod (a notebook, a CI job) the command happens to run in. Pure."""
+    if env.get("KUBECONFIG"):
+        return env["KUBECONFIG"]
+    return DEFAULT_KUBECONFIG if default_exists else None
+
+
 class ApiError(Exception):
     """A failed API call: HTTP status (0 = no answer), the API's reason and message."""
 
@@ -158,6 +170,28 @@ class Kube:
                     f"no Kubernetes credentials: not in a pod, and the kubeconfig "
                     f"({where or '~/.kube/config'}) cannot be used: {err}"
                 ) from None
+        return cls._from(configuration)
+
+    @classmethod
+    def for_cli(cls) -> Kube:
+        """For dtr's commands: the user's kubeconfig before the pod's service account (cli_kubeconfig).
+        NoCredentials if the kubeconfig chosen cannot be used (no quiet fall back to the service account), or
+        there is neither."""
+        configuration = client.Configuration()
+        where = cli_kubeconfig(os.environ, os.path.exists(os.path.expanduser(DEFAULT_KUBECONFIG)))
+        try:
+            if where is None:
+                config.load_incluster_config(client_configuration=configuration)
+            else:
+                config.load_kube_config(config_file=where, client_configuration=configuration)
+        except (config.ConfigException, OSError) as err:
+            tried = (f"the kubeconfig ({where}) cannot be used" if where is not None
+                     else f"no kubeconfig (KUBECONFIG, {DEFAULT_KUBECONFIG}) and not in a pod")  # fmt: skip
+            raise NoCredentials(f"no Kubernetes credentials: {tried}: {err}") from None
+        return cls._from(configuration)
+
+    @classmethod
+    def _from(cls, configuration: client.Configuration) -> Kube:
         configuration.connection_pool_maxsize = 16
         api = client.ApiClient(configuration)
         api.user_agent = USER_AGENT

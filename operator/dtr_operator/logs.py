@@ -12,6 +12,7 @@ worker's log to the run's volume (docs/models.md), which outlives them.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,10 +21,13 @@ from typing import Any, TextIO
 from dtr_contract import layout
 
 from .builders import CONTAINER_NAME, REPLICA_INDEX_LABEL
+from .fields import DNS1123_LABEL
 from .spec import KIND
+from .status import harmless
 
 VOLUME_LOGS = f"{layout.logs_dir('<run>')}/ on the run's volume"
 KUBELET_GONE = "unable to retrieve container logs for "
+MAX_LABEL_VALUE = 63
 
 
 class LogsError(Exception):
@@ -47,10 +51,21 @@ def select_workers(pods: Sequence[Mapping[str, Any]], worker: int | None) -> lis
     return [(i, name) for i, name in found if i >= 0 and (worker is None or i == worker)]
 
 
+def job_name(run: Mapping[str, Any], asked: str) -> str:
+    """The TFJob name to select the run's pods by: the run's own metadata.name (the operator names the TFJob
+    after it), never status text, which whoever may write the run's status chooses. A name that is not a
+    label value would change the selector's meaning: LogsError."""
+    name = str((run.get("metadata") or {}).get("name") or asked)
+    if len(name) > MAX_LABEL_VALUE or re.fullmatch(DNS1123_LABEL, name) is None:
+        raise LogsError(f"{KIND} name {harmless(name)[:80]!r} is not a DNS label: cannot select its pods by it")
+    return name
+
+
 def merged(logs: Iterable[tuple[int, str]]) -> list[str]:
     """Lines of several workers' logs (`kubectl logs --timestamps` form: "<RFC 3339 time> <line>"),
-    in time order, each prefixed with its worker; a line without a time keeps its place after the
-    one before it. RFC 3339 times of one clock (the node's) sort as text once their widths agree."""
+    in time order, each prefixed with its worker and made harmless to a terminal (status.harmless); a line
+    without a time keeps its place after the one before it. RFC 3339 times of one clock (the node's) sort as
+    text once their widths agree."""
     keyed = []
     for index, text in logs:
         last = ""
@@ -60,7 +75,7 @@ def merged(logs: Iterable[tuple[int, str]]) -> list[str]:
                 last = stamp.rstrip("Z").ljust(30, "0")
             else:
                 rest = line
-            keyed.append((last, index, seq, f"[worker-{index}] {rest}"))
+            keyed.append((last, index, seq, f"[worker-{index}] {harmless(rest)}"))
     return [line for *_, line in sorted(keyed)]
 
 
@@ -71,8 +86,7 @@ def _pods(kube: Any, namespace: str, name: str, worker: int | None) -> list[tupl
     run = kube.get_run(namespace, name)
     if run is None:
         raise LogsError(f"no {KIND} {name} in namespace {namespace}")
-    job = (run.get("status") or {}).get("tfJob") or name
-    workers = select_workers(kube.list_job_pods(namespace, job), worker)
+    workers = select_workers(kube.list_job_pods(namespace, job_name(run, name)), worker)
     if not workers:
         which = f"worker {worker}" if worker is not None else "worker pods"
         raise LogsError(
@@ -115,7 +129,7 @@ def follow(kube: Any, namespace: str, name: str, worker: int | None, tail: int |
         try:
             for line in kube.follow_pod_log(namespace, pod, CONTAINER_NAME, tail):
                 with lock:
-                    out.write(f"[worker-{index}] {line}\n")
+                    out.write(f"[worker-{index}] {harmless(line)}\n")
                     out.flush()
         except ApiError as err:
             with lock:
@@ -139,7 +153,7 @@ def _logs(args: argparse.Namespace) -> int:
         return 2
     namespace = args.namespace or current_namespace()
     try:
-        kube = Kube.from_environment()
+        kube = Kube.for_cli()
         if args.follow:
             return 0 if follow(kube, namespace, args.run, args.worker, args.tail, sys.stdout) else 1
         else:

@@ -99,7 +99,7 @@ def _namespaces(args: argparse.Namespace) -> int:
 
     query = [("labelSelector", OPERATOR_LABEL)]
     try:
-        kube = Kube.from_environment()
+        kube = Kube.for_cli()
         try:
             items = kube.request("GET", "/apis/apps/v1/deployments", query=query).get("items") or []
         except ApiError as err:

@@ -63,8 +63,16 @@ def clean_text(text: str, limit: int = MAX_MESSAGE) -> str:
     and bidirectional overrides become spaces, whitespace runs one space, and at most `limit` characters.
     Everything the operator writes there goes through it: some of it quotes what a tenant wrote (an image
     name, a termination message, a log line)."""
-    text = " ".join(_UNPRINTABLE.sub(" ", str(text)).split())
+    text = " ".join(harmless(str(text)).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def harmless(text: str) -> str:
+    """The text with every character a terminal or a reader could be fooled by (C0 and C1 controls, so ESC and
+    CSI that start escape sequences, DEL, bidirectional overrides) made a space; the rest, spacing included,
+    as it was. For `dtr logs`, which prints what a run's code wrote (a log line could retitle the terminal,
+    rewrite lines above it, or fake a prompt)."""
+    return _UNPRINTABLE.sub(" ", text)
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")

@@ -217,7 +217,7 @@ def _submit(args: argparse.Namespace) -> int:
         sys.stdout.write(yaml.dump_all([config_map, doc], Dumper=_Dumper, sort_keys=False))
         return 0
     try:
-        submit(Kube.from_environment(), config_map, doc)
+        submit(Kube.for_cli(), config_map, doc)
     except (SubmitError, NoCredentials) as err:
         print(f"dtr submit: {err}", file=sys.stderr)
         return 1

@@ -367,7 +367,7 @@ def _main(command: str, action: Callable[[Any, str], str], namespace: str | None
 
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
-        summary = action(Kube.from_environment(), namespace or current_namespace())
+        summary = action(Kube.for_cli(), namespace or current_namespace())
     except (tr.TransferError, copier.CopyError, NoCredentials) as err:
         print(f"dtr {command}: {err}", file=sys.stderr)
         return EXIT_FAILED

@@ -101,3 +101,42 @@ def test_follow_says_which_worker_cannot_be_followed_and_fails(capsys):
     assert out.getvalue() == "[worker-0] epoch 1/2 begin\n"
     err = capsys.readouterr().err
     assert "worker 1 (r-worker-1): cannot follow its log: container" in err and "Traceback" not in err
+
+
+# ---- hostile runs and log lines (security review L7) ---------------------------------------------
+
+
+def test_the_pods_are_selected_by_the_runs_name_not_by_its_status():
+    run = {"metadata": {"name": "r"}, "status": {"tfJob": "x,app.kubernetes.io/name!=y"}}
+    out = io.StringIO()
+    logs.show(FakeKube(run, PODS, {("r-worker-0", False): "2026-11-30T18:00:01Z hello\n"}), "ns", "r", 0, False,
+              None, out)  # fmt: skip
+    assert out.getvalue() == "[worker-0] hello\n"  # FakeKube.list_job_pods asserts the job name "r"
+
+
+@pytest.mark.parametrize("name", ["r,app=x", "r x", "R", "a" * 64, "-r", "r\x1b[2J"])
+def test_a_name_that_is_not_a_label_value_selects_nothing(name):
+    with pytest.raises(logs.LogsError, match="is not a DNS label"):
+        logs.job_name({"metadata": {"name": name}}, "r")
+    assert logs.job_name({"metadata": {"name": "mnist-cnn"}}, "ignored") == "mnist-cnn"
+    assert logs.job_name({"status": {"tfJob": "x"}}, "asked") == "asked"  # no metadata: the name it was got by
+
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x9b1A\x1b[31mred\x1b[0m\x08over\u202eevil"
+
+
+def test_terminal_escapes_in_log_lines_are_made_harmless():
+    [line] = logs.merged([(0, f"2026-11-30T18:00:01Z {ESCAPES} end")])
+    assert not any(c in line for c in "\x1b\x07\x9b\x08\u202e")
+    assert line.startswith("[worker-0] ") and "red" in line and line.endswith("evil end")
+
+
+def test_followed_log_lines_are_made_harmless_too():
+    class Escaping(FollowKube):
+        def follow_pod_log(self, namespace, pod, container, tail):
+            yield f"epoch 1/2 {ESCAPES}"
+
+    out = io.StringIO()
+    assert logs.follow(Escaping({}, PODS[1:2], {}), "ns", "r", None, None, out) is True
+    assert out.getvalue().startswith("[worker-0] epoch 1/2 ") and "\x1b" not in out.getvalue()
+    assert "\x9b" not in out.getvalue() and out.getvalue().count("\n") == 1

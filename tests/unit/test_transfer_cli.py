@@ -132,7 +132,7 @@ def cluster(tmp_path, monkeypatch) -> FakeKube:
     volume = tmp_path / "volume"
     volume.mkdir()
     fake = FakeKube(volume)
-    monkeypatch.setattr(kube.Kube, "from_environment", classmethod(lambda cls: fake))
+    monkeypatch.setattr(kube.Kube, "for_cli", classmethod(lambda cls: fake))
     monkeypatch.setattr(transfer_cli, "DELETE_WAIT", 1.0)
     monkeypatch.setattr(transfer_cli, "WIND_DOWN", 0.5)
     return fake
