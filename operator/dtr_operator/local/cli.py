@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from dtr_contract import flags
@@ -11,7 +12,11 @@ from dtr_operator import submit
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dtr_operator.local import runner  # only when running: `dtr operator` never imports it
+    from dtr_operator.local import netns, runner  # only when running: `dtr operator` never imports it
+
+    why = netns.HOST_NETWORK if args.host_network else netns.isolate()
+    if why is not None:
+        print(netns.WARNING.format(why=why), file=sys.stderr, flush=True)
 
     base_dir = args.dir if args.dir is not None else runner.default_base_dir()
     python = args.python if args.python is not None else runner.default_python()
@@ -38,4 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dir", type=Path, default=None, help="volumes and logs [./.dtr, env DTR_RUN_DIR]")
     p.add_argument("--python", default=None,
                    help="the trainer's Python 3.9 [env DTR_TRAINER_PYTHON, else .venv/trainer/bin/python]")  # fmt: skip
+    p.add_argument("--host-network", action="store_true",
+                   help="run the workers in this machine's network, not on a loopback of their own: for a run that "
+                   "downloads its data (their TensorFlow port is then open to the network: docs/local.md#network)")
     p.set_defaults(func=_run)
