@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -91,15 +89,11 @@ def reasons(kubectl: Kubectl) -> dict[str, int]:
     return found
 
 
-def pending_runs(metrics_port: int) -> int:
-    """Runs the operator has seen Pending, from its own metric (cheap to poll, unlike a list of large runs)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as rsp:
-            text = rsp.read().decode()
-    except OSError:
-        return 0
-    found = re.search(r'^dtr_runs\{phase="Pending"\} ([0-9.e+]+)$', text, re.MULTILINE)
-    return int(float(found.group(1))) if found else 0
+def waiting_runs(kubectl: Kubectl) -> int:
+    """Runs that said they wait, from the operator's events (one per run when it starts waiting): cheap to poll,
+    unlike a list of large runs."""
+    return sum(len(kubectl("get", "events", "-n", NS, "--field-selector", f"reason={reason}", "-o", "name").split())
+               for reason in WAITING)  # fmt: skip
 
 
 class Sampler(threading.Thread):
@@ -126,31 +120,40 @@ def start_operator(kubeconfig: Path, workdir: Path, metrics_port: int) -> subpro
     return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL, cwd=REPO)
 
 
+def _wait_for_all(kubectl: Kubectl, op: subprocess.Popen[bytes], sampler: Sampler, runs: int,
+                  timeout: float) -> tuple[int, float | None]:  # fmt: skip
+    """Runs waiting, and the seconds until all were (None: not within timeout, or the operator died)."""
+    t0, waiting = time.monotonic(), 0
+    while waiting < runs and time.monotonic() - t0 < timeout and op.poll() is None:
+        time.sleep(5)
+        waiting = waiting_runs(kubectl)
+        log(f"{waiting} runs waiting, RSS {sampler.series[-1][1] if sampler.series else 0:.0f} MB")
+    return waiting, (round(time.monotonic() - t0, 1) if waiting >= runs else None)
+
+
+def _figures(sampler: Sampler, all_waiting: float | None) -> dict[str, Any]:
+    series = sampler.series
+    settled = [mb for t, mb in series if all_waiting is not None and t >= all_waiting]
+    return {"peak_sampled_rss_mb": round(max(mb for _, mb in series), 1) if series else None,
+            "settled_rss_mb": round(sum(settled) / len(settled), 1) if settled else None,
+            "rss_series_mb": series[::4]}  # fmt: skip
+
+
 def measure(kubectl: Kubectl, kubeconfig: Path, workdir: Path, runs: int, settle: float, timeout: float) -> dict:
-    metrics_port = controlplane.free_port()
-    op = start_operator(kubeconfig, workdir, metrics_port)
+    op = start_operator(kubeconfig, workdir, controlplane.free_port())
     sampler = Sampler(op.pid)
     sampler.start()
     try:
-        t0, waiting = time.monotonic(), 0
-        while waiting < runs and time.monotonic() - t0 < timeout and op.poll() is None:
-            time.sleep(5)
-            waiting = pending_runs(metrics_port)
-            log(f"{waiting} runs Pending, RSS {sampler.series[-1][1] if sampler.series else 0:.0f} MB")
-        all_waiting = round(time.monotonic() - t0, 1) if waiting >= runs else None
+        waiting, all_waiting = _wait_for_all(kubectl, op, sampler, runs, timeout)
         time.sleep(settle)
         alive = op.poll() is None
-        peak = proc_status_kb(op.pid, "VmHWM") / 1024 if alive else None
+        peak = round(proc_status_kb(op.pid, "VmHWM") / 1024, 1) if alive else None
         seen = reasons(kubectl)
     finally:
         sampler.stopped.set()
         controlplane.stop_child(op)
-    settled = [mb for t, mb in sampler.series if all_waiting is not None and t >= all_waiting]
     return {"operator_alive": alive, "runs_waiting": waiting, "reasons": seen, "seconds_to_all_waiting": all_waiting,
-            "peak_rss_mb": round(peak, 1) if peak is not None else None,
-            "peak_sampled_rss_mb": round(max(mb for _, mb in sampler.series), 1) if sampler.series else None,
-            "settled_rss_mb": round(sum(settled) / len(settled), 1) if settled else None,
-            "rss_series_mb": sampler.series[::4]}  # fmt: skip
+            "peak_rss_mb": peak, **_figures(sampler, all_waiting)}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

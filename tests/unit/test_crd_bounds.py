@@ -14,8 +14,8 @@ import yaml
 
 from support.repo import REPO
 
-# The bound this file holds the CRD to, in characters of compact JSON (a character the API stores escaped, a
-# control character, takes up to 6). docs/performance.md#operator-memory measures the operator at this size.
+# The bound this file holds the CRD to, in characters of compact JSON (characters, as maxLength counts them: a
+# non-ASCII one takes more bytes). docs/performance.md#operator-memory measures the operator at this size.
 MAX_SPEC_CHARS = 72 * 1024
 NUMBER_CHARS = 24  # -9223372036854775808 and any double as JSON
 KEY_BOUND = re.compile(r"self\.all\(k, size\(k\) <= (\d+)")
