@@ -519,8 +519,9 @@ SPEC = Field("spec", "object",
           attr="placement.tolerations", max_items=8, items=TOLERATION, to=To("pod", "spec.tolerations"),
           extra={"x-kubernetes-list-type": "atomic"}),
     Field("affinity", "object",
-          "The worker pods' affinity (nodeAffinity, podAffinity, podAntiAffinity), as in a pod spec; checked in "
-          "full by the API server when the operator creates the TFJob.",
+          "The worker pods' affinity (nodeAffinity, podAffinity, podAntiAffinity), as in a pod spec, with fewer "
+          "terms (kubectl explain shows each bound); checked in full by the API server when the operator creates "
+          "the TFJob.",
           attr="placement.affinity", to=To("pod", "spec.affinity"), fields=(
         _NODE_AFFINITY,
         _pod_affinity("podAffinity", "Pod affinity"),
