@@ -4,11 +4,18 @@ non-loopback address; without the namespace it is (so the test can tell)."""
 
 from __future__ import annotations
 
+import io
+import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
+from dtr_operator.local import runner
+
+from support.runs import digits_run
 
 # A child that (maybe) isolates itself, binds 0.0.0.0 as TF does, proves loopback works, then waits.
 CHILD = """
@@ -64,3 +71,35 @@ def test_a_port_on_every_interface_is_reachable_from_the_network_only_without_th
         assert _reachable(address, port) is (mode == "host")
     finally:
         child.communicate("")
+
+
+def _secret_env(build_tfjob):
+    """builders.build_tfjob with an env var from a Secret: a pod `dtr run` refuses when it starts the workers."""
+
+    def build(run):
+        tfjob = build_tfjob(run)
+        for container in tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]:
+            container["env"].append({"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
+        return tfjob
+
+    return build
+
+
+def test_dtr_run_readies_the_network_once_after_the_input_is_good_and_prints_its_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[str] = []
+
+    def network() -> str:
+        calls.append("network")
+        return "[dtr] warning: W"
+
+    def run(path: Path) -> int:
+        return runner.run_file(str(path), base_dir=tmp_path / "state", python=sys.executable, out=io.StringIO(),
+                               on_signal=lambda _s, _h: signal.SIG_DFL, network=network)  # fmt: skip
+
+    assert run(tmp_path / "missing.yaml") == 2 and calls == [], "bad input: the network is left alone"
+    monkeypatch.setattr(runner.builders, "build_tfjob", _secret_env(runner.builders.build_tfjob))
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(digits_run("net")))
+    assert run(tmp_path / "run.yaml") == 2 and calls == ["network"]
+    assert capsys.readouterr().err.count("[dtr] warning: W\n") == 1

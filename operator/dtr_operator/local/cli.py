@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from dtr_contract import flags
@@ -14,14 +13,11 @@ from dtr_operator import submit
 def _run(args: argparse.Namespace) -> int:
     from dtr_operator.local import netns, runner  # only when running: `dtr operator` never imports it
 
-    why = netns.HOST_NETWORK if args.host_network else netns.isolate()
-    if why is not None:
-        print(netns.WARNING.format(why=why), file=sys.stderr, flush=True)
-
     base_dir = args.dir if args.dir is not None else runner.default_base_dir()
     python = args.python if args.python is not None else runner.default_python()
     given = {dest: getattr(args, dest) for dest, *_ in submit.OPTIONS} | {"name": args.name}
-    return runner.run_file(args.file, base_dir=base_dir, python=python, code=args.code, given=given)
+    network = netns.host_network if args.host_network else netns.private_network
+    return runner.run_file(args.file, base_dir=base_dir, python=python, code=args.code, given=given, network=network)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -98,4 +98,14 @@ WARNING = (
     "[dtr] warning: the workers' TensorFlow port is open to this machine's network (TF binds every interface and "
     "runs what it is sent, with no authentication): {why}; docs/local.md#network"
 )
-HOST_NETWORK = "--host-network: the workers share this machine's network"
+
+
+def private_network() -> str | None:
+    """isolate(): None when done, else the warning to print."""
+    why = isolate()
+    return None if why is None else WARNING.format(why=why)
+
+
+def host_network() -> str:
+    """`dtr run --host-network`: nothing to do but warn."""
+    return WARNING.format(why="--host-network: the workers share this machine's network")
