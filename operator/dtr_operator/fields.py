@@ -17,6 +17,7 @@ How to add a field: docs/api.md#adding-a-spec-field.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,9 @@ KEY_GRAMMAR = (
     "ending with a letter or digit"
 )
 INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+# A qualified name's bounds (Kubernetes' own): a DNS-subdomain prefix of at most 253, '/', a name of at most 63.
+MAX_KEY_PREFIX = 253
+MAX_KEY_LENGTH = MAX_KEY_PREFIX + 1 + 63
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class Field:
     fields: tuple[Field, ...] = ()  # an object's properties
     items: Field | None = None  # an array's items, a map's values
     max_items: int | None = None  # an array's items or a map's entries
+    max_key_length: int | None = None  # a map's keys (a CEL rule: a schema cannot bound them)
     extra: Mapping[str, Any] = field(default_factory=dict)  # schema keys the parser has no use for
     doc_default: str = ""  # docs/api.md's default when the value alone would not say it
     doc: str = ""  # docs/api.md only: what kubectl explain has no room for (links)
@@ -178,19 +183,95 @@ def _keys(what: str) -> Rule:
     )
 
 
-def _string_map(name: str, attr: str, description: str, value_max: int, value: Pattern | None, what: str,
-                to: To, rules: tuple[Rule, ...] = ()) -> Field:  # fmt: skip
-    return Field(name, "map", description, attr=attr, max_items=32, to=to, rules=(_keys(what), *rules),
+def _key_length(limit: int) -> Rule:
+    """A map's keys: at most `limit` characters, a prefix (before the first '/') of at most MAX_KEY_PREFIX."""
+    return Rule(
+        f"self.all(k, size(k) <= {limit} && k.indexOf('/') <= {MAX_KEY_PREFIX})",
+        f"keys must be at most {limit} characters, with a prefix before '/' of at most {MAX_KEY_PREFIX}",
+        lambda m: all(len(k) <= limit and k.find("/") <= MAX_KEY_PREFIX for k in m),
+    )
+
+
+def _string_map(name: str, attr: str, description: str, entries: int, value_max: int, value: Pattern | None,
+                what: str, to: To, rules: tuple[Rule, ...] = ()) -> Field:  # fmt: skip
+    return Field(name, "map", description, attr=attr, max_items=entries, max_key_length=MAX_KEY_LENGTH, to=to,
+                 rules=(_keys(what), *rules),
                  items=Field("value", "string", max_length=value_max, pattern=value))  # fmt: skip
 
 
-def _affinity(name: str, what: str) -> Field:
-    return Field(name, "object", f"{what}, as in a pod spec.", extra={"x-kubernetes-preserve-unknown-fields": True})
-
-
 def _quantities(name: str, description: str) -> Field:
-    quantity = Field("quantity", "quantity", pattern=Pattern(QUANTITY, "must be a quantity such as 500m or 2Gi"))
-    return Field(name, "map", description, max_items=16, items=quantity)
+    quantity = Field("quantity", "quantity", max_length=64,
+                     pattern=Pattern(QUANTITY, "must be a quantity such as 500m or 2Gi"))  # fmt: skip
+    return Field(name, "map", description, max_items=4, max_key_length=MAX_KEY_LENGTH, items=quantity)
+
+
+# ---- affinity: the pod spec's, with bounds (a run's body stays small: docs/performance.md#operator-memory) ----
+
+_ATOMIC = {"x-kubernetes-list-type": "atomic"}
+
+
+def _strings(name: str, items: int, length: int, description: str = "") -> Field:
+    return Field(name, "array", description, max_items=items, extra=_ATOMIC,
+                 items=Field("item", "string", max_length=length))  # fmt: skip
+
+
+def _requirement(operators: tuple[str, ...]) -> Field:
+    return Field("requirement", "object", fields=(
+        Field("key", "string", "The label key (a node's field with matchFields).", max_length=MAX_KEY_LENGTH),
+        Field("operator", "string", "How key relates to values.", enum=operators),
+        _strings("values", 4, 63, "The values (none with Exists and DoesNotExist; one with Gt and Lt)."),
+    ))  # fmt: skip
+
+
+_NODE_REQUIREMENT = _requirement(("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"))
+_NODE_TERM = Field("term", "object", fields=(
+    Field("matchExpressions", "array", "Requirements on the node's labels.", max_items=2, items=_NODE_REQUIREMENT,
+          extra=_ATOMIC),
+    Field("matchFields", "array", "Requirements on the node's fields.", max_items=1, items=_NODE_REQUIREMENT,
+          extra=_ATOMIC),
+))  # fmt: skip
+_LABEL_SELECTOR = Field("labelSelector", "object", "The pods it selects (absent: none).", fields=(
+    Field("matchLabels", "map", "Labels the pods must have.", max_items=2, max_key_length=MAX_KEY_LENGTH,
+          items=Field("value", "string", max_length=63)),
+    Field("matchExpressions", "array", "Requirements on the pods' labels.", max_items=1, extra=_ATOMIC,
+          items=_requirement(("In", "NotIn", "Exists", "DoesNotExist"))),
+))  # fmt: skip
+_POD_TERM = Field("term", "object", fields=(
+    _LABEL_SELECTOR,
+    _strings("namespaces", 2, 63, "The namespaces the pods are in (default: the run's)."),
+    Field("topologyKey", "string", "The node label whose value defines the domain (e.g. kubernetes.io/hostname).",
+          max_length=MAX_KEY_LENGTH),
+    Field("namespaceSelector", "object", "The namespaces, by their labels, the pods are in.", fields=(
+        dataclasses.replace(_LABEL_SELECTOR.child("matchLabels"), max_items=1),
+        _LABEL_SELECTOR.child("matchExpressions"),
+    )),
+    _strings("matchLabelKeys", 1, MAX_KEY_LENGTH, "Label keys of the worker pod whose values join labelSelector."),
+    _strings("mismatchLabelKeys", 1, MAX_KEY_LENGTH, "Label keys whose values the pods must not share."),
+))  # fmt: skip
+_WEIGHT = Field("weight", "integer", "Its weight ({bounds}).", format="int32", minimum=1, maximum=100)
+
+
+def _preferred(term: str, of: Field) -> Field:
+    weighted = Field("weighted", "object",
+                     fields=(_WEIGHT, dataclasses.replace(of, name=term, description="The term.")))  # fmt: skip
+    return Field("preferredDuringSchedulingIgnoredDuringExecution", "array", "Terms the scheduler prefers.",
+                 max_items=2, items=weighted, extra=_ATOMIC)  # fmt: skip
+
+
+_NODE_AFFINITY = Field("nodeAffinity", "object", "Node affinity, as in a pod spec.", fields=(
+    Field("requiredDuringSchedulingIgnoredDuringExecution", "object", "Terms a node must meet (any one).", fields=(
+        Field("nodeSelectorTerms", "array", "The terms, ORed.", max_items=2, items=_NODE_TERM, extra=_ATOMIC),
+    )),
+    _preferred("preference", _NODE_TERM),
+))  # fmt: skip
+
+
+def _pod_affinity(name: str, what: str) -> Field:
+    return Field(name, "object", f"{what}, as in a pod spec.", fields=(
+        Field("requiredDuringSchedulingIgnoredDuringExecution", "array", "Terms every worker pod must meet.",
+              max_items=2, items=_POD_TERM, extra=_ATOMIC),
+        _preferred("podAffinityTerm", _POD_TERM),
+    ))  # fmt: skip
 
 
 _LABEL_VALUE = Pattern(LABEL_VALUE, "must be a label value")
@@ -347,7 +428,8 @@ EXPORT = Field("export", "object", "Where the trained model goes.", default={}, 
 ))  # fmt: skip
 
 TOLERATION = Field("toleration", "object", fields=(
-    Field("key", "string", "The taint key; empty with operator Exists matches every taint.", max_length=316),
+    Field("key", "string", "The taint key; empty with operator Exists matches every taint.",
+          max_length=MAX_KEY_LENGTH),
     Field("operator", "string", "Exists or Equal (default Equal).", enum=("Exists", "Equal")),
     Field("value", "string", "The taint value to match (Equal only).", max_length=63),
     Field("effect", "string", "The taint effect to match; unset matches every effect.",
@@ -431,18 +513,19 @@ SPEC = Field("spec", "object",
           attr="suspend", default=False, mutable=True, to=To("tfjob", "spec.runPolicy.suspend"),
           doc="[scheduling.md](scheduling.md#suspend-and-resume)"),
     _string_map("nodeSelector", "placement.node_selector",
-                "Node labels every worker pod's node must have (the pod's nodeSelector).", 63, _LABEL_VALUE, "label",
-                To("pod", "spec.nodeSelector")),
+                "Node labels every worker pod's node must have (the pod's nodeSelector).", 8, 63, _LABEL_VALUE,
+                "label", To("pod", "spec.nodeSelector")),
     Field("tolerations", "array", "Taints the worker pods tolerate (the pod's tolerations).",
-          attr="placement.tolerations", max_items=32, items=TOLERATION, to=To("pod", "spec.tolerations"),
+          attr="placement.tolerations", max_items=8, items=TOLERATION, to=To("pod", "spec.tolerations"),
           extra={"x-kubernetes-list-type": "atomic"}),
     Field("affinity", "object",
-          "The worker pods' affinity (nodeAffinity, podAffinity, podAntiAffinity), as in a pod spec; checked in "
-          "full by the API server when the operator creates the TFJob.",
+          "The worker pods' affinity (nodeAffinity, podAffinity, podAntiAffinity), as in a pod spec, with fewer "
+          "terms (kubectl explain shows each bound); checked in full by the API server when the operator creates "
+          "the TFJob.",
           attr="placement.affinity", to=To("pod", "spec.affinity"), fields=(
-        _affinity("nodeAffinity", "Node affinity"),
-        _affinity("podAffinity", "Pod affinity"),
-        _affinity("podAntiAffinity", "Pod anti-affinity"),
+        _NODE_AFFINITY,
+        _pod_affinity("podAffinity", "Pod affinity"),
+        _pod_affinity("podAntiAffinity", "Pod anti-affinity"),
     )),
     Field("priorityClassName", "string", "The worker pods' PriorityClass (it must exist when the pods are created).",
           attr="placement.priority_class_name", max_length=253, to=To("pod", "spec.priorityClassName"),
@@ -450,13 +533,13 @@ SPEC = Field("spec", "object",
     _string_map("podLabels", "placement.pod_labels",
                 "Extra labels on every worker pod (e.g. for a NetworkPolicy or cost reports). Keys under "
                 "distml.dev/ and training.kubeflow.org/ are the operator's and the training-operator's.",
-                63, _LABEL_VALUE, "label", To("pod", "metadata.labels"), rules=(
+                8, 63, _LABEL_VALUE, "label", To("pod", "metadata.labels"), rules=(
         Rule(f"self.all(k, {' && '.join(f'!k.startsWith({p!r})' for p in RESERVED_LABEL_PREFIXES)})",
              f"keys under {' and '.join(RESERVED_LABEL_PREFIXES)} are reserved",
              lambda m: not any(k.startswith(RESERVED_LABEL_PREFIXES) for k in m)),
     )),
     _string_map("podAnnotations", "placement.pod_annotations",
-                "Extra annotations on every worker pod (e.g. for a service mesh or a profiler).", 4096, None,
+                "Extra annotations on every worker pod (e.g. for a service mesh or a profiler).", 8, 1024, None,
                 "annotation", To("pod", "metadata.annotations")),
     Field("queueName", "string",
           "A Kueue LocalQueue in the run's namespace: the TFJob gets the label kueue.x-k8s.io/queue-name and is "
@@ -503,7 +586,7 @@ def _not_both(one: str, other: str) -> Callable[[Mapping[str, Any]], bool]:
 
 def rules(f: Field, path: str) -> list[Rule]:
     """Every rule on the field at path, in the CRD's order: its pattern's (a CEL one), its fields' not_with, its own."""
-    found = []
+    found = [] if f.max_key_length is None else [_key_length(f.max_key_length)]
     if f.pattern is not None and f.pattern.cel:
         found.append(Rule(f"self.matches('^{_cel_regex(f.pattern.regex)}$')", f.pattern.why, f.pattern.matches))
     for sub in f.fields:

@@ -75,6 +75,9 @@ def _tune(settings: kopf.OperatorSettings) -> None:
     # Server-side watch timeouts: a silently dead connection is noticed and re-established.
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    # The initial listing in pages: at most this many runs' bodies are parsed at once when the operator
+    # (re)starts (docs/performance.md#operator-memory).
+    settings.watching.chunk_size = 100
     # Sync handlers run in this many threads; each waits on API calls, not CPU. As many as the API
     # client's connection pool (kube.py), so no connection is opened just to be discarded.
     settings.execution.max_workers = 16

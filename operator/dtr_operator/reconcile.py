@@ -492,11 +492,25 @@ class RunningRuns:
         return list(self._bodies.values())
 
 
+# What a run kept in memory holds (the index of runs, the Running runs): what the TFJob events, the progress
+# poll and the status writes read (metadata for the write's guard and for events; spec for the status). The
+# placement fields, labels, annotations and managedFields, the bulk of a large run, only make the TFJob, and
+# that reads the run's whole body from its own event (docs/performance.md#operator-memory).
+KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
+KEPT_SPEC = ("workers", "suspend", "queueName", "training", "storage", "resources")
+
+
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of the run to keep in memory, without managedFields (the bulk of its size, never read)."""
-    copied = copy.deepcopy(dict(body))
-    copied.get("metadata", {}).pop("managedFields", None)
-    return copied
+    """A copy of the run to keep in memory: KEPT_METADATA, KEPT_SPEC and the status."""
+    meta, spec = _meta(body), body.get("spec") or {}
+    kept = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {k: meta[k] for k in KEPT_METADATA if k in meta},
+        "spec": {k: spec[k] for k in KEPT_SPEC if k in spec},
+        "status": body.get("status") or {},
+    }
+    return copy.deepcopy(kept)
 
 
 # ---- the shell: one object per operator --------------------------------------------------------

@@ -226,6 +226,8 @@ def _quantity(f: Field, value: Any, path: str) -> int | str:
         return value
     if not isinstance(value, str) or not f.pattern.matches(value):
         raise _fail(path, f"{f.pattern.why}, got {value!r}")
+    if f.max_length is not None and len(value) > f.max_length:
+        raise _fail(path, f"must be at most {f.max_length} characters")
     return value
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from support.runs import digits_run, saved_models
@@ -132,3 +134,51 @@ def test_dtr_run_of_data_that_cannot_load_ends_with_the_cause_and_the_worker(tmp
     assert "worker mnist-cnn-worker-0 exited with code 5: " in status["message"], status["message"]
     assert "cannot download mnist: use --dataset digits or synthetic" in status["message"], status["message"]
     assert "code 143" not in status["message"], status["message"]
+
+
+def _listening_ports(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of the TCP sockets listening in the process's network namespace, IPv4 and IPv6 (an
+    address as /proc/<pid>/net/tcp* writes it: all zeros for every interface)."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in (Path(f"/proc/{pid}/net/{table}").read_text().splitlines())[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A":  # LISTEN
+                address, port = local.rsplit(":", 1)
+                found.add((address, int(port, 16)))
+    return found
+
+
+def _own_address() -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.123", 9))  # sends nothing: picks the address this machine reaches others from
+        return s.getsockname()[0]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="network namespaces are Linux's")
+def test_dtr_run_workers_are_not_reachable_from_the_network_while_they_train(tmp_path: Path) -> None:
+    # TF binds its gRPC server on every interface (0.0.0.0) whatever TF_CONFIG says: dtr run puts the
+    # workers on a loopback of their own (docs/local.md#network), so the port answers nowhere else.
+    address = _own_address()
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text(yaml.safe_dump(digits_run("lan", epochs=20, steps=30)))
+    out_file = tmp_path / "out.log"
+    env = {**os.environ, "DTR_RUN_DIR": str(tmp_path / ".dtr")}
+    with open(out_file, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "dtr_operator.cli", "run", str(run_file)],
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        wait_for(lambda: "[dtr] epoch 1/20 done" in out_file.read_text(), "the first epoch", timeout=600,
+                 interval=0.2)  # fmt: skip
+        if "[dtr] warning: the workers' TensorFlow port is open" in out_file.read_text():
+            pytest.skip("this system refuses a private network namespace (dtr run warned)")
+        [chief] = trainer_pids(str(tmp_path), "lan-worker-0")
+        ports = {port for host, port in _listening_ports(chief) if not host.strip("0")}  # 0.0.0.0 or [::]
+        assert ports, "TF's server listens on every interface"
+        assert os.readlink(f"/proc/{chief}/ns/net") != os.readlink("/proc/self/ns/net")
+        for port in ports:
+            with pytest.raises(OSError):
+                socket.create_connection((address, port), timeout=3).close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)

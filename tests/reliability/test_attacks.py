@@ -83,6 +83,7 @@ def launch(real_node: RealNode, namespace: str, attack: Attack) -> Launched:
         real_node.cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(obj))
     name = run_name(attack)
     base = digits_run(name, epochs=1, steps=2)
+    base["spec"].pop("storage")  # the defaults: an attack's claimName may not come with a size
     return Launched(name, create_as_author(real_node, namespace, {**base, "spec": merged(base["spec"], attack.spec)}))
 
 
@@ -249,7 +250,7 @@ LINES = [
 def load_data(ctx):
     for line in LINES:
         print(line, file=sys.stderr, flush=True)
-    if TERMINATION and ctx.worker_index == 0:
+    if TERMINATION:  # every worker: the job ends Succeeded, the chief's message is what the operator reads
         with open("/dev/termination-log", "w") as f:
             f.write("[" * 4000 + ESC)
         os._exit(0)

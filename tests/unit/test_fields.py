@@ -13,6 +13,10 @@ from dtr_operator.spec import parse_run
 
 from support.runs import make_run
 
+# A node affinity as a pod spec has it (the CRD's schema is the pod spec's, bounded).
+AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}]}}}
+
 # A value other than the default for every field with a destination: a field added to the table without one
 # here fails test_every_destination_has_a_sample.
 SAMPLES: dict[str, Any] = {
@@ -44,7 +48,7 @@ SAMPLES: dict[str, Any] = {
     "suspend": True,
     "nodeSelector": {"pool": "gpu"},
     "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    "affinity": {"nodeAffinity": {"x": [1]}},
+    "affinity": AFFINITY,
     "priorityClassName": "batch-low",
     "podLabels": {"team": "ml"},
     "podAnnotations": {"note": "n"},

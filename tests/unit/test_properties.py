@@ -80,7 +80,8 @@ specs = st.fixed_dictionaries(
             "key": maybe(st.just("gpu")), "operator": maybe(st.sampled_from(["Exists", "Equal", "Maybe"])),
             "value": maybe(st.sampled_from(["", "v"])), "effect": maybe(st.sampled_from(["NoSchedule", "NoExecute"])),
             "tolerationSeconds": maybe(st.integers(0, 60))}), max_size=3)),
-        "affinity": maybe(st.fixed_dictionaries({}, optional={"nodeAffinity": maybe(st.just({"x": [1]}))})),
+        "affinity": maybe(st.fixed_dictionaries({}, optional={"nodeAffinity": maybe(st.sampled_from(
+            [{"preferredDuringSchedulingIgnoredDuringExecution": []}, {"x": [1]}]))})),
         "priorityClassName": maybe(st.sampled_from(["low", "Bad_Name"])),
         "podLabels": maybe(st.dictionaries(st.sampled_from(["team", "distml.dev/run", "a/b"]),
                                            st.sampled_from(["ml", "not ok"]), max_size=2)),

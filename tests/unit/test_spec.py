@@ -17,6 +17,10 @@ from dtr_operator.spec import (
 from support.repo import REPO
 from support.runs import make_run
 
+# A node affinity as a pod spec has it (the CRD's schema is the pod spec's, bounded).
+AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}]}}}
+
 
 def test_defaults_for_an_empty_spec():
     run = parse_run(make_run({}))
@@ -100,7 +104,8 @@ ACCEPTED = [
      "placement.tolerations", ({"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 30},)),
     ({"tolerations": [{"key": "", "operator": "Exists"}]}, "placement.tolerations",
      ({"key": "", "operator": "Exists"},)),
-    ({"affinity": {"nodeAffinity": {"x": 1}}}, "placement.affinity", {"nodeAffinity": {"x": 1}}),
+    ({"affinity": AFFINITY}, "placement.affinity",
+     AFFINITY),
     ({"priorityClassName": "batch-low"}, "placement.priority_class_name", "batch-low"),
     ({"podLabels": {"team": "ml", "example.com/cost-center": "a1", "empty": ""}}, "placement.pod_labels",
      {"team": "ml", "example.com/cost-center": "a1", "empty": ""}),
@@ -198,7 +203,7 @@ REJECTED = [
     ({"nodeSelector": {"pool": 1}}, "r", "spec.nodeSelector.pool", "string"),
     ({"nodeSelector": {"bad key!": "x"}}, "r", "spec.nodeSelector", "label keys"),
     ({"nodeSelector": {"pool": "not ok"}}, "r", "spec.nodeSelector.pool", "label value"),
-    ({"nodeSelector": {f"k{i}": "v" for i in range(33)}}, "r", "spec.nodeSelector", "at most 32"),
+    ({"nodeSelector": {f"k{i}": "v" for i in range(9)}}, "r", "spec.nodeSelector", "at most 8"),
     ({"tolerations": {"key": "gpu"}}, "r", "spec.tolerations", "list"),
     ({"tolerations": {}}, "r", "spec.tolerations", "list"),
     ({"tolerations": [{"key": 0, "operator": "Exists"}]}, "r", "spec.tolerations[0].key", "string"),
@@ -207,7 +212,7 @@ REJECTED = [
     ({"tolerations": [{"operator": "Exists", "value": "v"}]}, "r", "spec.tolerations[0]", "must not set value"),
     ({"tolerations": [{"key": "k", "tolerationSeconds": 5}]}, "r", "spec.tolerations[0]", "NoExecute"),
     ({"tolerations": [{"key": "k", "weight": 5}]}, "r", "spec.tolerations[0].weight", "unknown field"),
-    ({"tolerations": [{"key": "k"}] * 33}, "r", "spec.tolerations", "at most 32"),
+    ({"tolerations": [{"key": "k"}] * 9}, "r", "spec.tolerations", "at most 8"),
     ({"affinity": {"nodeAffinity": []}}, "r", "spec.affinity.nodeAffinity", "object"),
     ({"affinity": {"topology": {}}}, "r", "spec.affinity.topology", "unknown field"),
     ({"priorityClassName": "High_Priority"}, "r", "spec.priorityClassName", "DNS subdomain"),

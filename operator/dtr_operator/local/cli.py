@@ -11,12 +11,13 @@ from dtr_operator import submit
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dtr_operator.local import runner  # only when running: `dtr operator` never imports it
+    from dtr_operator.local import netns, runner  # only when running: `dtr operator` never imports it
 
     base_dir = args.dir if args.dir is not None else runner.default_base_dir()
     python = args.python if args.python is not None else runner.default_python()
     given = {dest: getattr(args, dest) for dest, *_ in submit.OPTIONS} | {"name": args.name}
-    return runner.run_file(args.file, base_dir=base_dir, python=python, code=args.code, given=given)
+    network = netns.host_network if args.host_network else netns.private_network
+    return runner.run_file(args.file, base_dir=base_dir, python=python, code=args.code, given=given, network=network)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,4 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dir", type=Path, default=None, help="volumes and logs [./.dtr, env DTR_RUN_DIR]")
     p.add_argument("--python", default=None,
                    help="the trainer's Python 3.9 [env DTR_TRAINER_PYTHON, else .venv/trainer/bin/python]")  # fmt: skip
+    p.add_argument("--host-network", action="store_true",
+                   help="run the workers in this machine's network, not on a loopback of their own: for a run that "
+                   "downloads its data (their TensorFlow port is then open to the network: docs/local.md#network)")
     p.set_defaults(func=_run)

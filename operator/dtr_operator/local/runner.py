@@ -528,15 +528,19 @@ def run_file(
     on_signal: Callable[[int, Callable[[int, Any], None]], Any] = signal.signal,
     code: str | None = None,
     given: Mapping[str, Any] | None = None,
+    network: Callable[[], str | None] = lambda: None,
 ) -> int:
     """`dtr run FILE` (a run file, with --code its code's file) or `dtr run FILE.py` (the run `dtr submit FILE.py`
     would send, `given` its options): exit 0 when the run Succeeded, 1 when it Failed, 2 for bad input, 130
-    interrupted."""
+    interrupted. network() readies the network the workers will share, once the input is good: None, or a
+    warning to print (local/netns.py)."""
     try:
         local = _prepare_run(path, base_dir, python, Console(out), code, given or {})
     except RunError as exc:
         print(f"dtr run: {exc}", file=sys.stderr)
         return 2
+    if (warning := network()) is not None:
+        print(warning, file=sys.stderr, flush=True)
 
     def interrupt(_signum: int, _frame: Any) -> None:
         local.interrupted = True

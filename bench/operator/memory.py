@@ -1,0 +1,196 @@
+"""Operator memory with many runs of the largest size the CRD admits (issue 26, H2): peak and settled RSS of
+`dtr operator` against the Deployment's memory limit.
+
+    .venv/op/bin/python -m bench.operator.memory [--runs 1000] [--out bench/operator]
+
+(from the repository root). It starts its own control plane (devcluster) in a temp dir, creates --runs runs of
+tests/support/maximal.py (suspended, naming a claim that does not exist: each waits, WaitingForPVC, and no
+training-operator or kubelet is needed), then starts `dtr operator` on their namespace, as after a restart (the
+case that crash-looped: the initial listing and every run at once), and samples its RSS every 0.5 s until every
+run says WaitingForPVC, and for --settle seconds more.
+
+Writes memory.json (results, compared by hand across runs: nothing here is a timed test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.operator.run import proc_status_kb
+from devcluster import controlplane
+from tests.support.maximal import maximal_spec
+from tests.support.runs import run_doc
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+NS = "bench-memory"
+BATCH = 50  # runs per `kubectl create`
+WAITING = ("WaitingForPVC", "CodeNotFound")  # a run that waits: held by kopf between its handler's retries
+DEPLOYMENT = REPO / "deploy" / "base" / "deployment.yaml"
+
+
+def log(message: str) -> None:
+    print(f"[memory {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def memory_limit_mib(path: Path = DEPLOYMENT) -> int:
+    """The operator container's memory limit in the shipped Deployment, in MiB (it is written in Mi)."""
+    doc = yaml.safe_load(path.read_text())
+    limit = doc["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    assert limit.endswith("Mi"), limit
+    return int(limit.removesuffix("Mi"))
+
+
+def _chars(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+class Kubectl:
+    def __init__(self, kubeconfig: Path) -> None:
+        self.base = [controlplane.KUBECTL, f"--kubeconfig={kubeconfig}"]
+
+    def __call__(self, *args: str, input: str | None = None) -> str:
+        proc = subprocess.run([*self.base, *args], input=input, capture_output=True, text=True, check=False,
+                              timeout=600)  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args[:3])}: {proc.stderr.strip()[:500]}")
+        return proc.stdout
+
+
+def create_runs(kubectl: Kubectl, count: int) -> tuple[int, float]:
+    """count maximal runs in NS; returns the size of one spec (characters of JSON) and the seconds it took."""
+    spec = maximal_spec()
+    t0 = time.monotonic()
+    for start in range(0, count, BATCH):
+        items = [run_doc(f"max-{i:04d}", NS, spec) for i in range(start, min(start + BATCH, count))]
+        kubectl("create", "-f", "-", "-o", "name", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                      "items": items}))  # fmt: skip
+    return _chars(spec), time.monotonic() - t0
+
+
+def reasons(kubectl: Kubectl) -> dict[str, int]:
+    """How many runs have each status.reason (a list of every run: read once at the end, it is large)."""
+    out = kubectl("get", "disttrainingruns", "-n", NS, "-o", "jsonpath={range .items[*]}{.status.reason}{'\\n'}{end}")
+    found: dict[str, int] = {}
+    for reason in out.splitlines():
+        found[reason or "none"] = found.get(reason or "none", 0) + 1
+    return found
+
+
+def waiting_runs(kubectl: Kubectl) -> int:
+    """Runs that said they wait, from the operator's events (one per run when it starts waiting): cheap to poll,
+    unlike a list of large runs."""
+    return sum(len(kubectl("get", "events", "-n", NS, "--field-selector", f"reason={reason}", "-o", "name").split())
+               for reason in WAITING)  # fmt: skip
+
+
+class Sampler(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.t0 = pid, time.monotonic()
+        self.series: list[tuple[float, float]] = []
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.5):
+            try:
+                self.series.append((round(time.monotonic() - self.t0, 1), proc_status_kb(self.pid, "VmRSS") / 1024))
+            except (OSError, KeyError):
+                return
+
+
+def start_operator(kubeconfig: Path, workdir: Path, metrics_port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    args = [sys.executable, "-m", "dtr_operator.cli", "operator", "--namespace", NS,
+            "--metrics-port", str(metrics_port), "--liveness-port", str(controlplane.free_port()),
+            "--allowed-images", maximal_spec()["image"]]  # fmt: skip
+    out = open(workdir / "operator.log", "wb")  # noqa: SIM115 (lives as long as the process)
+    return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL, cwd=REPO)
+
+
+def _wait_for_all(kubectl: Kubectl, op: subprocess.Popen[bytes], sampler: Sampler, runs: int,
+                  timeout: float) -> tuple[int, float | None]:  # fmt: skip
+    """Runs waiting, and the seconds until all were (None: not within timeout, or the operator died)."""
+    t0, waiting = time.monotonic(), 0
+    while waiting < runs and time.monotonic() - t0 < timeout and op.poll() is None:
+        time.sleep(5)
+        waiting = waiting_runs(kubectl)
+        log(f"{waiting} runs waiting, RSS {sampler.series[-1][1] if sampler.series else 0:.0f} MB")
+    return waiting, (round(time.monotonic() - t0, 1) if waiting >= runs else None)
+
+
+def _figures(sampler: Sampler, all_waiting: float | None) -> dict[str, Any]:
+    series = sampler.series
+    settled = [mb for t, mb in series if all_waiting is not None and t >= all_waiting]
+    return {"peak_sampled_rss_mb": round(max(mb for _, mb in series), 1) if series else None,
+            "settled_rss_mb": round(sum(settled) / len(settled), 1) if settled else None,
+            "rss_series_mb": series[::4]}  # fmt: skip
+
+
+def measure(kubectl: Kubectl, kubeconfig: Path, workdir: Path, runs: int, settle: float, timeout: float) -> dict:
+    op = start_operator(kubeconfig, workdir, controlplane.free_port())
+    sampler = Sampler(op.pid)
+    sampler.start()
+    try:
+        waiting, all_waiting = _wait_for_all(kubectl, op, sampler, runs, timeout)
+        time.sleep(settle)
+        alive = op.poll() is None
+        peak = round(proc_status_kb(op.pid, "VmHWM") / 1024, 1) if alive else None
+        seen = reasons(kubectl)
+    finally:
+        sampler.stopped.set()
+        controlplane.stop_child(op)
+    return {"operator_alive": alive, "runs_waiting": waiting, "reasons": seen, "seconds_to_all_waiting": all_waiting,
+            "peak_rss_mb": peak, **_figures(sampler, all_waiting)}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=1000)
+    p.add_argument("--settle", type=float, default=30.0, help="seconds sampled after every run waits")
+    p.add_argument("--timeout", type=float, default=1200.0, help="seconds to wait for every run to wait")
+    p.add_argument("--out", type=Path, default=HERE)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="dtr-bench-memory-") as tmp:
+        workdir = Path(tmp)
+        cp = controlplane.ControlPlane(workdir / "cluster", log=lambda m: log(f"control plane: {m}"))
+        cp.start()
+        try:
+            kubectl = Kubectl(cp.kubeconfig)
+            kubectl("create", "namespace", NS)
+            spec_chars, create_seconds = create_runs(kubectl, args.runs)
+            log(f"{args.runs} runs of {spec_chars} characters created in {create_seconds:.0f}s")
+            body_chars = _chars(json.loads(kubectl("get", "disttrainingrun", "max-0000", "-n", NS, "-o", "json")))
+            figures = measure(kubectl, cp.kubeconfig, workdir, args.runs, args.settle, args.timeout)
+        finally:
+            cp.stop()
+    results = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
+        "command": f"python -m bench.operator.memory --runs {args.runs}",
+        "cpus": os.cpu_count(),
+        "runs": args.runs,
+        "spec_chars": spec_chars,
+        "stored_body_chars": body_chars,
+        "create_seconds": round(create_seconds, 1),
+        "memory_limit_mib": memory_limit_mib(),
+        **figures,
+    }
+    (args.out / "memory.json").write_text(json.dumps(results, indent=1) + "\n")
+    log(json.dumps({k: v for k, v in results.items() if k != "rss_series_mb"}))
+    return 0 if figures["operator_alive"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

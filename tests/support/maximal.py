@@ -1,0 +1,141 @@
+"""The largest DistTrainingRun the CRD admits: every list and map full, every string at its maxLength (within its
+grammar), for the tiers that measure what a tenant's largest runs cost (tests/unit/test_slim.py,
+tests/integration/test_operator_crd.py, bench/operator/memory.py).
+
+Bounds are read from the field table (fields.py), so the run grows with it. It is suspended and names a claim
+that does not exist: it waits (WaitingForPVC) and never needs a training-operator. Where two fields exclude each
+other (claimName or size; configMap or module; queueName or suspend), the one kept is the larger or the one a
+waiting run needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dtr_operator import fields
+from dtr_operator.fields import MAX_KEY_LENGTH, MAX_KEY_PREFIX, SPEC, Field
+
+_PREFIX = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * (MAX_KEY_PREFIX - 3 * 64)])  # a 253-character DNS subdomain
+
+
+def key(i: int, length: int = MAX_KEY_LENGTH) -> str:
+    """A distinct label key of `length` characters (a prefix of 253 when long enough)."""
+    name = f"k{i:02d}"
+    if length < len(_PREFIX) + 2 + len(name):
+        return (name + "x" * length)[:length]
+    return f"{_PREFIX}/{name}".ljust(length, "x")
+
+
+def _at(path: str) -> Field:
+    f = SPEC
+    for name in path.split("."):
+        f = f.items if name == "[]" and f.items is not None else f.child(name)
+    return f
+
+
+def _len(path: str) -> int:
+    n = _at(path).max_length
+    assert n is not None, path
+    return n
+
+
+def _items(path: str) -> int:
+    n = _at(path).max_items
+    assert n is not None, path
+    return n
+
+
+def _labels(path: str, value: str = "v") -> dict[str, str]:
+    return {key(i): value * _len(f"{path}.[]") for i in range(_items(path))}
+
+
+def _requirement(path: str, operator: str = "In") -> dict[str, Any]:
+    values = [f"{i}".ljust(_len(f"{path}.values.[]"), "v") for i in range(_items(f"{path}.values"))]
+    return {"key": key(0, _len(f"{path}.key")), "operator": operator, "values": values}
+
+
+def _node_term(path: str) -> dict[str, Any]:
+    return {
+        "matchExpressions": [_requirement(f"{path}.matchExpressions.[]")] * _items(f"{path}.matchExpressions"),
+        "matchFields": [_requirement(f"{path}.matchFields.[]")] * _items(f"{path}.matchFields"),
+    }
+
+
+def _selector(path: str) -> dict[str, Any]:
+    expressions = [_requirement(f"{path}.matchExpressions.[]")] * _items(f"{path}.matchExpressions")
+    return {"matchLabels": _labels(f"{path}.matchLabels"), "matchExpressions": expressions}
+
+
+def _pod_term(path: str) -> dict[str, Any]:
+    return {
+        "labelSelector": _selector(f"{path}.labelSelector"),
+        "namespaces": [f"ns{i}".ljust(_len(f"{path}.namespaces.[]"), "n") for i in range(_items(f"{path}.namespaces"))],
+        "topologyKey": key(0, _len(f"{path}.topologyKey")),
+        "namespaceSelector": _selector(f"{path}.namespaceSelector"),
+        "matchLabelKeys": [key(1)] * _items(f"{path}.matchLabelKeys"),
+        "mismatchLabelKeys": [key(2)] * _items(f"{path}.mismatchLabelKeys"),
+    }
+
+
+def _weighted(path: str, term: str, make: Any) -> list[dict[str, Any]]:
+    return [{"weight": 100, term: make(f"{path}.[].{term}")}] * _items(path)
+
+
+def _pod_affinity(path: str) -> dict[str, Any]:
+    required = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
+    preferred = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
+    return {required.rsplit(".", 1)[1]: [_pod_term(f"{required}.[]")] * _items(required),
+            preferred.rsplit(".", 1)[1]: _weighted(preferred, "podAffinityTerm", _pod_term)}  # fmt: skip
+
+
+def affinity() -> dict[str, Any]:
+    terms = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    preferred = "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [_node_term(f"{terms}.[]")] * _items(terms)},
+            "preferredDuringSchedulingIgnoredDuringExecution": _weighted(preferred, "preference", _node_term),
+        },
+        "podAffinity": _pod_affinity("affinity.podAffinity"),
+        "podAntiAffinity": _pod_affinity("affinity.podAntiAffinity"),
+    }
+
+
+def _quantities(path: str) -> dict[str, str]:
+    return {key(i): "1" * (_len(f"{path}.[]") - 2) + "Gi" for i in range(_items(path))}
+
+
+def maximal_spec(claim: str = "missing") -> dict[str, Any]:
+    """The largest spec: suspended, waiting for the PVC `claim` (padded to its maxLength)."""
+    code_key = _len("training.code.key")
+    return {
+        "workers": 64,
+        "image": "r" * _len("image"),
+        "training": {
+            "code": {"configMap": "c" * _len("training.code.configMap"), "key": "k" * (code_key - 3) + ".py"},
+            "dataset": "d" * (_len("training.dataset") - 4) + ".npz",
+            "datasetSource": {"url": "https://h/" + "p" * (_len("training.datasetSource.url") - 10),
+                              "sha256": "0" * 64},
+            "metric": "m" * _len("training.metric"),
+        },
+        "storage": {"claimName": claim.ljust(_len("storage.claimName"), "x")},
+        "export": {"modelName": "e" * _len("export.modelName")},
+        "resources": {"limits": _quantities("resources.limits"), "requests": _quantities("resources.requests")},
+        "suspend": True,
+        "nodeSelector": _labels("nodeSelector"),
+        "tolerations": [{"key": key(i, _len("tolerations.[].key")), "operator": "Equal",
+                         "value": "v" * _len("tolerations.[].value"), "effect": "NoExecute",
+                         "tolerationSeconds": 2**62} for i in range(_items("tolerations"))],
+        "affinity": affinity(),
+        "priorityClassName": "p" * _len("priorityClassName"),
+        "podLabels": _labels("podLabels"),
+        "podAnnotations": _labels("podAnnotations", "a"),
+        "schedulingPolicy": {"minAvailable": 64, "queue": "q" * _len("schedulingPolicy.queue"),
+                             "priorityClass": "p" * _len("schedulingPolicy.priorityClass"),
+                             "scheduleTimeoutSeconds": 2**31 - 1},
+    }
+
+
+def max_name() -> str:
+    return "r" * fields.MAX_NAME_LENGTH
