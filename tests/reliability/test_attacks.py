@@ -299,7 +299,7 @@ def operator_restarts(real_node: RealNode) -> int:
     return sum(c.get("restartCount", 0) for p in pods["items"] for c in p["status"].get("containerStatuses") or [])
 
 
-def bounded_and_clean(status: dict[str, Any]) -> list[str]:
+def bounded_and_clean(status: dict[str, Any], epochs: int) -> list[str]:
     """What is wrong with a status a crafted log could have written (empty: nothing)."""
     text = json.dumps(status)
     wrong = []
@@ -308,7 +308,7 @@ def bounded_and_clean(status: dict[str, Any]) -> list[str]:
     if any(ch in CONTROL for s in strings(status) for ch in s):
         wrong.append("a control character reached the status")
     progress = status.get("progress") or {}
-    if progress.get("epoch", 0) > 3 or progress.get("epochs", 3) != 3:
+    if progress.get("epoch", 0) > epochs or progress.get("epochs", epochs) != epochs:
         wrong.append(f"progress believed a crafted epoch: {progress}")
     if len(progress.get("metrics") or {}) > 16:
         wrong.append(f"{len(progress['metrics'])} metrics kept")
@@ -329,7 +329,8 @@ def test_crafted_progress_lines_and_termination_message_mislead_nothing(
     seen = {name: real_node.wait_terminal(team, name, timeout=420)
             for name in ("crafted-lines", "crafted-message", "bystander")}  # fmt: skip
     restarts = operator_restarts(real_node) - before
-    wrong = {name: bounded_and_clean(st) for name, st in seen.items()}
+    wrong = {name: bounded_and_clean(st, 2 if name == "bystander" else 3) for name, st in seen.items()}
+    print(json.dumps(seen, indent=1)[:6000])
     ok = restarts == 0 and seen["bystander"].get("phase") == "Succeeded" and not any(wrong.values())
     ledger.add(Record(area="attack", case="L1/L2-crafted-output: the run's own code prints forged epoch lines "
                       "(a 5000-digit epoch, 99/100, 20000 metrics, ESC, remaining=1e300, the crafted .npz error) "
