@@ -531,15 +531,17 @@ SPEC = Field("spec", "object",
           attr="placement.priority_class_name", max_length=253, to=To("pod", "spec.priorityClassName"),
           pattern=Pattern(DNS1123_SUBDOMAIN, "must be a PriorityClass name (a DNS subdomain)")),
     _string_map("podLabels", "placement.pod_labels",
-                "Extra labels on every worker pod (e.g. for a NetworkPolicy or cost reports). Keys under "
-                "distml.dev/ and training.kubeflow.org/ are the operator's and the training-operator's.",
+                "Extra labels on every worker pod (e.g. for cost reports): only keys the operator's "
+                "--allowed-pod-labels admits (none by default). Keys under distml.dev/ and "
+                "training.kubeflow.org/ are the operator's and the training-operator's.",
                 8, 63, _LABEL_VALUE, "label", To("pod", "metadata.labels"), rules=(
         Rule(f"self.all(k, {' && '.join(f'!k.startsWith({p!r})' for p in RESERVED_LABEL_PREFIXES)})",
              f"keys under {' and '.join(RESERVED_LABEL_PREFIXES)} are reserved",
              lambda m: not any(k.startswith(RESERVED_LABEL_PREFIXES) for k in m)),
     )),
     _string_map("podAnnotations", "placement.pod_annotations",
-                "Extra annotations on every worker pod (e.g. for a service mesh or a profiler).", 8, 1024, None,
+                "Extra annotations on every worker pod (e.g. for a profiler): only keys the operator's "
+                "--allowed-pod-annotations admits (none by default; never a service mesh's).", 8, 1024, None,
                 "annotation", To("pod", "metadata.annotations")),
     Field("queueName", "string",
           "A Kueue LocalQueue in the run's namespace: the TFJob gets the label kueue.x-k8s.io/queue-name and is "
