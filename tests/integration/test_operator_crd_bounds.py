@@ -5,6 +5,8 @@ security review. No operator runs. The largest size itself: tests/unit/test_crd_
 from __future__ import annotations
 
 import json
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from dtr_operator.spec import SpecError, parse_run
 from support.cluster import Cluster
 from support.maximal import key, max_name, maximal_spec
 from support.runs import run_doc
+from support.wait import wait_for
 
 NODE_TERM = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
 
@@ -74,3 +77,35 @@ def test_an_oversized_run_is_refused_naming_the_field(
         assert word in proc.stderr, proc.stderr
     with pytest.raises(SpecError, match=words[0].split(".")[1].split("[")[0].strip('"')):
         parse_run(run_doc("big", namespace, spec))
+
+
+# ---- a run's own metadata: deploy/base/admission.yaml (a ValidatingAdmissionPolicy), not the CRD
+
+ADMISSION = Path(__file__).resolve().parents[2] / "deploy" / "base" / "admission.yaml"
+
+
+@pytest.fixture(scope="module")
+def metadata_policy(control_plane: Cluster) -> Cluster:
+    control_plane.kubectl("apply", "-f", str(ADMISSION))
+    return control_plane
+
+
+def _create_with(cluster: Cluster, namespace: str, name: str, **metadata: Any) -> str:
+    """'' when created, else the API server's answer."""
+    proc = cluster.create(run_doc(name, namespace, {}, **metadata), check=False)
+    return "" if proc.returncode == 0 else proc.stderr
+
+
+@pytest.mark.parametrize("what, metadata, words", [
+    ("labels", {"labels": {f"l{i}": "v" for i in range(33)}}, "at most 32 labels"),
+    ("annotations", {"annotations": {f"a{i}": "v" * 1000 for i in range(17)}}, "at most 16 KiB"),
+])  # fmt: skip
+def test_a_runs_own_metadata_is_bounded_by_the_admission_policy(
+    metadata_policy: Cluster, namespace: str, what: str, metadata: dict[str, Any], words: str
+) -> None:
+    # The policy takes effect a moment after it is created: the first refusal is waited for.
+    refused = wait_for(lambda: _create_with(metadata_policy, namespace, f"big-{what}-{uuid.uuid4().hex[:4]}",
+                                            **metadata), f"the admission policy to refuse {what}", timeout=30)
+    assert words in refused and "ValidatingAdmissionPolicy" in refused, refused
+    at_bound = {k: dict(list(v.items())[:-1]) for k, v in metadata.items()}
+    assert _create_with(metadata_policy, namespace, f"ok-{what}", **at_bound) == ""
