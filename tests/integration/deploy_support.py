@@ -14,6 +14,7 @@ import re
 import shlex
 import shutil
 import socket
+import string
 import subprocess
 import threading
 import urllib.request
@@ -151,11 +152,15 @@ def parse_dockerfile(text: str) -> list[Stage]:
         logical.append(pending + line)
         pending = ""
     stages: list[Stage] = []
+    global_args: dict[str, str] = {}  # ARGs before the first FROM: only FROM lines may use them
     for line in logical:
         keyword, _, args = line.partition(" ")
         keyword = keyword.upper()
-        if keyword == "FROM":
-            words = args.split()
+        if keyword == "ARG" and not stages:
+            name, _, default = args.strip().partition("=")
+            global_args[name] = string.Template(default).safe_substitute(global_args)
+        elif keyword == "FROM":
+            words = string.Template(args).safe_substitute(global_args).split()
             name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
             stages.append(Stage(words[0], name, []))
         else:
@@ -220,11 +225,11 @@ def replay_build_stage(dockerfile: Path, root: Path) -> Path:
             (target if into_dir else target.parent).mkdir(parents=True, exist_ok=True)
             for source in sources:
                 src = REPO / source
-                to = target / src.name if into_dir else target
-                if src.is_dir():
-                    shutil.copytree(src, to, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+                if src.is_dir():  # as Docker does: a directory's contents, not the directory itself
+                    shutil.copytree(src, target, dirs_exist_ok=True,
+                                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
                 else:
-                    shutil.copy2(src, to)
+                    shutil.copy2(src, target / src.name if into_dir else target)
         elif ins.keyword == "RUN":
             proc = subprocess.run(in_opt(root, ["bash", "-c", ins.args]), cwd=cwd, env=env,
                                   capture_output=True, text=True, check=False, timeout=900)  # fmt: skip

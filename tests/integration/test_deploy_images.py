@@ -89,9 +89,11 @@ def test_operator_dockerfile_is_two_slim_stages_ending_non_root_with_dtr_operato
     assert not [r for r in final.all("RUN") if re.search(r"\b(pip|apt-get|apt|gcc|make)\b", r)]
     assert final.all("USER") == ["1000:1000"]
     assert [json.loads(e) for e in final.all("ENTRYPOINT")] == [["dtr", "operator"]]
-    # Nothing is fetched outside the pinned list: every pip install in the build uses it.
+    # Nothing is fetched outside the lock: pip installs the hash-pinned lock (which `deploy/images/lock.py
+    # --check` ties to operator/requirements.txt in make lint), then only the project's own directories.
     installs = [r for r in build.all("RUN") if "pip install" in r]
-    assert installs and all("--constraint operator/requirements.txt" in r for r in installs)
+    assert any("--require-hashes" in r and LOCK.format(image="operator") in r for r in installs), installs
+    assert all("--require-hashes" in r or "--no-deps" in r for r in installs), installs
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +134,7 @@ def test_operator_image_entrypoint_runs(operator_image_opt: Path) -> None:
 
 
 TRAINER_REQUIREMENTS = "trainer/requirements.txt"
+LOCK = '{image}/locks/linux-$(uname -m).lock'  # generated from the requirements by deploy/images/lock.py
 
 
 def requirement_files(stages: list[Stage]) -> set[str]:
@@ -151,10 +154,12 @@ def requirement_files(stages: list[Stage]) -> set[str]:
 
 def test_trainer_dockerfile_installs_the_tested_requirements_as_non_root() -> None:
     stages = parse_dockerfile((REPO / "Dockerfile.trainer").read_text())
-    assert all(s.base == "python:3.9-slim" for s in stages), [s.base for s in stages]
-    assert requirement_files(stages) == {TRAINER_REQUIREMENTS}
+    assert all(s.base == "python:3.9-slim" for s in stages), [s.base for s in stages]  # ARG BASE's default
+    # The lock of trainer/requirements.txt, hash-pinned (`deploy/images/lock.py --check` in make lint holds
+    # it to exactly those pins), the file make setup-trainer installs.
+    assert requirement_files(stages) == {LOCK.format(image="trainer")}
     copied = " ".join(c for s in stages for c in s.all("COPY"))
-    assert TRAINER_REQUIREMENTS in copied or "trainer/ " in copied + " "
+    assert "trainer/locks/" in copied, copied
     users = stages[-1].all("USER")
     assert users and users[-1].split(":")[0] not in ("root", "0"), f"final USER: {users}"
 
