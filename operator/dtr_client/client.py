@@ -29,7 +29,7 @@ class Backend(Protocol):
     def list(self) -> list[RunStatus]: ...
     def delete(self, name: str) -> None: ...
     def set_suspend(self, name: str, suspend: bool) -> None: ...
-    def epochs(self, name: str) -> list[Progress]: ...
+    def epochs(self, name: str, now: RunStatus) -> list[Progress]: ...
     def logs(self, name: str, follow: bool, worker: int | None, tail: int | None,
              previous: bool) -> Iterator[str]: ...  # fmt: skip
 
@@ -89,11 +89,11 @@ class TrainingClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         seen = 0
         while True:
-            ended = self.backend.get(name).done
-            for item in new_epochs(seen, self.backend.epochs(name)):
+            now = self.backend.get(name)  # before the epochs: a run that has ended has told its last one
+            for item in new_epochs(seen, self.backend.epochs(name, now)):
                 seen = item.epoch
                 yield item
-            if ended or (deadline is not None and time.monotonic() >= deadline):
+            if now.done or (deadline is not None and time.monotonic() >= deadline):
                 return
             time.sleep(self.backend.poll_seconds)
 

@@ -62,10 +62,9 @@ class ClusterBackend:
         self._run(name)
         self.kube.patch_run_spec(self.namespace, name, {"suspend": suspend})
 
-    def epochs(self, name: str) -> list[Progress]:
+    def epochs(self, name: str, now: RunStatus) -> list[Progress]:
         """The last finished epoch the status shows (status.progress keeps one)."""
-        progress = self.get(name).progress
-        return [] if progress is None else [progress]
+        return [] if now.progress is None else [now.progress]
 
     def logs(self, name: str, follow: bool, worker: int | None, tail: int | None, previous: bool) -> Iterator[str]:
         if not follow:

@@ -169,7 +169,8 @@ class LocalBackend:
         elif phase == SUSPENDED and self._live(name) is None:
             self._start(name)
 
-    def epochs(self, name: str) -> list[Progress]:
+    def epochs(self, name: str, now: RunStatus) -> list[Progress]:
+        """Every epoch the chief has finished (its console lines; status.progress keeps the last one)."""
         return chief_epochs(self._lines(name), runner.now_rfc3339())
 
     def logs(self, name: str, follow: bool, worker: int | None, tail: int | None, previous: bool) -> Iterator[str]:

@@ -126,9 +126,8 @@ class ScriptedBackend:
         self.calls += 1
         return RunStatus.from_status(name, self.statuses[min(self.calls - 1, len(self.statuses) - 1)])
 
-    def epochs(self, name: str) -> list[Progress]:
-        progress = self.statuses[min(self.calls - 1, len(self.statuses) - 1)].get("progress")
-        return [Progress.from_status(progress)] if progress else []
+    def epochs(self, name: str, now: RunStatus) -> list[Progress]:
+        return [] if now.progress is None else [now.progress]
 
 
 def _running(epoch: int) -> dict[str, Any]:
@@ -236,3 +235,39 @@ def test_a_run_of_another_namespace_is_refused_by_the_cluster_backend() -> None:
     backend = ClusterBackend(FakeKube(), "ml")  # type: ignore[arg-type]
     with pytest.raises(InvalidRun, match="names namespace other; this client works in ml"):
         backend.create({**DOC, "metadata": {"name": "d", "namespace": "other"}}, None)
+
+
+class LogKube:
+    def get_run(self, namespace: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}}
+
+    def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        labels = {"training.kubeflow.org/replica-index": "0"}
+        return [{"metadata": {"name": f"{job}-worker-0", "labels": labels}}]
+
+    def pod_log(self, namespace: str, pod: str, container: str, **kwargs: Any) -> str:
+        return "2026-12-01T10:00:00Z hello\n2026-12-01T10:00:01Z bye\n"
+
+
+def test_dtr_logs_prints_the_lines_the_client_gives(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    monkeypatch.setattr(kube.Kube, "for_cli", classmethod(lambda cls: LogKube()))
+    assert cli.main(["logs", "r", "-n", "ml"]) == 0
+    assert capsys.readouterr().out == "[worker-0] hello\n[worker-0] bye\n"
+    assert list(TrainingClient(ClusterBackend(LogKube(), "ml")).logs("r")) == ["[worker-0] hello",
+                                                                                       "[worker-0] bye"]  # fmt: skip
+
+
+def test_followed_lines_come_as_written_and_a_worker_not_followed_fails_at_the_end() -> None:
+    from dtr_client.cluster import _followed
+    from dtr_operator.logs import LogsError
+
+    def follow(out: Any) -> bool:
+        out.write("[worker-0] a\n")
+        out.write("[worker-1] b\n")
+        return False
+
+    lines = _followed(follow)
+    assert [next(lines), next(lines)] == ["[worker-0] a", "[worker-1] b"]
+    with pytest.raises(LogsError, match="could not be followed"):
+        next(lines)
