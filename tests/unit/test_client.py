@@ -271,3 +271,18 @@ def test_followed_lines_come_as_written_and_a_worker_not_followed_fails_at_the_e
     assert [next(lines), next(lines)] == ["[worker-0] a", "[worker-1] b"]
     with pytest.raises(LogsError, match="could not be followed"):
         next(lines)
+
+
+def test_auto_is_the_cluster_with_credentials_else_local(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(kube.Kube, "for_cli", classmethod(lambda cls: FakeKube()))
+    assert isinstance(TrainingClient(namespace="ml").backend, ClusterBackend)
+
+    def refuse(cls: Any) -> Any:
+        raise kube.NoCredentials("no Kubernetes credentials")
+
+    monkeypatch.setattr(kube.Kube, "for_cli", classmethod(refuse))
+    assert isinstance(TrainingClient(local_dir=tmp_path).backend, local_backend.LocalBackend)
+    with pytest.raises(kube.NoCredentials):
+        TrainingClient("cluster")
+    with pytest.raises(ValueError, match="one of 'auto', 'cluster', 'local'"):
+        TrainingClient("kind")
