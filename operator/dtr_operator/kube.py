@@ -445,6 +445,18 @@ class Kube:
         except NotFound:
             return None
 
+    def list_runs(self, namespace: str) -> list[dict[str, Any]]:
+        return list(self.request("GET", _path(API_VERSION, namespace, PLURAL)).get("items") or [])
+
+    def patch_run_spec(self, namespace: str, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch the run's spec (spec.suspend: the only field that may change); NotFound if it is gone."""
+        return self.request(
+            "PATCH",
+            _path(API_VERSION, namespace, PLURAL, name),
+            body={"spec": dict(spec)},
+            content_type="application/merge-patch+json",
+        )
+
     def patch_run_status(
         self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
     ) -> dict[str, Any]:

@@ -151,13 +151,14 @@ def _logs(args: argparse.Namespace) -> int:
     if args.follow and args.previous:
         print("dtr logs: --previous shows a container that has ended; it cannot be followed (-f)", file=sys.stderr)
         return 2
-    namespace = args.namespace or current_namespace()
+    from dtr_client import TrainingClient
+    from dtr_client.cluster import ClusterBackend
+
     try:
-        kube = Kube.for_cli()
-        if args.follow:
-            return 0 if follow(kube, namespace, args.run, args.worker, args.tail, sys.stdout) else 1
-        else:
-            show(kube, namespace, args.run, args.worker, args.previous, args.tail, sys.stdout)
+        client = TrainingClient(ClusterBackend(Kube.for_cli(), args.namespace or current_namespace()))
+        for line in client.logs(args.run, follow=args.follow, worker=args.worker, tail=args.tail,
+                                previous=args.previous):  # fmt: skip
+            print(line, flush=args.follow)
     except (LogsError, NoCredentials) as err:
         print(f"dtr logs: {err}", file=sys.stderr)
         return 1

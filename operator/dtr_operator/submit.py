@@ -145,17 +145,24 @@ def run_owner(run: Mapping[str, Any]) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"]}
 
 
-def manifests(path: str, args: argparse.Namespace, namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(ConfigMap, DistTrainingRun) for the file and the options, the run admitted as the API server would."""
+def checked_code_run(path: str, given: Mapping[str, Any], namespace: str | None) -> tuple[CodeFile, dict[str, Any]]:
+    """The file and its DistTrainingRun for the options given (by dest, with `name`, `claim` and `image`), the
+    run admitted as the API server would; SubmitError otherwise."""
     code = read_code(path)
-    name = run_name(args.name, path)
-    extra = {"storage.claimName": args.claim, "image": args.image}
-    doc = code_run_doc(name, namespace, code.key, vars(args), extra)
+    name = run_name(given.get("name"), path)
+    extra = {"storage.claimName": given.get("claim"), "image": given.get("image")}
+    doc = code_run_doc(name, namespace, code.key, given, extra)
     try:
         parse_run(doc)
     except SpecError as err:
         raise SubmitError(str(err)) from None
-    return code_configmap(name, namespace, code), doc
+    return code, doc
+
+
+def manifests(path: str, args: argparse.Namespace, namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(ConfigMap, DistTrainingRun) for the file and the options, the run admitted as the API server would."""
+    code, doc = checked_code_run(path, vars(args), namespace)
+    return code_configmap(doc["metadata"]["name"], namespace, code), doc
 
 
 class _Dumper(yaml.SafeDumper):
@@ -216,8 +223,13 @@ def _submit(args: argparse.Namespace) -> int:
     if args.dry_run:
         sys.stdout.write(yaml.dump_all([config_map, doc], Dumper=_Dumper, sort_keys=False))
         return 0
+    from dtr_client import TrainingClient
+    from dtr_client.cluster import ClusterBackend
+
+    given = {dest: getattr(args, dest) for dest, *_ in OPTIONS} | {"claim": args.claim, "image": args.image}
     try:
-        submit(Kube.for_cli(), config_map, doc)
+        client = TrainingClient(ClusterBackend(Kube.for_cli(), namespace))
+        client.create(args.file, name=args.name, **{k: v for k, v in given.items() if v is not None})
     except (SubmitError, NoCredentials) as err:
         print(f"dtr submit: {err}", file=sys.stderr)
         return 1

@@ -6,7 +6,10 @@ training-operator would inject, rewritten to loopback ports; the PVC as ./.dtr/v
 with the mountPath rewritten to it; the termination message in a per-replica file. The TFJob's
 restart policy and backoffLimit apply as the training-operator and kubelet would apply them, and
 the final status is computed by the operator's status.py from the TFJob and pod statuses this
-runner plays, so it reads exactly like `kubectl get dtr NAME -o yaml` would.
+runner plays, so it reads exactly like `kubectl get dtr NAME -o yaml` would. That status, as it
+changes (each epoch, the end), is also written to DIR/runs/<name>/status.json: what the Python client's local
+backend reads (dtr_client), as it reads a run's status from the API server on a cluster. SUSPEND_SIGNAL stops
+the workers and leaves the run Suspended; `dtr run` of the same run and DIR resumes it from its backup.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any, TextIO
 import yaml
 from dtr_contract import exits, flags, layout
 from dtr_contract.container import PORT
-from dtr_contract.progress import parse_epoch_end_line
+from dtr_contract.progress import EpochEnd, parse_epoch_end_line
 
 from dtr_operator import builders, status, submit
 from dtr_operator.local import kubelet, ports, translate
@@ -38,6 +41,8 @@ from dtr_operator.spec import DEFAULT_TRAINER_IMAGE, KIND, RunSpec, SpecError
 
 STOP_GRACE_SECONDS = 5.0
 POLL_SECONDS = 0.2
+STATUS_FILE = "status.json"  # in the run's directory: its status as the operator would write it
+SUSPEND_SIGNAL = signal.SIGUSR1  # spec.suspend of a local run (dtr_client's suspend): no signal kubectl sends
 
 
 class RunError(Exception):
@@ -112,7 +117,7 @@ def tfjob_view(
     conds = [{"type": "Created", "status": "True", "reason": "TFJobCreated", "lastTransitionTime": start}]
     running = phase == status.RUNNING
     conds.append({"type": "Running", "status": "True" if running else "False", "reason": "TFJobRunning"})
-    if phase in status.TERMINAL:
+    if phase in (*status.TERMINAL, status.SUSPENDED):
         conds.append({"type": phase, "status": "True", "reason": reason, "message": message})
     job_status: dict[str, Any] = {"conditions": conds, "replicaStatuses": {"Worker": dict(counts)}, "startTime": start}
     if completion:
@@ -239,6 +244,7 @@ class Console:
         self.lock = threading.Lock()
         self.epoch: dict[str, tuple[int, int]] = {}
         self.started = time.monotonic()
+        self.last_end: EpochEnd | None = None  # the chief's last finished epoch (status.progress)
 
     def say(self, text: str) -> None:
         with self.lock:
@@ -248,6 +254,7 @@ class Console:
         self.say(f"[{label}] {line}")
         end = parse_epoch_end_line(line) if label.endswith("-0") else None
         if end is not None:
+            self.last_end = end
             self.say(f"[dtr] epoch {end.epoch}/{end.epochs} done ({time.monotonic() - self.started:.0f}s)")
 
 
@@ -289,6 +296,8 @@ class LocalRun:
         self.ports: dict[str, int] = {}
         self.start_time = ""
         self.interrupted = False
+        self.suspended = False  # interrupted by SUSPEND_SIGNAL: the run ends Suspended, not Failed
+        self.status: dict[str, Any] = {}  # the last status written to status_path
         self.stopping = False  # the job has ended: a container stopped now is not restarted
 
     def with_tf_config(self, container: Mapping[str, Any], count: int, index: int) -> dict[str, Any]:
@@ -304,6 +313,10 @@ class LocalRun:
         if cfg is not None:
             env.append({"name": "TF_CONFIG", "value": json.dumps(cfg, separators=(",", ":"))})
         return {**container, "env": env}
+
+    @property
+    def status_path(self) -> Path:
+        return self.run_dir / STATUS_FILE
 
     def claim_dir(self, claim: str) -> str:
         return str((self.volume_root / claim).resolve())
@@ -442,6 +455,7 @@ class LocalRun:
         started = time.monotonic()
         for r in self.replicas:
             self.start(r)
+        job = f"{self.run.namespace}/{self.run.tfjob_name}"
         while True:
             if not self.interrupted:
                 self.step()
@@ -449,6 +463,7 @@ class LocalRun:
             if ended is not None:
                 self.stop_all()  # only with a worker-0 success policy can others still run after a success
                 return ended
+            self.record(status.RUNNING, "TFJobRunning", f"TFJob {job} is running.")
             time.sleep(POLL_SECONDS)
 
     def step(self) -> None:
@@ -463,6 +478,8 @@ class LocalRun:
     def ended(self, elapsed: float) -> End | None:
         """The job's end as the training-operator would call it, or None while it goes on."""
         job = f"{self.run.namespace}/{self.run.tfjob_name}"
+        if self.suspended:
+            return status.SUSPENDED, "TFJobSuspended", f"TFJob {job} is suspended."
         if self.interrupted:
             return status.FAILED, "Interrupted", f"dtr run of TFJob {job} was interrupted"
         exits = {r.label: r.final_code for r in self.replicas}
@@ -499,8 +516,24 @@ class LocalRun:
             "succeeded": sum(1 for r in self.replicas if r.final_code == 0),
             "failed": sum(1 for r in self.replicas if r.final_code not in (None, 0)),
         }
-        tfjob = tfjob_view(self.tfjob, phase, reason, message, counts, self.start_time, now_rfc3339())
-        return {**status.tfjob_status(self.run, tfjob, pods, {}, now_rfc3339()), **self.code_status()}
+        completion = now_rfc3339() if phase in status.TERMINAL else None
+        tfjob = tfjob_view(self.tfjob, phase, reason, message, counts, self.start_time, completion)
+        # Suspended by SUSPEND_SIGNAL: the run as its spec.suspend would have it, explained by the operator's code.
+        run = dataclasses.replace(self.run, suspend=True) if self.suspended else self.run
+        # Merged into the last status, as the operator's merge patch leaves the fields it does not set (progress).
+        found = {**self.status, **status.tfjob_status(run, tfjob, pods, self.status, now_rfc3339())}
+        return {**status.running_progress(found, self.console.last_end, now_rfc3339()), **self.code_status()}
+
+    def record(self, phase: str, reason: str, message: str) -> dict[str, Any]:
+        """The run's status now (final_status), written to status_path when it changed: atomically, so a reader
+        never sees half a file."""
+        found = self.final_status(phase, reason, message)
+        if found != self.status:
+            self.status = found
+            partial = self.status_path.with_suffix(".tmp")
+            partial.write_text(json.dumps(found, indent=1))
+            partial.replace(self.status_path)
+        return found
 
 
 def _signal_group(proc: subprocess.Popen[bytes] | None, sig: int) -> None:
@@ -542,11 +575,12 @@ def run_file(
     if (warning := network()) is not None:
         print(warning, file=sys.stderr, flush=True)
 
-    def interrupt(_signum: int, _frame: Any) -> None:
+    def interrupt(signum: int, _frame: Any) -> None:
+        local.suspended = local.suspended or signum == SUSPEND_SIGNAL
         local.interrupted = True
 
     run, console = local.run, local.console
-    previous = {s: on_signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: on_signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM, SUSPEND_SIGNAL)}
     claim = local.claim_dir(run.pvc_name)
     console.say(
         f"[dtr] run {run.name}: {len(local.replicas)} {local.rtype.lower()}(s), restartPolicy {local.policy}; "
@@ -564,7 +598,7 @@ def run_file(
     finally:
         for s, handler in previous.items():
             on_signal(s, handler)
-    return _report_end(local, local.final_status(phase, reason, message), claim)
+    return _report_end(local, local.record(phase, reason, message), claim)
 
 
 def _prepare_run(

@@ -1,0 +1,113 @@
+"""TrainingClient: DistTrainingRuns from Python, one API over two backends (docs/client.md).
+
+    client = TrainingClient()                       # a cluster when there are credentials, else local processes
+    name = client.create("wine.py", workers=2, epochs=10, dataset="wine")
+    for p in client.progress(name):                 # one item per finished epoch
+        print(p.epoch, p.metrics)
+    final = client.wait(name)                       # RunStatus, or RunFailed with the run's reason and message
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from dtr_operator import submit
+
+from .results import Progress, RunStatus, new_epochs, outcome, run_document
+
+
+class Backend(Protocol):
+    """Where runs go: ClusterBackend (cluster.py) or LocalBackend (local.py)."""
+
+    poll_seconds: float
+
+    def create(self, doc: Mapping[str, Any], code: submit.CodeFile | None) -> str: ...
+    def get(self, name: str) -> RunStatus: ...
+    def list(self) -> list[RunStatus]: ...
+    def delete(self, name: str) -> None: ...
+    def set_suspend(self, name: str, suspend: bool) -> None: ...
+    def epochs(self, name: str, now: RunStatus) -> list[Progress]: ...
+    def logs(self, name: str, follow: bool, worker: int | None, tail: int | None,
+             previous: bool) -> Iterator[str]: ...  # fmt: skip
+
+
+def _backend(backend: str, namespace: str | None, local_dir: str | Path | None) -> Backend:
+    """"cluster", "local", or "auto": the cluster when dtr's commands would find credentials (Kube.for_cli:
+    KUBECONFIG, ~/.kube/config, a pod's service account), else local processes."""
+    from dtr_operator.kube import NoCredentials
+
+    from .cluster import ClusterBackend
+    from .local import LocalBackend
+
+    if backend not in ("auto", "cluster", "local"):
+        raise ValueError(f"backend {backend!r}: one of 'auto', 'cluster', 'local'")
+    if backend == "local":
+        return LocalBackend(local_dir)
+    try:
+        return ClusterBackend(namespace=namespace)
+    except NoCredentials:
+        if backend == "cluster":
+            raise
+        return LocalBackend(local_dir)
+
+
+class TrainingClient:
+    """Create, watch and manage DistTrainingRuns; the same calls on a cluster and on this machine."""
+
+    def __init__(self, backend: str | Backend = "auto", *, namespace: str | None = None,
+                 local_dir: str | Path | None = None):  # fmt: skip
+        self.backend = _backend(backend, namespace, local_dir) if isinstance(backend, str) else backend
+
+    def create(self, run: str | Path | Mapping[str, Any], *, name: str | None = None, **options: Any) -> str:
+        """Start a run from a dict, a YAML file with one run, or a model file (FILE.py, with the training options
+        of `dtr submit`: workers, epochs, dataset, ...); the run's name. InvalidRun when it would be refused."""
+        doc, code = run_document(run, name, options)
+        return self.backend.create(doc, code)
+
+    def get(self, name: str) -> RunStatus:
+        return self.backend.get(name)
+
+    def list(self) -> list[RunStatus]:
+        return self.backend.list()
+
+    def wait(self, name: str, timeout: float | None = None) -> RunStatus:
+        """The run's final status once it Succeeded; RunFailed (its reason and message) when it Failed;
+        TimeoutError when it is still going after timeout seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (done := outcome(self.backend.get(name))) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"{name} has not finished within {timeout:g}s: {self.backend.get(name).phase}")
+            time.sleep(self.backend.poll_seconds)
+        return done
+
+    def progress(self, name: str, timeout: float | None = None) -> Iterator[Progress]:
+        """One item per finished epoch, in order, until the run ends (wait() then says how). On a cluster from
+        status.progress, which keeps the last epoch: an epoch shorter than the poll may be passed over."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        seen = 0
+        while True:
+            now = self.backend.get(name)  # before the epochs: a run that has ended has told its last one
+            for item in new_epochs(seen, self.backend.epochs(name, now)):
+                seen = item.epoch
+                yield item
+            if now.done or (deadline is not None and time.monotonic() >= deadline):
+                return
+            time.sleep(self.backend.poll_seconds)
+
+    def logs(self, name: str, *, follow: bool = False, worker: int | None = None, tail: int | None = None,
+             previous: bool = False) -> Iterator[str]:  # fmt: skip
+        """The workers' lines, merged, each prefixed `[worker-N]`; with follow, as they come until the run ends."""
+        return self.backend.logs(name, follow, worker, tail, previous)
+
+    def delete(self, name: str) -> None:
+        self.backend.delete(name)
+
+    def suspend(self, name: str) -> None:
+        """Stop the run's workers, keeping its volume and epochs (docs/scheduling.md); resume() continues it."""
+        self.backend.set_suspend(name, True)
+
+    def resume(self, name: str) -> None:
+        self.backend.set_suspend(name, False)
