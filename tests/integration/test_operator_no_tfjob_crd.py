@@ -40,6 +40,12 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("DTR_CACHE") or Path.home() / ".cache" / "dtr")
 
 
+def _established(cluster: Cluster) -> bool:
+    crd = cluster.kubectl_json("get", "crd", "disttrainingruns.distml.dev")
+    return any(c.get("type") == "Established" and c.get("status") == "True"
+               for c in (crd.get("status") or {}).get("conditions") or [])
+
+
 @pytest.fixture(scope="module")
 def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """etcd + kube-apiserver only: no controllers, no training-operator, no TFJob CRD."""
@@ -76,7 +82,9 @@ def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         layout.kubeconfig.chmod(0o600)
         cluster = Cluster(layout.kubeconfig, layout.root)
         cluster.kubectl("apply", "-f", str(REPO / "crds" / "disttrainingrun.yaml"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/disttrainingruns.distml.dev", "--timeout=60s")
+        # Polled, not `kubectl wait`: that fails at once while the new CRD has no status.conditions yet
+        # (a race that a larger schema, such as the bounded affinity's, made frequent).
+        wait_for(lambda: _established(cluster), "the DistTrainingRun CRD to be Established", timeout=60)
         yield cluster
     finally:
         for proc in reversed(procs):
