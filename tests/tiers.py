@@ -92,7 +92,7 @@ STEPS: tuple[Step, ...] = (
          after=("node start", "integration")),
     Step("node faults", pytest(NODE_FAULTS, ATTACKS),
          "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",
-         budget=330, tier=True, node=True, after=("reliability",)),
+         budget=520, tier=True, node=True, after=("reliability",)),
     Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from both parts"),
     # side lane
     Step("images", make("images"), "Docker engine, base images, both images", side=True),

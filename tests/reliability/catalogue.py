@@ -87,3 +87,20 @@ def merged(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def flag_groups(attacks: list[Attack]) -> list[tuple[tuple[str, ...], list[Attack]]]:
+    """The attacks by the operator flags they are tried under: the shipped flags first, then as few groups
+    as the flags allow (each group costs the operator a rollout). Flags only widen what the operator
+    allows, so attacks whose flags do not give one flag two values can share a group."""
+    groups: list[tuple[dict[str, str], list[Attack]]] = []
+    for attack in (a for a in attacks if a.operator_args):
+        flags = dict(arg.split("=", 1) if "=" in arg else (arg, "") for arg in attack.operator_args)
+        group = next((g for g in groups if all(g[0].get(k, v) == v for k, v in flags.items())), None)
+        if group is None:
+            groups.append((flags, [attack]))
+        else:
+            group[0].update(flags)
+            group[1].append(attack)
+    shipped = [a for a in attacks if not a.operator_args]
+    return [((), shipped), *((tuple(f"{k}={v}" if v else k for k, v in sorted(f.items())), m) for f, m in groups)]

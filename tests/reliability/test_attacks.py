@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from catalogue import Attack, load, merged
+from catalogue import Attack, flag_groups, load, merged
 from ledger import Ledger, Record
 
 from support import node as node_support
@@ -104,18 +104,16 @@ def verdicts(real_node: RealNode, team: str) -> dict[str, tuple[bool, str]]:
     group's runs side by side, as under a real tenant), the shipped flags first and restored after."""
     shipped = real_node.cluster.kubectl_json("get", "deployment", "dtr-operator", "-n", "dtr-system")
     shipped_args = list(shipped["spec"]["template"]["spec"]["containers"][0].get("args") or [])
-    groups: dict[tuple[str, ...], list[Attack]] = {}
-    for attack in ATTACKS:
-        groups.setdefault(attack.operator_args, []).append(attack)
+    groups = flag_groups(ATTACKS)
     out: dict[str, tuple[bool, str]] = {}
     try:
-        for extra in sorted(groups, key=len):
+        for extra, attacks in groups:
             if extra:
                 configure_operator(real_node, [*shipped_args, *extra])
-            sent = {a.id: launch(real_node, team, a) for a in groups[extra]}
-            out.update({a.id: verdict(real_node, team, a, sent[a.id]) for a in groups[extra]})
+            sent = {a.id: launch(real_node, team, a) for a in attacks}
+            out.update({a.id: verdict(real_node, team, a, sent[a.id]) for a in attacks})
     finally:
-        if any(groups):
+        if len(groups) > 1:
             configure_operator(real_node, shipped_args)
     return out
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from reliability.catalogue import CatalogueError, load, merged
+from reliability.catalogue import Attack, CatalogueError, flag_groups, load, merged
 
 
 def test_every_catalogue_entry_is_well_formed_and_ids_are_unique() -> None:
@@ -31,3 +31,17 @@ def test_merge_is_deep_for_mappings_and_replaces_lists() -> None:
     got = merged(base, {"training": {"epochs": 9}, "tolerations": [{"operator": "Exists"}]})
     assert got == {"training": {"epochs": 9, "dataset": "digits"}, "tolerations": [{"operator": "Exists"}]}
     assert base["training"]["epochs"] == 1
+
+
+def test_flag_groups_share_a_rollout_unless_a_flag_would_take_two_values() -> None:
+    def attack(i: str, *args: str) -> Attack:
+        return Attack(id=i, finding="X", attack="t", spec={}, refused_by="operator", reason="R", source="s",
+                      operator_args=args)
+
+    attacks = [attack("a"), attack("b", "--x=1"), attack("c", "--y=2"), attack("d", "--x=3"), attack("e")]
+    groups = [(flags, [a.id for a in members]) for flags, members in flag_groups(attacks)]
+    assert groups == [((), ["a", "e"]), (("--x=1", "--y=2"), ["b", "c"]), (("--x=3",), ["d"])]
+
+
+def test_the_catalogue_needs_few_operator_rollouts() -> None:
+    assert len(flag_groups(load())) <= 3

@@ -385,3 +385,14 @@ def test_a_bad_max_storage_names_its_flag(value):
     cfg.add_arguments(parser)
     with pytest.raises(cfg.SettingsError, match="--max-storage"):
         cfg.from_args(parser.parse_args([f"--max-storage={value}"]), {})
+
+
+def test_every_operator_attack_keeps_its_reason_under_the_flags_of_its_group_on_the_node():
+    """The node's attack suite tries the attacks a group of flags at a time (catalogue.flag_groups): more flags
+    than an attack names must not change the reason it is refused with."""
+    from reliability.catalogue import flag_groups, load
+
+    for flags, attacks in flag_groups(load()):
+        for a in (a for a in attacks if a.refused_by == "operator"):
+            got = _operator_refusal({"spec": a.spec, "objects": list(a.objects), "operator_args": list(flags)})
+            assert got == a.reason, (a.id, flags)
