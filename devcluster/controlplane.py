@@ -21,6 +21,7 @@ import ctypes
 import fcntl
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -329,13 +330,30 @@ def tail(path: Path, lines: int = 15) -> str:
 # ---------------------------------------------------------------- small I/O helpers
 
 
+# Below Linux's ephemeral range (32768-60999): a port picked there cannot be taken, between this pick and
+# the bind, by the source port of some outgoing connection (a fresh-clone run lost a TF worker that way,
+# "Address already in use", while the integration lane ran beside it). dtr run does the same (local/ports.py).
+LOW_PORT, HIGH_PORT = 20000, 32000
+
+
 def free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports (all held open at once so they differ)."""
+    """Distinct free loopback ports below the ephemeral range (all held open at once so they differ)."""
+    rng = random.Random()
     with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+        ports: list[int] = []
+        for _ in range(10000):
+            if len(ports) == count:
+                return ports
+            port = rng.randrange(LOW_PORT, HIGH_PORT)
+            sock = stack.enter_context(socket.socket())
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise ControlPlaneError(f"no {count} free loopback ports in {LOW_PORT}..{HIGH_PORT}")
 
 
 def run_build(script: Path, cache: Path) -> None:

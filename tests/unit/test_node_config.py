@@ -106,3 +106,16 @@ def test_the_machines_node_is_found_only_while_its_processes_run(tmp_path, monke
         sleeper.kill()
         sleeper.wait()
     assert node.running_node_dir() is None, "a crashed node's leftovers do not block the next one"
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
+    import socket
+
+    from devcluster.controlplane import HIGH_PORT, LOW_PORT, free_ports
+
+    low, _ = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = free_ports(8)
+    assert len(set(ports)) == 8 and all(LOW_PORT <= p < HIGH_PORT < low for p in ports), ports
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("0.0.0.0", p))  # as TF's gRPC server binds: every interface
