@@ -16,6 +16,7 @@ from dtr_operator import settings as cfg
 from dtr_operator.policy import Policy, claim_refusal, run_refusal
 from dtr_operator.spec import parse_run
 
+from reliability.catalogue import merged
 from support.runs import UNIT_NAMESPACE, make_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -212,19 +213,12 @@ def _shipped_env() -> dict[str, str]:
     return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
 
 
-def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
 def _operator_refusal(attack: dict[str, Any]) -> str | None:
     """The reason the operator, as shipped plus the attack's flags, gives the attack's run (None: none)."""
     parser = cfg.argparse.ArgumentParser()
     cfg.add_arguments(parser)
     settings = cfg.from_args(parser.parse_args(attack.get("operator_args", [])), _shipped_env())
-    run = parse_run(make_run(_merged({"workers": 1}, attack["spec"])))
+    run = parse_run(make_run(merged({"workers": 1}, attack["spec"])))
     if settings.image_refusal(run.image) is not None:
         return reasons.IMAGE_NOT_ALLOWED
     refused = settings.run_refusal(run)
