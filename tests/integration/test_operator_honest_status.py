@@ -24,11 +24,9 @@ def test_a_worker_pod_refused_by_a_quota_shows_the_api_servers_reason_within_a_m
         "patch", "quota", "no-pods", "-n", namespace, "--subresource=status", "--type=merge",
         "-p", '{"status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}}',
     )  # fmt: skip
-    started = time.monotonic()
     create_run(control_plane, namespace, "refused", {"workers": 2})
     st = wait_status(control_plane, namespace, "refused", "the refusal in its status", timeout=60,
                      phase="Pending", reason="WorkerPodsNotStarting")  # fmt: skip
-    assert time.monotonic() - started < 60
     assert "the training-operator cannot create them" in st["message"], st
     assert "exceeded quota: no-pods" in st["message"], st["message"]
     assert not items(control_plane, namespace, "pods", "training.kubeflow.org/job-name=refused")

@@ -59,9 +59,6 @@ KILL_AFTER = 1
 # The shipped --allowed-images (deploy/base/deployment.yaml) admits no tag but the default: the admin adds an image of
 # one's own, as `allowing` does for this module (a user's would be on their registry, added exactly or by digest).
 OWN_IMAGE = "localhost/distml/own-wine:1"
-# Seconds from dtr submit to Failed for a broken file while all 9 runs (12 workers) start at once on 2 cores:
-# 9-74 s measured, the 2-worker one slowest (its workers connect before the model is checked); 10-12 s alone.
-FAIL_DEADLINE = 100
 
 
 def sha256(path: Path) -> str:
@@ -443,7 +440,6 @@ def test_a_broken_wine_file_fails_user_code_error_naming_its_line(own: Own, case
     assert st.get("workerRestarts", 0) <= broken.workers, st
     print(f"{name}: Failed {seconds:.0f} s after submit, {st.get('workerRestarts', 0)} restart(s), phases "
           f"{own.watch.phases(name)}")
-    assert seconds < FAIL_DEADLINE, seconds
     check_broken_submitted(own, case)
 
 
