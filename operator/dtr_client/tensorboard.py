@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import os
 import secrets
 import subprocess
@@ -108,7 +109,8 @@ def wait_answering(address: str, ended: Callable[[], str | None], timeout: float
         why = ended()
         if why is not None:
             raise TensorBoardError(why)
-        with contextlib.suppress(OSError), urllib.request.urlopen(address + READY_PATH, timeout=5) as answer:
+        with contextlib.suppress(OSError, http.client.HTTPException), \
+                urllib.request.urlopen(address + READY_PATH, timeout=5) as answer:
             if answer.status == 200:
                 return
         if time.monotonic() >= deadline:
@@ -197,9 +199,10 @@ class Forwarder:
         finally:
             server.close()
             self.loop.run_until_complete(server.wait_closed())
-            for task in asyncio.all_tasks(self.loop):
+            tasks = asyncio.all_tasks(self.loop)  # the connections still open: each closes its WebSocket
+            for task in tasks:
                 task.cancel()
-            self.loop.run_until_complete(asyncio.sleep(0))
+            self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             self.loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -291,10 +294,11 @@ def _pod_ended(kube: Any, namespace: str, pod: str) -> str | None:
     state, doing = tr.pod_start(found, tr.TENSORBOARD)
     if state != tr.FAILED:
         return None
-    log = kube.pod_log(namespace, pod, tr.TENSORBOARD, tail_lines=OUTPUT_LINES) or ""
     phase = (found.get("status") or {}).get("phase")
-    said = f"it ended ({phase})" if phase in ("Succeeded", "Failed") else doing
-    return f"the TensorBoard pod {pod}: {said}" + (f":\n{last_lines(log)}" if log.strip() else "")
+    if phase not in ("Succeeded", "Failed"):
+        return f"the TensorBoard pod {pod}: {doing}"  # it cannot start (ErrImagePull and the like): no log yet
+    log = kube.pod_log(namespace, pod, tr.TENSORBOARD, tail_lines=OUTPUT_LINES) or ""
+    return f"the TensorBoard pod {pod}: it ended ({phase})" + (f":\n{last_lines(log)}" if log.strip() else "")
 
 
 def _wait_running(kube: Any, namespace: str, pod: str, timeout: float) -> None:
@@ -311,6 +315,15 @@ def _wait_running(kube: Any, namespace: str, pod: str, timeout: float) -> None:
         time.sleep(POLL_SECONDS)
 
 
+def _create(kube: Any, manifest: dict[str, Any]) -> None:
+    from dtr_operator.kube import ApiError
+
+    try:
+        kube.create(manifest)
+    except ApiError as err:
+        raise TensorBoardError(f"cannot create the TensorBoard pod: {err.message}") from None
+
+
 def start_in_cluster(kube: Any, namespace: str, name: str, port: int | None, timeout: float,
                      wait: bool = True) -> TensorBoardHandle:  # fmt: skip
     """The TensorBoard pod for the run, and a local port forwarded to it; deleted again if it does not serve."""
@@ -319,10 +332,6 @@ def start_in_cluster(kube: Any, namespace: str, name: str, port: int | None, tim
     run = _run_spec(kube, namespace, name)
     node = _placed(kube, namespace, name, run.pvc_name)
     pod = tr.pod_name(tr.TENSORBOARD, name, secrets.token_hex(3))
-    try:
-        kube.create(tr.tensorboard_pod(run, pod, node))
-    except ApiError as err:
-        raise TensorBoardError(f"cannot create the TensorBoard pod: {err.message}") from None
     forwarder = Forwarder(kube, namespace, pod, port or free_port())
 
     def stop() -> None:
@@ -331,7 +340,8 @@ def start_in_cluster(kube: Any, namespace: str, name: str, port: int | None, tim
             kube.delete_pod(namespace, pod)
 
     handle = TensorBoardHandle(name, url(forwarder.port), stop, lambda: _pod_ended(kube, namespace, pod))
-    try:
+    try:  # also on Ctrl-C, which may land while the API server creates the pod: stop() deletes it
+        _create(kube, tr.tensorboard_pod(run, pod, node))
         _wait_running(kube, namespace, pod, timeout)
         forwarder.start()
     except BaseException:

@@ -271,3 +271,121 @@ def test_after_close_the_local_port_is_free(kubelet: str):
         port = forwarder.port
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+# ---- start_in_cluster against a fake API (the order of the calls, what is deleted when)
+
+
+class HttpStream:
+    """A port-forwarded connection to a TensorBoard that answers every request with 200 `[]`, then closes."""
+
+    def __init__(self) -> None:
+        self.request = b""
+        self.answered = False
+
+    async def write(self, data: bytes) -> None:
+        self.request += data
+
+    async def read(self) -> bytes | None:
+        while b"\r\n\r\n" not in self.request:
+            await asyncio.sleep(0.01)
+        if self.answered:
+            return None
+        self.answered = True
+        return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n[]"
+
+
+class FakeKube:
+    def __init__(self, phases: list[dict], claim: bool = True):
+        self.run = make_run({"image": "trainer:9"}, name="r", uid="u-1")
+        self.phases, self.claim = phases, claim
+        self.created: list[dict] = []
+        self.deleted: list[str] = []
+
+    def get_run(self, namespace: str, name: str) -> dict | None:
+        return self.run if name == "r" else None
+
+    def get_tfjob(self, namespace: str, name: str) -> dict | None:
+        raise kube.ApiError(403, "Forbidden", "tfjobs is forbidden")  # `edit` need not cover kubeflow.org
+
+    def get_pvc(self, namespace: str, name: str) -> dict | None:
+        return {"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"]}} if self.claim else None
+
+    def list_pods(self, namespace: str) -> list[dict]:
+        return []
+
+    def create(self, manifest: dict) -> dict:
+        self.created.append(manifest)
+        return manifest
+
+    def get_pod(self, namespace: str, name: str) -> dict | None:
+        if self.deleted or not self.created:
+            return None
+        status = self.phases.pop(0) if len(self.phases) > 1 else self.phases[0]
+        return {"metadata": {"name": name}, "status": status}
+
+    def pod_events(self, namespace: str, name: str) -> list[dict]:
+        return [{"reason": "Failed", "message": "pull access denied", "lastTimestamp": "t"}]
+
+    def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None = None) -> str | None:
+        return "Traceback ...\nModuleNotFoundError: No module named 'tensorboard'\n"
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self.deleted.append(name)
+
+    @contextlib.asynccontextmanager
+    async def portforward_stream(self, namespace: str, pod: str, port: int):
+        assert (pod, port) == (self.created[0]["metadata"]["name"], tr.TENSORBOARD_PORT)
+        yield HttpStream()
+
+
+def running(container: str = tr.TENSORBOARD) -> dict:
+    return {"phase": "Running", "containerStatuses": [{"name": container, "state": {"running": {}}}]}
+
+
+def test_the_cluster_handle_serves_once_the_pod_runs_and_answers_and_stop_deletes_the_pod():
+    fake = FakeKube([{"phase": "Pending"}, running()])
+    handle = board.start_in_cluster(fake, "ml", "r", None, timeout=30)
+    [pod] = fake.created
+    assert pod["spec"]["containers"][0]["image"] == "trainer:9"  # spec.image, the TFJob being unreadable
+    assert pod["metadata"]["name"].startswith("dtr-tensorboard-r-")
+    assert handle.url.startswith("http://127.0.0.1:") and handle.ended() is None and not fake.deleted
+    handle.stop()
+    handle.stop()
+    assert fake.deleted == [pod["metadata"]["name"]]
+    assert port_closed(handle.url)
+
+
+def port_closed(url: str) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1].rstrip("/"))), timeout=2).close()
+    except OSError:
+        return True
+    return False
+
+
+def test_a_pod_that_cannot_start_is_deleted_and_its_reason_and_events_said():
+    pull = {"phase": "Pending", "containerStatuses": [{"name": tr.TENSORBOARD, "state": {"waiting": {
+        "reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]}  # fmt: skip
+    fake = FakeKube([pull])
+    with pytest.raises(board.TensorBoardError, match="ImagePullBackOff: Back-off pulling image; events: Failed: pull"):
+        board.start_in_cluster(fake, "ml", "r", None, timeout=30)
+    assert fake.deleted == [fake.created[0]["metadata"]["name"]]
+
+
+def test_a_pod_whose_tensorboard_ends_says_so_with_its_last_lines_and_is_deleted():
+    ended = {"phase": "Failed", "containerStatuses": [{"name": tr.TENSORBOARD, "state": {"terminated": {
+        "reason": "Error", "exitCode": 1}}}]}  # fmt: skip
+    fake = FakeKube([running(), ended])
+    with pytest.raises(board.TensorBoardError, match=r"ended \(Failed\):\nTraceback ...\nModuleNotFoundError"):
+        board.start_in_cluster(fake, "ml", "r", None, timeout=30)
+    assert len(fake.deleted) == 1
+
+
+def test_no_pod_for_an_unknown_run_or_a_run_whose_claim_is_gone():
+    fake = FakeKube([running()], claim=False)
+    with pytest.raises(board.RunNotFound, match="no DistTrainingRun other in namespace ml"):
+        board.start_in_cluster(fake, "ml", "other", None, timeout=30)
+    with pytest.raises(board.TensorBoardError, match="DistTrainingRun r's claim r-data does not exist"):
+        board.start_in_cluster(fake, "ml", "r", None, timeout=30)
+    assert fake.created == [] and fake.deleted == []
