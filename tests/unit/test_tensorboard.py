@@ -389,3 +389,28 @@ def test_no_pod_for_an_unknown_run_or_a_run_whose_claim_is_gone():
     with pytest.raises(board.TensorBoardError, match="DistTrainingRun r's claim r-data does not exist"):
         board.start_in_cluster(fake, "ml", "r", None, timeout=30)
     assert fake.created == [] and fake.deleted == []
+
+
+# ---- dtr tensorboard
+
+
+def test_dtr_tensorboard_of_an_unknown_local_run_or_one_without_logs_says_so_in_one_line(tmp_path: Path, capsys):
+    from dtr_operator import cli
+
+    assert cli.main(["tensorboard", "nope", "--local", "--dir", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == f"dtr tensorboard: no DistTrainingRun nope in {tmp_path}\n"
+    (tmp_path / "runs" / "young").mkdir(parents=True)
+    (tmp_path / "runs" / "young" / "status.json").write_text('{"phase": "Running"}')
+    assert cli.main(["tensorboard", "young", "--local", "--dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dtr tensorboard: no TensorBoard logs of DistTrainingRun young under ")
+    assert err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("argv", [["tensorboard", "r", "--port", "0"], ["tensorboard", "r", "--timeout", "0"]])
+def test_dtr_tensorboard_refuses_a_bad_port_or_timeout(argv, capsys):
+    from dtr_operator import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2 and "dtr tensorboard: error: argument" in capsys.readouterr().err
