@@ -108,7 +108,7 @@ class TrainingClient:
     def tensorboard(self, name: str, *, port: int | None = None, timeout: float = START_TIMEOUT) -> TensorBoardHandle:
         """TensorBoard on the run's logs, at handle.url (http://127.0.0.1:PORT/, a free port unless given) once it
         answers; handle.stop() ends it. On a cluster a short-lived pod serves the run's volume read-only through
-        a port-forward (docs/client.md#tensorboard). TensorBoardError when it cannot serve them."""
+        a port-forward (docs/models.md#tensorboard-dtr-tensorboard). TensorBoardError when it cannot serve them."""
         return self.backend.tensorboard(name, port, timeout, True)
 
     def delete(self, name: str) -> None:

@@ -75,7 +75,6 @@ class ClusterBackend:
             return
         yield from _followed(lambda out: worker_logs.follow(self.kube, self.namespace, name, worker, tail, out))
 
-
     def tensorboard(self, name: str, port: int | None, timeout: float, wait: bool) -> board.TensorBoardHandle:
         return board.start_in_cluster(self.kube, self.namespace, name, port, timeout, wait)
 

@@ -186,7 +186,7 @@ def tensorboard_labels(run_name: str) -> dict[str, str]:
 
 
 def tensorboard_command(log_dir: str, host: str, port: int) -> list[str]:
-    """TensorBoard on a run's log dir (what the trainer's image and its environment run: python, no PATH)."""
+    """TensorBoard on a run's log dir, run by the image's `python` (locally: the trainer's Python in its place)."""
     return ["python", "-m", "tensorboard.main", "--logdir", log_dir, "--host", host, "--port", str(port)]
 
 
@@ -200,7 +200,8 @@ def tensorboard_pod(run: RunSpec, name: str, node: str | None = None) -> dict[st
                      command=tensorboard_command(layout.logs_dir(run.name), "127.0.0.1", TENSORBOARD_PORT),
                      resources=json.loads(json.dumps(TENSORBOARD_RESOURCES)),
                      ports=[{"name": TENSORBOARD, "containerPort": TENSORBOARD_PORT, "protocol": "TCP"}])  # fmt: skip
-    spec["volumes"][1]["emptyDir"] = {"sizeLimit": "64Mi"}  # TensorBoard's own files (/tmp/.tensorboard-info)
+    scratch = next(v for v in spec["volumes"] if v["name"] == SCRATCH)
+    scratch["emptyDir"] = {"sizeLimit": "64Mi"}  # TensorBoard's own files in /tmp (.tensorboard-info, a port file)
     spec["activeDeadlineSeconds"] = TENSORBOARD_DEADLINE
     manifest["metadata"]["labels"] = tensorboard_labels(run.name)
     manifest["metadata"]["ownerReferences"] = [{**owner_reference(run), "controller": False,
