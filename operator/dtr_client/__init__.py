@@ -4,9 +4,12 @@
     results.py  what it returns and raises, and the run document from a file, a dict or a model file (pure)
     cluster.py  the cluster backend (dtr_operator.kube)
     local.py    the local backend (`dtr run` processes, dtr_operator.local)
+    tensorboard.py  TensorBoard on a run's logs: a local process, or a pod and a port-forward
 """
 
 from .client import TrainingClient
 from .results import InvalidRun, Progress, RunFailed, RunNotFound, RunStatus
+from .tensorboard import TensorBoardError, TensorBoardHandle
 
-__all__ = ["InvalidRun", "Progress", "RunFailed", "RunNotFound", "RunStatus", "TrainingClient"]
+__all__ = ["InvalidRun", "Progress", "RunFailed", "RunNotFound", "RunStatus", "TensorBoardError", "TensorBoardHandle",
+           "TrainingClient"]

@@ -4,6 +4,7 @@
     name = client.create("wine.py", workers=2, epochs=10, dataset="wine")
     for p in client.progress(name):                 # one item per finished epoch
         print(p.epoch, p.metrics)
+    board = client.tensorboard(name)                # board.url until board.stop()
     final = client.wait(name)                       # RunStatus, or RunFailed with the run's reason and message
 """
 
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 from dtr_operator import submit
 
 from .results import Progress, RunStatus, new_epochs, outcome, run_document
+from .tensorboard import START_TIMEOUT, TensorBoardHandle
 
 
 class Backend(Protocol):
@@ -32,6 +34,7 @@ class Backend(Protocol):
     def epochs(self, name: str, now: RunStatus) -> list[Progress]: ...
     def logs(self, name: str, follow: bool, worker: int | None, tail: int | None,
              previous: bool) -> Iterator[str]: ...  # fmt: skip
+    def tensorboard(self, name: str, port: int | None, timeout: float, wait: bool) -> TensorBoardHandle: ...
 
 
 def _backend(backend: str, namespace: str | None, local_dir: str | Path | None) -> Backend:
@@ -101,6 +104,12 @@ class TrainingClient:
              previous: bool = False) -> Iterator[str]:  # fmt: skip
         """The workers' lines, merged, each prefixed `[worker-N]`; with follow, as they come until the run ends."""
         return self.backend.logs(name, follow, worker, tail, previous)
+
+    def tensorboard(self, name: str, *, port: int | None = None, timeout: float = START_TIMEOUT) -> TensorBoardHandle:
+        """TensorBoard on the run's logs, at handle.url (http://127.0.0.1:PORT/, a free port unless given) once it
+        answers; handle.stop() ends it. On a cluster a short-lived pod serves the run's volume read-only through
+        a port-forward (docs/models.md#tensorboard-dtr-tensorboard). TensorBoardError when it cannot serve them."""
+        return self.backend.tensorboard(name, port, timeout, True)
 
     def delete(self, name: str) -> None:
         self.backend.delete(name)

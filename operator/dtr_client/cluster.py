@@ -17,6 +17,7 @@ from dtr_operator import submit
 from dtr_operator.kube import Kube, current_namespace
 from dtr_operator.spec import API_VERSION, KIND
 
+from . import tensorboard as board
 from .results import InvalidRun, Progress, RunNotFound, RunStatus
 
 LOG_POLL_SECONDS = 0.5  # how often a follower waiting for a line wakes up (for Ctrl-C)
@@ -73,6 +74,9 @@ class ClusterBackend:
             yield from out.getvalue().splitlines()
             return
         yield from _followed(lambda out: worker_logs.follow(self.kube, self.namespace, name, worker, tail, out))
+
+    def tensorboard(self, name: str, port: int | None, timeout: float, wait: bool) -> board.TensorBoardHandle:
+        return board.start_in_cluster(self.kube, self.namespace, name, port, timeout, wait)
 
 
 class _Lines(io.TextIOBase):

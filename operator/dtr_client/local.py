@@ -29,8 +29,9 @@ from dtr_operator import status as run_status
 from dtr_operator import submit
 from dtr_operator.local import runner
 from dtr_operator.reasons import FAILED, PENDING, SUSPENDED, TERMINAL
-from dtr_operator.spec import KIND
+from dtr_operator.spec import KIND, SpecError, parse_run
 
+from . import tensorboard as board
 from .results import InvalidRun, Progress, RunNotFound, RunStatus
 
 CONSOLE = "console.log"
@@ -168,6 +169,25 @@ class LocalBackend:
             self._stop(name, runner.SUSPEND_SIGNAL)
         elif phase == SUSPENDED and self._live(name) is None:
             self._start(name)
+
+    def _claims(self, name: str) -> list[str]:
+        """The run's claim as create() was given the run, else every local volume's (a `dtr run` run)."""
+        try:
+            doc = yaml.safe_load((self._dir(name) / SUBMITTED / RUN_FILE).read_text())
+            return [parse_run(doc).pvc_name]
+        except (OSError, SpecError):
+            volumes = self.base_dir / "volumes"
+            return sorted(d.name for d in volumes.iterdir()) if volumes.is_dir() else []
+
+    def tensorboard(self, name: str, port: int | None, timeout: float, wait: bool) -> board.TensorBoardHandle:
+        """TensorBoard from the trainer's Python (dtr run's) on the run's log dir under DIR/volumes/<claim>."""
+        self._status(name)  # RunNotFound
+        found = board.local_log_dirs(self.base_dir / "volumes", name, self._claims(name))
+        if not found:
+            raise board.TensorBoardError(f"no TensorBoard logs of {KIND} {name} under {self.base_dir / 'volumes'} "
+                                         "(yet: the chief writes them from its first epoch)")  # fmt: skip
+        newest = max(found, key=lambda d: d.stat().st_mtime)
+        return board.start_local(name, self.python, newest, port, timeout, wait)
 
     def epochs(self, name: str, now: RunStatus) -> list[Progress]:
         """Every epoch the chief has finished (its console lines; status.progress keeps the last one)."""

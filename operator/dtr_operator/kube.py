@@ -135,6 +135,47 @@ class ExecStream:
                 return None
 
 
+# The port-forward WebSocket (the kubelet's v4 protocol): channel 0 carries the connection's bytes, channel 1
+# the kubelet's error text; the first message on each starts with the port, 2 bytes little-endian.
+PORTFORWARD_PROTOCOLS = ("v4.channel.k8s.io",)
+PORTFORWARD_DATA, PORTFORWARD_ERROR = 0, 1
+
+
+class PortForwardError(Exception):
+    """The kubelet could not connect to the pod's port, or broke the connection: its words."""
+
+
+class PortForwardStream:
+    """One forwarded TCP connection: write what the local side sends, read what the pod's port answers."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse):
+        self._ws = ws
+        self._prefixed: set[int] = set()  # channels whose port prefix has been read
+
+    async def write(self, data: bytes) -> None:
+        for start in range(0, len(data), EXEC_CHUNK):
+            await self._ws.send_bytes(bytes([PORTFORWARD_DATA]) + data[start : start + EXEC_CHUNK])
+
+    async def read(self) -> bytes | None:
+        """The next bytes from the pod's port; None once the connection has closed; PortForwardError with what
+        the kubelet said when it could not connect or lost the connection."""
+        while True:
+            message = await self._ws.receive()
+            if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED,
+                                aiohttp.WSMsgType.ERROR):  # fmt: skip
+                return None
+            if message.type != aiohttp.WSMsgType.BINARY or not message.data:
+                continue
+            channel, data = message.data[0], message.data[1:]
+            if channel not in self._prefixed:
+                self._prefixed.add(channel)
+                data = data[2:]
+            if channel == PORTFORWARD_ERROR and data:
+                raise PortForwardError(data.decode("utf-8", "replace"))
+            if channel == PORTFORWARD_DATA and data:
+                return data
+
+
 def _ssl_context(conf: client.Configuration) -> ssl.SSLContext:
     """The TLS settings of the client's configuration (the kubeconfig's or the service account's)."""
     context = ssl.create_default_context(cafile=conf.ssl_ca_cert or None)
@@ -401,9 +442,24 @@ class Kube:
         """An exec session of argv in the container, over the API server's WebSocket (what `kubectl exec`
         does), with this client's credentials and TLS settings. ApiError when the API server refuses it."""
         query = [("container", container), ("stdin", "true"), ("stdout", "true"), ("stderr", "true")]
+        query += [("command", arg) for arg in argv]
+        async with self._websocket(namespace, pod, "exec", query, EXEC_PROTOCOLS) as ws:
+            yield ExecStream(ws)
+
+    @contextlib.asynccontextmanager
+    async def portforward_stream(self, namespace: str, pod: str, port: int) -> AsyncIterator[PortForwardStream]:
+        """One TCP connection to the pod's port (its loopback, in its network namespace), over the API server's
+        port-forward WebSocket: the API server hands it to the kubelet, no NetworkPolicy is in the path."""
+        async with self._websocket(namespace, pod, "portforward", [("ports", str(port))], PORTFORWARD_PROTOCOLS) as ws:
+            yield PortForwardStream(ws)
+
+    @contextlib.asynccontextmanager
+    async def _websocket(self, namespace: str, pod: str, sub: str, query: list[tuple[str, str]],
+                         protocols: Sequence[str]) -> AsyncIterator[aiohttp.ClientWebSocketResponse]:  # fmt: skip
+        """A WebSocket to a pod's subresource (exec, portforward) with this client's credentials and TLS."""
         _, url, headers, _, _ = self.api.param_serialize(
-            method="GET", resource_path=_path("v1", namespace, "pods", pod, "exec"),
-            query_params=query + [("command", arg) for arg in argv], header_params={}, auth_settings=["BearerToken"],
+            method="GET", resource_path=_path("v1", namespace, "pods", pod, sub),
+            query_params=query, header_params={}, auth_settings=["BearerToken"],
         )  # fmt: skip
         conf = self.api.configuration
         headers = {**headers, "User-Agent": USER_AGENT}
@@ -411,18 +467,19 @@ class Kube:
         async with aiohttp.ClientSession() as session:
             try:
                 ws = await session.ws_connect(
-                    yarl.URL(url, encoded=True), protocols=EXEC_PROTOCOLS, headers=headers,
+                    yarl.URL(url, encoded=True), protocols=protocols, headers=headers,
                     timeout=aiohttp.ClientWSTimeout(ws_close=EXEC_CLOSE_TIMEOUT),
                     ssl=_ssl_context(conf) if url.startswith("https:") else False,
                     server_hostname=conf.tls_server_name or None, proxy=conf.proxy or None,
                     proxy_headers=conf.proxy_headers or None, max_msg_size=0,
                 )  # fmt: skip
             except aiohttp.WSServerHandshakeError as err:
-                raise ApiError(err.status, "ExecRefused", f"exec in pod {pod}: {err.message}") from None
+                refused = "ExecRefused" if sub == "exec" else "PortForwardRefused"
+                raise ApiError(err.status, refused, f"{sub} in pod {pod}: {err.message}") from None
             except (aiohttp.ClientError, OSError) as err:
                 raise ApiError(0, "Unreachable", str(err)) from None
             async with ws:
-                yield ExecStream(ws)
+                yield ws
 
     def patch_tfjob_run_policy(self, namespace: str, name: str, annotations: Mapping[str, str | None] | None = None,
                                **fields: Any) -> dict[str, Any]:  # fmt: skip

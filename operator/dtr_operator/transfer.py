@@ -8,7 +8,8 @@ with no ServiceAccount token, a read-only root filesystem, no capabilities, secc
 resource limits: it passes Pod Security `restricted`. If dtr dies without deleting it, its idle process
 exits once no copy has touched its heartbeat file for IDLE_SECONDS, and the pod ends (Succeeded).
 
-The shell, transfer_cli.py, orders the API calls (kube.py) and the copy.
+The shell, transfer_cli.py, orders the API calls (kube.py) and the copy. The TensorBoard pod of `dtr tensorboard`
+(tensorboard_pod) is the same pod, read-only, running TensorBoard instead; dtr_client.tensorboard starts it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Any
 
 from dtr_contract import layout
 
-from .builders import RUN_AS, SCRATCH_PATH
-from .spec import GROUP, parse_run
+from .builders import RUN_AS, SCRATCH_PATH, owner_reference
+from .spec import GROUP, RunSpec, parse_run
 
 CONTAINER = "copy"
 COMPONENT = "dtr-transfer"
@@ -170,6 +171,44 @@ def pod_manifest(namespace: str, name: str, claim: str, image: str, read_only: b
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
+# ---- the TensorBoard pod (dtr tensorboard, dtr_client.tensorboard) ------------------------------------
+
+TENSORBOARD = "tensorboard"  # the container's name and the pod's app.kubernetes.io/name
+TENSORBOARD_PORT = 6006
+TENSORBOARD_OF = f"{GROUP}/tensorboard-of"  # the run's name; not RUN_LABEL, which the run's NetworkPolicy admits
+TENSORBOARD_DEADLINE = 8 * 3600  # seconds: the pod ends by itself if dtr is gone without deleting it
+# TensorBoard 2.11 with the image's TensorFlow: about 400 MB resident serving a run (measured with .venv/trainer).
+TENSORBOARD_RESOURCES = {"requests": {"cpu": "100m", "memory": "384Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+
+
+def tensorboard_labels(run_name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/managed-by": "dtr", "app.kubernetes.io/name": TENSORBOARD, TENSORBOARD_OF: run_name}
+
+
+def tensorboard_command(log_dir: str, host: str, port: int) -> list[str]:
+    """TensorBoard on a run's log dir, run by the image's `python` (locally: the trainer's Python in its place)."""
+    return ["python", "-m", "tensorboard.main", "--logdir", log_dir, "--host", host, "--port", str(port)]
+
+
+def tensorboard_pod(run: RunSpec, name: str, node: str | None = None) -> dict[str, Any]:
+    """The pod that serves a run's TensorBoard logs: the run's image, its claim read-only, Pod Security
+    `restricted`, owned by the run (garbage-collected with it) and ended by TENSORBOARD_DEADLINE at the latest.
+    TensorBoard listens on the pod's loopback only: a port-forward reaches it there, other pods cannot."""
+    manifest = pod_manifest(run.namespace, name, run.pvc_name, run.image, True, f"tensorboard {run.name}", node)
+    spec, container = manifest["spec"], manifest["spec"]["containers"][0]
+    container.update(name=TENSORBOARD, imagePullPolicy=run.image_pull_policy,
+                     command=tensorboard_command(layout.logs_dir(run.name), "127.0.0.1", TENSORBOARD_PORT),
+                     resources=json.loads(json.dumps(TENSORBOARD_RESOURCES)),
+                     ports=[{"name": TENSORBOARD, "containerPort": TENSORBOARD_PORT, "protocol": "TCP"}])  # fmt: skip
+    scratch = next(v for v in spec["volumes"] if v["name"] == SCRATCH)
+    scratch["emptyDir"] = {"sizeLimit": "64Mi"}  # TensorBoard's own files in /tmp (.tensorboard-info, a port file)
+    spec["activeDeadlineSeconds"] = TENSORBOARD_DEADLINE
+    manifest["metadata"]["labels"] = tensorboard_labels(run.name)
+    manifest["metadata"]["ownerReferences"] = [{**owner_reference(run), "controller": False,
+                                                "blockOwnerDeletion": False}]  # fmt: skip
+    return manifest
+
+
 def command(program: bytes, op: str, target: str) -> list[str]:
     """The exec command that runs the copy program (its text sent first on stdin) on TARGET in the pod."""
     digest = hashlib.sha256(program).hexdigest()
@@ -210,9 +249,9 @@ def placement(pvc: Mapping[str, Any], users: Sequence[tuple[str, str]]) -> str |
 # ---- the pod starting -------------------------------------------------------------------------------
 
 
-def _container_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+def _container_status(pod: Mapping[str, Any], container: str) -> Mapping[str, Any]:
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return next((s for s in statuses if s.get("name") == CONTAINER), {})
+    return next((s for s in statuses if s.get("name") == container), {})
 
 
 def _unscheduled(pod: Mapping[str, Any]) -> str | None:
@@ -231,10 +270,11 @@ def _cannot_start(waiting: Mapping[str, Any]) -> str:
     return f"{waiting['reason']}: {waiting.get('message') or ''}".rstrip(": ")
 
 
-def pod_start(pod: Mapping[str, Any]) -> tuple[str, str]:
-    """(READY, WAITING or FAILED, what it is doing) for the transfer pod as the API shows it."""
+def pod_start(pod: Mapping[str, Any], container: str = CONTAINER) -> tuple[str, str]:
+    """(READY, WAITING or FAILED, what it is doing) for the transfer pod (or another one-container pod of dtr's,
+    the TensorBoard pod) as the API shows it."""
     phase = (pod.get("status") or {}).get("phase") or "Pending"
-    state = _container_status(pod).get("state") or {}
+    state = _container_status(pod, container).get("state") or {}
     waiting = state.get("waiting") or {}
     if phase in ("Succeeded", "Failed"):
         return FAILED, _ended(phase, state)

@@ -201,7 +201,7 @@ def transfer_pod(kube: Any, namespace: str, pvc: dict[str, Any], image: str, rea
     from .kube import ApiError
 
     claim = pvc["metadata"]["name"]
-    node = tr.placement(pvc, tr.claim_users(_pods(kube, namespace), claim))
+    node = claim_node(kube, namespace, pvc)
     name = tr.pod_name("get" if read_only else "put", claim, secrets.token_hex(3))
     created = True  # until the API server says it did not create it (Ctrl-C may land in the request)
     try:
@@ -215,6 +215,11 @@ def transfer_pod(kube: Any, namespace: str, pvc: dict[str, Any], image: str, rea
     finally:
         if created:
             _remove(kube, namespace, name)
+
+
+def claim_node(kube: Any, namespace: str, pvc: dict[str, Any]) -> str | None:
+    """The node a pod mounting the claim must run on (tr.placement); also the TensorBoard pod's."""
+    return tr.placement(pvc, tr.claim_users(_pods(kube, namespace), pvc["metadata"]["name"]))
 
 
 def _pods(kube: Any, namespace: str) -> list[dict[str, Any]]:

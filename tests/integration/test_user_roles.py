@@ -77,3 +77,18 @@ def test_edit_creates_and_manages_runs_view_only_reads_them_neither_writes_statu
     forged = control_plane.kubectl("patch", "dtr", "by-bob", "-n", namespace, "--subresource=status", "--type=merge",
                                    "-p", status, f"--as={AUTHOR}", check=False)  # fmt: skip
     assert forged.returncode != 0 and "forbidden" in forged.stderr, forged.stderr
+
+
+def test_edit_has_what_dtr_tensorboard_needs_on_pods_and_view_does_not(control_plane: Cluster, teams: str) -> None:
+    """dtr tensorboard (and dtr model get, data put) makes a pod and forwards a port to it (docs/models.md): `edit`
+    grants that, not dtr-run-author, which grants runs only; `view` grants neither."""
+    namespace = teams
+    wait_for(lambda: can(control_plane, AUTHOR, "create", RUNS, namespace), "edit to aggregate dtr-run-author")
+    for verb, resource, sub in (("create", "pods", ""), ("get", "pods", ""), ("delete", "pods", ""),
+                                ("list", "pods", ""), ("create", "pods", "portforward"), ("get", "pods", "portforward"),
+                                ("get", "persistentvolumeclaims", ""), ("list", "events", "")):  # fmt: skip
+        assert can(control_plane, AUTHOR, verb, resource, namespace, sub), f"edit: {verb} {resource} {sub}"
+    for verb in ("create", "get"):
+        assert not can(control_plane, VIEWER, verb, "pods", namespace, "portforward"), f"view: {verb} portforward"
+    rules = control_plane.kubectl_json("get", "clusterrole", "dtr-run-author")["rules"]
+    assert {r for rule in rules for r in rule["resources"]} == {"disttrainingruns"}

@@ -1,0 +1,117 @@
+"""`dtr tensorboard RUN`: TensorBoard on a run's logs until Ctrl-C, through the client (dtr_client.tensorboard).
+
+    dtr tensorboard mnist-cnn                  a pod reading the run's volume, port-forwarded to 127.0.0.1
+    dtr tensorboard digits-cnn --local         a run of `dtr run` (its log dir under .dtr/volumes/)
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from typing import Any
+
+from dtr_contract import layout
+
+from .spec import KIND
+
+EXIT_FAILED = 1
+CHECK_SECONDS = 5.0  # how often a serving TensorBoard is checked (its process, its pod) while we wait for Ctrl-C
+
+
+def _sigterm(*_: Any) -> None:
+    raise KeyboardInterrupt  # stop() on the way out, as on Ctrl-C
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from dtr_client import TrainingClient
+    from dtr_client.cluster import ClusterBackend
+    from dtr_client.local import LocalBackend
+
+    from .kube import Kube, current_namespace
+
+    if args.local:
+        return TrainingClient(LocalBackend(args.dir))
+    return TrainingClient(ClusterBackend(Kube.for_cli(), args.namespace or current_namespace()))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    handle = _client(args).backend.tensorboard(args.run, args.port, args.timeout, not args.no_wait)
+    try:
+        print(f"TensorBoard for {args.run}: {handle.url}", flush=True)
+        while (why := handle.ended()) is None:
+            time.sleep(CHECK_SECONDS)
+        print(f"dtr tensorboard: {why}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        handle.stop()
+
+
+def _tensorboard(args: argparse.Namespace) -> int:
+    from dtr_client import RunNotFound, TensorBoardError
+
+    from .kube import ApiError, NoCredentials
+
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        return _serve(args)
+    except (TensorBoardError, RunNotFound, NoCredentials) as err:
+        print(f"dtr tensorboard: {err}", file=sys.stderr)
+    except ApiError as err:
+        print(f"dtr tensorboard: the API server said {err}", file=sys.stderr)
+    except OSError as err:  # the local port
+        print(f"dtr tensorboard: {err.strerror or err}", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return EXIT_FAILED
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port, 1..65535, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be in (0, 3600], got {text}")
+    return value
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from dtr_client.tensorboard import START_TIMEOUT
+
+    from . import transfer as tr
+
+    p = sub.add_parser(
+        "tensorboard", help="TensorBoard on a run's logs at http://127.0.0.1:PORT/ until Ctrl-C",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=f"""\
+Serve RUN's TensorBoard logs ({layout.logs_dir("<run>")} on its volume, where the chief writes them)
+and print the URL once TensorBoard answers; Ctrl-C stops it.
+
+On a cluster (kubectl's credentials): a pod dtr-tensorboard-<run>-* (label {tr.TENSORBOARD_OF}=RUN) of
+the run's trainer image mounts the run's claim read-only and runs TensorBoard on its own loopback; dtr
+forwards a local port to it through the API server and the kubelet (no kubectl needed), so the run's
+NetworkPolicy is unchanged. The pod passes Pod Security `restricted`, is owned by the run (deleted with
+it), is deleted on Ctrl-C, and ends by itself after {tr.TENSORBOARD_DEADLINE // 3600} h. Permissions in the namespace:
+get the run, its TFJob and its claim; create, get and delete pods; create pods/portforward; list pods
+and events.
+
+With --local: a run of `dtr run` or of the client's local backend; TensorBoard runs from the trainer's
+Python (DTR_TRAINER_PYTHON, else .venv/trainer), on its log dir under DIR/volumes/<claim>/.""",
+    )  # fmt: skip
+    p.add_argument("run", metavar="RUN", help=f"the {KIND}")
+    p.add_argument("--port", type=_port, metavar="N", help="the local port (default: a free one)")
+    p.add_argument("--no-wait", action="store_true",
+                   help="print the URL as soon as TensorBoard is started, without waiting for it to answer")
+    p.add_argument("--timeout", type=_seconds, default=START_TIMEOUT, metavar="S",
+                   help="seconds for TensorBoard (and its pod) to start and answer (default %(default)g)")
+    p.add_argument("-n", "--namespace", help="the run's namespace (default: the kubeconfig context's)")
+    p.add_argument("--local", action="store_true", help="a local run (dtr run), not one on the cluster")
+    p.add_argument("--dir", default=None, metavar="DIR",
+                   help="with --local: dtr run's directory (default: $DTR_RUN_DIR or ./.dtr)")
+    p.set_defaults(func=_tensorboard)
