@@ -31,7 +31,8 @@ from dtr_operator.local import runner
 from dtr_operator.reasons import FAILED, PENDING, SUSPENDED, TERMINAL
 from dtr_operator.spec import KIND
 
-from .results import InvalidRun, Progress, RunNotFound, RunStatus
+from . import models
+from .results import InvalidRun, NoModel, Progress, RunNotFound, RunStatus
 
 CONSOLE = "console.log"
 SUBMITTED = "submitted"
@@ -168,6 +169,12 @@ class LocalBackend:
             self._stop(name, runner.SUSPEND_SIGNAL)
         elif phase == SUSPENDED and self._live(name) is None:
             self._start(name)
+
+    def fetch_model(self, name: str, dest: Path) -> Path:
+        found = self.get(name)
+        if found.local_model_path is None or not Path(found.local_model_path).is_dir():
+            raise NoModel(f"{KIND} {name} has exported no model (yet): it is {found.phase}")
+        return models.copy_model(Path(found.local_model_path), dest)
 
     def epochs(self, name: str, now: RunStatus) -> list[Progress]:
         """Every epoch the chief has finished (its console lines; status.progress keeps the last one)."""
