@@ -139,3 +139,38 @@ def test_a_model_is_copied_whole_into_an_empty_or_new_directory_only(tmp_path: P
     with pytest.raises(FileExistsError, match="is not an empty directory"):
         models.copy_model(source, tmp_path / "empty")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "new", "volume"], "no partial copy left"
+
+
+def test_a_local_runs_model_is_fetched_from_its_volume_and_a_run_without_one_says_so(tmp_path: Path) -> None:
+    from dtr_client import NoModel, TrainingClient
+    from dtr_operator.local import runner
+
+    client = TrainingClient("local", local_dir=tmp_path / ".dtr")
+    model = tmp_path / ".dtr" / "volumes" / "r-data" / "models" / "r" / "1"
+    model.mkdir(parents=True)
+    (model / "saved_model.pb").write_bytes(b"pb")
+    for name, status in (("r", {"phase": "Succeeded", "model": {"claim": "r-data", "path": "/mnt/dtr/models/r/1"}}),
+                         ("early", {"phase": "Running"})):  # fmt: skip
+        (tmp_path / ".dtr" / "runs" / name).mkdir(parents=True)
+        (tmp_path / ".dtr" / "runs" / name / runner.STATUS_FILE).write_text(json.dumps(status))
+    assert client.fetch_model("r", tmp_path / "got") == tmp_path / "got"
+    assert (tmp_path / "got" / "saved_model.pb").read_bytes() == b"pb"
+    with pytest.raises(NoModel, match="early has exported no model \\(yet\\): it is Running"):
+        client.fetch_model("early", tmp_path / "none")
+
+
+def test_the_copy_sets_no_signal_handler_outside_the_main_thread() -> None:
+    """fetch_model runs `dtr model get`'s copy in a thread (asyncio.run cannot run in a notebook's loop); Python
+    refuses signal.signal there."""
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dtr_operator import transfer_cli
+
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(transfer_cli._set_sigint, signal.SIG_IGN).result() is None
+    previous = transfer_cli._set_sigint(signal.SIG_IGN)
+    try:
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
