@@ -5,7 +5,7 @@
     for p in client.progress(name):                 # one item per finished epoch
         print(p.epoch, p.metrics)
     final = client.wait(name)                       # RunStatus, or RunFailed with the run's reason and message
-    model = client.fetch_model(name, "model")      # the exported SavedModel, on this machine
+    model = client.fetch_model(name, "model")       # the exported SavedModel, on this machine
     client.evaluate(model)                          # its accuracy on the run's held-out split
 """
 
@@ -109,7 +109,7 @@ class TrainingClient:
     def fetch_model(self, name: str, dest: str | Path) -> Path:
         """The run's exported model (a SavedModel and its lineage.json) copied into DEST, a directory that must
         not exist or be empty; DEST. On a cluster as `dtr model get` copies it (docs/models.md), locally out of
-        the run's volume. NoModel when the run has exported none."""
+        the run's volume (NoModel when the run has exported none; on a cluster, dtr model get's TransferError)."""
         return self.backend.fetch_model(name, Path(dest))
 
     def evaluate(self, model_dir: str | Path, *, dataset: str | None = None, seed: int | None = None,
