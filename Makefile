@@ -113,6 +113,15 @@ test: setup-op ## everything CI runs (.ci/run): every tier below, each cost paid
 run: setup ## train examples/digits.yaml locally, no cluster
 	$(OP)/dtr run examples/digits.yaml
 
+# examples/quickstart.ipynb headless, every cell in a kernel of the op environment (docs/client.md#the-notebook).
+.PHONY: notebook pictures
+BACKEND ?= auto
+notebook: setup ## execute examples/quickstart.ipynb headless (BACKEND=auto|local|cluster); fails on the first failing cell
+	$(OP)/python docs/pictures.py --notebook-only --backend $(BACKEND)
+
+pictures: setup ## draw the docs' pictures (docs/img/) from a real local run of examples/quickstart.ipynb
+	$(OP)/python docs/pictures.py
+
 # The local stack in the background (docs/cluster.md): control plane, real node, training-operator and
 # the operator as pods (deploy/install.sh). Needs root.
 .PHONY: dev-cluster dev-cluster-down

@@ -6,6 +6,8 @@
         print(p.epoch, p.metrics)
     board = client.tensorboard(name)                # board.url until board.stop()
     final = client.wait(name)                       # RunStatus, or RunFailed with the run's reason and message
+    model = client.fetch_model(name, "model")       # the exported SavedModel, on this machine
+    client.evaluate(model)                          # its accuracy on the run's held-out split
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Protocol
 
 from dtr_operator import submit
 
+from . import models
 from .results import Progress, RunStatus, new_epochs, outcome, run_document
 from .tensorboard import START_TIMEOUT, TensorBoardHandle
 
@@ -35,6 +38,7 @@ class Backend(Protocol):
     def logs(self, name: str, follow: bool, worker: int | None, tail: int | None,
              previous: bool) -> Iterator[str]: ...  # fmt: skip
     def tensorboard(self, name: str, port: int | None, timeout: float, wait: bool) -> TensorBoardHandle: ...
+    def fetch_model(self, name: str, dest: Path) -> Path: ...
 
 
 def _backend(backend: str, namespace: str | None, local_dir: str | Path | None) -> Backend:
@@ -110,6 +114,22 @@ class TrainingClient:
         answers; handle.stop() ends it. On a cluster a short-lived pod serves the run's volume read-only through
         a port-forward (docs/models.md#tensorboard-dtr-tensorboard). TensorBoardError when it cannot serve them."""
         return self.backend.tensorboard(name, port, timeout, True)
+
+    def fetch_model(self, name: str, dest: str | Path) -> Path:
+        """The run's exported model (a SavedModel and its lineage.json) copied into DEST, a directory that must
+        not exist or be empty; DEST. On a cluster as `dtr model get` copies it (docs/models.md), locally out of
+        the run's volume (NoModel when the run has exported none; on a cluster, dtr model get's TransferError)."""
+        return self.backend.fetch_model(name, Path(dest))
+
+    def evaluate(self, model_dir: str | Path, *, dataset: str | None = None, seed: int | None = None,
+                 data_dir: str | Path | None = None, python: str | None = None) -> dict[str, Any]:  # fmt: skip
+        """A model directory on this machine scored on its run's held-out split (dataset and seed from its
+        lineage.json unless given): {"accuracy", "examples", "dataset", "seed"}. In the trainer's Python
+        (TensorFlow; `python`, default DTR_TRAINER_PYTHON or the repository's .venv/trainer), as `dtr run`
+        runs the workers; EvaluationFailed with the scorer's error."""
+        from dtr_operator.local import runner
+
+        return models.evaluate(python or runner.default_python(), model_dir, dataset, seed, data_dir)
 
     def delete(self, name: str) -> None:
         self.backend.delete(name)

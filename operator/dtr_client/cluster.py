@@ -7,9 +7,12 @@ account. Logs are `dtr logs`'s (dtr_operator.logs); a model file goes as `dtr su
 from __future__ import annotations
 
 import io
+import os
 import queue
 import threading
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from dtr_operator import logs as worker_logs
@@ -62,6 +65,21 @@ class ClusterBackend:
     def set_suspend(self, name: str, suspend: bool) -> None:
         self._run(name)
         self.kube.patch_run_spec(self.namespace, name, {"suspend": suspend})
+
+    def fetch_model(self, name: str, dest: Path) -> Path:
+        """`dtr model get NAME DEST`: through a short-lived restricted pod that mounts the run's claim
+        (docs/models.md), the version the run exported (else the latest on its volume); TransferError naming what
+        went wrong."""
+        from dtr_operator import transfer_cli
+        from dtr_operator.settings import default_trainer_image
+        from dtr_operator.transfer import START_TIMEOUT
+
+        reporter = transfer_cli.Reporter(f"get {name}", quiet=True)
+        # In a thread of its own: the copy runs asyncio.run(), and a notebook's kernel already runs an event loop.
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(transfer_cli.get, self.kube, self.namespace, name, dest, None,
+                        default_trainer_image(os.environ), START_TIMEOUT, reporter).result()  # fmt: skip
+        return dest
 
     def epochs(self, name: str, now: RunStatus) -> list[Progress]:
         """The last finished epoch the status shows (status.progress keeps one)."""

@@ -31,8 +31,9 @@ from dtr_operator.local import runner
 from dtr_operator.reasons import FAILED, PENDING, SUSPENDED, TERMINAL
 from dtr_operator.spec import KIND, SpecError, parse_run
 
+from . import models
 from . import tensorboard as board
-from .results import InvalidRun, Progress, RunNotFound, RunStatus
+from .results import InvalidRun, NoModel, Progress, RunNotFound, RunStatus
 
 CONSOLE = "console.log"
 SUBMITTED = "submitted"
@@ -188,6 +189,12 @@ class LocalBackend:
                                          "(yet: the chief writes them from its first epoch)")  # fmt: skip
         newest = max(found, key=lambda d: d.stat().st_mtime)
         return board.start_local(name, self.python, newest, port, timeout, wait)
+
+    def fetch_model(self, name: str, dest: Path) -> Path:
+        found = self.get(name)
+        if found.local_model_path is None or not Path(found.local_model_path).is_dir():
+            raise NoModel(f"{KIND} {name} has exported no model (yet): it is {found.phase}")
+        return models.copy_model(Path(found.local_model_path), dest)
 
     def epochs(self, name: str, now: RunStatus) -> list[Progress]:
         """Every epoch the chief has finished (its console lines; status.progress keeps the last one)."""

@@ -29,6 +29,10 @@ class RunNotFound(LookupError):
     """No run of that name (in the client's namespace, or the local backend's directory)."""
 
 
+class NoModel(LookupError):
+    """The run has exported no model (yet): fetch_model() has nothing to copy."""
+
+
 class RunFailed(Exception):
     """The run ended Failed: its reason and message, as its status says them (status: the whole RunStatus)."""
 

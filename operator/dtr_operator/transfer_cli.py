@@ -22,6 +22,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -177,11 +178,11 @@ def _remove(kube: Any, namespace: str, name: str) -> None:
     """Delete the pod (Ctrl-C cannot interrupt the request) and wait a little for it to be gone."""
     from .kube import ApiError
 
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = _set_sigint(signal.SIG_IGN)
     try:
         kube.delete_pod(namespace, name)
         deadline = time.monotonic() + DELETE_WAIT
-        signal.signal(signal.SIGINT, previous)
+        _set_sigint(previous)
         while kube.get_pod(namespace, name) is not None:
             if time.monotonic() >= deadline:
                 print(f"dtr: the transfer pod {name} is still terminating", file=sys.stderr)
@@ -191,7 +192,15 @@ def _remove(kube: Any, namespace: str, name: str) -> None:
         print(f"dtr: could not delete the transfer pod {name} ({err}); it ends by itself after "
               f"{tr.IDLE_SECONDS} s without a copy", file=sys.stderr)  # fmt: skip
     finally:
-        signal.signal(signal.SIGINT, previous)
+        _set_sigint(previous)
+
+
+def _set_sigint(handler: Any) -> Any:
+    """signal.signal(SIGINT, handler), the previous handler; nothing in another thread than the main one, which
+    has none to set (dtr_client's fetch_model copies in a thread: a notebook's kernel runs an event loop)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, handler)
 
 
 @contextlib.contextmanager
