@@ -187,7 +187,7 @@ def tensorboard_labels(run_name: str) -> dict[str, str]:
 
 def tensorboard_command(log_dir: str, host: str, port: int) -> list[str]:
     """TensorBoard on a run's log dir, run by the image's `python` (locally: the trainer's Python in its place)."""
-    return ["python", "-m", "tensorboard.main", "--logdir", log_dir, "--host", host, "--port", str(port)]
+    return ["python", "-m", "dtr_trainer.board", "--logdir", log_dir, "--host", host, "--port", str(port)]
 
 
 def tensorboard_pod(run: RunSpec, name: str, node: str | None = None) -> dict[str, Any]:

@@ -197,6 +197,24 @@ def test_trainer_two_workers_over_the_network(tmp_path: Path) -> None:
     assert chief["modelPath"] == "/mnt/dtr/models/digits/1", chief
 
 
+def test_trainer_serves_tensorboard_without_setuptools() -> None:
+    """`dtr tensorboard`'s pod command (dtr_trainer.board) answers in the image, which has no pkg_resources."""
+    code = (
+        "import json, subprocess, sys, time, urllib.request\n"
+        "board = subprocess.Popen([sys.executable, '-m', 'dtr_trainer.board', '--logdir', '/tmp',\n"
+        "                          '--host', '127.0.0.1', '--port', '6006'], stderr=subprocess.PIPE, text=True)\n"
+        "for _ in range(120):\n"
+        "    if board.poll() is not None: sys.exit('ended: ' + board.stderr.read()[-2000:])\n"
+        "    try:\n"
+        "        print(json.load(urllib.request.urlopen('http://127.0.0.1:6006/data/runs', timeout=2))); break\n"
+        "    except OSError: time.sleep(0.5)\n"
+        "board.kill()\n"
+    )
+    proc = run(TRAINER, "-c", code, entrypoint="python")
+    assert proc.returncode == 0, output(proc)
+    assert proc.stdout.strip().splitlines()[-1:] == ["[]"], output(proc)
+
+
 def test_operator_help_read_only() -> None:
     proc = run(OPERATOR, "--help")
     assert proc.returncode == 0, output(proc)

@@ -37,7 +37,7 @@ def test_the_tensorboard_pod_serves_the_runs_log_dir_from_its_image_on_loopback(
     pod = tr.tensorboard_pod(run, "dtr-tensorboard-mnist-cnn-abc")
     [container] = pod["spec"]["containers"]
     assert container["image"] == "registry.example/trainer:2" == run.image
-    assert container["command"] == ["python", "-m", "tensorboard.main", "--logdir", "/mnt/dtr/logs/mnist-cnn",
+    assert container["command"] == ["python", "-m", "dtr_trainer.board", "--logdir", "/mnt/dtr/logs/mnist-cnn",
                                     "--host", "127.0.0.1", "--port", "6006"]  # fmt: skip
     assert container["ports"] == [{"name": "tensorboard", "containerPort": 6006, "protocol": "TCP"}]
     assert pod["metadata"]["name"] == "dtr-tensorboard-mnist-cnn-abc" and pod["metadata"]["namespace"] == "ml"
