@@ -7,6 +7,7 @@ account. Logs are `dtr logs`'s (dtr_operator.logs); a model file goes as `dtr su
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import io
 import os
 import queue
@@ -119,7 +120,10 @@ class ClusterBackend:
         path = layout.history_file(layout.logs_dir(name))
         with transfer_cli.transfer_pod(self.kube, self.namespace, pvc, default_trainer_image(os.environ), True,
                                        f"get {layout.in_volume(path)}", tr.START_TIMEOUT) as pod:  # fmt: skip
-            return asyncio.run(self._read_tail(pod, path)).decode("utf-8", "replace")
+            # In a thread of its own: a notebook's kernel has an event loop running in this one.
+            with concurrent.futures.ThreadPoolExecutor(1) as thread:
+                tail = thread.submit(asyncio.run, self._read_tail(pod, path)).result()
+            return tail.decode("utf-8", "replace")
 
     async def _read_tail(self, pod: str, path: str) -> bytes:
         from dtr_operator import transfer as tr
@@ -132,8 +136,8 @@ class ClusterBackend:
                 channel, data = got
                 if channel == STDOUT and len(out) <= MAX_FILE:
                     out += data
-                elif channel == STDERR:
-                    err += data[:4096]
+                elif channel == STDERR and len(err) < 4096:
+                    err += data
                 elif channel == EXEC_STATUS:
                     status = data
         code, message = tr.exit_status(status) if status is not None else (-1, "the session ended without a status")

@@ -139,6 +139,11 @@ def test_cluster_history_is_read_from_the_volume_by_a_read_only_pod_that_is_dele
     assert pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c", "readOnly": True}
     assert fake.deleted == [pod["metadata"]["name"]]
 
+    async def in_a_notebook() -> list[Progress]:  # a kernel's event loop runs in the caller's thread
+        return TrainingClient(ClusterBackend(fake, NS)).history("r")  # type: ignore[arg-type]
+
+    assert [p.epoch for p in asyncio.run(in_a_notebook())] == [1, 2]
+
 
 def test_cluster_history_falls_back_to_the_chiefs_log_without_a_file_or_a_volume(tmp_path: Path) -> None:
     chief = trainer_line("worker-0", epoch_end_line(2, 3, {"loss": 0.5}, 10.0, 4))
