@@ -10,5 +10,6 @@ one part of that agreement, pure and standard-library only:
 - `layout`     the run's volume: its mount path and where models, claims, backups, logs and data live
 - `progress`   the epoch-end log line: its writer and its parser
 - `summary`    the chief's one-line JSON summary: its writer and its parser
+- `history`    the chief's per-epoch history file: its line writer and its reader
 - `exits`      the exit-code classes the restart policy and the status act on
 """

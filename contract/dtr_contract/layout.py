@@ -6,7 +6,8 @@
       models/<modelName>/<version>/   --export-dir is models/<modelName>; each version a SavedModel
       models/.dtr-export/<modelName>/claim-<version>   who owns each version number
       backup/<run>/<uid>/             --backup-dir (BackupAndRestore)
-      logs/<run>/                     --log-dir and --tensorboard-dir; worker-<i>.log per worker
+      logs/<run>/                     --log-dir and --tensorboard-dir; worker-<i>.log per worker,
+                                      history.jsonl: the chief's line per finished epoch (history.py)
 
 The operator passes these paths as the trainer's flags; the trainer extends the directories it is
 given, so a local directory can stand in for the volume (`dtr run`, the tests). docs/models.md tells
@@ -27,6 +28,7 @@ _KERAS_CACHE = "keras"
 _URL_CACHE = ("cache", "sha256")  # content-addressed: a file's path names its digest
 _BOOKKEEPING = ".dtr-export"  # beside the model dirs, on the same volume: renames stay atomic
 _CLAIM_PREFIX = "claim-"
+_HISTORY = "history.jsonl"
 
 
 def code_file(key: str) -> str:
@@ -87,6 +89,11 @@ def logs_dir(run_name: str, mount: str = MOUNT_PATH) -> str:
 def worker_log_file(log_dir: str, task: str) -> str:
     """Each worker's own log, task as TF_CONFIG names it: <log-dir>/worker-0.log, ..."""
     return posixpath.join(log_dir, f"{task}.log")
+
+
+def history_file(log_dir: str) -> str:
+    """The chief's per-epoch history (dtr_contract.history): <log-dir>/history.jsonl."""
+    return posixpath.join(log_dir, _HISTORY)
 
 
 def in_volume(path: str, mount: str = MOUNT_PATH) -> str | None:

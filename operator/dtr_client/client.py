@@ -6,6 +6,7 @@
         print(p.epoch, p.metrics)
     board = client.tensorboard(name)                # board.url until board.stop()
     final = client.wait(name)                       # RunStatus, or RunFailed with the run's reason and message
+    client.plot(name, path="curves.png")            # every epoch's loss and metrics (history())
     model = client.fetch_model(name, "model")       # the exported SavedModel, on this machine
     client.evaluate(model)                          # its accuracy on the run's held-out split
 """
@@ -13,7 +14,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,6 +40,8 @@ class Backend(Protocol):
              previous: bool) -> Iterator[str]: ...  # fmt: skip
     def tensorboard(self, name: str, port: int | None, timeout: float, wait: bool) -> TensorBoardHandle: ...
     def fetch_model(self, name: str, dest: Path) -> Path: ...
+    def history(self, name: str) -> list[Progress]: ...
+    def spec(self, name: str) -> dict[str, Any]: ...
 
 
 def _backend(backend: str, namespace: str | None, local_dir: str | Path | None) -> Backend:
@@ -130,6 +133,25 @@ class TrainingClient:
         from dtr_operator.local import runner
 
         return models.evaluate(python or runner.default_python(), model_dir, dataset, seed, data_dir)
+
+    def history(self, name: str) -> list[Progress]:
+        """Every finished epoch of the run, in order, each once (with its seconds and the time it ended), from
+        the history file the chief writes on the run's volume; during the run and after it."""
+        return self.backend.history(name)
+
+    def spec(self, name: str) -> dict[str, Any]:
+        """The run's spec as it was given (the API's defaults filled in on a cluster)."""
+        return self.backend.spec(name)
+
+    def plot(self, *names: str, path: str | Path | None = None, metrics: Iterable[str] | None = None) -> Any:
+        """A matplotlib Figure of the runs' curves (dtr_client.plots): loss and each metric per epoch, the runs'
+        names in the legend; a notebook shows it inline. With path, also saved there as a PNG."""
+        from .plots import plot_histories
+
+        figure = plot_histories({name: self.history(name) for name in names}, metrics)
+        if path is not None:
+            figure.savefig(path, format="png", dpi=100)
+        return figure
 
     def delete(self, name: str) -> None:
         self.backend.delete(name)

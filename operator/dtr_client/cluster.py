@@ -6,14 +6,20 @@ account. Logs are `dtr logs`'s (dtr_operator.logs); a model file goes as `dtr su
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import io
 import os
 import queue
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from dtr_contract import layout
+from dtr_contract.history import MAX_FILE
 
 from dtr_operator import logs as worker_logs
 from dtr_operator import submit
@@ -21,9 +27,22 @@ from dtr_operator.kube import Kube, current_namespace
 from dtr_operator.spec import API_VERSION, KIND
 
 from . import tensorboard as board
+from .curves import history_of
 from .results import InvalidRun, Progress, RunNotFound, RunStatus
 
 LOG_POLL_SECONDS = 0.5  # how often a follower waiting for a line wakes up (for Ctrl-C)
+NO_FILE = 4  # READ_TAIL's exit status when the file is not there
+# What history() runs in the transfer pod (the trainer image's Python): the last LIMIT bytes of PATH on stdout.
+READ_TAIL = f"""import os, sys
+path, limit = sys.argv[1], int(sys.argv[2])
+try:
+    f = open(path, "rb")
+except FileNotFoundError:
+    sys.exit({NO_FILE})
+with f:
+    f.seek(max(0, os.fstat(f.fileno()).st_size - limit))
+    sys.stdout.buffer.write(f.read(limit))
+"""
 
 
 class ClusterBackend:
@@ -84,6 +103,65 @@ class ClusterBackend:
     def epochs(self, name: str, now: RunStatus) -> list[Progress]:
         """The last finished epoch the status shows (status.progress keeps one)."""
         return [] if now.progress is None else [now.progress]
+
+    def spec(self, name: str) -> dict[str, Any]:
+        return dict(self._run(name).get("spec") or {})
+
+    def history(self, name: str) -> list[Progress]:
+        """Every finished epoch: the history file, read from the run's volume through a transfer pod (as `dtr model
+        get` reads it); else, when the volume cannot be read or has no history, the chief's epoch-end lines in its
+        pod log (while the pod is there)."""
+        self._run(name)  # RunNotFound
+        try:
+            found = history_of(self._history_file(name))
+        except Exception as err:  # any reason the volume is out of reach: the log may still have the epochs
+            print(f"dtr: {name}'s history file could not be read from its volume ({err}); reading the chief's "
+                  "log instead", file=sys.stderr)  # fmt: skip
+            found = []
+        if found:
+            return found
+        from dtr_operator.local.runner import now_rfc3339
+
+        from .local import chief_epochs
+
+        try:
+            return chief_epochs(list(self.logs(name, False, 0, None, False)), now_rfc3339())
+        except worker_logs.LogsError:  # no pod any more: no epochs to be found
+            return []
+
+    def _history_file(self, name: str) -> str:
+        from dtr_operator import transfer as tr
+        from dtr_operator import transfer_cli
+        from dtr_operator.settings import default_trainer_image
+
+        pvc = transfer_cli.claim_of(self.kube, self.namespace, name)
+        path = layout.history_file(layout.logs_dir(name))
+        with transfer_cli.transfer_pod(self.kube, self.namespace, pvc, default_trainer_image(os.environ), True,
+                                       f"get {layout.in_volume(path)}", tr.START_TIMEOUT) as pod:  # fmt: skip
+            # In a thread of its own: a notebook's kernel has an event loop running in this one.
+            with concurrent.futures.ThreadPoolExecutor(1) as thread:
+                tail = thread.submit(asyncio.run, self._read_tail(pod, path)).result()
+            return tail.decode("utf-8", "replace")
+
+    async def _read_tail(self, pod: str, path: str) -> bytes:
+        from dtr_operator import transfer as tr
+        from dtr_operator.kube import EXEC_STATUS, STDERR, STDOUT
+
+        argv = ["python", "-c", READ_TAIL, path, str(MAX_FILE)]
+        out, err, status = bytearray(), bytearray(), None
+        async with self.kube.exec_stream(self.namespace, pod, tr.CONTAINER, argv) as stream:
+            while (got := await stream.read()) is not None:
+                channel, data = got
+                if channel == STDOUT and len(out) <= MAX_FILE:
+                    out += data
+                elif channel == STDERR and len(err) < 4096:
+                    err += data
+                elif channel == EXEC_STATUS:
+                    status = data
+        code, message = tr.exit_status(status) if status is not None else (-1, "the session ended without a status")
+        if code not in (0, NO_FILE):
+            raise tr.TransferError(tr.program_error(code, message, err.decode("utf-8", "replace")))
+        return bytes(out[:MAX_FILE]) if code == 0 else b""
 
     def logs(self, name: str, follow: bool, worker: int | None, tail: int | None, previous: bool) -> Iterator[str]:
         if not follow:

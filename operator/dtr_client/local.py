@@ -23,16 +23,18 @@ from typing import IO, Any
 
 import yaml
 from dtr_contract import flags, layout
+from dtr_contract.history import MAX_FILE
 from dtr_contract.progress import parse_epoch_end_line
 
 from dtr_operator import status as run_status
 from dtr_operator import submit
 from dtr_operator.local import runner
 from dtr_operator.reasons import FAILED, PENDING, SUSPENDED, TERMINAL
-from dtr_operator.spec import KIND, SpecError, parse_run
+from dtr_operator.spec import KIND, SpecError, created_pvc_name, parse_run
 
 from . import models
 from . import tensorboard as board
+from .curves import history_of
 from .results import InvalidRun, NoModel, Progress, RunNotFound, RunStatus
 
 CONSOLE = "console.log"
@@ -69,6 +71,16 @@ def worker_lines(lines: list[str], worker: int | None, tail: int | None) -> list
     prefix = "[worker-" if worker is None else f"[worker-{worker}] "
     chosen = [line for line in lines if line.startswith(prefix)]
     return chosen[len(chosen) - tail:] if tail is not None and tail < len(chosen) else chosen
+
+
+def file_tail(path: Path, limit: int = MAX_FILE) -> str:
+    """The last `limit` bytes of a file as text ('' when there is none): its newest lines."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - limit))
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def model_on_disk(volumes: Path, model: Mapping[str, Any]) -> str | None:
@@ -199,6 +211,32 @@ class LocalBackend:
     def epochs(self, name: str, now: RunStatus) -> list[Progress]:
         """Every epoch the chief has finished (its console lines; status.progress keeps the last one)."""
         return chief_epochs(self._lines(name), runner.now_rfc3339())
+
+    def _submitted(self, name: str) -> dict[str, Any]:
+        """The run document create() was given ({} for a run `dtr run` started by itself)."""
+        try:
+            doc = yaml.safe_load((self._dir(name) / SUBMITTED / RUN_FILE).read_text())
+        except (OSError, yaml.YAMLError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def _claim(self, name: str) -> str:
+        """The run's claim: its document's, else its status's, else the one the operator would create."""
+        try:
+            return parse_run(self._submitted(name)).pvc_name
+        except (SpecError, KeyError, TypeError, AttributeError):
+            return str((self._status(name).get("model") or {}).get("claim") or created_pvc_name(name))
+
+    def spec(self, name: str) -> dict[str, Any]:
+        self._status(name)  # RunNotFound
+        return dict(self._submitted(name).get("spec") or {})
+
+    def history(self, name: str) -> list[Progress]:
+        """Every finished epoch: the history file on the run's volume, else the chief's epoch-end lines."""
+        self._status(name)  # RunNotFound
+        inside = layout.in_volume(layout.history_file(layout.logs_dir(name))) or ""
+        found = history_of(file_tail(self.base_dir / "volumes" / self._claim(name) / inside))
+        return found or chief_epochs(self._lines(name), runner.now_rfc3339())
 
     def logs(self, name: str, follow: bool, worker: int | None, tail: int | None, previous: bool) -> Iterator[str]:
         if previous:

@@ -45,13 +45,16 @@ class RunFailed(Exception):
 
 @dataclass(frozen=True)
 class Progress:
-    """One finished epoch, as status.progress says it (docs/api.md#progress)."""
+    """One finished epoch, as status.progress says it (docs/api.md#progress), or the run's history file
+    (history(): then with the epoch's seconds and the UTC time it ended, and without the time left)."""
 
     epoch: int
     epochs: int
     metrics: dict[str, float] = field(default_factory=dict)
     examples_per_second: float | None = None
     remaining_seconds: int | None = None
+    seconds: float | None = None
+    time: str | None = None
 
     @classmethod
     def from_status(cls, progress: Mapping[str, Any]) -> Progress:

@@ -7,6 +7,7 @@
     dtr data put        copy files into a run's volume; dtr model get: a model version out (transfer_cli.py)
     dtr submit FILE.py  your own model file to the cluster: a ConfigMap with the code, then the run (submit.py)
     dtr tensorboard RUN TensorBoard on a run's logs, a pod and a port-forward or a local process (tensorboard_cli.py)
+    dtr plot RUN...     the runs' curves as a PNG; dtr compare RUN...: figures and spec differences (curves_cli.py)
 
 To add a subcommand, write `add_parser(subparsers)` that adds a parser and sets `func` (a function
 of the parsed args returning the exit code), and list its module in EXTENSIONS (or SUBCOMMANDS for
@@ -35,7 +36,7 @@ AddParser = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 
 # Modules with an `add_parser(subparsers)`; skipped when the module does not exist (yet).
 EXTENSIONS = ("dtr_operator.logs", "dtr_operator.namespaces", "dtr_operator.local.cli", "dtr_operator.transfer_cli",
-              "dtr_operator.submit", "dtr_operator.tensorboard_cli")
+              "dtr_operator.submit", "dtr_operator.tensorboard_cli", "dtr_operator.curves_cli")
 
 
 EXIT_BAD_INPUT = 2  # argparse's own code for a bad command line; a bad file or flag value is the same kind

@@ -1,12 +1,17 @@
 """dtr_client's local backend end to end: a run from a dict, two workers on the bundled digits data, no cluster.
 
 One run for every call (TensorFlow's start costs ~10 s of the tier's budget each time): create, progress,
-suspend, resume, wait, logs, list, delete."""
+suspend, resume, wait, logs, history, list, delete; then a second, smaller run for `dtr plot` and `dtr compare`
+of the two."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from dtr_client import TrainingClient
 
@@ -48,6 +53,47 @@ def test_a_dict_trains_locally_one_progress_item_per_epoch_through_a_suspension(
     chief = list(client.logs(name, worker=0))
     assert any("resumed from backup at epoch" in line for line in chief), "\n".join(chief[-40:])
     assert any(line.startswith("[worker-1] ") for line in client.logs(name))
-    assert [r.name for r in client.list()] == [name]
+
+    # Every epoch in the history file, each once, though the resumed chief appended again.
+    history = client.history(name)
+    assert [(p.epoch, p.epochs) for p in history] == [(e, 5) for e in range(1, 6)], history
+    assert history[-1].metrics["loss"] == pytest.approx(seen[-1].metrics["loss"], abs=6e-5)
+    assert all(p.seconds and p.seconds > 0 and p.time for p in history), history
+
+    other = digits_run("client-other", workers=1, epochs=2, steps=10)
+    client.wait(client.create({"metadata": other["metadata"], "spec": other["spec"]}), timeout=600)
+    assert sorted(r.name for r in client.list()) == ["client-local", "client-other"]
+    check_dtr_plot_and_compare(tmp_path, [name, "client-other"])
     client.delete(name)
+    client.delete("client-other")
     assert client.list() == []
+
+
+def dtr(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """The dtr command, on the local runs of this test."""
+    return subprocess.run([sys.executable, "-m", "dtr_operator.cli", *argv, "--backend", "local", "--dir",
+                           str(tmp_path / ".dtr")], cwd=tmp_path, env={**os.environ, "MPLBACKEND": "Agg"},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def check_dtr_plot_and_compare(tmp_path: Path, runs: list[str]) -> None:
+    """The PNG decodes and is a picture (its size, its colours), and compare names the fields that differ."""
+    from matplotlib import image
+
+    done = dtr(tmp_path, "plot", *runs)
+    assert done.returncode == 0 and done.stdout == "curves.png\n", done.stderr
+    png = tmp_path / "curves.png"
+    pixels = image.imread(png)
+    colours = np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)
+    assert png.stat().st_size > 20_000 and pixels.shape[0] > 300 and pixels.shape[1] > 600, pixels.shape
+    assert len(colours) > 100, len(colours)  # lines of two colours, text, antialiasing: not a blank canvas
+
+    done = dtr(tmp_path, "compare", *runs)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines() if line.strip()}
+    assert rows["phase"] == ["Succeeded", "Succeeded"] and rows["epochs"] == ["5/5", "2/2"], done.stdout
+    assert rows["spec.training.epochs"] == ["5", "2"] and rows["spec.workers"] == ["2", "1"], done.stdout
+    assert "spec.training.dataset" not in rows  # the same in both
+
+    done = dtr(tmp_path, "plot", "no-such-run")
+    assert (done.returncode, done.stderr.count("\n")) == (2, 1) and "no-such-run" in done.stderr, done.stderr

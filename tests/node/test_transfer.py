@@ -1,7 +1,8 @@
 """dtr data put and dtr model get on a real node, in a namespace that enforces Pod Security `restricted`:
 the transfer pod is admitted, runs as uid 1000, copies over the API server's exec WebSocket, and is gone
 afterwards; a tree put into a fresh claim comes back byte for byte, and so does a model a real run exported
-beside it; a bad DEST, a missing claim, a missing version and an image that cannot start say so in one line."""
+beside it, and that run's history for dtr plot; a bad DEST, a missing claim, a missing version and an image that
+cannot start say so in one line."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from dtr_contract import layout
+from dtr_contract.history import read_history
 from dtr_operator.policy import CLAIM_LABEL, CLAIM_LABEL_VALUE
 
 from support.node import RESTRICTED, RealNode, dtr
@@ -87,6 +89,15 @@ def test_a_tree_put_into_a_fresh_claim_and_a_trained_version_beside_it_come_back
     again = dtr(real_node, namespace, "model", "get", RUN, str(first), "--version", "1")
     assert again.returncode == 0, again.stderr
     assert contents(first) == files and digests(contents(first)) == digests(files)
+
+    # The run's curve: dtr plot reads the history file the chief wrote through a read-only transfer pod (no
+    # fallback to the pod log: nothing on stderr).
+    history = (real_node.volume(namespace, CLAIM) / "logs" / RUN / "history.jsonl").read_text()
+    assert [e.epoch for e in read_history(history)] == [1], history
+    png = tmp_path / "curve.png"
+    plotted = dtr(real_node, namespace, "plot", RUN, "-o", str(png))
+    assert (plotted.returncode, plotted.stdout, plotted.stderr) == (0, f"{png}\n", ""), plotted
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # One line each, and no pod for input dtr can refuse by itself.
     one_line(dtr(real_node, namespace, "data", "put", CLAIM, str(local), "../outside"), 2,

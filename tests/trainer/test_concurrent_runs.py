@@ -110,5 +110,7 @@ def test_an_unwritable_log_dir_is_one_warning_not_a_failure(two_runs):
     (worker,) = jobs["run-b"]
     warnings = [ln for ln in worker.log().splitlines() if "warning: cannot write the worker log" in ln]
     assert len(warnings) == 1 and warnings[0].startswith("dtr_trainer[worker-0]: warning: "), worker.log()[-2000:]
+    history_warnings = [ln for ln in worker.log().splitlines() if "warning: cannot write the history file" in ln]
+    assert len(history_warnings) == 1, worker.log()[-2000:]
     assert codes["run-b"] == [0]
     assert "===== container start: worker-0 of ml/run-a (uid uid-run-a)" in worker_log_file(volume, 0, "run-a")

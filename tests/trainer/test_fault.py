@@ -7,6 +7,8 @@ import json
 import re
 import signal
 
+from dtr_contract.history import read_history
+
 from devcluster.controlplane import free_ports
 from support.trainer import (
     Volume,
@@ -58,6 +60,13 @@ def test_killed_worker_resumes_from_backup(tmp_path):
     assert f"epoch {EPOCHS}/{EPOCHS} end" in chief_log
     summary = json.loads(second[0].stdout_lines()[-1])
     assert summary["epochs"] == EPOCHS and summary["modelVersion"] == 1
+
+    # The history file: appended by both attempts' chiefs; read, every epoch once, the resumed attempt's last.
+    text = (volume.root / "logs" / "run1" / "history.jsonl").read_text()
+    written = [json.loads(line)["epoch"] for line in text.splitlines() if line.startswith("{")]
+    assert written[:2] == [1, 2] and written[-1] == EPOCHS and len(written) >= EPOCHS, written
+    history = read_history(text)
+    assert [e.epoch for e in history] == list(range(1, EPOCHS + 1)), written
     assert summary["accuracy"] >= 0.90
     assert all_entries(volume.root / "models" / "digits-cnn") == ["1"]  # the restart kept its claim
     assert all_entries(volume.root / "models" / ".dtr-export" / "digits-cnn") == ["claim-1"]

@@ -7,6 +7,8 @@ import re
 
 import numpy as np
 import pytest
+from dtr_contract.history import read_history
+from dtr_contract.progress import parse_epoch_end_line
 
 from devcluster.controlplane import free_ports
 from support.trainer import (
@@ -121,3 +123,17 @@ def test_each_worker_appends_its_lines_to_the_volume(finished_run):
         assert [ln.split(" ", 1)[1] for ln in lines if " dtr_trainer[" in ln] == own
         assert f"epoch {EPOCHS}/{EPOCHS} end" in on_volume
     assert "model exported to" in worker_log_file(volume, 0)
+
+
+def test_the_chief_alone_writes_every_epoch_to_the_history_file(finished_run):
+    volume, workers, _ = finished_run
+    text = (volume.root / "logs" / "run1" / "history.jsonl").read_text()
+    lines = text.splitlines()
+    assert len(lines) == EPOCHS, text  # both workers share --log-dir: the other worker wrote none
+    history = read_history(text)
+    assert [e.epoch for e in history] == list(range(1, EPOCHS + 1)) and {e.epochs for e in history} == {EPOCHS}
+    ends = [e for e in map(parse_epoch_end_line, workers[0].log().splitlines()) if e is not None]
+    for entry, end in zip(history, ends):  # the same figures as the chief's epoch-end lines, unrounded
+        assert entry.metrics.keys() == dict(end.metrics).keys() == {"loss", "accuracy"}
+        assert all(abs(entry.metrics[k] - v) < 6e-5 for k, v in end.metrics), (entry, end)
+        assert entry.seconds > 0 and entry.examples_per_second > 0 and entry.time.endswith("Z")

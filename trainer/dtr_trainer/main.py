@@ -188,7 +188,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     import tensorflow as tf
 
     from dtr_trainer.compiling import prepare
-    from dtr_trainer.progress import Progress
+    from dtr_trainer.progress import History, Progress
 
     global_batch = ctx.global_batch_size
     steps = args.steps_per_epoch or data.steps_for(loaded.train_size, global_batch)
@@ -200,7 +200,8 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     log(prepared.describe())
     model, metric = prepared.model, headline(args.metric, prepared.names)
 
-    progress = Progress(args.epochs, steps * global_batch, log)
+    history = History(layout.history_file(args.log_dir), log) if cluster.is_chief and args.log_dir else None
+    progress = Progress(args.epochs, steps * global_batch, log, history)
     callbacks = [progress]
     if args.backup_dir:
         # Restores weights, optimizer and epoch after a restart; kept until the chief has exported.

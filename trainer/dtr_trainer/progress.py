@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Callable
 
 import tensorflow as tf
+from dtr_contract.history import history_line
 from dtr_contract.progress import epoch_end_line
 
 
@@ -24,14 +26,36 @@ def remaining_seconds(durations: Sequence[float], epochs_left: int) -> int | Non
     return max(0, round(sum(steady) / len(steady) * epochs_left))
 
 
+class History:
+    """Appends each finished epoch to the history file (dtr_contract.history), one flushed line per epoch. The
+    file is a convenience, as the worker's log is: if it cannot be written, one warning and training goes on."""
+
+    def __init__(self, path: str, log: Callable[[str], None]):
+        self.path, self.log = path, log
+
+    def append(self, epoch: int, epochs: int, metrics: Mapping[str, float], seconds: float, rate: float) -> None:
+        if not self.path:
+            return
+        line = history_line(epoch, epochs, metrics, seconds, rate,
+                            datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        try:
+            with open(self.path, "a") as f:
+                f.write(line + "\n")
+        except OSError as err:
+            self.log(f"warning: cannot write the history file {self.path} ({err.strerror}); training goes on")
+            self.path = ""
+
+
 class Progress(tf.keras.callbacks.Callback):
     """Logs `epoch N/M begin` and the epoch-end line (dtr_contract.progress: the operator and `dtr run` read
     it; the fault test reads both) and
-    `resumed from backup at epoch N/M` when BackupAndRestore skipped finished epochs."""
+    `resumed from backup at epoch N/M` when BackupAndRestore skipped finished epochs. With a History (the
+    chief's), the same epoch's figures also go to the history file."""
 
-    def __init__(self, epochs: int, examples_per_epoch: int, log: Callable[[str], None]):
+    def __init__(self, epochs: int, examples_per_epoch: int, log: Callable[[str], None],
+                 history: History | None = None):
         super().__init__()
-        self.epochs, self.examples_per_epoch, self.log = epochs, examples_per_epoch, log
+        self.epochs, self.examples_per_epoch, self.log, self.history = epochs, examples_per_epoch, log, history
         self.first_epoch: int | None = None
         self.epoch_ends: list[float] = []
         self.cpu_ends: list[float] = []  # process CPU seconds (all threads) at each epoch end
@@ -59,6 +83,8 @@ class Progress(tf.keras.callbacks.Callback):
         left = remaining_seconds(self.durations, self.epochs - (epoch + 1))
         metrics = {k: float(v) for k, v in (logs or {}).items()}
         self.log(epoch_end_line(epoch + 1, self.epochs, metrics, rate, left))
+        if self.history is not None:
+            self.history.append(epoch + 1, self.epochs, metrics, self.durations[-1], rate)
 
     def on_train_end(self, logs=None):
         # One machine-readable line for bench/trainer: wall and CPU seconds of the steady-state window.
