@@ -188,7 +188,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     import tensorflow as tf
 
     from dtr_trainer.compiling import prepare
-    from dtr_trainer.progress import Progress
+    from dtr_trainer.progress import Progress, StopOnDivergence
 
     global_batch = ctx.global_batch_size
     steps = args.steps_per_epoch or data.steps_for(loaded.train_size, global_batch)
@@ -205,6 +205,8 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     if args.backup_dir:
         # Restores weights, optimizer and epoch after a restart; kept until the chief has exported.
         callbacks.insert(0, tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir, delete_checkpoint=False))
+    # First: a diverged epoch must stop the run before the backup saves it or the progress line reports it.
+    callbacks.insert(0, StopOnDivergence(args.epochs, steps, args.learning_rate))
     if cluster.is_chief and args.tensorboard_dir:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=args.tensorboard_dir, profile_batch=0,
                                                         write_graph=False, update_freq="epoch"))
