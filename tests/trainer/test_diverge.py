@@ -1,5 +1,6 @@
 """Two real MWMS workers whose learning rate makes the loss NaN in the first epoch: both stop themselves at the
-same step with the divergence exit code and a line naming the epoch, export nothing and print no traceback."""
+same step with the divergence exit code and a line naming the epoch, export nothing and print no traceback; the
+same workers restarted (as the kubelet does under OnFailure) stop at once with the same line, training nothing."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 
 import pytest
 from dtr_contract import exits
+from dtr_trainer import divergence
 
 from devcluster.controlplane import free_ports
 from support.trainer import Volume, all_entries, kill_all, start_workers, worker_log_file
@@ -65,3 +67,20 @@ def test_no_traceback_no_epoch_end_with_the_diverged_loss_and_nothing_exported(d
     assert all_entries(volume.root / "models" / "digits-cnn") == [], "no model version"
     chief_backup = volume.root / "backup" / "run1" / "chief"
     assert not chief_backup.exists() or not any(chief_backup.iterdir()), "no backup of the diverged weights"
+
+
+def test_restarted_workers_stop_at_once_with_the_same_line_instead_of_training_again(diverged_run):
+    volume, first, _, _ = diverged_run
+    record = volume.root / "backup" / "run1" / divergence.RECORD
+    line = first[0].log().split(": error: ")[1].splitlines()[0]
+    assert record.read_text() == line + "\n"
+    again = start_workers(volume, free_ports(2), ARGS + volume.args(), attempt="b")
+    try:
+        codes = [w.wait(timeout=120) for w in again]
+    finally:
+        kill_all(again)
+    assert codes == [exits.DIVERGED, exits.DIVERGED], "\n".join(w.log()[-2000:] for w in again)
+    for w in again:
+        assert "epoch 1/5 begin" not in w.log() and "replica(s)" not in w.log(), w.log()[-2000:]
+        assert w.termination_path.read_text().strip().endswith(f"error: {divergence.restarted_message(line)}")
+    assert all_entries(volume.root / "models" / "digits-cnn") == []

@@ -324,3 +324,12 @@ def test_the_divergence_line_names_the_epoch_the_step_and_the_learning_rate():
     assert line.startswith("training diverged: the loss became nan in epoch 3/10 (by step 50/117, learning rate 5)")
     assert "lower the learning rate" in line and "\n" not in line
     assert "learning rate" not in divergence.diverged_message(float("inf"), 1, 1, 1, 1, None).split(";")[0]
+
+
+def test_the_divergence_record_beside_the_backup(tmp_path):
+    backup = str(tmp_path / "backup" / "run" / "uid")
+    assert divergence.recorded(backup) is None and divergence.recorded(None) is None
+    divergence.record(backup, "training diverged: the loss became nan in epoch 1/3 (by step 4/4)")
+    assert divergence.recorded(backup) == "training diverged: the loss became nan in epoch 1/3 (by step 4/4)"
+    assert [p.name for p in Path(backup).iterdir()] == [divergence.RECORD], "no partial file left"
+    divergence.record(None, "nowhere")  # no --backup-dir: nothing to keep

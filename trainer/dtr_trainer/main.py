@@ -20,13 +20,14 @@ from dtr_contract import exits, flags, layout, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
 from dtr_contract.progress import trainer_line
 
-from dtr_trainer import data, export, fetch, lineage, memory, user, userdata, volume, worker_log
+from dtr_trainer import data, divergence, export, fetch, lineage, memory, user, userdata, volume, worker_log
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
 from dtr_trainer.errors import (
     EXIT_INTERNAL,
     EXIT_PEER_LOST,
     EXIT_TERMINATED,
     EXIT_VOLUME,
+    DivergedError,
     TrainerError,
     UsageError,
     one_line,
@@ -245,6 +246,21 @@ def lineage_file(args: argparse.Namespace, cluster: ClusterInfo, run_identity: R
     return {lineage.LINEAGE_PATH: lineage.render(doc)}
 
 
+def stop_if_diverged_before(backup_dir: str | None) -> None:
+    """A container restarted after the run's loss diverged stops with the same line (dtr_trainer.divergence)."""
+    if line := divergence.recorded(backup_dir):
+        raise DivergedError(divergence.restarted_message(line))
+
+
+def train_or_record_divergence(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.Code,
+                               ctx: user.Context, loaded: userdata.Data) -> TrainOutcome:
+    try:
+        return train(args, cluster, strategy, code, ctx, loaded)
+    except DivergedError as exc:
+        divergence.record(args.backup_dir, str(exc))
+        raise
+
+
 def stop_on_sigterm(signum: int, frame: object) -> None:
     """SIGTERM (the pod is being deleted) stops training now. In a container the trainer is PID 1, and
     PID 1 has no default action for SIGTERM: without this it trained on through the grace period (and
@@ -285,6 +301,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     _TASK = cluster.name
     run_identity = RunIdentity.from_env(os.environ, warn=log)
     worker_log.start(args.log_dir, cluster.name, run_identity, warn=log)
+    stop_if_diverged_before(args.backup_dir)
     args.dataset = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path in the volume's cache
     code = load_code(args)
     volume.check_writable([d for d in (args.backup_dir, args.export_dir if cluster.is_chief else None) if d])
@@ -296,7 +313,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if loaded is None:
         loaded = user.load_data_after_strategy(code, ctx)
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary, whatever the code prints
-        outcome = train(args, cluster, strategy, code, ctx, loaded)
+        outcome = train_or_record_divergence(args, cluster, strategy, code, ctx, loaded)
     extra = lineage_file(args, cluster, run_identity, code.origin, outcome, claim) if claim else None
     path = export.save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief, extra)
     if claim is None:
