@@ -13,6 +13,10 @@ PEER_LOST = 138
 # The run's own code (--code, --code-module) failed: it does not import, lacks build_model or load_data,
 # returns the wrong thing, its model does not fit its data, or it raised. Permanent: the code must change.
 USER_CODE = 8
+# The training loss became NaN or infinite: the trainer stops at the first such value, every worker at the same
+# step. Permanent: a restart resumes from the last backup and diverges again; the learning rate or the data must
+# change.
+DIVERGED = 9
 
 
 def is_retryable(code: int) -> bool:
@@ -25,3 +29,7 @@ def is_peer_lost(code: int) -> bool:
 
 def is_user_code(code: int) -> bool:
     return code == USER_CODE
+
+
+def is_diverged(code: int) -> bool:
+    return code == DIVERGED

@@ -123,6 +123,15 @@ USER_CODE_ERROR = _status("UserCodeError", FAILED, True,
     f"code {exits.USER_CODE})`. Permanent: change the code and create a new run. Under `restartPolicy: "
     "OnFailure` the operator, seeing the error in the chief's log, sets the TFJob's backoffLimit to 0, so it "
     "fails at the first restart rather than after `backoffLimit` restarts")  # fmt: skip
+DIVERGED = _status("Diverged", FAILED, True,
+    f"a worker exited with the divergence exit code ({exits.DIVERGED}): the training loss became NaN or infinite, "
+    "and the trainer stopped every worker at that step rather than train on until a deadline "
+    "([trainer.md](trainer.md#a-diverged-loss)). The message is that worker's line, naming the epoch, then the "
+    "worker: `training diverged: the loss became nan in epoch 2/10 (by step 50/117, learning rate 5); lower the "
+    f"learning rate, or look for NaN or infinite values in the data (worker mnist-cnn-worker-0, exit code "
+    f"{exits.DIVERGED})`. No model is exported. Permanent: training on from the last backup would diverge "
+    "again, so a restarted worker stops at once with the same line, and under `restartPolicy: OnFailure` the TFJob "
+    "fails at the first restart, as for `UserCodeError`; create a new run with a lower learning rate")  # fmt: skip
 IMAGE_NOT_ALLOWED = _status("ImageNotAllowed", FAILED, True,
     "`spec.image` is neither the operator's default trainer image nor matched by its `--allowed-images` "
     "patterns (both compared as normalized references), or is not a valid image reference; nothing was created "

@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
-from dtr_contract import exits
-
 from . import metrics
 from .builders import (
     CONTAINER_NAME,
@@ -82,14 +80,15 @@ from .status import (
     next_status,
     parse_epoch_end,
     refused_pods,
+    restart_cannot_help,
     running_progress,
     state_status,
     suspended_by_other,
     tfjob_state,
     tfjob_status,
     unparsed_status,
-    user_code_failure,
     waiting_status,
+    worker_exits,
 )
 
 log = logging.getLogger(__name__)
@@ -890,26 +889,29 @@ class Reconciler:
         end = parse_epoch_end(log_text, spec.training.epochs)
         if end is not None:
             self.record(run.body, lambda prev: running_progress(prev, end, now()), quiet)
-        elif logs_an_error(log_text):
+        if logs_an_error(log_text):  # also after finished epochs: a loss diverges in any epoch
             self.restart_no_more(run)
 
     def restart_no_more(self, run: ObservedRun) -> None:
-        """When the chief's own code failed (exit code 8: permanent), have its TFJob fail at the next restart.
+        """When the chief's own code failed (exit code 8) or its loss diverged (9), permanent failures
+        (status.restart_cannot_help), have its TFJob fail at the next restart.
 
         Under restartPolicy OnFailure the kubelet restarts it anyway, with a growing back-off, until the TFJob's
-        backoffLimit: a minute and more of the same error. With backoffLimit 0 the training-operator fails the
-        TFJob once any worker has restarted, and the run fails as for any failed TFJob: UserCodeError, its
-        pods released. An API error is logged: the backoffLimit the run asked for still ends it.
+        backoffLimit: a minute and more of the same error (a diverged run resumes from its backup and diverges
+        again). With backoffLimit 0 the training-operator fails the TFJob once any worker has restarted, and the
+        run fails as for any failed TFJob: UserCodeError or Diverged, its pods released. An API error is logged:
+        the backoffLimit the run asked for still ends it.
         """
         spec = run.spec
         try:
             pod = self.kube.get_pod(spec.namespace, worker_pod_name(spec, 0))
-            if pod is None or user_code_failure([pod]) is None:
+            code = next((e.code for e in worker_exits([pod] if pod else []) if restart_cannot_help(e.code)), None)
+            if code is None:
                 return
             self.kube.patch_tfjob_run_policy(spec.namespace, spec.tfjob_name, backoffLimit=0)
         except ApiError as err:
-            log.warning("run %s/%s: its code failed, but TFJob %s was not told to stop restarting: %s",
+            log.warning("run %s/%s: its chief failed for good, but TFJob %s was not told to stop restarting: %s",
                         spec.namespace, spec.name, spec.tfjob_name, err)  # fmt: skip
             return
-        log.info("run %s/%s: its code failed (exit code %d); TFJob %s fails at the next restart (backoffLimit 0)",
-                 spec.namespace, spec.name, exits.USER_CODE, spec.tfjob_name)  # fmt: skip
+        log.info("run %s/%s: its chief failed for good (exit code %d); TFJob %s fails at the next restart "
+                 "(backoffLimit 0)", spec.namespace, spec.name, code, spec.tfjob_name)  # fmt: skip

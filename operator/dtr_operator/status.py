@@ -11,7 +11,7 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from .builders import (
 from .reasons import (
     CHILDREN_CREATED,
     CONDITION_TYPES,
+    DIVERGED,
     FAILED,
     METRICS_UNAVAILABLE,
     PENDING,
@@ -234,19 +235,37 @@ def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
 _ERROR_PREFIX = re.compile(r"^[\w.-]+\[[\w.-]+\]: error: ")
 
 
-def user_code_failure(pods: Sequence[Mapping[str, Any]]) -> str | None:
-    """The run's own code failed (dtr_contract.exits.USER_CODE): the first such worker's one line, which names
-    the file, line and error, then the worker; None when no worker exited so."""
+def _error_line(pods: Sequence[Mapping[str, Any]], is_code: Callable[[int], bool], fallback: str) -> str | None:
+    """The first worker that exited with such a code: its one error line (else `fallback`), then the worker."""
     for e in worker_exits(pods):
-        if exits.is_user_code(e.code):
-            line = _ERROR_PREFIX.sub("", _last_line(e.terminated.get("message"))) or "the run's code failed"
+        if is_code(e.code):
+            line = _ERROR_PREFIX.sub("", _last_line(e.terminated.get("message"))) or fallback
             return clean_text(f"{line} (worker {e.name}, exit code {e.code})")
     return None
 
 
+def user_code_failure(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """The run's own code failed (dtr_contract.exits.USER_CODE): the first such worker's one line, which names
+    the file, line and error, then the worker; None when no worker exited so."""
+    return _error_line(pods, exits.is_user_code, "the run's code failed")
+
+
+def divergence(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """The training loss became NaN or infinite (dtr_contract.exits.DIVERGED): the first such worker's one line,
+    which names the epoch, then the worker; None when no worker exited so."""
+    return _error_line(pods, exits.is_diverged, "training diverged: the loss became NaN or infinite")
+
+
+def restart_cannot_help(code: int) -> bool:
+    """An exit that the same run would repeat after a restart: its code failed, or its loss diverged. Such a run is
+    failed at once: the operator sets its TFJob's backoffLimit to 0 (reconcile.restart_no_more), `dtr run` does
+    not restart the worker."""
+    return exits.is_user_code(code) or exits.is_diverged(code)
+
+
 def logs_an_error(log_text: str) -> bool:
     """Whether a worker's log holds the trainer's one-line error: it has exited, and its pod says with which
-    code (user_code_failure)."""
+    code (restart_cannot_help)."""
     return any(_ERROR_PREFIX.match(line) for line in log_text.splitlines())
 
 
@@ -537,9 +556,12 @@ def _explained(
 
 
 def _failure(state: State, pods: Sequence[Mapping[str, Any]]) -> State:
-    """A failed TFJob's state with who failed: the run's own code (its one line), else each failed worker."""
+    """A failed TFJob's state with who failed: the run's own code or a diverged loss (the worker's one line), else
+    each failed worker."""
     if user_code := user_code_failure(pods):
         return State(FAILED, USER_CODE_ERROR, user_code, created=True)
+    if diverged := divergence(pods):
+        return State(FAILED, DIVERGED, diverged, created=True)
     if why := failed_workers(pods):
         return State(FAILED, state.reason, clean_text(f"{state.message} {'; '.join(why)}"), created=True)
     return state

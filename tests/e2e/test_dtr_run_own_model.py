@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,20 @@ def test_dtr_run_of_a_run_file_whose_code_raises_ends_user_code_error_with_the_l
     assert status["message"].startswith(f"points_model.py:{line} in load_data: KeyError: "), status["message"]
     assert f"exit code {exits.USER_CODE})" in status["message"], status["message"]
     assert "Traceback" not in status["message"]
+
+
+def test_dtr_run_of_a_model_whose_loss_diverges_ends_diverged_naming_the_epoch_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The default restartPolicy OnFailure: a restart would diverge again, so `dtr run` makes none."""
+    model = tmp_path / "diverging_model.py"
+    model.write_text((REPO / "tests" / "support" / "diverging_model.py").read_text())
+    code, out, status = _dtr_run(tmp_path, str(model), "--name", "diverging", "--workers", "2", "--epochs", "3",
+                                 "--learning-rate", "10", timeout=300)  # fmt: skip
+    assert code == 1, out[-4000:]
+    assert (status["phase"], status["reason"]) == ("Failed", "Diverged"), status
+    assert status["message"].startswith("training diverged: the loss became "), status["message"]
+    assert re.search(r" in epoch [1-3]/3 \(by step \d+/\d+, learning rate 10\); ", status["message"]), status["message"]
+    assert f"exit code {exits.DIVERGED})" in status["message"], status["message"]
+    assert status.get("workerRestarts", 0) == 0 and "restarting" not in out, out[-4000:]
+    assert saved_models(tmp_path / ".dtr" / "volumes" / "diverging-data") == []

@@ -1,13 +1,15 @@
 """Honest status against the real API server and training-operator (security review L4 and M5): a worker pod the
 API server refuses shows its words in the run's status within a minute, and a TFJob suspended by someone else
-stays suspended, whatever spec.suspend does and across an operator restart."""
+stays suspended, whatever spec.suspend does and across an operator restart; a run whose loss diverged says so
+(reason Diverged, a Warning event), not just that its TFJob failed."""
 
 from __future__ import annotations
 
 import json
 import time
 
-from operator_support import create_run, get, items, wait_status
+from dtr_contract import exits
+from operator_support import create_run, events, get, items, set_pod_state, wait_status, worker_pods
 
 from support.cluster import Cluster
 from support.operator import Operator
@@ -76,3 +78,21 @@ def test_a_tfjob_suspended_by_someone_else_stays_suspended(
     assert annotations.get("distml.dev/suspended-by") == "dtr-operator", annotations
     _patch_run(control_plane, namespace, "held", False)
     wait_for(lambda: not _tfjob_suspended(control_plane, namespace, "held"), "the operator to resume its suspension")
+
+
+def test_a_run_whose_loss_diverged_fails_diverged_with_the_workers_line_and_a_warning(
+    control_plane: Cluster, namespace: str, operator: Operator
+) -> None:
+    create_run(control_plane, namespace, "nan", {"workers": 2, "restartPolicy": "Never"})
+    pods = worker_pods(control_plane, namespace, "nan", 2)
+    line = ("training diverged: the loss became nan in epoch 2/3 (by step 50/84, learning rate 5); lower the learning "
+            "rate, or look for NaN or infinite values in the data")  # fmt: skip
+    # The first worker to exit fails the TFJob (restartPolicy Never), whose pods still running are then released.
+    set_pod_state(control_plane, namespace, pods[1], "Running")
+    set_pod_state(control_plane, namespace, pods[0], "Failed", exit_code=exits.DIVERGED,
+                  message=f"dtr_trainer[worker-0]: error: {line}\n")  # fmt: skip
+    st = wait_status(control_plane, namespace, "nan", "failed", phase="Failed")
+    assert st["reason"] == "Diverged", st
+    assert st["message"] == f"{line} (worker nan-worker-0, exit code {exits.DIVERGED})", st["message"]
+    wait_for(lambda: ("Warning", "Diverged", st["message"]) in events(control_plane, namespace, "nan"),
+             "the Diverged Warning event", timeout=30)  # fmt: skip

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from dtr_contract import exits, layout, summary
-from dtr_trainer import compiling, data, errors, export, main, models, user, userdata
+from dtr_trainer import compiling, data, divergence, errors, export, main, models, user, userdata
 from dtr_trainer.cluster import LOCAL, parse_tf_config
 from dtr_trainer.errors import ConfigError, DataError
 from dtr_trainer.lineage import RunIdentity
@@ -275,9 +275,11 @@ def test_a_built_in_model_refuses_data_it_cannot_take(shape, classes, why):
 
 def test_the_trainers_exit_codes_fall_in_the_classes_the_operator_acts_on():
     permanent = [errors.EXIT_INTERNAL, errors.EXIT_USAGE, errors.EXIT_TF_CONFIG, errors.EXIT_DATA,
-                 errors.EXIT_DOWNLOAD, errors.EXIT_EXPORT, errors.EXIT_VOLUME, errors.EXIT_USER_CODE]
+                 errors.EXIT_DOWNLOAD, errors.EXIT_EXPORT, errors.EXIT_VOLUME, errors.EXIT_USER_CODE,
+                 errors.EXIT_DIVERGED]
     assert not any(exits.is_retryable(code) for code in permanent) and len(set(permanent)) == len(permanent)
     assert exits.is_user_code(errors.EXIT_USER_CODE) and not exits.is_user_code(errors.EXIT_DATA)
+    assert exits.is_diverged(errors.DivergedError.exit_code) and not exits.is_diverged(errors.EXIT_USER_CODE)
     assert exits.is_retryable(errors.EXIT_PEER_LOST) and exits.is_peer_lost(errors.EXIT_PEER_LOST)
     assert exits.is_retryable(errors.EXIT_TERMINATED) and not exits.is_peer_lost(errors.EXIT_TERMINATED)
 
@@ -299,3 +301,35 @@ def test_one_line_skips_the_node_trace():
                "    File \"a.py\", line 1\nNode: 'x'\nConnection reset by peer\n\t [[{{node x}}]]")
     assert main.one_line(message, "UnavailableError") == "Connection reset by peer"
     assert main.one_line("Graph execution error:\n", "UnavailableError") == "UnavailableError"
+
+
+@pytest.mark.parametrize("logs, loss", [
+    ({"loss": np.float32("nan"), "accuracy": 0.1}, "nan"),
+    ({"loss": float("inf")}, "inf"),
+    ({"loss": np.float64("-inf")}, "-inf"),
+    ({"loss": np.float32(2.5), "accuracy": float("nan")}, None),  # only the loss: a metric may be NaN for a while
+    ({"loss": 1e30}, None),  # huge is not yet diverged
+    ({"accuracy": float("nan")}, None),
+    ({"loss": "not a number"}, None),
+    ({}, None),
+    (None, None),
+])  # fmt: skip
+def test_a_run_has_diverged_when_its_loss_is_nan_or_infinite(logs, loss):
+    found = divergence.non_finite_loss(logs)
+    assert (None if found is None else str(found)) == loss
+
+
+def test_the_divergence_line_names_the_epoch_the_step_and_the_learning_rate():
+    line = divergence.diverged_message(float("nan"), 3, 10, 50, 117, 5.0)
+    assert line.startswith("training diverged: the loss became nan in epoch 3/10 (by step 50/117, learning rate 5)")
+    assert "lower the learning rate" in line and "\n" not in line
+    assert "learning rate" not in divergence.diverged_message(float("inf"), 1, 1, 1, 1, None).split(";")[0]
+
+
+def test_the_divergence_record_beside_the_backup(tmp_path):
+    backup = str(tmp_path / "backup" / "run" / "uid")
+    assert divergence.recorded(backup) is None and divergence.recorded(None) is None
+    divergence.record(backup, "training diverged: the loss became nan in epoch 1/3 (by step 4/4)")
+    assert divergence.recorded(backup) == "training diverged: the loss became nan in epoch 1/3 (by step 4/4)"
+    assert [p.name for p in Path(backup).iterdir()] == [divergence.RECORD], "no partial file left"
+    divergence.record(None, "nowhere")  # no --backup-dir: nothing to keep

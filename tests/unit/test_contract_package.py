@@ -116,3 +116,5 @@ def test_exit_classes() -> None:
     assert exits.is_peer_lost(exits.PEER_LOST) and not exits.is_peer_lost(exits.PEER_LOST + 1)
     assert exits.is_user_code(exits.USER_CODE) and not exits.is_retryable(exits.USER_CODE)
     assert not exits.is_user_code(exits.PEER_LOST)
+    assert exits.is_diverged(exits.DIVERGED) and not exits.is_retryable(exits.DIVERGED)
+    assert exits.DIVERGED != exits.USER_CODE and not exits.is_diverged(exits.USER_CODE)

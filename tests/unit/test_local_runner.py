@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import yaml
+from dtr_contract import exits
 from dtr_operator import builders, status
 from dtr_operator.local import kubelet
 from dtr_operator.local import runner as r
@@ -27,6 +28,7 @@ spec: {workers: 2, training: {dataset: digits, epochs: 1}}
         ("Always", 0, True),
         ("Never", 1, False), ("Never", 137, False),
         ("ExitCode", 0, False), ("ExitCode", 4, False), ("ExitCode", 127, False), ("ExitCode", 138, True),
+        ("OnFailure", exits.USER_CODE, False), ("Always", exits.DIVERGED, False), ("OnFailure", exits.DIVERGED, False),
     ],
 )  # fmt: skip
 def test_job_restarts(policy, code, again):

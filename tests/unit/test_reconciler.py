@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 import pytest
+from dtr_contract import exits
 from dtr_operator.kube import ApiError, Conflict
 from dtr_operator.reconcile import Reconciler
 from dtr_operator.settings import Settings
@@ -196,8 +197,26 @@ def test_a_chief_whose_code_failed_has_its_tfjob_fail_at_the_next_restart(state:
     with caplog.at_level(logging.INFO, logger="dtr_operator.reconcile"):
         rec.poll_progress(run({"phase": "Running", "reason": "TFJobRunning"}))
     assert kube.run_policy_patches == [("mnist-cnn", {"backoffLimit": 0})]
-    assert "its code failed (exit code 8); TFJob mnist-cnn fails at the next restart" in caplog.text
+    assert "its chief failed for good (exit code 8); TFJob mnist-cnn fails at the next restart" in caplog.text
     assert kube.writes == [] and events == [], "the run fails as its TFJob does"
+
+
+DIVERGED_LOG = ("dtr_trainer[worker-0]: epoch 1/3 end accuracy=0.4000 loss=1.2000 examples_per_second=900.0\n"
+                "dtr_trainer[worker-0]: epoch 2/3 begin\n"
+                "dtr_trainer[worker-0]: error: training diverged: the loss became nan in epoch 2/3 (by step 9/9)\n")
+
+
+def test_a_chief_whose_loss_diverged_after_an_epoch_has_its_tfjob_fail_at_the_next_restart(
+    caplog: pytest.LogCaptureFixture,
+):
+    kube = FakeKube()
+    kube.log_text, kube.pods["mnist-cnn-worker-0"] = DIVERGED_LOG, chief(exits.DIVERGED)
+    rec, _ = reconciler(kube)
+    with caplog.at_level(logging.INFO, logger="dtr_operator.reconcile"):
+        rec.poll_progress(run({"phase": "Running", "reason": "TFJobRunning"}))
+    assert kube.run_policy_patches == [("mnist-cnn", {"backoffLimit": 0})]
+    assert f"its chief failed for good (exit code {exits.DIVERGED})" in caplog.text
+    assert [patch["progress"]["epochsDone"] for _, patch, _ in kube.writes] == ["1/3"], "the epoch is recorded"
 
 
 @pytest.mark.parametrize("log_text, pod", [
@@ -222,7 +241,7 @@ def test_a_refused_backoff_limit_patch_is_said_and_the_run_goes_on(caplog: pytes
     rec, _ = reconciler(kube)
     with caplog.at_level(logging.WARNING, logger="dtr_operator.reconcile"):
         rec.poll_progress(run({"phase": "Running", "reason": "TFJobRunning"}))
-    assert "its code failed, but TFJob mnist-cnn was not told to stop restarting" in caplog.text
+    assert "its chief failed for good, but TFJob mnist-cnn was not told to stop restarting" in caplog.text
     assert kube.writes == []
 
 

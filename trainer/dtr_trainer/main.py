@@ -20,13 +20,14 @@ from dtr_contract import exits, flags, layout, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
 from dtr_contract.progress import trainer_line
 
-from dtr_trainer import data, export, fetch, lineage, memory, user, userdata, volume, worker_log
+from dtr_trainer import data, divergence, export, fetch, lineage, memory, user, userdata, volume, worker_log
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
 from dtr_trainer.errors import (
     EXIT_INTERNAL,
     EXIT_PEER_LOST,
     EXIT_TERMINATED,
     EXIT_VOLUME,
+    DivergedError,
     TrainerError,
     UsageError,
     one_line,
@@ -188,7 +189,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     import tensorflow as tf
 
     from dtr_trainer.compiling import prepare
-    from dtr_trainer.progress import History, Progress
+    from dtr_trainer.progress import History, Progress, StopOnDivergence
 
     global_batch = ctx.global_batch_size
     steps = args.steps_per_epoch or data.steps_for(loaded.train_size, global_batch)
@@ -206,6 +207,8 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     if args.backup_dir:
         # Restores weights, optimizer and epoch after a restart; kept until the chief has exported.
         callbacks.insert(0, tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir, delete_checkpoint=False))
+    # First: a diverged epoch must stop the run before the backup saves it or the progress line reports it.
+    callbacks.insert(0, StopOnDivergence(args.epochs, steps, args.learning_rate))
     if cluster.is_chief and args.tensorboard_dir:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=args.tensorboard_dir, profile_batch=0,
                                                         write_graph=False, update_freq="epoch"))
@@ -242,6 +245,21 @@ def lineage_file(args: argparse.Namespace, cluster: ClusterInfo, run_identity: R
     doc = lineage.document(run_identity, training, figures, os.path.basename(os.path.normpath(args.export_dir)),
                            claim.version, tf.__version__, lineage.utc_now())
     return {lineage.LINEAGE_PATH: lineage.render(doc)}
+
+
+def stop_if_diverged_before(backup_dir: str | None) -> None:
+    """A container restarted after the run's loss diverged stops with the same line (dtr_trainer.divergence)."""
+    if line := divergence.recorded(backup_dir):
+        raise DivergedError(divergence.restarted_message(line))
+
+
+def train_or_record_divergence(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.Code,
+                               ctx: user.Context, loaded: userdata.Data) -> TrainOutcome:
+    try:
+        return train(args, cluster, strategy, code, ctx, loaded)
+    except DivergedError as exc:
+        divergence.record(args.backup_dir, str(exc))
+        raise
 
 
 def stop_on_sigterm(signum: int, frame: object) -> None:
@@ -284,6 +302,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     _TASK = cluster.name
     run_identity = RunIdentity.from_env(os.environ, warn=log)
     worker_log.start(args.log_dir, cluster.name, run_identity, warn=log)
+    stop_if_diverged_before(args.backup_dir)
     args.dataset = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path in the volume's cache
     code = load_code(args)
     volume.check_writable([d for d in (args.backup_dir, args.export_dir if cluster.is_chief else None) if d])
@@ -295,7 +314,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if loaded is None:
         loaded = user.load_data_after_strategy(code, ctx)
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary, whatever the code prints
-        outcome = train(args, cluster, strategy, code, ctx, loaded)
+        outcome = train_or_record_divergence(args, cluster, strategy, code, ctx, loaded)
     extra = lineage_file(args, cluster, run_identity, code.origin, outcome, claim) if claim else None
     path = export.save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief, extra)
     if claim is None:

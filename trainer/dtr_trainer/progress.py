@@ -1,4 +1,4 @@
-"""A Keras callback that logs epoch boundaries and times the steady state."""
+"""Keras callbacks: one logs epoch boundaries and times the steady state, one stops a run whose loss diverged."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from typing import Callable
 import tensorflow as tf
 from dtr_contract.history import history_line
 from dtr_contract.progress import epoch_end_line
+
+from dtr_trainer.divergence import diverged_message, non_finite_loss
+from dtr_trainer.errors import DivergedError
 
 
 def max_rss_mb() -> float:
@@ -103,3 +106,41 @@ class Progress(tf.keras.callbacks.Callback):
         if ends:
             return self.examples_per_epoch / max(ends[0] - self.started, 1e-9)
         return 0.0
+
+
+def learning_rate_of(model: tf.keras.Model, default: float) -> float | None:
+    """The optimizer's learning rate now (the run's code may set its own); `default` when it cannot be read as
+    one number (a schedule), None without an optimizer."""
+    rate = getattr(getattr(model, "optimizer", None), "learning_rate", None)
+    if rate is None:
+        return None
+    try:
+        return float(tf.keras.backend.get_value(rate))
+    except (TypeError, ValueError):
+        return default
+
+
+class StopOnDivergence(tf.keras.callbacks.Callback):
+    """Raises DivergedError at the first NaN or infinite loss (dtr_trainer.divergence), at the end of each
+    execution and of each epoch. First in the callback list: its epoch-end check runs before BackupAndRestore
+    saves the epoch and before Progress logs it, so neither a backup nor an epoch line holds the diverged loss."""
+
+    def __init__(self, epochs: int, steps_per_epoch: int, learning_rate: float):
+        super().__init__()
+        self.epochs, self.steps, self.learning_rate = epochs, steps_per_epoch, learning_rate
+        self.epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._check(logs, batch + 1)  # Keras passes the index of the execution's last step
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._check(logs, self.steps)
+
+    def _check(self, logs, step: int) -> None:
+        loss = non_finite_loss(logs)
+        if loss is not None:
+            rate = learning_rate_of(self.model, self.learning_rate)
+            raise DivergedError(diverged_message(loss, self.epoch + 1, self.epochs, step, self.steps, rate))
