@@ -24,6 +24,11 @@ MAX_LINE = 4096  # characters: a longer line is not the trainer's epoch end
 MAX_METRICS = 16  # figures kept of one line (by name), beside the throughput and the time left
 MAX_REMAINING_SECONDS = 10**7  # the time left is clamped to this (about 4 months)
 MAX_FIGURE = 1e18  # a larger value is left out, as a non-finite one is
+# While it trains, every worker logs HEARTBEAT every HEARTBEAT_SECONDS from a thread of its own: a worker blocked
+# in a collective (waiting for a frozen peer) still logs it, a frozen process does not, so the operator's stall
+# watchdog names the silent worker by the log that stayed empty (docs/reliability.md#stalled-runs).
+HEARTBEAT = "alive"
+HEARTBEAT_SECONDS = 20
 # Anchored: an optional log timestamp, the trainer's prefix, then the line epoch_end_line writes; bounded digits.
 _LINE = re.compile(
     rf"(?:\d{{4}}-\d\d-\d\dT[\d:.]{{8,24}}Z )?{TRAINER}\[[\w.-]{{1,64}}\]: "

@@ -40,3 +40,22 @@ def assert_read_back(end: EpochEnd, line: str) -> None:
     assert end.examples_per_second > 0, line
     assert end.remaining_seconds is not None, line
     assert end.remaining_seconds >= 0, line
+
+
+def test_the_heartbeat_logs_while_training_and_stops_with_it() -> None:
+    import time
+
+    from dtr_contract.progress import HEARTBEAT
+    from dtr_trainer.progress import Heartbeat
+
+    lines: list[str] = []
+    beat = Heartbeat(lines.append, seconds=0.05)
+    beat.on_train_begin()
+    time.sleep(0.5)
+    beat.on_train_end()
+    assert beat.thread is not None
+    beat.thread.join(timeout=5)
+    said = len(lines)
+    time.sleep(0.2)
+    assert said >= 3 and set(lines) == {HEARTBEAT}
+    assert len(lines) == said, "a heartbeat after training ended"

@@ -188,7 +188,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     import tensorflow as tf
 
     from dtr_trainer.compiling import prepare
-    from dtr_trainer.progress import Progress
+    from dtr_trainer.progress import Heartbeat, Progress
 
     global_batch = ctx.global_batch_size
     steps = args.steps_per_epoch or data.steps_for(loaded.train_size, global_batch)
@@ -201,7 +201,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     model, metric = prepared.model, headline(args.metric, prepared.names)
 
     progress = Progress(args.epochs, steps * global_batch, log)
-    callbacks = [progress]
+    callbacks = [progress, Heartbeat(log)]
     if args.backup_dir:
         # Restores weights, optimizer and epoch after a restart; kept until the chief has exported.
         callbacks.insert(0, tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir, delete_checkpoint=False))

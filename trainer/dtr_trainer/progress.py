@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import resource
+import threading
 import time
 from collections.abc import Sequence
 from typing import Callable
 
 import tensorflow as tf
-from dtr_contract.progress import epoch_end_line
+from dtr_contract.progress import HEARTBEAT, HEARTBEAT_SECONDS, epoch_end_line
 
 
 def max_rss_mb() -> float:
@@ -77,3 +78,26 @@ class Progress(tf.keras.callbacks.Callback):
         if ends:
             return self.examples_per_epoch / max(ends[0] - self.started, 1e-9)
         return 0.0
+
+
+class Heartbeat(tf.keras.callbacks.Callback):
+    """Logs HEARTBEAT every `seconds` while training, from a daemon thread (dtr_contract.progress): TF releases
+    the GIL in its ops, so a worker blocked in an all-reduce still logs it and only a frozen one falls silent."""
+
+    def __init__(self, log: Callable[[str], None], seconds: float = HEARTBEAT_SECONDS):
+        super().__init__()
+        self.log, self.seconds = log, seconds
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def on_train_begin(self, logs=None):
+        self.stopped.clear()
+        self.thread = threading.Thread(target=self._beat, name="dtr-heartbeat", daemon=True)
+        self.thread.start()
+
+    def on_train_end(self, logs=None):
+        self.stopped.set()
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(self.seconds):
+            self.log(HEARTBEAT)
