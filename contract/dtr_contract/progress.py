@@ -38,6 +38,11 @@ _LINE = re.compile(
 )
 
 
+def is_heartbeat(line: str) -> bool:
+    """Whether a log line is the trainer's heartbeat (trainer_line of HEARTBEAT), which tells only that it lives."""
+    return line.rstrip().endswith(f"]: {HEARTBEAT}") and TRAINER in line
+
+
 def trainer_line(task: str, message: str) -> str:
     """A line of the trainer's log: its prefix, then the message."""
     return f"{TRAINER}[{task}]: {message}"

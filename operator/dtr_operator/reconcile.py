@@ -472,7 +472,8 @@ class WaitingRuns:
 # ---- progress of running runs ------------------------------------------------------------------
 
 # The end of the chief's log read per poll: an epoch's line is among the last few (Keras prints nothing
-# between epochs with verbose=0). No byte limit: the kubelet applies it from the start of the tail, so it
+# between epochs with verbose=0; the trainer's heartbeat, one line per HEARTBEAT_SECONDS, leaves an epoch's line
+# in the tail for 13 minutes, many polls). No byte limit: the kubelet applies it from the start of the tail, so it
 # would cut off the newest lines, the ones wanted.
 LOG_TAIL_LINES = 40
 

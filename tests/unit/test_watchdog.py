@@ -299,3 +299,18 @@ def test_an_epoch_after_the_stall_clears_it_with_one_write_each(monkeypatch: pyt
     [cond] = [c for c in kube.writes[1]["conditions"] if c["type"] == "Stalled"]
     assert (cond["status"], cond["reason"]) == ("False", "EpochFinished")
     assert [e[:2] for e in events] == [("Normal", "StallEnded")]
+
+
+def test_dtr_run_does_not_print_the_heartbeat():
+    import io
+
+    from dtr_contract.progress import HEARTBEAT, is_heartbeat, trainer_line
+    from dtr_operator.local.runner import Console
+
+    beat = trainer_line("worker-1", HEARTBEAT)
+    assert is_heartbeat(beat) and not is_heartbeat(trainer_line("worker-1", "epoch 1/2 begin"))
+    out = io.StringIO()
+    console = Console(out)
+    console.replica_line("worker-1", beat)
+    console.replica_line("worker-1", trainer_line("worker-1", "epoch 1/2 begin"))
+    assert out.getvalue() == "[worker-1] dtr_trainer[worker-1]: epoch 1/2 begin\n"
