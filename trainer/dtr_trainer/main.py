@@ -201,14 +201,15 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     model, metric = prepared.model, headline(args.metric, prepared.names)
 
     progress = Progress(args.epochs, steps * global_batch, log)
-    callbacks = [progress, Heartbeat(log)]
+    callbacks = [progress]
     if args.backup_dir:
         # Restores weights, optimizer and epoch after a restart; kept until the chief has exported.
         callbacks.insert(0, tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir, delete_checkpoint=False))
     if cluster.is_chief and args.tensorboard_dir:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=args.tensorboard_dir, profile_batch=0,
                                                         write_graph=False, update_freq="epoch"))
-    model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    with Heartbeat(log):  # for the operator's stall watchdog
+        model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     results = model.evaluate(eval_ds, verbose=0, return_dict=True)
     evaluation = {name: float(value) for name, value in results.items()}
     return TrainOutcome(model, evaluation, metric, progress.examples_per_second(), global_batch, steps)

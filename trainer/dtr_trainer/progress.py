@@ -80,23 +80,24 @@ class Progress(tf.keras.callbacks.Callback):
         return 0.0
 
 
-class Heartbeat(tf.keras.callbacks.Callback):
-    """Logs HEARTBEAT every `seconds` while training, from a daemon thread (dtr_contract.progress): TF releases
-    the GIL in its ops, so a worker blocked in an all-reduce still logs it and only a frozen one falls silent."""
+class Heartbeat:
+    """While in its `with` block (model.fit), logs HEARTBEAT every `seconds` from a daemon thread
+    (dtr_contract.progress): TF releases the GIL in its ops, so a worker blocked in an all-reduce still logs it
+    and only a frozen one falls silent. Stopped on the way out, an exception too: a failed worker's last log line
+    stays its error (the operator quotes it)."""
 
     def __init__(self, log: Callable[[str], None], seconds: float = HEARTBEAT_SECONDS):
-        super().__init__()
         self.log, self.seconds = log, seconds
         self.stopped = threading.Event()
-        self.thread: threading.Thread | None = None
-
-    def on_train_begin(self, logs=None):
-        self.stopped.clear()
         self.thread = threading.Thread(target=self._beat, name="dtr-heartbeat", daemon=True)
-        self.thread.start()
 
-    def on_train_end(self, logs=None):
+    def __enter__(self) -> Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
         self.stopped.set()
+        self.thread.join(timeout=5)
 
     def _beat(self) -> None:
         while not self.stopped.wait(self.seconds):
