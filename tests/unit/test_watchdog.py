@@ -43,7 +43,8 @@ def test_before_the_first_epoch_only_the_floor_counts_from_the_start():
     status = running(started=100)
     assert watchdog.check(WATCH, status, at(100 + 599)) == Healthy(T0 + timedelta(seconds=700))
     verdict = watchdog.check(WATCH, status, at(100 + 650))
-    assert isinstance(verdict, Stalled) and verdict.first_epoch and verdict.silent_seconds == 650
+    assert isinstance(verdict, Stalled)
+    assert (verdict.first_epoch, verdict.silent_seconds) == (True, 650)
     assert watchdog.stall_message(verdict, ["r-worker-1"], 2) == (
         "no epoch finished in the 650 s since the workers started (minStallSeconds 600); silent: r-worker-1")
 
@@ -130,15 +131,24 @@ def test_a_stall_is_flagged_once_then_reminded_then_cleared_by_an_epoch():
     watch = WatchdogSpec(stall_factor=5, min_stall_seconds=60)
     status, now = stalled_run(), at(424 + 400)
     step = watchdog.decide(watch, status, now)
-    assert isinstance(step, Flag) and step.then == watchdog.REPORT
+    assert isinstance(step, Flag)
+    assert step.then == watchdog.REPORT
     flagged = watchdog.flagged_status(status, step, "no epoch ...; silent: r-worker-1", now, 1)
     [cond] = [c for c in flagged["conditions"] if c["type"] == "Stalled"]
     assert (cond["status"], cond["reason"], cond["lastTransitionTime"]) == ("True", "NoEpochProgress", now)
-    assert flagged["phase"] == "Running" and flagged["message"] == "Stalled: no epoch ...; silent: r-worker-1"
+    assert (flagged["phase"], flagged["message"]) == ("Running", "Stalled: no epoch ...; silent: r-worker-1")
     assert watchdog.decide(watch, flagged, at(424 + 500)) is None, "said once"
     rewritten = {**flagged, "message": "TFJob x is running"}  # a TFJob event
     assert watchdog.decide(watch, rewritten, at(424 + 500)) == Remind("no epoch ...; silent: r-worker-1")
     assert watchdog.reminded_status(rewritten, "m")["message"] == "Stalled: m"
+
+
+def test_an_epoch_after_a_stall_clears_it():
+    watch = WatchdogSpec(stall_factor=5, min_stall_seconds=60)
+    status, now = stalled_run(), at(424 + 400)
+    step = watchdog.decide(watch, status, now)
+    assert isinstance(step, Flag)
+    flagged = watchdog.flagged_status(status, step, "m", now, 1)
     resumed = watchdog.with_epoch(flagged, 4, at(424 + 900))
     assert watchdog.decide(watch, resumed, at(424 + 905)) == Clear()
     cleared = watchdog.cleared_status(resumed, at(424 + 905), 1)
@@ -152,20 +162,32 @@ def test_restarts_are_counted_up_to_the_limit_then_the_run_fails():
     watch = WatchdogSpec(stall_factor=5, min_stall_seconds=60, on_stall="Restart", max_restarts=2)
     status, now = stalled_run(), at(424 + 400)
     step = watchdog.decide(watch, status, now)
-    assert step is not None and isinstance(step, Flag) and (step.restart, step.fail) == (1, False)
+    assert isinstance(step, Flag)
+    assert (step.restart, step.fail) == (1, False)
     flagged = watchdog.flagged_status(status, step, "m", now, 1)
-    assert flagged["watchdog"]["restarts"] == 1 and watchdog.restarting(flagged)
+    assert flagged["watchdog"]["restarts"] == 1
+    assert watchdog.restarting(flagged)
     assert not watchdog.restarting(watchdog.restarted_status(flagged))
     assert "restart 1 of 2" in watchdog.then_message(step, watch)
+
+
+def test_after_a_restart_the_floor_counts_from_the_new_start_until_no_restart_is_left():
+    watch = WatchdogSpec(stall_factor=5, min_stall_seconds=60, on_stall="Restart", max_restarts=2)
+    status, now = stalled_run(), at(424 + 400)
+    step = watchdog.decide(watch, status, now)
+    assert isinstance(step, Flag)
+    flagged = watchdog.flagged_status(status, step, "m", now, 1)
     # Resumed: a new start; stalled again after the floor from it.
     again = {**watchdog.restarted_status(flagged), "conditions": [
         {**c, "lastTransitionTime": at(2000)} if c["type"] == "Running" else c for c in flagged["conditions"]]}
     assert watchdog.decide(watch, again, at(2000 + 59)) is None
     second = watchdog.decide(watch, again, at(2000 + 61))
-    assert isinstance(second, Flag) and (second.restart, second.fail) == (2, False)
+    assert isinstance(second, Flag)
+    assert (second.restart, second.fail) == (2, False)
     used = {**again, "watchdog": {**again["watchdog"], "restarts": 2}}
     last = watchdog.decide(watch, used, at(2000 + 61))
-    assert isinstance(last, Flag) and last.fail
+    assert isinstance(last, Flag)
+    assert last.fail
     assert "maxRestarts" in watchdog.then_message(last, watch)
 
 
@@ -245,7 +267,7 @@ def test_a_stall_names_the_silent_worker_in_the_condition_the_message_and_a_warn
     assert all(q == {"tail_lines": 1, "since_seconds": 50} for _, q in recent), "bounded reads"
     [write] = kube.writes
     [cond] = [c for c in write["conditions"] if c["type"] == "Stalled"]
-    assert cond["status"] == "True" and cond["reason"] == "NoEpochProgress"
+    assert (cond["status"], cond["reason"]) == ("True", "NoEpochProgress")
     assert cond["message"].startswith("no epoch finished for 400 s (5 x mean epoch 62 s); silent: mnist-cnn-worker-1;")
     assert write["message"] == "Stalled: " + cond["message"]
     assert events == [("Warning", "Stalled", cond["message"])]
