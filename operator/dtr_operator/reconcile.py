@@ -775,7 +775,12 @@ class Reconciler:
         if tfjob_state(tfjob).phase in TERMINAL:
             pods = self.kube.list_job_pods(spec.namespace, spec.tfjob_name)
         recorded = {"code": dict(code)} if code else {}
-        self.record(run.body, lambda prev: {**tfjob_status(spec, tfjob, pods, prev, now()), **recorded}, quiet)
+        at = now()
+
+        def mirrored(prev: Mapping[str, Any]) -> dict[str, Any]:
+            return watchdog.settled({**tfjob_status(spec, tfjob, pods, prev, at), **recorded}, at, spec.generation)
+
+        self.record(run.body, mirrored, quiet)
         if holding := pods_to_release(tfjob, pods):
             self._release(run, holding, quiet)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from dtr_contract.progress import SILENT_SECONDS
 
-from .reasons import EPOCH_FINISHED, NO_EPOCH_PROGRESS, RUNNING, STALLED_CONDITION
+from .reasons import EPOCH_FINISHED, NO_EPOCH_PROGRESS, RUNNING, STALLED_CONDITION, SUCCEEDED
 from .spec import RunSpec, WatchdogSpec
 from .status import clean_text, set_condition
 
@@ -306,3 +306,13 @@ def reminded_status(status: Mapping[str, Any], message: str) -> dict[str, Any]:
     if status.get("phase") != RUNNING or not is_stalled(status):
         return dict(status)
     return {**status, "message": STALLED_PREFIX + message}
+
+
+def settled(status: Mapping[str, Any], now: str, generation: int | None) -> dict[str, Any]:
+    """A run that succeeded while its Stalled condition held (a stall found in the final evaluation or export,
+    which then ended): the condition goes False with the run's reason. A failed run keeps it: the stall may be why."""
+    if status.get("phase") != SUCCEEDED or not is_stalled(status):
+        return dict(status)
+    conditions = set_condition(status.get("conditions") or [], STALLED_CONDITION, False,
+                               str(status.get("reason") or SUCCEEDED), "", now, generation)  # fmt: skip
+    return {**status, "conditions": conditions}

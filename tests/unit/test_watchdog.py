@@ -336,3 +336,14 @@ def test_dtr_run_does_not_print_the_heartbeat():
     console.replica_line("worker-1", beat)
     console.replica_line("worker-1", trainer_line("worker-1", "epoch 1/2 begin"))
     assert out.getvalue() == "[worker-1] dtr_trainer[worker-1]: epoch 1/2 begin\n"
+
+
+def test_a_run_that_succeeds_while_stalled_ends_not_stalled_and_a_failed_one_stays_stalled():
+    status = stalled_run()
+    step = watchdog.decide(WatchdogSpec(min_stall_seconds=60), status, at(1200))
+    assert isinstance(step, Flag)
+    flagged = watchdog.flagged_status(status, step, "m", at(1200), 1)
+    done = watchdog.settled({**flagged, "phase": "Succeeded", "reason": "TrainingSucceeded"}, at(1300), 1)
+    assert not watchdog.is_stalled(done)
+    assert watchdog.condition(done, "Stalled")["reason"] == "TrainingSucceeded"  # type: ignore[index]
+    assert watchdog.is_stalled(watchdog.settled({**flagged, "phase": "Failed"}, at(1300), 1))
