@@ -24,12 +24,23 @@ MAX_LINE = 4096  # characters: a longer line is not the trainer's epoch end
 MAX_METRICS = 16  # figures kept of one line (by name), beside the throughput and the time left
 MAX_REMAINING_SECONDS = 10**7  # the time left is clamped to this (about 4 months)
 MAX_FIGURE = 1e18  # a larger value is left out, as a non-finite one is
+# While it trains, every worker logs HEARTBEAT every HEARTBEAT_SECONDS from a thread of its own: a worker blocked
+# in a collective (waiting for a frozen peer) still logs it, a frozen process does not, so the operator's stall
+# watchdog names the silent worker by the log that stayed empty (docs/api.md#stalled-runs).
+HEARTBEAT = "alive"
+HEARTBEAT_SECONDS = 20
+SILENT_SECONDS = HEARTBEAT_SECONDS * 5 // 2  # a worker whose log has no line for this long is silent (frozen)
 # Anchored: an optional log timestamp, the trainer's prefix, then the line epoch_end_line writes; bounded digits.
 _LINE = re.compile(
     rf"(?:\d{{4}}-\d\d-\d\dT[\d:.]{{8,24}}Z )?{TRAINER}\[[\w.-]{{1,64}}\]: "
     r"epoch ([1-9]\d{0,5})/([1-9]\d{0,5}) end((?: [A-Za-z_][\w.]{0,63}=[-+\w.]{1,32})*)",
     re.ASCII,
 )
+
+
+def is_heartbeat(line: str) -> bool:
+    """Whether a log line is the trainer's heartbeat (trainer_line of HEARTBEAT), which tells only that it lives."""
+    return line.rstrip().endswith(f"]: {HEARTBEAT}") and TRAINER in line
 
 
 def trainer_line(task: str, message: str) -> str:

@@ -122,6 +122,35 @@ properties:
     description: >-
       Restarts of the workers' containers, all workers together (the kubelet's restartCount),
       counted from the pods when the run finishes.
+  watchdog:
+    type: object
+    description: >-
+      The stall watchdog's record (spec.watchdog; docs/api.md#stalled-runs): the epochs it has seen end
+      and when, their mean time, and the restarts it made.
+    properties:
+      lastEpoch:
+        type: integer
+        description: The chief's last finished epoch the operator has seen.
+      lastEpochTime:
+        type: string
+        format: date-time
+        description: When the operator saw it end (its poll of the chief's log).
+      meanEpochSeconds:
+        type: number
+        description: Mean epoch time in seconds, leaving out each start's first epoch (data load, tracing).
+      timedEpochs:
+        type: integer
+        description: How many epochs that mean is of.
+      stalledSince:
+        type: string
+        format: date-time
+        description: When the last stall acted on began (its deadline passed).
+      restarts:
+        type: integer
+        description: Restarts of the workers for stalls (onStall Restart).
+      restarting:
+        type: boolean
+        description: The TFJob is suspended for such a restart and not resumed yet.
   startTime:
     type: string
     format: date-time
@@ -224,7 +253,9 @@ properties:
         description: SHA-256 of the file's bytes, hex.
   conditions:
     type: array
-    description: Conditions (Kubernetes conventions); types {condition_types}.
+    description: >-
+      Conditions (Kubernetes conventions); types {condition_types}, and Stalled once the stall watchdog has found
+      the run stalled (True) or training again after it (False).
     x-kubernetes-list-type: map
     x-kubernetes-list-map-keys: [type]
     items:

@@ -462,6 +462,33 @@ SCHEDULING_POLICY = Field("schedulingPolicy", "object",
           to=To("tfjob", "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds")),
 ))  # fmt: skip
 
+WATCHDOG = Field("watchdog", "object",
+    "The stall watchdog: a Running run where no epoch has finished for stallFactor x its mean epoch time (and at "
+    "least minStallSeconds) gets the condition Stalled and a Warning event naming the silent workers; with "
+    "onStall Restart its workers are also restarted from their backup.",
+    attr="watchdog", default={}, doc="[below](#stalled-runs)", fields=(
+    Field("enabled", "boolean", "false turns the watchdog off for this run (default true).",
+          attr="watchdog.enabled", default=True),
+    Field("stallFactor", "number",
+          "k: stalled when no epoch has finished for k x the mean epoch time ({bounds}, default {default}).",
+          # Whole bounds: the API server checks an integer value against a fractional minimum as truncated (1 passed
+          # a minimum of 1.5), which the parser would not.
+          attr="watchdog.stall_factor", default=5, minimum=2, maximum=100),
+    Field("minStallSeconds", "integer",
+          "The floor: never stalled sooner than this many seconds after the last epoch ended, or, before the "
+          "first epoch (which includes loading the data and tracing), after the workers started running "
+          "({bounds}, default {default}).",
+          attr="watchdog.min_stall_seconds", default=600, format="int32", minimum=10, maximum=604800),
+    Field("onStall", "string",
+          "What a stall does: Report (the condition and the event) or Restart (also suspend and resume the TFJob: "
+          "its pods go and are made again, and resume from their backup).",
+          attr="watchdog.on_stall", default="Report", enum=("Report", "Restart")),
+    Field("maxRestarts", "integer",
+          "With onStall Restart: restarts for stalls before the run fails with reason Stalled ({bounds}, default "
+          "{default}).",
+          attr="watchdog.max_restarts", default=3, format="int32", minimum=0, maximum=20),
+))  # fmt: skip
+
 SPEC = Field("spec", "object",
     "What to train, where to put it and where to run it. Immutable after creation except spec.suspend: to change "
     "a run, create a new DistTrainingRun.",
@@ -550,6 +577,7 @@ SPEC = Field("spec", "object",
           pattern=Pattern(DNS1123_LABEL, "must be a LocalQueue name (a DNS label)"),
           doc="[scheduling.md](scheduling.md#queues-kueue)"),
     SCHEDULING_POLICY,
+    WATCHDOG,
 ), rules=(
     Rule("!has(self.queueName) || !self.suspend",
          "cannot be true with spec.queueName: Kueue suspends and resumes queued runs (docs/scheduling.md)",

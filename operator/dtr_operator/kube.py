@@ -365,10 +365,14 @@ class Kube:
         limit_bytes: int | None = None,
         previous: bool = False,
         timestamps: bool = False,
+        since_seconds: int | None = None,
     ) -> str | None:
-        """A container's log (its end, with tail_lines/limit_bytes), or None when there is none to read: no
-        such pod, the container has not started, or (previous) it has not restarted; the API says 400."""
+        """A container's log (its end, with tail_lines/limit_bytes; its last since_seconds), or None when there is
+        none to read: no such pod, the container has not started, or (previous) it has not restarted; the API
+        says 400."""
         query = _log_query(container, tail_lines, limit_bytes, previous, timestamps, follow=False)
+        if since_seconds is not None:
+            query.append(("sinceSeconds", str(since_seconds)))
         try:
             path = _path("v1", namespace, "pods", pod, "log")
             raw = self._counted("GET", path, None, query, "application/json", "*/*")

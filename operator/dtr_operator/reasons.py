@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dtr_contract import exits, summary
+from dtr_contract import exits, progress, summary
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
 SUSPENDED = "Suspended"  # spec.suspend is true: no worker pods, progress kept for the resume
@@ -18,6 +18,8 @@ PHASES = (PENDING, SUSPENDED, RUNNING, SUCCEEDED, FAILED)
 TERMINAL = (SUCCEEDED, FAILED)
 # Always all five, each named like the phase in which it holds but Created (the children exist).
 CONDITION_TYPES = ("Created", "Running", "Suspended", "Succeeded", "Failed")
+# Set only by the stall watchdog (watchdog.py), once it has something to say; absent: never judged stalled.
+STALLED_CONDITION = "Stalled"
 
 STATUS = "status"  # status.reason and the conditions' reason; an event when the run moves to it
 CONDITION = "condition"  # a condition's reason only
@@ -185,12 +187,22 @@ NAME_CONFLICT = _status("NameConflict", FAILED, True,
 TFJOB_DELETED = _status("TFJobDeleted", FAILED, True,
     "the run's TFJob was deleted before the run finished (also noticed after an operator restart); not "
     "re-created: create a new run")  # fmt: skip
+STALLED = _status("Stalled", FAILED, True,
+    "the run stalled (no epoch finished for `stallFactor` x its mean epoch time, and at least `minStallSeconds`) "
+    "with `spec.watchdog.onStall: Restart` and its `maxRestarts` restarts used up; its TFJob is suspended so its "
+    "pods go ([below](#stalled-runs))")  # fmt: skip
 INVALID_SPEC = _status("InvalidSpec", FAILED, True,
     "the stored spec cannot be read (only possible for objects stored under an older schema)")  # fmt: skip
 INVALID_TFJOB = _status("InvalidTFJob", FAILED, True,
     "the API refused the TFJob or PVC for good (e.g. an admission webhook; 4xx other than 401/403/409)")  # fmt: skip
 CHILDREN_CREATED = _declare(Reason("ChildrenCreated", CONDITION, None, False,
     "the `Created` condition's reason once the run's TFJob (and the PVC it creates) exist"))  # fmt: skip
+NO_EPOCH_PROGRESS = _declare(Reason("NoEpochProgress", CONDITION, None, False,
+    "the `Stalled` condition's reason while it holds: `no epoch finished for 312 s (5 x mean epoch 62 s); silent: "
+    "worker-1`; the run stays Running and its message says it is stalled "
+    "([below](#stalled-runs))"))  # fmt: skip
+EPOCH_FINISHED = _declare(Reason("EpochFinished", CONDITION, None, False,
+    "the `Stalled` condition's reason once an epoch has finished again after a stall"))  # fmt: skip
 
 # ---- events only (docs/api.md#events) -----------------------------------------------------------
 
@@ -206,6 +218,15 @@ SUSPEND_REFUSED = _event("SuspendRefused", True,
 WORKER_PODS_RELEASED = _event("WorkerPodsReleased", False,
     "the run failed and its pods that still ran are deleted (TFJob `cleanPodPolicy: Running`); each worker's log "
     "stays on the run's volume")  # fmt: skip
+STALLED_EVENT = _event("Stalled", True,
+    "the stall watchdog found no epoch finished for too long: the message is the `Stalled` condition's, naming the "
+    "silent workers (those whose log shows no line, not even the trainer's heartbeat, for the last "
+    f"{progress.SILENT_SECONDS} s)")  # fmt: skip
+STALL_RESTART = _event("StallRestart", True,
+    "`spec.watchdog.onStall: Restart`: the TFJob of a stalled run is suspended (its pods go) and resumed once the "
+    "training-operator says it is suspended; the new workers resume from their backup (`restart N of M`)")  # fmt: skip
+STALL_ENDED = _event("StallEnded", False,
+    "an epoch finished after a stall: the `Stalled` condition is False again (reason `EpochFinished`)")  # fmt: skip
 
 REASONS = tuple(_declared)
 # Reasons whose events are Warnings (every Failed run's event is one too, whatever the TFJob calls it).

@@ -8,7 +8,7 @@ for one run:
 - seen: a watch event of a run: the in-memory trackers below, for the metrics and the two checks.
 - check_waiting_pods: a run waiting for its worker pods: say why they cannot start.
 - poll_progress: a Running run: its chief's last finished epoch into status.progress; a chief whose own
-  code failed: its TFJob restarts no more.
+  code failed: its TFJob restarts no more; the stall watchdog's check (watchdog.py), on the same timer.
 Each reads the run once into an `ObservedRun` (the body and its parsed spec).
 
 Every status write is a merge patch guarded by the run's resourceVersion, recomputed on conflict,
@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
-from . import metrics
+from dtr_contract.progress import SILENT_SECONDS
+
+from . import metrics, watchdog
 from .builders import (
     CONTAINER_NAME,
     KEEP_PODS,
@@ -54,10 +56,16 @@ from .reasons import (
     INVALID_TFJOB,
     NAME_CONFLICT,
     RESUMED,
+    STALL_ENDED,
+    STALL_RESTART,
+    STALLED,
+    STALLED_CONDITION,
+    STALLED_EVENT,
     SUSPEND_REFUSED,
     SUSPENDED_EVENT,
     TFJOB_CRD_MISSING,
     TFJOB_DELETED,
+    TFJOB_SUSPENDED,
     USER_CODE_NOT_ALLOWED,
     WAITING_FOR_CLEANUP,
     WAITING_FOR_PVC,
@@ -464,7 +472,8 @@ class WaitingRuns:
 # ---- progress of running runs ------------------------------------------------------------------
 
 # The end of the chief's log read per poll: an epoch's line is among the last few (Keras prints nothing
-# between epochs with verbose=0). No byte limit: the kubelet applies it from the start of the tail, so it
+# between epochs with verbose=0; the trainer's heartbeat, one line per HEARTBEAT_SECONDS, leaves an epoch's line
+# in the tail for 13 minutes, many polls). No byte limit: the kubelet applies it from the start of the tail, so it
 # would cut off the newest lines, the ones wanted.
 LOG_TAIL_LINES = 40
 
@@ -496,7 +505,7 @@ class RunningRuns:
 # placement fields, labels, annotations and managedFields, the bulk of a large run, only make the TFJob, and
 # that reads the run's whole body from its own event (docs/performance.md#operator-memory).
 KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
-KEPT_SPEC = ("workers", "suspend", "queueName", "training", "storage", "resources")
+KEPT_SPEC = ("workers", "suspend", "queueName", "training", "storage", "resources", "watchdog")
 
 
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -766,7 +775,12 @@ class Reconciler:
         if tfjob_state(tfjob).phase in TERMINAL:
             pods = self.kube.list_job_pods(spec.namespace, spec.tfjob_name)
         recorded = {"code": dict(code)} if code else {}
-        self.record(run.body, lambda prev: {**tfjob_status(spec, tfjob, pods, prev, now()), **recorded}, quiet)
+        at = now()
+
+        def mirrored(prev: Mapping[str, Any]) -> dict[str, Any]:
+            return watchdog.settled({**tfjob_status(spec, tfjob, pods, prev, at), **recorded}, at, spec.generation)
+
+        self.record(run.body, mirrored, quiet)
         if holding := pods_to_release(tfjob, pods):
             self._release(run, holding, quiet)
 
@@ -802,6 +816,8 @@ class Reconciler:
             return
         if event_type == "DELETED":
             self._put(run, State(FAILED, TFJOB_DELETED, _tfjob_deleted_message(run.spec)))
+        elif watchdog.restarting(run.status) and not run.spec.suspend and tfjob_state(tfjob).reason == TFJOB_SUSPENDED:
+            self._resume_after_stall(run)
         else:
             self.sync_status(run, tfjob)
 
@@ -866,10 +882,15 @@ class Reconciler:
         run = self._parsed(body)
         if run is None:
             return
+        status = run.status
         try:
-            self.read_progress(run)
+            status = self.read_progress(run)
         except ApiError as err:
             self._progress_not_read(run.spec, err)
+        try:
+            self.watch_stall(run, status)
+        except ApiError as err:
+            log.warning("stall check of run %s/%s not done: %s", run.spec.namespace, run.spec.name, err)
 
     def _progress_not_read(self, run: RunSpec, err: ApiError) -> None:
         key = (run.namespace, run.name, err.status)
@@ -880,17 +901,105 @@ class Reconciler:
         else:
             log.debug("progress of run %s/%s not read: %s", key[0], key[1], err)
 
-    def read_progress(self, run: ObservedRun, quiet: bool = False) -> None:
+    def read_progress(self, run: ObservedRun, quiet: bool = False) -> Mapping[str, Any]:
+        """The chief's last finished epoch into status.progress and the watchdog's record; returns the status as
+        this call left it."""
         spec = run.spec
         chief = worker_pod_name(spec, 0)
         log_text = self.kube.pod_log(spec.namespace, chief, CONTAINER_NAME, tail_lines=LOG_TAIL_LINES)
         if log_text is None:
-            return
+            return run.status
         end = parse_epoch_end(log_text, spec.training.epochs)
+        status = run.status
         if end is not None:
-            self.record(run.body, lambda prev: running_progress(prev, end, now()), quiet)
+            at = now()
+            written = self.record(run.body, lambda prev: watchdog.with_epoch(running_progress(prev, end, at),
+                                                                             end.epoch, at), quiet)  # fmt: skip
+            status = {**run.status, **(written or {})}
         if logs_an_error(log_text):  # also after finished epochs: a loss diverges in any epoch
             self.restart_no_more(run)
+        return status
+
+    # ---- the stall watchdog (watchdog.py) -------------------------------------------------------------
+
+    def watch_stall(self, run: ObservedRun, status: Mapping[str, Any]) -> None:
+        """The watchdog's step for a Running run: no API call unless it flags, clears or reminds of a stall."""
+        spec, at = run.spec, now()
+        step = watchdog.decide(watchdog.effective(spec), status, at)
+        if isinstance(step, watchdog.Remind):
+            message = step.message
+            self.record(run.body, lambda prev: watchdog.reminded_status(prev, message), quiet=True)
+        elif isinstance(step, watchdog.Clear):
+            cleared = self.record(run.body, lambda prev: watchdog.cleared_status(prev, at, spec.generation), True)
+            if cleared is not None:
+                message = next(c["message"] for c in cleared["conditions"] if c["type"] == STALLED_CONDITION)
+                self.emit(run.body, "Normal", STALL_ENDED, message)
+        elif isinstance(step, watchdog.Flag):
+            self._flag_stall(run, step, at)
+
+    def _silent_workers(self, run: RunSpec) -> list[str]:
+        """The worker pods whose log has no line for the last SILENT_SECONDS (the trainer's heartbeat keeps a live
+        one's going): one small read per worker, only for a run just found stalled."""
+        logs = {pod: self.kube.pod_log(run.namespace, pod, CONTAINER_NAME, tail_lines=1,
+                                       since_seconds=SILENT_SECONDS)
+                for pod in (worker_pod_name(run, i) for i in range(run.workers))}  # fmt: skip
+        return watchdog.silent_workers(logs)
+
+    def _flag_stall(self, run: ObservedRun, flag: watchdog.Flag, at: str) -> None:
+        """Say the stall (condition, message, event), then restart the workers or fail the run if it asks."""
+        spec = run.spec
+        silent = self._silent_workers(spec)
+        message = (f"{watchdog.stall_message(flag.verdict, silent, spec.workers)}; "
+                   f"{watchdog.then_message(flag, watchdog.effective(spec))}")  # fmt: skip
+        if flag.fail:
+            self._fail_stalled(run, flag, message, at)
+            return
+        flagged = self.record(run.body, lambda prev: watchdog.flagged_status(prev, flag, message, at,
+                                                                             spec.generation), quiet=True)  # fmt: skip
+        if flagged is None:
+            return  # said already (a concurrent poll), or the run finished meanwhile
+        self.emit(run.body, "Warning", STALLED_EVENT, message)
+        if flag.then == watchdog.RESTART:
+            self._suspend_for_restart(run, flag)
+
+    def _suspend_for_restart(self, run: ObservedRun, flag: watchdog.Flag) -> None:
+        """Suspend the TFJob (as spec.suspend does: its pods go); its next event that says so resumes it, and the
+        new workers resume from their backup."""
+        spec = run.spec
+        mark = {SUSPENDED_BY_ANNOTATION: SUSPENDED_BY}
+        self.kube.patch_tfjob_run_policy(spec.namespace, spec.tfjob_name, annotations=mark, suspend=True)
+        self.emit(run.body, "Warning", STALL_RESTART,
+                  f"suspended TFJob {spec.tfjob_name} to restart its workers; it is resumed once its pods are gone, "
+                  f"and they resume from their backup (restart {flag.restart} of {spec.watchdog.max_restarts})")
+
+    def _resume_after_stall(self, run: ObservedRun) -> None:
+        """The TFJob suspended for a restart says it is: resume it (the training-operator makes the pods again)."""
+        spec = run.spec
+        tfjob = self.kube.patch_tfjob_run_policy(spec.namespace, spec.tfjob_name,
+                                                 annotations={SUSPENDED_BY_ANNOTATION: None}, suspend=False)
+        self.record(run.body, watchdog.restarted_status, quiet=True)
+        fresh = self.kube.get_run(spec.namespace, spec.name)
+        if _is_live(fresh, spec.uid) and (parsed := self._parsed(fresh)) is not None:
+            self.sync_status(parsed, tfjob)
+
+    def _fail_stalled(self, run: ObservedRun, flag: watchdog.Flag, message: str, at: str) -> None:
+        """No restart left: the run fails (reason Stalled, its Warning event) and its TFJob is suspended, so that
+        its pods go (a stalled worker never ends by itself)."""
+        spec = run.spec
+        state = State(FAILED, STALLED, message, created=True)
+
+        def failed(prev: Mapping[str, Any]) -> dict[str, Any]:
+            flagged = watchdog.flagged_status(prev, flag, message, at, spec.generation)
+            return {**state_status(spec, state, flagged, at), watchdog.RECORD: flagged[watchdog.RECORD]}
+
+        if self.record(run.body, failed) is None:
+            return
+        try:
+            self.kube.patch_tfjob_run_policy(spec.namespace, spec.tfjob_name,
+                                             annotations={SUSPENDED_BY_ANNOTATION: SUSPENDED_BY}, suspend=True)
+        except ApiError as err:
+            log.warning("run %s/%s failed stalled, but its TFJob %s was not suspended: %s", spec.namespace,
+                        spec.name, spec.tfjob_name, err)  # fmt: skip
 
     def restart_no_more(self, run: ObservedRun) -> None:
         """When the chief's own code failed (exit code 8) or its loss diverged (9), permanent failures

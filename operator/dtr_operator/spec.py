@@ -106,6 +106,17 @@ class SchedulingPolicy:
 
 
 @dataclass(frozen=True)
+class WatchdogSpec:
+    """spec.watchdog: when a Running run counts as stalled, and what the operator does then (watchdog.py)."""
+
+    enabled: bool = _default("watchdog.enabled")
+    stall_factor: float = _default("watchdog.stallFactor")
+    min_stall_seconds: int = _default("watchdog.minStallSeconds")
+    on_stall: str = _default("watchdog.onStall")
+    max_restarts: int = _default("watchdog.maxRestarts")
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """A DistTrainingRun with every default applied."""
 
@@ -127,6 +138,7 @@ class RunSpec:
     queue_name: str | None = None
     scheduling_policy: SchedulingPolicy | None = None
     code: CodeSpec | None = None  # spec.training.code (a part of its own: the trainer's flags do not map it 1:1)
+    watchdog: WatchdogSpec = field(default_factory=WatchdogSpec)
     uid: str | None = None
     generation: int | None = None
 
@@ -146,7 +158,8 @@ class RunSpec:
 
 # The parts of RunSpec that group fields (fields.py's attr "training.model" lives on RunSpec.training).
 PARTS: dict[str, type] = {"training": TrainingSpec, "storage": StorageSpec, "placement": Placement,
-                          "scheduling_policy": SchedulingPolicy, "code": CodeSpec}  # fmt: skip
+                          "scheduling_policy": SchedulingPolicy, "code": CodeSpec,
+                          "watchdog": WatchdogSpec}  # fmt: skip
 
 
 def created_pvc_name(run_name: str) -> str:

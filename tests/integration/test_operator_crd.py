@@ -122,6 +122,7 @@ def test_defaults_are_filled_in_by_the_api_server(control_plane: Cluster, namesp
         "restartPolicy": "OnFailure",
         "backoffLimit": 3,
         "suspend": False,
+        "watchdog": {"enabled": True, "stallFactor": 5, "minStallSeconds": 600, "onStall": "Report", "maxRestarts": 3},
     }  # fmt: skip
 
 

@@ -91,6 +91,14 @@ class RealNode:
         """SIGKILL the worker's container through containerd: as the OOM killer or a crash would."""
         self.node.ctr("tasks", "kill", "--signal", "SIGKILL", self.container_id(namespace, pod))
 
+    def freeze_container(self, namespace: str, pod: str) -> None:
+        """SIGSTOP every process of the worker's container through containerd: a hung worker, alive but silent."""
+        self.node.ctr("tasks", "kill", "--all", "--signal", "SIGSTOP", self.container_id(namespace, pod))
+
+    def thaw_container(self, namespace: str, pod: str) -> None:
+        """SIGCONT what freeze_container stopped."""
+        self.node.ctr("tasks", "kill", "--all", "--signal", "SIGCONT", self.container_id(namespace, pod))
+
     def exec(self, namespace: str, pod: str, *argv: str) -> subprocess.CompletedProcess[str]:
         return self.cluster.kubectl("exec", "-n", namespace, pod, "-c", "tensorflow", "--", *argv, check=False)
 

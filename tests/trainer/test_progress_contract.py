@@ -40,3 +40,21 @@ def assert_read_back(end: EpochEnd, line: str) -> None:
     assert end.examples_per_second > 0, line
     assert end.remaining_seconds is not None, line
     assert end.remaining_seconds >= 0, line
+
+
+def test_the_heartbeat_logs_while_training_and_stops_with_it_even_on_an_error() -> None:
+    import time
+
+    import pytest
+    from dtr_contract.progress import HEARTBEAT
+    from dtr_trainer.progress import Heartbeat
+
+    lines: list[str] = []
+    with pytest.raises(ValueError), Heartbeat(lines.append, seconds=0.05) as beat:
+        time.sleep(0.5)
+        raise ValueError("training failed")
+    assert not beat.thread.is_alive()
+    said = len(lines)
+    time.sleep(0.2)
+    assert said >= 3 and set(lines) == {HEARTBEAT}
+    assert len(lines) == said, "a heartbeat after training ended"

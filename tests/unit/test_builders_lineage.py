@@ -41,6 +41,7 @@ def test_the_pod_says_which_run_it_trains_for():
         "export": {"modelName": "mnist-cnn"},
         "restartPolicy": "OnFailure",
         "backoffLimit": 3,
+        "watchdog": {"enabled": True, "stallFactor": 5, "minStallSeconds": 600, "onStall": "Report", "maxRestarts": 3},
     }
 
 

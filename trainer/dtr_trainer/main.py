@@ -189,7 +189,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     import tensorflow as tf
 
     from dtr_trainer.compiling import prepare
-    from dtr_trainer.progress import History, Progress, StopOnDivergence
+    from dtr_trainer.progress import Heartbeat, History, Progress, StopOnDivergence
 
     global_batch = ctx.global_batch_size
     steps = args.steps_per_epoch or data.steps_for(loaded.train_size, global_batch)
@@ -212,7 +212,8 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     if cluster.is_chief and args.tensorboard_dir:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=args.tensorboard_dir, profile_batch=0,
                                                         write_graph=False, update_freq="epoch"))
-    model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    with Heartbeat(log):  # for the operator's stall watchdog
+        model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     results = model.evaluate(eval_ds, verbose=0, return_dict=True)
     evaluation = {name: float(value) for name, value in results.items()}
     return TrainOutcome(model, evaluation, metric, progress.examples_per_second(), global_batch, steps)

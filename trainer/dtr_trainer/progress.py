@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -10,7 +11,7 @@ from typing import Callable
 
 import tensorflow as tf
 from dtr_contract.history import history_line
-from dtr_contract.progress import epoch_end_line
+from dtr_contract.progress import HEARTBEAT, HEARTBEAT_SECONDS, epoch_end_line
 
 from dtr_trainer.divergence import diverged_message, non_finite_loss
 from dtr_trainer.errors import DivergedError
@@ -144,3 +145,27 @@ class StopOnDivergence(tf.keras.callbacks.Callback):
         if loss is not None:
             rate = learning_rate_of(self.model, self.learning_rate)
             raise DivergedError(diverged_message(loss, self.epoch + 1, self.epochs, step, self.steps, rate))
+
+
+class Heartbeat:
+    """While in its `with` block (model.fit), logs HEARTBEAT every `seconds` from a daemon thread
+    (dtr_contract.progress): TF releases the GIL in its ops, so a worker blocked in an all-reduce still logs it
+    and only a frozen one falls silent. Stopped on the way out, an exception too: a failed worker's last log line
+    stays its error (the operator quotes it)."""
+
+    def __init__(self, log: Callable[[str], None], seconds: float = HEARTBEAT_SECONDS):
+        self.log, self.seconds = log, seconds
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="dtr-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(self.seconds):
+            self.log(HEARTBEAT)

@@ -32,7 +32,7 @@ from typing import Any, TextIO
 import yaml
 from dtr_contract import exits, flags, layout
 from dtr_contract.container import PORT
-from dtr_contract.progress import EpochEnd, parse_epoch_end_line
+from dtr_contract.progress import EpochEnd, is_heartbeat, parse_epoch_end_line
 
 from dtr_operator import builders, status, submit
 from dtr_operator.local import kubelet, ports, translate
@@ -255,6 +255,8 @@ class Console:
             print(text, file=self.out, flush=True)
 
     def replica_line(self, label: str, line: str) -> None:
+        if is_heartbeat(line):
+            return  # only the operator's stall watchdog reads it (in a pod's log): noise here
         self.say(f"[{label}] {line}")
         end = parse_epoch_end_line(line) if label.endswith("-0") else None
         if end is not None:

@@ -1,0 +1,132 @@
+"""The stall watchdog on the real node (docs/api.md#stalled-runs): a worker frozen with SIGSTOP through its
+container is named in the Stalled condition and a Warning event within minutes; thawed, the condition clears;
+with onStall Restart the run is restarted from its backup and succeeds, every epoch trained once.
+
+minStallSeconds is above the 50 s in which a worker's silent log names it (dtr_contract.progress.SILENT_SECONDS):
+the frozen worker's last line, written just before the freeze, is older than that when the stall is found.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from dtr_contract.progress import SILENT_SECONDS, parse_epoch_end_line
+
+from support.node import RealNode
+from support.runs import digits_run, saved_models
+from support.wait import wait_for
+
+FLOOR = SILENT_SECONDS + 25  # seconds: the digits epochs take a few, so the floor sets the limit
+EPOCHS = 20
+
+
+def watched_run(name: str, **watch: Any) -> dict[str, Any]:
+    doc = digits_run(name, epochs=EPOCHS, steps=30, backoff=8)
+    doc["spec"]["watchdog"] = {"minStallSeconds": FLOOR, "stallFactor": 3, **watch}
+    return doc
+
+
+def stalled(st: dict[str, Any]) -> dict[str, Any]:
+    return next((c for c in st.get("conditions") or [] if c["type"] == "Stalled"), {})
+
+
+def wait_stalled(real_node: RealNode, namespace: str, name: str, holds: str, timeout: float) -> dict[str, Any]:
+    """The run's status once its Stalled condition's status is `holds` ("True", "False")."""
+
+    def probe() -> dict[str, Any] | None:
+        st = real_node.run_status(namespace, name)
+        return st if stalled(st).get("status") == holds else None
+
+    return wait_for(probe, f"the Stalled condition {holds}", timeout=timeout, interval=1)
+
+
+def run_events(real_node: RealNode, namespace: str, name: str) -> list[tuple[str, str, str]]:
+    got = real_node.cluster.kubectl_json(
+        "get", "events", "-n", namespace,
+        "--field-selector", f"involvedObject.kind=DistTrainingRun,involvedObject.name={name}",
+    )["items"]  # fmt: skip
+    return [(e["type"], e["reason"], e.get("message", "")) for e in got]
+
+
+def chief_uid(real_node: RealNode, namespace: str, name: str) -> str:
+    """The chief pod's uid, "" while there is none."""
+    proc = real_node.cluster.kubectl("get", "pod", f"{name}-worker-0", "-n", namespace, "-o",
+                                     "jsonpath={.metadata.uid}", check=False)  # fmt: skip
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def epochs_ended(log: str) -> list[int]:
+    return [end.epoch for line in log.splitlines() if (end := parse_epoch_end_line(line)) is not None]
+
+
+def test_a_frozen_worker_is_named_stalled_and_clears_when_thawed(real_node: RealNode, namespace: str) -> None:
+    name = "frozen"
+    worker = f"{name}-worker-1"
+    real_node.apply(namespace, watched_run(name))
+    real_node.wait_log(namespace, worker, f"epoch 3/{EPOCHS} end")
+    real_node.freeze_container(namespace, worker)
+    frozen_at = time.monotonic()
+    try:
+        st = wait_stalled(real_node, namespace, name, "True", timeout=FLOOR + 120)
+        print(f"stall found {time.monotonic() - frozen_at:.0f} s after the freeze: {stalled(st)['message']}")
+        check_named(real_node, namespace, name, st)
+    finally:
+        real_node.thaw_container(namespace, worker)
+    st = wait_stalled(real_node, namespace, name, "False", timeout=120)
+    assert stalled(st)["reason"] == "EpochFinished"
+    assert ("Normal", "StallEnded") in [e[:2] for e in run_events(real_node, namespace, name)]
+    st = real_node.wait_terminal(namespace, name)
+    assert st["phase"] == "Succeeded", st
+    assert stalled(st)["status"] == "False"
+
+
+def check_named(real_node: RealNode, namespace: str, name: str, st: dict[str, Any]) -> None:
+    """The Stalled condition, the run's message and its Warning event name worker-1 alone; the phase stays."""
+    cond, worker = stalled(st), f"{name}-worker-1"
+    assert cond["reason"] == "NoEpochProgress"
+    assert f"(minStallSeconds {FLOOR}); silent: {worker};" in cond["message"], cond["message"]
+    assert f"{name}-worker-0" not in cond["message"].split("silent:")[1], "the blocked chief still beats"
+    assert st["phase"] == "Running"
+    assert st["message"] == f"Stalled: {cond['message']}"
+    table = real_node.cluster.kubectl("get", "distrainingruns", "-n", namespace).stdout.splitlines()
+    assert table[1].split()[:2] == [name, "Running"]
+    warned = [e for e in run_events(real_node, namespace, name) if e[:2] == ("Warning", "Stalled")]
+    assert [worker in e[2] for e in warned] == [True], warned
+
+
+def wait_restarted(real_node: RealNode, namespace: str, name: str, old_chief: str) -> None:
+    """Until the StallRestart event is out and a new chief pod exists (the TFJob suspended, then resumed)."""
+    wait_for(lambda: any(e[1] == "StallRestart" for e in run_events(real_node, namespace, name)),
+             "the StallRestart event", timeout=FLOOR + 120, interval=1)  # fmt: skip
+    wait_for(lambda: chief_uid(real_node, namespace, name) not in ("", old_chief), "a new chief pod", timeout=180,
+             interval=2)  # fmt: skip
+
+
+def test_a_frozen_worker_with_on_stall_restart_resumes_from_its_backup_and_succeeds(
+    real_node: RealNode, namespace: str
+) -> None:
+    name = "revive"
+    worker = f"{name}-worker-1"
+    real_node.apply(namespace, watched_run(name, onStall="Restart", maxRestarts=2))
+    real_node.wait_log(namespace, worker, f"epoch 3/{EPOCHS} end")
+    real_node.freeze_container(namespace, worker)
+    old_chief = real_node.pod(namespace, f"{name}-worker-0")["metadata"]["uid"]
+    time.sleep(10)  # the chief is blocked in the all-reduce: its log says no more epochs from here
+    before = epochs_ended(real_node.logs(namespace, f"{name}-worker-0"))
+    assert before == list(range(1, len(before) + 1)), before
+    assert len(before) >= 3, before
+
+    wait_restarted(real_node, namespace, name, old_chief)
+    st = real_node.wait_terminal(namespace, name)
+    assert st["phase"] == "Succeeded", st
+    assert st["watchdog"]["restarts"] == 1, st["watchdog"]
+    after_log = real_node.logs(namespace, f"{name}-worker-0")
+    after = epochs_ended(after_log)
+    assert f"resumed from backup at epoch {before[-1] + 1}/{EPOCHS}" in after_log, after_log[-2000:]
+    assert sorted(before + after) == list(range(1, EPOCHS + 1)), (before, after)  # each epoch trained once
+    said = [e for e in run_events(real_node, namespace, name) if e[1] in ("Stalled", "StallRestart")]
+    assert [e[1] for e in said] == ["Stalled", "StallRestart"], said
+    assert worker in said[0][2], said
+    volume = real_node.volume(namespace, f"{name}-data")
+    assert saved_models(volume) == [volume / "models" / name / "1"]
