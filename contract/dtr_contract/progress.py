@@ -24,8 +24,8 @@ MAX_LINE = 4096  # characters: a longer line is not the trainer's epoch end
 MAX_METRICS = 16  # figures kept of one line (by name), beside the throughput and the time left
 MAX_REMAINING_SECONDS = 10**7  # the time left is clamped to this (about 4 months)
 MAX_FIGURE = 1e18  # a larger value is left out, as a non-finite one is
-# While it trains, every worker logs HEARTBEAT every HEARTBEAT_SECONDS from a thread of its own: a worker blocked
-# in a collective (waiting for a frozen peer) still logs it, a frozen process does not, so the operator's stall
+# From the rendezvous to the export, every worker logs HEARTBEAT every HEARTBEAT_SECONDS from a child process: a
+# worker blocked in a collective (waiting for a frozen peer) still logs it, a frozen container does not, so the stall
 # watchdog names the silent worker by the log that stayed empty (docs/api.md#stalled-runs).
 HEARTBEAT = "alive"
 HEARTBEAT_SECONDS = 20

@@ -245,15 +245,23 @@ def tfjob_suspended(tfjob: Mapping[str, Any]) -> bool:
     return bool(((tfjob.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
 
 
+def _suspension_left_alone(run: RunSpec, status: Mapping[str, Any], tfjob: Mapping[str, Any]) -> bool:
+    """Kueue's TFJob (a queued run), a finished run's, or one the stall watchdog suspended to restart the workers
+    (it resumes the TFJob itself, once the old pods are gone)."""
+    if run.queue_name is not None or kueue_queue(tfjob) is not None:
+        return True
+    if is_terminal(status) or tfjob_state(tfjob).phase in TERMINAL:
+        return True
+    return watchdog.restarting(status) and not run.suspend
+
+
 def _suspend_action(run: RunSpec, status: Mapping[str, Any], tfjob: Mapping[str, Any],
                     refused: Record | None = None) -> Action:  # fmt: skip
     """Sync, or Suspend when spec.suspend and the TFJob disagree. A queued run's TFJob (spec.queueName, or a
     Kueue label on the TFJob itself) is Kueue's to suspend; a suspension the operator did not make is not its to
     undo (security review M5); a finished run is left alone. A run the settings refuse now (`refused`: an image
     or a request banned since it started) is not resumed: it fails, its TFJob stays suspended."""
-    if run.queue_name is not None or kueue_queue(tfjob) is not None:
-        return Sync(tfjob)
-    if is_terminal(status) or tfjob_state(tfjob).phase in TERMINAL:
+    if _suspension_left_alone(run, status, tfjob):
         return Sync(tfjob)
     if tfjob_suspended(tfjob) != run.suspend and not suspended_by_other(tfjob):
         if not run.suspend and refused is not None:
@@ -487,8 +495,10 @@ class RunningRuns:
     def seen(
         self, ref: RunRef, body: Mapping[str, Any], keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = dict
     ) -> None:
-        """keep(body) is what is stored (a copy): made only for a Running run, not on every event of every run."""
-        if (body.get("status") or {}).get("phase") == RUNNING:
+        """keep(body) is what is stored (a copy): made only for a Running run, or one the stall watchdog is restarting
+        (the poll resumes it), not on every event of every run."""
+        status = body.get("status") or {}
+        if status.get("phase") == RUNNING or watchdog.restarting(status):
             self._bodies[ref] = keep(body)
         else:
             self._bodies.pop(ref, None)
@@ -882,6 +892,9 @@ class Reconciler:
         run = self._parsed(body)
         if run is None:
             return
+        if watchdog.restarting(run.status):
+            self._resume_polled(run)
+            return
         status = run.status
         try:
             status = self.read_progress(run)
@@ -972,9 +985,23 @@ class Reconciler:
                   f"suspended TFJob {spec.tfjob_name} to restart its workers; it is resumed once its pods are gone, "
                   f"and they resume from their backup (restart {flag.restart} of {spec.watchdog.max_restarts})")
 
-    def _resume_after_stall(self, run: ObservedRun) -> None:
-        """The TFJob suspended for a restart says it is: resume it (the training-operator makes the pods again)."""
+    def _resume_polled(self, run: ObservedRun) -> None:
+        """The progress poll of a run being restarted: resume its TFJob once it says it is suspended."""
         spec = run.spec
+        try:
+            tfjob = self.kube.get_tfjob(spec.namespace, spec.tfjob_name)
+            if tfjob is not None and not spec.suspend and tfjob_state(tfjob).reason == TFJOB_SUSPENDED:
+                self._resume_after_stall(run)
+        except ApiError as err:
+            log.warning("run %s/%s: its restart not resumed yet: %s", spec.namespace, spec.name, err)
+
+    def _resume_after_stall(self, run: ObservedRun) -> None:
+        """The TFJob suspended for a restart says it is: resume it once its old pods are gone (the training-operator
+        counts a pod that its deletion failed, the frozen worker's, against the resumed TFJob, which then fails:
+        seen on the real node); until then the progress poll comes back (RunningRuns keeps the run)."""
+        spec = run.spec
+        if self.kube.list_job_pods(spec.namespace, spec.tfjob_name):
+            return
         tfjob = self.kube.patch_tfjob_run_policy(spec.namespace, spec.tfjob_name,
                                                  annotations={SUSPENDED_BY_ANNOTATION: None}, suspend=False)
         self.record(run.body, watchdog.restarted_status, quiet=True)

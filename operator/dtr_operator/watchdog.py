@@ -269,8 +269,9 @@ def restarting(status: Mapping[str, Any]) -> bool:
 
 
 def restarted_status(status: Mapping[str, Any]) -> dict[str, Any]:
-    """The status once the TFJob is resumed after a restart for a stall."""
-    return {**status, RECORD: {k: v for k, v in record_of(status).items() if k != "restarting"}}
+    """The status once the TFJob is resumed after a restart for a stall (False, not the key left out: the status
+    write is a merge patch, which keeps a key it does not name)."""
+    return {**status, RECORD: {**record_of(status), "restarting": False}}
 
 
 STALLED_PREFIX = "Stalled: "  # status.message of a Running run while its Stalled condition holds

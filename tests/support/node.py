@@ -92,7 +92,8 @@ class RealNode:
         self.node.ctr("tasks", "kill", "--signal", "SIGKILL", self.container_id(namespace, pod))
 
     def freeze_container(self, namespace: str, pod: str) -> None:
-        """SIGSTOP every process of the worker's container through containerd: a hung worker, alive but silent."""
+        """SIGSTOP the worker through containerd: a hung worker, alive but silent. (`--all` as asked; runc >= 1.2
+        signals only the container's first process, the trainer, whose heartbeat child then stays quiet.)"""
         self.node.ctr("tasks", "kill", "--all", "--signal", "SIGSTOP", self.container_id(namespace, pod))
 
     def thaw_container(self, namespace: str, pod: str) -> None:

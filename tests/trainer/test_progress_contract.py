@@ -42,19 +42,76 @@ def assert_read_back(end: EpochEnd, line: str) -> None:
     assert end.remaining_seconds >= 0, line
 
 
-def test_the_heartbeat_logs_while_training_and_stops_with_it_even_on_an_error() -> None:
+def test_the_heartbeat_beats_while_training_and_stops_with_it_even_on_an_error(tmp_path) -> None:
     import time
 
     import pytest
-    from dtr_contract.progress import HEARTBEAT
+    from dtr_contract.progress import HEARTBEAT, trainer_line
     from dtr_trainer.progress import Heartbeat
 
-    lines: list[str] = []
-    with pytest.raises(ValueError), Heartbeat(lines.append, seconds=0.05) as beat:
-        time.sleep(0.5)
-        raise ValueError("training failed")
-    assert not beat.thread.is_alive()
-    said = len(lines)
-    time.sleep(0.2)
-    assert said >= 3 and set(lines) == {HEARTBEAT}
-    assert len(lines) == said, "a heartbeat after training ended"
+    line = trainer_line("worker-1", HEARTBEAT)
+    with open(tmp_path / "stderr", "w") as stderr:
+        with pytest.raises(ValueError), Heartbeat(line, seconds=0.1, stderr=stderr) as beat:
+            time.sleep(1.5)  # the child's Python starts, then beats every 0.1 s
+            raise ValueError("training failed")
+        assert beat.process.poll() is not None
+    said = (tmp_path / "stderr").read_text().splitlines()
+    time.sleep(0.3)
+    assert len(said) >= 3 and set(said) == {line}, said
+    assert (tmp_path / "stderr").read_text().splitlines() == said, "a heartbeat after training ended"
+
+
+def test_the_heartbeat_beats_while_its_parent_holds_the_gil(tmp_path) -> None:
+    """A thread could not: a TensorFlow call that keeps the GIL (the rendezvous with a frozen peer) stops it."""
+    import sys
+    import time
+
+    from dtr_trainer.progress import Heartbeat
+
+    with open(tmp_path / "stderr", "w") as stderr, Heartbeat("alive", seconds=0.1, stderr=stderr):
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(100)  # this thread keeps the GIL for the whole busy loop below
+        try:
+            end = time.monotonic() + 2
+            while time.monotonic() < end:
+                pass
+        finally:
+            sys.setswitchinterval(old)
+    assert len((tmp_path / "stderr").read_text().splitlines()) >= 3
+
+
+def test_the_heartbeat_stops_while_its_worker_is_stopped(tmp_path) -> None:
+    """SIGSTOP of the worker's process (what containerd's freeze of a container reaches) silences its heartbeat;
+    SIGCONT brings it back."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    holder = ("import sys, time\n"
+              "from dtr_trainer.progress import Heartbeat\n"
+              "with Heartbeat('alive', seconds=0.1):\n"
+              "    time.sleep(60)\n")  # fmt: skip
+    beats = tmp_path / "stderr"
+
+    def count() -> int:
+        return len(beats.read_text().splitlines())
+
+    with open(beats, "w") as stderr:
+        worker = subprocess.Popen([sys.executable, "-c", holder], stderr=stderr)
+        try:
+            deadline = time.monotonic() + 60
+            while count() < 3 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert count() >= 3
+            worker.send_signal(signal.SIGSTOP)
+            time.sleep(0.3)
+            stopped_at = count()
+            time.sleep(1)
+            assert count() == stopped_at, "a beat while the worker was stopped"
+            worker.send_signal(signal.SIGCONT)
+            time.sleep(1)
+            assert count() >= stopped_at + 3
+        finally:
+            worker.kill()
+            worker.wait()

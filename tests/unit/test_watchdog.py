@@ -210,6 +210,8 @@ class FakeKube:
         self.writes: list[dict[str, Any]] = []
         self.run_policy_patches: list[dict[str, Any]] = []
         self.runs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pods: list[dict[str, Any]] = []  # the TFJob's pods, as list_job_pods finds them
+        self.tfjobs: dict[tuple[str, str], dict[str, Any]] = {}
 
     def pod_log(self, namespace: str, pod: str, container: str, **query: Any) -> str | None:
         self.log_reads.append((pod, query))
@@ -227,7 +229,10 @@ class FakeKube:
         return self.runs.get((namespace, name))
 
     def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
-        return []
+        return self.pods
+
+    def get_tfjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.tfjobs.get((namespace, name))
 
 
 def poller(kube: FakeKube, monkeypatch: pytest.MonkeyPatch, now: str) -> tuple[reconcile.Reconciler, list[Event]]:
@@ -292,7 +297,28 @@ def test_restart_suspends_the_tfjob_and_its_suspended_event_resumes_it(monkeypat
         "status": {"conditions": [{"type": "Suspended", "status": "True"}]}}  # fmt: skip
     rec.tfjob_event("MODIFIED", tfjob, cached_run=lambda namespace, name: run)
     assert kube.run_policy_patches[-1] == {"annotations": {"distml.dev/suspended-by": None}, "suspend": False}
-    assert "restarting" not in kube.writes[1]["watchdog"]
+    assert kube.writes[1]["watchdog"]["restarting"] is False  # named: the status write is a merge patch
+
+
+def test_a_restart_resumes_only_once_the_old_pods_are_gone_and_the_poll_does_it(monkeypatch: pytest.MonkeyPatch):
+    """The training-operator counts an old pod its deletion failed (the frozen worker's, killed after its grace
+    period) against the resumed TFJob, which then fails: seen on the real node."""
+    kube = FakeKube(STALLED_LOGS)
+    rec, _ = poller(kube, monkeypatch, at(424 + 400))
+    rec.poll_progress(body(seen(running(), [(1, 300), (2, 362), (3, 424)]), onStall="Restart"))
+    [write] = kube.writes
+    status = {**seen(running(), [(1, 300), (2, 362), (3, 424)]), **write, "phase": "Pending"}
+    run = body(status, onStall="Restart")
+    kube.runs[("ml", "mnist-cnn")] = run
+    kube.tfjobs[("ml", "mnist-cnn")] = {"metadata": {"name": "mnist-cnn"}, "spec": {"runPolicy": {"suspend": True}},
+                                        "status": {"conditions": [{"type": "Suspended", "status": "True"}]}}
+    kube.pods = [{"metadata": {"name": "mnist-cnn-worker-1", "deletionTimestamp": "2026-12-01T12:20:00Z"}}]
+    rec.poll_progress(run)
+    assert kube.run_policy_patches[-1]["suspend"] is True, "resumed while an old pod is still there"
+    kube.pods = []
+    rec.poll_progress(run)
+    assert kube.run_policy_patches[-1] == {"annotations": {"distml.dev/suspended-by": None}, "suspend": False}
+    assert [w["watchdog"]["restarting"] for w in kube.writes[1:] if "watchdog" in w] == [False]
 
 
 def test_no_restart_left_fails_the_run_and_suspends_its_tfjob(monkeypatch: pytest.MonkeyPatch):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from dtr_contract import exits, flags, layout, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
-from dtr_contract.progress import trainer_line
+from dtr_contract.progress import HEARTBEAT, trainer_line
 
 from dtr_trainer import data, divergence, export, fetch, lineage, memory, user, userdata, volume, worker_log
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
@@ -189,7 +189,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     import tensorflow as tf
 
     from dtr_trainer.compiling import prepare
-    from dtr_trainer.progress import Heartbeat, History, Progress, StopOnDivergence
+    from dtr_trainer.progress import History, Progress, StopOnDivergence
 
     global_batch = ctx.global_batch_size
     steps = args.steps_per_epoch or data.steps_for(loaded.train_size, global_batch)
@@ -212,8 +212,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     if cluster.is_chief and args.tensorboard_dir:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=args.tensorboard_dir, profile_batch=0,
                                                         write_graph=False, update_freq="epoch"))
-    with Heartbeat(log):  # for the operator's stall watchdog
-        model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
     results = model.evaluate(eval_ds, verbose=0, return_dict=True)
     evaluation = {name: float(value) for name, value in results.items()}
     return TrainOutcome(model, evaluation, metric, progress.examples_per_second(), global_batch, steps)
@@ -311,13 +310,18 @@ def run(argv: Sequence[str] | None = None) -> int:
     loaded = user.load_data_before_strategy(code, ctx)  # NumPy data checked now; None: it needs TensorFlow
     claim = claim_export_version(args, run_identity) if cluster.is_chief else None
 
-    strategy = make_strategy(args.bytes_per_pack)
-    if loaded is None:
-        loaded = user.load_data_after_strategy(code, ctx)
-    with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary, whatever the code prints
-        outcome = train_or_record_divergence(args, cluster, strategy, code, ctx, loaded)
-    extra = lineage_file(args, cluster, run_identity, code.origin, outcome, claim) if claim else None
-    path = export.save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief, extra)
+    from dtr_trainer.progress import Heartbeat
+
+    # From the peers' rendezvous to the export, the phases that wait on the other workers: a worker waiting on a
+    # frozen peer still beats, the frozen one does not (the operator's stall watchdog names it).
+    with Heartbeat(trainer_line(_TASK, HEARTBEAT)):
+        strategy = make_strategy(args.bytes_per_pack)
+        if loaded is None:
+            loaded = user.load_data_after_strategy(code, ctx)
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary, whatever the code prints
+            outcome = train_or_record_divergence(args, cluster, strategy, code, ctx, loaded)
+        extra = lineage_file(args, cluster, run_identity, code.origin, outcome, claim) if claim else None
+        path = export.save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief, extra)
     if claim is None:
         log(f"done: {outcome.metric}={outcome.evaluation[outcome.metric]:.4f} (the chief exports the model)")
         return 0

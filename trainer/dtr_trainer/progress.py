@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import resource
-import threading
+import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Callable
+from typing import IO, Callable
 
 import tensorflow as tf
 from dtr_contract.history import history_line
-from dtr_contract.progress import HEARTBEAT, HEARTBEAT_SECONDS, epoch_end_line
+from dtr_contract.progress import HEARTBEAT_SECONDS, epoch_end_line
 
 from dtr_trainer.divergence import diverged_message, non_finite_loss
 from dtr_trainer.errors import DivergedError
@@ -147,25 +149,45 @@ class StopOnDivergence(tf.keras.callbacks.Callback):
             raise DivergedError(diverged_message(loss, self.epoch + 1, self.epochs, step, self.steps, rate))
 
 
-class Heartbeat:
-    """While in its `with` block (model.fit), logs HEARTBEAT every `seconds` from a daemon thread
-    (dtr_contract.progress): TF releases the GIL in its ops, so a worker blocked in an all-reduce still logs it
-    and only a frozen one falls silent. Stopped on the way out, an exception too: a failed worker's last log line
-    stays its error (the operator quotes it)."""
+# The heartbeat's child process: a line on the inherited stderr every `seconds` while its parent lives and is
+# neither stopped (SIGSTOP, the freezer) nor stuck in the kernel (state D: a hung volume), as /proc/<pid>/stat says.
+_BEAT = """\
+import os, sys, time
+line, seconds, parent = (sys.argv[1] + "\\n").encode(), float(sys.argv[2]), int(sys.argv[3])
+def state():
+    try:
+        with open(f"/proc/{parent}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "R"
+while True:
+    time.sleep(seconds)
+    if os.getppid() != parent:
+        break
+    if state() not in ("T", "t", "D"):
+        os.write(2, line)
+"""
 
-    def __init__(self, log: Callable[[str], None], seconds: float = HEARTBEAT_SECONDS):
-        self.log, self.seconds = log, seconds
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._beat, name="dtr-heartbeat", daemon=True)
+
+class Heartbeat:
+    """While in its `with` block (dtr_trainer.main.run: the peers' rendezvous to the export), `line` (the
+    trainer's HEARTBEAT, dtr_contract.progress) goes to stderr every `seconds` from a child process: a worker held
+    in a TensorFlow call (waiting on a peer, even holding the GIL) still beats; a stopped or hung one (state T or
+    D, what a frozen worker is) does not. Stopped on the way out, an exception too: a failed worker's last log
+    line stays its error (the operator quotes it); the child
+    also ends by itself once its parent is gone."""
+
+    def __init__(self, line: str, seconds: float = HEARTBEAT_SECONDS, stderr: IO[str] | None = None):
+        self.argv = [sys.executable, "-c", _BEAT, line, str(seconds), str(os.getpid())]
+        self.stderr = stderr
+        self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Heartbeat:
-        self.thread.start()
+        self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=self.stderr)  # fmt: skip
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=5)
-
-    def _beat(self) -> None:
-        while not self.stopped.wait(self.seconds):
-            self.log(HEARTBEAT)
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
