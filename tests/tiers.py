@@ -81,14 +81,15 @@ STEPS: tuple[Step, ...] = (
     Step("lint", make("lint"), "ruff, complexity (xenon), the images' locks, shellcheck, hadolint"),
     Step("unit", make("test-unit"), "pure functions", budget=60, tier=True),
     Step("control-plane build", make("cluster-build"), "etcd, Kubernetes, training-operator from source"),
-    Step("trainer", make("test-trainer"), "real MWMS processes, the contract, the pinned list", budget=330, tier=True),
-    Step("e2e", make("test-e2e"), "dtr run end to end", budget=110, tier=True),
+    Step("trainer", make("test-trainer"), "real MWMS processes, the contract, the pinned list", budget=400, tier=True),
+    Step("e2e", make("test-e2e"), "dtr run and the client end to end, the notebook on local workers", budget=230,
+         tier=True),
     Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=60, tier=True,
          after=("images",)),
     # After integration too: the node tier's own-model runs (a dozen TF workers at once) starved the
     # integration tier's training-operator past its 60 s waits when the two overlapped; warm, the main lane
     # reaches the node tier about when integration ends, so the wait costs little.
-    Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=660, tier=True, node=True,
+    Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=1100, tier=True, node=True,
          after=("node start", "integration")),
     Step("node faults", pytest(NODE_FAULTS, ATTACKS),
          "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",

@@ -8,6 +8,7 @@ the frozen worker's last line, written just before the freeze, is older than tha
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from dtr_contract.progress import SILENT_SECONDS, parse_epoch_end_line
 
+from devcluster.node import NodeError
 from support.node import RealNode, restricted_namespace
 from support.runs import digits_run, saved_models
 from support.wait import wait_for
@@ -84,7 +86,8 @@ def frozen(real_node: RealNode) -> Iterator[Frozen]:
         try:
             yield got
         finally:
-            real_node.thaw_container(namespace, f"{REPORT}-worker-1")
+            with contextlib.suppress(NodeError):  # the Report test thaws it; gone by now unless that test broke off
+                real_node.thaw_container(namespace, f"{REPORT}-worker-1")
 
 
 def test_a_frozen_worker_is_named_stalled_and_clears_when_thawed(real_node: RealNode, frozen: Frozen) -> None:
@@ -148,5 +151,5 @@ def test_a_frozen_worker_with_on_stall_restart_resumes_from_its_backup_and_succe
     assert resumed and resumed[-1] > 3, resumed
     said = [e for e in run_events(real_node, namespace, name) if e[1] in ("Stalled", "StallRestart")]
     assert sorted(e[1] for e in said) == ["StallRestart", "Stalled"], said  # listed in either order: same second
-    assert worker in said[0][2], said
+    assert [worker in e[2] for e in said if e[1] == "Stalled"] == [True], said
     assert saved_models(volume) == [volume / "models" / name / "1"]
