@@ -15,6 +15,7 @@ from typing import Any
 from dtr_contract import layout
 
 from .spec import KIND
+from .transfer_cli import seconds_arg
 
 EXIT_FAILED = 1
 CHECK_SECONDS = 5.0  # how often a serving TensorBoard is checked (its process, its pod) while we wait for Ctrl-C
@@ -74,13 +75,6 @@ def _port(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"must be in (0, 3600], got {text}")
-    return value
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from dtr_client.tensorboard import START_TIMEOUT
 
@@ -108,7 +102,7 @@ Python (DTR_TRAINER_PYTHON, else .venv/trainer), on its log dir under DIR/volume
     p.add_argument("--port", type=_port, metavar="N", help="the local port (default: a free one)")
     p.add_argument("--no-wait", action="store_true",
                    help="print the URL as soon as TensorBoard is started, without waiting for it to answer")
-    p.add_argument("--timeout", type=_seconds, default=START_TIMEOUT, metavar="S",
+    p.add_argument("--timeout", type=seconds_arg, default=START_TIMEOUT, metavar="S",
                    help="seconds for TensorBoard (and its pod) to start and answer (default %(default)g)")
     p.add_argument("-n", "--namespace", help="the run's namespace (default: the kubeconfig context's)")
     p.add_argument("--local", action="store_true", help="a local run (dtr run), not one on the cluster")

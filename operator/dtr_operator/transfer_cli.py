@@ -434,7 +434,8 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
+def seconds_arg(text: str) -> float:
+    """A --timeout of a dtr command that waits on a pod: seconds, more than 0 and at most an hour."""
     value = float(text)
     if not 0 < value <= 3600:
         raise argparse.ArgumentTypeError(f"must be in (0, 3600], got {text}")
@@ -448,7 +449,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image", default=default_trainer_image(os.environ), metavar="IMG",
                    help="the transfer pod's image, which needs python (default: %(default)s, the default of the "
                         "operator's --trainer-image, from the same environment variable)")  # fmt: skip
-    p.add_argument("--timeout", type=_seconds, default=tr.START_TIMEOUT, metavar="S",
+    p.add_argument("--timeout", type=seconds_arg, default=tr.START_TIMEOUT, metavar="S",
                    help="seconds to wait for the transfer pod to start (default %(default)g); then the error names "
                         "what it waits for and its events")  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
