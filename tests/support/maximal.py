@@ -134,6 +134,8 @@ def maximal_spec(claim: str = "missing") -> dict[str, Any]:
         "schedulingPolicy": {"minAvailable": 64, "queue": "q" * _len("schedulingPolicy.queue"),
                              "priorityClass": "p" * _len("schedulingPolicy.priorityClass"),
                              "scheduleTimeoutSeconds": 2**31 - 1},
+        "watchdog": {"enabled": True, "stallFactor": 99.99999999999999, "minStallSeconds": 604800,
+                     "onStall": "Restart", "maxRestarts": 20},
     }
 
 
