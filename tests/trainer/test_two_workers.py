@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 from dtr_contract.history import read_history
-from dtr_contract.progress import parse_epoch_end_line
+from dtr_contract.progress import is_heartbeat, parse_epoch_end_line
 
 from devcluster.controlplane import free_ports
 from support.trainer import (
@@ -118,8 +118,10 @@ def test_each_worker_appends_its_lines_to_the_volume(finished_run):
         lines = on_volume.splitlines()
         assert len(lines) >= EPOCHS * 2 and all(re.match(r"\d{4}-\d\d-\d\dT[\d:.]+Z ", ln) for ln in lines), lines[:3]
         assert lines[0].split(" ", 1)[1].startswith(f"===== container start: worker-{i} of unknown run")
-        # every line the trainer wrote to stderr, in order, after the start line
-        own = [ln for ln in worker.log().splitlines() if ln.startswith(f"dtr_trainer[worker-{i}]")]
+        # every line the trainer wrote to stderr, in order, after the start line; not the heartbeat, which its
+        # child process writes to the pod log alone (worker_log.py)
+        own = [ln for ln in worker.log().splitlines()
+               if ln.startswith(f"dtr_trainer[worker-{i}]") and not is_heartbeat(ln)]
         assert [ln.split(" ", 1)[1] for ln in lines if " dtr_trainer[" in ln] == own
         assert f"epoch {EPOCHS}/{EPOCHS} end" in on_volume
     assert "model exported to" in worker_log_file(volume, 0)

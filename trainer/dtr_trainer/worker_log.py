@@ -2,10 +2,10 @@
 
 Everything the process writes to Python's sys.stderr (the trainer's own lines, Python warnings,
 Keras and TensorFlow's Python logging) still goes to stderr unchanged and is also appended to the
-file, each line prefixed with its UTC time. TensorFlow's C++ logging writes to file descriptor 2
-directly and only reaches the pod log. Append mode: a restarted container's lines follow the
-earlier ones, after a `container start` line. The file is a convenience: if it cannot be written,
-one warning goes to stderr and training goes on.
+file, each line prefixed with its UTC time. TensorFlow's C++ logging and the heartbeat's child process
+(progress.Heartbeat) write to file descriptor 2 directly and only reach the pod log. Append mode: a
+restarted container's lines follow the earlier ones, after a `container start` line. The file is a
+convenience: if it cannot be written, one warning goes to stderr and training goes on.
 """
 
 from __future__ import annotations
