@@ -231,7 +231,9 @@ def drive(h: Harness, name: str, spec: dict[str, Any], ending: str) -> dict[str,
     if spec.get("suspend") is True or spec.get("queueName"):
         # No pods until resumed (spec.suspend) or admitted by Kueue (none runs here): explained, waiting.
         want = ("Suspended", "RunSuspended") if spec.get("suspend") is True else ("Pending", "Queued")
-        return poll(lambda: ((s := api.status(ns, name)).get("phase"), s.get("reason")) == want and s, 30) or (
+        # Queued follows the training-operator's Suspended condition on the TFJob: a fresh-clone run, the node
+        # tier training beside this one, saw it take more than 30 s.
+        return poll(lambda: ((s := api.status(ns, name)).get("phase"), s.get("reason")) == want and s, 90) or (
             api.status(ns, name))
     if ending == "watch":
         return poll(lambda: explained(s := api.status(ns, name)) and s, 10) or api.status(ns, name)
