@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +12,8 @@ from aiohttp import web
 from dtr_operator import kube
 from dtr_operator.kube import ApiError, Kube
 from kubernetes import client
+
+from support.route_server import serve_route
 
 SEEN: list[dict] = []
 
@@ -39,23 +39,8 @@ async def exec_handler(request: web.Request) -> web.StreamResponse:
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    loop = asyncio.new_event_loop()
-    app = web.Application()
-    app.router.add_get("/api/v1/namespaces/{ns}/pods/{pod}/exec", exec_handler)
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
-        with contextlib.suppress(RuntimeError):
-            loop.run_until_complete(runner.cleanup())
+    with serve_route("/api/v1/namespaces/{ns}/pods/{pod}/exec", exec_handler) as url:
+        yield url
 
 
 def kube_at(host: str, token: str) -> Kube:

@@ -22,6 +22,7 @@ from dtr_operator.builders import RUN_LABEL, build_network_policy, build_tfjob
 from dtr_operator.spec import parse_run
 from kubernetes import client
 
+from support.route_server import serve_route
 from support.runs import make_run
 
 
@@ -212,23 +213,8 @@ async def portforward_handler(request: web.Request) -> web.StreamResponse:
 
 @pytest.fixture
 def kubelet() -> Iterator[str]:
-    loop = asyncio.new_event_loop()
-    app = web.Application()
-    app.router.add_get("/api/v1/namespaces/{ns}/pods/{pod}/portforward", portforward_handler)
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
-        with contextlib.suppress(RuntimeError):
-            loop.run_until_complete(runner.cleanup())
+    with serve_route("/api/v1/namespaces/{ns}/pods/{pod}/portforward", portforward_handler) as url:
+        yield url
 
 
 @contextlib.contextmanager
