@@ -577,12 +577,17 @@ class Reconciler:
     # ---- status writes --------------------------------------------------------------------------
 
     def record(
-        self, body: Mapping[str, Any], compute: Callable[[Mapping[str, Any]], dict[str, Any]], quiet: bool = False
+        self,
+        body: Mapping[str, Any],
+        compute: Callable[[Mapping[str, Any]], dict[str, Any]],
+        quiet: bool = False,
+        reread: Callable[[], None] | None = None,
     ) -> dict[str, Any] | None:
         """Write compute(previous status) to the run, unless nothing changed or the run has finished.
 
         Returns the patch written (None if none). An event goes out when the phase or reason changes,
-        unless `quiet` (an event already said it).
+        unless `quiet` (an event already said it). On a conflict the run is read again, and so is what
+        `compute` reads when `reread` is given: whoever wrote meanwhile may have seen a newer TFJob.
         """
         meta = _meta(body)
         namespace, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid")
@@ -601,6 +606,8 @@ class Reconciler:
                 if not _is_live(fresh, uid):
                     return None
                 body = fresh
+                if reread is not None:
+                    reread()
                 continue
             if not quiet:
                 self._say_change(body, previous, proposed)
@@ -786,12 +793,18 @@ class Reconciler:
             pods = self.kube.list_job_pods(spec.namespace, spec.tfjob_name)
         recorded = {"code": dict(code)} if code else {}
         at = now()
+        latest = [tfjob]
 
         def mirrored(prev: Mapping[str, Any]) -> dict[str, Any]:
-            return watchdog.settled({**tfjob_status(spec, tfjob, pods, prev, at), **recorded}, at, spec.generation)
+            return watchdog.settled({**tfjob_status(spec, latest[0], pods, prev, at), **recorded}, at, spec.generation)
 
-        self.record(run.body, mirrored, quiet)
-        if holding := pods_to_release(tfjob, pods):
+        def reread() -> None:
+            # A creator's copy is the TFJob as created; the training-operator's Created may already be
+            # in the run's status (the TFJob handler wrote it), and writing this copy would take it back.
+            latest[0] = self.kube.get_tfjob(spec.namespace, spec.tfjob_name) or latest[0]
+
+        self.record(run.body, mirrored, quiet, reread)
+        if holding := pods_to_release(latest[0], pods):
             self._release(run, holding, quiet)
 
     def _release(self, run: ObservedRun, holding: list[str], quiet: bool) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from dtr_contract import exits
 from dtr_operator.kube import ApiError, Conflict
-from dtr_operator.reconcile import Reconciler
+from dtr_operator.reconcile import ObservedRun, Reconciler
 from dtr_operator.settings import Settings
 
 from support.runs import make_run
@@ -119,6 +119,31 @@ def test_a_status_that_keeps_changing_is_left_to_a_later_retry():
     with pytest.raises(ApiError) as err:
         rec.record(run(), lambda prev: WAITING)
     assert err.value.status == 409 and kube.conflicts == 99 - rec.retries.write_attempts
+
+
+class TFJobKube(FakeKube):
+    """Also the TFJob, as the API has it now."""
+
+    def __init__(self, tfjob: dict[str, Any], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.tfjob = tfjob
+
+    def get_tfjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.tfjob
+
+
+def test_a_conflict_mirrors_the_tfjob_as_it_is_now_not_the_creators_copy():
+    # The creator's copy has no conditions; meanwhile the training-operator said Created and the TFJob
+    # handler wrote it. Mirroring the old copy after the conflict took the run back to TFJobSubmitted
+    # for good (no TFJob event follows until a pod runs): a CI run saw it.
+    created = {"type": "Created", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    now_job = {"metadata": {"name": "mnist-cnn", "namespace": "ml"}, "status": {"conditions": [created]}}
+    fresh = run({"phase": "Pending", "reason": "TFJobCreated"}, resourceVersion="8")
+    kube = TFJobKube(now_job, runs={("ml", "mnist-cnn"): fresh}, conflicts=1)
+    rec, _ = reconciler(kube)
+    as_created = {"metadata": {"name": "mnist-cnn", "namespace": "ml"}}
+    rec.sync_status(ObservedRun.parse(run(resourceVersion="7"), "localhost/distml/trainer:test"), as_created)
+    assert [patch.get("reason") for _, patch, _ in kube.writes] in ([], [None])
 
 
 def test_a_finished_run_is_never_reconciled_and_a_bad_spec_fails_the_run_without_an_api_read():
