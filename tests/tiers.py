@@ -102,7 +102,7 @@ STEPS: tuple[Step, ...] = (
     Step("node start", (*NODE, "up", "--install", "--dir", str(NODE_DIR)),
          "the shared node: control plane, node, images imported, operator installed", side=True,
          after=("setup",)),
-    Step("integration", make("test-integration"), "the operator on a real control plane", budget=270, tier=True,
+    Step("integration", make("test-integration"), "the operator on a real control plane", budget=330, tier=True,
          side=True),
     Step("reliability", pytest("tests/reliability", f"--ignore={NODE_FAULTS}", f"--ignore={ATTACKS}"),
          "invalid runs, generated specs, control-plane faults, Pod Security", budget=270, tier=True, side=True),
