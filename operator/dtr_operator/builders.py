@@ -218,6 +218,8 @@ def worker_pod_name(run: RunSpec, index: int) -> str:
 
 # The label Kueue reads to queue a job in a LocalQueue (kueue.x-k8s.io/v1beta1).
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# The label Kueue reads for a job's WorkloadPriorityClass.
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # On a TFJob the operator suspended (spec.suspend): only such a suspension is the operator's to undo; one by a
 # queue manager or a person stays theirs (security review M5).
 SUSPENDED_BY_ANNOTATION = "distml.dev/suspended-by"
@@ -299,6 +301,8 @@ def build_tfjob(run: RunSpec) -> dict[str, Any]:
     labels = run_labels(run)
     if run.queue_name is not None:
         labels[KUEUE_QUEUE_LABEL] = run.queue_name
+    if run.workload_priority_class is not None:
+        labels[KUEUE_PRIORITY_LABEL] = run.workload_priority_class
     return {
         "apiVersion": TFJOB_API_VERSION,
         "kind": "TFJob",

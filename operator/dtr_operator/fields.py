@@ -576,12 +576,24 @@ SPEC = Field("spec", "object",
           attr="queue_name", max_length=63, to=To("tfjob", "metadata.labels[kueue.x-k8s.io/queue-name]"),
           pattern=Pattern(DNS1123_LABEL, "must be a LocalQueue name (a DNS label)"),
           doc="[scheduling.md](scheduling.md#queues-kueue)"),
+    Field("workloadPriorityClass", "string",
+          "A Kueue WorkloadPriorityClass (only with queueName): the TFJob gets the label "
+          "kueue.x-k8s.io/priority-class, and Kueue orders the queue by its value and may preempt a run of a "
+          "lower one, which waits suspended with its epochs kept. Only a name the operator's "
+          "--allowed-priority-classes admits (none by default).",
+          attr="workload_priority_class", max_length=63,
+          to=To("tfjob", "metadata.labels[kueue.x-k8s.io/priority-class]"),
+          pattern=Pattern(DNS1123_SUBDOMAIN, "must be a WorkloadPriorityClass name (a DNS subdomain)"),
+          doc="[scheduling.md](scheduling.md#priority-and-preemption)"),
     SCHEDULING_POLICY,
     WATCHDOG,
 ), rules=(
     Rule("!has(self.queueName) || !self.suspend",
          "cannot be true with spec.queueName: Kueue suspends and resumes queued runs (docs/scheduling.md)",
          lambda s: "queueName" not in s or not s.get("suspend"), subject="suspend"),
+    Rule("!has(self.workloadPriorityClass) || has(self.queueName)",
+         "needs spec.queueName: only Kueue reads it (docs/scheduling.md)",
+         lambda s: "workloadPriorityClass" not in s or "queueName" in s, subject="workloadPriorityClass"),
     Rule("!has(self.schedulingPolicy) || !has(self.schedulingPolicy.minAvailable) || "
          "self.schedulingPolicy.minAvailable <= self.workers",
          "must be at most spec.workers",

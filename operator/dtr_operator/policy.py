@@ -154,7 +154,8 @@ def priority_allowed(name: str, patterns: Sequence[str]) -> bool:
 def _priority(run: RunSpec, policy: Policy) -> Refusal | None:
     gang = run.scheduling_policy
     named = (("spec.priorityClassName", run.placement.priority_class_name),
-             ("spec.schedulingPolicy.priorityClass", gang.priority_class if gang else None))  # fmt: skip
+             ("spec.schedulingPolicy.priorityClass", gang.priority_class if gang else None),
+             ("spec.workloadPriorityClass", run.workload_priority_class))  # fmt: skip
     for field, name in named:
         if name is not None and not priority_allowed(name, policy.priority_classes):
             return Refusal(PRIORITY_CLASS_NOT_ALLOWED,

@@ -91,6 +91,11 @@ API_UNAVAILABLE = _status("APIUnavailable", PENDING, True,
 QUEUED = _status("Queued", PENDING, False,
     "`spec.queueName` is set and Kueue has not admitted the run yet (its TFJob stays suspended); the message "
     "names the LocalQueue")  # fmt: skip
+PREEMPTED = _status("Preempted", SUSPENDED, False,
+    "Kueue took back a run's admission after it had started (a run of a higher WorkloadPriorityClass needed "
+    "the quota): its TFJob is suspended and the worker pods go. The message names the LocalQueue and the last "
+    "finished epoch; when Kueue admits the run again its workers continue from that epoch "
+    "([scheduling.md](scheduling.md#priority-and-preemption))")  # fmt: skip
 RESUMING = _status("Resuming", PENDING, False,
     "`spec.suspend` went back to `false`; the TFJob is being unsuspended and its pods made again")  # fmt: skip
 SUSPENDING = _status("Suspending", SUSPENDED, False,
@@ -153,7 +158,8 @@ POD_ANNOTATION_NOT_ALLOWED = _status("PodAnnotationNotAllowed", FAILED, True,
     "default), or is one no flag allows (for example `sidecar.istio.io/*`); nothing was created. The message "
     "names the key and the flag ([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
 PRIORITY_CLASS_NOT_ALLOWED = _status("PriorityClassNotAllowed", FAILED, True,
-    "`spec.priorityClassName` or `spec.schedulingPolicy.priorityClass` is not matched by the operator's "
+    "`spec.priorityClassName`, `spec.schedulingPolicy.priorityClass` or `spec.workloadPriorityClass` is not "
+    "matched by the operator's "
     "`--allowed-priority-classes` (none by default; a `system-*` class only by its exact name); nothing was "
     "created ([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
 TOLERATION_NOT_ALLOWED = _status("TolerationNotAllowed", FAILED, True,

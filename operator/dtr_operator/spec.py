@@ -136,6 +136,7 @@ class RunSpec:
     suspend: bool = _default("suspend")
     placement: Placement = field(default_factory=Placement)
     queue_name: str | None = None
+    workload_priority_class: str | None = None
     scheduling_policy: SchedulingPolicy | None = None
     code: CodeSpec | None = None  # spec.training.code (a part of its own: the trainer's flags do not map it 1:1)
     watchdog: WatchdogSpec = field(default_factory=WatchdogSpec)

@@ -34,6 +34,7 @@ from .reasons import (
     FAILED,
     METRICS_UNAVAILABLE,
     PENDING,
+    PREEMPTED,
     QUEUED,
     RESUMING,
     RUN_SUSPENDED,
@@ -609,6 +610,11 @@ def suspension(state: State, run: RunSpec, previous: Mapping[str, Any], tfjob: M
 def _held(state: State, run: RunSpec, previous: Mapping[str, Any], tfjob: Mapping[str, Any]) -> State:
     """A run not suspended whose TFJob is: queued in Kueue, suspended by someone else, or being resumed."""
     if (queue := run.queue_name or kueue_queue(tfjob)) is not None:
+        if previous.get("phase") == RUNNING or previous.get("reason") == PREEMPTED:
+            message = (f"preempted: Kueue took back the run's admission and suspended TFJob {run.tfjob_name}; "
+                       f"waiting in LocalQueue {queue} to be admitted again; {_epoch_note(previous)}, and the "
+                       "workers continue from it")  # fmt: skip
+            return State(SUSPENDED, PREEMPTED, message, created=True)
         message = f"waiting in Kueue LocalQueue {queue} for admission (the TFJob stays suspended until then)"
         return State(PENDING, QUEUED, message, created=True)
     if suspended_by_other(tfjob):

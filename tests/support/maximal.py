@@ -4,8 +4,8 @@ tests/integration/test_operator_crd.py, bench/operator/memory.py).
 
 Bounds are read from the field table (fields.py), so the run grows with it. It is suspended and names a claim
 that does not exist: it waits (WaitingForPVC) and never needs a training-operator. Where two fields exclude each
-other (claimName or size; configMap or module; queueName or suspend), the one kept is the larger or the one a
-waiting run needs.
+other (claimName or size; configMap or module; queueName and workloadPriorityClass, or suspend), the one kept is
+the larger or the one a waiting run needs.
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ SAMPLES: dict[str, Any] = {
     "podLabels": {"team": "ml"},
     "podAnnotations": {"note": "n"},
     "queueName": "team-a",
+    "workloadPriorityClass": "high",
     "schedulingPolicy.minAvailable": 2,
     "schedulingPolicy.queue": "q",
     "schedulingPolicy.priorityClass": "p",
@@ -76,6 +77,7 @@ COMPANIONS: dict[str, dict[str, Any]] = {
     "training.code.key": _spec_with("training.code.configMap", "my-code"),
     "training.datasetSource.url": _spec_with("training.datasetSource.sha256", "cd" * 32),
     "training.datasetSource.sha256": _spec_with("training.datasetSource.url", "https://data.example/d.npz"),
+    "workloadPriorityClass": _spec_with("queueName", "team-a"),
 }
 
 

@@ -95,6 +95,13 @@ def test_the_gang_schedulers_priority_class_is_held_to_the_same_list():
     assert got is not None and "spec.schedulingPolicy.priorityClass system-cluster-critical" in got.message
 
 
+def test_kueues_workload_priority_class_is_held_to_the_same_list():
+    queued = {"queueName": "team-a", "workloadPriorityClass": "urgent"}
+    got = refusal(queued)
+    assert got is not None and "spec.workloadPriorityClass urgent" in got.message
+    assert refusal(queued, priority_classes=("urgent",)) is None
+
+
 # ---- tolerations --------------------------------------------------------------------------------
 
 

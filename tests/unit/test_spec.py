@@ -200,6 +200,7 @@ REJECTED = [
     ({"suspend": "yes"}, "r", "spec.suspend", "true or false"),
     ({"queueName": "q", "suspend": True}, "r", "spec.suspend", "Kueue"),
     ({"queueName": "Team_A"}, "r", "spec.queueName", "DNS label"),
+    ({"workloadPriorityClass": "high"}, "r", "spec.workloadPriorityClass", "needs spec.queueName"),
     ({"nodeSelector": {"pool": 1}}, "r", "spec.nodeSelector.pool", "string"),
     ({"nodeSelector": {"bad key!": "x"}}, "r", "spec.nodeSelector", "label keys"),
     ({"nodeSelector": {"pool": "not ok"}}, "r", "spec.nodeSelector.pool", "label value"),

@@ -411,6 +411,19 @@ def test_a_queued_run_waits_for_kueue_and_names_its_queue():
     assert "team-a" in status["message"]
 
 
+def test_a_queued_run_suspended_by_kueue_after_it_ran_is_preempted_with_its_last_epoch_until_readmitted():
+    held = tfjob([cond("Created"), cond("Suspended")])
+    status = st.tfjob_status(QUEUED_RUN, held, [], WAS_RUNNING, T1)
+    assert (status["phase"], status["reason"]) == ("Suspended", "Preempted")
+    assert "LocalQueue team-a" in status["message"] and "3/8" in status["message"]
+    still = st.tfjob_status(QUEUED_RUN, held, [], status, T2)
+    assert (still["phase"], still["reason"]) == ("Suspended", "Preempted"), "while Kueue holds it"
+    again = st.tfjob_status(QUEUED_RUN, tfjob([cond("Created"), cond("Running")], active=2), [], still, T2)
+    assert (again["phase"], again["reason"]) == ("Running", "TFJobRunning")
+    never_ran = st.tfjob_status(QUEUED_RUN, held, [], {"phase": "Pending", "reason": "TFJobCreated"}, T1)
+    assert never_ran["reason"] == "Queued", "admitted and taken back before any pod ran: queued, as before"
+
+
 def test_a_tfjob_suspended_by_someone_else_stays_tfjob_suspended():
     status = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Suspended")]), [], {"phase": "Running"}, T1)
     assert (status["phase"], status["reason"]) == ("Pending", "TFJobSuspended")
