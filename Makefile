@@ -124,10 +124,13 @@ pictures: setup ## draw the docs' pictures (docs/img/) from a real local run of 
 
 # The local stack in the background (docs/cluster.md): control plane, real node, training-operator and
 # the operator as pods (deploy/install.sh). Needs root.
-.PHONY: dev-cluster dev-cluster-down
+.PHONY: dev-cluster dev-cluster-kueue dev-cluster-down
 DEV_CLUSTER ?= .dtr/dev-cluster
 dev-cluster: setup images node-build ## start the local cluster on a real node with the operator; prints KUBECONFIG
 	$(OP)/python -m devcluster.node up --install --dir $(DEV_CLUSTER)
+
+dev-cluster-kueue: ## install Kueue (built here, upstream's manifests) into the running dev-cluster (docs/scheduling.md)
+	KUBECONFIG=$(DEV_CLUSTER)/control-plane/kubeconfig $(OP)/python -m devcluster.kueue install
 
 dev-cluster-down: ## stop everything dev-cluster started
 	$(OP)/python -m devcluster.node down --dir $(DEV_CLUSTER)

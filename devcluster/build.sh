@@ -6,6 +6,8 @@
 #   kube-controller-manager   k8s.io/kubernetes/cmd/kube-controller-manager
 #   kube-scheduler, kubelet, kube-proxy (the node's; same module and version)
 #   training-operator         github.com/kubeflow/training-operator/cmd/training-operator.v1 (+ its TFJob CRD)
+#   kueue                     sigs.k8s.io/kueue/cmd/kueue (+ its config/ manifests); not by default:
+#                             build_node.sh builds it for the node's images
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -140,12 +142,32 @@ copy_training_operator_manifests() {
   echo "$TRAINING_OPERATOR_VERSION" > "$cache/training-operator/version"
 }
 
+build_kueue() {
+  if stamp_ok kueue "$KUEUE_VERSION" && [ "$(cat "$cache/kueue/version" 2>/dev/null)" = "$KUEUE_VERSION" ]; then
+    log "kueue $KUEUE_VERSION cached"; return
+  fi
+  local src t0=$SECONDS
+  log "building kueue $KUEUE_VERSION"
+  src=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  # In the module's own directory (read-only in Go's cache: -mod=readonly writes nothing), as its Makefile's
+  # `build` does; its go.mod has no replace directives.
+  (cd "$src" && GOFLAGS=-mod=readonly go build -trimpath \
+     -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" -o "$bin/kueue" ./cmd/kueue)
+  # Its kustomize manifests, which devcluster/kueue.py renders and adjusts for the node.
+  rm -rf "$cache/kueue"; mkdir -p "$cache/kueue"
+  cp -r "$src/config" "$cache/kueue/"
+  chmod -R u+w "$cache/kueue"
+  echo "$KUEUE_VERSION" > "$cache/kueue/version"
+  stamp kueue "$KUEUE_VERSION"; log "kueue $KUEUE_VERSION built in $(took "$t0")"
+}
+
 want=${*:-etcd k8s training-operator}
 for w in $want; do
   case $w in
     etcd) build_etcd ;;
     k8s) build_k8s ;;
     training-operator) build_training_operator ;;
+    kueue) build_kueue ;;
     *) echo "unknown component: $w" >&2; exit 2 ;;
   esac
 done

@@ -8,7 +8,7 @@
 #   local-path-provisioner   + its deploy manifest in manifests/       github.com/rancher/local-path-provisioner
 #   kube-network-policies    NetworkPolicy enforcement (nftables, NFQUEUE) sigs.k8s.io/kube-network-policies
 #   images                   OCI image tars in images/ for `ctr -n k8s.io images import` (ociimage.py):
-#                            pause, coredns, local-path-provisioner, busybox, training-operator; each rewritten
+#                            pause, coredns, local-path-provisioner, busybox, training-operator, kueue; each rewritten
 #                            when its arguments, its files' contents or ociimage.py change
 #   check-images             (not by default; root) import and run each image in a throw-away containerd
 #                            under /tmp/ocitest, then stop it and remove everything
@@ -20,7 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 : "${CONTAINERD_VERSION:?}" "${RUNC_VERSION:?}" "${COREDNS_VERSION:?}" "${LOCAL_PATH_PROVISIONER_VERSION:?}"
 : "${KUBE_NETWORK_POLICIES_VERSION:?}"
 : "${TRAINING_OPERATOR_VERSION:?}" "${PAUSE_IMAGE:?}" "${COREDNS_IMAGE:?}" "${BUSYBOX_IMAGE:?}"
-: "${LOCAL_PATH_PROVISIONER_IMAGE:?}" "${TRAINING_OPERATOR_IMAGE:?}"
+: "${LOCAL_PATH_PROVISIONER_IMAGE:?}" "${TRAINING_OPERATOR_IMAGE:?}" "${KUEUE_VERSION:?}" "${KUEUE_IMAGE:?}"
 cache=${DTR_CACHE:-${HOME}/.cache/dtr}
 bin="${cache}/bin"
 work="${cache}/build"
@@ -259,6 +259,8 @@ build_images() {
   local have upstream
   have=$(built training-operator)
   [[ ${have} = "${TRAINING_OPERATOR_VERSION}" ]] || bash "${here}/build.sh" training-operator >/dev/null
+  have=$(built kueue)
+  [[ ${have} = "${KUEUE_VERSION}" ]] || bash "${here}/build.sh" kueue >/dev/null
   upstream=$(training_operator_upstream_ref)
   if [[ ${upstream} != "${TRAINING_OPERATOR_IMAGE}" ]]; then
     echo "TRAINING_OPERATOR_IMAGE=${TRAINING_OPERATOR_IMAGE}, but training-operator ${TRAINING_OPERATOR_VERSION}'s" \
@@ -310,8 +312,12 @@ build_images() {
     --file "${bin}/training-operator" /manager 0755 \
     --entrypoint '["/manager"]'
 
+  # kueue: as upstream's Dockerfile, distroless static:nonroot, USER 65532:65532, ENTRYPOINT /manager.
+  image kueue --ref "${KUEUE_IMAGE}" "${base[@]}" \
+    --file "${bin}/kueue" /manager 0755 --entrypoint '["/manager"]' --user 65532:65532
+
   local n ref
-  for n in pause coredns local-path-provisioner busybox training-operator; do
+  for n in pause coredns local-path-provisioner busybox training-operator kueue; do
     read -r ref _ < "${images}/${n}.tar.version"
     log "$(printf '%-60s %s' "${ref}" "${images}/${n}.tar")"
   done

@@ -89,7 +89,7 @@ STEPS: tuple[Step, ...] = (
     # After integration too: the node tier's own-model runs (a dozen TF workers at once) starved the
     # integration tier's training-operator past its 60 s waits when the two overlapped; warm, the main lane
     # reaches the node tier about when integration ends, so the wait costs little.
-    Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=1100, tier=True, node=True,
+    Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=1300, tier=True, node=True,
          after=("node start", "integration")),
     Step("node faults", pytest(NODE_FAULTS, ATTACKS),
          "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",
