@@ -1,6 +1,7 @@
 """The `dtr` command: one subcommand per job, each registered by a small `add_parser` function.
 
     dtr render FILE     print the PVC and TFJob the operator would create (no cluster needed)
+    dtr run FILE        train with local worker processes, no cluster (local/; the embedded default)
     dtr operator        run the operator (kopf, standalone)
     dtr logs RUN        the workers' logs of a run, merged (logs.py)
     dtr namespaces      which namespaces the operators watch (namespaces.py)

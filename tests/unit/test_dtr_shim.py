@@ -21,3 +21,35 @@ def test_dtr_shim_through_a_symlink_from_another_directory(tmp_path):
                           env=clean_env(), capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert [d["kind"] for d in yaml.safe_load_all(proc.stdout)] == ["PersistentVolumeClaim", "TFJob"]
+
+
+def test_help_never_builds_an_environment(tmp_path):
+    """A fresh clone (no .venv): `dtr --help` and `dtr run --help` answer from cli.py's docstring, make never runs
+    (the trainer's environment is TensorFlow: minutes)."""
+    root = tmp_path / "repo"
+    (root / "operator" / "dtr_operator").mkdir(parents=True)
+    (root / "dtr").write_bytes((REPO / "dtr").read_bytes())
+    (root / "dtr").chmod(0o755)
+    cli = REPO / "operator" / "dtr_operator" / "cli.py"
+    (root / "operator" / "dtr_operator" / "cli.py").write_text(cli.read_text())
+    init = REPO / "operator" / "dtr_operator" / "__init__.py"
+    (root / "operator" / "dtr_operator" / "__init__.py").write_text(init.read_text())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    made = tmp_path / "make-called"
+    (bin_dir / "make").write_text(f"#!/bin/sh\ntouch {made}\nexit 1\n")
+    (bin_dir / "make").chmod(0o755)
+    env = {**clean_env(), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    for args in (["--help"], ["run", "--help"], ["run", "-h", "x.yaml"]):
+        proc = subprocess.run([str(root / "dtr"), *args], env=env, capture_output=True, text=True, timeout=30,
+                              check=False)  # fmt: skip
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert proc.stdout.startswith("usage: dtr") and "  dtr run FILE" in proc.stdout, proc.stdout
+        assert "setup-op" in proc.stdout
+    version = subprocess.run([str(root / "dtr"), "--version"], env=env, capture_output=True, text=True, timeout=30,
+                             check=False)  # fmt: skip
+    assert version.returncode == 0 and version.stdout.startswith("dtr 0."), version
+    assert not made.exists(), "make ran for a help request"
+    proc = subprocess.run([str(root / "dtr"), "render", "x.yaml"], env=env, capture_output=True, text=True,
+                          timeout=30, check=False)  # fmt: skip
+    assert proc.returncode == 1 and made.exists(), "any other command still builds first"
