@@ -19,7 +19,7 @@ DOCTOR = PY_OP='$(PY_OP)' PY_TRAINER='$(PY_TRAINER)' bash deploy/doctor.sh
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-doctor: ## check the tools every target needs: ok/missing, which targets, how to get each; fails if make run or make test cannot run
+doctor: ## check the tools every target needs: ok/missing, which targets, how to get each; fails if make run cannot run
 	@$(DOCTOR)
 
 setup: setup-check setup-op setup-trainer ## create both Python environments (pinned)
