@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Everything after a cluster exists, on any cluster (docs/clusters.md):
 #   build both images -> import them into the node, or push them to a registry -> Kubeflow training-operator
-#   (standalone overlay) -> DistTrainingRun CRD + operator (deploy/) -> [apply an example,
-#   wait for Succeeded, print where the model is].
+#   (standalone overlay, unless one is there) -> DistTrainingRun CRD + operator (deploy/) -> [apply an
+#   example in a namespace you name, wait for Succeeded, print where the model is]. It prints what it will
+#   create cluster-wide before it acts, and stops there unless you are cluster-admin.
 # Run by deploy/k3d/up.sh (import with k3d) and by the local real node (import with ctr);
 # steps in docs/k3d.md. Needs kubectl (current context = the cluster) and docker.
 # Settings (environment):
@@ -14,9 +15,14 @@
 #   DTR_CLUSTER      the k3d or kind cluster name, the minikube profile (default dtr; minikube's: minikube)
 #   DTR_REGISTRY     host[:port][/path] the cluster pulls from (DTR_IMPORT=registry)
 #   DTR_CTR          the ctr command line that reaches the node's containerd (DTR_IMPORT=ctr)
+#   DTR_TRAINING_OPERATOR  auto | install | skip (default auto): auto leaves a training-operator that is
+#                    already there alone (a Deployment labelled control-plane=kubeflow-training-operator,
+#                    or only the TFJob CRD) and installs the pinned one where there is neither; install
+#                    applies the pinned one over whatever is there; skip never touches it
 #   DTR_TRAINING_OPERATOR_KUSTOMIZE   the standalone overlay (default: upstream on GitHub)
 #   DTR_DEPLOY       the kustomization to apply (default deploy/; deploy/namespaced for one namespace)
-#   DTR_EXAMPLE      a DistTrainingRun file to apply and wait for; empty: install only
+#   DTR_EXAMPLE      a DistTrainingRun file to apply and wait for (default: none, install only), in
+#   DTR_EXAMPLE_NAMESPACE  the namespace to train it in (required with DTR_EXAMPLE)
 #   DTR_HOST_DIR     the host directory holding the node's local-path volumes (to print the model)
 #   DTR_TIMEOUT      seconds to wait for the example (default 1800)
 #   DTR_STUCK_SECONDS  stop waiting once its workers cannot start for this long (default 180)
@@ -35,7 +41,9 @@ else
   DEPLOY="${SOURCE_DEPLOY}"
 fi
 readonly DEPLOY
-readonly EXAMPLE="${DTR_EXAMPLE-${ROOT}/examples/digits.yaml}"
+readonly EXAMPLE="${DTR_EXAMPLE:-}"
+readonly EXAMPLE_NS="${DTR_EXAMPLE_NAMESPACE:-}"
+readonly TRAINING_OPERATOR_MODE="${DTR_TRAINING_OPERATOR:-auto}"
 readonly HOST_DIR="${DTR_HOST_DIR:-}"
 readonly TIMEOUT="${DTR_TIMEOUT:-1800}"
 # The training-operator at its pin (devcluster/versions.env, the one home of the version).
@@ -68,6 +76,73 @@ import_images() {
       docker save "${OPERATOR_IMAGE}" "${TRAINER_IMAGE}" | ${DTR_CTR} -n k8s.io images import - ;;
     *) echo "skipped (DTR_IMPORT=none: the node pulls them itself)" ;;  # main() checked DTR_IMPORT
   esac
+}
+
+# Cluster-scoped kinds: what a kustomization creates outside any namespace, and needs cluster-admin for.
+readonly CLUSTER_KINDS="CustomResourceDefinition|ClusterRole|ClusterRoleBinding|Namespace|ValidatingWebhookConfiguration|MutatingWebhookConfiguration|ValidatingAdmissionPolicy|ValidatingAdmissionPolicyBinding|PriorityClass|StorageClass|APIService"
+
+# The cluster-scoped objects of a kustomization, as Kind/name, one per line.
+cluster_objects() {
+  kubectl kustomize "$1" | awk -v kinds="^(${CLUSTER_KINDS})$" '
+    /^---/ { if (kind ~ kinds && name != "") print kind "/" name; kind = ""; name = ""; meta = 0; next }
+    /^kind: / { kind = $2 }
+    /^metadata:/ { meta = 1; next }
+    /^[^ ]/ { meta = 0 }
+    meta && /^  name: / && name == "" { name = $2 }
+    END { if (kind ~ kinds && name != "") print kind "/" name }'
+}
+
+# "namespace/name image" of each training-operator Deployment already in the cluster, one per line.
+training_operators() {
+  kubectl get deployments --all-namespaces -l control-plane=kubeflow-training-operator \
+    -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name} {.spec.template.spec.containers[0].image}{"\n"}{end}'
+}
+
+# The TFJob versions the API serves, empty when there is no TFJob CRD.
+tfjob_versions() {
+  kubectl get crd tfjobs.kubeflow.org -o jsonpath='{.spec.versions[?(@.served==true)].name}' 2>/dev/null || true
+}
+
+# "install|keep<TAB>why", from DTR_TRAINING_OPERATOR and what the cluster has.
+training_operator_decision() {
+  local found served absent="nothing (no TFJob CRD: runs will say TFJobCRDMissing)"
+  found="$(training_operators)"
+  found="${found//$'\n'/, }"
+  served="$(tfjob_versions)"
+  case "${TRAINING_OPERATOR_MODE}" in
+    install) printf 'install\tDTR_TRAINING_OPERATOR=install: %s is applied over what is there (%s)\n' \
+      "${TRAINING_OPERATOR_REF}" "${found:-none found}" ;;
+    skip) printf 'keep\tDTR_TRAINING_OPERATOR=skip: not touched; TFJob served as %s\n' "${served:-${absent}}" ;;
+    *)
+      if [[ -n "${found}" ]]; then
+        printf 'keep\tfound %s; TFJob served as %s: left alone (DTR_TRAINING_OPERATOR=install applies %s over it)\n' \
+          "${found}" "${served:-${absent}}" "${TRAINING_OPERATOR_REF}"
+      elif [[ -n "${served}" ]]; then
+        printf 'keep\tthe TFJob CRD is there (served as %s) but no Deployment labelled %s: left alone; if nothing runs TFJobs, runs stay TFJobSubmitted (DTR_TRAINING_OPERATOR=install)\n' \
+          "${served}" control-plane=kubeflow-training-operator
+      else
+        printf 'install\tnone found: %s (standalone overlay, namespace kubeflow) is installed\n' "${TRAINING_OPERATOR_REF}"
+      fi ;;
+  esac
+}
+
+# What will change, before anything does; stops when the user cannot create cluster-wide objects.
+plan() {
+  local decision="$1" why="$2" objects
+  step "plan (cluster: $(kubectl config current-context 2>/dev/null || echo '?'))"
+  info "training-operator: ${why}"
+  objects="$(cluster_objects "${SOURCE_DEPLOY}")"
+  if [[ "${decision}" == install ]]; then
+    objects+=$'\n'"$(cluster_objects "${TRAINING_OPERATOR_KUSTOMIZE}")"
+  fi
+  info "cluster-wide objects this creates or updates (cluster-admin needed):"
+  # shellcheck disable=SC2001 # one line per object, indented
+  sed 's/^/      /' <<<"${objects}"
+  info "in namespaces: dtr-system (the operator)${EXAMPLE:+; the example ${EXAMPLE#"${ROOT}"/} in ${EXAMPLE_NS}}"
+  [[ -n "${EXAMPLE}" ]] || info "no example run (DTR_EXAMPLE=FILE DTR_EXAMPLE_NAMESPACE=NS to train one)"
+  if [[ "$(kubectl auth can-i '*' '*' --all-namespaces 2>/dev/null || true)" != yes ]]; then
+    die "this install creates the cluster-wide objects above and needs cluster-admin, which $(kubectl config view --minify -o jsonpath='{.contexts[0].context.user}' 2>/dev/null || echo 'your user') does not have (kubectl auth can-i '*' '*' --all-namespaces: no); ask a cluster admin to run it (docs/clusters.md)"
+  fi
 }
 
 install_training_operator() {
@@ -164,21 +239,32 @@ main() {
     command -v "${tool}" >/dev/null 2>&1 || die "${tool} not found on PATH (see docs/clusters.md, 'Prerequisites')"
   done
   [[ -z "${EXAMPLE}" || -f "${EXAMPLE}" ]] || die "example ${EXAMPLE} not found (DTR_EXAMPLE)"
+  [[ -z "${EXAMPLE}" || -n "${EXAMPLE_NS}" ]] ||
+    die "DTR_EXAMPLE needs DTR_EXAMPLE_NAMESPACE: the namespace to train it in (it must exist)"
+  case "${TRAINING_OPERATOR_MODE}" in
+    auto | install | skip) ;;
+    *) die "DTR_TRAINING_OPERATOR must be auto, install or skip, not '${TRAINING_OPERATOR_MODE}'" ;;
+  esac
+  local decision why
+  IFS=$'\t' read -r decision why < <(training_operator_decision)
+  plan "${decision}" "${why}"
   build_images
   local started=${SECONDS}
   import_images
   info "images imported in $((SECONDS - started)) s"
-  install_training_operator
+  if [[ "${decision}" == install ]]; then
+    install_training_operator
+  else
+    step "Kubeflow training-operator: left as it is"
+  fi
   install_dtr_operator
   [[ -n "${EXAMPLE}" ]] || return 0
-  local ns name
+  local name
   name="$(example_field name)"
-  ns="$(example_field namespace)"
-  ns="${ns:-default}"
-  step "apply ${EXAMPLE} (run ${ns}/${name})"
-  kubectl apply -f "${EXAMPLE}"
-  wait_for_run "${ns}" "${name}"
-  print_model "${ns}" "${name}"
+  step "apply ${EXAMPLE} (run ${EXAMPLE_NS}/${name})"
+  kubectl apply -n "${EXAMPLE_NS}" -f "${EXAMPLE}"
+  wait_for_run "${EXAMPLE_NS}" "${name}"
+  print_model "${EXAMPLE_NS}" "${name}"
 }
 
 main "$@"

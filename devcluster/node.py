@@ -31,7 +31,7 @@ import string
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -616,23 +616,25 @@ class Node:
             self.log(f"{ns}/{deploy} available ({time.monotonic() - t0:.0f} s)")
 
 
-    def install(self, example: str = "", check: bool = True) -> subprocess.CompletedProcess[str]:
+    def install(self, settings: Mapping[str, str] | None = None, check: bool = True,
+                kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
         """deploy/install.sh as a user runs it on any cluster, images imported with ctr (what
         `k3d image import` does inside a k3s node), the training-operator from its Go module's
-        standalone overlay (no GitHub here). The images must be built (`make images`)."""
+        standalone overlay (no GitHub here). The images must be built (`make images`). settings: more
+        of install.sh's DTR_* variables; kubeconfig: another user's (default the admin's)."""
         images = built_image_ids()
         imported = self.layout.root / "imported-images"
         # A node shared by several tiers (tests/tiers.py) imports each build once: ~2 GB through ctr.
         same = imported.exists() and imported.read_text() == images and self._has_images()
         env = {
             **os.environ,
-            "KUBECONFIG": str(self.plane.kubeconfig),
+            "KUBECONFIG": str(kubeconfig or self.plane.kubeconfig),
             "DTR_IMPORT": "none" if same else "ctr",
             "DTR_CTR": f"{self.bin / 'ctr'} --address {self.layout.socket}",
             "DTR_SKIP_BUILD": "1",
-            "DTR_EXAMPLE": example,
             "DTR_HOST_DIR": str(self.storage),
             "DTR_TRAINING_OPERATOR_KUSTOMIZE": str(training_operator_overlay(self.plane.cache)),
+            **(settings or {}),
         }
         proc = subprocess.run(["bash", str(INSTALL_SH)], env=env, capture_output=True, text=True, check=False)
         if check and proc.returncode != 0:

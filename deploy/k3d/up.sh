@@ -4,7 +4,7 @@
 #   images -> import -> Kubeflow training-operator -> DistTrainingRun CRD + operator
 #   (deploy/) -> the example -> wait for Succeeded -> print where the model is.
 # Needs docker (a running engine), k3d >= 5 and kubectl >= 1.27 on PATH.
-# Settings (environment): DTR_CLUSTER, DTR_HOST_DIR, DTR_EXAMPLE, DTR_TIMEOUT,
+# Settings (environment): DTR_CLUSTER, DTR_HOST_DIR, DTR_EXAMPLE, DTR_EXAMPLE_NAMESPACE (default default), DTR_TIMEOUT,
 # DTR_SKIP_BUILD=1 (reuse images already built). Step-by-step notes: docs/k3d.md.
 set -euo pipefail
 
@@ -48,8 +48,9 @@ main() {
   require_tools
   create_cluster
   # The rest is the same on every cluster: images, training-operator, operator, the example.
+  # A cluster of its own: the example trains in `default` unless DTR_EXAMPLE_NAMESPACE says otherwise.
   DTR_IMPORT=k3d DTR_CLUSTER="${CLUSTER}" DTR_HOST_DIR="${HOST_DIR}" DTR_EXAMPLE="${EXAMPLE}" \
-    exec bash "${ROOT}/deploy/install.sh"
+    DTR_EXAMPLE_NAMESPACE="${DTR_EXAMPLE_NAMESPACE:-default}" exec bash "${ROOT}/deploy/install.sh"
 }
 
 main "$@"
