@@ -3,12 +3,16 @@
 # docs/clusters.md): tag both images (deploy/lib.sh, localhost/distml/...) as REGISTRY/distml/...,
 # push them, then write DTR_OVERLAY (default .dtr/deploy-registry/kustomization.yaml): DTR_DEPLOY
 # (default deploy/; deploy/namespaced for one namespace) with the operator's image and its default
-# trainer image on REGISTRY, and its trainer allow-list REGISTRY/distml/trainer@sha256:* (any digest).
+# trainer image on REGISTRY, each pinned to the digest just pushed, and its trainer allow-list
+# REGISTRY/distml/trainer@sha256:* (any digest). The digest, not the tag: the tag stays 0.1.0 across
+# rebuilds, and a node that has it (imagePullPolicy IfNotPresent) would keep running the old image; a new
+# digest changes the Deployment, which rolls out, and the runs' default image, which every node pulls.
 # An image built on a local stand-in base (label dev.distml.standin=1, deploy/images/base-images.sh) is
 # refused: stand-ins are for offline tests, not for shipping (docs/images.md#stand-ins-are-a-fallback-not-what-to-ship).
 #   push.sh REGISTRY            REGISTRY: host[:port][/path], e.g. registry.example.com:5000/ml
 # Settings (environment):
-#   DTR_PUSH=0       write the overlay only (the images are already there, or pushed another way)
+#   DTR_PUSH=0       write the overlay only (the images are already there, or pushed another way): by
+#                    the digests this engine recorded when it pushed them, else by tag (and it says so)
 #   DTR_PUSH_IMAGES  which images to push (default: both; space-separated names as built)
 #   DTR_PUSH_STANDIN=1  push images built on a stand-in all the same (a registry of your own, for tests)
 set -euo pipefail
@@ -47,6 +51,28 @@ refuse_standin() {
   die "${1} is built on a local stand-in base image (label dev.distml.standin=1): not for shipping. Build on the real base (docs/images.md#stand-ins-are-a-fallback-not-what-to-ship), or set DTR_PUSH_STANDIN=1 for a registry of your own"
 }
 
+# The digest the registry gave IMAGE's push to REGISTRY (docker keeps it in RepoDigests), or nothing.
+pushed_digest() {
+  local target repo
+  target="${registry}/$(path_of "$1")"
+  repo="${target%:*}"
+  docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$1" 2>/dev/null |
+    sed -n "s|^${repo}@\(sha256:[0-9a-f]*\)$|\1|p" | head -n1 || true  # no docker, or never pushed: none
+}
+
+# REGISTRY/path@digest when this engine pushed IMAGE there, else REGISTRY/path:tag (and a line saying so).
+pinned_ref() {
+  local path digest
+  path="$(path_of "$1")"
+  digest="$(pushed_digest "$1")"
+  if [[ -n "${digest}" ]]; then
+    echo "${registry}/${path%:*}@${digest}"
+  else
+    info "${1}: no pushed digest known here; the overlay names its tag (a rebuild under the same tag does not reach nodes that have it)" >&2
+    echo "${registry}/${path}"
+  fi
+}
+
 push_images() {
   local image target
   for image in ${DTR_PUSH_IMAGES:-${OPERATOR_IMAGE} ${TRAINER_IMAGE}}; do
@@ -62,9 +88,14 @@ push_images() {
 # The overlay: kustomize's images transformer for the operator's container; the trainer image is
 # an environment value of that container (the default for runs, and the runs' spec.image allow-list).
 write_overlay() {
-  local base operator trainer
+  local base operator operator_ref trainer trainer_ref pin
   operator="$(path_of "${OPERATOR_IMAGE%:*}")"
   trainer="$(path_of "${TRAINER_IMAGE}")"
+  operator_ref="$(pinned_ref "${OPERATOR_IMAGE}")"
+  trainer_ref="$(pinned_ref "${TRAINER_IMAGE}")"
+  # kustomize's images transformer: a digest replaces the tag.
+  pin=""
+  [[ "${operator_ref}" == *@sha256:* ]] && pin="    digest: ${operator_ref#*@}"
   mkdir -p "${OVERLAY}"
   base="$(realpath --relative-to="${OVERLAY}" "${DEPLOY}")"  # kustomize refuses absolute paths
   cat >"${OVERLAY}/kustomization.yaml" <<YAML
@@ -76,6 +107,7 @@ resources:
 images:
   - name: ${OPERATOR_IMAGE%:*}
     newName: ${registry}/${operator}
+${pin}
 patches:
   - patch: |-
       apiVersion: apps/v1
@@ -90,11 +122,13 @@ patches:
               - name: operator
                 env:
                   - name: DTR_TRAINER_IMAGE
-                    value: ${registry}/${trainer}
+                    value: ${trainer_ref}
                   - name: DTR_ALLOWED_IMAGES
                     value: ${registry}/${trainer%:*}@sha256:*
 YAML
   step "overlay: ${OVERLAY}/kustomization.yaml"
+  info "operator ${operator_ref}"
+  info "trainer  ${trainer_ref} (the runs' default image)"
   info "kubectl apply -k ${OVERLAY}"
 }
 

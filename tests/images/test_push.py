@@ -78,8 +78,11 @@ def test_push_puts_the_operator_image_on_a_registry_and_the_overlay_deploys_it_f
 
     rendered = sh("kubectl", "kustomize", str(overlay))
     assert rendered.returncode == 0, rendered.stderr
-    assert f"image: {remote}\n" in rendered.stdout
+    repository, tag = remote.rsplit(":", 1)
+    assert f"image: {repository}@{registry_digest(registry, repository.split('/', 2)[2], tag)}\n" in rendered.stdout
+    # The trainer was not pushed from here: the overlay names its tag, and says why.
     assert f"value: {registry}/{TRAINER.removeprefix('localhost/')}\n" in rendered.stdout
+    assert "no pushed digest known here" in pushed.stderr
 
 
 @pytest.fixture
@@ -112,3 +115,54 @@ def test_push_of_an_image_not_built_here_says_to_build_it(tmp_path: Path) -> Non
     env = {**os.environ, "DTR_PUSH_IMAGES": "localhost/distml/operator:no-such-tag", "DTR_OVERLAY": str(tmp_path)}
     proc = sh("bash", str(REPO / "deploy" / "images" / "push.sh"), "127.0.0.1:1/x", env=env)
     assert proc.returncode == 1 and "is not built here: run make images first" in proc.stderr, proc.stderr
+
+
+def registry_digest(registry: str, repository: str, tag: str) -> str:
+    """The digest the registry itself serves for repository:tag (its Docker-Content-Digest header)."""
+    host, _, path = registry.partition("/")
+    request = urllib.request.Request(
+        f"http://{host}/v2/{path}/{repository}/manifests/{tag}", method="HEAD",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json, "
+                           "application/vnd.oci.image.manifest.v1+json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.headers["Docker-Content-Digest"]
+
+
+def overlay_operator_image(overlay: Path) -> str:
+    rendered = sh("kubectl", "kustomize", str(overlay))
+    assert rendered.returncode == 0, rendered.stderr
+    deployment = next(d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "Deployment")
+    return deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_a_rebuild_pushed_under_the_same_tag_reaches_the_nodes_through_a_new_digest(
+    registry: str, tmp_path: Path
+) -> None:
+    """Two pushes of 0.1.0, the second a different build: the overlay names each push's digest (what the
+    registry serves for the tag), so the Deployment changes and no node keeps the old image under IfNotPresent."""
+    overlay = tmp_path / "overlay"
+    env = {**os.environ, "DTR_PUSH_IMAGES": OPERATOR, "DTR_OVERLAY": str(overlay), "DTR_PUSH_STANDIN": "1"}
+    repository, tag = OPERATOR.removeprefix("localhost/").rsplit(":", 1)
+    original = sh("docker", "image", "inspect", "-f", "{{.Id}}", OPERATOR).stdout.strip()
+    assert original, f"{OPERATOR} is not built"
+    images: list[str] = []
+    try:
+        for build in ("first", "second"):
+            if build == "second":  # a rebuild: another image under the same name and tag
+                rebuilt = subprocess.run(["docker", "build", "-q", "-t", OPERATOR, "-"],
+                                         input=f"FROM {original}\nLABEL dev.distml.test-rebuild={tmp_path.name}\n",
+                                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+                assert rebuilt.returncode == 0, rebuilt.stderr
+            pushed = sh("bash", str(REPO / "deploy" / "images" / "push.sh"), registry, env=env)
+            assert pushed.returncode == 0, pushed.stdout[-2000:] + pushed.stderr
+            image = overlay_operator_image(overlay)
+            assert image == f"{registry}/{repository}@{registry_digest(registry, repository, tag)}", image
+            images.append(image)
+    finally:
+        rebuilt_id = sh("docker", "image", "inspect", "-f", "{{.Id}}", OPERATOR).stdout.strip()
+        sh("docker", "image", "rm", f"{registry}/{repository}:{tag}")  # push.sh's tag
+        sh("docker", "tag", original, OPERATOR)  # the tiers after this one use the image as built
+        if rebuilt_id and rebuilt_id != original:
+            sh("docker", "image", "rm", rebuilt_id)
+    assert images[0] != images[1], "the second push got the first one's reference"
