@@ -70,9 +70,40 @@ def _render(args: argparse.Namespace) -> int:
 
     try:
         sys.stdout.write(render(args.file, args.trainer_image))
-    except (RunFileError, SpecError) as err:
+    except SpecError as err:
+        return _bad_input("render", err.listed())
+    except RunFileError as err:
         return _bad_input("render", str(err))
-    return 0
+    return _render_check(args) if args.cluster else 0
+
+
+def _render_check(args: argparse.Namespace) -> int:
+    """--cluster: what the cluster's operator would say to each run (cluster_check.py), on stderr."""
+    from pathlib import Path
+
+    from .cluster_check import verdicts
+    from .kube import ApiError, Kube, NoCredentials, current_namespace
+    from .namespaces import operator_deployments
+    from .runfile import parse_run_doc, runs_from_text
+
+    try:
+        kube = Kube.for_cli()
+        default_namespace = args.namespace or current_namespace()
+        runs = []
+        for doc in runs_from_text(Path(args.file).read_text(), args.file):
+            meta = doc.setdefault("metadata", {})
+            meta["namespace"] = meta.get("namespace") or default_namespace
+            runs.append(parse_run_doc(doc, args.file, args.trainer_image))
+        code, lines = verdicts(runs, operator_deployments(kube))
+    except NoCredentials as err:
+        print(f"dtr render --cluster: {err}", file=sys.stderr)
+        return 1
+    except ApiError as err:
+        print(f"dtr render --cluster: the operator's settings could not be read: the API server said {err.status} "
+              f"{err.reason}: {err.message}", file=sys.stderr)  # fmt: skip
+        return 1
+    print("\n".join(lines), file=sys.stderr)
+    return code
 
 
 def _add_render(sub: argparse._SubParsersAction) -> None:
@@ -83,6 +114,12 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
         "in FILE. Owner references are added by the operator (they need the run's uid).",
     )
     p.add_argument("file", metavar="FILE", help="a YAML file with one or more DistTrainingRuns")
+    p.add_argument("--cluster", action="store_true",
+                   help="also ask the cluster (kubectl's credentials): would its operator accept each run, under "
+                   "its allowed images, user-code and policy settings? One line per run on stderr; exit 1 if "
+                   "not")  # fmt: skip
+    p.add_argument("-n", "--namespace", metavar="NS",
+                   help="with --cluster: the namespace of runs that name none (default: the kubeconfig's)")  # fmt: skip
     p.add_argument(
         "--trainer-image",
         default=os.environ.get("DTR_TRAINER_IMAGE") or DEFAULT_TRAINER_IMAGE,

@@ -11,7 +11,10 @@ import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 OPERATOR_LABEL = "app.kubernetes.io/name=dtr-operator"
 CONTAINER = "operator"
@@ -40,15 +43,35 @@ def watched_namespaces(deployment: Mapping[str, Any]) -> tuple[str, ...]:
 
     container = _operator_container(deployment)
     env = _literal_env(container)
-    parser = argparse.ArgumentParser(add_help=False)
-    cfg.add_arguments(parser)
-    args, _ = parser.parse_known_args([str(a) for a in container.get("args") or []])
+    args = _operator_args(container)
     try:
         return cfg.from_args(args, env).namespaces
     except cfg.SettingsError:
         # Another setting is invalid (that operator stops at start); the namespace settings alone still read.
-        only = parser.parse_args(_namespace_flags(args))
+        only = _operator_parser().parse_args(_namespace_flags(args))
         return cfg.from_args(only, {"DTR_NAMESPACE": env.get("DTR_NAMESPACE", "")}).namespaces
+
+
+def operator_settings(deployment: Mapping[str, Any]) -> Settings:
+    """The settings the Deployment's operator runs with, as `dtr operator` reads its flags and environment
+    (literal env values only); SettingsError when one is invalid (that operator stops at start)."""
+    from . import settings as cfg
+
+    container = _operator_container(deployment)
+    return cfg.from_args(_operator_args(container), _literal_env(container))
+
+
+def _operator_parser() -> argparse.ArgumentParser:
+    from . import settings as cfg
+
+    parser = argparse.ArgumentParser(add_help=False)
+    cfg.add_arguments(parser)
+    return parser
+
+
+def _operator_args(container: Mapping[str, Any]) -> argparse.Namespace:
+    args, _ = _operator_parser().parse_known_args([str(a) for a in container.get("args") or []])
+    return args
 
 
 def _operator_container(deployment: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -94,20 +117,26 @@ def report(found: Sequence[Watcher], namespace: str | None) -> tuple[int, list[s
                "(create them in a watched namespace, or widen an operator's --namespace)", *lines]  # fmt: skip
 
 
-def _namespaces(args: argparse.Namespace) -> int:
-    from .kube import ApiError, Kube, NoCredentials
+def operator_deployments(kube: Any) -> list[dict[str, Any]]:
+    """The operators' Deployments: cluster-wide, else (not allowed to list them everywhere) where deploy/ puts
+    the operator. ApiError when neither may be read."""
+    from .kube import ApiError
 
     query = [("labelSelector", OPERATOR_LABEL)]
     try:
-        kube = Kube.for_cli()
-        try:
-            items = kube.request("GET", "/apis/apps/v1/deployments", query=query).get("items") or []
-        except ApiError as err:
-            if err.status != 403:
-                raise
-            # Not allowed to list Deployments everywhere: look where deploy/ puts the operator.
-            path = f"/apis/apps/v1/namespaces/{DEFAULT_DEPLOY_NAMESPACE}/deployments"
-            items = kube.request("GET", path, query=query).get("items") or []
+        return list(kube.request("GET", "/apis/apps/v1/deployments", query=query).get("items") or [])
+    except ApiError as err:
+        if err.status != 403:
+            raise
+    path = f"/apis/apps/v1/namespaces/{DEFAULT_DEPLOY_NAMESPACE}/deployments"
+    return list(kube.request("GET", path, query=query).get("items") or [])
+
+
+def _namespaces(args: argparse.Namespace) -> int:
+    from .kube import ApiError, Kube, NoCredentials
+
+    try:
+        items = operator_deployments(Kube.for_cli())
     except NoCredentials as err:
         print(f"dtr namespaces: {err}", file=sys.stderr)
         return 1

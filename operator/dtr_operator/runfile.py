@@ -81,4 +81,4 @@ def parse_run_doc(doc: dict[str, Any], source: str, default_image: str) -> RunSp
         return parse_run(doc, default_image=default_image)
     except SpecError as err:
         name = (doc.get("metadata") or {}).get("name", "?")
-        raise SpecError(f"{source}: {KIND} {name}: {err}") from None
+        raise SpecError(*err.errors, where=f"{source}: {KIND} {name}") from None

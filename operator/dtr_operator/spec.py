@@ -10,7 +10,8 @@ returns a RunSpec; so `dtr render` and `dtr run`, which never see an API server,
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+import difflib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +41,41 @@ BUILTIN_DATASETS = fields.BUILTIN_DATASETS
 
 
 class SpecError(ValueError):
-    """A run the API server would reject; the message names the field."""
+    """A run the API server would reject: every error found (as kubectl lists them), each naming its field;
+    `where` the file and run they are in, when known."""
+
+    def __init__(self, *errors: str, where: str = "") -> None:
+        self.errors, self.where = errors, where
+        text = errors[0] if len(errors) == 1 else f"{len(errors)} errors: " + "; ".join(errors)
+        super().__init__(f"{where}: {text}" if where else text)
+
+    def listed(self) -> str:
+        """For a terminal: the place, then one error per line."""
+        if len(self.errors) == 1:
+            return str(self)
+        head = f"{self.where}: " if self.where else ""
+        return f"{head}{len(self.errors)} errors:\n" + "\n".join(f"  {e}" for e in self.errors)
+
+
+def _collect(checks: Iterable[Callable[[], Any]]) -> list[Any]:
+    """Each check's value, in order; every SpecError among them raised at the end as one (all its errors)."""
+    values: list[Any] = []
+    errors: list[str] = []
+    for check in checks:
+        try:
+            values.append(check())
+        except SpecError as err:
+            errors.extend(err.errors)
+    if errors:
+        raise SpecError(*errors)
+    return values
+
+
+def _did_you_mean(word: str, known: Iterable[str]) -> str:
+    """ (did you mean 'x'?) for a near miss of a known word, case aside; else nothing."""
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.7)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
 
 
 def _default(path: str) -> Any:
@@ -221,7 +256,8 @@ def _string(f: Field, value: Any, path: str) -> str:
 def _word(f: Field, value: str, path: str) -> str:
     """A string that must be one of the enum's or match the schema's pattern (a CEL pattern is a rule)."""
     if f.enum and value not in f.enum:
-        raise _fail(path, f"unsupported value {value!r}: must be one of {', '.join(f.enum)}")
+        raise _fail(path, f"unsupported value {value!r}{_did_you_mean(value, f.enum)}: must be one of "
+                          f"{', '.join(f.enum)}")  # fmt: skip
     if f.pattern is not None and not f.pattern.cel and not f.pattern.matches(value):
         raise _fail(path, f"{f.pattern.why}, got {value!r}")
     return value
@@ -251,17 +287,33 @@ def _object(f: Field, value: Any, path: str) -> dict[str, Any]:
     obj = _mapping(value, path)
     if not f.fields:
         return dict(obj)
-    unknown = sorted(set(obj) - f.names)
+    unknown = [f"{path}.{name}: unknown field{_did_you_mean(str(name), f.names) or _known(f)}"
+               for name in sorted(set(obj) - f.names, key=str)]  # fmt: skip
+    present = _present(f, obj)
+    try:
+        values = _collect(lambda sub=sub, item=item: admit(sub, item, f"{path}.{sub.name}") for sub, item in present)
+    except SpecError as err:
+        raise SpecError(*unknown, *err.errors) from None
     if unknown:
-        raise _fail(f"{path}.{unknown[0]}", f"unknown field (known: {', '.join(sorted(f.names))})")
-    out = {}
+        raise SpecError(*unknown)
+    return {sub.name: value for (sub, _), value in zip(present, values, strict=True)}
+
+
+def _present(f: Field, obj: Mapping[Any, Any]) -> list[tuple[Field, Any]]:
+    """The declared fields obj sets, with the schema's defaults for those it leaves out (null is absent, as the
+    API server treats it)."""
+    present = []
     for sub in f.fields:
-        item = obj.get(sub.name)  # null is absent, as the API server treats it
+        item = obj.get(sub.name)
         if item is None and sub.schema_default:
             item = copy.deepcopy(sub.default)
         if item is not None:
-            out[sub.name] = admit(sub, item, f"{path}.{sub.name}")
-    return out
+            present.append((sub, item))
+    return present
+
+
+def _known(f: Field) -> str:
+    return f" (known: {', '.join(sorted(f.names))})"
 
 
 def _map(f: Field, value: Any, path: str) -> dict[str, Any]:
@@ -271,7 +323,9 @@ def _map(f: Field, value: Any, path: str) -> dict[str, Any]:
     if not all(isinstance(k, str) for k in entries):
         raise _fail(path, f"keys must be strings, got {sorted(map(repr, entries))}")
     assert f.items is not None
-    return {k: admit(f.items, v, f"{path}.{k}") for k, v in entries.items()}
+    items = f.items
+    values = _collect(lambda k=k, v=v: admit(items, v, f"{path}.{k}") for k, v in entries.items())
+    return dict(zip(entries, values, strict=True))
 
 
 def _array(f: Field, value: Any, path: str) -> list[Any]:
@@ -280,7 +334,8 @@ def _array(f: Field, value: Any, path: str) -> list[Any]:
     if f.max_items is not None and len(value) > f.max_items:
         raise _fail(path, f"must have at most {f.max_items} items")
     assert f.items is not None
-    return [admit(f.items, item, f"{path}[{i}]") for i, item in enumerate(value)]
+    items = f.items
+    return _collect(lambda i=i, item=item: admit(items, item, f"{path}[{i}]") for i, item in enumerate(value))
 
 
 _ADMIT: dict[str, Callable[[Field, Any, str], Any]] = {
@@ -292,9 +347,9 @@ _ADMIT: dict[str, Callable[[Field, Any, str], Any]] = {
 def admit(f: Field, value: Any, path: str) -> Any:
     """value (not null) as the API server stores it under f's schema: checked, defaulted; or SpecError."""
     admitted = _ADMIT[f.type](f, value, path)
-    for rule in rules(f, path):
-        if not rule.holds(admitted):
-            raise SpecError(message(rule, path))
+    broken = [message(rule, path) for rule in rules(f, path) if not rule.holds(admitted)]
+    if broken:
+        raise SpecError(*broken)
     return admitted
 
 
@@ -363,9 +418,8 @@ def parse_run(obj: Mapping[str, Any], default_image: str = DEFAULT_TRAINER_IMAGE
     if obj.get("apiVersion", API_VERSION) != API_VERSION or obj.get("kind", KIND) != KIND:
         raise SpecError(f"not a {KIND} ({API_VERSION}): apiVersion={obj.get('apiVersion')!r} kind={obj.get('kind')!r}")
     meta = _mapping({} if obj.get("metadata") is None else obj.get("metadata"), "metadata")
-    name = check_name(meta.get("name"))
-    raw = obj.get("spec")
-    spec = admit(SPEC, copy.deepcopy(SPEC.default) if raw is None else raw, "spec")
+    raw = copy.deepcopy(SPEC.default) if obj.get("spec") is None else obj.get("spec")
+    name, spec = _collect((lambda: check_name(meta.get("name")), lambda: admit(SPEC, raw, "spec")))
     _operator_defaults(spec, {"spec.image": default_image, "spec.export.modelName": name})
     values: dict[str, Any] = {}
     _attrs(SPEC, spec, values)

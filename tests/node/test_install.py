@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from support.node import RealNode
+from support.node import RealNode, dtr
 
 
 def training_operator(real_node: RealNode) -> tuple[str, str]:
@@ -81,3 +81,19 @@ def test_an_example_trains_only_when_asked_in_the_namespace_named(real_node: Rea
     assert f"the example examples/digits.yaml in {namespace}" in proc.stdout
     assert real_node.run_status(namespace, "digits-cnn")["phase"] == "Succeeded"
     assert "model (in the pods):" in proc.stdout
+
+
+def test_render_cluster_says_what_the_deployed_operator_would_refuse(
+    real_node: RealNode, namespace: str, tmp_path: Path
+) -> None:
+    """`dtr render --cluster` reads the running operator's settings (its Deployment, as `dtr namespaces` does)."""
+    example = Path(__file__).parents[2] / "examples" / "digits.yaml"
+    ok = dtr(real_node, namespace, "render", str(example), "--cluster")
+    assert ok.returncode == 0, ok.stderr
+    assert f"{namespace}/digits-cnn: the operator dtr-system/dtr-operator would accept it" in ok.stderr, ok.stderr
+    assert "kind: TFJob" in ok.stdout
+    foreign = tmp_path / "foreign.yaml"
+    foreign.write_text(example.read_text().replace("spec:\n", "spec:\n  image: docker.io/someone/trainer:1\n", 1))
+    refused = dtr(real_node, namespace, "render", str(foreign), "--cluster")
+    assert refused.returncode == 1, refused.stderr
+    assert "would fail it: ImageNotAllowed: spec.image docker.io/someone/trainer:1" in refused.stderr, refused.stderr

@@ -94,6 +94,20 @@ def test_render_errors_are_one_clear_line(tmp_path, capsys, content, expected):
     assert out.err.startswith("dtr render: ") and expected in out.err and out.err.count("\n") == 1
 
 
+def test_render_lists_every_error_of_a_run_each_with_its_field_and_near_misses_named(tmp_path, capsys):
+    f = tmp_path / "run.yaml"
+    f.write_text("apiVersion: distml.dev/v1alpha1\nkind: DistTrainingRun\nmetadata: {name: Bad_Name}\n"
+                 "spec: {workrs: 2, restartPolicy: onfailure, backoffLimit: 500, training: {epochs: 0, modle: cnn}}\n")
+    assert cli.main(["render", str(f)]) == cli.EXIT_BAD_INPUT
+    head, *lines = capsys.readouterr().err.splitlines()
+    assert head == f"dtr render: {f}: DistTrainingRun Bad_Name: 6 errors:"
+    fields = [line.split(":")[0].strip() for line in lines]
+    assert fields == ["metadata.name", "spec.workrs", "spec.training.modle", "spec.training.epochs",
+                      "spec.restartPolicy", "spec.backoffLimit"]  # fmt: skip
+    assert "unknown field (did you mean 'workers'?)" in lines[1] and "(did you mean 'model'?)" in lines[2]
+    assert "unsupported value 'onfailure' (did you mean 'OnFailure'?)" in lines[4]
+
+
 @pytest.mark.parametrize("command", ["render", "run", "logs", "operator"])
 def test_an_unknown_option_is_named_with_its_subcommands_usage(capsys, command):
     args = [] if command == "operator" else ["examples/digits.yaml"]

@@ -99,9 +99,11 @@ def test_a_run_is_either_refused_with_its_field_named_or_buildable(name, spec):
     try:
         run = parse_run(make_run(spec, name=name, uid="u-1"))
     except SpecError as err:
-        message = str(err)
-        assert message.startswith(FIELDS), message
-        assert "\n" not in message
+        assert err.errors, err
+        for message in err.errors:  # every one found, each naming its field
+            assert message.startswith(FIELDS), message
+            assert "\n" not in message
+        assert "\n" not in str(err)  # a status message is one line
         return
     assert isinstance(run, RunSpec)
     job = build_tfjob(run)

@@ -159,7 +159,7 @@ def admit(doc: dict[str, Any], source: str) -> RunSpec:
     try:
         run = parse_run_doc(doc, source, DEFAULT_TRAINER_IMAGE)
     except SpecError as exc:
-        raise RunError(str(exc)) from None
+        raise RunError(exc.listed()) from None
     if run.suspend:
         raise RunError(f"{source}: spec.suspend is true: a suspended run trains nowhere; set it to false to run it")
     return run
