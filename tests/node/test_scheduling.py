@@ -69,3 +69,39 @@ def test_a_node_selector_no_node_matches_is_reported_then_runs_once_a_node_has_t
         assert st["phase"] == "Succeeded", st
     finally:
         real_node.cluster.kubectl("label", node, "dtr-test/pool-", check=False)
+
+
+FAKE_GPU = "example.com/gpu"  # an extended resource, as a device plugin advertises nvidia.com/gpu
+
+
+def test_an_extended_resource_like_a_gpu_reaches_the_workers_and_a_run_asking_more_than_any_node_has_waits(
+    real_node: RealNode, namespace: str
+) -> None:
+    """What works today for GPUs (docs/gpus.md): spec.resources.limits of an extended resource reach each worker
+    and the scheduler counts them. The node advertises 2 of a fake one (a node-status patch, what a device plugin
+    does); a run asking 1 per worker trains, a run asking 3 for one worker stays Pending with the scheduler's
+    words in its status."""
+    node = real_node.cluster.kubectl("get", "nodes", "-o", "name").stdout.split()[0]
+    path = "/status/capacity/" + FAKE_GPU.replace("/", "~1")
+    advertise = json.dumps([{"op": "add", "path": path, "value": "2"}])
+    real_node.cluster.kubectl("patch", node, "--subresource=status", "--type=json", "-p", advertise)
+    try:
+        fits = digits_run("fits", epochs=2, steps=10)
+        fits["spec"]["resources"] = {"limits": {FAKE_GPU: 1}}
+        greedy = digits_run("greedy", workers=1, epochs=2, steps=10)
+        greedy["spec"]["resources"] = {"limits": {FAKE_GPU: 3}}
+        real_node.apply(namespace, fits)
+        real_node.apply(namespace, greedy)
+
+        st = wait_for(lambda: (s := real_node.run_status(namespace, "greedy")).get("reason") == "WorkerPodsNotStarting"
+                      and s, "the greedy run to say its worker cannot start", timeout=120)  # fmt: skip
+        assert st["phase"] == "Pending" and f"Insufficient {FAKE_GPU}" in st["message"], st["message"]
+        done = real_node.wait_terminal(namespace, "fits")
+        assert done["phase"] == "Succeeded", done
+        worker = real_node.pod(namespace, "fits-worker-0")["spec"]["containers"][0]
+        assert worker["resources"]["limits"][FAKE_GPU] == "1", worker["resources"]
+        assert real_node.run_status(namespace, "greedy")["phase"] == "Pending", "3 never fit on a node with 2"
+    finally:
+        real_node.cluster.kubectl("delete", "dtr", "greedy", "-n", namespace, "--ignore-not-found", check=False)
+        remove = json.dumps([{"op": "remove", "path": path}])
+        real_node.cluster.kubectl("patch", node, "--subresource=status", "--type=json", "-p", remove, check=False)
