@@ -193,7 +193,7 @@ wait_for_run() {
     if [[ "${reason:-}" == WorkerPodsNotStarting ]]; then
       stuck_since="${stuck_since:-${SECONDS}}"
       ((SECONDS - stuck_since < STUCK_SECONDS)) ||
-        die "run ${ns}/${name}: its workers have not started for ${STUCK_SECONDS}s: ${message} (see docs/clusters.md, 'Troubleshooting')"
+        die "run ${ns}/${name}: its workers have not started for ${STUCK_SECONDS}s: ${message} (see docs/clusters.md, '3. A run that cannot start says why')"
     else
       stuck_since=""
     fi

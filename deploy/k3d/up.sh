@@ -5,7 +5,7 @@
 #   (deploy/) -> the example -> wait for Succeeded -> print where the model is.
 # Needs docker (a running engine), k3d >= 5 and kubectl >= 1.27 on PATH.
 # Settings (environment): DTR_CLUSTER, DTR_HOST_DIR, DTR_EXAMPLE, DTR_EXAMPLE_NAMESPACE (default default), DTR_TIMEOUT,
-# DTR_SKIP_BUILD=1 (reuse images already built). Step-by-step notes: docs/k3d.md.
+# DTR_STUCK_SECONDS (install.sh's), DTR_SKIP_BUILD=1 (reuse images already built). Step-by-step notes: docs/k3d.md.
 set -euo pipefail
 
 # shellcheck source=deploy/lib.sh
