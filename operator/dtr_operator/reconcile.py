@@ -789,11 +789,16 @@ class Reconciler:
         training-operator delete a failed run's pods that still run. quiet: no events."""
         spec = run.spec
         pods: list[dict[str, Any]] = []
-        if tfjob_state(tfjob).phase in TERMINAL:
-            pods = self.kube.list_job_pods(spec.namespace, spec.tfjob_name)
+        latest = [tfjob]
+
+        def read_pods_when_finished() -> None:
+            # Once, for the summary: a finished run's status is never written again.
+            if not pods and tfjob_state(latest[0]).phase in TERMINAL:
+                pods.extend(self.kube.list_job_pods(spec.namespace, spec.tfjob_name))
+
+        read_pods_when_finished()
         recorded = {"code": dict(code)} if code else {}
         at = now()
-        latest = [tfjob]
 
         def mirrored(prev: Mapping[str, Any]) -> dict[str, Any]:
             return watchdog.settled({**tfjob_status(spec, latest[0], pods, prev, at), **recorded}, at, spec.generation)
@@ -801,7 +806,9 @@ class Reconciler:
         def reread() -> None:
             # A creator's copy is the TFJob as created; the training-operator's Created may already be
             # in the run's status (the TFJob handler wrote it), and writing this copy would take it back.
+            # The TFJob read now may have finished since: then its pods hold the chief's metrics.
             latest[0] = self.kube.get_tfjob(spec.namespace, spec.tfjob_name) or latest[0]
+            read_pods_when_finished()
 
         self.record(run.body, mirrored, quiet, reread)
         if holding := pods_to_release(latest[0], pods):

@@ -6,6 +6,7 @@ a real API server.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -122,14 +123,20 @@ def test_a_status_that_keeps_changing_is_left_to_a_later_retry():
 
 
 class TFJobKube(FakeKube):
-    """Also the TFJob, as the API has it now."""
+    """Also the TFJob, as the API has it now, and its pods."""
 
-    def __init__(self, tfjob: dict[str, Any], **kw: Any) -> None:
+    def __init__(self, tfjob: dict[str, Any], pods: list[dict[str, Any]] | None = None, **kw: Any) -> None:
         super().__init__(**kw)
         self.tfjob = tfjob
+        self.job_pods = pods or []
+        self.pod_lists = 0
 
     def get_tfjob(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.tfjob
+
+    def list_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        self.pod_lists += 1
+        return self.job_pods
 
 
 def test_a_conflict_mirrors_the_tfjob_as_it_is_now_not_the_creators_copy():
@@ -144,6 +151,29 @@ def test_a_conflict_mirrors_the_tfjob_as_it_is_now_not_the_creators_copy():
     as_created = {"metadata": {"name": "mnist-cnn", "namespace": "ml"}}
     rec.sync_status(ObservedRun.parse(run(resourceVersion="7"), "localhost/distml/trainer:test"), as_created)
     assert [patch.get("reason") for _, patch, _ in kube.writes] in ([], [None])
+
+
+def test_a_conflict_that_finds_the_tfjob_finished_reads_its_pods_for_the_chiefs_metrics():
+    # The event's copy still ran; by the re-read after the conflict the TFJob had Succeeded. Mirrored without its
+    # pods, the run ended Succeeded/MetricsUnavailable for good (a finished run is never written again): a CI
+    # run's reliability tier saw it twice.
+    succeeded = {"type": "Succeeded", "status": "True", "lastTransitionTime": "2026-01-01T00:01:00Z"}
+    done = {"metadata": {"name": "mnist-cnn", "namespace": "ml"},
+            "status": {"conditions": [succeeded], "replicaStatuses": {"Worker": {"succeeded": 2}}}}  # fmt: skip
+    summary = {"loss": 0.1, "accuracy": 0.97, "epochs": 3, "modelPath": "/mnt/dtr/models/r/1", "modelVersion": 1}
+    chief = {"metadata": {"name": "mnist-cnn-worker-0", "labels": {"training.kubeflow.org/replica-type": "worker",
+                                                                   "training.kubeflow.org/replica-index": "0"}},
+             "status": {"containerStatuses": [{"name": "tensorflow", "state": {"terminated": {
+                 "exitCode": 0, "message": json.dumps(summary)}}}]}}  # fmt: skip
+    fresh = run({"phase": "Running", "reason": "TFJobRunning"}, resourceVersion="8")
+    kube = TFJobKube(done, pods=[chief], runs={("ml", "mnist-cnn"): fresh}, conflicts=1)
+    rec, _ = reconciler(kube)
+    running = {"metadata": {"name": "mnist-cnn", "namespace": "ml"},
+               "status": {"conditions": [{"type": "Running", "status": "True"}]}}  # fmt: skip
+    rec.sync_status(ObservedRun.parse(run({"phase": "Running"}, resourceVersion="7"), "img:1"), running)
+    [(_, patch, _)] = kube.writes
+    assert (patch["phase"], patch["reason"]) == ("Succeeded", "TrainingSucceeded"), patch
+    assert patch["metrics"]["accuracy"] == 0.97 and kube.pod_lists == 1
 
 
 def test_a_finished_run_is_never_reconciled_and_a_bad_spec_fails_the_run_without_an_api_read():
