@@ -50,5 +50,5 @@ def test_a_namespace_no_operator_watches_and_an_operator_that_cannot_start_are_s
 
 def test_refusals_match_the_operators_own_checks():
     settings = Settings(allowed_images=())
-    assert refusals(run("r", image="localhost/distml/trainer:0.1.0"), settings) == []
+    assert refusals(run("r", image=settings.trainer_image), settings) == []
     assert refusals(run("r", image="docker.io/evil/x:1"), settings)[0].startswith("ImageNotAllowed: spec.image")
