@@ -126,23 +126,23 @@ training_operator_decision() {
   esac
 }
 
-# What will change, before anything does; stops when the user cannot create cluster-wide objects.
+# What will change, before anything does: this operator's cluster-wide objects, then (for a cluster-admin
+# only: anyone else stops here) what happens to the training-operator, with its objects when it is installed.
 plan() {
-  local decision="$1" why="$2" objects
   step "plan (cluster: $(kubectl config current-context 2>/dev/null || echo '?'))"
-  info "training-operator: ${why}"
-  objects="$(cluster_objects "${SOURCE_DEPLOY}")"
-  if [[ "${decision}" == install ]]; then
-    objects+=$'\n'"$(cluster_objects "${TRAINING_OPERATOR_KUSTOMIZE}")"
-  fi
   info "cluster-wide objects this creates or updates (cluster-admin needed):"
-  # shellcheck disable=SC2001 # one line per object, indented
-  sed 's/^/      /' <<<"${objects}"
-  info "in namespaces: dtr-system (the operator)${EXAMPLE:+; the example ${EXAMPLE#"${ROOT}"/} in ${EXAMPLE_NS}}"
-  [[ -n "${EXAMPLE}" ]] || info "no example run (DTR_EXAMPLE=FILE DTR_EXAMPLE_NAMESPACE=NS to train one)"
+  cluster_objects "${SOURCE_DEPLOY}" | sed 's/^/      /'
   if [[ "$(kubectl auth can-i '*' '*' --all-namespaces 2>/dev/null || true)" != yes ]]; then
     die "this install creates the cluster-wide objects above and needs cluster-admin, which $(kubectl config view --minify -o jsonpath='{.contexts[0].context.user}' 2>/dev/null || echo 'your user') does not have (kubectl auth can-i '*' '*' --all-namespaces: no); ask a cluster admin to run it (docs/clusters.md)"
   fi
+  IFS=$'\t' read -r DECISION why < <(training_operator_decision)
+  info "training-operator: ${why}"
+  if [[ "${DECISION}" == install ]]; then
+    info "and the training-operator's:"
+    cluster_objects "${TRAINING_OPERATOR_KUSTOMIZE}" | sed 's/^/      /'
+  fi
+  info "in namespaces: dtr-system (the operator)${EXAMPLE:+; the example ${EXAMPLE#"${ROOT}"/} in ${EXAMPLE_NS}}"
+  [[ -n "${EXAMPLE}" ]] || info "no example run (DTR_EXAMPLE=FILE DTR_EXAMPLE_NAMESPACE=NS to train one)"
 }
 
 install_training_operator() {
@@ -245,14 +245,13 @@ main() {
     auto | install | skip) ;;
     *) die "DTR_TRAINING_OPERATOR must be auto, install or skip, not '${TRAINING_OPERATOR_MODE}'" ;;
   esac
-  local decision why
-  IFS=$'\t' read -r decision why < <(training_operator_decision)
-  plan "${decision}" "${why}"
+  DECISION=""
+  plan
   build_images
   local started=${SECONDS}
   import_images
   info "images imported in $((SECONDS - started)) s"
-  if [[ "${decision}" == install ]]; then
+  if [[ "${DECISION}" == install ]]; then
     install_training_operator
   else
     step "Kubeflow training-operator: left as it is"
