@@ -129,13 +129,18 @@ training_operator_decision() {
 # What will change, before anything does: this operator's cluster-wide objects, then (for a cluster-admin
 # only: anyone else stops here) what happens to the training-operator, with its objects when it is installed.
 plan() {
-  step "plan (cluster: $(kubectl config current-context 2>/dev/null || echo '?'))"
+  local context user decided why
+  context="$(kubectl config current-context 2>/dev/null || true)"
+  step "plan (cluster: ${context:-?})"
   info "cluster-wide objects this creates or updates (cluster-admin needed):"
   cluster_objects "${SOURCE_DEPLOY}" | sed 's/^/      /'
   if [[ "$(kubectl auth can-i '*' '*' --all-namespaces 2>/dev/null || true)" != yes ]]; then
-    die "this install creates the cluster-wide objects above and needs cluster-admin, which $(kubectl config view --minify -o jsonpath='{.contexts[0].context.user}' 2>/dev/null || echo 'your user') does not have (kubectl auth can-i '*' '*' --all-namespaces: no); ask a cluster admin to run it (docs/clusters.md)"
+    user="$(kubectl config view --minify -o jsonpath='{.contexts[0].context.user}' 2>/dev/null || true)"
+    die "this install creates the cluster-wide objects above and needs cluster-admin, which ${user:-your user} does not have (kubectl auth can-i '*' '*' --all-namespaces: no); ask a cluster admin to run it (docs/clusters.md)"
   fi
-  IFS=$'\t' read -r DECISION why < <(training_operator_decision)
+  decided="$(training_operator_decision)"
+  DECISION="${decided%%$'\t'*}"
+  why="${decided#*$'\t'}"
   info "training-operator: ${why}"
   if [[ "${DECISION}" == install ]]; then
     info "and the training-operator's:"
