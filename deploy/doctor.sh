@@ -305,9 +305,9 @@ check_cgroup
 applies "test-reliability k3d-up k3d-down"
 if ((APPLIES)); then
   if path="$(command -v git)"; then
-    report ok git "${path}" "test-reliability"
+    report ok git "${path}" "test-reliability k3d-up"
   else
-    report warn git "not on PATH; docs/reliability.md then names no commit" "test-reliability" "apt-get install git"
+    report warn git "not on PATH; k3d-up then cannot fetch the training-operator's overlay from GitHub (DTR_TRAINING_OPERATOR_KUSTOMIZE may name a local copy), and docs/reliability.md names no commit" "test-reliability k3d-up" "apt-get install git"
   fi
   if path="$(command -v k3d)"; then
     report ok k3d "${path}" "k3d-up k3d-down"
