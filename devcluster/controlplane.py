@@ -475,6 +475,11 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def default_cache(cache: str | os.PathLike[str] | None = None) -> Path:
+    """Where build.sh and build_node.sh put what they build: `cache`, else DTR_CACHE, else ~/.cache/dtr."""
+    return Path(cache or os.environ.get("DTR_CACHE") or Path.home() / ".cache" / "dtr")
+
+
 def webhook_pki(home: Path = WEBHOOK_CERT_DIR.parent) -> Path:
     """One webhook CA + serving cert per machine, shared by every control plane on it.
 
@@ -750,7 +755,7 @@ class ControlPlane:
         self.layout = Layout(Path(workdir).resolve())
         self.node_ip = node_ip
         self.components = COMPONENTS if node_ip is None else COMPONENTS[:-1]
-        self.cache = Path(cache or os.environ.get("DTR_CACHE") or Path.home() / ".cache" / "dtr")
+        self.cache = default_cache(cache)
         self.crd_dir = Path(crd_dir)
         self.build = build
         self.stop_at_exit = stop_at_exit

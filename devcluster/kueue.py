@@ -118,11 +118,6 @@ def _config(doc: dict[str, Any], frameworks: Sequence[str]) -> dict[str, Any]:
 # ---- the shell ----------------------------------------------------------------------------------------
 
 
-def default_cache() -> Path:
-    """Where build.sh puts what it builds (as controlplane.ControlPlane finds it)."""
-    return Path(os.environ.get("DTR_CACHE") or Path.home() / ".cache" / "dtr")
-
-
 def config_dir(cache: Path, version: str) -> Path:
     """The module's config/ that build.sh copied, at the pinned version."""
     root = cache / "kueue"
@@ -132,12 +127,12 @@ def config_dir(cache: Path, version: str) -> Path:
     return root / "config"
 
 
-def kubectl(kubeconfig: Path, *args: str, input: str | None = None, timeout: float = 300
+def kubectl(kubeconfig: Path, *args: str, input: str | None = None, timeout: float = 300, check: bool = True
             ) -> subprocess.CompletedProcess[str]:  # fmt: skip
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     proc = subprocess.run([cp.KUBECTL, *args], input=input, env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)  # fmt: skip
-    if proc.returncode != 0:
+    if check and proc.returncode != 0:
         raise KueueError(f"kubectl {' '.join(args[:3])} failed: {proc.stderr.strip()[-1500:]}")
     return proc
 
@@ -145,10 +140,7 @@ def kubectl(kubeconfig: Path, *args: str, input: str | None = None, timeout: flo
 def install(kubeconfig: Path, cache: Path | None = None, log=print) -> float:
     """Apply Kueue and wait until its webhooks answer; the seconds it took."""
     t0 = time.monotonic()
-    pins = pinned(HERE / "versions.env")
-    config = config_dir(cache or default_cache(), pins["KUEUE_VERSION"])
-    rendered = kubectl(kubeconfig, "kustomize", str(config / "default")).stdout
-    docs = node_manifests(yaml.safe_load_all(rendered), pins["KUEUE_IMAGE"], certs=_certs(kubeconfig))
+    docs = _manifests(kubeconfig, cache, _certs(kubeconfig))
     # Server-side: the CRDs are too big for client-side apply's last-applied annotation.
     kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-",
             input=yaml.safe_dump_all(docs, sort_keys=False))  # fmt: skip
@@ -156,15 +148,25 @@ def install(kubeconfig: Path, cache: Path | None = None, log=print) -> float:
             f"--timeout={READY_TIMEOUT}s", timeout=READY_TIMEOUT + 30)  # fmt: skip
     _wait_for_webhooks(kubeconfig, t0 + READY_TIMEOUT)
     seconds = time.monotonic() - t0
-    log(f"kueue {pins['KUEUE_VERSION']} ready in {seconds:.0f}s (integrations: {', '.join(FRAMEWORKS)})")
+    log(f"kueue {_pins()['KUEUE_VERSION']} ready in {seconds:.0f}s (integrations: {', '.join(FRAMEWORKS)})")
     return seconds
+
+
+def _pins() -> dict[str, str]:
+    return pinned(HERE / "versions.env")
+
+
+def _manifests(kubeconfig: Path, cache: Path | None, certs: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Upstream's config/default of the pinned version, rendered by kubectl's kustomize, adjusted for the node."""
+    pins = _pins()
+    config = config_dir(cp.default_cache(cache), pins["KUEUE_VERSION"])
+    rendered = kubectl(kubeconfig, "kustomize", str(config / "default")).stdout
+    return node_manifests(yaml.safe_load_all(rendered), pins["KUEUE_IMAGE"], certs=certs)
 
 
 def _certs(kubeconfig: Path) -> dict[str, str]:
     """The webhook Secret's data: what a running Kueue already has (a second install keeps it), else new."""
-    proc = subprocess.run([cp.KUBECTL, "-n", NAMESPACE, "get", "secret", WEBHOOK_SECRET, "-o", "json"],
-                          env={**os.environ, "KUBECONFIG": str(kubeconfig)}, capture_output=True, text=True,
-                          check=False)  # fmt: skip
+    proc = kubectl(kubeconfig, "-n", NAMESPACE, "get", "secret", WEBHOOK_SECRET, "-o", "json", check=False)
     data = (yaml.safe_load(proc.stdout) or {}).get("data") or {} if proc.returncode == 0 else {}
     if all(data.get(k) for k in CERT_KEYS):
         return {k: data[k] for k in CERT_KEYS}
@@ -192,10 +194,7 @@ def _wait_for_webhooks(kubeconfig: Path, deadline: float) -> None:
 
 
 def uninstall(kubeconfig: Path, cache: Path | None = None) -> None:
-    pins = pinned(HERE / "versions.env")
-    config = config_dir(cache or default_cache(), pins["KUEUE_VERSION"])
-    rendered = kubectl(kubeconfig, "kustomize", str(config / "default")).stdout
-    docs = node_manifests(yaml.safe_load_all(rendered), pins["KUEUE_IMAGE"])
+    docs = _manifests(kubeconfig, cache)
     kubectl(kubeconfig, "delete", "--ignore-not-found", "--wait=false", "-f", "-",
             input=yaml.safe_dump_all(docs, sort_keys=False))  # fmt: skip
 
