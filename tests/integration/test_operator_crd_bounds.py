@@ -36,6 +36,9 @@ OVERSIZED = [
     ("affinity-values", {"affinity": _values(5)}, [f"{NODE_TERM}[0].matchExpressions[0].values", "4"]),
     ("resource-name", {"resources": {"limits": {"k" * 318: "1"}}}, ["spec.resources.limits", "at most 317"]),
     ("quantity-long", {"resources": {"limits": {"cpu": "1" * 65}}}, ["spec.resources.limits.cpu", "64"]),
+    # A label value on the TFJob: one character more than a label value may hold.
+    ("workload-priority-class", {"queueName": "q", "workloadPriorityClass": "a" * 64},
+     ["spec.workloadPriorityClass", "63"]),
 ]
 
 

@@ -112,6 +112,7 @@ ACCEPTED = [
     ({"podAnnotations": {"sidecar.istio.io/inject": "false"}}, "placement.pod_annotations",
      {"sidecar.istio.io/inject": "false"}),
     ({"queueName": "team-a"}, "queue_name", "team-a"),
+    ({"queueName": "q", "workloadPriorityClass": "a" * 63}, "workload_priority_class", "a" * 63),  # the longest
     ({"schedulingPolicy": {"queue": ""}}, "scheduling_policy.queue", ""),  # no minLength: the API server takes it
     ({"schedulingPolicy": {"minAvailable": 2, "queue": "q", "priorityClass": "p", "scheduleTimeoutSeconds": 60}},
      "scheduling_policy.min_available", 2),
@@ -201,6 +202,8 @@ REJECTED = [
     ({"queueName": "q", "suspend": True}, "r", "spec.suspend", "Kueue"),
     ({"queueName": "Team_A"}, "r", "spec.queueName", "DNS label"),
     ({"workloadPriorityClass": "high"}, "r", "spec.workloadPriorityClass", "needs spec.queueName"),
+    ({"queueName": "q", "workloadPriorityClass": "a" * 64}, "r", "spec.workloadPriorityClass", "at most 63"),
+    ({"queueName": "q", "workloadPriorityClass": "Urgent"}, "r", "spec.workloadPriorityClass", "DNS subdomain"),
     ({"nodeSelector": {"pool": 1}}, "r", "spec.nodeSelector.pool", "string"),
     ({"nodeSelector": {"bad key!": "x"}}, "r", "spec.nodeSelector", "label keys"),
     ({"nodeSelector": {"pool": "not ok"}}, "r", "spec.nodeSelector.pool", "label value"),
