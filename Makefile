@@ -202,3 +202,7 @@ bench-progress: setup images node-build ## status.progress latency, epoch end ->
 .PHONY: bench-restart-policy
 bench-restart-policy: setup images node-build ## restartPolicy OnFailure vs ExitCode on the real node (root): permanent error, killed worker, OOM loop -> bench/restartpolicy/results.*
 	$(OP)/python -m bench.restartpolicy.run $(ARGS)
+
+.PHONY: bench-journeys
+bench-journeys: setup images node-build ## each docs journey timed as a user runs it (local, own model, a failure, dev cluster, apply -> model, install) -> bench/journeys/results.json (ARGS=--local-only: no root)
+	$(OP)/python -m bench.journeys.run $(ARGS)

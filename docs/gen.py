@@ -15,6 +15,8 @@ read from the dtr_operator this checkout holds (the op environment's, or PYTHONP
   (docs/ci-costs.json, from the timings the tiers record) and each tier's budget (tests/tiers.py).
 - `policy` (docs/operator.md): the flags of what a run may ask of the cluster, the keys and taints no flag or
   only a named one allows, and the claim label, from operator/dtr_operator/policy.py and settings.py.
+- `journeys` (README.md) and `journey-NAME` (the journey's own page, JOURNEYS): how long each journey of the docs
+  takes, from bench/journeys/results.json (`make bench-journeys`) and, for the first time's builds, the cold CI run.
 - `bench-history` (docs/performance.md): every recorded run of the operator benchmark, from
   bench/operator/history.json (`python -m bench.operator.run --history WHAT` adds a run).
 """
@@ -41,6 +43,25 @@ END = "<!-- end generated -->"
 RBAC_FILES = ("deploy/clusterrole.yaml", "deploy/namespaced/role.yaml", "deploy/namespaced/discovery.yaml")
 CRD_FILE = "crds/disttrainingrun.yaml"
 BENCH_HISTORY = "bench/operator/history.json"
+JOURNEY_RESULTS = "bench/journeys/results.json"
+# Each journey bench/journeys/run.py times: its title and the page that walks it (where its one-line figure goes).
+JOURNEYS: dict[str, tuple[str, str]] = {
+    "local": ("Try it locally: `make run`", "docs/local.md"),
+    "own-model": ("Your own model on your own data", "docs/own-model.md"),
+    "why-failed": ("Why a run failed, locally", "docs/own-model.md#when-your-code-fails"),
+    "dev-cluster": ("A real node on this machine: `make dev-cluster`", "docs/local.md#the-dev-cluster"),
+    "cluster": ("`kubectl apply` to a model", "docs/k3d.md#5-train-apply-an-example-and-wait-for-it"),
+    "why-failed-cluster": ("Why a run failed, on a cluster", "docs/clusters.md#3-a-run-that-cannot-start-says-why"),
+    "serve": ("Copy the model out and score it", "docs/models.md#serving-a-version"),
+    "install": ("Install on your cluster (k3d, kind, minikube, a registry)", "docs/k3d.md"),
+}
+# What a journey costs the first time on top of its own figure: the cold CI run's steps that build what it needs.
+FIRST_TIME: dict[str, tuple[str, ...]] = {
+    "local": ("setup",),
+    "own-model": ("setup",),
+    "why-failed": ("setup",),
+    "dev-cluster": ("setup", "control-plane build", "images", "node build"),
+}
 
 
 @dataclass(frozen=True)
@@ -172,6 +193,54 @@ def render_bench_history(repo: Path = REPO) -> str:
         "|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
         *(_bench_row(number, run) for number, run in enumerate(runs, 1)),
     ])  # fmt: skip
+
+
+def _journeys(repo: Path) -> dict[str, Any]:
+    path = repo / JOURNEY_RESULTS
+    return json.loads(path.read_text()) if path.exists() else {"steps": []}
+
+
+def _measured_on(results: dict[str, Any]) -> str:
+    return (f"{results['finished']}, `{results['commit']}`, {results['cpus']} CPUs, load average "
+            f"{results['loadavg_before'][0]} before, {results['loadavg_after'][0]} after")
+
+
+def _first_time(repo: Path, name: str) -> str:
+    """The cold CI run's figures for what the journey builds the first time ('' when it builds nothing)."""
+    costs = json.loads((repo / "docs" / "ci-costs.json").read_text()).get("cold") or {}
+    seconds = {s["name"]: s["seconds"] for s in costs.get("steps", [])}
+    parts = [f"{step} {_minutes(seconds[step])}" for step in FIRST_TIME.get(name, ()) if step in seconds]
+    return f"first time + {', '.join(parts)} ([cold CI](docs/cluster.md#what-ci-costs))" if parts else ""
+
+
+def render_journeys(repo: Path = REPO) -> str:
+    """The README's table: each journey, what was timed, how long, and its page."""
+    results = _journeys(repo)
+    by_name = {step["journey"]: step for step in results["steps"]}
+    lines = ["| journey | what was timed | how long | |", "|---|---|---:|---|"]
+    for name, (title, doc) in JOURNEYS.items():
+        step = by_name.get(name)
+        figure = f"**{_minutes(step['seconds'])}**" if step else "not measured yet"
+        first = _first_time(repo, name)
+        lines.append(f"| [{title}]({doc}) | {step['what'] if step else ''} | {figure} | {first} |")
+    if results["steps"]:
+        lines += ["", f"Measured by `make bench-journeys` ([results](bench/journeys/results.json)): "
+                  f"{_measured_on(results)}. Warm: environments, images and builds already there."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def render_journey(name: str) -> Callable[[Path], str]:
+    """One journey's figure, for its own page, linking to the README's table."""
+
+    def render(repo: Path = REPO) -> str:
+        step = next((s for s in _journeys(repo)["steps"] if s["journey"] == name), None)
+        if step is None:
+            return "**How long**: not measured yet (`make bench-journeys`). All: [README](../README.md#pick-a-path)."
+        return (f"**How long**: **{_minutes(step['seconds'])}**, {step['what']} (`make bench-journeys`, "
+                f"{_measured_on(_journeys(repo))}). All journeys, and the first time's builds: "
+                "[README](../README.md#pick-a-path).")
+
+    return render
 
 
 def _tiers(repo: Path) -> ModuleType:
@@ -409,6 +478,8 @@ SECTIONS: dict[str, tuple[str, Callable[[Path], str]]] = {
     "ci-costs": ("docs/cluster.md", render_ci_costs),
     "bench-history": ("docs/performance.md", render_bench_history),
     "policy": ("docs/operator.md", render_policy),
+    "journeys": ("README.md", render_journeys),
+    **{f"journey-{name}": (doc.split("#")[0], render_journey(name)) for name, (_, doc) in JOURNEYS.items()},
 }
 # Files written whole. The CRD first: the columns section reads it.
 FILES: dict[str, Callable[[Path], str]] = {crd.FILE: render_crd}
