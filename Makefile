@@ -206,3 +206,7 @@ bench-restart-policy: setup images node-build ## restartPolicy OnFailure vs Exit
 .PHONY: bench-journeys
 bench-journeys: setup images node-build ## each docs journey timed as a user runs it (local, own model, a failure, dev cluster, apply -> model, install) -> bench/journeys/results.json (ARGS=--local-only: no root)
 	$(OP)/python -m bench.journeys.run $(ARGS)
+
+.PHONY: bench-e2e
+bench-e2e: setup images node-build ## time to a model on the real node (root): the book's plain TFJob vs the same training as a DistTrainingRun -> bench/e2e/results.*
+	$(OP)/python -m bench.e2e.run $(ARGS)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devcluster.controlplane import free_port
 from devcluster.node import image_names
+from support.registry import local_registry
 
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR, TRAINER = image_names()
@@ -34,26 +33,8 @@ def registry(tmp_path: Path) -> Iterator[str]:
     """A registry on 127.0.0.1 (Docker pushes to a loopback registry over plain HTTP)."""
     need = sh("bash", "-c", f"source {REPO}/deploy/lib.sh && need_packages docker-registry:docker-registry")
     assert need.returncode == 0, need.stderr  # CI installs it; elsewhere the line says what to install
-    port = free_port()
-    config = tmp_path / "registry.yml"
-    config.write_text(yaml.safe_dump({"version": 0.1,
-                                      "storage": {"filesystem": {"rootdirectory": str(tmp_path / "data")}},
-                                      "http": {"addr": f"127.0.0.1:{port}"}}))  # fmt: skip
-    with open(tmp_path / "registry.log", "w") as log:
-        proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "registry.log").read_text()
-                time.sleep(0.2)
-        yield f"127.0.0.1:{port}/dtr-test"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with local_registry(tmp_path) as registry:
+        yield registry
 
 
 def test_push_puts_the_operator_image_on_a_registry_and_the_overlay_deploys_it_from_there(
