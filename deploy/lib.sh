@@ -16,7 +16,7 @@ info() { printf '    %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 # Portable stand-ins for GNU-only tools and flags: these scripts run on a laptop's macOS too, with its
-# bash 3.2 and BSD tools (docs/k3d.md#prerequisites; tests/unit/test_laptop_scripts.py keeps them so).
+# bash 3.2 and BSD tools (docs/k3d.md#which-machines; tests/unit/test_laptop_scripts.py keeps them so).
 
 # with_timeout SECONDS COMMAND...: COMMAND, stopped after SECONDS. timeout(1) is GNU coreutils, absent
 # on macOS; there perl's alarm does it (it survives exec, and perl ships with macOS). Neither: unbounded.
@@ -99,7 +99,7 @@ need_packages() {
   ((${#missing[@]} == 0)) && return 0
   # No apt-get (macOS, another distribution): Debian's package names are only a hint.
   command -v apt-get >/dev/null 2>&1 ||
-    die "${needs[*]} not found (Debian's package: ${missing[*]}); install it for this system (docs/k3d.md#prerequisites)"
+    die "${needs[*]} not found (Debian's package: ${missing[*]}); install it for this system (see docs/k3d.md, 'Which machines')"
   ((MAY_INSTALL)) ||
     die "missing ${missing[*]}: run 'apt-get install -y ${missing[*]}' as root (or re-run as root with CI=true or DTR_INSTALL=1 to let this script do it)"
   local stamp="${STATE}/apt-updated"
