@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from devcluster.node import image_names
 from support.portable_shell import BASH4, GNU, code_of, violations
 from support.repo import REPO
 
@@ -403,7 +404,8 @@ def test_k3d_up_and_down_with_macos_tools(mac):
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert "ClusterRole/dtr-operator" in proc.stdout and "phase=Succeeded" in proc.stdout
     assert "model (in the pods):  /volume/models/mnist/1" in proc.stdout
-    assert mac.calls("k3d image import --cluster dtr localhost/distml/operator:0.1.0")
+    operator, trainer = image_names()
+    assert mac.calls(f"k3d image import --cluster dtr {operator} {trainer}")
     proc = mac.run("deploy/k3d/down.sh", "--purge", K3D_CLUSTER_EXISTS="1")
     assert proc.returncode == 0, proc.stderr
     assert mac.calls("k3d cluster delete dtr") and "removed " in proc.stdout
