@@ -23,16 +23,21 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # python3.9 on PATH, else pyenv's 3.9 (pyenv's shim exists but refuses when 3.9 is not its global version).
 find_python39() {
-  local found candidates
+  local found candidate version newest="" newest_version=0
   if found="$(python3.9 -c 'import sys; print(sys.executable)' 2>/dev/null)" && [[ -n "${found}" ]]; then
     echo "${found}"
     return 0
   fi
-  shopt -s nullglob
-  candidates=("${PYENV_ROOT:-${HOME:-/nonexistent}/.pyenv}"/versions/3.9*/bin/python3.9)
-  shopt -u nullglob
-  ((${#candidates[@]} > 0)) || return 0
-  printf '%s\n' "${candidates[@]}" | sort -V | tail -n1
+  for candidate in "${PYENV_ROOT:-${HOME:-/nonexistent}/.pyenv}"/versions/3.9*/bin/python3.9; do
+    [[ -e "${candidate}" ]] || continue  # the pattern itself, when nothing matches
+    version="${candidate%/bin/python3.9}"
+    version="${version##*/}"
+    # shellcheck disable=SC2310 # a test: set -e inside it changes nothing
+    if version_at_least "${version}" "${newest_version}"; then
+      newest="${candidate}" newest_version="${version}"
+    fi
+  done
+  [[ -z "${newest}" ]] || echo "${newest}"
 }
 
 QUIET=0
@@ -180,15 +185,15 @@ check_package() {
 
 check_go() {
   local targets="${T_GO}" how="Go ${GO_MIN} or newer from https://go.dev/dl/ (Debian 12's golang-go is 1.19): tar -C /usr/local -xzf go1.26.*.linux-amd64.tar.gz, PATH=\$PATH:/usr/local/go/bin"
-  local path version oldest
+  local path version
   if ! path="$(command -v go)"; then
     report MISSING go "not on PATH" "${targets}" "${how}"
     return 0
   fi
   version="$(go env GOVERSION 2>/dev/null || true)"
   version="${version#go}"
-  oldest="$(printf '%s\n%s\n' "${GO_MIN}" "${version}" | sort -V || true)"
-  if [[ -z "${version}" || "${oldest%%$'\n'*}" != "${GO_MIN}" ]]; then
+  # shellcheck disable=SC2310 # a test: set -e inside it changes nothing
+  if [[ -z "${version}" ]] || ! version_at_least "${version}" "${GO_MIN}"; then
     report MISSING go "${path} is go${version:-?}, older than ${GO_MIN}" "${targets}" "${how}"
     return 0
   fi
@@ -206,7 +211,8 @@ check_docker() {
     fi
     return 0
   fi
-  if engine="$(timeout 10 docker version --format '{{.Server.Version}}' 2>/dev/null)"; then
+  # shellcheck disable=SC2310 # with_timeout's status is its command's: set -e inside it changes nothing
+  if engine="$(with_timeout 10 docker version --format '{{.Server.Version}}' 2>/dev/null)"; then
     report ok docker "engine ${engine} answers" "${targets}"
   elif ((EUID == 0)); then
     if command -v dockerd >/dev/null 2>&1 || ((MAY_INSTALL)); then
@@ -255,9 +261,8 @@ check_root() {
 }
 
 check_cgroup() {
-  local fs
-  fs="$(stat -fc %T /sys/fs/cgroup 2>/dev/null || true)"
-  if [[ "${fs}" == cgroup2fs ]]; then
+  # cgroup.controllers is at the root of a cgroup v2 hierarchy only (not stat -f: its flags differ on BSD).
+  if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
     report ok cgroup "v2 at /sys/fs/cgroup" "${T_CGROUP}"
   elif [[ -d /sys/fs/cgroup/memory && -d /sys/fs/cgroup/cpu ]]; then
     report ok cgroup "v1 at /sys/fs/cgroup (kubelet is configured to accept it)" "${T_CGROUP}"

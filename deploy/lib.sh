@@ -15,6 +15,64 @@ step() { printf '\n==> %s\n' "$*"; }
 info() { printf '    %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
+# Portable stand-ins for GNU-only tools and flags: these scripts run on a laptop's macOS too, with its
+# bash 3.2 and BSD tools (docs/k3d.md#which-machines; tests/unit/test_laptop_scripts.py keeps them so).
+
+# with_timeout SECONDS COMMAND...: COMMAND, stopped after SECONDS. timeout(1) is GNU coreutils, absent
+# on macOS; there perl's alarm does it (it survives exec, and perl ships with macOS). Neither: unbounded.
+with_timeout() {
+  local seconds="$1"
+  shift
+  if command -v timeout >/dev/null 2>&1; then
+    timeout "${seconds}" "$@"
+  elif command -v perl >/dev/null 2>&1; then
+    perl -e 'alarm shift @ARGV; exec { $ARGV[0] } @ARGV or die "$ARGV[0]: $!\n"' "${seconds}" "$@"
+  else
+    "$@"
+  fi
+}
+
+# sha256_hex: the SHA-256 of standard input, in hex. sha256sum is GNU coreutils; macOS has shasum.
+sha256_hex() {
+  local sum
+  if command -v sha256sum >/dev/null 2>&1; then sum="$(sha256sum)"; else sum="$(shasum -a 256)"; fi
+  printf '%s\n' "${sum%% *}"
+}
+
+# relative_path DIR TARGET: the existing directory TARGET relative to the existing directory DIR
+# (kustomize refuses absolute paths). realpath --relative-to is GNU; macOS's realpath takes no options.
+relative_path() {
+  local from to up=""
+  from="$(cd "$1" && pwd -P)" || return 1
+  to="$(cd "$2" && pwd -P)" || return 1
+  # Up from DIR to the deepest directory that holds TARGET, then down to TARGET.
+  while [[ "${to}/" != "${from%/}/"* ]]; do
+    from="$(dirname "${from}")"
+    up+="../"
+  done
+  local down="${to#"${from%/}"}"
+  down="${down#/}"
+  up+="${down}"
+  up="${up%/}"
+  printf '%s\n' "${up:-.}"
+}
+
+# version_at_least VERSION MINIMUM: whether VERSION (numbers and dots: 1.26.1, 3.9.18) is MINIMUM or newer.
+# sort -V is GNU's, and BSD sort has it only on newer systems; a suffix (1.26rc1) counts as its number.
+version_at_least() {
+  local version="$1" minimum="$2" have want
+  while [[ -n "${version}${minimum}" ]]; do
+    have="${version%%.*}" want="${minimum%%.*}"
+    have="${have%%[!0-9]*}" want="${want%%[!0-9]*}"
+    if ((10#${have:-0} != 10#${want:-0})); then
+      ((10#${have:-0} > 10#${want:-0}))
+      return
+    fi
+    [[ "${version}" == *.* ]] && version="${version#*.}" || version=""
+    [[ "${minimum}" == *.* ]] && minimum="${minimum#*.}" || minimum=""
+  done
+}
+
 # Whether these scripts may install system packages themselves: as root, and either in CI
 # (CI=true, as GitHub Actions and most CI systems set it) or when asked (DTR_INSTALL=1).
 MAY_INSTALL=0
@@ -27,19 +85,23 @@ readonly MAY_INSTALL
 # name, or an absolute path), when MAY_INSTALL; otherwise fail with one line naming what to install.
 # `apt-get update` runs at most once an hour across the scripts (a stamp in STATE).
 need_packages() {
-  local pair need missing=()
+  local pair need needs=() missing=()
   for pair in "$@"; do
     need="${pair%%:*}"
     if [[ "${need}" == /* ]]; then
-      [[ -e "${need}" ]] || missing+=("${pair#*:}")
+      [[ -e "${need}" ]] && continue
     else
-      command -v "${need}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+      command -v "${need}" >/dev/null 2>&1 && continue
     fi
+    needs+=("${need}")
+    missing+=("${pair#*:}")
   done
   ((${#missing[@]} == 0)) && return 0
+  # No apt-get (macOS, another distribution): Debian's package names are only a hint.
+  command -v apt-get >/dev/null 2>&1 ||
+    die "${needs[*]} not found (Debian's package: ${missing[*]}); install it for this system (see docs/k3d.md, 'Which machines')"
   ((MAY_INSTALL)) ||
     die "missing ${missing[*]}: run 'apt-get install -y ${missing[*]}' as root (or re-run as root with CI=true or DTR_INSTALL=1 to let this script do it)"
-  command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get here: install them with your package manager"
   local stamp="${STATE}/apt-updated"
   mkdir -p "${STATE}"
   if [[ -z "$(find "${stamp}" -mmin -60 2>/dev/null || true)" ]]; then

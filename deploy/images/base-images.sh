@@ -56,6 +56,11 @@ build_standin() {
   local packages version size t0=${SECONDS} t1 t2 t3
   packages="$(IFS=,; echo "ca-certificates,$*")"
 
+  # debootstrap, chroot, mount and GNU rm below: a stand-in is built on Linux (a Mac pulls the real image).
+  local os
+  os="$(uname -s)"
+  [[ "${os}" == Linux ]] ||
+    die "${image} cannot be pulled, and a local stand-in is built on Linux only (debootstrap, chroot): check that this machine reaches its registry (docker pull ${image})"
   ((EUID == 0)) || die "building a stand-in for ${image} needs root (debootstrap, chroot): run 'sudo make base-images'"
   need_packages debootstrap:debootstrap /usr/share/keyrings/debian-archive-keyring.gpg:debian-archive-keyring
   step "${image}: stand-in from Debian ${suite} (${python}; debootstrap --variant=minbase)"
@@ -137,15 +142,17 @@ ensure() {
     fi
   elif [[ "${DTR_PULL:-1}" != 0 ]]; then
     echo "${image}: not present; trying docker pull"
-    if timeout "${DTR_PULL_TIMEOUT:-60}" docker pull -q "${image}"; then
+    # shellcheck disable=SC2310 # with_timeout's status is its command's: set -e inside it changes nothing
+    if with_timeout "${DTR_PULL_TIMEOUT:-60}" docker pull -q "${image}"; then
       return 0
     fi
-    echo "${image}: cannot be pulled; building a local stand-in instead"
+    echo "${image}: cannot be pulled"
   fi
   build_standin "$@"
 }
 
-timeout 20 docker info >/dev/null 2>&1 || die "the Docker engine is not reachable: run 'make docker-up' first"
+# shellcheck disable=SC2310 # with_timeout's status is its command's: set -e inside it changes nothing
+with_timeout 20 docker info >/dev/null 2>&1 || die "the Docker engine is not reachable: run 'make docker-up' first"
 
 ensure python:3.11-slim bookworm python3.11 python3.11 python3-venv python-is-python3
 ensure python:3.9-slim bullseye python3.9 python3.9 python3-venv python-is-python3

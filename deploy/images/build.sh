@@ -23,7 +23,9 @@ readonly PIP_CONF="${DTR_PIP_CONF:-/etc/pip.conf}"
 
 # base_of WHAT DOCKERFILE: the base its final stage starts FROM: DTR_<WHAT>_BASE, else its `ARG BASE=` default.
 base_of() {
-  local override="DTR_${1^^}_BASE"
+  local override
+  # tr, not ${1^^}: bash 3.2 (macOS) has no case conversion.
+  override="DTR_$(printf '%s' "$1" | tr '[:lower:]' '[:upper:]')_BASE"
   if [[ -n "${!override:-}" ]]; then
     echo "${!override}"
   else
@@ -36,7 +38,7 @@ base_of() {
 # reaches the final stage, which starts FROM BASE itself. Prints the layer's (local) name.
 build_base() {
   local base="$1" name dir
-  name="localhost/dtr-build/base:$(printf '%s' "${base}" | sha256sum | cut -c1-12)"
+  name="localhost/dtr-build/base:$(printf '%s' "${base}" | sha256_hex | cut -c1-12)"
   dir="$(mktemp -d)"
   if [[ -s "${CA_BUNDLE}" ]]; then cp "${CA_BUNDLE}" "${dir}/ca.pem"; else : >"${dir}/ca.pem"; fi
   if [[ -s "${PIP_CONF}" ]]; then cp "${PIP_CONF}" "${dir}/pip.conf"; else printf '[global]\n' >"${dir}/pip.conf"; fi
@@ -96,7 +98,8 @@ for entry in "${IMAGES[@]}"; do
   previous="$(docker image inspect -f '{{.Id}}' "${name}:${tag}" 2>/dev/null || true)"
   base="$(base_of "${what}" "${ROOT}/${dockerfile}")"
   stage_args=(--build-arg "BASE=${base}" --build-arg "BUILD_BASE=$(build_base "${base}")")
-  docker build "${build_args[@]}" "${stage_args[@]}" "$@" -f "${ROOT}/${dockerfile}" -t "${name}:${tag}" "${ROOT}"
+  # ${a[@]+"${a[@]}"}: an empty array is "unbound" to bash < 4.4's set -u (macOS has 3.2).
+  docker build ${build_args[@]+"${build_args[@]}"} "${stage_args[@]}" "$@" -f "${ROOT}/${dockerfile}" -t "${name}:${tag}" "${ROOT}"
   remove_replaced "${previous}" "${name}:${tag}"
   size="$(docker image inspect -f '{{.Size}}' "${name}:${tag}")"
   summary+=("$(printf '%-24s %5d MB  built in %ds' "${name}:${tag}" "$((size / 1000000))" "$((SECONDS - start))")")

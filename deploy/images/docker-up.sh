@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure a Docker engine answers `docker info` (make docker-up).
 #   - already answering: print its version and exit (well under a second);
+#   - else, not on Linux (macOS: Docker Desktop, colima): exit 1 with one line saying to start it;
 #   - else, as root: install docker.io if dockerd is missing and CI=true or DTR_INSTALL=1,
 #     start dockerd in the background (log and pidfile in ${DTR_STATE:-.dtr}/docker/),
 #     wait up to DTR_DOCKER_TIMEOUT (60) seconds for it to answer;
@@ -26,10 +27,16 @@ report() {
 # The client is needed either way (docker.io ships both it and dockerd).
 need_packages docker:docker.io
 
-if timeout 20 docker info >/dev/null 2>&1; then
+# shellcheck disable=SC2310 # with_timeout's status is its command's: set -e inside it changes nothing
+if with_timeout 20 docker info >/dev/null 2>&1; then
   report
   exit 0
 fi
+
+# Starting dockerd (setsid, the docker.io package) is Linux's; elsewhere the engine is an app's to start.
+os="$(uname -s)"
+[[ "${os}" == Linux ]] ||
+  die "the Docker engine is not reachable ('docker info' failed): start Docker Desktop (or colima start), wait until 'docker info' answers, and run this again"
 
 ((EUID == 0)) ||
   die "the Docker engine is not reachable ('docker info' failed) and only root can start it: start it (sudo systemctl start docker, or sudo make docker-up), or check you may use its socket (the docker group)"
@@ -49,14 +56,16 @@ if [[ -n "${pid}" ]]; then
 else
   mkdir -p "${DOCKER_STATE}"
   echo "starting dockerd (log: ${LOG})"
-  printf '\n=== %(%Y-%m-%dT%H:%M:%S%z)T docker-up.sh starts dockerd\n' -1 >>"${LOG}"
+  now="$(date +%Y-%m-%dT%H:%M:%S%z)"
+  printf '\n=== %s docker-up.sh starts dockerd\n' "${now}" >>"${LOG}"
   # Its own session, so that neither make's exit nor a Ctrl-C in this terminal stops the engine.
   setsid dockerd --pidfile "${PIDFILE}" >>"${LOG}" 2>&1 </dev/null &
   pid=$!  # setsid execs dockerd in place (a background job is no process group leader)
 fi
 
 start=${SECONDS}
-until timeout 20 docker info >/dev/null 2>&1; do
+# shellcheck disable=SC2310 # with_timeout's status is its command's: set -e inside it changes nothing
+until with_timeout 20 docker info >/dev/null 2>&1; do
   if ! kill -0 "${pid}" 2>/dev/null; then
     tail -n 20 "${LOG}" >&2 || true
     die "dockerd (pid ${pid}) exited; its log is ${LOG} (last lines above)"

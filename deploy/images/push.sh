@@ -25,7 +25,9 @@ readonly OVERLAY="${DTR_OVERLAY:-${STATE}/deploy-registry}"
 
 (($# == 1)) || die "usage: push.sh REGISTRY (host[:port][/path], e.g. registry.example.com:5000/ml); make push REGISTRY=..."
 registry="${1%/}"
-[[ "${registry}" =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+)*$ ]] ||
+# In a variable: bash 3.2 (macOS) cannot parse a literal pattern with parentheses after =~.
+registry_pattern='^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+)*$'
+[[ "${registry}" =~ ${registry_pattern} ]] ||
   die "REGISTRY '${registry}' is not host[:port][/path] in lower case (e.g. registry.example.com:5000/ml)"
 readonly registry
 
@@ -97,7 +99,7 @@ write_overlay() {
   pin=""
   [[ "${operator_ref}" == *@sha256:* ]] && pin="    digest: ${operator_ref#*@}"
   mkdir -p "${OVERLAY}"
-  base="$(realpath --relative-to="${OVERLAY}" "${DEPLOY}")"  # kustomize refuses absolute paths
+  base="$(relative_path "${OVERLAY}" "${DEPLOY}")"  # kustomize refuses absolute paths
   cat >"${OVERLAY}/kustomization.yaml" <<YAML
 # Written by deploy/images/push.sh ${registry}: ${DEPLOY#"${ROOT}/"} with both images from ${registry}.
 apiVersion: kustomize.config.k8s.io/v1beta1

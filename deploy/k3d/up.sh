@@ -22,7 +22,8 @@ require_tools() {
   for tool in docker k3d kubectl; do
     command -v "${tool}" >/dev/null 2>&1 || die "${tool} not found on PATH (see docs/k3d.md, 'Prerequisites')"
   done
-  docker info >/dev/null 2>&1 || die "the Docker engine is not reachable ('docker info' failed); start it first"
+  # shellcheck disable=SC2310 # with_timeout's status is its command's: set -e inside it changes nothing
+  with_timeout 20 docker info >/dev/null 2>&1 || die "the Docker engine is not reachable ('docker info' failed); start it first"
   [[ -f "${EXAMPLE}" ]] || die "example ${EXAMPLE} not found (DTR_EXAMPLE)"
 }
 

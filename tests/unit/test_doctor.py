@@ -13,7 +13,7 @@ from support.repo import REPO, clean_env
 DOCTOR = REPO / "deploy" / "doctor.sh"
 BASH = shutil.which("bash") or "/bin/bash"
 # What doctor.sh itself calls, beside the tools it checks for.
-COREUTILS = ("bash", "dirname", "sed", "sort", "head", "tail", "awk", "df", "stat", "timeout", "cat", "readlink")
+COREUTILS = ("bash", "dirname", "sed", "head", "tail", "awk", "df", "timeout", "perl", "cat", "readlink")
 
 
 def real_python311() -> str:
