@@ -17,6 +17,8 @@ read from the dtr_operator this checkout holds (the op environment's, or PYTHONP
   only a named one allows, and the claim label, from operator/dtr_operator/policy.py and settings.py.
 - `journeys` (README.md) and `journey-NAME` (the journey's own page, JOURNEYS): how long each journey of the docs
   takes, from bench/journeys/results.json (`make bench-journeys`) and, for the first time's builds, the cold CI run.
+- `time-to-model` (docs/performance.md): the book's plain TFJob against a DistTrainingRun, from
+  bench/e2e/results.json (`make bench-e2e`).
 - `bench-history` (docs/performance.md): every recorded run of the operator benchmark, from
   bench/operator/history.json (`python -m bench.operator.run --history WHAT` adds a run).
 """
@@ -242,6 +244,40 @@ def render_journey(name: str) -> Callable[[Path], str]:
                 "[README](../README.md#pick-a-path).")
 
     return render
+
+
+def render_transcript(repo: Path = REPO) -> str:
+    """What `kubectl get distrainingruns -w` printed while the `kubectl apply` journey ran."""
+    step = next((s for s in _journeys(repo)["steps"] if s["journey"] == "cluster"), None)
+    if step is None or not step.get("transcript"):
+        return "(not measured yet: `make bench-journeys`)"
+    when = _measured_on(_journeys(repo))
+    return (f"What `kubectl get distrainingruns -w` printed during `make bench-journeys` ({when}):"
+            f"\n\n```\n{step['transcript'].rstrip()}\n```")
+
+
+def render_time_to_model(repo: Path = REPO) -> str:
+    """bench/e2e/results.json's medians: the book's plain TFJob against the DistTrainingRun."""
+    path = repo / "bench" / "e2e" / "results.json"
+    if not path.exists():
+        return "(not measured yet: `make bench-e2e`)"
+    r = json.loads(path.read_text())
+    book, dtr, ratio = r["summary"]["book"], r["summary"]["dtr"], r["summary"]["ratio_to_model"]
+    return "\n".join([
+        f"`{r['command']}` ([results](../bench/e2e/results.md)), {r['finished']}, `{r['commit']}`, {r['cpus']} CPUs, "
+        f"load average {r['loadavg_before'][0]} before, {r['loadavg_after'][0]} after; median of {r['rounds']} rounds "
+        f"of {r['epochs']} epochs, each round both ways:",
+        "",
+        "| | the book's plain TFJob | DistTrainingRun |",
+        "|---|---:|---:|",
+        f"| apply -> model on disk | {_minutes(book['to_model_s'])} | {_minutes(dtr['to_model_s'])} (x{ratio}) |",
+        f"| apply -> Succeeded (the run's status; the book: its TFJob's) | {_minutes(book['to_succeeded_s'])} | "
+        f"{_minutes(dtr['to_succeeded_s'])} |",
+        f"| examples/s over epochs 2..n | {book['examples_per_second']:.0f} | {dtr['examples_per_second']:.0f} |",
+        f"| held-out accuracy | {book['accuracy']:.4f} | {dtr['accuracy']:.4f} |",
+        f"| the operator: apply -> TFJob created | | {dtr['operator_apply_to_tfjob_s']} s |",
+        f"| the operator: TFJob Succeeded -> run Succeeded with metrics | | {dtr['operator_tfjob_to_status_s']} s |",
+    ])  # fmt: skip
 
 
 def _tiers(repo: Path) -> ModuleType:
@@ -486,8 +522,11 @@ SECTIONS: dict[str, tuple[str, Callable[[Path], str]]] = {
     "events": ("docs/api.md", render_events),
     "ci-costs": ("docs/cluster.md", render_ci_costs),
     "bench-history": ("docs/performance.md", render_bench_history),
+    "time-to-model": ("docs/performance.md", render_time_to_model),
     "policy": ("docs/operator.md", render_policy),
     "journeys": ("README.md", render_journeys),
+    "transcript-dev-cluster": ("docs/local.md", render_transcript),
+    "transcript-k3d": ("docs/k3d.md", render_transcript),
     **{f"journey-{name}": (doc.split("#")[0], render_journey(name)) for name, (_, doc) in JOURNEYS.items()},
 }
 # Files written whole. The CRD first: the columns section reads it.

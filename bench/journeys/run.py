@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from devcluster.controlplane import KUBECTL
 from devcluster.node import built_image_ids
 from tests.support.node import TRAINER_PYTHON, RealNode, dtr, restricted_namespace, score_model, start_real_node
 from tests.support.registry import local_registry
@@ -57,6 +58,7 @@ class Step:
     what: str
     seconds: float
     outcome: str
+    transcript: str = ""  # what the user saw meanwhile, where the docs show it
 
 
 def timed(what: str, argv: list[str], *, env: dict[str, str] | None = None, cwd: Path = REPO,
@@ -136,11 +138,18 @@ def registry_journey(tmp: Path) -> Step:
 
 
 def _apply_to_model(node: RealNode, ns: str, tmp: Path) -> Iterator[Step]:
+    # What a user watching sees: `kubectl get distrainingruns -w`, kept as the docs' transcript.
+    watch = subprocess.Popen([KUBECTL, f"--kubeconfig={node.cluster.kubeconfig}", "get", "distrainingruns", "-n", ns,
+                              "-w"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
     with stopwatch() as elapsed:
         node.cluster.kubectl("apply", "-n", ns, "-f", str(REPO / "examples" / "digits.yaml"))
         status = node.wait_terminal(ns, "digits-cnn", timeout=900)
-        yield Step("cluster", "`kubectl apply -f examples/digits.yaml` to `Succeeded` with the model exported",
-                   elapsed(), f"{status.get('phase')}: {status.get('message')}")  # fmt: skip
+        seconds = elapsed()
+    time.sleep(1)  # the watch's last line
+    watch.terminate()
+    transcript = watch.communicate(timeout=10)[0]
+    yield Step("cluster", "`kubectl apply -f examples/digits.yaml` to `Succeeded` with the model exported",
+               seconds, f"{status.get('phase')}: {status.get('message')}", transcript)  # fmt: skip
     with stopwatch() as elapsed:
         proc = dtr(node, ns, "model", "get", "digits-cnn", str(tmp / "model"))
         if proc.returncode:
