@@ -82,6 +82,7 @@ from .status import (
     State,
     code_status,
     configmap_content,
+    epoch_logged_at,
     is_terminal,
     kueue_queue,
     logs_an_error,
@@ -939,15 +940,20 @@ class Reconciler:
         this call left it."""
         spec = run.spec
         chief = worker_pod_name(spec, 0)
-        log_text = self.kube.pod_log(spec.namespace, chief, CONTAINER_NAME, tail_lines=LOG_TAIL_LINES)
+        log_text = self.kube.pod_log(spec.namespace, chief, CONTAINER_NAME, tail_lines=LOG_TAIL_LINES,
+                                     timestamps=True)  # fmt: skip
         if log_text is None:
             return run.status
         end = parse_epoch_end(log_text, spec.training.epochs)
         status = run.status
         if end is not None:
             at = now()
+            # The watchdog's record keeps when the epoch ended, as the runtime logged it (not when this read saw it,
+            # up to a read interval later): its mean epoch time is then exact. Never after now (a node clock ahead of
+            # ours); both strings are of one format, so they compare as times.
+            ended = min(epoch_logged_at(log_text, spec.training.epochs) or at, at)
             written = self.record(run.body, lambda prev: watchdog.with_epoch(running_progress(prev, end, at),
-                                                                             end.epoch, at), quiet)  # fmt: skip
+                                                                             end.epoch, ended), quiet)  # fmt: skip
             status = {**run.status, **(written or {})}
         if logs_an_error(log_text):  # also after finished epochs: a loss diverges in any epoch
             self.restart_no_more(run)
