@@ -2,7 +2,8 @@
 
 It rides on the operator's poll of the chief's log (reconcile.Reconciler.poll_progress): each poll that sees a
 new epoch adds its end to the run's record (status.watchdog), and every poll checks the record against the clock,
-which costs no API call. Only a newly stalled run has its workers' logs read, to name the silent ones.
+which costs no API call. The poll's schedule (progress_schedule.py) reads each run once its deadline has passed.
+Only a newly stalled run has its workers' logs read, to name the silent ones.
 
 The rule (spec.watchdog, docs/api.md#stalled-runs): stalled when no epoch has finished for
 stallFactor x the mean epoch time, and never sooner than minStallSeconds after the last epoch's end or, before
