@@ -134,7 +134,9 @@ properties:
       lastEpochTime:
         type: string
         format: date-time
-        description: When the operator saw it end (its poll of the chief's log).
+        description: >-
+          When it ended: the container runtime's timestamp of the chief's epoch line (when the operator
+          read it, for a log without timestamps).
       meanEpochSeconds:
         type: number
         description: Mean epoch time in seconds, leaving out each start's first epoch (data load, tracing).

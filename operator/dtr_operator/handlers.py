@@ -19,6 +19,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import kopf
@@ -26,7 +27,7 @@ import kopf
 from . import metrics
 from .builders import RUN_LABEL, TFJOB_GROUP, TFJOB_PLURAL, TFJOB_VERSION
 from .kube import Kube, NoCredentials
-from .reconcile import Reconciler, slim
+from .reconcile import Reconciler, RunningRuns, RunRef, slim
 from .settings import Settings, from_env
 from .spec import GROUP, PLURAL, VERSION
 from .status import MAX_REASON, MAX_STATE_MESSAGE, clean_text
@@ -35,6 +36,15 @@ _log = logging.getLogger(__name__)
 RunKey = tuple[str, str]  # (namespace, name)
 RunBody = dict[str, Any]
 T = TypeVar("T")
+R = TypeVar("R")
+# Chief-log reads in flight at once (docs/operator.md#how-it-reconciles): a quarter of the API client's connection
+# pool (kube.py), so that the handlers always find a connection. A read took 6 ms in bench/operator (no kubelet
+# there: the API server answers itself); even at 50 ms through a kubelet, 4 at a time make 80 reads a second, twice
+# what 1000 running runs past their first epochs ask for (docs/performance.md#progress-reads).
+PROGRESS_READS_AT_ONCE = 4
+# The progress loop looks for runs just seen Running at least this often (seconds; the interval when shorter).
+PROGRESS_TICK = 1.0
+MIN_PAUSE = 0.01  # seconds: a due read found a hair early is not a busy loop
 
 
 def emit(body: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
@@ -62,7 +72,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_
         raise kopf.PermanentError(str(err)) from None
     memo.reconciler = Reconciler(kube, emit, ours.trainer_image, image_refusal=ours.image_refusal,
                                  code_refusal=ours.code_refusal, run_refusal=ours.run_refusal,
-                                 claim_refusal=ours.claim_refusal)  # fmt: skip
+                                 claim_refusal=ours.claim_refusal,
+                                 running=RunningRuns(ours.progress_interval))  # fmt: skip
     _tune(settings)
     logger.info("dtr-operator: default trainer image %s", ours.trainer_image)
 
@@ -149,7 +160,7 @@ class Background:
         self.cancel()
         self._tasks.append(asyncio.create_task(_check_waiting_runs(reconciler)))
         if progress_interval:
-            self._tasks.append(asyncio.create_task(_poll_running_runs(reconciler, progress_interval)))
+            self._tasks.append(asyncio.create_task(_poll_running_runs(reconciler)))
 
     def cancel(self) -> None:
         for task in self._tasks:
@@ -165,22 +176,57 @@ async def _check_waiting_runs(reconciler: Reconciler) -> None:
             await _in_thread("pods", reconciler.check_waiting_pods, ref, f"pods of run {ref[0]}/{ref[1]} not checked")
 
 
-async def _poll_running_runs(reconciler: Reconciler, interval: float) -> None:
-    """Every `interval` seconds, the end of each running run's chief log (one GET each, one after another,
-    so the API sees at most one of these requests at a time)."""
-    while True:
-        await asyncio.sleep(interval)
-        for body in reconciler.running.bodies():
-            meta = body.get("metadata") or {}
-            failed = f"progress of run {meta.get('namespace')}/{meta.get('name')} not read"
-            await _in_thread("progress", reconciler.poll_progress, body, failed)
+async def _poll_running_runs(reconciler: Reconciler, at_once: int = PROGRESS_READS_AT_ONCE,
+                             clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:  # fmt: skip
+    """Each running run's chief log when its read is due (progress_schedule.py), at most `at_once` reads at a time,
+    the longest due first. Wakes at the earliest due read, and at least every PROGRESS_TICK (runs just seen)."""
+    running = reconciler.running
+    slots = asyncio.Semaphore(at_once)
+    reads: set[asyncio.Task[None]] = set()  # referenced until done: the event loop keeps only weak references
+    try:
+        while True:
+            for ref in running.take_due(clock()):
+                task = asyncio.create_task(_read_progress(reconciler, ref, slots, clock))
+                reads.add(task)
+                task.add_done_callback(reads.discard)
+            await asyncio.sleep(_pause(running.next_due(clock()), clock(), min(PROGRESS_TICK, running.interval)))
+    finally:
+        for task in reads:
+            task.cancel()
 
 
-async def _in_thread(handler: str, call: Callable[[T], None], arg: T, failed: str) -> None:
+def _pause(due: datetime | None, now: datetime, tick: float) -> float:
+    """Seconds until the earliest due read, at most `tick`: a run seen meanwhile is due within its first interval,
+    and a read that ends meanwhile is due again an interval after it began, so no later than the tick."""
+    if due is None:
+        return tick
+    return min(max((due - now).total_seconds(), MIN_PAUSE), tick)
+
+
+async def _read_progress(reconciler: Reconciler, ref: RunRef, slots: asyncio.Semaphore,
+                         clock: Callable[[], datetime]) -> None:  # fmt: skip
+    """One run's read once a slot is free, from its body as the watch last saw it (a read that waited for its slot
+    writes with the newest resourceVersion); its end tells the schedule, whatever happened."""
+    began: datetime | None = None
+    status: Mapping[str, Any] | None = None
+    try:
+        async with slots:
+            body = reconciler.running.body(ref)
+            if body is None:
+                return  # no longer Running
+            began = clock()
+            failed = f"progress of run {ref[0]}/{ref[1]} not read"
+            status = await _in_thread("progress", reconciler.poll_progress, body, failed)
+    finally:
+        reconciler.running.read(ref, began, status)
+
+
+async def _in_thread(handler: str, call: Callable[[T], R], arg: T, failed: str) -> R | None:
     """call(arg) in a worker thread, timed in the handler's metric. API errors are the call's to handle; any
-    other exception is a bug: said, and the loop goes on with the other runs."""
+    other exception is a bug: said, and the loop goes on with the other runs (None)."""
     with metrics.RECONCILE_SECONDS.labels(handler=handler).time():
         try:
-            await asyncio.to_thread(call, arg)
+            return await asyncio.to_thread(call, arg)
         except Exception:
             _log.exception("%s", failed)
+            return None

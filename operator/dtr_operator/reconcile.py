@@ -8,7 +8,8 @@ for one run:
 - seen: a watch event of a run: the in-memory trackers below, for the metrics and the two checks.
 - check_waiting_pods: a run waiting for its worker pods: say why they cannot start.
 - poll_progress: a Running run: its chief's last finished epoch into status.progress; a chief whose own
-  code failed: its TFJob restarts no more; the stall watchdog's check (watchdog.py), on the same timer.
+  code failed: its TFJob restarts no more; the stall watchdog's check (watchdog.py), with the same read (when each
+  run is read: progress_schedule.py).
 Each reads the run once into an `ObservedRun` (the body and its parsed spec).
 
 Every status write is a merge patch guarded by the run's resourceVersion, recomputed on conflict,
@@ -28,7 +29,7 @@ from typing import Any, TypeGuard
 
 from dtr_contract.progress import SILENT_SECONDS
 
-from . import metrics, watchdog
+from . import metrics, progress_schedule, watchdog
 from .builders import (
     CONTAINER_NAME,
     KEEP_PODS,
@@ -72,7 +73,8 @@ from .reasons import (
     WARNING_REASONS,
     WORKER_PODS_RELEASED,
 )
-from .spec import GROUP, KIND, RunSpec, SpecError, parse_run
+from .settings import Settings
+from .spec import GROUP, KIND, RunSpec, SpecError, WatchdogSpec, parse_run
 from .status import (
     FAILED,
     PENDING,
@@ -82,6 +84,7 @@ from .status import (
     State,
     code_status,
     configmap_content,
+    epoch_logged_at,
     is_terminal,
     kueue_queue,
     logs_an_error,
@@ -487,27 +490,80 @@ LOG_TAIL_LINES = 40
 
 
 class RunningRuns:
-    """Each Running run as the watch last saw it (its body, for the status write's resourceVersion)."""
+    """Each Running run as the watch last saw it (its body, for the status write's resourceVersion), and when its
+    chief's log is read next (progress_schedule.next_read, from its status and when it was last read). Times are UTC
+    datetimes, as the status's are. In memory only: a restarted operator reads each run once, then by its epochs."""
 
-    def __init__(self) -> None:
+    def __init__(self, interval: float | None = None) -> None:
+        self.interval = interval or Settings().progress_interval
         self._bodies: dict[RunRef, Mapping[str, Any]] = {}
+        self._first: dict[RunRef, datetime] = {}  # when its schedule was first worked out (before its first read)
+        self._read: dict[RunRef, datetime] = {}  # when its last read began
+        self._due: dict[RunRef, datetime] = {}  # when it is read next; absent: to be worked out from its body
+        self._reading: set[RunRef] = set()  # taken by take_due, not read() yet
 
     def seen(
         self, ref: RunRef, body: Mapping[str, Any], keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = dict
     ) -> None:
         """keep(body) is what is stored (a copy): made only for a Running run, or one the stall watchdog is restarting
-        (the poll resumes it), not on every event of every run."""
+        (the poll resumes it), not on every event of every run. Its next read is worked out again from this body."""
         status = body.get("status") or {}
         if status.get("phase") == RUNNING or watchdog.restarting(status):
             self._bodies[ref] = keep(body)
+            self._due.pop(ref, None)
         else:
-            self._bodies.pop(ref, None)
+            self.gone(ref)
 
     def gone(self, ref: RunRef) -> None:
-        self._bodies.pop(ref, None)
+        for kept in (self._bodies, self._first, self._read, self._due):
+            kept.pop(ref, None)
 
     def bodies(self) -> list[Mapping[str, Any]]:
         return list(self._bodies.values())
+
+    def body(self, ref: RunRef) -> Mapping[str, Any] | None:
+        return self._bodies.get(ref)
+
+    def take_due(self, now: datetime) -> list[RunRef]:
+        """The runs whose read is due at `now`, the longest due first; each counts as being read until read()."""
+        waiting = ((self._due_at(ref, now), ref) for ref in self._bodies if ref not in self._reading)
+        taken = [ref for _, ref in sorted(due for due in waiting if due[0] <= now)]
+        self._reading.update(taken)
+        return taken
+
+    def next_due(self, now: datetime) -> datetime | None:
+        """The earliest read due of the runs not being read (None: no such run)."""
+        return min((self._due_at(ref, now) for ref in self._bodies if ref not in self._reading), default=None)
+
+    def read(self, ref: RunRef, began: datetime | None, status: Mapping[str, Any] | None) -> None:
+        """A read taken by take_due is over: it began at `began` (None: it never did) and left the run's status as
+        `status` (None: as its body says). Its next read is worked out from that status, fresher than the body until
+        the watch brings the write."""
+        self._reading.discard(ref)
+        body = self._bodies.get(ref)
+        if body is None or began is None:
+            return
+        self._read[ref] = began
+        self._due[ref] = self._plan(ref, body, status if status is not None else body.get("status") or {}, began)
+
+    def _due_at(self, ref: RunRef, now: datetime) -> datetime:
+        if ref not in self._due:
+            body = self._bodies[ref]
+            self._due[ref] = self._plan(ref, body, body.get("status") or {}, now)
+        return self._due[ref]
+
+    def _plan(self, ref: RunRef, body: Mapping[str, Any], status: Mapping[str, Any], now: datetime) -> datetime:
+        first = self._first.setdefault(ref, now)
+        return progress_schedule.next_read(status, _watch_of(body), self._read.get(ref), first, self.interval,
+                                           progress_schedule.offset(ref[2]))  # fmt: skip
+
+
+def _watch_of(body: Mapping[str, Any]) -> WatchdogSpec:
+    """The run's spec.watchdog; off for a spec that does not parse (its poll reads nothing either)."""
+    try:
+        return parse_run(body).watchdog
+    except SpecError:
+        return WatchdogSpec(enabled=False)
 
 
 # What a run kept in memory holds (the index of runs, the Running runs): what the TFJob events, the progress
@@ -903,18 +959,19 @@ class Reconciler:
             refused = refused_pods(self.kube.object_events(run.spec.namespace, "TFJob", run.spec.tfjob_name))
         self.record(run.body, lambda prev: waiting_status(run.spec, pods, prev, now(), refused))
 
-    def poll_progress(self, body: Mapping[str, Any]) -> None:
+    def poll_progress(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """A Running run: read the end of its chief's log and write the last finished epoch into status.progress.
 
         One GET of pods/log per call, and a status write only when an epoch has finished since the last one.
-        An API error is logged (a refusal once per run and status): the next round tries again.
+        An API error is logged (a refusal once per run and status): the next read tries again. Returns the status as
+        the read left it, for the next read's schedule (None when the spec does not parse).
         """
         run = self._parsed(body)
         if run is None:
-            return
+            return None
         if watchdog.restarting(run.status):
             self._resume_polled(run)
-            return
+            return run.status
         status = run.status
         try:
             status = self.read_progress(run)
@@ -924,6 +981,7 @@ class Reconciler:
             self.watch_stall(run, status)
         except ApiError as err:
             log.warning("stall check of run %s/%s not done: %s", run.spec.namespace, run.spec.name, err)
+        return status
 
     def _progress_not_read(self, run: RunSpec, err: ApiError) -> None:
         key = (run.namespace, run.name, err.status)
@@ -939,15 +997,20 @@ class Reconciler:
         this call left it."""
         spec = run.spec
         chief = worker_pod_name(spec, 0)
-        log_text = self.kube.pod_log(spec.namespace, chief, CONTAINER_NAME, tail_lines=LOG_TAIL_LINES)
+        log_text = self.kube.pod_log(spec.namespace, chief, CONTAINER_NAME, tail_lines=LOG_TAIL_LINES,
+                                     timestamps=True)  # fmt: skip
         if log_text is None:
             return run.status
         end = parse_epoch_end(log_text, spec.training.epochs)
         status = run.status
         if end is not None:
             at = now()
+            # The watchdog's record keeps when the epoch ended, as the runtime logged it (not when this read saw it,
+            # up to a read's spacing later): its mean epoch time, and when the next read is due, are then exact. Never
+            # after now (a node clock ahead of ours); both strings are of one format, so they compare as times.
+            ended = min(epoch_logged_at(log_text, spec.training.epochs) or at, at)
             written = self.record(run.body, lambda prev: watchdog.with_epoch(running_progress(prev, end, at),
-                                                                             end.epoch, at), quiet)  # fmt: skip
+                                                                             end.epoch, ended), quiet)  # fmt: skip
             status = {**run.status, **(written or {})}
         if logs_an_error(log_text):  # also after finished epochs: a loss diverges in any epoch
             self.restart_no_more(run)

@@ -26,7 +26,9 @@ class Settings:
     log_format: str = "plain"
     liveness_port: int = 8080  # kopf's health endpoint at /healthz; 0 = off
     metrics_port: int = 9090  # Prometheus /metrics; 0 = off
-    progress_interval: float = 5.0  # seconds between reads of a running run's chief log; 0 = off
+    # How late a finished epoch may show: the step between reads of a running run's chief log while its epoch's end
+    # is due (progress_schedule.py); 0 = off.
+    progress_interval: float = 5.0
     # Trainer images a run may name in spec.image (glob patterns); empty: the default image only.
     allowed_images: tuple[str, ...] = ()
     user_code: str = "allowed"
@@ -216,8 +218,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--progress-interval", metavar="S",
-        help="seconds between reads of each running run's chief log for status.progress; 0 = off "
-        "(env DTR_PROGRESS_INTERVAL; default 5)",
+        help="seconds: how late a finished epoch may show in status.progress, the step between reads of a running "
+        "run's chief log while its epoch's end is due (reads are timed to each run's epochs); 0 = off, no stall "
+        "watchdog either (env DTR_PROGRESS_INTERVAL; default 5)",
     )  # fmt: skip
     parser.add_argument(
         "--allowed-images", metavar="PATTERNS",

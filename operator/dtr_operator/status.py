@@ -265,9 +265,9 @@ def restart_cannot_help(code: int) -> bool:
 
 
 def logs_an_error(log_text: str) -> bool:
-    """Whether a worker's log holds the trainer's one-line error: it has exited, and its pod says with which
-    code (restart_cannot_help)."""
-    return any(_ERROR_PREFIX.match(line) for line in log_text.splitlines())
+    """Whether a worker's log (with or without the runtime's timestamps) holds the trainer's one-line error: it has
+    exited, and its pod says with which code (restart_cannot_help)."""
+    return any(_ERROR_PREFIX.match(unstamped(line)) for line in log_text.splitlines())
 
 
 # A container waiting for one of these will not start by itself: the kubelet retries, nothing changes
@@ -398,6 +398,28 @@ def parse_epoch_end(log_text: str, epochs: int | None = None) -> EpochEnd | None
         return progress.parse_epoch_end(log_text[-MAX_LOG:], epochs)
     except Exception:  # an unreadable log is no progress, not a stuck poll loop
         return None
+
+
+# A line of a log read with timestamps (pods/log?timestamps=true, `kubectl logs --timestamps`): the container
+# runtime's RFC 3339 time, in UTC, to the nanosecond; its whole seconds are the status's time format.
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d{1,9})?Z ", re.ASCII)
+
+
+def unstamped(line: str) -> str:
+    """A log line without the runtime's timestamp, as the container wrote it."""
+    stamp = _STAMP.match(line)
+    return line[stamp.end():] if stamp else line
+
+
+def epoch_logged_at(log_text: str, epochs: int | None = None) -> str | None:
+    """When the chief logged the epoch parse_epoch_end finds (the runtime's timestamp of its line, whole seconds,
+    as the status's times), or None: no such line, or it has no timestamp. The time is the container runtime's,
+    not the run's: its code can print an epoch's line, not the time the runtime puts before it."""
+    for line in reversed(log_text[-MAX_LOG:].splitlines()):
+        if progress.parse_epoch_end_line(line, epochs) is not None:
+            stamp = _STAMP.match(line)
+            return f"{stamp[1]}Z" if stamp else None
+    return None
 
 
 def progress_of(end: EpochEnd, now: str) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 It rides on the operator's poll of the chief's log (reconcile.Reconciler.poll_progress): each poll that sees a
 new epoch adds its end to the run's record (status.watchdog), and every poll checks the record against the clock,
-which costs no API call. Only a newly stalled run has its workers' logs read, to name the silent ones.
+which costs no API call. The poll's schedule (progress_schedule.py) reads each run once its deadline has passed.
+Only a newly stalled run has its workers' logs read, to name the silent ones.
 
 The rule (spec.watchdog, docs/api.md#stalled-runs): stalled when no epoch has finished for
 stallFactor x the mean epoch time, and never sooner than minStallSeconds after the last epoch's end or, before
@@ -11,7 +12,8 @@ they started. The mean leaves out each start's first epoch; until there is one, 
 for it (an overestimate: it holds the tracing).
 
 status.watchdog keeps (the operator's own record, read back on each poll; times as the status writes them):
-lastEpoch, lastEpochTime (when the operator saw it end), meanEpochSeconds and timedEpochs (the epochs it is the
+lastEpoch, lastEpochTime (when it ended: the container runtime's timestamp of the chief's epoch line, else when the
+operator read it), meanEpochSeconds and timedEpochs (the epochs it is the
 mean of), restarts and restarting (onStall Restart: the TFJob is suspended, to be resumed once the training-operator
 says so), stalledSince (the stall already acted on).
 """
@@ -85,8 +87,8 @@ def effective(run: RunSpec) -> WatchdogSpec:
 
 
 def observe_epoch(status: Mapping[str, Any], epoch: int, now: str) -> dict[str, Any]:
-    """status.watchdog once the chief's last finished epoch is `epoch`, seen at `now`. An epoch's time is the
-    time between the two sightings, per epoch between them, counted only within one start of the workers."""
+    """status.watchdog once the chief's last finished epoch is `epoch`, ended at `now` (as its log says). An epoch's
+    time is the time between the two ends, per epoch between them, counted only within one start of the workers."""
     record = dict(record_of(status))
     last, seen_at, at = record.get("lastEpoch"), parse_time(record.get("lastEpochTime")), parse_time(now)
     if last == epoch or at is None:

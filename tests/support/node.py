@@ -227,6 +227,13 @@ class ProgressSeen:
     final: dict[str, Any]
     first_seen: dict[int, tuple[float, dict[str, Any]]]  # epoch -> (wall time first seen Running, progress)
     order: list[int]  # epochs in the order they appeared
+    running_from: float | None = None  # wall times of the first and last poll that saw it Running
+    running_until: float | None = None
+
+    @property
+    def running_seconds(self) -> float:
+        """About how long the run was Running (to the reader's poll interval)."""
+        return self.running_until - self.running_from if self.running_from and self.running_until else 0.0
 
     def delays(self, log: str) -> list[float]:
         """Seconds from each epoch's end in the chief's log to its first sight in the status."""
@@ -241,6 +248,9 @@ def watch_progress(real_node: RealNode, namespace: str, name: str, interval: flo
     def probe() -> dict[str, Any] | None:
         st = real_node.run_status(namespace, name)
         progress = st.get("progress")
+        if st.get("phase") == "Running":
+            seen.running_until = time.time()
+            seen.running_from = seen.running_from or seen.running_until
         if st.get("phase") == "Running" and progress:
             epoch = progress["epoch"]
             if not seen.order or seen.order[-1] != epoch:

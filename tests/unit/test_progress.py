@@ -114,3 +114,33 @@ def test_a_failed_run_keeps_the_progress_it_had():
     previous = st.running_progress({"phase": "Running"}, st.parse_epoch_end(LOG), T0)
     status = st.tfjob_status(RUN, tfjob(["Created", "Failed"]), [], previous, T1)
     assert status["phase"] == "Failed" and "progress" not in status  # a merge patch: the old progress stays
+
+
+# ---- when an epoch ended: the container runtime's timestamp (pods/log?timestamps=true) -----------------------------
+
+STAMPED = """2026-11-30T18:00:01.000000001Z dtr_trainer[worker-0]: epoch 1/8 end loss=0.4172 examples_per_second=2083.2
+2026-11-30T18:00:11.123456789Z dtr_trainer[worker-0]: epoch 2/8 end loss=0.0249 examples_per_second=6932.1
+2026-11-30T18:00:12.5Z dtr_trainer[worker-0]: epoch 3/8 begin
+2026-11-30T18:00:20.999999999Z dtr_trainer[worker-0]: alive
+"""
+
+
+def test_an_epochs_end_time_is_its_lines_timestamp_in_whole_seconds():
+    assert st.parse_epoch_end(STAMPED, 8).epoch == 2
+    assert st.epoch_logged_at(STAMPED, 8) == "2026-11-30T18:00:11Z"
+    assert st.epoch_logged_at(LOG, 8) is None, "a log read without timestamps has no time: the caller's now stands"
+    assert st.epoch_logged_at("2026-11-30T18:00:11Z dtr_trainer[worker-0]: epoch 1/8 begin\n", 8) is None
+
+
+def test_a_run_cannot_set_its_epochs_time_by_printing_a_timestamp():
+    # The run's code prints a whole stamped epoch line: the runtime's own stamp comes first, and a line with two is
+    # no epoch's end, so the time is never the one the run wrote.
+    forged = "2026-11-30T18:00:30.1Z 2020-01-01T00:00:00.0Z dtr_trainer[worker-0]: epoch 3/8 end loss=0.1\n"
+    assert st.parse_epoch_end(STAMPED + forged, 8).epoch == 2
+    assert st.epoch_logged_at(STAMPED + forged, 8) == "2026-11-30T18:00:11Z"
+
+
+def test_the_trainers_error_line_is_found_with_or_without_timestamps():
+    line = "dtr_trainer[worker-0]: error: wine_model.py:30: SyntaxError: invalid syntax"
+    assert st.logs_an_error(line) and st.logs_an_error(f"2026-11-30T18:00:11.123456789Z {line}")
+    assert not st.logs_an_error(f"2026-11-30T18:00:11.1Z dtr_trainer[worker-0]: epoch 1/8 begin {line}")

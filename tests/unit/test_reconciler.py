@@ -43,7 +43,8 @@ class FakeKube:
     def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.runs.get((namespace, name))
 
-    def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None = None) -> str | None:
+    def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None = None,
+                timestamps: bool = False) -> str | None:  # fmt: skip
         if self.log_error is not None:
             raise self.log_error
         return self.log_text

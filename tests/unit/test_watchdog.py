@@ -263,6 +263,26 @@ def test_a_healthy_poll_reads_only_the_chiefs_log(monkeypatch: pytest.MonkeyPatc
     assert kube.writes == [] and events == []
 
 
+def test_the_record_keeps_when_the_chief_logged_the_epoch_not_when_the_poll_read_it(monkeypatch: pytest.MonkeyPatch):
+    stamped = f"{at(420)[:-1]}.123456789Z dtr_trainer[worker-0]: epoch 3/3 end loss=0.5000 examples_per_second=10.0\n"
+    kube = FakeKube({"mnist-cnn-worker-0": stamped})
+    rec, _ = poller(kube, monkeypatch, at(424))  # read 4 s after the epoch ended
+    rec.poll_progress(body(seen(running(), [(1, 300), (2, 362)])))
+    assert kube.log_reads[0] == ("mnist-cnn-worker-0", {"tail_lines": 40, "timestamps": True})
+    [write] = kube.writes
+    assert write["watchdog"]["lastEpochTime"] == at(420), "the chief's time, not the read's"
+    assert write["watchdog"]["meanEpochSeconds"] == 60.0  # (62 + 58) / 2: the 4 s the read came later are not in it
+    assert write["progress"]["lastUpdatedTime"] == at(424)
+
+
+def test_an_epoch_logged_after_the_operators_now_counts_as_ended_now(monkeypatch: pytest.MonkeyPatch):
+    ahead = f"{at(430)} dtr_trainer[worker-0]: epoch 3/3 end loss=0.5000 examples_per_second=10.0\n"  # node clock ahead
+    kube = FakeKube({"mnist-cnn-worker-0": ahead})
+    rec, _ = poller(kube, monkeypatch, at(424))
+    rec.poll_progress(body(seen(running(), [(1, 300), (2, 362)])))
+    assert kube.writes[0]["watchdog"]["lastEpochTime"] == at(424)
+
+
 def test_a_stall_names_the_silent_worker_in_the_condition_the_message_and_a_warning(monkeypatch):
     kube = FakeKube(STALLED_LOGS)
     rec, events = poller(kube, monkeypatch, at(424 + 400))
