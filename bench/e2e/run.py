@@ -131,15 +131,19 @@ class Bench:
 
     async def model_on_disk(self, claim: str, name: str, t0: float) -> float:
         """Seconds from t0 until the version's saved_model.pb and fingerprint.pb are both on the volume."""
-        while True:
-            pvc = await self.api.call("GET", f"/api/v1/namespaces/{self.ns}/persistentvolumeclaims/{claim}")
-            if pv := pvc["spec"].get("volumeName"):
-                break
+        while not (pv := await self.volume_name(claim)):
             await asyncio.sleep(POLL)
         version = self.node.node.storage / f"{pv}_{self.ns}_{claim}" / "models" / name / "1"
         while not ((version / "saved_model.pb").exists() and (version / "fingerprint.pb").exists()):
             await asyncio.sleep(POLL)
         return time.perf_counter() - t0
+
+    async def volume_name(self, claim: str) -> str | None:
+        """The claim's bound volume; None while the claim is missing (the operator has yet to create it) or unbound."""
+        path = f"/api/v1/namespaces/{self.ns}/persistentvolumeclaims?fieldSelector=metadata.name={claim}"
+        listing = await self.api.call("GET", path)
+        items = listing.get("items") or []
+        return items[0]["spec"].get("volumeName") if items else None
 
     def chief_log(self, name: str) -> str:
         return self.node.logs(self.ns, f"{name}-worker-0", timestamps=True)

@@ -129,7 +129,9 @@ USER_CODE_ERROR = _status("UserCodeError", FAILED, True,
     "and error, then the worker: `my_model.py:12 in load_data: ValueError: ... (worker wine-worker-0, exit "
     f"code {exits.USER_CODE})`. Permanent: change the code and create a new run. Under `restartPolicy: "
     "OnFailure` the operator, seeing the error in the chief's log, sets the TFJob's backoffLimit to 0, so it "
-    "fails at the first restart rather than after `backoffLimit` restarts")  # fmt: skip
+    "fails at the next restart rather than after `backoffLimit` restarts (an error in the first two epochs is "
+    "seen within `--progress-interval`, a later one at the next read of the chief's log, within a minute: "
+    "[operator.md](operator.md#how-it-reconciles), step 4)")  # fmt: skip
 DIVERGED = _status("Diverged", FAILED, True,
     f"a worker exited with the divergence exit code ({exits.DIVERGED}): the training loss became NaN or infinite, "
     "and the trainer stopped every worker at that step rather than train on until a deadline "
@@ -138,7 +140,8 @@ DIVERGED = _status("Diverged", FAILED, True,
     f"learning rate, or look for NaN or infinite values in the data (worker mnist-cnn-worker-0, exit code "
     f"{exits.DIVERGED})`. No model is exported. Permanent: training on from the last backup would diverge "
     "again, so a restarted worker stops at once with the same line, and under `restartPolicy: OnFailure` the TFJob "
-    "fails at the first restart, as for `UserCodeError`; create a new run with a lower learning rate")  # fmt: skip
+    "fails at the next restart after the operator sees the line, as for `UserCodeError`; create a new run with a "
+    "lower learning rate")  # fmt: skip
 IMAGE_NOT_ALLOWED = _status("ImageNotAllowed", FAILED, True,
     "`spec.image` is neither the operator's default trainer image nor matched by its `--allowed-images` "
     "patterns (both compared as normalized references), or is not a valid image reference; nothing was created "
