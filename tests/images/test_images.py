@@ -10,6 +10,7 @@ Nothing here skips: without a Docker engine or the images, the tests fail and sa
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import uuid
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -26,6 +28,18 @@ from devcluster.node import image_names
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR = os.environ.get("DTR_OPERATOR_IMAGE", image_names()[0])
 TRAINER = os.environ.get("DTR_TRAINER_IMAGE", image_names()[1])
+
+
+def _slim_trainer() -> ModuleType:
+    """deploy/images/slim_trainer.py: the one list of what the trainer image leaves out."""
+    spec = importlib.util.spec_from_file_location("dtr_slim_trainer", REPO / "deploy" / "images" / "slim_trainer.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SLIM = _slim_trainer()
 
 HARDENED = [
     "--user", "1000:1000",
@@ -254,8 +268,9 @@ def locked(image: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("image", [OPERATOR, TRAINER])
 def test_image_holds_its_lock_and_nothing_of_the_build(image: str) -> None:
-    """Exactly the lock's packages at its versions (but the installers, removed) and the project's own; none of
-    the build stage's CA bundle and pip settings (deploy/images/build.sh's layer)."""
+    """Exactly the lock's packages at its versions (but the installers and, in the trainer's, the distributions
+    slim_trainer.py removes) and the project's own; none of the build stage's CA bundle and pip settings
+    (deploy/images/build.sh's layer)."""
     code = (
         "import importlib.metadata as m, importlib.util as u, os, re\n"
         "for d in m.distributions(): print(re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(), d.version)\n"
@@ -267,7 +282,8 @@ def test_image_holds_its_lock_and_nothing_of_the_build(image: str) -> None:
     *dists, importable, build_only = proc.stdout.splitlines()
     assert (importable, build_only) == ("importable []", "build-only False"), output(proc)
     own = {"dtr-contract", "dtr-operator" if image == OPERATOR else "dtr-trainer"}
-    want = {n: v for n, v in locked(image).items() if n not in {"pip", "setuptools"}}
+    removed = {"pip", "setuptools"} | (set(SLIM.UNUSED_DISTRIBUTIONS) if image == TRAINER else set())
+    want = {n: v for n, v in locked(image).items() if n not in removed}
     assert {n: v for n, v in (d.split() for d in dists) if n not in own} == want
     config = inspect(image)["Config"]
     assert not [e for e in config["Env"] if e.startswith(("PIP_CERT=", "PIP_CONFIG_FILE="))], config["Env"]
