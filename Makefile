@@ -59,7 +59,7 @@ install-cli: ## link $(PREFIX)/bin/dtr (PREFIX=~/.local) to ./dtr, so that `dtr`
 
 # Cyclomatic complexity as radon counts it (ruff's C901 does not count boolean operators, so it passes more):
 # xenon fails on any function of the product ranked C, i.e. above 10.
-COMPLEXITY_PATHS := operator trainer contract docs/gen.py deploy/images/lock.py
+COMPLEXITY_PATHS := operator trainer contract docs/gen.py deploy/images/lock.py deploy/images/slim_trainer.py
 
 lint: setup-op lint-deploy ## ruff on all Python; complexity <= 10 (radon) in the product; the images' locks; shellcheck and hadolint on the deploy files
 	$(OP)/ruff check operator trainer contract tests bench devcluster docs deploy

@@ -10,6 +10,7 @@ Nothing here skips: without a Docker engine or the images, the tests fail and sa
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import uuid
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -26,6 +28,20 @@ from devcluster.node import image_names
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR = os.environ.get("DTR_OPERATOR_IMAGE", image_names()[0])
 TRAINER = os.environ.get("DTR_TRAINER_IMAGE", image_names()[1])
+# The trainer image's limit (issue 30): docker's Size (`docker image inspect`), base image included.
+TRAINER_MAX_BYTES = 1_500_000_000
+
+
+def _slim_trainer() -> ModuleType:
+    """deploy/images/slim_trainer.py: the one list of what the trainer image leaves out."""
+    spec = importlib.util.spec_from_file_location("dtr_slim_trainer", REPO / "deploy" / "images" / "slim_trainer.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SLIM = _slim_trainer()
 
 HARDENED = [
     "--user", "1000:1000",
@@ -215,6 +231,75 @@ def test_trainer_serves_tensorboard_without_setuptools() -> None:
     assert proc.stdout.strip().splitlines()[-1:] == ["[]"], output(proc)
 
 
+def test_trainer_image_size() -> None:
+    """At most 1.5 GB with tensorflow==2.11.0: what deploy/images/slim_trainer.py leaves out brings it there
+    (docs/images.md#the-trainer-images-size). A size is no timing: the same lock on the same base gives the same
+    bytes on any machine."""
+    size = inspect(TRAINER)["Size"]
+    assert size <= TRAINER_MAX_BYTES, f"{TRAINER}: {size / 1e6:.1f} MB, above {TRAINER_MAX_BYTES / 1e6:.0f} MB"
+
+
+# Run in the trainer image: what slim_trainer.py removed is absent, what the trainer needs is there and works.
+LEFT_OUT = """
+import importlib.metadata as m, importlib.util as u, json, os, shutil, struct, sysconfig
+site = sysconfig.get_paths()["purelib"]
+args = json.loads(ARGS)
+found = {}
+found["paths"] = [p for p in args["paths"] if os.path.lexists(os.path.join(site, p))]
+found["tests"] = [r for pkg in args["tests"] for r, ds, _ in os.walk(os.path.join(site, pkg)) if "tests" in ds]
+found["build inputs"] = [f for pkg in args["scientific"] for _, _, fs in os.walk(os.path.join(site, pkg))
+                         for f in fs if os.path.splitext(f)[1] in args["build_inputs"]]
+found["distributions"] = [n for n in args["distributions"] if list(m.distributions(name=n))]
+found["modules"] = [n for n in ("clang", "tensorflow_io_gcs_filesystem", "tensorboard_plugin_wit") if u.find_spec(n)]
+tools = ("cc", "gcc", "c++", "g++", "ld", "as", "strip", "objcopy", "make", "pip")
+found["tools"] = [t for t in tools if shutil.which(t)]
+found["caches"] = [r for base in ("/opt/dtr", "/home/dtr") for r, ds, _ in os.walk(base) if ".cache" in ds]
+def symtab(path):  # does the ELF file still have a static symbol table (SHT_SYMTAB)?
+    with open(path, "rb") as f:
+        head = f.read(64)
+        shoff, = struct.unpack_from("<Q", head, 0x28)
+        size, count = struct.unpack_from("<HH", head, 0x3A)
+        f.seek(shoff)
+        table = f.read(size * count)
+    return any(struct.unpack_from("<I", table, i * size + 4)[0] == 2 for i in range(count))
+found["symbol tables"] = [p for p in ("tensorflow/python/_pywrap_tensorflow_internal.so",
+                                      "tensorflow/libtensorflow_framework.so.2") if symtab(os.path.join(site, p))]
+print(json.dumps(found))
+pyc = sum(f.endswith(".pyc") for _, _, fs in os.walk(os.path.join(site, "tensorflow")) for f in fs)
+assert pyc > 1000, f"TensorFlow's bytecode is gone ({pyc} .pyc files): every start would compile it again"
+import tensorflow as tf
+assert tf.__version__ == "2.11.0", tf.__version__
+tf.distribute.MultiWorkerMirroredStrategy, tf.saved_model.save, tf.keras.callbacks.TensorBoard
+assert "gs" in tf.io.gfile.get_registered_schemes()  # TensorFlow's own GCS file system, without the plugin
+writer = tf.summary.create_file_writer("/tmp/board")
+with writer.as_default():
+    assert tf.summary.scalar("loss", 0.5, step=1)
+writer.flush()
+assert any(n.startswith("events.out.tfevents") for n in os.listdir("/tmp/board"))
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+import h5py, scipy.linalg, scipy.sparse, scipy.special
+assert load_digits().data.shape == (1797, 64)
+print("ok")
+"""
+
+
+def test_trainer_left_out_what_it_never_runs() -> None:
+    """None of slim_trainer.py's parts is in the image, nor a compiler, strip, pip or a package cache; TensorFlow's
+    bytecode is (without it every start compiles TensorFlow again: docs/images.md); what the trainer and the
+    examples use imports and works: MultiWorkerMirroredStrategy, SavedModel, summaries, gs://, scikit-learn, h5py."""
+    args = {
+        "paths": [str(Path("tensorflow", "include")), *SLIM.TFCOMPILE],
+        "tests": [*SLIM.SCIENTIFIC, "h5py"], "scientific": list(SLIM.SCIENTIFIC),
+        "build_inputs": list(SLIM.BUILD_INPUTS), "distributions": list(SLIM.UNUSED_DISTRIBUTIONS),
+    }  # fmt: skip
+    proc = run(TRAINER, "-c", f"ARGS = {json.dumps(json.dumps(args))}\n{LEFT_OUT}", entrypoint="python")
+    assert proc.returncode == 0, output(proc)
+    found, ok = proc.stdout.strip().splitlines()[-2:]
+    assert json.loads(found) == {part: [] for part in json.loads(found)}, output(proc)
+    assert ok == "ok", output(proc)
+
+
 def test_operator_help_read_only() -> None:
     proc = run(OPERATOR, "--help")
     assert proc.returncode == 0, output(proc)
@@ -254,8 +339,9 @@ def locked(image: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("image", [OPERATOR, TRAINER])
 def test_image_holds_its_lock_and_nothing_of_the_build(image: str) -> None:
-    """Exactly the lock's packages at its versions (but the installers, removed) and the project's own; none of
-    the build stage's CA bundle and pip settings (deploy/images/build.sh's layer)."""
+    """Exactly the lock's packages at its versions (but the installers and, in the trainer's, the distributions
+    slim_trainer.py removes) and the project's own; none of the build stage's CA bundle and pip settings
+    (deploy/images/build.sh's layer)."""
     code = (
         "import importlib.metadata as m, importlib.util as u, os, re\n"
         "for d in m.distributions(): print(re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(), d.version)\n"
@@ -267,7 +353,8 @@ def test_image_holds_its_lock_and_nothing_of_the_build(image: str) -> None:
     *dists, importable, build_only = proc.stdout.splitlines()
     assert (importable, build_only) == ("importable []", "build-only False"), output(proc)
     own = {"dtr-contract", "dtr-operator" if image == OPERATOR else "dtr-trainer"}
-    want = {n: v for n, v in locked(image).items() if n not in {"pip", "setuptools"}}
+    removed = {"pip", "setuptools"} | (set(SLIM.UNUSED_DISTRIBUTIONS) if image == TRAINER else set())
+    want = {n: v for n, v in locked(image).items() if n not in removed}
     assert {n: v for n, v in (d.split() for d in dists) if n not in own} == want
     config = inspect(image)["Config"]
     assert not [e for e in config["Env"] if e.startswith(("PIP_CERT=", "PIP_CONFIG_FILE="))], config["Env"]
