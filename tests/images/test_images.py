@@ -10,7 +10,6 @@ Nothing here skips: without a Docker engine or the images, the tests fail and sa
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import platform
@@ -19,11 +18,11 @@ import shutil
 import subprocess
 import uuid
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from devcluster.node import image_names
+from support.repo import slim_trainer
 
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR = os.environ.get("DTR_OPERATOR_IMAGE", image_names()[0])
@@ -32,16 +31,7 @@ TRAINER = os.environ.get("DTR_TRAINER_IMAGE", image_names()[1])
 TRAINER_MAX_BYTES = 1_500_000_000
 
 
-def _slim_trainer() -> ModuleType:
-    """deploy/images/slim_trainer.py: the one list of what the trainer image leaves out."""
-    spec = importlib.util.spec_from_file_location("dtr_slim_trainer", REPO / "deploy" / "images" / "slim_trainer.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SLIM = _slim_trainer()
+SLIM = slim_trainer()
 
 HARDENED = [
     "--user", "1000:1000",

@@ -5,29 +5,18 @@ runs both of its steps. The image itself: tests/images/test_images.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import struct
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from support.repo import REPO
+from support.repo import REPO, slim_trainer
 
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dtr_slim_trainer", REPO / "deploy" / "images" / "slim_trainer.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-slim = load()
+slim = slim_trainer()
 
 
 def _segments(path: Path) -> list[tuple[int, int]]:
