@@ -152,6 +152,9 @@ def make_strategy(bytes_per_pack: int):
     """The first TF call of the process: MWMS reads TF_CONFIG and starts its gRPC server here."""
     import tensorflow as tf
 
+    from dtr_trainer import replica_threads
+
+    replica_threads.join_promptly()  # each strategy.run traced cost a second of waiting (replica_threads.py)
     options = tf.distribute.experimental.CommunicationOptions(
         bytes_per_pack=bytes_per_pack,
         implementation=tf.distribute.experimental.CommunicationImplementation.AUTO,
