@@ -333,3 +333,21 @@ def test_the_divergence_record_beside_the_backup(tmp_path):
     assert divergence.recorded(backup) == "training diverged: the loss became nan in epoch 1/3 (by step 4/4)"
     assert [p.name for p in Path(backup).iterdir()] == [divergence.RECORD], "no partial file left"
     divergence.record(None, "nowhere")  # no --backup-dir: nothing to keep
+
+
+def test_leave_runs_the_atexit_handlers_flushes_and_exits_with_the_code():
+    """main.leave skips only the interpreter's finalization (TensorFlow's took seconds after a finished run)."""
+    import subprocess
+    import sys
+
+    script = ("import atexit, logging, sys\n"
+              "from dtr_trainer.main import leave\n"
+              "atexit.register(lambda: print('atexit ran', flush=True))\n"
+              "logging.basicConfig(stream=sys.stderr)\n"
+              "print('summary', end='')\n"
+              "logging.warning('logged')\n"
+              "leave(7)\n"
+              "print('never')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (7, "summaryatexit ran\n")
+    assert "logged" in done.stderr
