@@ -21,7 +21,7 @@ from dtr_contract import flags, layout, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
 from dtr_contract.progress import HEARTBEAT, trainer_line
 
-from dtr_trainer import data, divergence, export, fetch, lineage, memory, user, userdata, volume, worker_log
+from dtr_trainer import data, divergence, export, fetch, iterators, lineage, memory, user, userdata, volume, worker_log
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
 from dtr_trainer.errors import (
     EXIT_INTERNAL,
@@ -204,6 +204,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
         prepared = prepare(code, with_data(ctx, loaded), loaded, args)
     log(prepared.describe())
     model, metric = prepared.model, headline(args.metric, prepared.names)
+    iterators.keep_until_exit(model)  # destroying them waited seconds; leave() never does (iterators.py)
 
     history = History(layout.history_file(args.log_dir), log) if cluster.is_chief and args.log_dir else None
     progress = Progress(args.epochs, steps * global_batch, log, history)
