@@ -326,7 +326,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary, whatever the code prints
             outcome = train_or_record_divergence(args, cluster, strategy, code, ctx, loaded)
         extra = lineage_file(args, cluster, run_identity, code.origin, outcome, claim) if claim else None
-        path = export.save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief, extra)
+        path = export.save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief, extra,
+                                      layer_traces=not code.builtin)  # a built-in is Keras layers only
     if claim is None:
         log(f"done: {outcome.metric}={outcome.evaluation[outcome.metric]:.4f} (the chief exports the model)")
         return 0
