@@ -351,3 +351,20 @@ def test_leave_runs_the_atexit_handlers_flushes_and_exits_with_the_code():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (7, "summaryatexit ran\n")
     assert "logged" in done.stderr
+
+
+def test_digits_are_scikit_learns_without_importing_it():
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    images, labels = data.digits_arrays()
+    bunch = load_digits()
+    assert images.dtype == bunch.images.dtype and labels.dtype == bunch.target.dtype
+    np.testing.assert_array_equal(images, bunch.images)
+    np.testing.assert_array_equal(labels, bunch.target)
+    # the reason: the built-in dataset is read in a process that never imports scikit-learn
+    probe = ("import sys; from dtr_trainer import data; data.DATASETS['digits']('/nowhere', 42); "
+             "print('sklearn' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "False\n"
