@@ -368,3 +368,39 @@ def test_digits_are_scikit_learns_without_importing_it():
     probe = ("import sys; from dtr_trainer import data; data.DATASETS['digits']('/nowhere', 42); "
              "print('sklearn' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+@pytest.mark.parametrize("cluster, task, leader", [
+    ({"worker": ["w0:1", "w1:1"]}, {"type": "worker", "index": 1}, "w0:1"),
+    ({"chief": ["c:2"], "worker": ["w0:1"]}, {"type": "worker", "index": 0}, "c:2"),
+    ({"chief": ["c:2"], "worker": ["w0:1"]}, {"type": "chief", "index": 0}, "c:2"),
+])
+def test_the_leader_is_the_chief_s_address(cluster, task, leader):
+    assert parse_tf_config(cfg(cluster, task)).leader == leader
+    assert LOCAL.leader is None
+
+
+def test_a_worker_polls_the_chief_until_it_answers_or_gives_up():
+    from dtr_trainer import rendezvous
+
+    clock = iter(range(100))
+    answers = iter([False, False, True])
+    naps = []
+    assert rendezvous.wait_for("c:1", 10, lambda a: next(answers), lambda: next(clock), naps.append)
+    assert naps == [rendezvous.POLL_SECONDS] * 2
+    clock = iter(range(100))
+    assert not rendezvous.wait_for("c:1", 3, lambda a: False, lambda: next(clock), lambda s: None)
+
+
+def test_answers_is_a_tcp_connection():
+    import socket
+
+    from dtr_trainer import rendezvous
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        assert rendezvous.answers(address)
+    assert not rendezvous.answers(address)  # closed now
+    assert not rendezvous.answers("no-such-host.invalid:2222") and not rendezvous.answers("nonsense")

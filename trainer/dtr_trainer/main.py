@@ -21,7 +21,20 @@ from dtr_contract import flags, layout, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
 from dtr_contract.progress import HEARTBEAT, trainer_line
 
-from dtr_trainer import data, divergence, export, fetch, iterators, lineage, memory, user, userdata, volume, worker_log
+from dtr_trainer import (
+    data,
+    divergence,
+    export,
+    fetch,
+    iterators,
+    lineage,
+    memory,
+    rendezvous,
+    user,
+    userdata,
+    volume,
+    worker_log,
+)
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
 from dtr_trainer.errors import (
     EXIT_INTERNAL,
@@ -277,6 +290,16 @@ def stop_on_sigterm(signum: int, frame: object) -> None:
     os._exit(EXIT_TERMINATED)  # not sys.exit: a collective in another thread must not hold the exit up
 
 
+def meet_the_chief(cluster: ClusterInfo) -> None:
+    """Another worker waits for the chief's port to answer, so that the strategy's first connection succeeds
+    (rendezvous.py); the chief, and a single process, go on."""
+    if not cluster.distributed or cluster.is_chief or cluster.leader is None:
+        return
+    if not rendezvous.wait_for(cluster.leader):
+        log(f"the chief at {cluster.leader} does not answer after {rendezvous.WAIT_SECONDS:.0f} s; "
+            "joining the cluster anyway")
+
+
 def load_code(args: argparse.Namespace) -> user.Code:
     """The run's code, imported and its two functions checked (before the strategy: no TF op yet)."""
     if args.code is not None:
@@ -320,6 +343,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     # From the peers' rendezvous to the export, the phases that wait on the other workers: a worker waiting on a
     # frozen peer still beats, the frozen one does not (the operator's stall watchdog names it).
     with Heartbeat(trainer_line(_TASK, HEARTBEAT)):
+        meet_the_chief(cluster)
         strategy = make_strategy(args.bytes_per_pack)
         if loaded is None:
             loaded = user.load_data_after_strategy(code, ctx)
