@@ -88,6 +88,10 @@ test-trainer: setup-trainer setup-op ## real multi-process TensorFlow runs; the 
 bench-trainer: setup-trainer ## MWMS scaling efficiency (2 pinned workers vs 2 independent) -> bench/trainer/results.{json,md}
 	$(TR)/python -m bench.trainer.run_bench $(ARGS)
 
+.PHONY: bench-trainer-overhead
+bench-trainer-overhead: setup ## time outside the epochs of dtr run examples/digits.yaml (ARGS="--baseline REF") -> bench/trainer/results-overhead.{json,md}
+	$(OP)/python -m bench.trainer.overhead $(ARGS)
+
 test-integration: setup-op cluster-build ## the operator against a real local control plane
 	$(OP)/pytest -q tests/integration
 

@@ -94,6 +94,23 @@ def test_exported_model_serves_probabilities(finished_run):
     assert (probs.argmax(axis=1) == digits.target[:64]).mean() >= 0.85
 
 
+def test_the_built_in_export_loads_in_keras_too_and_serves_the_same(finished_run):
+    """Saved without Keras' layer traces (dtr_trainer.export._save): load_model rebuilds it from its configs."""
+    import tensorflow as tf
+    from dtr_trainer.data import upscale_digits
+    from sklearn.datasets import load_digits
+
+    volume, _, _ = finished_run
+    version = volume.root / "models" / "digits-cnn" / "1"
+    assert {"saved_model.pb", "variables", "keras_metadata.pb", "fingerprint.pb"} <= set(all_entries(version))
+    model = tf.keras.models.load_model(str(version))
+    assert [layer.name for layer in model.inputs] == ["images"] and model.output_names == ["probabilities"]
+    images = tf.constant(upscale_digits(load_digits().images[:16]))
+    serve = tf.saved_model.load(str(version)).signatures["serving_default"]
+    np.testing.assert_allclose(model.predict(images, verbose=0), serve(images=images)["probabilities"].numpy(),
+                               atol=1e-6)
+
+
 def test_lineage_beside_the_model_without_the_operators_env(finished_run):
     """Run by hand (no DTR_RUN_* variables): the run fields are null, the rest is known."""
     volume, workers, _ = finished_run

@@ -333,3 +333,74 @@ def test_the_divergence_record_beside_the_backup(tmp_path):
     assert divergence.recorded(backup) == "training diverged: the loss became nan in epoch 1/3 (by step 4/4)"
     assert [p.name for p in Path(backup).iterdir()] == [divergence.RECORD], "no partial file left"
     divergence.record(None, "nowhere")  # no --backup-dir: nothing to keep
+
+
+def test_leave_runs_the_atexit_handlers_flushes_and_exits_with_the_code():
+    """main.leave skips only the interpreter's finalization (TensorFlow's took seconds after a finished run)."""
+    import subprocess
+    import sys
+
+    script = ("import atexit, logging, sys\n"
+              "from dtr_trainer.main import leave\n"
+              "atexit.register(lambda: print('atexit ran', flush=True))\n"
+              "logging.basicConfig(stream=sys.stderr)\n"
+              "print('summary', end='')\n"
+              "logging.warning('logged')\n"
+              "leave(7)\n"
+              "print('never')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (7, "summaryatexit ran\n")
+    assert "logged" in done.stderr
+
+
+def test_digits_are_scikit_learns_without_importing_it():
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    images, labels = data.digits_arrays()
+    bunch = load_digits()
+    assert images.dtype == bunch.images.dtype and labels.dtype == bunch.target.dtype
+    np.testing.assert_array_equal(images, bunch.images)
+    np.testing.assert_array_equal(labels, bunch.target)
+    # the reason: the built-in dataset is read in a process that never imports scikit-learn
+    probe = ("import sys; from dtr_trainer import data; data.DATASETS['digits']('/nowhere', 42); "
+             "print('sklearn' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+@pytest.mark.parametrize("cluster, task, leader", [
+    ({"worker": ["w0:1", "w1:1"]}, {"type": "worker", "index": 1}, "w0:1"),
+    ({"chief": ["c:2"], "worker": ["w0:1"]}, {"type": "worker", "index": 0}, "c:2"),
+    ({"chief": ["c:2"], "worker": ["w0:1"]}, {"type": "chief", "index": 0}, "c:2"),
+])
+def test_the_leader_is_the_chief_s_address(cluster, task, leader):
+    assert parse_tf_config(cfg(cluster, task)).leader == leader
+    assert LOCAL.leader is None
+
+
+def test_a_worker_polls_the_chief_until_it_answers_or_gives_up():
+    from dtr_trainer import rendezvous
+
+    clock = iter(range(100))
+    answers = iter([False, False, True])
+    naps = []
+    assert rendezvous.wait_for("c:1", 10, lambda a: next(answers), lambda: next(clock), naps.append)
+    assert naps == [rendezvous.POLL_SECONDS] * 2
+    clock = iter(range(100))
+    assert not rendezvous.wait_for("c:1", 3, lambda a: False, lambda: next(clock), lambda s: None)
+
+
+def test_answers_is_a_tcp_connection():
+    import socket
+
+    from dtr_trainer import rendezvous
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        assert rendezvous.answers(address)
+    assert not rendezvous.answers(address)  # closed now
+    assert not rendezvous.answers("no-such-host.invalid:2222") and not rendezvous.answers("nonsense")

@@ -255,6 +255,15 @@ def test_a_compiled_model_keeps_its_loss_and_metrics_and_gets_the_tuning():
     assert history.history["loss"][-1] < history.history["loss"][0]
 
 
+def test_the_train_function_is_traced_once_its_optimizer_built_before():
+    """compiling.build_optimizer: a first trace that creates the optimizer's variables is traced again."""
+    model, *_ = prepared(dense(3), data())
+    assert model.optimizer.variables()[1:], "Adam's m and v exist before the first step"
+    x, y = data().train.data
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0)
+    assert model.make_train_function().experimental_get_tracing_count() == 1
+
+
 def test_a_model_with_a_train_step_of_its_own_keeps_keras_loop():
     class Own(tf.keras.Sequential):
         def train_step(self, batch):
@@ -263,7 +272,9 @@ def test_a_model_with_a_train_step_of_its_own_keeps_keras_loop():
     def build(ctx):
         return Own([tf.keras.Input(shape=ctx.input_shape), tf.keras.layers.Dense(3)])
 
-    assert prepared(build, data())[2] is False
+    model, _, lazy, _ = prepared(build, data())
+    assert lazy is False
+    assert len(model.optimizer.variables()) == 1, "its own train_step builds the optimizer as it goes"
 
 
 @pytest.mark.parametrize("build, d, expected", [

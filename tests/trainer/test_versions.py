@@ -155,7 +155,7 @@ def test_save_publishes_only_complete_versions(tmp_path, monkeypatch):
     models = tmp_path / "models"
     seen_during_save = []
 
-    def fake_save(model, path):
+    def fake_save(model, path, layer_traces):
         Path(path, "variables").mkdir(parents=True)
         Path(path, "saved_model.pb").write_text("pb")
         seen_during_save.append((sorted(p.name for p in models.iterdir()),

@@ -18,6 +18,7 @@ class ClusterInfo:
     is_chief: bool
     distributed: bool  # False when TF_CONFIG is absent (one local worker)
     worker_index: int = 0  # among every task that trains: the chief 0, then the workers
+    leader: str | None = None  # the chief's "host:port": it runs MWMS's coordination service (None: local)
 
     @property
     def name(self) -> str:
@@ -75,6 +76,7 @@ def parse_tf_config(raw: str | None) -> ClusterInfo:
         is_chief=is_chief,
         distributed=True,
         worker_index=task_index + (len(chiefs) if task_type == "worker" else 0),
+        leader=(chiefs or workers)[0],
     )
 
 

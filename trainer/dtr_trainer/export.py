@@ -235,11 +235,28 @@ def remove_stale_staging(export_dir: str, claim: Claim, now: float | None = None
 # ---------------------------------------------------------------- saving
 
 
-def _save(model, path: str) -> None:
+def _save(model, path: str, layer_traces: bool) -> None:
     """Keras' own serving signature: its inputs named after the model's Input layers (the built-ins'
     `images`), its outputs after the last layers (`probabilities`), the shapes the model was trained on
-    with any batch size."""
-    model.save(path, save_format="tf", include_optimizer=False)
+    with any batch size.
+
+    Without layer_traces (the built-in models) Keras saves each layer's config instead of tracing its call
+    functions: a quarter of the CPU (bench/trainer/results-overhead.md). tf.keras.models.load_model rebuilds a
+    model of Keras layers from their configs; one with layers of its own would need their classes, so a run's
+    own model keeps the traces (docs/own-model.md). The serving signature is the one model.save makes by default,
+    traced here because without traces model.save leaves it out."""
+    if layer_traces:
+        model.save(path, save_format="tf", include_optimizer=False)
+        return
+    import tensorflow as tf
+    from keras.saving.legacy.saved_model import save_impl
+    from tensorflow.python.saved_model import save_context
+
+    # Traced as model.save traces it, in a save context: a distributed variable is read there as its own value
+    # (BatchNormalization's moving statistics, ON_READ), not through an all-reduce, which cannot be saved.
+    with save_context.save_context(tf.saved_model.SaveOptions()):
+        signature = save_impl.default_save_signature(model)
+    model.save(path, save_format="tf", include_optimizer=False, save_traces=False, signatures=signature)
 
 
 def _publish(staging: Path, final: Path, claim: Claim) -> None:
@@ -261,15 +278,15 @@ def _write_extra(staging: Path, files: Mapping[str, str]) -> None:
 
 
 def save_everywhere(model, export_dir: str, claim: Claim | None, is_chief: bool,
-                    extra_files: Mapping[str, str] | None = None) -> Path | None:
-    """Every worker must call this: saving runs collective ops (ON_READ variables are
+                    extra_files: Mapping[str, str] | None = None, layer_traces: bool = True) -> Path | None:
+    """Every worker must call this, alike: saving runs collective ops (ON_READ variables are
     aggregated), so a chief saving alone would wait forever. Non-chief workers save to a
     local temporary dir (never the volume) and delete it. The chief adds extra_files (paths
-    relative to the version dir, such as the lineage) before the version appears."""
+    relative to the version dir, such as the lineage) before the version appears. layer_traces: _save."""
     if not is_chief:
         scratch = tempfile.mkdtemp(prefix="dtr-worker-export-")
         try:
-            _save(model, os.path.join(scratch, "model"))
+            _save(model, os.path.join(scratch, "model"), layer_traces)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return None
@@ -277,7 +294,7 @@ def save_everywhere(model, export_dir: str, claim: Claim | None, is_chief: bool,
     final = Path(layout.version_dir(export_dir, claim.version))
     staging = bookkeeping_dir(export_dir) / f"{claim.staging_prefix}{secrets.token_hex(4)}"
     try:
-        _save(model, str(staging))
+        _save(model, str(staging), layer_traces)
         _write_extra(staging, extra_files or {})
         _publish(staging, final, claim)
     except Exception as exc:  # OSError, or TensorFlow's own error from inside model.save

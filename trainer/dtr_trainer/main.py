@@ -9,6 +9,7 @@ Imperative shell: each step is a small function; errors become one line and an e
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import os
 import signal
@@ -16,11 +17,24 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from dtr_contract import exits, flags, layout, summary
+from dtr_contract import flags, layout, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
 from dtr_contract.progress import HEARTBEAT, trainer_line
 
-from dtr_trainer import data, divergence, export, fetch, lineage, memory, user, userdata, volume, worker_log
+from dtr_trainer import (
+    data,
+    divergence,
+    export,
+    fetch,
+    iterators,
+    lineage,
+    memory,
+    rendezvous,
+    user,
+    userdata,
+    volume,
+    worker_log,
+)
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
 from dtr_trainer.errors import (
     EXIT_INTERNAL,
@@ -152,6 +166,9 @@ def make_strategy(bytes_per_pack: int):
     """The first TF call of the process: MWMS reads TF_CONFIG and starts its gRPC server here."""
     import tensorflow as tf
 
+    from dtr_trainer import replica_threads
+
+    replica_threads.join_promptly()  # each strategy.run traced cost a second of waiting (replica_threads.py)
     options = tf.distribute.experimental.CommunicationOptions(
         bytes_per_pack=bytes_per_pack,
         implementation=tf.distribute.experimental.CommunicationImplementation.AUTO,
@@ -200,6 +217,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
         prepared = prepare(code, with_data(ctx, loaded), loaded, args)
     log(prepared.describe())
     model, metric = prepared.model, headline(args.metric, prepared.names)
+    iterators.keep_until_exit(model)  # destroying them waited seconds; leave() never does (iterators.py)
 
     history = History(layout.history_file(args.log_dir), log) if cluster.is_chief and args.log_dir else None
     progress = Progress(args.epochs, steps * global_batch, log, history)
@@ -272,6 +290,16 @@ def stop_on_sigterm(signum: int, frame: object) -> None:
     os._exit(EXIT_TERMINATED)  # not sys.exit: a collective in another thread must not hold the exit up
 
 
+def meet_the_chief(cluster: ClusterInfo) -> None:
+    """Another worker waits for the chief's port to answer, so that the strategy's first connection succeeds
+    (rendezvous.py); the chief, and a single process, go on."""
+    if not cluster.distributed or cluster.is_chief or cluster.leader is None:
+        return
+    if not rendezvous.wait_for(cluster.leader):
+        log(f"the chief at {cluster.leader} does not answer after {rendezvous.WAIT_SECONDS:.0f} s; "
+            "joining the cluster anyway")
+
+
 def load_code(args: argparse.Namespace) -> user.Code:
     """The run's code, imported and its two functions checked (before the strategy: no TF op yet)."""
     if args.code is not None:
@@ -315,13 +343,15 @@ def run(argv: Sequence[str] | None = None) -> int:
     # From the peers' rendezvous to the export, the phases that wait on the other workers: a worker waiting on a
     # frozen peer still beats, the frozen one does not (the operator's stall watchdog names it).
     with Heartbeat(trainer_line(_TASK, HEARTBEAT)):
+        meet_the_chief(cluster)
         strategy = make_strategy(args.bytes_per_pack)
         if loaded is None:
             loaded = user.load_data_after_strategy(code, ctx)
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary, whatever the code prints
             outcome = train_or_record_divergence(args, cluster, strategy, code, ctx, loaded)
         extra = lineage_file(args, cluster, run_identity, code.origin, outcome, claim) if claim else None
-        path = export.save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief, extra)
+        path = export.save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief, extra,
+                                      layer_traces=not code.builtin)  # a built-in is Keras layers only
     if claim is None:
         log(f"done: {outcome.metric}={outcome.evaluation[outcome.metric]:.4f} (the chief exports the model)")
         return 0
@@ -400,13 +430,18 @@ def _run_reporting_errors(argv: Sequence[str] | None) -> int:
         return EXIT_INTERNAL
 
 
+def leave(code: int) -> None:
+    """Exit now with `code`, after the atexit handlers (logging's flush among them) and flushing stdout and stderr,
+    without the interpreter's finalization: nothing is left to clean up by then (the model, the summary, the logs
+    are written and closed), and finalizing TensorFlow took 2.2 to 2.6 s of a finished run
+    (bench/trainer/results-overhead.md). After a lost peer its collective threads also aborted the process there
+    (SIGABRT, "terminate called without an active exception") and the exit code that says why (138) was lost."""
+    atexit._run_exitfuncs()  # what sys.exit would have run, in the same order
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(ValueError, OSError):  # closed by a logging handler's close at exit (absl's)
+            stream.flush()
+    os._exit(code)
+
+
 def cli() -> None:
-    code = main()
-    if exits.is_retryable(code):
-        # A lost peer can leave TensorFlow's collective threads running: at interpreter shutdown they
-        # abort the process (SIGABRT, "terminate called without an active exception"), and the exit code
-        # that says why (138) is lost. Nothing is left to clean up by then: leave at once, as on SIGTERM.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    leave(main())

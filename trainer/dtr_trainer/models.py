@@ -105,8 +105,9 @@ def read_metrics_at_execution_end(model) -> None:
     a read is an all-reduce (total and count of the loss and of the accuracy); the step's outputs
     are then summed across workers again: seven collectives per step where the gradients need one.
     Only the outputs of an execution's last step are ever seen (logs, callbacks), so the steps
-    before it only update their metrics. Keras' data handler shortens the last execution of an
-    epoch through model._steps_per_execution, which this loop reads too. Call after compile.
+    only update their metrics, and one read follows the last. Keras' data handler shortens the last
+    execution of an epoch through model._steps_per_execution, which this loop reads too. Call after
+    compile.
     """
     import tensorflow as tf
 
@@ -121,15 +122,16 @@ def read_metrics_at_execution_end(model) -> None:
         model.compiled_metrics.update_state(y, y_pred, sample_weight)
         model._train_counter.assign_add(1)
 
-    def update_and_read(data):
-        update(data)
-        # At the top level of the replica function, where the metrics' merge_call is allowed.
+    def read():
+        # At the top level of a replica function, where the metrics' merge_call is allowed.
         return model.get_metrics_result()
 
     def train_function(iterator):
-        for _ in tf.range(model._steps_per_execution - 1):
+        # Every step in the loop, so the step is traced once (forward, backward, optimizer): a last step of
+        # its own, with the read, traced them a second time in the first epoch.
+        for _ in tf.range(model._steps_per_execution):
             strategy.run(update, args=(next(iterator),))
-        outputs = strategy.run(update_and_read, args=(next(iterator),))
+        outputs = strategy.run(read)
         # The values are global already (the reads all-reduced them): take the first replica's.
         return strategy.experimental_local_results(outputs)[0]
 
