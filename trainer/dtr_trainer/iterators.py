@@ -6,7 +6,8 @@ at the end of fit that was 0 to 13 s, at random, and the peer waited as long at 
 (docs/performance.md#the-trainers-time-outside-its-epochs). That pipeline is TensorFlow's own: the options of ours
 do not reach it. The trainer leaves with os._exit (main.cli), so an iterator kept past its loop is never destroyed
 and nothing waits. What it holds (the training set's cache and shuffle buffer) stays allocated until the end instead
-of being freed before the evaluation: no higher peak, which training reached already.
+of being freed before the evaluation; with --retain-memory (the default) the freed memory stayed in the process's
+heap anyway.
 """
 
 from __future__ import annotations
