@@ -229,7 +229,8 @@ def main() -> None:
     args = p.parse_args()
     epochs = epochs_of(REPO / RUN_FILE)
     work = Path(tempfile.mkdtemp(prefix="dtr-bench-overhead-"))
-    current = Tree("current", REPO, git("rev-parse", "--short", "HEAD") + ("+" if git("status", "--porcelain") else ""))
+    changed = git("status", "--porcelain", "--untracked-files=no")  # "+": tracked files differ from the commit
+    current = Tree("current", REPO, git("rev-parse", "--short", "HEAD") + ("+" if changed else ""))
     trees = [current]
     try:
         if args.baseline:

@@ -384,10 +384,11 @@ def test_a_worker_polls_the_chief_until_it_answers_or_gives_up():
     from dtr_trainer import rendezvous
 
     clock = iter(range(100))
-    answers = iter([False, False, True])
+    answers = iter([False] * 12 + [True])
     naps = []
-    assert rendezvous.wait_for("c:1", 10, lambda a: next(answers), lambda: next(clock), naps.append)
-    assert naps == [rendezvous.POLL_SECONDS] * 2
+    assert rendezvous.wait_for("c:1", 50, lambda a: next(answers), lambda: next(clock), naps.append)
+    assert naps[:3] == pytest.approx([0.05, 0.075, 0.1125]) and naps[-1] == rendezvous.MAX_POLL_SECONDS
+    assert len(naps) == 12
     clock = iter(range(100))
     assert not rendezvous.wait_for("c:1", 3, lambda a: False, lambda: next(clock), lambda s: None)
 
@@ -403,4 +404,4 @@ def test_answers_is_a_tcp_connection():
         address = f"127.0.0.1:{listener.getsockname()[1]}"
         assert rendezvous.answers(address)
     assert not rendezvous.answers(address)  # closed now
-    assert not rendezvous.answers("no-such-host.invalid:2222") and not rendezvous.answers("nonsense")
+    assert not rendezvous.answers("127.0.0.1:not-a-port") and not rendezvous.answers("nonsense")

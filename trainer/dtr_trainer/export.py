@@ -241,10 +241,10 @@ def _save(model, path: str, layer_traces: bool) -> None:
     with any batch size.
 
     Without layer_traces (the built-in models) Keras saves each layer's config instead of tracing its call
-    functions: a quarter of the CPU (bench/trainer/results-overhead.md). tf.keras.models.load_model rebuilds a
-    model of Keras layers from their configs; one with layers of its own would need their classes, so a run's
-    own model keeps the traces (docs/own-model.md). The serving signature is the one model.save makes by default,
-    traced here because without traces model.save leaves it out."""
+    functions: a quarter of the CPU (docs/performance.md#the-trainers-time-outside-its-epochs).
+    tf.keras.models.load_model rebuilds a model of Keras layers from their configs; one with layers of its own
+    would need their classes, so a run's own model keeps the traces (docs/own-model.md). The serving signature
+    is the one model.save makes by default, traced here because without traces model.save leaves it out."""
     if layer_traces:
         model.save(path, save_format="tf", include_optimizer=False)
         return

@@ -1,12 +1,13 @@
 """The input iterators of fit and evaluate kept until the process ends (TensorFlow 2.11).
 
-Destroying a distributed dataset's iterator waits for the tf.data autotuning thread of the per-device pipeline
-that MultiWorkerMirroredStrategy builds under it to wake from its sleep, whose period doubles from 10 ms up to a
-minute: at the end of fit that was 0 to 13 s, at random, and the peer waited as long at the evaluation's first
-collective (bench/trainer/results-overhead.md). That pipeline is TensorFlow's own, out of reach of the options
-of ours. The trainer leaves with os._exit (main.cli), so an iterator kept past its loop is never destroyed and
-nothing waits. What it holds (the training set's cache and shuffle buffer) stays allocated until the end instead
-of being freed before the evaluation: no higher peak, which training reached already.
+Destroying a distributed dataset's iterator waits for the tf.data autotuning thread of the per-device pipeline that
+MultiWorkerMirroredStrategy builds under it to wake from its sleep, whose period doubles from 10 ms up to a minute:
+at the end of fit that was 0 to 13 s, at random, and the peer waited as long at the evaluation's first collective
+(docs/performance.md#the-trainers-time-outside-its-epochs). That pipeline is TensorFlow's own: the options of ours
+do not reach it. The trainer leaves with os._exit (main.cli), so an iterator kept past its loop is never destroyed
+and nothing waits. What it holds (the training set's cache and shuffle buffer) stays allocated until the end instead
+of being freed before the evaluation; with --retain-memory (the default) the freed memory stayed in the process's
+heap anyway.
 """
 
 from __future__ import annotations

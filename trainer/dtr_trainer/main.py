@@ -432,10 +432,11 @@ def _run_reporting_errors(argv: Sequence[str] | None) -> int:
 
 def leave(code: int) -> None:
     """Exit now with `code`, after the atexit handlers (logging's flush among them) and flushing stdout and stderr,
-    without the interpreter's finalization: nothing is left to clean up by then (the model, the summary, the logs
-    are written and closed), and finalizing TensorFlow took 2.2 to 2.6 s of a finished run
-    (bench/trainer/results-overhead.md). After a lost peer its collective threads also aborted the process there
-    (SIGABRT, "terminate called without an active exception") and the exit code that says why (138) was lost."""
+    without the interpreter's finalization: nothing is left to clean up by then (the model, the summary, the
+    logs are written and closed), and finalizing TensorFlow took 2.2 to 2.6 s of a finished run
+    (docs/performance.md#the-trainers-time-outside-its-epochs). After a lost peer its collective threads also
+    aborted the process there (SIGABRT, "terminate called without an active exception") and the exit code that
+    says why (138) was lost."""
     atexit._run_exitfuncs()  # what sys.exit would have run, in the same order
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(ValueError, OSError):  # closed by a logging handler's close at exit (absl's)

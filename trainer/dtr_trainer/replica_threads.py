@@ -2,12 +2,12 @@
 
 Inside a tf.function each strategy.run (Keras' train and test steps, the trainer's lazy-metrics loop) builds its
 function in a thread per replica (tensorflow/python/distribute/mirrored_run.py) and then joins them with a
-`Coordinator`, whose join polls `while any(alive) and not wait_for_stop(1.0)`. The thread has reported its
-result but is usually still returning when the poll first looks, so the poll waits its whole second: about a
-second of idle wall time per strategy.run traced, two in the first epoch and one or two in the evaluation
-(bench/trainer/results-overhead.md). `join_promptly` gives mirrored_run a Coordinator that first waits for the
-threads themselves (Thread.join returns the moment they end), then runs Coordinator.join as it is: the same
-exceptions re-raised, the same grace period. Nothing else uses the replacement.
+`Coordinator`, whose join polls `while any(alive) and not wait_for_stop(1.0)`. The thread has reported its result
+but is usually still returning when the poll first looks, so the poll waits its whole second: about a second of idle
+wall time per strategy.run traced, two in the first epoch and one or two in the evaluation
+(docs/performance.md#the-trainers-time-outside-its-epochs). `join_promptly` gives mirrored_run a Coordinator that
+first waits for the threads themselves (Thread.join returns the moment they end), then runs Coordinator.join as it
+is: the same exceptions re-raised, the same grace period. Nothing else uses the replacement.
 """
 
 from __future__ import annotations
