@@ -84,7 +84,7 @@ STEPS: tuple[Step, ...] = (
     Step("trainer", make("test-trainer"), "real MWMS processes, the contract, the pinned list", budget=400, tier=True),
     Step("e2e", make("test-e2e"), "dtr run and the client end to end, the notebook on local workers", budget=230,
          tier=True),
-    Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=60, tier=True,
+    Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=110, tier=True,
          after=("images",)),
     # After integration too: the node tier's own-model runs (a dozen TF workers at once) starved the
     # integration tier's training-operator past its 60 s waits when the two overlapped; warm, the main lane
@@ -102,7 +102,7 @@ STEPS: tuple[Step, ...] = (
     Step("node start", (*NODE, "up", "--install", "--dir", str(NODE_DIR)),
          "the shared node: control plane, node, images imported, operator installed", side=True,
          after=("setup",)),
-    Step("integration", make("test-integration"), "the operator on a real control plane", budget=330, tier=True,
+    Step("integration", make("test-integration"), "the operator on a real control plane", budget=400, tier=True,
          side=True),
     Step("reliability", pytest("tests/reliability", f"--ignore={NODE_FAULTS}", f"--ignore={ATTACKS}"),
          "invalid runs, generated specs, control-plane faults, Pod Security", budget=270, tier=True, side=True),
