@@ -36,7 +36,7 @@ from dtr_operator.spec import parse_run
 
 from bench.operator.run import Api, Hub, Watch
 from devcluster import node as realnode
-from tests.support.node import RealNode, restricted_namespace, score_model, start_real_node
+from tests.support.node import RealNode, restricted_namespace, score_model, stamped_lines, start_real_node
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -99,15 +99,12 @@ def run_phase(obj: dict[str, Any]) -> str | None:
     return status.get("phase") if status.get("phase") != "Succeeded" or status.get("metrics") else None
 
 
-STAMP = re.compile(r"^(\S+) (.*)$")
-
-
 def epoch_window(log: str, begins: Callable[[str], bool], ends: Callable[[str], bool]) -> float:
     """Seconds from the first line `begins` to the last line `ends`, by the container runtime's timestamps."""
-    stamps = [(datetime.fromisoformat(m[1][:26].rstrip("Z")), m[2]) for m in map(STAMP.match, log.splitlines()) if m]
+    stamps = stamped_lines(log)
     start = next(t for t, text in stamps if begins(text))
     end = [t for t, text in stamps if ends(text)][-1]
-    return (end - start).total_seconds()
+    return end - start
 
 
 class Bench:

@@ -207,17 +207,22 @@ def node_namespace(real_node: RealNode, request: pytest.FixtureRequest) -> Itera
 # ---- status.progress, as seen from outside (tests/node/test_progress.py, bench/progress/run.py)
 
 # kubectl logs --timestamps: RFC 3339 with nanoseconds; Python reads at most microseconds.
-_EPOCH_END = re.compile(r"^(\S+T\d\d:\d\d:\d\d)(\.\d{1,6})?\d*Z dtr_trainer\[worker-0\]: epoch (\d+)/\d+ end ")
+_STAMPED = re.compile(r"^(\S+T\d\d:\d\d:\d\d)(\.\d{1,6})?\d*Z (.*)$")
+_EPOCH_END = re.compile(r"^dtr_trainer\[worker-0\]: epoch (\d+)/\d+ end ")
+
+
+def stamped_lines(log: str) -> list[tuple[float, str]]:
+    """A `kubectl logs --timestamps` text as (the container runtime's time, epoch seconds; the line) pairs."""
+    out = []
+    for line in log.splitlines():
+        if match := _STAMPED.match(line):
+            out.append((datetime.fromisoformat(f"{match[1]}{match[2] or ''}+00:00").timestamp(), match[3]))
+    return out
 
 
 def epoch_end_times(log: str) -> dict[int, float]:
     """Epoch -> when the chief logged its end (the container runtime's timestamp, epoch seconds)."""
-    times = {}
-    for line in log.splitlines():
-        if match := _EPOCH_END.match(line):
-            stamp = datetime.fromisoformat(f"{match[1]}{match[2] or ''}+00:00")
-            times[int(match[3])] = stamp.timestamp()
-    return times
+    return {int(m[1]): at for at, text in stamped_lines(log) if (m := _EPOCH_END.match(text))}
 
 
 @dataclass
