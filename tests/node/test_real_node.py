@@ -141,11 +141,16 @@ def test_worker_container_killed_with_never_fails_the_run_naming_the_worker(
 
     st = real_node.wait_terminal(namespace, name)
     assert st["phase"] == "Failed", st
-    assert worker in st["message"], st["message"]
-    pod = real_node.pod(namespace, worker)
-    assert pod["status"]["phase"] == "Failed"
-    status = tensorflow_status(pod)
-    assert status["restartCount"] == 0 and status["state"]["terminated"]["exitCode"] == 137
+    assert f"worker {worker} exited with code 137" in st["message"], st["message"]
+    # worker-0 sees the peer gone (exit 138) within a second; when the TFJob fails on it before the
+    # kubelet has reported worker-1's phase, the training-operator deletes worker-1 as still running
+    # (cleanPodPolicy Running). The status above is what stays; the pod is checked when it stays too.
+    pods = real_node.cluster.kubectl_json("get", "pods", "-n", namespace, "--field-selector",
+                                          f"metadata.name={worker}")["items"]
+    for pod in pods:
+        assert pod["status"]["phase"] == "Failed"
+        status = tensorflow_status(pod)
+        assert status["restartCount"] == 0 and status["state"]["terminated"]["exitCode"] == 137
 
 
 def test_run_deleted_mid_training_stops_its_pods_and_keeps_the_pvc_only_with_retain(
