@@ -214,3 +214,7 @@ bench-journeys: setup images node-build ## each docs journey timed as a user run
 .PHONY: bench-e2e
 bench-e2e: setup images node-build ## time to a model on the real node (root): the book's plain TFJob vs the same training as a DistTrainingRun -> bench/e2e/results.*
 	$(OP)/python -m bench.e2e.run $(ARGS)
+
+.PHONY: bench-scaling
+bench-scaling: setup images node-build ## MWMS scaling in pods of 1 CPU against its ceiling, on the real node (root) -> bench/scaling/results.*
+	$(OP)/python -m bench.scaling.run $(ARGS)
