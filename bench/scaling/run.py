@@ -85,6 +85,17 @@ class Job:
     window: tuple[float, float]  # epoch seconds (the trainer: its log's timestamps; the ceiling: the pod's end)
     cpu_per_step_s: float | None = None
     allreduce_s: float | None = None
+    between_epochs_s: float | None = None  # the trainer: from each epoch's end line to the next one's begin
+
+
+def epoch_marks(log: str) -> tuple[dict[int, float], dict[int, float]]:
+    """Epoch -> when the chief logged its begin, and its end (the container runtime's timestamps)."""
+    begins: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    for at, text in stamped_lines(log):
+        if m := re.search(r"epoch (\d+)/\d+ (begin|end)", text):
+            (begins if m[2] == "begin" else ends).setdefault(int(m[1]), at)
+    return begins, ends
 
 
 REQUEST_CPU = "900m"  # two workers on 2 cores beside the node's own pods (~100m of requests): the limit is what binds
@@ -174,13 +185,13 @@ class Bench:
     def read(self, program: str, shape: str, config: Config, name: str, workers: int) -> Job:
         log = self.node.logs(self.ns, f"{name}-worker-0", timestamps=True)
         if program == "trainer":
-            stamps = stamped_lines(log)
-            begin = next(t for t, text in stamps if re.search(rf"epoch 2/{EPOCHS} begin", text))
-            end = next(t for t, text in stamps if re.search(rf"epoch {EPOCHS}/{EPOCHS} end", text))
+            begins, ends = epoch_marks(log)
+            begin, end = begins[2], ends[EPOCHS]
             steps = config.trainer_steps * (EPOCHS - 1)
+            between = sum(begins[e + 1] - ends[e] for e in range(2, EPOCHS))
             return Job(program, shape, config.batch, name, workers,
                        examples_per_second=steps * config.batch * workers / (end - begin),
-                       step_s=(end - begin) / steps, window=(begin, end))  # fmt: skip
+                       step_s=(end - begin) / steps, window=(begin, end), between_epochs_s=between)  # fmt: skip
         line = [text for _, text in stamped_lines(log) if text.startswith("{")][-1]
         out = json.loads(line)
         end = stamped_lines(log)[-1][0]
@@ -267,13 +278,14 @@ def markdown(r: dict[str, Any]) -> str:
         s = row["step_ms"]
         lines.append(f"| {batch} | **{row['ratio_to_ceiling']:.3f}** | {s['trainer_step']:.1f} | {s['compute']:.1f} "
                      f"| {s['synchronisation']:.1f} | {s['trainer_own']:.1f} | {s['allreduce_alone']:.1f} |")
-    lines += ["", "| job | program | shape | batch | workers | global ex/s | step ms | CPU s/step | all-reduce ms |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines += ["", "| job | program | shape | batch | workers | global ex/s | step ms | CPU s/step | all-reduce ms "
+              "| between epochs s |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for j in r["jobs"]:
         cpu = f"{j['cpu_per_step_s'] * 1000:.1f} ms" if j["cpu_per_step_s"] is not None else ""
         ar = f"{j['allreduce_s'] * 1000:.2f}" if j["allreduce_s"] is not None else ""
+        between = f"{j['between_epochs_s']:.2f}" if j.get("between_epochs_s") is not None else ""
         lines.append(f"| {j['name']} | {j['program']} | {j['shape']} | {j['batch']} | {j['workers']} | "
-                     f"{j['examples_per_second']:.0f} | {j['step_s'] * 1000:.1f} | {cpu} | {ar} |")
+                     f"{j['examples_per_second']:.0f} | {j['step_s'] * 1000:.1f} | {cpu} | {ar} | {between} |")
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,7 @@ from bench.scaling.run import (
     Config,
     Job,
     ceiling_objects,
+    epoch_marks,
     markdown,
     overlap,
     pod_shape,
@@ -91,3 +92,15 @@ def test_summary_takes_the_median_of_rounds_and_markdown_shows_each() -> None:
     text = markdown(doc)
     assert "**0.800** (0.700, 0.900, 0.800)" in text
     assert "| 64 | **1.000** |" in text
+
+
+def test_epoch_marks_read_the_chiefs_begin_and_end_lines() -> None:
+    log = "\n".join([
+        "2026-12-02T02:00:00.000000000Z dtr_trainer[worker-0]: epoch 1/4 begin",
+        "2026-12-02T02:00:05.500000000Z dtr_trainer[worker-0]: epoch 1/4 end accuracy=0.1 loss=2.3",
+        "2026-12-02T02:00:05.750000000Z dtr_trainer[worker-0]: epoch 2/4 begin",
+        "2026-12-02T02:00:09.000000000Z dtr_trainer[worker-0]: alive",
+    ])  # fmt: skip
+    begins, ends = epoch_marks(log)
+    assert list(begins) == [1, 2] and list(ends) == [1]
+    assert begins[2] - ends[1] == pytest.approx(0.25)
