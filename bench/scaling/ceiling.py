@@ -4,7 +4,7 @@ gradients in one pack, as the trainer), nothing else: no input pipeline, no metr
 checkpoint. With one worker (no TF_CONFIG peers) the same step without the all-reduce.
 
 bench/scaling/run.py runs it in the trainer image as a TFJob (python 3.9, TensorFlow 2.11), with the pods' CPU
-limits of the trainer's runs; it prints one JSON line:
+limits of the trainer's runs and the trainer's compute threads for them; it prints one JSON line:
 
     {"workers": 2, "task": 0, "batch": 64, "steps": 300, "step_s": ..., "cpu_per_step_s": ...,
      "allreduce_s": ..., "examples_per_second": ...}
@@ -49,6 +49,9 @@ def main() -> None:
     parser.add_argument("--allreduce-calls", type=int, default=200)
     args = parser.parse_args()
     workers, task = peers()
+    from dtr_trainer import cpus
+
+    cpus.size_thread_pools(os.environ)  # the trainer's threads (dtr_trainer/cpus.py), so the two compare
     import numpy as np
     import tensorflow as tf
 

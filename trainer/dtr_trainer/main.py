@@ -22,6 +22,7 @@ from dtr_contract.container import TERMINATION_MESSAGE_PATH
 from dtr_contract.progress import HEARTBEAT, trainer_line
 
 from dtr_trainer import (
+    cpus,
     data,
     divergence,
     export,
@@ -150,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="read (all-reduce) the training metrics only at the end of each execution")
     tuning.add_argument("--cache", action=argparse.BooleanOptionalAction, default=True,
                         help="cache the decoded training set in memory")
+    tuning.add_argument("--threads-from-cpu-limit", action=argparse.BooleanOptionalAction, default=True,
+                        help="TensorFlow's compute threads from the container's CPU limit (dtr_trainer/cpus.py; "
+                             "TF_NUM_INTRAOP_THREADS, when set, wins)")
     tuning.add_argument("--retain-memory", action=argparse.BooleanOptionalAction, default=DEFAULT_RETAIN_MEMORY,
                         help="keep memory freed by one step for the next (glibc malloc thresholds)")
     return p
@@ -324,12 +328,15 @@ def run(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     args = parse_args(argv)
     _TERMINATION_PATH = args.termination_message_path
+    threads = cpus.size_thread_pools(os.environ) if args.threads_from_cpu_limit else None  # before TensorFlow starts
     if args.retain_memory:
         memory.retain_freed_memory()
     cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
     _TASK = cluster.name
     run_identity = RunIdentity.from_env(os.environ, warn=log)
     worker_log.start(args.log_dir, cluster.name, run_identity, warn=log)
+    if threads is not None:
+        log(f"{threads} compute thread(s), the container's CPU limit")
     stop_if_diverged_before(args.backup_dir)
     args.dataset = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path in the volume's cache
     code = load_code(args)
