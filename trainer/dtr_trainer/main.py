@@ -323,20 +323,26 @@ def context(args: argparse.Namespace, cluster: ClusterInfo) -> user.Context:
     )  # fmt: skip
 
 
+def tune_process(args: argparse.Namespace) -> list[str]:
+    """Process-wide settings, before TensorFlow starts; what to log of them once the log is set up."""
+    threads = cpus.size_thread_pools(os.environ) if args.threads_from_cpu_limit else None
+    if args.retain_memory:
+        memory.retain_freed_memory()
+    return [f"{threads} compute thread(s), the container's CPU limit"] if threads is not None else []
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     global _TASK, _TERMINATION_PATH
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     args = parse_args(argv)
     _TERMINATION_PATH = args.termination_message_path
-    threads = cpus.size_thread_pools(os.environ) if args.threads_from_cpu_limit else None  # before TensorFlow starts
-    if args.retain_memory:
-        memory.retain_freed_memory()
+    notes = tune_process(args)
     cluster = parse_tf_config(os.environ.get("TF_CONFIG"))
     _TASK = cluster.name
     run_identity = RunIdentity.from_env(os.environ, warn=log)
     worker_log.start(args.log_dir, cluster.name, run_identity, warn=log)
-    if threads is not None:
-        log(f"{threads} compute thread(s), the container's CPU limit")
+    for note in notes:
+        log(note)
     stop_if_diverged_before(args.backup_dir)
     args.dataset = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path in the volume's cache
     code = load_code(args)
