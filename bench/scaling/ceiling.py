@@ -71,7 +71,7 @@ def main() -> None:
             loss = tf.nn.compute_average_loss(loss_fn(y, model(x, training=True)),
                                               global_batch_size=args.batch * workers)
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))  # noqa: B905 (Python 3.9: no strict)
 
     @tf.function
     def steps(n):  # a loop inside the function, as the trainer's steps_per_execution: no Python between steps

@@ -160,7 +160,8 @@ class Bench:
             if "Succeeded" in done:
                 return
             if "Failed" in done:
-                raise RuntimeError(f"{name} failed: {self.node.logs(self.ns, f'{name}-worker-0')[-2000:]}")
+                said = [c.get("message", "") for c in job["status"]["conditions"] if c["type"] == "Failed"]
+                raise RuntimeError(f"{name} failed: {said} {self.node.logs(self.ns, f'{name}-worker-0')[-2000:]}")
             time.sleep(1)
         raise TimeoutError(f"{name} did not finish in {timeout} s")
 
