@@ -50,3 +50,4 @@ def test_a_kept_run_is_a_copy():
     kept["status"]["phase"] = "Failed"
     kept["spec"]["training"]["metric"] = "x"
     assert body["status"]["phase"] == "Running" and body["spec"]["training"]["metric"] != "x"
+
