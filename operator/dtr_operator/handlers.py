@@ -20,7 +20,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -103,6 +103,38 @@ def _tune(settings: kopf.OperatorSettings) -> None:
     # would cap the rate at WORKER_LIMIT / 5 s; it still stays until kopf has seen its own patch (consistency).
     settings.queueing.worker_limit = WORKER_LIMIT
     settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
+    settings.persistence.diffbase_storage = SuspendDiffBase()
+
+
+# The fields of a run whose changes kopf tells apart (ensure_children's on.update): the whole essence it keeps.
+DIFF_FIELDS: tuple[tuple[str, ...], ...] = (("spec", "suspend"),)
+
+
+def essence(body: Mapping[str, Any], fields: Iterable[tuple[str, ...] | str] = ()) -> dict[str, Any]:
+    """What kopf compares between events and stores as last handled: DIFF_FIELDS and any field a handler names
+    (`fields`: kopf's extra fields), those present, nothing else. Pure."""
+    kept: dict[str, Any] = {}
+    for path in {*DIFF_FIELDS, *(tuple(f.split(".")) if isinstance(f, str) else tuple(f) for f in fields)}:
+        value: Any = body
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if value is not None:
+            target = kept
+            for key in path[:-1]:
+                target = target.setdefault(key, {})
+            target[path[-1]] = value
+    return kept
+
+
+class SuspendDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's diff base (the annotation kopf.zalando.org/last-handled-configuration) of DIFF_FIELDS alone, not of the
+    whole spec, labels and annotations: kopf built it with a deep copy of every event's body and stored the spec
+    again in the run (about 67 KB for the largest, then in every later event of it), to detect changes that only
+    spec.suspend's handler acts on. A run stored with the whole spec there is one update to kopf, which no handler
+    sees (spec.suspend did not change), and is stored anew."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> Any:
+        return essence(body, extra_fields or ())
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
