@@ -8,7 +8,7 @@
 - events of TFJobs labelled distml.dev/run: mirror their status into the owning run, read from the
   runs the reconciler keeps from the watch of runs (no GET per event).
 - a background check of runs waiting for their worker pods: say why when the pods cannot start.
-- a background retry of runs that wait (reconcile.RetryingRuns), each when its backoff is over.
+- a background retry of runs that wait (reconcile.RetryingRuns), each when its backoff is over; and malloc.trim.
 - a background poll of running runs: the chief's last finished epoch into status.progress.
 - events of DistTrainingRuns: keep the runs-by-phase metric and the runs the two background tasks look at.
 No finalizers, no delete handler: children go with the run by owner references (garbage collector).
@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import kopf
 
-from . import metrics
+from . import malloc, metrics
 from .builders import RUN_LABEL, TFJOB_GROUP, TFJOB_PLURAL, TFJOB_VERSION
 from .kube import Kube, NoCredentials
 from .reconcile import Reconciler, RunningRuns, RunRef
@@ -66,6 +66,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    malloc.limit_arenas()  # before kopf's thread pool exists: its threads share the arenas
     memo.background = Background()
     if getattr(memo, "settings", None) is None:  # started by `kopf run` / KopfRunner, not `dtr operator`
         memo.settings = from_env(os.environ)
@@ -169,14 +170,14 @@ async def stop_background(memo: kopf.Memo, **_: Any) -> None:
 
 
 class Background:
-    """The background tasks: the pods of runs waiting for them, the runs waiting to be retried, and the progress of
-    running runs."""
+    """The background tasks: the pods of runs waiting for them, the runs waiting to be retried, the progress of
+    running runs, and malloc's free memory back to the system."""
 
     def __init__(self) -> None:
         self._tasks: list[asyncio.Task[None]] = []
 
     def keep_running(self, reconciler: Reconciler, progress_interval: float) -> None:
-        """Start both, or start them again when one has ended."""
+        """Start them, or start them again when one has ended."""
         if self._tasks and not any(task.done() for task in self._tasks):
             return
         # Started here, not at startup: a task inherits the context it is created in, and only a
@@ -184,6 +185,7 @@ class Background:
         self.cancel()
         self._tasks.append(asyncio.create_task(_check_waiting_runs(reconciler)))
         self._tasks.append(asyncio.create_task(_retry_waiting_runs(reconciler)))
+        self._tasks.append(asyncio.create_task(_trim_memory()))
         if progress_interval:
             self._tasks.append(asyncio.create_task(_poll_running_runs(reconciler)))
 
@@ -199,6 +201,13 @@ async def _check_waiting_runs(reconciler: Reconciler) -> None:
         await asyncio.sleep(reconciler.waiting.after)
         for ref in reconciler.waiting.due(time.monotonic()):
             await _in_thread("pods", reconciler.check_waiting_pods, ref, f"pods of run {ref[0]}/{ref[1]} not checked")
+
+
+async def _trim_memory(every: float = malloc.TRIM_SECONDS) -> None:
+    """malloc's free memory back to the system now and then (malloc.py)."""
+    while True:
+        await asyncio.sleep(every)
+        malloc.trim()
 
 
 async def _retry_waiting_runs(reconciler: Reconciler, tick: float = RETRY_TICK) -> None:
