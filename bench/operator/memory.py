@@ -5,10 +5,10 @@
 
 (from the repository root). It starts its own control plane (devcluster) in a temp dir, creates --runs runs of
 tests/support/maximal.py (suspended, naming a code ConfigMap and a claim that do not exist: each waits,
-CodeNotFound, and no training-operator or kubelet is needed), then starts `dtr operator` on their namespace, as after a restart (the
-case that crash-looped: the initial listing and every run at once), allowing what they ask (maximal.py
-EXPANDING_ARGS: without, they fail at once instead of waiting), and samples its RSS every 0.5 s until every
-run says it waits, and for --settle seconds more.
+CodeNotFound, and no training-operator or kubelet is needed), then starts `dtr operator` on their namespace, as
+after a restart (the case that crash-looped: the initial listing and every run at once), allowing what they ask
+(maximal.py EXPANDING_ARGS: without, they fail at once instead of waiting), and samples its RSS every 0.5 s until
+every run says it waits, and for --settle seconds more.
 
 Writes memory.json (results, compared by hand across runs: nothing here is a timed test).
 """
