@@ -991,7 +991,7 @@ class Reconciler:
 
     def retry_run(self, ref: RunRef, retry: int, clock: Callable[[], float]) -> None:
         """A waiting run's next attempt (self.retrying): read it again, then reconcile_run. A run gone, replaced or
-        being deleted is dropped; an API error on the read is retried with the backoff."""
+        being deleted is dropped; an API error on the read, or an unexpected error, is retried with the backoff."""
         namespace, name, uid = ref
         try:
             body = self.kube.get_run(namespace, name)
@@ -999,8 +999,13 @@ class Reconciler:
             log.warning("run %s/%s not read for its next attempt: %s", namespace, name, err)
             self.retrying.later(ref, retry, clock(), self.retries.backoff(retry))
             return
-        if _is_live(body, uid):
+        if not _is_live(body, uid):
+            return
+        try:
             self.run_waits(body, retry, clock)
+        except Exception:  # a bug: said, and tried again with the backoff, as kopf retried a handler that raised
+            log.exception("run %s/%s: its next attempt failed", namespace, name)
+            self.retrying.later(ref, retry, clock(), self.retries.backoff(retry))
 
     def check_waiting_pods(self, ref: RunRef) -> None:
         """A run still waiting for its worker pods: read them, and say so when they cannot start. An API error

@@ -288,6 +288,13 @@ def test_a_waiting_run_that_cannot_be_read_is_retried_with_its_backoff(caplog: p
     assert "etcd is down" in caplog.text
 
 
+def test_a_waiting_run_whose_attempt_fails_unexpectedly_is_tried_again_with_its_backoff(caplog):
+    rec, _ = waiting_reconciler(FakeKube({("ml", "mnist-cnn"): run()}), [])  # no answer left: IndexError
+    rec.retry_run(("ml", "mnist-cnn", "u-1"), 1, Clock(100))
+    assert rec.retrying.take_due(100 + rec.retries.backoff(1)) == [(("ml", "mnist-cnn", "u-1"), 2)]
+    assert "its next attempt failed" in caplog.text
+
+
 def test_a_deleted_run_is_retried_no_more():
     rec, _ = waiting_reconciler(FakeKube(), [5.0])
     rec.run_waits(run(), 0, Clock(100))
