@@ -13,6 +13,8 @@ from typing import Any
 
 # User agents of the operator process: its own REST calls (kube.py) and kopf's (watches, patches, events).
 OPERATOR_AGENTS = ("dtr-operator/", "kopf/")
+LARGEST_NOTE = (" (the largest spec that expands, tests/support/maximal.py expanding_spec: ~67 KB each, suspended, "
+                "so no worker pods)")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -160,11 +162,12 @@ def markdown(results: Mapping[str, Any]) -> str:
     out += [
         "| burst | value |",
         "|---|---:|",
-        f"| runs created at once | {burst['runs']} |",
+        f"| runs created at once | {burst['runs']}{LARGEST_NOTE if burst.get('largest') else ''} |",
         f"| seconds to create them (client) | {burst['seconds_to_create']} |",
         f"| seconds until all have TFJob and PVC | {burst['seconds_to_all_expanded']} |",
         f"| runs expanded per second | {burst['runs_per_second']} |",
-        f"| seconds until every run's status mirrors its TFJob | {burst['seconds_to_all_status']} |",
+        f"| seconds until every run's status mirrors its TFJob ({burst.get('mirrored_reason', 'TFJobCreated')}) | "
+        f"{burst['seconds_to_all_status']} |",
         f"| operator API requests per run (audit log) | {burst['operator_requests_per_run']} |",
     ]
     rb = results.get("reference_burst")

@@ -4,10 +4,11 @@
     .venv/op/bin/python -m bench.operator.memory [--runs 1000] [--out bench/operator]
 
 (from the repository root). It starts its own control plane (devcluster) in a temp dir, creates --runs runs of
-tests/support/maximal.py (suspended, naming a claim that does not exist: each waits, WaitingForPVC, and no
-training-operator or kubelet is needed), then starts `dtr operator` on their namespace, as after a restart (the
-case that crash-looped: the initial listing and every run at once), and samples its RSS every 0.5 s until every
-run says WaitingForPVC, and for --settle seconds more.
+tests/support/maximal.py (suspended, naming a code ConfigMap and a claim that do not exist: each waits,
+CodeNotFound, and no training-operator or kubelet is needed), then starts `dtr operator` on their namespace, as
+after a restart (the case that crash-looped: the initial listing and every run at once), allowing what they ask
+(maximal.py EXPANDING_ARGS: without, they fail at once instead of waiting), and samples its RSS every 0.5 s until
+every run says it waits, and for --settle seconds more.
 
 Writes memory.json (results, compared by hand across runs: nothing here is a timed test).
 """
@@ -30,7 +31,7 @@ import yaml
 
 from bench.operator.run import proc_status_kb
 from devcluster import controlplane
-from tests.support.maximal import maximal_spec
+from tests.support.maximal import EXPANDING_ARGS, EXPANDING_IMAGE, maximal_spec
 from tests.support.runs import run_doc
 
 HERE = Path(__file__).resolve().parent
@@ -69,9 +70,14 @@ class Kubectl:
         return proc.stdout
 
 
+def waiting_spec() -> dict[str, Any]:
+    """maximal_spec with a valid image (its own is no valid reference: the run would fail, ImageNotAllowed)."""
+    return {**maximal_spec(), "image": EXPANDING_IMAGE}
+
+
 def create_runs(kubectl: Kubectl, count: int) -> tuple[int, float]:
     """count maximal runs in NS; returns the size of one spec (characters of JSON) and the seconds it took."""
-    spec = maximal_spec()
+    spec = waiting_spec()
     t0 = time.monotonic()
     for start in range(0, count, BATCH):
         items = [run_doc(f"max-{i:04d}", NS, spec) for i in range(start, min(start + BATCH, count))]
@@ -115,7 +121,7 @@ def start_operator(kubeconfig: Path, workdir: Path, metrics_port: int) -> subpro
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     args = [sys.executable, "-m", "dtr_operator.cli", "operator", "--namespace", NS,
             "--metrics-port", str(metrics_port), "--liveness-port", str(controlplane.free_port()),
-            "--allowed-images", maximal_spec()["image"]]  # fmt: skip
+            *EXPANDING_ARGS]  # fmt: skip
     out = open(workdir / "operator.log", "wb")  # noqa: SIM115 (lives as long as the process)
     return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL, cwd=REPO)
 

@@ -27,6 +27,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from dtr_operator.spec import parse_run
 
 from bench.operator.analysis import audit_requests, goals, history_row, latency_summary, markdown
 from devcluster import controlplane
+from tests.support.maximal import EXPANDING_ARGS, code_config_map, expanding_spec
 from tests.support.runs import run_doc
 
 HERE = Path(__file__).resolve().parent
@@ -208,6 +210,29 @@ def run_phase(obj: dict[str, Any]) -> str | None:
     return (obj.get("status") or {}).get("phase")
 
 
+@dataclass(frozen=True)
+class BurstRuns:
+    """What the burst creates: each run's document (by name), the status.reason that says its status mirrors its
+    TFJob, the objects it needs first and the `dtr operator` flags that let it expand."""
+
+    doc: Callable[[str], dict[str, Any]]
+    mirrored_reason: str
+    needs: tuple[dict[str, Any], ...] = ()
+    operator_args: tuple[str, ...] = ()
+    timeout: float = 120.0  # seconds until all are expanded; as long again for their status
+
+
+ORDINARY = BurstRuns(run_doc, "TFJobCreated")
+
+
+def largest() -> BurstRuns:
+    """Runs of the largest spec that expands (tests/support/maximal.py, ~67 KB each): suspended, so the status
+    the create handler writes (RunSuspended) is the one their TFJob's conditions keep; no worker pod is asked for."""
+    spec = expanding_spec()
+    return BurstRuns(lambda name: run_doc(name, spec=spec), "RunSuspended", (code_config_map(NS),), EXPANDING_ARGS,
+                     timeout=600.0)
+
+
 # ---- the benchmark ------------------------------------------------------------------------------
 
 
@@ -342,7 +367,7 @@ def read_from(path: Path, offset: int) -> tuple[list[str], int]:
 
 
 async def burst_phase(api: Api, hub: Hub, w: dict[str, Watch], runs_n: int, audit_log: Path, sampler: Sampler,
-                      pids: dict[str, int]) -> dict[str, Any]:  # fmt: skip
+                      pids: dict[str, int], kind: BurstRuns = ORDINARY) -> dict[str, Any]:  # fmt: skip
     names = [f"burst-{i:03d}" for i in range(runs_n)]
     offset = audit_log.stat().st_size
     cpu0 = {name: proc_cpu_seconds(pid) for name, pid in pids.items()}
@@ -350,21 +375,22 @@ async def burst_phase(api: Api, hub: Hub, w: dict[str, Watch], runs_n: int, audi
 
     async def create(name: str) -> None:
         async with gate:
-            await api.call("POST", f"{DTR}/namespaces/{NS}/disttrainingruns", run_doc(name))
+            await api.call("POST", f"{DTR}/namespaces/{NS}/disttrainingruns", kind.doc(name))
 
     def expanded() -> int:
         return sum(1 for n in names if n in w["tfjobs"].first_seen and f"{n}-data" in w["pvcs"].first_seen)
 
     def mirrored() -> int:
-        return sum(1 for n in names if (n, "reason=TFJobCreated") in w["runs"].transitions)
+        return sum(1 for n in names if (n, f"reason={kind.mirrored_reason}") in w["runs"].transitions)
 
     sampler.mark("burst start")
     t0 = time.perf_counter()
     await asyncio.gather(*(create(n) for n in names))
     t_created = time.perf_counter()
-    result: dict[str, Any] = {"runs": runs_n, "seconds_to_create": round(t_created - t0, 2)}
+    result: dict[str, Any] = {"runs": runs_n, "largest": kind is not ORDINARY, "mirrored_reason": kind.mirrored_reason,
+                              "seconds_to_create": round(t_created - t0, 2)}
     try:
-        await hub.wait(lambda: expanded() == runs_n, 120, "all TFJobs and PVCs")
+        await hub.wait(lambda: expanded() == runs_n, kind.timeout, "all TFJobs and PVCs")
     except TimeoutError as err:
         result["error"] = f"{err}: {expanded()} of {runs_n} expanded"
     done = [max(w["tfjobs"].first_seen[n], w["pvcs"].first_seen[f"{n}-data"]) - t0 for n in names
@@ -378,9 +404,9 @@ async def burst_phase(api: Api, hub: Hub, w: dict[str, Watch], runs_n: int, audi
         "expansion_seconds": sorted(round(d, 3) for d in done),
     }
     try:
-        await hub.wait(lambda: mirrored() == runs_n, 180, "every run's status to mirror TFJob Created")
+        await hub.wait(lambda: mirrored() == runs_n, max(180, kind.timeout), "every run's status to mirror its TFJob")
         result["seconds_to_all_status"] = round(
-            max(w["runs"].transitions[(n, "reason=TFJobCreated")] for n in names) - t0, 2
+            max(w["runs"].transitions[(n, f"reason={kind.mirrored_reason}")] for n in names) - t0, 2
         )
     except TimeoutError as err:
         result["seconds_to_all_status"] = None
@@ -472,6 +498,8 @@ async def wait_operator_ready(api: Api, w: dict[str, Watch], op: subprocess.Pope
 
 async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     load_before = os.getloadavg()
+    kind = largest() if args.largest else ORDINARY
+    operator_args = [*kind.operator_args, *args.operator_arg]
     cp = start_control_plane(workdir)
     state = cp.state()
     assert state is not None
@@ -484,6 +512,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         for ns in (NS, REF_NS):
             namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
             await api.call("POST", "/api/v1/namespaces", namespace)
+        for obj in kind.needs:
+            await api.call("POST", f"/api/v1/namespaces/{NS}/{obj['kind'].lower()}s", obj)
         hub = Hub()
         watches = {
             "runs": Watch(api, hub, f"{DTR}/namespaces/{NS}/disttrainingruns"),
@@ -496,7 +526,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         for watch in watches.values():
             await watch.start()
         metrics_port = controlplane.free_port()
-        op = start_operator(cp.kubeconfig, workdir, metrics_port, args.operator_arg, args.kopf_setting)
+        op = start_operator(cp.kubeconfig, workdir, metrics_port, operator_args, args.kopf_setting)
         pids = {"dtr-operator": op.pid, **{c: state.pids[c] for c in ("training-operator", "kube-apiserver")}}
         sampler = Sampler({"dtr-operator": op.pid, "training-operator": pids["training-operator"]})
         sampler_task = asyncio.create_task(sampler.run())
@@ -511,8 +541,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         log(f"{len(names)} runs Running for {args.running_seconds} s")
         sampler.mark("running")
         running = await running_phase(workdir / "audit.log", len(names), args.running_seconds)
-        log(f"burst of {args.runs} runs")
-        burst = await burst_phase(api, hub, watches, args.runs, workdir / "audit.log", sampler, pids)
+        log(f"burst of {args.runs} {'largest ' if args.largest else ''}runs")
+        burst = await burst_phase(api, hub, watches, args.runs, workdir / "audit.log", sampler, pids, kind)
         log(f"reference burst of {args.runs} TFJobs")
         ref_burst = await reference_burst(api, hub, watches, args.runs, sampler)
         metrics = scrape(metrics_port)
@@ -545,7 +575,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "cpus": os.cpu_count(),
             "loadavg_before": [round(x, 2) for x in load_before],
             "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-            "operator_args": " ".join(["dtr operator", "--namespace", NS, *args.operator_arg]),
+            "operator_args": " ".join(["dtr operator", "--namespace", NS, *operator_args]),
             "kopf_overrides": args.kopf_setting,
             "control_plane_versions": {c: (cp.bin / f"{c}.version").read_text().strip()
                                        for c in controlplane.COMPONENTS if (cp.bin / f"{c}.version").exists()},
@@ -624,6 +654,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="how long to count requests while the latency samples' runs are Running (default 30)")
     p.add_argument("--out", type=Path, default=HERE, help="where results.json/.md/.png go (default bench/operator)")
     p.add_argument("--name", default="results", help="file name stem of the outputs (default results)")
+    p.add_argument("--largest", action="store_true",
+                   help="the burst's runs of the largest spec that expands (tests/support/maximal.py expanding_spec, "
+                   "~67 KB each; suspended), the operator allowing what they ask; the reference burst stays the same")
     p.add_argument("--operator-arg", action="append", default=[], help="extra argument for `dtr operator`")
     p.add_argument("--kopf-setting", action="append", default=[], metavar="PATH=VALUE",
                    help="override a kopf setting, e.g. execution.max_workers=32 "

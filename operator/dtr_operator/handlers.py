@@ -3,10 +3,12 @@
 - startup: operator settings, the API client, kopf tuning, and the one `reconcile.Reconciler` (in
   kopf's memo, which every handler gets a shallow copy of) with what the operator keeps in memory.
 - create/resume of a DistTrainingRun, or its spec.suspend changed: ensure its PVC and TFJob, the TFJob
-  suspended as the spec says (retries with backoff while waiting).
-- events of TFJobs labelled distml.dev/run: mirror their status into the owning run, read from an
-  index of runs that kopf keeps from its watch (no GET per event).
+  suspended as the spec says. A run that waits is retried with backoff by a background task, not by kopf
+  (which would keep its whole body until then: docs/performance.md#operator-memory).
+- events of TFJobs labelled distml.dev/run: mirror their status into the owning run, read from the
+  runs the reconciler keeps from the watch of runs (no GET per event).
 - a background check of runs waiting for their worker pods: say why when the pods cannot start.
+- a background retry of runs that wait (reconcile.RetryingRuns), each when its backoff is over; and malloc.trim.
 - a background poll of running runs: the chief's last finished epoch into status.progress.
 - events of DistTrainingRuns: keep the runs-by-phase metric and the runs the two background tasks look at.
 No finalizers, no delete handler: children go with the run by owner references (garbage collector).
@@ -18,23 +20,21 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import kopf
 
-from . import metrics
+from . import malloc, metrics
 from .builders import RUN_LABEL, TFJOB_GROUP, TFJOB_PLURAL, TFJOB_VERSION
 from .kube import Kube, NoCredentials
-from .reconcile import Reconciler, RunningRuns, RunRef, slim
+from .reconcile import Reconciler, RunningRuns, RunRef
 from .settings import Settings, from_env
 from .spec import GROUP, PLURAL, VERSION
 from .status import MAX_REASON, MAX_STATE_MESSAGE, clean_text
 
 _log = logging.getLogger(__name__)
-RunKey = tuple[str, str]  # (namespace, name)
-RunBody = dict[str, Any]
 T = TypeVar("T")
 R = TypeVar("R")
 # Chief-log reads in flight at once (docs/operator.md#how-it-reconciles): a quarter of the API client's connection
@@ -44,6 +44,10 @@ R = TypeVar("R")
 PROGRESS_READS_AT_ONCE = 4
 # The progress loop looks for runs just seen Running at least this often (seconds; the interval when shorter).
 PROGRESS_TICK = 1.0
+# kopf's workers at once per kind of object, and how long an idle one stays (_tune).
+WORKER_LIMIT = 64
+WORKER_IDLE_SECONDS = 0.5
+RETRY_TICK = 1.0  # seconds: the retry loop looks for runs that started waiting at least this often
 MIN_PAUSE = 0.01  # seconds: a due read found a hair early is not a busy loop
 
 
@@ -62,6 +66,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: Any) -> None:
+    malloc.limit_arenas()  # before kopf's thread pool exists: its threads share the arenas
     memo.background = Background()
     if getattr(memo, "settings", None) is None:  # started by `kopf run` / KopfRunner, not `dtr operator`
         memo.settings = from_env(os.environ)
@@ -92,43 +97,60 @@ def _tune(settings: kopf.OperatorSettings) -> None:
     # Sync handlers run in this many threads; each waits on API calls, not CPU. As many as the API
     # client's connection pool (kube.py), so no connection is opened just to be discarded.
     settings.execution.max_workers = 16
+    # At most this many objects of a kind in kopf's hands at once (docs/performance.md#operator-memory): each costs
+    # its body and kopf's copies of it while its handlers wait for a thread, about 80 KB for an ordinary run and
+    # several hundred for the largest, and without a limit a burst of 1000 runs had 1100 at once. The others wait
+    # as the watch delivered them. An idle object's worker leaves its place sooner than kopf's 5 s, or the limit
+    # would cap the rate at WORKER_LIMIT / 5 s; it still stays until kopf has seen its own patch (consistency).
+    settings.queueing.worker_limit = WORKER_LIMIT
+    settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
+    settings.persistence.diffbase_storage = SuspendDiffBase()
+
+
+# The fields of a run whose changes kopf tells apart (ensure_children's on.update): the whole essence it keeps.
+DIFF_FIELDS: tuple[tuple[str, ...], ...] = (("spec", "suspend"),)
+
+
+def essence(body: Mapping[str, Any], fields: Iterable[tuple[str, ...] | str] = ()) -> dict[str, Any]:
+    """What kopf compares between events and stores as last handled: DIFF_FIELDS and any field a handler names
+    (`fields`: kopf's extra fields), those present, nothing else. Pure."""
+    kept: dict[str, Any] = {}
+    for path in {*DIFF_FIELDS, *(tuple(f.split(".")) if isinstance(f, str) else tuple(f) for f in fields)}:
+        value: Any = body
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if value is not None:
+            target = kept
+            for key in path[:-1]:
+                target = target.setdefault(key, {})
+            target[path[-1]] = value
+    return kept
+
+
+class SuspendDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's diff base (the annotation kopf.zalando.org/last-handled-configuration) of DIFF_FIELDS alone, not of the
+    whole spec, labels and annotations: kopf built it with a deep copy of every event's body and stored the spec
+    again in the run (about 67 KB for the largest, then in every later event of it), to detect changes that only
+    spec.suspend's handler acts on. A run stored with the whole spec there is one update to kopf, which no handler
+    sees (spec.suspend did not change), and is stored anew."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> Any:
+        return essence(body, extra_fields or ())
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec.suspend")
 def ensure_children(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    # A run that waits is done for kopf: memo.reconciler.retrying keeps it, and the background retries it.
     with metrics.RECONCILE_SECONDS.labels(handler="run").time():
-        delay = memo.reconciler.reconcile_run(dict(body), retry)
-    if delay is not None:
-        # The reason is already in the run's status; kopf just calls us again after `delay`.
-        raise kopf.TemporaryError(f"waiting; next attempt in {delay:.0f}s", delay=delay)
-
-
-@kopf.index(GROUP, VERSION, PLURAL)
-async def runs_by_name(namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> dict[RunKey, RunBody]:
-    """Every run as the watch last saw it: the TFJob handler reads owners here, not with a GET per event.
-
-    async for the reason run_seen is: as a sync handler it waited in the thread pool behind slow
-    ensure_children calls, and kopf then handled stale events as new creations (66 of 200 runs of a
-    burst ran their create handler twice).
-    """
-    return {(namespace or "", name or ""): slim(body)}
-
-
-def _cached(index: kopf.Index[RunKey, RunBody]) -> Callable[[str, str], RunBody | None]:
-    def lookup(namespace: str, name: str) -> RunBody | None:
-        return next(iter(index.get((namespace, name), ())), None)
-
-    return lookup
+        memo.reconciler.run_waits(dict(body), retry, time.monotonic)
 
 
 @kopf.on.event(TFJOB_GROUP, TFJOB_VERSION, TFJOB_PLURAL, labels={RUN_LABEL: kopf.PRESENT})
-def tfjob_changed(
-    type: str | None, body: kopf.Body, memo: kopf.Memo, runs_by_name: kopf.Index[RunKey, RunBody], **_: Any
-) -> None:
+def tfjob_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     with metrics.RECONCILE_SECONDS.labels(handler="tfjob").time():
-        memo.reconciler.tfjob_event(type, dict(body), cached_run=_cached(runs_by_name))
+        memo.reconciler.tfjob_event(type, dict(body), cached_run=memo.reconciler.cached_run)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -136,6 +158,8 @@ async def run_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any)
     # async: bookkeeping in memory, not worth a thread. As a sync handler it queued behind slow
     # ensure_children calls in the thread pool, holding up this run's own event processing until
     # kopf's consistency wait (5 s) ran out and a stale event ran the create handler a second time.
+    # It also keeps the runs the TFJob handler reads owners from (reconciler.runs, slim): not a kopf.index, whose
+    # readiness wait at startup would deadlock under settings.queueing.worker_limit (_tune).
     memo.reconciler.seen(type, body, time.monotonic())
     memo.background.keep_running(memo.reconciler, memo.settings.progress_interval)
 
@@ -146,19 +170,22 @@ async def stop_background(memo: kopf.Memo, **_: Any) -> None:
 
 
 class Background:
-    """The two background tasks: the pods of runs waiting for them, and the progress of running runs."""
+    """The background tasks: the pods of runs waiting for them, the runs waiting to be retried, the progress of
+    running runs, and malloc's free memory back to the system."""
 
     def __init__(self) -> None:
         self._tasks: list[asyncio.Task[None]] = []
 
     def keep_running(self, reconciler: Reconciler, progress_interval: float) -> None:
-        """Start both, or start them again when one has ended."""
+        """Start them, or start them again when one has ended."""
         if self._tasks and not any(task.done() for task in self._tasks):
             return
         # Started here, not at startup: a task inherits the context it is created in, and only a
         # handler's context lets kopf.event post (a startup task's events raise LookupError).
         self.cancel()
         self._tasks.append(asyncio.create_task(_check_waiting_runs(reconciler)))
+        self._tasks.append(asyncio.create_task(_retry_waiting_runs(reconciler)))
+        self._tasks.append(asyncio.create_task(_trim_memory()))
         if progress_interval:
             self._tasks.append(asyncio.create_task(_poll_running_runs(reconciler)))
 
@@ -174,6 +201,25 @@ async def _check_waiting_runs(reconciler: Reconciler) -> None:
         await asyncio.sleep(reconciler.waiting.after)
         for ref in reconciler.waiting.due(time.monotonic()):
             await _in_thread("pods", reconciler.check_waiting_pods, ref, f"pods of run {ref[0]}/{ref[1]} not checked")
+
+
+async def _trim_memory(every: float = malloc.TRIM_SECONDS) -> None:
+    """malloc's free memory back to the system now and then (malloc.py)."""
+    while True:
+        await asyncio.sleep(every)
+        malloc.trim()
+
+
+async def _retry_waiting_runs(reconciler: Reconciler, tick: float = RETRY_TICK) -> None:
+    """Each waiting run when its backoff is over (reconcile.RetryingRuns), one at a time, the longest due first;
+    wakes at the earliest due, at least every `tick` (runs that started waiting meanwhile)."""
+    retrying = reconciler.retrying
+    while True:
+        for ref, retry in retrying.take_due(time.monotonic()):
+            await _in_thread("run", lambda due: reconciler.retry_run(*due, time.monotonic), (ref, retry),
+                             f"run {ref[0]}/{ref[1]} not retried")  # fmt: skip
+        due = retrying.next_due()
+        await asyncio.sleep(tick if due is None else min(max(due - time.monotonic(), MIN_PAUSE), tick))
 
 
 async def _poll_running_runs(reconciler: Reconciler, at_once: int = PROGRESS_READS_AT_ONCE,

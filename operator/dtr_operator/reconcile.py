@@ -480,6 +480,40 @@ class WaitingRuns:
         return [ref for ref, since in list(self._since.items()) if at - since >= self.after]
 
 
+class RetryingRuns:
+    """The runs whose reconcile_run asked to be called again (they wait: for their code's ConfigMap, a PVC, the TFJob
+    CRD, the API ...), when (monotonic seconds) and with which retry count. In memory only: a restarted operator's
+    resume handler finds them waiting again.
+
+    Not kopf's retries (a handler raising TemporaryError): kopf keeps the run's whole body, with its own copy of the
+    spec, until the retry, about 0.3 MB for a run of the largest spec (docs/performance.md#operator-memory); this
+    keeps a reference.
+    """
+
+    def __init__(self) -> None:
+        self._due: dict[RunRef, tuple[float, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def later(self, ref: RunRef, retry: int, at: float, delay: float) -> None:
+        """The attempt numbered `retry` (0: the first) asked for another after `delay` seconds from `at`."""
+        self._due[ref] = (at + delay, retry + 1)
+
+    def gone(self, ref: RunRef) -> None:
+        self._due.pop(ref, None)
+
+    def take_due(self, at: float) -> list[tuple[RunRef, int]]:
+        """The runs due at `at`, the longest due first, with their retry counts; no longer kept (later() again)."""
+        due = sorted((when, ref, retry) for ref, (when, retry) in self._due.items() if when <= at)
+        for _, ref, _ in due:
+            del self._due[ref]
+        return [(ref, retry) for _, ref, retry in due]
+
+    def next_due(self) -> float | None:
+        return min((when for when, _ in self._due.values()), default=None)
+
+
 # ---- progress of running runs ------------------------------------------------------------------
 
 # The end of the chief's log read per poll: an epoch's line is among the last few (Keras prints nothing
@@ -618,6 +652,8 @@ class Reconciler:
     claim_refusal: ClaimCheck = any_claim
     retries: Retries = Retries()
     waiting: WaitingRuns = field(default_factory=lambda: WaitingRuns(after=POD_CHECK_SECONDS))
+    retrying: RetryingRuns = field(default_factory=RetryingRuns)
+    runs: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)  # (namespace, name) -> slim(run)
     running: RunningRuns = field(default_factory=RunningRuns)
     phases: metrics.PhaseTracker = field(default_factory=metrics.PhaseTracker)
     figures: metrics.RunFigures = field(default_factory=metrics.RunFigures)
@@ -930,12 +966,46 @@ class Reconciler:
             self.figures.gone(namespace, name)
             self.waiting.gone(ref)
             self.running.gone(ref)
+            self.retrying.gone(ref)
+            if _meta(self.runs.get((namespace, name)) or {}).get("uid") == uid:
+                del self.runs[(namespace, name)]
             return
+        self.runs[(namespace, name)] = slim(body)
         status = body.get("status") or {}
         self.phases.seen(uid, status.get("phase"))
         self.figures.seen(namespace, name, body)
         self.waiting.seen(ref, status, at)
         self.running.seen(ref, body, keep=slim)
+
+    def cached_run(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A CachedRun: the run as the watch last saw it (slim), or None."""
+        return self.runs.get((namespace, name))
+
+    def run_waits(self, body: Mapping[str, Any], retry: int, clock: Callable[[], float]) -> None:
+        """reconcile_run(body, retry), and when it asks for another attempt, the run kept in self.retrying."""
+        delay = self.reconcile_run(body, retry)
+        if delay is not None:
+            meta = _meta(body)
+            self.retrying.later((meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or ""), retry,
+                                clock(), delay)  # fmt: skip
+
+    def retry_run(self, ref: RunRef, retry: int, clock: Callable[[], float]) -> None:
+        """A waiting run's next attempt (self.retrying): read it again, then reconcile_run. A run gone, replaced or
+        being deleted is dropped; an API error on the read, or an unexpected error, is retried with the backoff."""
+        namespace, name, uid = ref
+        try:
+            body = self.kube.get_run(namespace, name)
+        except ApiError as err:
+            log.warning("run %s/%s not read for its next attempt: %s", namespace, name, err)
+            self.retrying.later(ref, retry, clock(), self.retries.backoff(retry))
+            return
+        if not _is_live(body, uid):
+            return
+        try:
+            self.run_waits(body, retry, clock)
+        except Exception:  # a bug: said, and tried again with the backoff, as kopf retried a handler that raised
+            log.exception("run %s/%s: its next attempt failed", namespace, name)
+            self.retrying.later(ref, retry, clock(), self.retries.backoff(retry))
 
     def check_waiting_pods(self, ref: RunRef) -> None:
         """A run still waiting for its worker pods: read them, and say so when they cannot start. An API error

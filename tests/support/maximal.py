@@ -139,5 +139,37 @@ def maximal_spec(claim: str = "missing") -> dict[str, Any]:
     }
 
 
+# The longest image reference the grammar admits (imageref.py): a name of 255 characters, a tag of 128, a digest.
+EXPANDING_IMAGE = f"r.io/{'r' * 250}:{'t' * 128}@sha256:{'0' * 64}"
+
+
+def expanding_spec() -> dict[str, Any]:
+    """The largest spec that expands, for bench/operator/run.py --largest: maximal_spec with a PVC of its own (its
+    class at its maxLength) instead of a claim that does not exist, and the longest valid image reference
+    (maximal_spec's, 512 characters in one path component, is no valid reference: such a run fails,
+    ImageNotAllowed); it needs its code's ConfigMap (code_config_map) and the operator flags of EXPANDING_ARGS,
+    nothing else. Still suspended: its TFJob of 64 workers asks for no pod (a burst of 1000 would ask for 64 000)."""
+    spec = maximal_spec()
+    spec["image"] = EXPANDING_IMAGE
+    spec["storage"] = {"size": "1Gi", "storageClassName": "s" * _len("storage.storageClassName"),
+                       "accessMode": "ReadWriteMany", "reclaimPolicy": "Delete"}  # fmt: skip
+    return spec
+
+
+def code_config_map(namespace: str) -> dict[str, Any]:
+    """The ConfigMap that expanding_spec's runs name, with their key: without it they wait (CodeNotFound)."""
+    code = maximal_spec()["training"]["code"]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": code["configMap"], "namespace": namespace},
+            "data": {code["key"]: "def build_model(): ...\n"}}  # fmt: skip
+
+
+# What `dtr operator` must allow for expanding_spec to expand rather than fail (policy.py refuses all of it by default).
+EXPANDING_ARGS = (
+    "--allowed-images=r.io/*", "--allowed-pod-labels=*", "--allowed-pod-annotations=*",
+    "--allowed-priority-classes=*", "--allowed-toleration-keys=*", "--allowed-anti-affinity-topologies=*",
+    "--allowed-storage-classes=*", "--cross-namespace-affinity=allowed",
+)  # fmt: skip
+
+
 def max_name() -> str:
     return "r" * fields.MAX_NAME_LENGTH

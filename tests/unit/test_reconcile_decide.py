@@ -128,6 +128,27 @@ def test_runs_waiting_for_something_else_or_gone_are_never_due():
     assert runs.due(1000) == []
 
 
+# ---- which runs are retried when (RetryingRuns) -------------------------------------------------------
+
+
+def test_a_waiting_run_is_due_when_its_delay_is_over_and_taken_once_with_its_next_retry_count():
+    runs = reconcile.RetryingRuns()
+    runs.later(REF, 0, at=100, delay=5)
+    assert runs.next_due() == 105 and runs.take_due(104.9) == []
+    assert runs.take_due(105) == [(REF, 1)]
+    assert runs.take_due(200) == [] and len(runs) == 0, "taken: kept again only when it waits again"
+
+
+def test_the_longest_due_run_is_retried_first_and_a_run_gone_never():
+    runs = reconcile.RetryingRuns()
+    other, gone = ("ml", "other", "u-2"), ("ml", "gone", "u-3")
+    runs.later(REF, 3, at=100, delay=40)
+    runs.later(other, 0, at=120, delay=5)
+    runs.later(gone, 0, at=100, delay=5)
+    runs.gone(gone)
+    assert runs.take_due(200) == [(other, 1), (REF, 4)]
+
+
 # ---- spec.suspend: the TFJob's runPolicy.suspend follows it ---------------------------------------
 
 SUSPENDED_RUN = parse_run(make_run({"workers": 2, "suspend": True}, uid="u-1", generation=2))

@@ -218,6 +218,90 @@ def test_the_watch_keeps_the_waiting_and_running_runs_until_they_move_on_or_go()
     assert rec.running.bodies() == []
 
 
+def test_the_watch_keeps_each_run_slim_for_the_tfjob_handler_until_it_goes():
+    rec, _ = reconciler(FakeKube())
+    body = run({"phase": "Pending", "reason": "TFJobCreated"})
+    body["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    rec.seen("ADDED", body, at=100)
+    kept = rec.cached_run("ml", "mnist-cnn")
+    assert kept is not None and kept["metadata"]["uid"] == "u-1" and "managedFields" not in kept["metadata"]
+    rec.seen("DELETED", run(uid="u-0"), at=110)
+    assert rec.cached_run("ml", "mnist-cnn") is not None, "the deletion of an earlier run of that name"
+    rec.seen("DELETED", body, at=120)
+    assert rec.cached_run("ml", "mnist-cnn") is None
+
+
+class Clock:
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def __call__(self) -> float:
+        return self.at
+
+
+def waiting_reconciler(kube: FakeKube, delays: list[float | None]) -> tuple[Reconciler, list[tuple[str, int]]]:
+    """A reconciler whose reconcile_run answers `delays` in turn (the waiting itself is decide's, tested apart)."""
+    rec, _ = reconciler(kube)
+    calls: list[tuple[str, int]] = []
+
+    def reconcile_run(body: dict[str, Any], retry: int = 0) -> float | None:
+        calls.append((body["metadata"]["resourceVersion"], retry))
+        return delays.pop(0)
+
+    rec.reconcile_run = reconcile_run  # type: ignore[method-assign]
+    return rec, calls
+
+
+def test_a_waiting_run_is_kept_by_the_reconciler_and_retried_from_a_fresh_read_until_it_stops_waiting():
+    fresh = run(resourceVersion="7")
+    kube = FakeKube({("ml", "mnist-cnn"): fresh})
+    rec, calls = waiting_reconciler(kube, [5.0, 10.0, None])
+    ref = ("ml", "mnist-cnn", "u-1")
+    rec.run_waits(run(), 0, Clock(100))
+    assert rec.retrying.take_due(104) == [] and rec.retrying.next_due() == 105
+    [(due, retry)] = rec.retrying.take_due(105)
+    rec.retry_run(due, retry, Clock(106))
+    assert rec.retrying.next_due() == 116
+    rec.retry_run(*rec.retrying.take_due(116)[0], Clock(117))
+    assert calls == [("1", 0), ("7", 1), ("7", 2)], "each retry reads the run again, with the next retry count"
+    assert len(rec.retrying) == 0 and due == ref
+
+
+@pytest.mark.parametrize("stored", [None, run(uid="u-2"), run(deletionTimestamp="2026-12-02T00:00:00Z")],
+                         ids=["deleted", "replaced", "being-deleted"])  # fmt: skip
+def test_a_waiting_run_gone_or_replaced_is_dropped_at_its_retry(stored: dict[str, Any] | None):
+    rec, calls = waiting_reconciler(FakeKube({("ml", "mnist-cnn"): stored} if stored else {}), [])
+    rec.retry_run(("ml", "mnist-cnn", "u-1"), 3, Clock(100))
+    assert calls == [] and len(rec.retrying) == 0
+
+
+def test_a_waiting_run_that_cannot_be_read_is_retried_with_its_backoff(caplog: pytest.LogCaptureFixture):
+    kube = FakeKube()
+    rec, calls = waiting_reconciler(kube, [])
+
+    def unavailable(namespace: str, name: str) -> None:
+        raise ApiError(503, "ServiceUnavailable", "etcd is down")
+
+    kube.get_run = unavailable  # type: ignore[method-assign]
+    rec.retry_run(("ml", "mnist-cnn", "u-1"), 2, Clock(100))
+    assert calls == [] and rec.retrying.take_due(100 + rec.retries.backoff(2)) == [(("ml", "mnist-cnn", "u-1"), 3)]
+    assert "etcd is down" in caplog.text
+
+
+def test_a_waiting_run_whose_attempt_fails_unexpectedly_is_tried_again_with_its_backoff(caplog):
+    rec, _ = waiting_reconciler(FakeKube({("ml", "mnist-cnn"): run()}), [])  # no answer left: IndexError
+    rec.retry_run(("ml", "mnist-cnn", "u-1"), 1, Clock(100))
+    assert rec.retrying.take_due(100 + rec.retries.backoff(1)) == [(("ml", "mnist-cnn", "u-1"), 2)]
+    assert "its next attempt failed" in caplog.text
+
+
+def test_a_deleted_run_is_retried_no_more():
+    rec, _ = waiting_reconciler(FakeKube(), [5.0])
+    rec.run_waits(run(), 0, Clock(100))
+    rec.seen("DELETED", run(), at=101)
+    assert rec.retrying.take_due(1000) == []
+
+
 def test_a_progress_refusal_is_said_once_per_run_and_status(caplog: pytest.LogCaptureFixture):
     kube = FakeKube()
     rec, _ = reconciler(kube)

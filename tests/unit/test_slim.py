@@ -50,3 +50,27 @@ def test_a_kept_run_is_a_copy():
     kept["status"]["phase"] = "Failed"
     kept["spec"]["training"]["metric"] = "x"
     assert body["status"]["phase"] == "Running" and body["spec"]["training"]["metric"] != "x"
+
+
+# ---- what kopf keeps as a run's last handled configuration (handlers.SuspendDiffBase) ----------------------------
+
+
+def test_kopf_stores_spec_suspend_of_the_largest_run_not_its_spec():
+    import kopf
+    from dtr_operator.handlers import SuspendDiffBase
+
+    body = kopf.Body(_largest_run())
+    storage = SuspendDiffBase()
+    patch = kopf.Patch()
+    storage.store(body=body, patch=patch, essence=storage.build(body=body))
+    [stored] = patch["metadata"]["annotations"].values()
+    assert json.loads(stored) == {"spec": {"suspend": True}}
+
+
+def test_kopf_tells_a_change_of_spec_suspend_alone_and_keeps_a_field_a_handler_names():
+    from dtr_operator.handlers import essence
+
+    running, suspended = run_doc("r", "ml", {"workers": 2}), run_doc("r", "ml", {"workers": 3, "suspend": True})
+    assert essence(running) == {} != essence(suspended) == {"spec": {"suspend": True}}
+    assert essence(run_doc("r", "ml", {"workers": 3}), [("spec", "workers")]) == {"spec": {"workers": 3}}
+    assert essence({**running, "status": {"phase": "Running"}}, ["status.phase"]) == {"status": {"phase": "Running"}}
