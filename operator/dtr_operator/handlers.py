@@ -131,11 +131,15 @@ class SuspendDiffBase(kopf.AnnotationsDiffBaseStorage):
     """kopf's diff base (the annotation kopf.zalando.org/last-handled-configuration) of DIFF_FIELDS alone, not of the
     whole spec, labels and annotations: kopf built it with a deep copy of every event's body and stored the spec
     again in the run (about 67 KB for the largest, then in every later event of it), to detect changes that only
-    spec.suspend's handler acts on. A run stored with the whole spec there is one update to kopf, which no handler
-    sees (spec.suspend did not change), and is stored anew."""
+    spec.suspend's handler acts on. What an operator before this one stored (the whole spec) is read as its
+    DIFF_FIELDS too, so after an upgrade a run is resumed as before, not taken for an update."""
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> Any:
         return essence(body, extra_fields or ())
+
+    def fetch(self, *, body: kopf.Body) -> Any:
+        stored = super().fetch(body=body)
+        return None if stored is None else essence(stored)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)

@@ -74,3 +74,23 @@ def test_kopf_tells_a_change_of_spec_suspend_alone_and_keeps_a_field_a_handler_n
     assert essence(running) == {} != essence(suspended) == {"spec": {"suspend": True}}
     assert essence(run_doc("r", "ml", {"workers": 3}), [("spec", "workers")]) == {"spec": {"workers": 3}}
     assert essence({**running, "status": {"phase": "Running"}}, ["status.phase"]) == {"status": {"phase": "Running"}}
+
+
+def test_a_run_stored_by_an_older_operator_resumes_not_updates():
+    """The annotation of an operator before SuspendDiffBase holds the whole spec: read as spec.suspend alone, kopf
+    finds no difference on the first listing and calls the resume handler (kopf.causes: RESUME needs no diff)."""
+    import kopf
+    from dtr_operator.handlers import SuspendDiffBase
+
+    doc = run_doc("r", "ml", {"workers": 2, "suspend": False})
+    old = json.dumps({"spec": doc["spec"], "metadata": {"labels": {"a": "b"}}})
+    body = kopf.Body({**doc, "metadata": {**doc["metadata"],
+                                          "annotations": {"kopf.zalando.org/last-handled-configuration": old}}})
+    storage = SuspendDiffBase()
+    fetched, built = storage.fetch(body=body), storage.build(body=body)
+    assert fetched == built == {"spec": {"suspend": False}}
+    from kopf._cogs.structs.diffs import diff  # what kopf compares them with (causes.detect_changing_cause)
+
+    assert not diff(fetched, built)
+    never_handled = kopf.Body({**doc, "metadata": {**doc["metadata"], "annotations": {}}})
+    assert storage.fetch(body=never_handled) is None  # still a creation
