@@ -103,6 +103,7 @@ from .status import (
 )
 
 log = logging.getLogger(__name__)
+WAITS_LOG = "run %s/%s waits (attempt %d); the next attempt in %.0f s"  # one line per attempt that ends waiting
 
 MAX_BACKOFF = 300.0
 WRITE_ATTEMPTS = 5
@@ -986,8 +987,9 @@ class Reconciler:
         delay = self.reconcile_run(body, retry)
         if delay is not None:
             meta = _meta(body)
-            self.retrying.later((meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or ""), retry,
-                                clock(), delay)  # fmt: skip
+            namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+            log.info(WAITS_LOG, namespace, name, retry + 1, delay)
+            self.retrying.later((namespace, name, meta.get("uid") or ""), retry, clock(), delay)
 
     def retry_run(self, ref: RunRef, retry: int, clock: Callable[[], float]) -> None:
         """A waiting run's next attempt (self.retrying): read it again, then reconcile_run. A run gone, replaced or

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from dtr_operator import reconcile
 from dtr_operator.builders import RUN_LABEL
 from hypothesis import assume, given
 from kopf.testing import KopfRunner
@@ -78,7 +79,8 @@ class Tally:
 
 
 class RetryLog(logging.Handler):
-    """Counts kopf's "failed temporarily" records per run, read from the log records themselves.
+    """Counts the operator's attempts that ended waiting (reconcile.WAITS_LOG) per run, read from the log records
+    themselves.
 
     KopfRunner.output holds only what reached the stderr it swapped in; once an earlier runner in the same
     process has set up logging, kopf's records can go to another stream, so the output may miss them.
@@ -89,9 +91,9 @@ class RetryLog(logging.Handler):
         self.retries: Counter[str] = Counter()
 
     def emit(self, record: logging.LogRecord) -> None:
-        ref = getattr(record, "k8s_ref", None) or {}
-        if record.getMessage().startswith("Handler 'ensure_children' failed temporarily"):
-            self.retries[f"{ref.get('namespace')}/{ref.get('name')}"] += 1
+        if record.msg == reconcile.WAITS_LOG:
+            namespace, name = record.args[:2]
+            self.retries[f"{namespace}/{name}"] += 1
 
 
 @dataclass
@@ -116,7 +118,8 @@ def harness(control_plane: Cluster, ledger: Ledger) -> Iterator[Harness]:
     os.environ.update(POLICY_ENV)  # read once, at the operator's start
     runner = KopfRunner(["run", "--standalone", "--namespace", namespace, "-m", "dtr_operator.handlers"], timeout=120)
     retry_log = RetryLog()
-    logging.getLogger("kopf.objects").addHandler(retry_log)
+    logging.getLogger(reconcile.__name__).addHandler(retry_log)
+    logging.getLogger(reconcile.__name__).setLevel(logging.INFO)
     runner.__enter__()
     h = Harness(control_plane, Api.from_kubeconfig(), namespace, f"g{uuid.uuid4().hex[:4]}", runner, retry_log)
     started = time.monotonic()
@@ -127,7 +130,7 @@ def harness(control_plane: Cluster, ledger: Ledger) -> Iterator[Harness]:
         runner.__exit__(None, None, None)
         for name in POLICY_ENV:
             os.environ.pop(name, None)
-        logging.getLogger("kopf.objects").removeHandler(retry_log)
+        logging.getLogger(reconcile.__name__).removeHandler(retry_log)
         finish(h, ledger, time.monotonic() - started)
         control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
