@@ -22,18 +22,15 @@ import time
 WARMUP = 20
 
 
-def cnn(tf):
-    """The trainer's built-in cnn (dtr_trainer.models), written out: this file runs on its own."""
-    layers = tf.keras.layers
-    inputs = tf.keras.Input(shape=(28, 28, 1))
-    x = layers.Conv2D(32, 3, activation="relu")(inputs)
-    x = layers.MaxPooling2D()(x)
-    x = layers.Conv2D(64, 3, activation="relu")(x)
-    x = layers.MaxPooling2D()(x)
-    x = layers.Conv2D(64, 3, activation="relu")(x)
-    x = layers.Flatten()(x)
-    x = layers.Dense(64, activation="relu")(x)
-    return tf.keras.Model(inputs, layers.Dense(10, activation="softmax")(x))
+def cnn(batch: int, workers: int):
+    """The trainer's built-in cnn for 28x28x1 images and 10 classes (dtr_trainer.models), built as the trainer does."""
+    from dtr_trainer.models import BUILT_IN
+    from dtr_trainer.user import Context
+
+    return BUILT_IN["cnn"](Context(worker_index=0, num_workers=workers, is_chief=True, batch_size_per_worker=batch,
+                                   global_batch_size=batch * workers, data_dir="", seed=1, epochs=1,
+                                   learning_rate=0.001, dataset=None, input_shape=(28, 28, 1), label_shape=(),
+                                   num_classes=10))
 
 
 def peers() -> tuple[int, int]:
@@ -62,7 +59,7 @@ def main() -> None:
     x = tf.constant(rng.random((args.batch, 28, 28, 1), dtype=np.float32))
     y = tf.constant(rng.integers(0, 10, args.batch))
     with strategy.scope():
-        model = cnn(tf)
+        model = cnn(args.batch, workers)
         optimizer = tf.keras.optimizers.Adam(0.001)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(reduction=tf.keras.losses.Reduction.NONE)
 
