@@ -34,13 +34,13 @@ import argparse
 import json
 import os
 import re
-import statistics
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from dtr_operator.builders import build_pvc, build_tfjob
@@ -166,7 +166,7 @@ class Bench:
             time.sleep(POLL)
         raise TimeoutError(f"{name} did not finish in {timeout} s")
 
-    def delete(self, names: list[str]) -> None:
+    def delete(self) -> None:
         self.kubectl("delete", "tfjobs,pvc", "-n", self.ns, "-l", "app.kubernetes.io/name=bench-scaling",
                      "--wait=false")  # fmt: skip
         while self.node.names("pods", self.ns, "app.kubernetes.io/name=bench-scaling"):
@@ -181,7 +181,7 @@ class Bench:
         for name in names:
             self.wait_done(name)
         jobs = [self.read(program, shape, config, name, workers) for name in names]
-        self.delete(names)
+        self.delete()
         return jobs
 
     def read(self, program: str, shape: str, config: Config, name: str, workers: int) -> Job:
@@ -200,10 +200,6 @@ class Bench:
         return Job(program, shape, config.batch, name, workers, examples_per_second=out["examples_per_second"],
                    step_s=out["step_s"], window=(end - out["step_s"] * out["steps"], end),
                    cpu_per_step_s=out["cpu_per_step_s"], allreduce_s=out["allreduce_s"])  # fmt: skip
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 def overlap(a: tuple[float, float], b: tuple[float, float]) -> float:
