@@ -7,6 +7,8 @@
 #   coredns                  CoreDNS with only the plugins below       github.com/coredns/coredns
 #   local-path-provisioner   + its deploy manifest in manifests/       github.com/rancher/local-path-provisioner
 #   kube-network-policies    NetworkPolicy enforcement (nftables, NFQUEUE) sigs.k8s.io/kube-network-policies
+#   flannel                  flanneld, static, cgo (UDP backend)       github.com/flannel-io/flannel
+#                            + CNI plugin flannel in bin/cni/          github.com/containernetworking/plugins
 #   images                   OCI image tars in images/ for `ctr -n k8s.io images import` (ociimage.py):
 #                            pause, coredns, local-path-provisioner, busybox, training-operator, kueue; each rewritten
 #                            when its arguments, its files' contents or ociimage.py change
@@ -18,7 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=versions.env disable=SC1091
 . "${here}/versions.env"
 : "${CONTAINERD_VERSION:?}" "${RUNC_VERSION:?}" "${COREDNS_VERSION:?}" "${LOCAL_PATH_PROVISIONER_VERSION:?}"
-: "${KUBE_NETWORK_POLICIES_VERSION:?}"
+: "${KUBE_NETWORK_POLICIES_VERSION:?}" "${FLANNEL_VERSION:?}" "${FLANNEL_CNI_PLUGINS_VERSION:?}"
 : "${TRAINING_OPERATOR_VERSION:?}" "${PAUSE_IMAGE:?}" "${COREDNS_IMAGE:?}" "${BUSYBOX_IMAGE:?}"
 : "${LOCAL_PATH_PROVISIONER_IMAGE:?}" "${TRAINING_OPERATOR_IMAGE:?}" "${KUEUE_VERSION:?}" "${KUEUE_IMAGE:?}"
 cache=${DTR_CACHE:-${HOME}/.cache/dtr}
@@ -217,6 +219,47 @@ build_network_policies() {
   stamp kube-network-policies "${key}"
   rm -rf "${d}"
   log "kube-network-policies ${v} built in $((SECONDS - t0)) s"
+}
+
+# flanneld, with patches/flannel.patch: upstream's main links the tencentvpc backend, whose module
+# (tencentcloud-sdk-go/tencentcloud/vpc v1.3.188) the Go module proxy refuses (403; its go.mod is served, so
+# go.mod and go.sum stay as they are). As upstream's Makefile on amd64: cgo for the UDP backend, linked
+# statically (netgo, osusergo: no glibc NSS in a static binary, as runc).
+build_flannel() {
+  local v=${FLANNEL_VERSION} patch="${here}/patches/flannel.patch" key have
+  key="${v} patch:$(sha12 "${patch}")"
+  have=$(built flanneld)
+  if [[ ${have} = "${key}" ]]; then log "flanneld ${v} cached"; return; fi
+  need_pkgs gcc libc6-dev patch
+  local d="${work}/flannel" t0=${SECONDS} mod=github.com/flannel-io/flannel
+  log "building flanneld ${v}"
+  module_src "${mod}" "${v}" "${d}"
+  patch -p1 --forward --fuzz=0 --quiet -d "${d}" < "${patch}" \
+    || { echo "flannel ${v}: ${patch} does not apply; update it" >&2; exit 1; }
+  (cd "${d}" && CGO_ENABLED=1 go build -trimpath -tags "netgo osusergo" \
+     -ldflags "-s -w -X ${mod}/pkg/version.Version=${v} -extldflags -static" -o "${bin}/flanneld" .)
+  stamp flanneld "${key}"
+  rm -rf "${d}"
+  log "flanneld ${v} built in $((SECONDS - t0)) s"
+}
+
+# The CNI plugin `flannel` (it writes the bridge's config from flanneld's subnet.env and delegates to bridge and
+# host-local, Debian's in /usr/lib/cni), in a directory of its own: bin/cni/, a second CNI bin_dir for containerd.
+# From containernetworking/plugins (versions.env says why). Its module zip keeps only vendor/modules.txt (no
+# vendored code), which would make go build -mod=vendor if GOFLAGS lost -mod=mod: removed.
+build_flannel_cni() {
+  local v=${FLANNEL_CNI_PLUGINS_VERSION} have
+  have=$(built cni/flannel)
+  if [[ ${have} = "${v}" ]]; then log "CNI plugin flannel (plugins ${v}) cached"; return; fi
+  local d="${work}/cni-plugins" t0=${SECONDS}
+  log "building CNI plugin flannel (plugins ${v})"
+  module_src github.com/containernetworking/plugins "${v}" "${d}"
+  rm -rf "${d}/vendor"
+  mkdir -p "${bin}/cni"
+  (cd "${d}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${bin}/cni/flannel" ./plugins/meta/flannel)
+  stamp cni/flannel "${v}"
+  rm -rf "${d}"
+  log "CNI plugin flannel (plugins ${v}) built in $((SECONDS - t0)) s"
 }
 
 # image NAME ociimage.py-args...: writes images/NAME.tar unless its stamp (NAME.tar.version) says it was written
@@ -443,7 +486,7 @@ host_packages() {
   need_pkgs containernetworking-plugins iptables iproute2 nftables
 }
 
-want=${*:-host containerd runc coredns local-path-provisioner network-policies images}
+want=${*:-host containerd runc coredns local-path-provisioner network-policies flannel images}
 for w in ${want}; do
   case ${w} in
     host) host_packages ;;
@@ -452,6 +495,7 @@ for w in ${want}; do
     coredns) build_coredns ;;
     local-path-provisioner) build_local_path ;;
     network-policies) build_network_policies ;;
+    flannel) build_flannel; build_flannel_cni ;;
     images) build_images ;;
     check-images) check_images ;;
     *) echo "unknown component: ${w}" >&2; exit 2 ;;
