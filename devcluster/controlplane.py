@@ -80,6 +80,10 @@ NODE_CONTROLLERS = (
     "job-controller",
 )
 
+# With several nodes (devcluster/cluster.py): each node's pod subnet allocated from the cluster's pod
+# network (flannel leases it), and a stopped node's pods evicted from its NotReady taint.
+MULTI_NODE_CONTROLLERS = ("node-ipam-controller", "taint-eviction-controller")
+
 SERVICE_CIDR = "10.0.0.0/24"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -165,9 +169,13 @@ def etcd_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
     ]
 
 
-def apiserver_args(binary: Path, layout: Layout, ports: Ports, node_ip: str | None = None) -> list[str]:
+def apiserver_args(
+    binary: Path, layout: Layout, ports: Ports, node_ip: str | None = None, pod_network: str | None = None
+) -> list[str]:
     """node_ip: a real node's address; pods reach the apiserver there (the `kubernetes` Service's
-    endpoint, which may not be a loopback address), and the apiserver reaches the kubelet."""
+    endpoint, which may not be a loopback address), and the apiserver reaches the kubelet.
+    pod_network: nodes in network namespaces of their own; the host runs no kube-proxy, so the apiserver
+    reaches webhooks at their pods' addresses, not their Services' (the host routes to each node's pods)."""
     pki = layout.pki
     if node_ip:
         where = [
@@ -176,6 +184,7 @@ def apiserver_args(binary: Path, layout: Layout, ports: Ports, node_ip: str | No
             f"--kubelet-client-certificate={pki / 'admin.crt'}",
             f"--kubelet-client-key={pki / 'admin.key'}",
             "--kubelet-preferred-address-types=InternalIP",
+            *(["--enable-aggregator-routing=true"] if pod_network else []),
         ]
     else:
         # Without --advertise-address the apiserver looks for a host interface with a default route.
@@ -226,12 +235,24 @@ def loopback_component_args(binary: Path, kubeconfig: Path, port: int) -> list[s
     ]
 
 
-def controller_manager_args(binary: Path, layout: Layout, ports: Ports, node: bool = False) -> list[str]:
+def controller_manager_args(
+    binary: Path, layout: Layout, ports: Ports, node: bool = False, pod_network: str | None = None
+) -> list[str]:
     pki = layout.pki
+    controllers = CONTROLLERS + (NODE_CONTROLLERS if node else ()) + (MULTI_NODE_CONTROLLERS if pod_network else ())
+    several = [
+        "--allocate-node-cidrs=true",
+        f"--cluster-cidr={pod_network}",
+        "--node-cidr-mask-size=24",
+        # NotReady 20 s after a node's last heartbeat (every 4 s, node.py), not 50 s: faults are tested.
+        "--node-monitor-grace-period=20s",
+        "--node-monitor-period=2s",
+    ]
     return [
         *loopback_component_args(binary, layout.kubeconfig, ports.controller_manager),
         f"--cert-dir={layout.root / 'controller-manager'}",
-        f"--controllers={','.join(CONTROLLERS + (NODE_CONTROLLERS if node else ()))}",
+        f"--controllers={','.join(controllers)}",
+        *(several if pod_network else []),
         f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--root-ca-file={pki / 'ca.crt'}",
         "--use-service-account-credentials=false",
@@ -549,6 +570,22 @@ def die_with_parent() -> None:
     libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
+def enter_netns(name: str) -> None:
+    """In the child before exec: move into the network namespace /run/netns/<name> (`ip netns add`).
+
+    Not `nsenter` in front of the command: the pid file's binary must be the process's own argv[0]
+    (pid_runs). Not `ip netns exec` either: it also unshares the mount namespace, and a kubelet's
+    volume mounts must be seen by its containerd's runc.
+    """
+    clone_newnet = 0x40000000
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).setns(fd, clone_newnet) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into network namespace {name}")
+    finally:
+        os.close(fd)
+
+
 def reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
@@ -580,13 +617,17 @@ class Supervisor:
 
     Each logs to ROOT/logs/<component>.log and has ROOT/pids/<component> ("<pid> <binary>"), so a
     later `down` finds it; `wait` polls a readiness probe and fails fast, with the log's tail, when
-    the process exits. stop_at_exit: the kernel kills the processes when the caller dies.
+    the process exits. stop_at_exit: the kernel kills the processes when the caller dies. netns: the
+    network namespace every process starts in (one node of several, devcluster/cluster.py).
     """
 
-    def __init__(self, root: Path, stop_at_exit: bool, log: Callable[[str], None]) -> None:
+    def __init__(
+        self, root: Path, stop_at_exit: bool, log: Callable[[str], None], netns: str | None = None
+    ) -> None:
         self.root = root
         self.stop_at_exit = stop_at_exit
         self.log = log
+        self.netns = netns
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self.commands: dict[str, tuple[list[str], dict[str, str] | None]] = {}
 
@@ -598,7 +639,7 @@ class Supervisor:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                 env=env, cwd=self.root, start_new_session=True,  # a Ctrl-C in the shell does not kill it
-                preexec_fn=die_with_parent if self.stop_at_exit else None,  # safe here: started from one thread
+                preexec_fn=self._preexec(),  # safe here: started from one thread
             )  # fmt: skip
         self.children[component] = proc
         self.commands[component] = (list(argv), env)
@@ -610,6 +651,18 @@ class Supervisor:
         command.chmod(0o600)
         self.log(f"{component} started (pid {proc.pid})")
         return proc.pid
+
+    def _preexec(self) -> Callable[[], None] | None:
+        netns, parent = self.netns, self.stop_at_exit
+        if netns is None:
+            return die_with_parent if parent else None
+
+        def enter() -> None:
+            if parent:
+                die_with_parent()
+            enter_netns(netns)
+
+        return enter
 
     def respawn(self, component: str) -> int:
         """Start a component again, as it was started (after it died or was killed)."""
@@ -749,11 +802,14 @@ class ControlPlane:
         stop_at_exit: bool = True,
         log: Callable[[str], None] | None = None,
         node_ip: str | None = None,
+        pod_network: str | None = None,
     ) -> None:
         """node_ip: serve a real node (devcluster/node.py) at that address. The training-operator
-        then runs as a pod from its own manifests (the node applies them), not as a host process."""
+        then runs as a pod from its own manifests (the node applies them), not as a host process.
+        pod_network: serve several nodes (devcluster/cluster.py), each given a subnet of it."""
         self.layout = Layout(Path(workdir).resolve())
         self.node_ip = node_ip
+        self.pod_network = pod_network
         self.components = COMPONENTS if node_ip is None else COMPONENTS[:-1]
         self.cache = default_cache(cache)
         self.crd_dir = Path(crd_dir)
@@ -880,7 +936,8 @@ class ControlPlane:
         install_webhook_certs(hook_pki)
         self._procs.wait("etcd", lambda: http_get(f"http://127.0.0.1:{ports.etcd}/health")[1].find(b'"true"') >= 0)
 
-        self._procs.spawn("kube-apiserver", apiserver_args(binaries["kube-apiserver"], layout, ports, self.node_ip))
+        self._procs.spawn("kube-apiserver", apiserver_args(binaries["kube-apiserver"], layout, ports, self.node_ip,
+                                                             self.pod_network))
         api = Api(ports.apiserver, pki)
         self._procs.wait("kube-apiserver", lambda: http_get(f"{api.base}/readyz", api.context)[0] == 200)
         server = f"https://127.0.0.1:{ports.apiserver}"
@@ -892,7 +949,8 @@ class ControlPlane:
 
         self._procs.spawn(
             "kube-controller-manager",
-            controller_manager_args(binaries["kube-controller-manager"], layout, ports, node=self.node_ip is not None),
+            controller_manager_args(binaries["kube-controller-manager"], layout, ports, node=self.node_ip is not None,
+                                    pod_network=self.pod_network),
         )
         if self.node_ip is not None:
             return self._finish_without_training_operator(api, state, project_docs, ports)

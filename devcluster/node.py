@@ -63,6 +63,32 @@ COMPONENTS = ("containerd", "kubelet", "kube-scheduler", "kube-proxy", "kube-net
 START_TIMEOUT = 180.0
 
 
+@dataclass(frozen=True)
+class NodeSpec:
+    """What makes a node one node among others. The defaults are the machine's single node, in the
+    host's network namespace; devcluster/cluster.py gives each of several nodes its own."""
+
+    name: str = NODE_NAME
+    ip: str = NODE_IP
+    # containerd's sockets and state (a unix socket path must fit 108 bytes: a short fixed home).
+    run_dir: Path = RUN_DIR
+    # A network namespace of its own (/run/netns/<netns>); None: the host's.
+    netns: str | None = None
+    # The kubelet's cgroup root: several kubelets under one root would each kill the others' pods
+    # as orphans. None: the kubelet's default (/).
+    cgroup_root: str | None = None
+    # The pods' network: the node's own subnet (the bridge plugin's), or the cluster's (flannel's).
+    cluster_cidr: str = POD_CIDR
+    # One of several nodes: flannel connects the pods, the cluster (not the node) runs the scheduler
+    # and the add-ons, and faults are quicker to see (devcluster/cluster.py).
+    shared: bool = False
+
+    @property
+    def probe_ip(self) -> str:
+        """Where the node's health endpoints listen: reachable from the host, where the probes run."""
+        return self.ip if self.netns else "127.0.0.1"
+
+
 class NodeError(cp.ControlPlaneError):
     """A failure with a one-line explanation for a person."""
 
@@ -72,9 +98,10 @@ class NodeError(cp.ControlPlaneError):
 
 @dataclass(frozen=True)
 class NodeLayout:
-    """Where everything of the node lives under its directory (sockets excepted: RUN_DIR)."""
+    """Where everything of the node lives under its directory (sockets excepted: run_dir)."""
 
     root: Path
+    run_dir: Path = RUN_DIR
 
     def sub(self, name: str) -> Path:
         """containerd, kubelet, kube-proxy, cni, logs, pids, pod-logs, storage."""
@@ -82,14 +109,14 @@ class NodeLayout:
 
     @property
     def socket(self) -> Path:
-        return RUN_DIR / "containerd" / "containerd.sock"
+        return self.run_dir / "containerd" / "containerd.sock"
 
 
-def containerd_config(layout: NodeLayout, bin_dir: Path, cni_bin: Path) -> str:
+def containerd_config(layout: NodeLayout, bin_dir: Path, cni_bins: Sequence[Path]) -> str:
     """containerd 2.x (config version 3): CRI on its own socket, runc built here, the node's CNI."""
     return f"""version = 3
 root = '{layout.sub('containerd')}/root'
-state = '{RUN_DIR}/containerd/state'
+state = '{layout.run_dir}/containerd/state'
 
 [grpc]
   address = '{layout.socket}'
@@ -102,6 +129,8 @@ state = '{RUN_DIR}/containerd/state'
   [plugins.'io.containerd.cri.v1.runtime']
     # These machines refuse a negative oom_score_adj even to root: without this every sandbox fails.
     restrict_oom_score_adj = true
+    # Pods' network namespaces under the state dir, not the machine's /run/netns: a node's own.
+    netns_mounts_under_state_dir = true
     [plugins.'io.containerd.cri.v1.runtime'.containerd]
       default_runtime_name = 'runc'
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
@@ -110,7 +139,7 @@ state = '{RUN_DIR}/containerd/state'
           BinaryName = '{bin_dir}/runc'
           SystemdCgroup = false
     [plugins.'io.containerd.cri.v1.runtime'.cni]
-      bin_dirs = ['{cni_bin}']
+      bin_dirs = [{", ".join(f"'{d}'" for d in cni_bins)}]
       conf_dir = '{layout.sub('cni')}/net.d'
   [plugins.'io.containerd.grpc.v1.cri']
     # Image pulls are never made here; everything is imported.
@@ -141,18 +170,62 @@ def cni_conflist(layout: NodeLayout) -> dict[str, object]:
     }
 
 
-def kubelet_config(layout: NodeLayout, pki: Path) -> dict[str, object]:
+FLANNEL_HEALTHZ_PORT = 10244
+KUBE_PROXY_PORTS = (10256, 10249)  # healthz, metrics: a node's own netns has its ports to itself
+NETWORK_POLICIES_METRICS_PORT = 9080
+
+
+def flannel_conflist(layout: NodeLayout) -> dict[str, object]:
+    """The CNI flannel meta-plugin (CNI spec <= 0.4.0): the bridge and host-local IPAM from the node's
+    lease in subnet.env (flanneld writes it)."""
     return {
+        "cniVersion": "0.4.0",
+        "name": "dtr",
+        "plugins": [
+            {
+                "type": "flannel",
+                "subnetFile": str(layout.run_dir / "flannel" / "subnet.env"),
+                "dataDir": str(layout.sub("cni") / "flannel"),
+                # ipMasq off: the plugin's default (on, since flanneld runs without --ip-masq) would hide a pod
+                # behind its node's address on the way to another node, where NetworkPolicy must see the pod.
+                "delegate": {"hairpinMode": True, "isDefaultGateway": True, "ipMasq": False},
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+def flannel_net_conf(cluster_cidr: str) -> dict[str, object]:
+    # host-gw: routes to each node's pod subnet through that node's address on the shared bridge; no
+    # encapsulation, pod addresses kept (NetworkPolicy sees the real source).
+    return {"Network": cluster_cidr, "EnableNFTables": False, "Backend": {"Type": "host-gw"}}
+
+
+def flanneld_args(binary: Path, layout: NodeLayout, kubeconfig: Path, spec: NodeSpec) -> list[str]:
+    return [
+        str(binary),
+        "--kube-subnet-mgr",
+        f"--kubeconfig-file={kubeconfig}",
+        "--iface=eth0",  # the node's end of its veth (the netns has no default route to find it by)
+        f"--subnet-file={layout.run_dir / 'flannel' / 'subnet.env'}",
+        f"--net-config-path={layout.sub('flannel') / 'net-conf.json'}",
+        f"--healthz-ip={spec.ip}",
+        f"--healthz-port={FLANNEL_HEALTHZ_PORT}",
+    ]
+
+
+def kubelet_config(layout: NodeLayout, pki: Path, spec: NodeSpec = NodeSpec()) -> dict[str, object]:
+    config: dict[str, object] = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         # This host mounts cgroup v1 (kubelet 1.36 refuses it unless told); cgroupfs, not systemd.
         "failCgroupV1": False,
         "cgroupDriver": "cgroupfs",
         "containerRuntimeEndpoint": f"unix://{layout.socket}",
-        "address": NODE_IP,
+        "address": spec.ip,
         "port": KUBELET_PORT,
         "readOnlyPort": 0,
-        "healthzBindAddress": "127.0.0.1",
+        "healthzBindAddress": spec.probe_ip,
         "healthzPort": 10248,
         "authentication": {
             "anonymous": {"enabled": False},
@@ -177,32 +250,41 @@ def kubelet_config(layout: NodeLayout, pki: Path) -> dict[str, object]:
         "registerNode": True,
         "shutdownGracePeriod": "0s",
     }
+    if spec.cgroup_root:
+        config["cgroupRoot"] = spec.cgroup_root
+    if spec.shared:
+        # A node that stops is NotReady within the controller-manager's 20 s grace (cluster.py), not 50 s.
+        config["nodeStatusUpdateFrequency"] = "4s"
+        config["nodeLeaseDurationSeconds"] = 16
+    return config
 
 
-def kube_proxy_config(kubeconfig: Path, healthz_port: int, metrics_port: int) -> dict[str, object]:
+def kube_proxy_config(
+    kubeconfig: Path, healthz_port: int, metrics_port: int, spec: NodeSpec = NodeSpec()
+) -> dict[str, object]:
     return {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig)},
         "mode": "iptables",
-        "clusterCIDR": POD_CIDR,
-        "hostnameOverride": NODE_NAME,
-        "healthzBindAddress": f"127.0.0.1:{healthz_port}",
-        "metricsBindAddress": f"127.0.0.1:{metrics_port}",
+        "clusterCIDR": spec.cluster_cidr,
+        "hostnameOverride": spec.name,
+        "healthzBindAddress": f"{spec.probe_ip}:{healthz_port}",
+        "metricsBindAddress": f"{spec.probe_ip}:{metrics_port}",
         # Leave the machine's conntrack table size alone.
         "conntrack": {"maxPerCore": 0},
     }
 
 
-def kubelet_args(binary: Path, layout: NodeLayout) -> list[str]:
+def kubelet_args(binary: Path, layout: NodeLayout, spec: NodeSpec = NodeSpec()) -> list[str]:
     return [
         str(binary),
         f"--config={layout.sub('kubelet') / 'config.json'}",
         f"--kubeconfig={layout.sub('kubelet') / 'kubeconfig'}",
         f"--root-dir={layout.sub('kubelet') / 'root'}",
         f"--cert-dir={layout.sub('kubelet') / 'pki'}",
-        f"--hostname-override={NODE_NAME}",
-        f"--node-ip={NODE_IP}",
+        f"--hostname-override={spec.name}",
+        f"--node-ip={spec.ip}",
         "--v=1",
     ]
 
@@ -211,12 +293,12 @@ def scheduler_args(binary: Path, kubeconfig: Path, port: int) -> list[str]:
     return cp.loopback_component_args(binary, kubeconfig, port)
 
 
-def network_policies_args(binary: Path, metrics_port: int) -> list[str]:
+def network_policies_args(binary: Path, metrics_port: int, spec: NodeSpec = NodeSpec()) -> list[str]:
     """kube-network-policies as a host process (its kubeconfig comes in $KUBECONFIG, build_node.sh)."""
     return [
         str(binary),
-        f"--hostname-override={NODE_NAME}",  # it enforces the policies of this node's pods only
-        f"--metrics-bind-address=127.0.0.1:{metrics_port}",  # its default is every interface
+        f"--hostname-override={spec.name}",  # it enforces the policies of this node's pods only
+        f"--metrics-bind-address={spec.probe_ip}:{metrics_port}",  # its default is every interface
         "--v=1",
     ]
 
@@ -229,6 +311,11 @@ def pinned(versions_env: Path) -> dict[str, str]:
         if sep and not key.startswith("#"):
             out[key.strip()] = value.strip()
     return out
+
+
+def local_path_config(storage: Path) -> dict[str, object]:
+    """local-path-provisioner's config for the single node: every volume a directory under `storage`."""
+    return {"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [str(storage)]}]}
 
 
 def render_addon(name: str, values: dict[str, str]) -> str:
@@ -344,13 +431,21 @@ class Node:
         build: bool = True,
         stop_at_exit: bool = True,
         log: Callable[[str], None] | None = None,
+        spec: NodeSpec = NodeSpec(),
+        apiserver_ip: str = "127.0.0.1",
     ) -> None:
+        """apiserver_ip: where the node's processes reach the control plane (from the node's netns)."""
         self.plane = plane
-        self.layout = NodeLayout(Path(workdir).resolve())
+        self.spec = spec
+        self.apiserver_ip = apiserver_ip
+        self.layout = NodeLayout(Path(workdir).resolve(), spec.run_dir)
         self.build = build
         self.stop_at_exit = stop_at_exit
         self.log = log or (lambda msg: None)
-        self._procs = cp.Supervisor(self.layout.root, stop_at_exit, self.log)
+        self._procs = cp.Supervisor(self.layout.root, stop_at_exit, self.log, netns=spec.netns)
+        self.components = (
+            ("containerd", "kubelet", "flanneld", "kube-proxy", "kube-network-policies") if spec.shared else COMPONENTS
+        )
 
     @property
     def bin(self) -> Path:
@@ -364,7 +459,7 @@ class Node:
     # -- public
 
     def start(self) -> NodeState:
-        other = running_node_dir()
+        other = None if self.spec.shared else running_node_dir()
         if other is not None:
             raise NodeError(
                 f"a node already runs on this machine, from {other} (one at a time: containerd's socket, the "
@@ -388,7 +483,7 @@ class Node:
     def stop(self) -> None:
         """Everything the node started, its pods' containers, mounts, and host network changes."""
         pids = dict(self._running_pids())
-        for component in reversed(COMPONENTS):
+        for component in reversed(self.components):
             if component == "containerd" and component in pids:
                 self._remove_all_pods()
             if component in pids:
@@ -398,6 +493,11 @@ class Node:
                 proc.wait(timeout=1)
         self._procs.children.clear()
         unmount_below(self.layout.root)
+        if self.spec.shared:  # the cluster removes the node's network namespace, and with it its rules
+            self._kill_shims(with_containers=True)
+            unmount_below(self.spec.run_dir)
+            shutil.rmtree(self.spec.run_dir, ignore_errors=True)
+            return
         other = running_node_dir()
         if other is not None and other != self.layout.root:
             return  # another node holds the machine: leave its shims, network and state alone
@@ -434,7 +534,7 @@ class Node:
         self._procs.respawn(component)
         ready = {
             "containerd": lambda: self.ctr("version", check=False, timeout=10).returncode == 0,
-            "kubelet": lambda: cp.http_get("http://127.0.0.1:10248/healthz")[0] == 200,
+            "kubelet": lambda: cp.http_get(f"http://{self.spec.probe_ip}:10248/healthz")[0] == 200,
         }.get(component, lambda: True)
         self._procs.wait(component, ready)
 
@@ -453,7 +553,7 @@ class Node:
     def _running_pids(self) -> list[tuple[str, tuple[int, str]]]:
         found = []
         pids_dir = self.layout.sub('pids')
-        for component in COMPONENTS:
+        for component in self.components:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 pid_s, binary = (pids_dir / component).read_text().split(maxsplit=1)
                 if cp.pid_runs(int(pid_s), binary.strip()):
@@ -478,8 +578,10 @@ class Node:
 
     def _kill_shims(self, with_containers: bool = False) -> None:
         """containerd's shims outlive it by design; a node that goes down takes its shims along (and, for a
-        reboot, every container process under them first: a container's init outlives its shim)."""
+        reboot, every container process under them first: a container's init outlives its shim). Only this
+        node's: every node's shims run the one binary, each with its containerd's socket as -address."""
         shim = str(self.bin / "containerd-shim-runc-v2")
+        address = str(self.layout.socket).encode()
         parents: dict[int, int] = {}
         shims = []
         for proc_dir in Path("/proc").iterdir():
@@ -488,7 +590,8 @@ class Node:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 pid = int(proc_dir.name)
                 parents[pid] = int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                if (proc_dir / "cmdline").read_bytes().split(b"\0", 1)[0].decode() == shim:
+                argv = (proc_dir / "cmdline").read_bytes().split(b"\0")
+                if argv[0].decode() == shim and address in argv:
                     shims.append(pid)
         doomed = set(shims)
         if with_containers:
@@ -511,15 +614,16 @@ class Node:
 
     def _prepare_dir(self) -> None:
         unmount_below(self.layout.root)
-        for sub in ("containerd", "kubelet", "cni", "logs", "pids", "pod-logs", "kube-proxy"):
+        for sub in ("containerd", "kubelet", "cni", "logs", "pids", "pod-logs", "kube-proxy", "flannel"):
             shutil.rmtree(self.layout.root / sub, ignore_errors=True)
             (self.layout.root / sub).mkdir(parents=True)
         (self.layout.sub('cni') / "net.d").mkdir()
         self.storage.mkdir(parents=True, exist_ok=True)
         # Cluster names only (kubelet adds the cluster DNS server and search path to every pod).
         (self.layout.root / "resolv.conf").write_text("options ndots:5\n")
-        RUN_DIR.mkdir(parents=True, exist_ok=True)
-        OWNER.write_text(f"{self.layout.root}\n")
+        self.spec.run_dir.mkdir(parents=True, exist_ok=True)
+        if not self.spec.shared:
+            OWNER.write_text(f"{self.layout.root}\n")
 
     def _kubeconfig(self, name: str, cert: str) -> Path:
         pki = self.plane.layout.pki
@@ -536,47 +640,57 @@ class Node:
         state = self.plane.state()
         if state is None:
             raise NodeError(f"no control plane runs in {self.plane.dir}")
-        return f"https://127.0.0.1:{state.ports.apiserver}"
+        return f"https://{self.apiserver_ip}:{state.ports.apiserver}"
 
     def _start_all(self) -> NodeState:
-        binaries = {c: self._binary(c) for c in COMPONENTS}
+        spec, layout = self.spec, self.layout
+        binaries = {c: self._binary(c) for c in self.components}
         for extra in ("ctr", "containerd-shim-runc-v2", "runc"):
             self._binary(extra)
         cni_bin = Path(os.environ.get("DTR_CNI_BIN", "/usr/lib/cni"))
         if not (cni_bin / "bridge").exists():
             raise NodeError(f"no CNI plugins in {cni_bin}: apt-get install containernetworking-plugins")
+        cni_bins = [cni_bin, self.bin / "cni"] if spec.shared else [cni_bin]
         self._prepare_dir()
         pki = self.plane.layout.pki
         # The kubelet's identity for the Node authorizer.
-        cp.make_leaf(pki, "ca", "kubelet", f"/O=system:nodes/CN=system:node:{NODE_NAME}", "clientAuth")
-        prepare_host_network()
+        kubelet_cert = f"kubelet-{spec.name}"
+        cp.make_leaf(pki, "ca", kubelet_cert, f"/O=system:nodes/CN=system:node:{spec.name}", "clientAuth")
+        if not spec.shared:
+            prepare_host_network()
+            conflist = layout.sub("cni") / "net.d" / "10-dtr.conflist"
+            conflist.write_text(json.dumps(cni_conflist(layout), indent=2))
 
-        layout = self.layout
-        (layout.sub('containerd') / "config.toml").write_text(containerd_config(layout, self.bin, cni_bin))
-        (layout.sub('cni') / "net.d" / "10-dtr.conflist").write_text(json.dumps(cni_conflist(layout), indent=2))
+        (layout.sub('containerd') / "config.toml").write_text(containerd_config(layout, self.bin, cni_bins))
         env = dict(os.environ, PATH=f"{self.bin}:{os.environ.get('PATH', '/usr/bin:/bin')}")
         containerd_toml = layout.sub("containerd") / "config.toml"
         self._procs.spawn("containerd", [str(binaries["containerd"]), f"--config={containerd_toml}"], env)
         self._procs.wait("containerd", lambda: self.ctr("version", check=False, timeout=10).returncode == 0)
         self._import_images()
 
-        (layout.sub('kubelet') / "config.json").write_text(json.dumps(kubelet_config(layout, pki), indent=2))
-        self._kubeconfig("kubelet", "kubelet")
-        self._procs.spawn("kubelet", kubelet_args(binaries["kubelet"], layout), env)
+        kubelet_json = layout.sub("kubelet") / "config.json"
+        kubelet_json.write_text(json.dumps(kubelet_config(layout, pki, spec), indent=2))
+        self._kubeconfig("kubelet", kubelet_cert)
+        self._procs.spawn("kubelet", kubelet_args(binaries["kubelet"], layout, spec), env)
         admin = self._kubeconfig("kube-proxy", "admin")
-        sched_port, proxy_healthz, proxy_metrics, policy_metrics = cp.free_ports(4)
-        self._procs.spawn("kube-scheduler", scheduler_args(binaries["kube-scheduler"], admin, sched_port))
+        if spec.shared:
+            proxy_healthz, proxy_metrics = KUBE_PROXY_PORTS
+            policy_metrics = NETWORK_POLICIES_METRICS_PORT
+            self._start_flannel(binaries["flanneld"], admin, env)
+        else:
+            sched_port, proxy_healthz, proxy_metrics, policy_metrics = cp.free_ports(4)
+            self._procs.spawn("kube-scheduler", scheduler_args(binaries["kube-scheduler"], admin, sched_port))
         proxy_config = layout.sub("kube-proxy") / "config.json"
-        proxy_config.write_text(json.dumps(kube_proxy_config(admin, proxy_healthz, proxy_metrics)))
+        proxy_config.write_text(json.dumps(kube_proxy_config(admin, proxy_healthz, proxy_metrics, spec)))
         self._procs.spawn("kube-proxy", [str(binaries["kube-proxy"]), f"--config={proxy_config}"], env)
         self._procs.spawn("kube-network-policies",
-                          network_policies_args(binaries["kube-network-policies"], policy_metrics),
+                          network_policies_args(binaries["kube-network-policies"], policy_metrics, spec),
                           {**env, "KUBECONFIG": str(admin)})  # fmt: skip
 
         api = cp.Api(self.plane.state().ports.apiserver, pki)  # type: ignore[union-attr]
 
         def node_ready() -> bool | str:
-            status, node = api.call("GET", f"/api/v1/nodes/{NODE_NAME}")
+            status, node = api.call("GET", f"/api/v1/nodes/{spec.name}")
             if status != 200:
                 return "not registered"
             ready = [c for c in node.get("status", {}).get("conditions", []) if c.get("type") == "Ready"]
@@ -584,14 +698,34 @@ class Node:
                 return True
             return ready[0].get("message", "not ready") if ready else "no Ready condition"
 
-        self._procs.wait("kubelet", node_ready, timeout=START_TIMEOUT, what=f"node {NODE_NAME}")
-        self._procs.wait("kube-proxy", lambda: cp.http_get(f"http://127.0.0.1:{proxy_healthz}/healthz")[0] == 200)
+        self._procs.wait("kubelet", node_ready, timeout=START_TIMEOUT, what=f"node {spec.name}")
+        proxy_ready = f"http://{spec.probe_ip}:{proxy_healthz}/healthz"
+        self._procs.wait("kube-proxy", lambda: cp.http_get(proxy_ready)[0] == 200)
         # Its table exists once its informers have synced: from then on, every NetworkPolicy holds.
-        policing = ["nft", "list", "table", "inet", NFT_TABLE]
+        policing = [*self.in_netns(), "nft", "list", "table", "inet", NFT_TABLE]
         self._procs.wait("kube-network-policies", lambda: run(policing, check=False).returncode == 0)
-        self._apply_addons()
+        if not spec.shared:
+            self._apply_addons()
         pids = {c: p.pid for c, p in self._procs.children.items()}
         return NodeState(pids, {c: str(b) for c, b in binaries.items()}, time.time())
+
+    def in_netns(self) -> list[str]:
+        """The prefix that runs a host command in the node's network namespace (none for the host's)."""
+        return ["nsenter", f"--net=/run/netns/{self.spec.netns}"] if self.spec.netns else []
+
+    def _start_flannel(self, binary: Path, kubeconfig: Path, env: dict[str, str]) -> None:
+        """flanneld leases the node's pod subnet (the controller-manager's podCIDR) and routes to the
+        others'; once it wrote subnet.env, the CNI configuration lets the kubelet report Ready."""
+        layout = self.layout
+        (layout.sub("flannel") / "net-conf.json").write_text(json.dumps(flannel_net_conf(self.spec.cluster_cidr)))
+        (self.spec.run_dir / "flannel").mkdir(parents=True, exist_ok=True)
+        self._procs.spawn("flanneld", flanneld_args(binary, layout, kubeconfig, self.spec),
+                          {**env, "NODE_NAME": self.spec.name})  # fmt: skip
+        subnet_env = self.spec.run_dir / "flannel" / "subnet.env"
+        lease = f"flannel's lease on {self.spec.name}"
+        self._procs.wait("flanneld", subnet_env.exists, timeout=START_TIMEOUT, what=lease)
+        conflist = layout.sub("cni") / "net.d" / "10-flannel.conflist"
+        conflist.write_text(json.dumps(flannel_conflist(layout), indent=2))
 
     def _import_images(self) -> None:
         images = sorted((self.plane.cache / "images").glob("*.tar"))
@@ -607,7 +741,7 @@ class Node:
 
     def _apply_addons(self) -> None:
         values = {**pinned(HERE / "versions.env"), "DNS_IP": DNS_IP, "CLUSTER_DOMAIN": CLUSTER_DOMAIN,
-                  "STORAGE_DIR": str(self.storage)}  # fmt: skip
+                  "LOCAL_PATH_CONFIG": json.dumps(local_path_config(self.storage))}  # fmt: skip
         for addon in ("coredns", "local-path"):
             self.kubectl("apply", "--server-side", "-f", "-", input=render_addon(addon, values))
         for ns, deploy in (("kube-system", "coredns"), ("local-path-storage", "local-path-provisioner")):

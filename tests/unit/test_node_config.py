@@ -15,7 +15,8 @@ from devcluster import node
 
 LAYOUT = node.NodeLayout(Path("/srv/dtr/node"))
 PINS = node.pinned(node.HERE / "versions.env")
-VALUES = {**PINS, "DNS_IP": node.DNS_IP, "CLUSTER_DOMAIN": node.CLUSTER_DOMAIN, "STORAGE_DIR": "/srv/dtr/node/storage"}
+VALUES = {**PINS, "DNS_IP": node.DNS_IP, "CLUSTER_DOMAIN": node.CLUSTER_DOMAIN,
+          "LOCAL_PATH_CONFIG": json.dumps(node.local_path_config(Path("/srv/dtr/node/storage")))}
 
 
 def docs(addon: str) -> list[dict]:
@@ -54,10 +55,11 @@ def test_cluster_dns_answers_cluster_names_only_at_the_kubelets_address():
 
 
 def test_containerd_config_is_version_3_with_our_runc_cni_and_pinned_sandbox():
-    config = tomllib.loads(node.containerd_config(LAYOUT, Path("/cache/bin"), Path("/usr/lib/cni")))
+    config = tomllib.loads(node.containerd_config(LAYOUT, Path("/cache/bin"), [Path("/usr/lib/cni")]))
     assert config["version"] == 3
     runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
     assert runtime["restrict_oom_score_adj"] is True
+    assert runtime["netns_mounts_under_state_dir"] is True  # pods' netns go with the node's state
     assert runtime["containerd"]["runtimes"]["runc"]["options"]["BinaryName"] == "/cache/bin/runc"
     assert runtime["cni"] == {"bin_dirs": ["/usr/lib/cni"], "conf_dir": "/srv/dtr/node/cni/net.d"}
     images_ = config["plugins"]["io.containerd.cri.v1.images"]
