@@ -176,7 +176,7 @@ example_field() {
 }
 
 # Workers that cannot start (no node with room, a wrong image) rarely start by themselves: after this
-# long in reason WorkerPodsNotStarting, stop waiting and say why.
+# long in reason WorkerPodsNotStarting (none runs) or WorkersNotAllRunning (some do), stop waiting and say why.
 readonly STUCK_SECONDS="${DTR_STUCK_SECONDS:-180}"
 
 wait_for_run() {
@@ -195,10 +195,10 @@ wait_for_run() {
         die "run ${ns}/${name} failed: ${message}" ;;
       *) ;;  # not created yet, Pending or Running: keep waiting
     esac
-    if [[ "${reason:-}" == WorkerPodsNotStarting ]]; then
+    if [[ "${reason:-}" == WorkerPodsNotStarting || "${reason:-}" == WorkersNotAllRunning ]]; then
       stuck_since="${stuck_since:-${SECONDS}}"
       ((SECONDS - stuck_since < STUCK_SECONDS)) ||
-        die "run ${ns}/${name}: its workers have not started for ${STUCK_SECONDS}s: ${message} (see docs/clusters.md, '3. A run that cannot start says why')"
+        die "run ${ns}/${name}: its workers have not all started for ${STUCK_SECONDS}s: ${message} (see docs/clusters.md, '3. A run that cannot start says why')"
     else
       stuck_since=""
     fi

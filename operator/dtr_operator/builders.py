@@ -15,10 +15,11 @@ from dtr_contract import env, flags, layout
 from dtr_contract.container import PORT, TERMINATION_MESSAGE_PATH
 
 from .fields import SPEC, Field
+from .labels import JOB_NAME_LABEL as JOB_NAME_LABEL  # the labels on the pods (labels.py): named here too
+from .labels import MANAGED_BY, RUN_LABEL, template_labels
+from .labels import REPLICA_INDEX_LABEL as REPLICA_INDEX_LABEL
+from .labels import REPLICA_TYPE_LABEL as REPLICA_TYPE_LABEL
 from .spec import API_VERSION, KIND, RunSpec, SchedulingPolicy
-
-RUN_LABEL = "distml.dev/run"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "dtr-operator"}
 
 TFJOB_GROUP = "kubeflow.org"
 TFJOB_VERSION = "v1"
@@ -38,11 +39,6 @@ SCRATCH_PATH = "/tmp"
 SCRATCH_SIZE = "256Mi"
 TRAINER_COMMAND = ("python", "-m", "dtr_trainer")
 RUN_AS = 1000
-
-# Labels the training-operator puts on the pods it creates (to find the chief).
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
 
 def run_labels(run: RunSpec) -> dict[str, str]:
@@ -266,7 +262,7 @@ def _placement_fields(run: RunSpec) -> dict[str, Any]:
 
 
 def _pod_metadata(run: RunSpec) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"labels": {**run.placement.pod_labels, **run_labels(run)}}
+    metadata: dict[str, Any] = {"labels": template_labels(run.name, run.placement.pod_labels)}
     if run.placement.pod_annotations:
         metadata["annotations"] = dict(run.placement.pod_annotations)
     return metadata

@@ -405,7 +405,9 @@ STORAGE = Field("storage", "object",
           "Access mode of the PVC the operator creates: ReadWriteOnce (one node) or ReadWriteMany (workers on "
           "several nodes). Ignored with claimName.",
           attr="storage.access_mode", default="ReadWriteOnce", enum=("ReadWriteOnce", "ReadWriteMany"),
-          to=To("pvc", "spec.accessModes.0")),
+          to=To("pvc", "spec.accessModes.0"),
+          doc="Not with a required anti-affinity term that puts the workers on separate nodes: "
+              "[below](#storage-and-pod-anti-affinity)."),
     Field("reclaimPolicy", "string",
           "What happens to the PVC the operator created when the run is deleted: Retain keeps it (and the model on "
           "it); Delete removes it with the run.",
@@ -549,7 +551,9 @@ SPEC = Field("spec", "object",
           "The worker pods' affinity (nodeAffinity, podAffinity, podAntiAffinity), as in a pod spec, with fewer "
           "terms (kubectl explain shows each bound); checked in full by the API server when the operator creates "
           "the TFJob.",
-          attr="placement.affinity", to=To("pod", "spec.affinity"), fields=(
+          attr="placement.affinity", to=To("pod", "spec.affinity"),
+          doc="A required podAntiAffinity term that puts the workers on separate nodes needs "
+              "storage.accessMode ReadWriteMany or claimName: [below](#storage-and-pod-anti-affinity).", fields=(
         _NODE_AFFINITY,
         _pod_affinity("podAffinity", "Pod affinity"),
         _pod_affinity("podAntiAffinity", "Pod anti-affinity"),

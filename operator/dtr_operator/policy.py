@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from .labels import HOSTNAME_LABEL
 from .reasons import (
     AFFINITY_NOT_ALLOWED,
     CLAIM_NOT_ALLOWED,
@@ -28,7 +29,7 @@ from .reasons import (
     STORAGE_TOO_LARGE,
     TOLERATION_NOT_ALLOWED,
 )
-from .spec import RunSpec
+from .spec import REQUIRED, RunSpec, required_anti_affinity
 
 # The label an admin puts on a PVC that runs of its namespace may name in spec.storage.claimName.
 CLAIM_LABEL, CLAIM_LABEL_VALUE = "distml.dev/runs", "allowed"
@@ -56,12 +57,11 @@ GUARDED_TAINTS = ("node-role.kubernetes.io/*", "node.kubernetes.io/unschedulable
 TARGETING_OPERATORS = ("In", "Exists", "Gt", "Lt")
 # The one topology a required anti-affinity term may always spread over: each worker closes its own node to the
 # pods it repels, as the LimitPodHardAntiAffinityTopology admission plugin allows; a zone or region closes them all.
-HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+HOSTNAME_TOPOLOGY = HOSTNAME_LABEL
 DEFAULT_MAX_STORAGE = "100Gi"  # --max-storage: the largest spec.storage.size of a PVC the operator creates
 SYSTEM_PRIORITY_PREFIX = "system-"  # system-node-critical, system-cluster-critical: only when listed by name
 
 AFFINITY_KINDS = ("podAffinity", "podAntiAffinity")
-REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 
 
@@ -267,13 +267,6 @@ def _node_selection(run: RunSpec, policy: Policy) -> Refusal | None:
     return None
 
 
-def _required_anti_affinity(affinity: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
-    part = affinity.get("podAntiAffinity")
-    terms = part.get(REQUIRED) if isinstance(part, Mapping) else None
-    for i, term in enumerate(terms if isinstance(terms, list) else []):
-        yield f"spec.affinity.podAntiAffinity.{REQUIRED}[{i}]", term
-
-
 def topology_allowed(key: str, patterns: Sequence[str]) -> bool:
     return key == HOSTNAME_TOPOLOGY or _any_match(key, patterns)
 
@@ -281,8 +274,7 @@ def topology_allowed(key: str, patterns: Sequence[str]) -> bool:
 def _anti_affinity_topology(run: RunSpec, policy: Policy) -> Refusal | None:
     """Required anti-affinity is symmetric: every matching pod of the namespace is kept out of each topology
     domain a worker holds, so a zone-wide key closes whole zones to them (security review M1)."""
-    affinity = run.placement.affinity
-    for path, term in _required_anti_affinity(affinity) if isinstance(affinity, Mapping) else ():
+    for path, term in required_anti_affinity(run.placement.affinity):
         key = term.get("topologyKey") if isinstance(term, Mapping) else None
         if isinstance(key, str) and not topology_allowed(key, policy.anti_affinity_topologies):
             return Refusal(AFFINITY_NOT_ALLOWED,

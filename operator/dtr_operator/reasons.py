@@ -105,6 +105,16 @@ RUN_SUSPENDED = _status("RunSuspended", SUSPENDED, False,
     "epoch and the command that resumes the run")  # fmt: skip
 TFJOB_RUNNING = _status("TFJobRunning", RUNNING, False,
     "the TFJob is running")  # fmt: skip
+WORKERS_NOT_ALL_RUNNING = _status("WorkersNotAllRunning", RUNNING, True,
+    "the TFJob runs (it does once one worker runs) but fewer workers run than the run has (`workersReady` a/b, "
+    "a < b), and a missing worker cannot start or be scheduled, as for `WorkerPodsNotStarting`; training waits "
+    "for every worker, so no epoch finishes meanwhile. The message says how many run and names each such worker "
+    "with the kubelet's or scheduler's words: `1 of 2 workers run; training waits for all "
+    "(MultiWorkerMirroredStrategy): worker mnist-cnn-worker-1 cannot be scheduled: 0/2 nodes are available: 1 "
+    "node(s) didn't match pod anti-affinity rules, 1 node(s) had volume node affinity conflict ...`. Looked at as "
+    "for `WorkerPodsNotStarting` (20 s after the run is short of workers, and every 20 s after); the phase stays "
+    "Running, and the TFJob's own updates keep the reason while workers are missing; back to `TFJobRunning` once "
+    "every worker runs or the cause is gone")  # fmt: skip
 TFJOB_RESTARTING = _status("TFJobRestarting", RUNNING, False,
     "a worker is being restarted (it resumes from its backup)")  # fmt: skip
 TRAINING_SUCCEEDED = _status("TrainingSucceeded", SUCCEEDED, False,
@@ -201,7 +211,12 @@ STALLED = _status("Stalled", FAILED, True,
     "with `spec.watchdog.onStall: Restart` and its `maxRestarts` restarts used up; its TFJob is suspended so its "
     "pods go ([below](#stalled-runs))")  # fmt: skip
 INVALID_SPEC = _status("InvalidSpec", FAILED, True,
-    "the stored spec cannot be read (only possible for objects stored under an older schema)")  # fmt: skip
+    "the stored spec cannot be read (only possible for objects stored under an older schema), or it contradicts "
+    "itself in a way the schema cannot state, so the run could never run all its workers: a required pod "
+    "anti-affinity term over `kubernetes.io/hostname` that matches the run's own workers with more than one "
+    "worker and a volume the operator creates `ReadWriteOnce` "
+    "([storage and anti-affinity](#storage-and-pod-anti-affinity)); nothing was created. `dtr render` and `dtr run` "
+    "refuse such a spec with the same message")  # fmt: skip
 INVALID_TFJOB = _status("InvalidTFJob", FAILED, True,
     "the API refused the TFJob or PVC for good (e.g. an admission webhook; 4xx other than 401/403/409)")  # fmt: skip
 CHILDREN_CREATED = _declare(Reason("ChildrenCreated", CONDITION, None, False,

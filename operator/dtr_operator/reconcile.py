@@ -6,7 +6,7 @@ for one run:
 - reconcile_run: a run was created or the operator restarted: make sure its PVC and TFJob exist.
 - tfjob_event: its TFJob changed (or vanished): mirror that into the run's status.
 - seen: a watch event of a run: the in-memory trackers below, for the metrics and the two checks.
-- check_waiting_pods: a run waiting for its worker pods: say why they cannot start.
+- check_waiting_pods: a run waiting for its worker pods (none runs yet, or not all): say why they cannot start.
 - poll_progress: a Running run: its chief's last finished epoch into status.progress; a chief whose own
   code failed: its TFJob restarts no more; the stall watchdog's check (watchdog.py), with the same read (when each
   run is read: progress_schedule.py).
@@ -80,7 +80,6 @@ from .status import (
     PENDING,
     RUNNING,
     TERMINAL,
-    WAITING_FOR_PODS,
     State,
     code_status,
     configmap_content,
@@ -99,6 +98,7 @@ from .status import (
     tfjob_status,
     unparsed_status,
     waiting_status,
+    waits_for_pods,
     worker_exits,
 )
 
@@ -444,11 +444,6 @@ def _is_live(body: Mapping[str, Any] | None, uid: str | None) -> TypeGuard[Mappi
     return body is not None and _meta(body).get("uid") == uid and not _meta(body).get("deletionTimestamp")
 
 
-def waits_for_pods(status: Mapping[str, Any] | None) -> bool:
-    status = status or {}
-    return status.get("phase") == PENDING and status.get("reason") in WAITING_FOR_PODS
-
-
 RunRef = tuple[str, str, str]  # namespace, name, uid
 # Pods normally start within seconds: a run still waiting after this long has its pods looked at,
 # and again every this long.
@@ -459,7 +454,8 @@ class WaitingRuns:
     """The runs waiting for their worker pods, and since when (monotonic seconds). In memory only.
 
     No TFJob event tells of a pod stuck in ImagePullBackOff or Unschedulable (the TFJob stays
-    Created), so the operator looks at such a run's pods itself once it has waited `after` seconds.
+    Created, or Running once another worker runs), so the operator looks at such a run's pods itself once it
+    has waited `after` seconds (status.waits_for_pods).
     Not a kopf timer: kopf puts a finalizer on every object a timer serves, and a run must stay
     deletable while the operator is down.
     """
@@ -727,7 +723,8 @@ class Reconciler:
         try:
             run = ObservedRun.parse(body, self.default_image)
         except SpecError as err:
-            # The CRD rejects these at admission; this catches objects stored under an older schema.
+            # The CRD rejects most at admission; this catches objects stored under an older schema, and a spec
+            # that contradicts itself beyond what the schema states (spec.never_runs).
             failed = State(FAILED, INVALID_SPEC, str(err))
             generation = _meta(body).get("generation")
             self.record(body, lambda prev: unparsed_status(failed, prev, now(), generation))
@@ -1010,8 +1007,8 @@ class Reconciler:
             self.retrying.later(ref, retry, clock(), self.retries.backoff(retry))
 
     def check_waiting_pods(self, ref: RunRef) -> None:
-        """A run still waiting for its worker pods: read them, and say so when they cannot start. An API error
-        is logged: the next round tries again."""
+        """A run still waiting for its worker pods (none runs yet, or not all): read them, and say so when they
+        cannot start. An API error is logged: the next round tries again."""
         try:
             self._check_pods(ref)
         except ApiError as err:

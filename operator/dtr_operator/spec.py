@@ -4,18 +4,19 @@ Every field, its default and its rules are declared once, in fields.py, which al
 (crd.py). parse_run admits a run as the API server does with that schema (known fields, types, bounds, enums,
 patterns, the schema's defaults, then the CEL rules' Python twins), applies the operator's own defaults and
 returns a RunSpec; so `dtr render` and `dtr run`, which never see an API server, accept and reject what
-`kubectl apply` would, with the field named.
+`kubectl apply` would, with the field named. One rule more, which no schema states: a run that contradicts itself
+so that it could never run all its workers is refused too (never_runs); the operator fails such a run InvalidSpec.
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import fields
+from . import fields, labels
 from .fields import (
     DEFAULT_TRAINER_IMAGE,
     INT_RANGE,
@@ -423,5 +424,68 @@ def parse_run(obj: Mapping[str, Any], default_image: str = DEFAULT_TRAINER_IMAGE
     _operator_defaults(spec, {"spec.image": default_image, "spec.export.modelName": name})
     values: dict[str, Any] = {}
     _attrs(SPEC, spec, values)
-    return _run_spec(values, name=name, namespace=str(meta.get("namespace") or "default"), uid=meta.get("uid"),
-                     generation=meta.get("generation"))  # fmt: skip
+    run = _run_spec(values, name=name, namespace=str(meta.get("namespace") or "default"), uid=meta.get("uid"),
+                    generation=meta.get("generation"))  # fmt: skip
+    if why := never_runs(run):
+        raise SpecError(why)
+    return run
+
+
+# ---- a run that contradicts itself (beyond the schema: kubectl apply accepts it, the operator fails it) ---------
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+ONE_NODE = "ReadWriteOnce"
+
+
+def required_anti_affinity(affinity: Any) -> Iterator[tuple[str, Any]]:
+    """(path, term) of each required pod anti-affinity term."""
+    part = affinity.get("podAntiAffinity") if isinstance(affinity, Mapping) else None
+    terms = part.get(REQUIRED) if isinstance(part, Mapping) else None
+    for i, term in enumerate(terms if isinstance(terms, list) else []):
+        yield f"spec.affinity.podAntiAffinity.{REQUIRED}[{i}]", term
+
+
+def never_runs(run: RunSpec) -> str | None:
+    """Why the run could never run all its workers, or None. Its PVC, created ReadWriteOnce, mounts on one node only,
+    while a required anti-affinity term over the nodes' hostname that picks its own workers keeps them on separate
+    nodes: one worker stays Pending for good (and the others wait for it). A claim of the user's (claimName) is not
+    judged: its access mode is not in the spec."""
+    if run.workers < 2 or not run.creates_pvc or run.storage.access_mode != ONE_NODE:
+        return None
+    if any(_splits_workers(run, term) for _, term in required_anti_affinity(run.placement.affinity)):
+        return (f"spec.affinity.podAntiAffinity: a required term puts each of the {run.workers} workers on its own "
+                f"node ({labels.HOSTNAME_LABEL}), but spec.storage.accessMode {ONE_NODE} mounts the run's volume on "
+                "one node only: use accessMode ReadWriteMany with a class every node mounts, or a preferred term")
+    return None
+
+
+def _splits_workers(run: RunSpec, term: Any) -> bool:
+    """Whether a required anti-affinity term keeps two of the run's workers off one node: it spreads over the
+    hostname, covers the run's namespace, and some worker's term picks another worker (required anti-affinity is
+    symmetric: either one's term keeps the pair apart)."""
+    if not isinstance(term, Mapping) or term.get("topologyKey") != labels.HOSTNAME_LABEL:
+        return False
+    if not _covers_namespace(term, run.namespace):
+        return False
+    pods = [labels.worker_labels(run.name, run.tfjob_name, run.placement.pod_labels, i) for i in range(run.workers)]
+    return any(labels.selects(term.get("labelSelector"), other, _label_keys(term, pods[i]))
+               for i in range(len(pods)) for j, other in enumerate(pods) if i != j)  # fmt: skip
+
+
+def _covers_namespace(term: Mapping[str, Any], namespace: str) -> bool:
+    """Whether the term's pods include those of the run's namespace: neither namespaces nor namespaceSelector set
+    (the pod's own), the namespace listed, or an empty namespaceSelector (every namespace). A selector of namespace
+    labels is not judged (the namespace's labels are not in the spec)."""
+    listed, by_labels = term.get("namespaces") or [], term.get("namespaceSelector")
+    if by_labels is None:
+        return not listed or namespace in listed
+    return namespace in listed or not (by_labels.get("matchLabels") or by_labels.get("matchExpressions"))
+
+
+def _label_keys(term: Mapping[str, Any], pod: Mapping[str, str]) -> list[dict[str, Any]]:
+    """matchLabelKeys and mismatchLabelKeys as requirements: the worker's value of each key joins the term's
+    labelSelector (In, NotIn); a key the worker lacks is ignored, as the API server does."""
+    keys = ((key, "In") for key in term.get("matchLabelKeys") or ())
+    mismatched = ((key, "NotIn") for key in term.get("mismatchLabelKeys") or ())
+    return [{"key": key, "operator": operator, "values": [pod[key]]}
+            for key, operator in (*keys, *mismatched) if key in pod]  # fmt: skip

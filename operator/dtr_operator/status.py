@@ -39,6 +39,7 @@ from .reasons import (
     RESUMING,
     RUN_SUSPENDED,
     RUNNING,
+    STALLED_CONDITION,
     SUCCEEDED,
     SUSPENDED,
     SUSPENDING,
@@ -51,6 +52,7 @@ from .reasons import (
     TFJOB_SUSPENDED,
     TRAINING_SUCCEEDED,
     USER_CODE_ERROR,
+    WORKERS_NOT_ALL_RUNNING,
     WORKERS_NOT_STARTING,
 )
 from .spec import RunSpec
@@ -559,9 +561,10 @@ def unparsed_status(
 
 
 def _explained(
-    state: State, run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any]
+    state: State, run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any], all_run: bool
 ) -> tuple[State, Summary | None]:
-    """The TFJob's state with what the pods add: the chief's summary, who failed, why none starts."""
+    """The TFJob's state with what the pods add: the chief's summary, who failed, why none or not all start
+    (`all_run`: every worker runs or has succeeded, as the TFJob counts them)."""
     if state.phase == SUCCEEDED:
         summary = parse_summary(termination_message(chief_pod(pods)), run.pvc_name)
         if summary.model and summary.headline and summary.problem is None:
@@ -572,10 +575,17 @@ def _explained(
         return State(SUCCEEDED, METRICS_UNAVAILABLE, partial, created=True), summary
     if state.phase == FAILED:
         return _failure(state, pods), None
-    if state.reason in (TFJOB_SUBMITTED, TFJOB_CREATED) and previous.get("reason") == WORKERS_NOT_STARTING:
-        # The TFJob says nothing new; the pods' own trouble, found by waiting_status, still holds.
-        return State(PENDING, WORKERS_NOT_STARTING, previous.get("message") or state.message, created=True), None
-    return state, None
+    return _still_explained(state, previous, all_run), None
+
+
+def _still_explained(state: State, previous: Mapping[str, Any], all_run: bool) -> State:
+    """The TFJob says nothing new: the pods' own trouble, found by waiting_status, still holds (and its message)."""
+    said, message = previous.get("reason"), previous.get("message") or state.message
+    if state.reason in (TFJOB_SUBMITTED, TFJOB_CREATED) and said == WORKERS_NOT_STARTING:
+        return State(PENDING, WORKERS_NOT_STARTING, message, created=True)
+    if state.reason == TFJOB_RUNNING and said == WORKERS_NOT_ALL_RUNNING and not all_run:
+        return State(RUNNING, WORKERS_NOT_ALL_RUNNING, message, created=True)
+    return state
 
 
 def _failure(state: State, pods: Sequence[Mapping[str, Any]]) -> State:
@@ -658,11 +668,13 @@ def tfjob_status(
     now: str,
 ) -> dict[str, Any]:
     """Status mirrored from the run's TFJob; pods are read only once the TFJob has finished."""
-    state, summary = _explained(suspension(tfjob_state(tfjob), run, previous, tfjob), run, pods, previous)
-    status = _base(run, state, previous, now)
     counts = worker_counts(tfjob)
+    ready = counts["active"] + counts["succeeded"]
+    state = suspension(tfjob_state(tfjob), run, previous, tfjob)
+    state, summary = _explained(state, run, pods, previous, ready >= run.workers)
+    status = _base(run, state, previous, now)
     status["workers"] = counts
-    status["workersReady"] = f"{counts['active'] + counts['succeeded']}/{run.workers}"
+    status["workersReady"] = f"{ready}/{run.workers}"
     if pods:
         status["workerRestarts"] = worker_restarts(pods)
     job_status = tfjob.get("status") or {}
@@ -706,26 +718,79 @@ def refused_pods(events: Sequence[Mapping[str, Any]]) -> list[str]:
 # Reasons of a run whose TFJob should have made its pods, none of which runs yet. TFJobSubmitted too: a
 # training-operator that cannot create a pod does not record the TFJob as Created either.
 WAITING_FOR_PODS = frozenset({TFJOB_SUBMITTED, TFJOB_CREATED, WORKERS_NOT_STARTING})
+# Reasons of a Running run that may be short of workers: the TFJob runs once one worker runs.
+SHORT_OF_WORKERS = frozenset({TFJOB_RUNNING, WORKERS_NOT_ALL_RUNNING})
+
+
+def workers_short(status: Mapping[str, Any] | None) -> tuple[int, int] | None:
+    """(workers that run or succeeded, workers) of a Running run that has fewer of them than workers
+    (status.workersReady "a/b", a < b, as tfjob_status counts them from the TFJob), else None."""
+    status = status or {}
+    if status.get("phase") != RUNNING or status.get("reason") not in SHORT_OF_WORKERS:
+        return None
+    ready, _, total = str(status.get("workersReady") or "").partition("/")
+    if not (ready.isdigit() and total.isdigit()):
+        return None
+    return (int(ready), int(total)) if int(ready) < int(total) else None
+
+
+def waits_for_pods(status: Mapping[str, Any] | None) -> bool:
+    """Whether the run waits for worker pods: none runs yet (WAITING_FOR_PODS), or not all (workers_short)."""
+    status = status or {}
+    pending = status.get("phase") == PENDING and status.get("reason") in WAITING_FOR_PODS
+    return pending or workers_short(status) is not None
 
 
 def waiting_status(
     run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any], now: str,
     refused: Sequence[str] = (),
 ) -> dict[str, Any]:  # fmt: skip
-    """A run whose TFJob created its pods but none runs yet: say why, when they cannot start by
-    themselves (a wrong image, a missing Secret, no node with room) or cannot be created (`refused`:
-    refused_pods). Any other status is left as is."""
-    if previous.get("phase") != PENDING or previous.get("reason") not in WAITING_FOR_PODS:
-        return dict(previous)
+    """A run whose TFJob created its pods but none runs yet, or not all (workers_short): say why, when they cannot
+    start by themselves (a wrong image, a missing Secret, no node with room) or cannot be created (`refused`:
+    refused_pods); and no more once the cause is gone. Any other status is left as is."""
     lines = [*refused, *stuck_workers(pods)]
+    if (short := workers_short(previous)) is not None:
+        state = _short_state(run, short, lines, previous)
+    elif previous.get("phase") == PENDING and previous.get("reason") in WAITING_FOR_PODS:
+        state = _waiting_state(run, lines, previous)
+    else:
+        state = None
+    if state is None:
+        return dict(previous)
+    status = {**previous, **_base(run, state, previous, now)}
+    if _stalled(previous):  # the stall watchdog's message stays (watchdog.py); the Running condition says why
+        status["message"] = previous.get("message")
+    return status
+
+
+def _waiting_state(run: RunSpec, lines: Sequence[str], previous: Mapping[str, Any]) -> State | None:
+    """A run none of whose workers runs yet: why they cannot start, back to TFJobCreated once that has passed."""
     if lines:
         message = clean_text("worker pods cannot start: " + "; ".join(lines))
-        state = State(PENDING, WORKERS_NOT_STARTING, message, created=True)
-    elif previous.get("reason") == WORKERS_NOT_STARTING:
-        state = State(PENDING, TFJOB_CREATED, _created_message(run.tfjob_name), created=True)
-    else:
-        return dict(previous)
-    return {**previous, **_base(run, state, previous, now)}
+        return State(PENDING, WORKERS_NOT_STARTING, message, created=True)
+    if previous.get("reason") == WORKERS_NOT_STARTING:
+        return State(PENDING, TFJOB_CREATED, _created_message(run.tfjob_name), created=True)
+    return None
+
+
+def _short_state(
+    run: RunSpec, short: tuple[int, int], lines: Sequence[str], previous: Mapping[str, Any]
+) -> State | None:
+    """A Running run some of whose workers do not run: training waits for all of them (every step of
+    MultiWorkerMirroredStrategy is a collective of all workers), so say who cannot start and why; back to
+    TFJobRunning once that has passed."""
+    if lines:
+        ready, total = short
+        message = clean_text(f"{ready} of {total} workers run; training waits for all (MultiWorkerMirroredStrategy): "
+                             + "; ".join(lines))  # fmt: skip
+        return State(RUNNING, WORKERS_NOT_ALL_RUNNING, message, created=True)
+    if previous.get("reason") == WORKERS_NOT_ALL_RUNNING:
+        return State(RUNNING, TFJOB_RUNNING, f"TFJob {run.tfjob_name} is running", created=True)
+    return None
+
+
+def _stalled(status: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == STALLED_CONDITION and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
 def next_status(previous: Mapping[str, Any] | None, proposed: Mapping[str, Any]) -> dict[str, Any] | None:

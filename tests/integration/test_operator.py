@@ -394,3 +394,29 @@ def test_a_run_whose_pods_cannot_pull_their_image_says_so_and_carries_no_finaliz
     assert ("Warning", "WorkerPodsNotStarting", st["message"]) in events(control_plane, namespace, "stuck")
     run = get(control_plane, namespace, "dtr", "stuck")
     assert not (run or {}).get("metadata", {}).get("finalizers"), "a run must stay deletable while the operator is down"
+
+
+def test_a_running_run_with_a_worker_that_cannot_be_scheduled_says_why_until_it_runs(
+    control_plane: Cluster, namespace: str, operator: Operator
+):
+    create_run(control_plane, namespace, "partly")
+    wait_status(control_plane, namespace, "partly", "TFJob created", reason="TFJobCreated")
+    first, second = worker_pods(control_plane, namespace, "partly", 2)
+    set_pod_state(control_plane, namespace, first, "Running")
+    why = ("0/2 nodes are available: 1 node(s) didn't match pod anti-affinity rules, 1 node(s) had volume node "
+           "affinity conflict.")  # fmt: skip
+    body = {"status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why}]}}  # fmt: skip
+    control_plane.kubectl("patch", "pod", second["metadata"]["name"], "-n", namespace, "--subresource=status",
+                          "--type=merge", "-p", json.dumps(body))  # fmt: skip
+
+    # The TFJob runs once one worker does; 20 s later the operator looks at the pods, and every 20 s after.
+    st = wait_status(control_plane, namespace, "partly", "a worker not running", timeout=90,
+                     reason="WorkersNotAllRunning")  # fmt: skip
+    assert (st["phase"], st["workersReady"]) == ("Running", "1/2"), st
+    assert st["message"] == ("1 of 2 workers run; training waits for all (MultiWorkerMirroredStrategy): worker "
+                             f"partly-worker-1 cannot be scheduled: {why}"), st["message"]  # fmt: skip
+    assert ("Warning", "WorkersNotAllRunning", st["message"]) in events(control_plane, namespace, "partly")
+    set_pod_state(control_plane, namespace, second, "Running")
+    wait_status(control_plane, namespace, "partly", "every worker running", phase="Running", reason="TFJobRunning",
+                workersReady="2/2")  # fmt: skip

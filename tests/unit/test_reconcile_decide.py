@@ -120,6 +120,16 @@ def test_a_run_waiting_for_its_pods_is_due_after_the_delay_and_until_it_stops_wa
     assert runs.due(500) == []
 
 
+def test_a_running_run_short_of_workers_is_due_until_every_worker_runs():
+    runs = reconcile.WaitingRuns(after=20)
+    runs.seen(REF, {"phase": "Running", "reason": "TFJobRunning", "workersReady": "1/2"}, at=100)
+    assert runs.due(119) == [] and runs.due(120) == [REF]
+    runs.seen(REF, {"phase": "Running", "reason": "WorkersNotAllRunning", "workersReady": "1/2"}, at=125)
+    assert runs.due(126) == [REF]
+    runs.seen(REF, {"phase": "Running", "reason": "TFJobRunning", "workersReady": "2/2"}, at=130)
+    assert runs.due(500) == []
+
+
 def test_runs_waiting_for_something_else_or_gone_are_never_due():
     runs = reconcile.WaitingRuns(after=20)
     runs.seen(REF, {"phase": "Pending", "reason": "WaitingForPVC"}, at=0)

@@ -177,6 +177,25 @@ def test_a_conflict_that_finds_the_tfjob_finished_reads_its_pods_for_the_chiefs_
     assert patch["metrics"]["accuracy"] == 0.97 and kube.pod_lists == 1
 
 
+def test_a_running_run_short_of_a_worker_that_cannot_be_scheduled_is_told_why_and_a_finished_one_is_not_read():
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": "0/2 nodes are available: 1 node(s) didn't match pod anti-affinity rules."}
+    pods = [{"metadata": {"name": f"mnist-cnn-worker-{i}"}, "status": {"conditions": [unschedulable] if i else []}}
+            for i in range(2)]  # fmt: skip
+    short = run({"phase": "Running", "reason": "TFJobRunning", "workersReady": "1/2"})
+    kube = TFJobKube({}, pods=pods, runs={("ml", "mnist-cnn"): short})
+    rec, events = reconciler(kube)
+    rec.check_waiting_pods(("ml", "mnist-cnn", "u-1"))
+    [(_, patch, _)] = kube.writes
+    assert (patch["reason"], "phase" in patch) == ("WorkersNotAllRunning", False), "still Running"
+    assert patch["message"].startswith("1 of 2 workers run; training waits for all (MultiWorkerMirroredStrategy): "
+                                       "worker mnist-cnn-worker-1 cannot be scheduled: 0/2 nodes")  # fmt: skip
+    assert [e[1:3] for e in events] == [("Warning", "WorkersNotAllRunning")]
+    kube.runs[("ml", "mnist-cnn")] = run({"phase": "Succeeded", "reason": "TrainingSucceeded", "workersReady": "1/2"})
+    rec.check_waiting_pods(("ml", "mnist-cnn", "u-1"))
+    assert kube.pod_lists == 1 and len(kube.writes) == 1
+
+
 def test_a_finished_run_is_never_reconciled_and_a_bad_spec_fails_the_run_without_an_api_read():
     kube = FakeKube()
     rec, events = reconciler(kube)
@@ -185,6 +204,18 @@ def test_a_finished_run_is_never_reconciled_and_a_bad_spec_fails_the_run_without
     assert rec.reconcile_run(run(spec={"workers": 0})) is None
     [(_, patch, _)] = kube.writes
     assert (patch["phase"], patch["reason"]) == ("Failed", "InvalidSpec")
+    assert [e[1:3] for e in events] == [("Warning", "InvalidSpec")]
+
+
+def test_a_run_whose_anti_affinity_splits_workers_that_share_a_readwriteonce_volume_fails_before_anything_exists():
+    kube = FakeKube()  # no create call: one would fail the test
+    rec, events = reconciler(kube)
+    term = {"labelSelector": {"matchLabels": {"distml.dev/run": "mnist-cnn"}}, "topologyKey": "kubernetes.io/hostname"}
+    affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    assert rec.reconcile_run(run(spec={"workers": 2, "affinity": affinity})) is None
+    [(_, patch, _)] = kube.writes
+    assert (patch["phase"], patch["reason"]) == ("Failed", "InvalidSpec")
+    assert patch["message"].startswith("spec.affinity.podAntiAffinity: a required term puts each of the 2 workers")
     assert [e[1:3] for e in events] == [("Warning", "InvalidSpec")]
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from dtr_operator.builders import build_tfjob
 from dtr_operator.fields import MAX_NAME_LENGTH, SPEC
+from dtr_operator.labels import template_labels
 from dtr_operator.spec import (
     DEFAULT_TRAINER_IMAGE,
     RunSpec,
@@ -250,6 +252,79 @@ def test_the_longest_name_keeps_worker_pod_names_valid():
     name = "a" * MAX_NAME_LENGTH
     run = parse_run(make_run({"workers": 64}, name=name))
     assert len(f"{run.name}-worker-{run.workers - 1}") <= 63
+
+
+# ---- a run that contradicts itself: required anti-affinity over the nodes with a ReadWriteOnce volume ----------
+
+HOSTNAME = "kubernetes.io/hostname"
+OWN_WORKERS = {"matchLabels": {"distml.dev/run": "mnist-cnn"}}
+
+
+def anti_affinity(selector=OWN_WORKERS, topology=HOSTNAME, required=True, **more):
+    term = {"labelSelector": selector, "topologyKey": topology, **more}
+    if required:
+        return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    weighted = [{"weight": 100, "podAffinityTerm": term}]
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": weighted}}
+
+
+@pytest.mark.parametrize(
+    "affinity",
+    [
+        anti_affinity(),
+        anti_affinity({"matchLabels": {"training.kubeflow.org/job-name": "mnist-cnn",
+                                       "training.kubeflow.org/replica-type": "worker"}}),
+        anti_affinity({"matchExpressions": [{"key": "distml.dev/run", "operator": "Exists"}]}),
+        anti_affinity({"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}),
+        anti_affinity({"matchExpressions": [{"key": "distml.dev/run", "operator": "In", "values": ["mnist-cnn"]}]}),
+        anti_affinity({"matchExpressions": [{"key": "distml.dev/run", "operator": "NotIn", "values": ["other"]}]}),
+        anti_affinity({}),  # an empty selector picks every pod
+        anti_affinity({"matchLabels": {"training.kubeflow.org/replica-index": "0"}}),  # worker 0 apart from the rest
+        anti_affinity(namespaces=["ml"]),
+        anti_affinity(namespaceSelector={}),
+        anti_affinity(matchLabelKeys=["distml.dev/run"]),
+    ],
+)
+def test_a_required_term_that_splits_the_workers_is_refused_with_a_readwriteonce_volume(affinity):
+    with pytest.raises(SpecError) as err:
+        parse_run(make_run({"workers": 2, "affinity": affinity}))
+    assert str(err.value) == (
+        "spec.affinity.podAntiAffinity: a required term puts each of the 2 workers on its own node "
+        "(kubernetes.io/hostname), but spec.storage.accessMode ReadWriteOnce mounts the run's volume on one node only: "
+        "use accessMode ReadWriteMany with a class every node mounts, or a preferred term")
+
+
+def test_the_run_label_and_the_pod_labels_a_term_selects_are_the_ones_the_tfjob_gives_its_workers():
+    run = parse_run(make_run({"workers": 2, "podLabels": {"team": "ml"}}))
+    template = build_tfjob(run)["spec"]["tfReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
+    assert template == template_labels(run.name, run.placement.pod_labels)
+    with pytest.raises(SpecError, match="a required term puts each of the 2 workers"):
+        parse_run(make_run({"workers": 2, "podLabels": {"team": "ml"},
+                            "affinity": anti_affinity({"matchLabels": {"team": "ml"}})}))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"workers": 2, "affinity": anti_affinity(), "storage": {"accessMode": "ReadWriteMany"}},
+        {"workers": 2, "affinity": anti_affinity(required=False)},
+        {"workers": 1, "affinity": anti_affinity()},
+        {"workers": 2, "affinity": anti_affinity(), "storage": {"claimName": "shared"}},
+        {"workers": 2, "affinity": anti_affinity({"matchLabels": {"distml.dev/run": "other-run"}})},
+        {"workers": 2, "affinity": anti_affinity({"matchLabels": {"team": "ml"}})},
+        {"workers": 2, "affinity": anti_affinity({"matchExpressions": [
+            {"key": "distml.dev/run", "operator": "NotIn", "values": ["mnist-cnn"]}]})},
+        {"workers": 2, "affinity": anti_affinity(None)},  # no selector picks no pod
+        {"workers": 2, "affinity": anti_affinity(topology="topology.kubernetes.io/zone")},
+        {"workers": 2, "affinity": anti_affinity(namespaces=["other"])},
+        {"workers": 2, "affinity": anti_affinity(namespaceSelector={"matchLabels": {"team": "ml"}})},
+        {"workers": 2, "affinity": anti_affinity(matchLabelKeys=["training.kubeflow.org/replica-index"])},
+        {"workers": 2, "affinity": {"podAffinity": anti_affinity()["podAntiAffinity"]}},
+    ],
+)
+def test_runs_whose_workers_can_share_a_node_or_a_volume_across_nodes_are_accepted(spec):
+    run = parse_run(make_run(spec))
+    assert run.workers == spec["workers"]
 
 
 # ---- the CRD and spec.py must agree ---------------------------------------------------------

@@ -359,6 +359,98 @@ def test_a_tfjob_event_that_says_nothing_new_keeps_the_pods_trouble():
     assert running["reason"] == "TFJobRunning"
 
 
+# ---- a Running run short of workers (waiting_status, workers_short) --------------------------------
+
+SCHEDULER = ("0/2 nodes are available: 1 node(s) didn't match pod anti-affinity rules, 1 node(s) had volume node "
+             "affinity conflict.")  # fmt: skip
+SHORT_PODS = [pod(0, running=True), waiting_pod(1, unschedulable=SCHEDULER)]
+
+
+def running_short():
+    """The TFJob runs (one worker does), the other worker is Pending."""
+    return st.tfjob_status(RUN, tfjob([cond("Created"), cond("Running")], active=1), [], created_status(), T1)
+
+
+def test_a_running_run_whose_worker_cannot_be_scheduled_says_so_and_stays_running():
+    short = running_short()
+    assert (short["phase"], short["reason"], short["workersReady"]) == ("Running", "TFJobRunning", "1/2")
+    status = st.waiting_status(RUN, SHORT_PODS, short, T2)
+    assert (status["phase"], status["reason"], status["workersReady"]) == ("Running", "WorkersNotAllRunning", "1/2")
+    assert status["message"] == ("1 of 2 workers run; training waits for all (MultiWorkerMirroredStrategy): worker "
+                                 f"mnist-cnn-worker-1 cannot be scheduled: {SCHEDULER}")  # fmt: skip
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert (running["status"], running["reason"], running["lastTransitionTime"]) == ("True", "WorkersNotAllRunning", T1)
+    assert reasons.WORKERS_NOT_ALL_RUNNING in {r.name for r in reasons.REASONS if r.phase == "Running" and r.warning}
+
+
+def test_a_short_run_also_names_a_worker_that_cannot_start_or_be_created():
+    pods = [pod(0, running=True), waiting_pod(1, "ErrImagePull", "not found")]
+    status = st.waiting_status(RUN, pods, running_short(), T2, ["the training-operator cannot create them: quota"])
+    assert status["message"].endswith(
+        "(MultiWorkerMirroredStrategy): the training-operator cannot create them: quota; "
+        "worker mnist-cnn-worker-1 cannot start: ErrImagePull: not found")
+
+
+def test_a_worker_merely_starting_leaves_a_short_run_alone():
+    short = running_short()
+    pods = [pod(0, running=True), waiting_pod(1, "ContainerCreating")]
+    assert st.next_status(short, st.waiting_status(RUN, pods, short, T2)) is None
+
+
+def test_the_tfjobs_running_updates_keep_the_explanation_until_every_worker_runs():
+    stuck = st.waiting_status(RUN, SHORT_PODS, running_short(), T2)
+    again = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Running")], active=1), [], stuck, T2)
+    assert st.next_status(stuck, again) is None, "the TFJob says nothing new: the cause still holds"
+    all_run = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Running")], active=2), [], stuck, T2)
+    assert (all_run["phase"], all_run["reason"], all_run["workersReady"]) == ("Running", "TFJobRunning", "2/2")
+    assert all_run["message"] == "TFJob mnist-cnn is running"
+
+
+def test_a_short_run_whose_cause_is_gone_is_tfjob_running_again():
+    stuck = st.waiting_status(RUN, SHORT_PODS, running_short(), T2)
+    cleared = st.waiting_status(RUN, [pod(0, running=True), waiting_pod(1, "ContainerCreating")], stuck, T2)
+    assert (cleared["phase"], cleared["reason"], cleared["message"]) == (
+        "Running", "TFJobRunning", "TFJob mnist-cnn is running")
+
+
+def test_a_stalled_short_run_keeps_the_watchdogs_message_and_its_running_condition_says_why():
+    short = running_short()
+    stalled = {**short, "message": "Stalled: no epoch finished for 600 s",
+               "conditions": st.set_condition(short["conditions"], "Stalled", True, "NoEpochProgress", "x", T1, 1)}
+    status = st.waiting_status(RUN, SHORT_PODS, stalled, T2)
+    assert (status["reason"], status["message"]) == ("WorkersNotAllRunning", "Stalled: no epoch finished for 600 s")
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert running["message"].startswith("1 of 2 workers run")
+
+
+@pytest.mark.parametrize(
+    ("status", "short"),
+    [
+        ({"phase": "Running", "reason": "TFJobRunning", "workersReady": "1/2"}, (1, 2)),
+        ({"phase": "Running", "reason": "WorkersNotAllRunning", "workersReady": "0/3"}, (0, 3)),
+        ({"phase": "Running", "reason": "TFJobRunning", "workersReady": "2/2"}, None),
+        ({"phase": "Running", "reason": "TFJobRestarting", "workersReady": "1/2"}, None),
+        ({"phase": "Running", "reason": "TFJobRunning"}, None),
+        ({"phase": "Running", "reason": "TFJobRunning", "workersReady": "one/2"}, None),
+        ({"phase": "Succeeded", "reason": "TFJobRunning", "workersReady": "1/2"}, None),
+        ({"phase": "Pending", "reason": "TFJobCreated", "workersReady": "0/2"}, None),
+    ],
+)
+def test_a_run_is_short_of_workers_only_while_the_tfjob_runs_with_fewer_than_all(status, short):
+    assert st.workers_short(status) == short
+    assert st.waits_for_pods(status) == (short is not None or status["phase"] == "Pending")
+
+
+def test_a_finished_run_never_goes_back_to_waiting_for_a_worker():
+    stuck = st.waiting_status(RUN, SHORT_PODS, running_short(), T2)
+    done = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Succeeded")], succeeded=2), DONE_PODS, stuck, T2)
+    assert done["phase"] == "Succeeded"
+    assert st.waiting_status(RUN, SHORT_PODS, done, T2) == done
+    assert st.next_status(done, {**stuck, "phase": "Running"}) is None
+    failed = st.tfjob_status(RUN, tfjob([cond("Created"), cond("Failed")], active=1, failed=1), [], stuck, T2)
+    assert (failed["phase"], failed["reason"]) == ("Failed", "TFJobFailed")
+
+
 @pytest.mark.parametrize(
     ("path", "uri"),
     [
