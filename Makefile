@@ -100,12 +100,18 @@ test-e2e: setup ## `dtr run` end to end: real TF worker processes, no cluster
 
 # The real node (docs/cluster.md): containerd, runc, CNI, kubelet, kube-scheduler, kube-proxy, CoreDNS,
 # local-path, as k3s bundles them; built and cached like the control plane. Needs root.
-.PHONY: node-build test-node
+.PHONY: node-build test-node multinode-build test-multinode
 node-build: cluster-build ## build the node's parts (containerd, runc, CoreDNS, local-path, their images; cached)
 	bash devcluster/build_node.sh
 
 test-node: setup images node-build ## both images as pods on a real node: kubectl apply -> Succeeded, faults, security
 	$(OP)/pytest -q tests/node
+
+multinode-build: node-build ## several nodes' extra part: flanneld and its CNI plugin (cached)
+	bash devcluster/build_node.sh flannel
+
+test-multinode: setup images multinode-build ## several real nodes: pods, policies and a run across nodes, node faults
+	$(OP)/pytest -q tests/multinode
 
 test-fast: lint test-unit ## lint and unit tests only
 
@@ -130,14 +136,21 @@ pictures: setup ## draw the docs' pictures (docs/img/) from a real local run of 
 # the operator as pods (deploy/install.sh). Needs root.
 .PHONY: dev-cluster dev-cluster-kueue dev-cluster-down
 DEV_CLUSTER ?= .dtr/dev-cluster
-dev-cluster: setup images node-build ## start the local cluster on a real node with the operator; prints KUBECONFIG
+NODES ?= 1
+dev-cluster: setup images node-build ## start the local cluster (NODES=3: several nodes) with the operator; prints KUBECONFIG
+ifeq ($(NODES),1)
 	$(OP)/python -m devcluster.node up --install --dir $(DEV_CLUSTER)
+else
+	$(MAKE) --no-print-directory multinode-build
+	$(OP)/python -m devcluster.cluster up --install --nodes $(NODES) --dir $(DEV_CLUSTER)
+endif
 
 dev-cluster-kueue: ## install Kueue (built here, upstream's manifests) into the running dev-cluster (docs/scheduling.md)
 	KUBECONFIG=$(DEV_CLUSTER)/control-plane/kubeconfig $(OP)/python -m devcluster.kueue install
 
-dev-cluster-down: ## stop everything dev-cluster started
-	$(OP)/python -m devcluster.node down --dir $(DEV_CLUSTER)
+dev-cluster-down: ## stop everything dev-cluster started (either kind)
+	if [ -d $(DEV_CLUSTER)/nodes ]; then $(OP)/python -m devcluster.cluster down --dir $(DEV_CLUSTER); \
+	else $(OP)/python -m devcluster.node down --dir $(DEV_CLUSTER); fi
 
 # Reliability and security suite (docs/reliability.md): invalid runs, generated specs, faults, Pod Security.
 # Writes .dtr/reliability/results.json, then the doc from it (even when red); its cost: docs/cluster.md#what-ci-costs.

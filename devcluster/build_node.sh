@@ -7,14 +7,15 @@
 #   coredns                  CoreDNS with only the plugins below       github.com/coredns/coredns
 #   local-path-provisioner   + its deploy manifest in manifests/       github.com/rancher/local-path-provisioner
 #   kube-network-policies    NetworkPolicy enforcement (nftables, NFQUEUE) sigs.k8s.io/kube-network-policies
-#   flannel                  flanneld, static, cgo (UDP backend)       github.com/flannel-io/flannel
+#   flannel                  (not by default: several nodes only, `make multinode-build`)
+#                            flanneld, static, cgo (UDP backend)       github.com/flannel-io/flannel
 #                            + CNI plugin flannel in bin/cni/          github.com/containernetworking/plugins
 #   images                   OCI image tars in images/ for `ctr -n k8s.io images import` (ociimage.py):
 #                            pause, coredns, local-path-provisioner, busybox, training-operator, kueue; each rewritten
 #                            when its arguments, its files' contents or ociimage.py change
 #   check-images             (not by default; root) import and run each image in a throw-away containerd
 #                            under /tmp/ocitest, then stop it and remove everything
-# Usage: build_node.sh [component ...]    (default: all but check-images; prints the bin dir)
+# Usage: build_node.sh [component ...]    (default: all but flannel and check-images; prints the bin dir)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=versions.env disable=SC1091
@@ -486,7 +487,7 @@ host_packages() {
   need_pkgs containernetworking-plugins iptables iproute2 nftables
 }
 
-want=${*:-host containerd runc coredns local-path-provisioner network-policies flannel images}
+want=${*:-host containerd runc coredns local-path-provisioner network-policies images}
 for w in ${want}; do
   case ${w} in
     host) host_packages ;;

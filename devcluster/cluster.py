@@ -217,6 +217,7 @@ class Cluster:
         self.stop()
         for script in (cp.BUILD_SH, nd.BUILD_NODE_SH):
             cp.run_build(script, self.plane.cache)
+        cp.run_build(nd.BUILD_NODE_SH, self.plane.cache, "flannel")
         t0 = time.monotonic()
         try:
             self._start_all()
@@ -306,14 +307,23 @@ class Cluster:
                 raise ClusterError(f"ctr import into {node.spec.name} failed: {err.strip()[-400:]}")
             (node.layout.root / "imported-images").write_text(ids)
         self.log(f"images imported into {len(imports)} node(s) in {time.monotonic() - t0:.0f} s")
-        return self.nodes[0].install({"DTR_IMPORT": "none", "DTR_HOST_DIR": str(self.shared), **(settings or {})})
+        installed = self.nodes[0].install({"DTR_IMPORT": "none", "DTR_HOST_DIR": str(self.shared), **(settings or {})})
+        # Runs may ask for the class every node mounts, the one that lets their workers spread: the operator's
+        # setting, as a cluster admin makes it (docs/operator.md#what-a-run-may-ask-of-the-cluster).
+        operator = ("-n", "dtr-system")
+        setting = f"DTR_ALLOWED_STORAGE_CLASSES={SHARED_CLASS}"
+        env = self.nodes[0].kubectl(*operator, "set", "env", "deploy/dtr-operator", "--list")
+        if setting not in env.splitlines():
+            self.nodes[0].kubectl(*operator, "set", "env", "deploy/dtr-operator", setting)
+            self.nodes[0].kubectl(*operator, "rollout", "status", "deploy/dtr-operator", "--timeout=300s", timeout=320)
+        return installed
 
     def _imports(self, tar: Path, ids: str) -> list[tuple[nd.Node, subprocess.Popen[str]]]:
         started = []
         for node in self.nodes:
             marker = node.layout.root / "imported-images"
-            if marker.exists() and marker.read_text() == ids:
-                continue
+            if marker.exists() and marker.read_text() == ids and node.has_images():
+                continue  # a node's start empties its containerd: the marker alone is not enough
             argv = [str(self.plane.bin / "ctr"), "--address", str(node.layout.socket), "-n", "k8s.io",
                     "images", "import", str(tar)]  # fmt: skip
             started.append((node, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))

@@ -185,6 +185,9 @@ def apiserver_args(
             f"--kubelet-client-key={pki / 'admin.key'}",
             "--kubelet-preferred-address-types=InternalIP",
             *(["--enable-aggregator-routing=true"] if pod_network else []),
+            # A NotReady node's pods are evicted after 20 s, not 300 s: node faults are tested (a test cluster).
+            *(["--default-not-ready-toleration-seconds=20", "--default-unreachable-toleration-seconds=20"]
+              if pod_network else []),
         ]
     else:
         # Without --advertise-address the apiserver looks for a host interface with a default route.
@@ -377,10 +380,10 @@ def free_ports(count: int) -> list[int]:
     raise ControlPlaneError(f"no {count} free loopback ports in {LOW_PORT}..{HIGH_PORT}")
 
 
-def run_build(script: Path, cache: Path) -> None:
-    """devcluster/build.sh or build_node.sh into `cache` (a cache hit once built)."""
+def run_build(script: Path, cache: Path, *components: str) -> None:
+    """devcluster/build.sh or build_node.sh into `cache` (a cache hit once built): its default components, or these."""
     env = dict(os.environ, DTR_CACHE=str(cache))
-    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(["bash", str(script), *components], env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         last = proc.stderr.strip().splitlines()[-5:]
         raise ControlPlaneError(f"{script.relative_to(REPO)} failed: " + " | ".join(last))

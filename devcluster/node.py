@@ -759,7 +759,7 @@ class Node:
         images = built_image_ids()
         imported = self.layout.root / "imported-images"
         # A node shared by several tiers (tests/tiers.py) imports each build once: ~2 GB through ctr.
-        same = imported.exists() and imported.read_text() == images and self._has_images()
+        same = imported.exists() and imported.read_text() == images and self.has_images()
         env = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig or self.plane.kubeconfig),
@@ -778,7 +778,7 @@ class Node:
             imported.write_text(images)
         return proc
 
-    def _has_images(self) -> bool:
+    def has_images(self) -> bool:
         names = self.ctr("images", "ls", "-q", check=False, timeout=60).stdout.split()
         return all(image in names for image in image_names())  # fully qualified: ctr lists them as named
 

@@ -1,0 +1,72 @@
+"""A run across nodes: MultiWorkerMirroredStrategy's all-reduce over the pod network between two nodes, the run's
+volume on the class every node mounts; and what the default ReadWriteOnce volume does with several nodes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+
+from support.multinode import MultiNode, spread_run
+from support.node import REPO, score_model
+from support.wait import wait_for
+
+
+def worker_nodes(multinode: MultiNode, namespace: str, name: str, workers: int = 2) -> list[str]:
+    """The nodes of the run's workers once all of them run."""
+
+    def placed() -> list[str] | None:
+        pods = multinode.cluster.kubectl_json("get", "pods", "-n", namespace, "-l", f"distml.dev/run={name}")["items"]
+        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        return [p["spec"]["nodeName"] for p in sorted(running, key=lambda p: p["metadata"]["name"])] \
+            if len(running) == workers else None  # fmt: skip
+
+    return wait_for(placed, timeout=300, interval=0.5, what=f"every worker of {name} running")
+
+
+def claim_dir(multinode: MultiNode, namespace: str, claim: str) -> Path:
+    """Where local-path put the claim: on its node (local-path) or in the directory every node mounts."""
+    pvc = multinode.cluster.kubectl_json("get", "pvc", claim, "-n", namespace)
+    pv = pvc["spec"]["volumeName"]
+    if pvc["spec"].get("storageClassName") == "shared-path":
+        return multinode.nodes.shared / f"{pv}_{namespace}_{claim}"
+    node = pv_node(multinode, pv)
+    return multinode.nodes.node(node).storage / f"{pv}_{namespace}_{claim}"
+
+
+def pv_node(multinode: MultiNode, pv: str) -> str:
+    terms = multinode.cluster.kubectl_json("get", "pv", pv)["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    return terms[0]["matchExpressions"][0]["values"][0]
+
+
+def test_workers_on_two_nodes_train_together_and_the_model_scores(multinode: MultiNode, namespace: str) -> None:
+    name = "spread"
+    t0 = time.monotonic()
+    multinode.real.apply(namespace, spread_run(name))
+    nodes = worker_nodes(multinode, namespace, name)
+    st = multinode.real.wait_terminal(namespace, name, timeout=600)
+    print(f"spread over {nodes}: kubectl apply -> {st['phase']} in {time.monotonic() - t0:.0f} s, "
+          f"{st.get('metrics', {}).get('examplesPerSecond')} examples/s")  # fmt: skip
+    assert len(set(nodes)) == 2, nodes
+    assert st["phase"] == "Succeeded", st
+    model = claim_dir(multinode, namespace, st["model"]["claim"]) / "models" / name / "1"
+    accuracy = score_model(model)
+    assert accuracy >= 0.85, accuracy
+    assert abs(accuracy - st["metrics"]["accuracy"]) < 0.02, (accuracy, st["metrics"])
+
+
+def test_a_readwriteonce_run_keeps_its_workers_on_its_volumes_node(multinode: MultiNode, namespace: str) -> None:
+    """The default claim is ReadWriteOnce on a node's own disk: the scheduler puts every worker on the node its
+    volume was made on (the PV's node affinity), and the run trains there."""
+    doc = yaml.safe_load((REPO / "examples" / "digits.yaml").read_text())
+    name = doc["metadata"]["name"] = "one-node"
+    t0 = time.monotonic()
+    multinode.real.apply(namespace, doc)
+    nodes = worker_nodes(multinode, namespace, name)
+    st = multinode.real.wait_terminal(namespace, name, timeout=600)
+    print(f"ReadWriteOnce on {nodes}: kubectl apply -> {st['phase']} in {time.monotonic() - t0:.0f} s, "
+          f"{st.get('metrics', {}).get('examplesPerSecond')} examples/s")  # fmt: skip
+    assert st["phase"] == "Succeeded", st
+    pv = multinode.cluster.kubectl_json("get", "pvc", st["pvc"], "-n", namespace)["spec"]["volumeName"]
+    assert nodes == [pv_node(multinode, pv)] * 2, (nodes, pv)

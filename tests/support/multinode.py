@@ -1,0 +1,152 @@
+"""Several real nodes (devcluster/cluster.py) as the multi-node tier uses them: bring-up, the tier's fixture,
+pods pinned to nodes, and a node's power cut. Imported as `support.multinode`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcluster import cluster as dc
+from devcluster import controlplane as cp
+from devcluster import node as realnode
+
+from .cluster import Cluster, namespace_name
+from .node import RealNode
+from .wait import wait_for
+
+NODES = 3
+BUSYBOX = realnode.pinned(realnode.HERE / "versions.env")["BUSYBOX_IMAGE"]
+
+
+@dataclass
+class MultiNode:
+    cluster: Cluster
+    nodes: dc.Cluster
+
+    @property
+    def real(self) -> RealNode:
+        """The run helpers of the single-node tier (apply, run_status, wait_terminal, logs ...)."""
+        return RealNode(self.cluster, self.nodes.nodes[0])
+
+    def node_of(self, namespace: str, pod: str) -> str:
+        return self.cluster.kubectl_json("get", "pod", pod, "-n", namespace)["spec"].get("nodeName", "")
+
+    def pod_on(self, namespace: str, name: str, node: str, command: str, labels: dict[str, str] | None = None) -> str:
+        """A busybox pod on `node` running `command`; returns its address once it runs."""
+        doc = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels or {}},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "c", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                "command": ["sh", "-c", command]}],
+            },
+        }  # fmt: skip
+        self.cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+
+        def running() -> str | None:
+            pod = self.cluster.kubectl_json("get", "pod", name, "-n", namespace)
+            status = pod.get("status") or {}
+            return status.get("podIP") if status.get("phase") == "Running" else None
+
+        return wait_for(running, timeout=120, what=f"pod {name} running on {node}")
+
+    def connects(self, namespace: str, pod: str, host: str, port: int) -> bool:
+        """Whether `pod` gets an HTTP answer from host:port within 4 s."""
+        probe = f'printf "GET / HTTP/1.0\\r\\n\\r\\n" | nc -w 4 {host} {port} | head -1'
+        proc = self.cluster.kubectl("exec", "-n", namespace, pod, "--", "sh", "-c", probe, check=False, timeout=30)
+        return proc.stdout.startswith("HTTP/")
+
+    def node_ready(self, name: str) -> str:
+        node = self.cluster.kubectl_json("get", "node", name)
+        ready = [c for c in node["status"].get("conditions", []) if c["type"] == "Ready"]
+        return ready[0]["status"] if ready else "Unknown"
+
+
+@contextlib.contextmanager
+def start_multinode(workdir: Path) -> Iterator[MultiNode]:
+    """The tier's cluster: DTR_CLUSTER_DIR's (`python -m devcluster.cluster up --dir DIR`), else one of its own."""
+    existing = os.environ.get("DTR_CLUSTER_DIR")
+    previous = os.environ.get("KUBECONFIG")
+    root = Path(existing).resolve() if existing else workdir
+    count = len(list((root / "nodes").glob("n*"))) if existing else NODES
+    nodes = dc.Cluster(root, count, stop_at_exit=existing is None)
+    try:
+        if existing is None:
+            try:
+                nodes.start()
+            except cp.ControlPlaneError as err:
+                pytest.fail(f"the cluster did not start: {err}", pytrace=False)
+        cluster = Cluster(nodes.kubeconfig, nodes.plane.dir)
+        os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+        try:
+            installed = nodes.install()
+        except cp.ControlPlaneError as err:
+            pytest.fail(str(err), pytrace=False)
+        if installed.returncode != 0:
+            pytest.fail(f"deploy/install.sh failed:\n{installed.stdout[-3000:]}\n{installed.stderr[-3000:]}",
+                        pytrace=False)  # fmt: skip
+        yield MultiNode(cluster, nodes)
+    finally:
+        if existing is None:
+            nodes.stop()
+        if previous is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = previous
+
+
+@pytest.fixture(scope="session")
+def multinode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiNode]:
+    with start_multinode(tmp_path_factory.mktemp("multinode")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def plain_namespace(multinode: MultiNode, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace without Pod Security (busybox test pods run as root), deleted after."""
+    name = namespace_name(request.node.name)
+    multinode.cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        multinode.cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+@pytest.fixture
+def namespace(multinode: MultiNode, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace that enforces Pod Security `restricted`, as the runs' namespaces do."""
+    from .node import restricted_namespace
+
+    with restricted_namespace(multinode.real, request.node.name) as name:
+        yield name
+
+
+def wait_node_ready(multinode: MultiNode, name: str, want: str, timeout: float = 120) -> float:
+    """Seconds until the node's Ready condition is `want` ("True", "Unknown" ...)."""
+    t0 = time.monotonic()
+    wait_for(lambda: multinode.node_ready(name) == want or None, timeout=timeout, what=f"node {name} Ready={want}")
+    return time.monotonic() - t0
+
+
+def spread_run(name: str, epochs: int = 8, **spec: Any) -> dict[str, Any]:
+    """examples/digits-spread.yaml's run under another name (its workers on different nodes, shared-path)."""
+    import yaml
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "digits-spread.yaml").read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"]["training"]["epochs"] = epochs
+    doc["spec"]["export"]["modelName"] = name
+    term = doc["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    term["labelSelector"]["matchLabels"]["distml.dev/run"] = name
+    doc["spec"].update(spec)
+    return doc
