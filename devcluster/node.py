@@ -548,6 +548,20 @@ class Node:
         self.restart("containerd")
         self.restart("kubelet")
 
+    def power_off(self) -> None:
+        """A power cut of this node alone: every process of the node and every container under its shims die at
+        once (SIGKILL). Its Node object stays; the control plane sees it NotReady once its heartbeats stop."""
+        for component in reversed(self.components):
+            if component in dict(self._running_pids()):
+                self.kill(component)
+        self._kill_shims(with_containers=True)
+
+    def power_on(self) -> None:
+        """The node boots again: its processes start as they were started, and the kubelet brings its pods back."""
+        for component in self.components:
+            if component not in dict(self._running_pids()):
+                self.restart(component)
+
     # -- steps
 
     def _running_pids(self) -> list[tuple[str, tuple[int, str]]]:

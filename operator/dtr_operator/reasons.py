@@ -130,8 +130,11 @@ TFJOB_FAILED = _status("TFJobFailed", FAILED, True,
     f"telling exit: its own error (exit < {exits.RETRYABLE_FROM}) or an OOM kill before a kill at the backoff "
     "limit (143), read from the container's current and previous state; peers that only lost that worker "
     f"({exits.PEER_LOST}) last: `worker "
-    "mnist-cnn-worker-1 exited with code 2: ValueError: ...`. The reason is the TFJob's own failure reason when "
-    "it gives one")  # fmt: skip
+    "mnist-cnn-worker-1 exited with code 2: ValueError: ...`. A worker Kubernetes took away comes first, with its "
+    "node and why (its pod's DisruptionTarget condition): `worker digits-worker-1 on node dtr-n2 evicted through the "
+    "Eviction API (kubectl drain, or another eviction)`, or `... deleted by the taint manager: its node has a "
+    "NoExecute taint (NotReady, unreachable or out of service)` ([reliability.md](reliability.md#several-nodes)). "
+    "The reason is the TFJob's own failure reason when it gives one")  # fmt: skip
 USER_CODE_ERROR = _status("UserCodeError", FAILED, True,
     f"a worker exited with the user-code exit code ({exits.USER_CODE}): the run's own code "
     "(`spec.training.code`) does not import, lacks `build_model` or `load_data`, returns the wrong thing, its "

@@ -229,6 +229,41 @@ def worker_exits(pods: Sequence[Mapping[str, Any]]) -> list[WorkerExit]:
     return sorted(found, key=lambda e: e.order)
 
 
+# A pod's DisruptionTarget condition (Kubernetes >= 1.26): who is deleting it, in a user's words. A worker lost with
+# its node, drained away or preempted exits like any failed worker (or not at all, its kubelet gone): this says why.
+DISRUPTIONS = {
+    "DeletionByTaintManager": "deleted by the taint manager: its node has a NoExecute taint (NotReady, unreachable "
+                              "or out of service)",
+    "EvictionByEvictionAPI": "evicted through the Eviction API (kubectl drain, or another eviction)",
+    "PreemptionByScheduler": "preempted by the scheduler for a pod of higher priority",
+    "DeletionByPodGC": "deleted by the pod garbage collector (its node is gone or out of service)",
+    "TerminationByKubelet": "terminated by its kubelet (node pressure, or the node shutting down)",
+}
+
+
+def disrupted_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per worker pod that Kubernetes is taking away (DisruptionTarget=True), naming its node and why."""
+    lines = []
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", "")):
+        if (cond := _disruption_target(pod)) is not None:
+            name = (pod.get("metadata") or {}).get("name", "?")
+            node = (pod.get("spec") or {}).get("nodeName") or "no node"
+            lines.append(f"worker {name} on node {node} {_disruption(cond)}")
+    return lines
+
+
+def _disruption_target(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if (c.get("type"), c.get("status")) == ("DisruptionTarget", "True")), None)
+
+
+def _disruption(cond: Mapping[str, Any]) -> str:
+    reason = cond.get("reason") or ""
+    known = DISRUPTIONS.get(reason)
+    text = f"disrupted ({reason or 'no reason given'}): {cond.get('message') or ''}"
+    return known or clean_text(text, MAX_WORKER_DETAIL)
+
+
 def failed_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per worker whose tensorflow container exited non-zero, the likely cause first (worker_exits)."""
     return [_worker_exit(e.name, e.code, e.terminated) for e in worker_exits(pods)]
@@ -595,7 +630,7 @@ def _failure(state: State, pods: Sequence[Mapping[str, Any]]) -> State:
         return State(FAILED, USER_CODE_ERROR, user_code, created=True)
     if diverged := divergence(pods):
         return State(FAILED, DIVERGED, diverged, created=True)
-    if why := failed_workers(pods):
+    if why := [*disrupted_workers(pods), *failed_workers(pods)]:
         return State(FAILED, state.reason, clean_text(f"{state.message} {'; '.join(why)}"), created=True)
     return state
 
@@ -748,7 +783,7 @@ def waiting_status(
     """A run whose TFJob created its pods but none runs yet, or not all (workers_short): say why, when they cannot
     start by themselves (a wrong image, a missing Secret, no node with room) or cannot be created (`refused`:
     refused_pods); and no more once the cause is gone. Any other status is left as is."""
-    lines = [*refused, *stuck_workers(pods)]
+    lines = [*refused, *disrupted_workers(pods), *stuck_workers(pods)]
     if (short := workers_short(previous)) is not None:
         state = _short_state(run, short, lines, previous)
     elif previous.get("phase") == PENDING and previous.get("reason") in WAITING_FOR_PODS:

@@ -193,6 +193,34 @@ def test_failure_names_the_failed_workers():
     assert "metrics" not in status
 
 
+def disrupted(index, reason, message, node="dtr-n2", **kw):
+    p = pod(index, **kw)
+    p["spec"] = {"nodeName": node}
+    p["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message}]
+    return p
+
+
+@pytest.mark.parametrize(("reason", "words"), [
+    ("EvictionByEvictionAPI", "evicted through the Eviction API (kubectl drain"),  # measured: a drained node
+    ("DeletionByTaintManager", "deleted by the taint manager: its node has a NoExecute taint"),  # a node lost
+    ("SomethingNew", "disrupted (SomethingNew): a future reason"),
+])  # fmt: skip
+def test_failure_names_the_node_of_a_worker_kubernetes_took_away(reason, words):
+    # Seen with 3 nodes: a drained worker failed the TFJob before its container's exit was reported, and the
+    # status said only "1 Worker replica(s) failed".
+    pods = [pod(0, running=True), disrupted(1, reason, "a future reason", running=True)]
+    job = tfjob([cond("Created"),
+                 cond("Failed", message="TFJob ml/mnist-cnn has failed because 1 Worker replica(s) failed.")])
+    message = st.tfjob_status(RUN, job, pods, {}, T1)["message"]
+    assert f"worker mnist-cnn-worker-1 on node dtr-n2 {words}" in message, message
+
+
+def test_a_worker_not_disrupted_has_no_such_line():
+    calm = pod(1, running=True)
+    calm["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "False", "reason": "EvictionByEvictionAPI"}]
+    assert st.disrupted_workers([pod(0, running=True), calm]) == []
+
+
 def test_failure_names_the_killed_worker_before_the_peer_that_lost_it():
     # Seen on the real node: worker-1 SIGKILLed (137), worker-0 then exits 138 with a long gRPC error.
     grpc = "dtr_trainer[worker-0]: error: lost a peer or a collective timed out (UnavailableError: " + "x" * 400
