@@ -42,6 +42,7 @@ IPTABLES_CHAIN = "DTR-MULTI-FORWARD"
 CGROUP_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "systemd")
 SHARED_CLASS = "shared-path"
 MAX_NODES = 9
+OWNER = RUN_ROOT / "owner"  # the directory of the cluster that holds the names above (one per machine)
 
 
 class ClusterError(cp.ControlPlaneError):
@@ -49,6 +50,16 @@ class ClusterError(cp.ControlPlaneError):
 
 
 # ---------------------------------------------------------------- pure parts
+
+
+def running_cluster_dir() -> Path | None:
+    """The directory of the cluster of several nodes that runs on this machine now, if any (its apiserver lives)."""
+    try:
+        root = Path(OWNER.read_text().strip())
+    except OSError:
+        return None
+    plane = cp.ControlPlane(root / "control-plane", stop_at_exit=False)
+    return root if any(plane.status().values()) else None
 
 
 def node_spec(index: int) -> nd.NodeSpec:
@@ -214,6 +225,13 @@ class Cluster:
         """Everything up; returns the seconds it took after the build."""
         if any(self.plane.status().values()):
             raise ClusterError(f"a cluster already runs in {self.root}; run `down --dir {self.root}` first")
+        other = running_cluster_dir()
+        if other is not None and other != self.root:
+            raise ClusterError(
+                f"a cluster of several nodes already runs on this machine, from {other} (one at a time: the "
+                f"bridge {BRIDGE}, the nodes' network namespaces and cgroups are named alike); stop it first: "
+                f"python -m devcluster.cluster down --dir {other}"
+            )
         self.stop()
         for script in (cp.BUILD_SH, nd.BUILD_NODE_SH):
             cp.run_build(script, self.plane.cache)
@@ -227,6 +245,9 @@ class Cluster:
         return round(time.monotonic() - t0, 1)
 
     def stop(self) -> None:
+        other = running_cluster_dir()
+        if other is not None and other != self.root:
+            return  # another cluster holds the machine's names (sockets, namespaces): leave all of it alone
         for node in self.nodes:
             node.stop()
         for pid_file in (self.root / "cluster" / "pids").glob("*"):
@@ -237,6 +258,7 @@ class Cluster:
         for node in self.nodes:
             unplumb_node(node.spec)
         unplumb_host()
+        shutil.rmtree(RUN_ROOT, ignore_errors=True)
 
     def running(self) -> dict[str, bool]:
         """component (per node) -> running."""
@@ -251,6 +273,8 @@ class Cluster:
             shutil.rmtree(self.root / "cluster" / sub, ignore_errors=True)
             (self.root / "cluster" / sub).mkdir(parents=True)
         self.shared.mkdir(parents=True, exist_ok=True)
+        RUN_ROOT.mkdir(parents=True, exist_ok=True)
+        OWNER.write_text(f"{self.root}\n")
         plumb_host()
         for node in self.nodes:
             plumb_node(node.spec)

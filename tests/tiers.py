@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 TIMINGS = Path(os.environ.get("DTR_TIMINGS") or REPO / ".dtr" / "timings")
 CACHE = Path(os.environ.get("DTR_CACHE") or Path.home() / ".cache" / "dtr")
 NODE_DIR = REPO / ".dtr" / "ci-node"
+CLUSTER_DIR = REPO / ".dtr" / "ci-multinode"
 OP_PYTHON = str(REPO / ".venv" / "op" / "bin" / "python")
 COSTS = REPO / "docs" / "ci-costs.json"
 BUDGET_SLACK = 1.5  # a warm tier may take half as long again as its budget before the run fails
@@ -58,6 +59,7 @@ class Step:
     budget: float | None = None  # warm seconds, for tiers
     tier: bool = False  # runs tests: DTR_TIER names its timings file
     node: bool = False  # uses the shared node (DTR_NODE_DIR)
+    multinode: bool = False  # uses the shared cluster of several nodes (DTR_CLUSTER_DIR)
     side: bool = False  # the side lane
     after: tuple[str, ...] = ()  # steps (of either lane) that must have passed first
 
@@ -74,6 +76,8 @@ NODE_FAULTS = "tests/reliability/test_node_faults.py"
 ATTACKS = "tests/reliability/test_attacks.py"
 NODE = (OP_PYTHON, "-m", "devcluster.node")  # run from the repository root, as every step is
 NODE_DOWN = (*NODE, "down", "--dir", str(NODE_DIR))
+CLUSTER = (OP_PYTHON, "-m", "devcluster.cluster")
+CLUSTER_DOWN = (*CLUSTER, "down", "--dir", str(CLUSTER_DIR))
 
 STEPS: tuple[Step, ...] = (
     # main lane
@@ -94,7 +98,11 @@ STEPS: tuple[Step, ...] = (
     Step("node faults", pytest(NODE_FAULTS, ATTACKS),
          "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",
          budget=520, tier=True, node=True, after=("reliability",)),
-    Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from both parts"),
+    # The single node's work is done: its CPU goes to the several nodes' tier.
+    Step("node stop", NODE_DOWN, "the shared node stopped", after=("node faults",)),
+    Step("multinode", make("test-multinode"), "three nodes: pods, policies and a run across nodes, node faults",
+         budget=480, tier=True, multinode=True, after=("multinode start",)),
+    Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from every part"),
     # side lane
     Step("images", make("images"), "Docker engine, base images, both images", side=True),
     Step("node build", make("node-build"), "containerd, runc, CoreDNS, local-path, node images", side=True,
@@ -106,6 +114,12 @@ STEPS: tuple[Step, ...] = (
          side=True),
     Step("reliability", pytest("tests/reliability", f"--ignore={NODE_FAULTS}", f"--ignore={ATTACKS}"),
          "invalid runs, generated specs, control-plane faults, Pod Security", budget=270, tier=True, side=True),
+    # While the main lane runs the node tiers (the side lane is idle then): disk and waiting, little CPU.
+    Step("multinode build", make("multinode-build"), "flanneld and its CNI plugin", side=True,
+         after=("node build",)),
+    Step("multinode start", (*CLUSTER, "up", "--install", "--nodes", "3", "--dir", str(CLUSTER_DIR)),
+         "three nodes: control plane, nodes, images imported into each, operator installed", side=True,
+         after=("images",)),
 )
 
 
@@ -152,13 +166,15 @@ class Run:
         return min(failed, key=lambda r: self.chosen.index(r.step)) if failed else None
 
 
-def step_env(step: Step, shared_node: bool) -> dict[str, str]:
+def step_env(step: Step, shared_node: bool, shared_cluster: bool = False) -> dict[str, str]:
     env = dict(os.environ, DTR_TIMINGS=str(TIMINGS), DTR_TIER=step.name)
     plugins = str(REPO / "tests" / "plugins")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (plugins, os.environ.get("PYTHONPATH", "")) if p)
     env["PYTEST_ADDOPTS"] = " ".join(p for p in ("-p tier_timings", os.environ.get("PYTEST_ADDOPTS", "")) if p)
     if step.node and shared_node:  # else the tier's fixtures start a node of their own
         env["DTR_NODE_DIR"] = str(NODE_DIR)
+    if step.multinode and shared_cluster:
+        env["DTR_CLUSTER_DIR"] = str(CLUSTER_DIR)
     return env
 
 
@@ -170,7 +186,7 @@ def run_step(run: Run, step: Step) -> Result:
     log = TIMINGS / f"{step.name}.log"
     say(f"{step.name}: {step.what}{' (side lane)' if step.side else ''}")
     t0, cpu0 = time.monotonic(), cpu_times()
-    env = step_env(step, shared_node=run.passed("node start"))
+    env = step_env(step, shared_node=run.passed("node start"), shared_cluster=run.passed("multinode start"))
     with open(log, "wb") as out:
         proc = subprocess.Popen(step.argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip
@@ -332,6 +348,16 @@ def print_table(doc: dict[str, Any]) -> None:
           f"{counts.get('skipped', 0)} skipped")
 
 
+def stop_clusters() -> None:
+    """What the run started for every tier: the shared node and the several nodes, whatever happened."""
+    if (NODE_DIR / "node").is_dir():
+        say("node stop")
+        subprocess.run(NODE_DOWN, cwd=REPO, check=False)
+    if (CLUSTER_DIR / "nodes").is_dir():
+        say("multinode stop")
+        subprocess.run(CLUSTER_DOWN, cwd=REPO, check=False)
+
+
 def run_all(only: set[str], skip: set[str]) -> int:
     TIMINGS.mkdir(parents=True, exist_ok=True)
     for old in (*TIMINGS.glob("*.json"), *TIMINGS.glob("*.log")):
@@ -354,9 +380,7 @@ def run_all(only: set[str], skip: set[str]) -> int:
         stop_everything(run)
         raise
     finally:
-        if (NODE_DIR / "node").is_dir():
-            say("node stop")
-            subprocess.run(NODE_DOWN, cwd=REPO, check=False)
+        stop_clusters()
     warm = docker_was_installed and build_state() == before
     doc = summary(run, warm)
     (TIMINGS / "run.json").write_text(json.dumps(doc, indent=1) + "\n")

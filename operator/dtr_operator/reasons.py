@@ -133,7 +133,8 @@ TFJOB_FAILED = _status("TFJobFailed", FAILED, True,
     "mnist-cnn-worker-1 exited with code 2: ValueError: ...`. A worker Kubernetes took away comes first, with its "
     "node and why (its pod's DisruptionTarget condition): `worker digits-worker-1 on node dtr-n2 evicted through the "
     "Eviction API (kubectl drain, or another eviction)`, or `... deleted by the taint manager: its node has a "
-    "NoExecute taint (NotReady, unreachable or out of service)` ([reliability.md](reliability.md#several-nodes)). "
+    "NoExecute taint (NotReady, unreachable or out of service)` "
+    "([clusters.md](clusters.md#4-several-nodes-storage-spreading-and-a-node-that-goes-away)). "
     "The reason is the TFJob's own failure reason when it gives one")  # fmt: skip
 USER_CODE_ERROR = _status("UserCodeError", FAILED, True,
     f"a worker exited with the user-code exit code ({exits.USER_CODE}): the run's own code "

@@ -150,3 +150,30 @@ def spread_run(name: str, epochs: int = 8, **spec: Any) -> dict[str, Any]:
     term["labelSelector"]["matchLabels"]["distml.dev/run"] = name
     doc["spec"].update(spec)
     return doc
+
+
+def worker_nodes(multinode: MultiNode, namespace: str, name: str, workers: int = 2) -> list[str]:
+    """The nodes of the run's workers once all of them run."""
+
+    def placed() -> list[str] | None:
+        pods = multinode.cluster.kubectl_json("get", "pods", "-n", namespace, "-l", f"distml.dev/run={name}")["items"]
+        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        return [p["spec"]["nodeName"] for p in sorted(running, key=lambda p: p["metadata"]["name"])] \
+            if len(running) == workers else None  # fmt: skip
+
+    return wait_for(placed, timeout=300, interval=0.5, what=f"every worker of {name} running")
+
+
+def claim_dir(multinode: MultiNode, namespace: str, claim: str) -> Path:
+    """Where local-path put the claim: on its node (local-path) or in the directory every node mounts."""
+    pvc = multinode.cluster.kubectl_json("get", "pvc", claim, "-n", namespace)
+    pv = pvc["spec"]["volumeName"]
+    if pvc["spec"].get("storageClassName") == "shared-path":
+        return multinode.nodes.shared / f"{pv}_{namespace}_{claim}"
+    node = pv_node(multinode, pv)
+    return multinode.nodes.node(node).storage / f"{pv}_{namespace}_{claim}"
+
+
+def pv_node(multinode: MultiNode, pv: str) -> str:
+    terms = multinode.cluster.kubectl_json("get", "pv", pv)["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    return terms[0]["matchExpressions"][0]["values"][0]
