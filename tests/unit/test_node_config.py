@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from devcluster import node
+from devcluster import cluster, node
 
 LAYOUT = node.NodeLayout(Path("/srv/dtr/node"))
 PINS = node.pinned(node.HERE / "versions.env")
@@ -121,3 +121,60 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> Non
     for p in ports:
         with socket.socket() as s:
             s.bind(("0.0.0.0", p))  # as TF's gRPC server binds: every interface
+
+
+# ---- several nodes (devcluster/cluster.py): each node's own names, the shared parts
+
+def test_the_single_nodes_spec_is_the_node_as_it_always_was():
+    spec = node.NodeSpec()
+    assert (spec.name, spec.ip, spec.run_dir, spec.netns, spec.cgroup_root) == (
+        node.NODE_NAME, node.NODE_IP, node.RUN_DIR, None, None)
+    config = node.kubelet_config(LAYOUT, Path("/pki"))
+    assert "cgroupRoot" not in config and config["healthzBindAddress"] == "127.0.0.1"
+
+
+def test_each_of_several_nodes_has_its_own_namespace_address_cgroup_root_and_socket():
+    specs = [cluster.node_spec(i) for i in (1, 2, 3)]
+    for field in ("name", "ip", "run_dir", "netns", "cgroup_root"):
+        assert len({getattr(s, field) for s in specs}) == 3, field
+    spec = specs[1]
+    layout = node.NodeLayout(Path("/srv/c/nodes/n2"), spec.run_dir)
+    assert len(str(layout.socket)) < 108  # a unix socket's path
+    kubelet = node.kubelet_config(layout, Path("/pki"), spec)
+    assert kubelet["cgroupRoot"] == "/dtr-n2"  # else each kubelet kills the others' pods as orphans
+    assert kubelet["address"] == kubelet["healthzBindAddress"] == "10.40.0.2"  # probed from the host
+    assert "--hostname-override=dtr-n2" in node.kubelet_args(Path("kubelet"), layout, spec)
+    proxy = node.kube_proxy_config(Path("k"), 10256, 10249, spec)
+    assert (proxy["clusterCIDR"], proxy["hostnameOverride"]) == (cluster.POD_NETWORK, "dtr-n2")
+
+
+def test_flannel_hands_pods_their_own_address_across_nodes():
+    layout = node.NodeLayout(Path("/srv/c/nodes/n1"), cluster.node_spec(1).run_dir)
+    plugin = node.flannel_conflist(layout)["plugins"][0]
+    assert plugin["type"] == "flannel" and plugin["subnetFile"] == "/run/dtr-multi/n1/flannel/subnet.env"
+    # masquerading would hide a pod behind its node's address, and NetworkPolicy on the other node refuse it
+    assert plugin["delegate"]["ipMasq"] is False
+    assert node.flannel_net_conf(cluster.POD_NETWORK)["Backend"] == {"Type": "host-gw"}
+
+
+def test_local_path_keeps_readwriteonce_on_a_node_and_shares_one_directory():
+    storage = {"dtr-n1": Path("/c/nodes/n1/storage"), "dtr-n2": Path("/c/nodes/n2/storage")}
+    classes = cluster.local_path_config(storage, Path("/c/shared"))["storageClassConfigs"]
+    assert classes["local-path"]["nodePathMap"][1] == {"node": "dtr-n2", "paths": ["/c/nodes/n2/storage"]}
+    assert classes[cluster.SHARED_CLASS] == {"sharedFileSystemPath": "/c/shared"}
+    assert cluster.shared_storage_class()["provisioner"] == "rancher.io/local-path"
+
+
+def test_only_a_cluster_of_several_nodes_gets_pod_subnets_and_quick_node_faults():
+    from devcluster import controlplane as cp
+
+    layout, ports = cp.Layout(Path("/c/cp")), cp.Ports(*range(1, 8))
+    one = cp.controller_manager_args(Path("kcm"), layout, ports, node=True)
+    several = cp.controller_manager_args(Path("kcm"), layout, ports, node=True, pod_network=cluster.POD_NETWORK)
+    assert not any(a.startswith("--allocate-node-cidrs") for a in one)
+    assert "--allocate-node-cidrs=true" in several and "--cluster-cidr=10.244.0.0/16" in several
+    controllers = next(a for a in several if a.startswith("--controllers=")).split("=", 1)[1].split(",")
+    assert {"node-ipam-controller", "taint-eviction-controller"} <= set(controllers)
+    api = cp.apiserver_args(Path("api"), layout, ports, node_ip=cluster.HOST_IP, pod_network=cluster.POD_NETWORK)
+    assert "--enable-aggregator-routing=true" in api  # no kube-proxy on the host: webhooks at their pods
+    assert "--enable-aggregator-routing=true" not in cp.apiserver_args(Path("api"), layout, ports, node_ip="10.42.0.1")
