@@ -5,10 +5,13 @@ The fixtures that start one (`control_plane`, `namespace`) are in tests/conftest
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import subprocess
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +62,20 @@ class Cluster:
         path.write_text(json.dumps(doc))
         path.chmod(0o600)
         return Cluster(path, self.dir)
+
+
+@contextlib.contextmanager
+def kubeconfig_set(path: Path) -> Iterator[None]:
+    """KUBECONFIG names `path` inside, for the clients a test starts; as it was (or unset) after."""
+    previous = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(path)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = previous
 
 
 def namespace_name(test_name: str) -> str:

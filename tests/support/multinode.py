@@ -18,7 +18,7 @@ from devcluster import cluster as dc
 from devcluster import controlplane as cp
 from devcluster import node as realnode
 
-from .cluster import Cluster, namespace_name
+from .cluster import Cluster, kubeconfig_set, namespace_name
 from .node import RealNode
 from .wait import wait_for
 
@@ -76,7 +76,6 @@ class MultiNode:
 def start_multinode(workdir: Path) -> Iterator[MultiNode]:
     """The tier's cluster: DTR_CLUSTER_DIR's (`python -m devcluster.cluster up --dir DIR`), else one of its own."""
     existing = os.environ.get("DTR_CLUSTER_DIR")
-    previous = os.environ.get("KUBECONFIG")
     root = Path(existing).resolve() if existing else workdir
     count = len(list((root / "nodes").glob("n*"))) if existing else NODES
     nodes = dc.Cluster(root, count, stop_at_exit=existing is None)
@@ -87,22 +86,18 @@ def start_multinode(workdir: Path) -> Iterator[MultiNode]:
             except cp.ControlPlaneError as err:
                 pytest.fail(f"the cluster did not start: {err}", pytrace=False)
         cluster = Cluster(nodes.kubeconfig, nodes.plane.dir)
-        os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-        try:
-            installed = nodes.install()
-        except cp.ControlPlaneError as err:
-            pytest.fail(str(err), pytrace=False)
-        if installed.returncode != 0:
-            pytest.fail(f"deploy/install.sh failed:\n{installed.stdout[-3000:]}\n{installed.stderr[-3000:]}",
-                        pytrace=False)  # fmt: skip
-        yield MultiNode(cluster, nodes)
+        with kubeconfig_set(cluster.kubeconfig):
+            try:
+                installed = nodes.install()
+            except cp.ControlPlaneError as err:
+                pytest.fail(str(err), pytrace=False)
+            if installed.returncode != 0:
+                pytest.fail(f"deploy/install.sh failed:\n{installed.stdout[-3000:]}\n{installed.stderr[-3000:]}",
+                            pytrace=False)  # fmt: skip
+            yield MultiNode(cluster, nodes)
     finally:
         if existing is None:
             nodes.stop()
-        if previous is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = previous
 
 
 @pytest.fixture(scope="session")

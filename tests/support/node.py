@@ -22,7 +22,7 @@ import pytest
 from devcluster import controlplane as cp
 from devcluster import node as realnode
 
-from .cluster import Cluster, namespace_name
+from .cluster import Cluster, kubeconfig_set, namespace_name
 from .repo import REPO
 from .wait import wait_for
 
@@ -155,13 +155,12 @@ def start_real_node(workdir: Path) -> Iterator[RealNode]:
     existing = os.environ.get("DTR_NODE_DIR")
     plane: cp.ControlPlane | None = None
     node: realnode.Node | None = None
-    previous = os.environ.get("KUBECONFIG")
+    owned = False
     try:
         if existing:
             root = Path(existing).resolve()
             plane = cp.ControlPlane(root / "control-plane", stop_at_exit=False, node_ip=realnode.NODE_IP)
             node = realnode.Node(plane, root / "node", stop_at_exit=False)
-            owned = False
         else:
             plane = cp.ControlPlane(workdir / "control-plane", node_ip=realnode.NODE_IP)
             node = realnode.Node(plane, workdir / "node")
@@ -172,22 +171,17 @@ def start_real_node(workdir: Path) -> Iterator[RealNode]:
             except cp.ControlPlaneError as err:
                 pytest.fail(f"the real node did not start: {err}", pytrace=False)
         cluster = Cluster(plane.kubeconfig, plane.dir)
-        os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-        try:
-            node.install()
-        except cp.ControlPlaneError as err:
-            pytest.fail(str(err), pytrace=False)
-        yield RealNode(cluster, node)
+        with kubeconfig_set(cluster.kubeconfig):
+            try:
+                node.install()
+            except cp.ControlPlaneError as err:
+                pytest.fail(str(err), pytrace=False)
+            yield RealNode(cluster, node)
     finally:
-        if existing is None:
-            if node is not None and owned:
-                node.stop()
-            if plane is not None and owned:
-                plane.stop()
-        if previous is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = previous
+        if owned and node is not None:
+            node.stop()
+        if owned and plane is not None:
+            plane.stop()
 
 
 @pytest.fixture(scope="session")
