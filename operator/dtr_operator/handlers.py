@@ -3,8 +3,9 @@
 - startup: operator settings, the API client, kopf tuning, and the one `reconcile.Reconciler` (in
   kopf's memo, which every handler gets a shallow copy of) with what the operator keeps in memory.
 - create/resume of a DistTrainingRun, or its spec.suspend changed: ensure its PVC and TFJob, the TFJob
-  suspended as the spec says. A run that waits is retried with backoff by a background task, not by kopf
-  (which would keep its whole body until then: docs/performance.md#operator-memory).
+  suspended as the spec says, from the run read anew (kopf's events of runs and TFJobs are slim: watch_slim.py).
+  A run that waits is retried with backoff by a background task, not by kopf (which would keep its whole body
+  until then: docs/performance.md#operator-memory).
 - events of TFJobs labelled distml.dev/run: mirror their status into the owning run, read from the
   runs the reconciler keeps from the watch of runs (no GET per event).
 - a background check of runs waiting for their worker pods: say why when the pods cannot start.
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 
 import kopf
 
-from . import malloc, metrics
+from . import malloc, metrics, watch_slim
 from .builders import RUN_LABEL, TFJOB_GROUP, TFJOB_PLURAL, TFJOB_VERSION
 from .kube import Kube, NoCredentials
 from .reconcile import Reconciler, RunningRuns, RunRef
@@ -67,6 +68,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: Any) -> None:
     malloc.limit_arenas()  # before kopf's thread pool exists: its threads share the arenas
+    watch_slim.install()  # before kopf's watches start, which is after the startup handlers
     memo.background = Background()
     if getattr(memo, "settings", None) is None:  # started by `kopf run` / KopfRunner, not `dtr operator`
         memo.settings = from_env(os.environ)
@@ -146,9 +148,11 @@ class SuspendDiffBase(kopf.AnnotationsDiffBaseStorage):
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec.suspend")
 def ensure_children(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
-    # A run that waits is done for kopf: memo.reconciler.retrying keeps it, and the background retries it.
+    # The body is watch_slim's copy: the run is read from the API. A run that waits is done for kopf:
+    # memo.reconciler.retrying keeps it, and the background retries it.
+    meta = body.metadata
     with metrics.RECONCILE_SECONDS.labels(handler="run").time():
-        memo.reconciler.run_waits(dict(body), retry, time.monotonic)
+        memo.reconciler.attempt_run((meta.namespace or "", meta.name or "", meta.uid or ""), retry, time.monotonic)
 
 
 @kopf.on.event(TFJOB_GROUP, TFJOB_VERSION, TFJOB_PLURAL, labels={RUN_LABEL: kopf.PRESENT})
@@ -220,7 +224,7 @@ async def _retry_waiting_runs(reconciler: Reconciler, tick: float = RETRY_TICK) 
     retrying = reconciler.retrying
     while True:
         for ref, retry in retrying.take_due(time.monotonic()):
-            await _in_thread("run", lambda due: reconciler.retry_run(*due, time.monotonic), (ref, retry),
+            await _in_thread("run", lambda due: reconciler.attempt_run(*due, time.monotonic), (ref, retry),
                              f"run {ref[0]}/{ref[1]} not retried")  # fmt: skip
         due = retrying.next_due()
         await asyncio.sleep(tick if due is None else min(max(due - time.monotonic(), MIN_PAUSE), tick))

@@ -988,9 +988,11 @@ class Reconciler:
             log.info(WAITS_LOG, namespace, name, retry + 1, delay)
             self.retrying.later((namespace, name, meta.get("uid") or ""), retry, clock(), delay)
 
-    def retry_run(self, ref: RunRef, retry: int, clock: Callable[[], float]) -> None:
-        """A waiting run's next attempt (self.retrying): read it again, then reconcile_run. A run gone, replaced or
-        being deleted is dropped; an API error on the read, or an unexpected error, is retried with the backoff."""
+    def attempt_run(self, ref: RunRef, retry: int, clock: Callable[[], float]) -> None:
+        """A run's attempt: kopf's create/resume/update of it, or a waiting run's next one (self.retrying). The run is
+        read from the API, then reconcile_run: kopf's events carry only a slim copy (watch_slim.py). A run gone,
+        replaced or being deleted is dropped; an API error on the read, or an unexpected error, is retried with the
+        backoff."""
         namespace, name, uid = ref
         try:
             body = self.kube.get_run(namespace, name)

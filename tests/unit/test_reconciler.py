@@ -291,9 +291,9 @@ def test_a_waiting_run_is_kept_by_the_reconciler_and_retried_from_a_fresh_read_u
     rec.run_waits(run(), 0, Clock(100))
     assert rec.retrying.take_due(104) == [] and rec.retrying.next_due() == 105
     [(due, retry)] = rec.retrying.take_due(105)
-    rec.retry_run(due, retry, Clock(106))
+    rec.attempt_run(due, retry, Clock(106))
     assert rec.retrying.next_due() == 116
-    rec.retry_run(*rec.retrying.take_due(116)[0], Clock(117))
+    rec.attempt_run(*rec.retrying.take_due(116)[0], Clock(117))
     assert calls == [("1", 0), ("7", 1), ("7", 2)], "each retry reads the run again, with the next retry count"
     assert len(rec.retrying) == 0 and due == ref
 
@@ -302,7 +302,7 @@ def test_a_waiting_run_is_kept_by_the_reconciler_and_retried_from_a_fresh_read_u
                          ids=["deleted", "replaced", "being-deleted"])  # fmt: skip
 def test_a_waiting_run_gone_or_replaced_is_dropped_at_its_retry(stored: dict[str, Any] | None):
     rec, calls = waiting_reconciler(FakeKube({("ml", "mnist-cnn"): stored} if stored else {}), [])
-    rec.retry_run(("ml", "mnist-cnn", "u-1"), 3, Clock(100))
+    rec.attempt_run(("ml", "mnist-cnn", "u-1"), 3, Clock(100))
     assert calls == [] and len(rec.retrying) == 0
 
 
@@ -314,14 +314,14 @@ def test_a_waiting_run_that_cannot_be_read_is_retried_with_its_backoff(caplog: p
         raise ApiError(503, "ServiceUnavailable", "etcd is down")
 
     kube.get_run = unavailable  # type: ignore[method-assign]
-    rec.retry_run(("ml", "mnist-cnn", "u-1"), 2, Clock(100))
+    rec.attempt_run(("ml", "mnist-cnn", "u-1"), 2, Clock(100))
     assert calls == [] and rec.retrying.take_due(100 + rec.retries.backoff(2)) == [(("ml", "mnist-cnn", "u-1"), 3)]
     assert "etcd is down" in caplog.text
 
 
 def test_a_waiting_run_whose_attempt_fails_unexpectedly_is_tried_again_with_its_backoff(caplog):
     rec, _ = waiting_reconciler(FakeKube({("ml", "mnist-cnn"): run()}), [])  # no answer left: IndexError
-    rec.retry_run(("ml", "mnist-cnn", "u-1"), 1, Clock(100))
+    rec.attempt_run(("ml", "mnist-cnn", "u-1"), 1, Clock(100))
     assert rec.retrying.take_due(100 + rec.retries.backoff(1)) == [(("ml", "mnist-cnn", "u-1"), 2)]
     assert "its next attempt failed" in caplog.text
 

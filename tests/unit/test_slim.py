@@ -84,8 +84,9 @@ def test_a_run_stored_by_an_older_operator_resumes_not_updates():
 
     doc = run_doc("r", "ml", {"workers": 2, "suspend": False})
     old = json.dumps({"spec": doc["spec"], "metadata": {"labels": {"a": "b"}}})
-    body = kopf.Body({**doc, "metadata": {**doc["metadata"],
-                                          "annotations": {"kopf.zalando.org/last-handled-configuration": old}}})
+    body = kopf.Body(
+        {**doc, "metadata": {**doc["metadata"], "annotations": {"kopf.zalando.org/last-handled-configuration": old}}}
+    )
     storage = SuspendDiffBase()
     fetched, built = storage.fetch(body=body), storage.build(body=body)
     assert fetched == built == {"spec": {"suspend": False}}
@@ -94,3 +95,97 @@ def test_a_run_stored_by_an_older_operator_resumes_not_updates():
     assert not diff(fetched, built)
     never_handled = kopf.Body({**doc, "metadata": {**doc["metadata"], "annotations": {}}})
     assert storage.fetch(body=never_handled) is None  # still a creation
+
+
+# ---- what kopf's watch keeps of each event before it queues it (watch_slim.py) ----------------------------------
+
+
+def _largest_tfjob() -> dict:
+    from dtr_operator.builders import build_tfjob
+
+    from support.maximal import expanding_spec
+
+    run = parse_run(run_doc(max_name(), "team-a", expanding_spec(), uid="u-1", generation=3))
+    tfjob = build_tfjob(run)
+    tfjob["metadata"].update(
+        uid="t-1",
+        resourceVersion="40",
+        managedFields=[{"manager": "dtr-operator", "fieldsV1": {"f:spec": {"f:x": {}}}}] * 50,
+    )
+    tfjob["status"] = {"conditions": [{"type": "Created", "status": "True", "reason": "TFJobCreated"},
+                                      {"type": "Running", "status": "True", "reason": "TFJobRunning"}],
+                       "replicaStatuses": {"Worker": {"active": 63, "failed": 1}}}  # fmt: skip
+    return tfjob
+
+
+def test_a_watched_run_keeps_what_kopf_and_the_handlers_read_and_little_else():
+    from dtr_operator.watch_slim import run_object
+
+    body = _largest_run()
+    body["metadata"].update(finalizers=["f"], ownerReferences=[{"uid": "o"}], deletionTimestamp="2026-12-02T00:00:00Z")
+    watched = run_object(body)
+    assert _chars(watched) <= MAX_KEPT_CHARS + _chars(body["metadata"]) - _chars(body["metadata"]["managedFields"])
+    assert watched["metadata"] == {k: v for k, v in body["metadata"].items() if k != "managedFields"}
+    assert slim(watched) == slim(body)  # the index of runs and the Running runs keep the same
+    assert watched["spec"]["suspend"] is True and "affinity" not in watched["spec"]
+
+
+def test_a_watched_tfjob_mirrors_into_the_same_status_as_the_whole_one():
+    from dtr_operator import reconcile
+    from dtr_operator import status as st
+    from dtr_operator.watch_slim import tfjob_object
+
+    tfjob = _largest_tfjob()
+    watched = tfjob_object(tfjob)
+    assert _chars(watched) < _chars(tfjob) / 20
+    run = parse_run(run_doc(max_name(), "team-a", {"workers": 64}, uid="u-1", generation=3))
+    for read in (reconcile.controller_run, reconcile.has_news, reconcile.tfjob_suspended, st.tfjob_state,
+                 st.worker_counts, st.kueue_queue, st.suspended_by_other):  # fmt: skip
+        assert read(watched) == read(tfjob), read.__name__
+    assert st.tfjob_status(run, watched, [], {}, "t") == st.tfjob_status(run, tfjob, [], {}, "t")
+
+
+def test_only_events_with_an_object_are_slimmed():
+    from dtr_operator.watch_slim import slimmed
+
+    def cut(obj):
+        return {"cut": obj["metadata"]["name"]}
+
+    added = {"type": "ADDED", "object": {"metadata": {"name": "r"}}}
+    error = {"type": "ERROR", "object": {"kind": "Status", "code": 410}}
+    assert slimmed(added, cut) == {"type": "ADDED", "object": {"cut": "r"}}
+    assert slimmed(error, cut) is error and slimmed("LISTED", cut) == "LISTED"
+
+
+def test_the_wrapped_kopf_watch_slims_runs_and_tfjobs_only_and_is_installed_once(monkeypatch):
+    """kopf's queueing calls watching.infinite_watch by attribute (the seam watch_slim.install wraps): if a kopf
+    upgrade moves it, this test fails rather than the operator's memory quietly growing back."""
+    import asyncio
+    import inspect
+
+    from dtr_operator import watch_slim
+    from kopf._cogs.clients import watching
+    from kopf._cogs.structs.references import Resource
+    from kopf._core.reactor import queueing
+
+    assert "watching.infinite_watch(" in inspect.getsource(queueing.watcher)
+    events = [{"type": "ADDED", "object": _largest_run()}, {"type": "MODIFIED", "object": _largest_tfjob()}]
+
+    async def original(*, resource, **_):
+        for event in events:
+            yield event
+
+    monkeypatch.setattr(watching, "infinite_watch", original)
+    watch_slim.install()
+    watch_slim.install()
+    assert watching.infinite_watch is not original
+
+    async def collect(group: str, plural: str) -> list:
+        resource = Resource(group=group, version="v1", plural=plural)
+        return [event async for event in watching.infinite_watch(resource=resource, settings=None, namespace=None)]
+
+    runs, tfjobs, pods = (asyncio.run(collect(*kind)) for kind in
+                          (("distml.dev", "disttrainingruns"), ("kubeflow.org", "tfjobs"), ("", "pods")))  # fmt: skip
+    assert runs[0]["object"] == watch_slim.run_object(events[0]["object"])
+    assert tfjobs[1]["object"] == watch_slim.tfjob_object(events[1]["object"])
+    assert pods == events
