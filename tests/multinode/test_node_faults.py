@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from reliability.ledger import Ledger, Record, results_path
-from support.multinode import MultiNode, claim_dir, spread_run, wait_node_ready, worker_nodes
+from support.multinode import MultiNode, claim_dir, one_node_run, spread_run, wait_node_ready, worker_nodes
 from support.node import score_model
 from support.runs import saved_models
 from support.wait import wait_for
@@ -28,16 +28,17 @@ def ledger() -> Iterator[Ledger]:
     book.save(results_path())
 
 
-def start(multinode: MultiNode, namespace: str, name: str) -> tuple[str, str]:
-    """The run training on two nodes, past its second epoch: (the chief's node, the other worker's node)."""
-    multinode.real.apply(namespace, spread_run(name, epochs=EPOCHS))
-    chief, other = worker_nodes(multinode, namespace, name)
+def start(multinode: MultiNode, namespace: str, doc: dict[str, Any]) -> list[str]:
+    """The run training, past its second epoch: its workers' nodes, the chief's first."""
+    name = doc["metadata"]["name"]
+    multinode.real.apply(namespace, doc)
+    nodes = worker_nodes(multinode, namespace, name)
 
     def past_epoch_two() -> bool:
         return ((multinode.real.run_status(namespace, name).get("progress") or {}).get("epoch") or 0) >= 2
 
     wait_for(past_epoch_two, timeout=300, interval=0.5, what=f"{name} past epoch 2")
-    return chief, other
+    return nodes
 
 
 def finish(multinode: MultiNode, namespace: str, name: str) -> tuple[dict[str, Any], int, bool | None]:
@@ -76,7 +77,7 @@ def test_a_workers_node_powered_off_then_declared_out_of_service(
     sees the pod Failed first (the pod GC marks it so before deleting it) and fails the TFJob. Either way the
     run must end so, and say so."""
     name = "lost-node"
-    _, victim = start(multinode, namespace, name)
+    _, victim = start(multinode, namespace, spread_run(name, epochs=EPOCHS))
     t0 = time.monotonic()
     multinode.nodes.node(victim).power_off()
     powered_back.append(victim)
@@ -105,7 +106,7 @@ def test_a_workers_node_powered_off_and_left_fails_the_run_naming_the_node(
     """Without the admin's taint the lost worker's pod stays Terminating (its kubelet is gone), the training-operator
     cannot make it again, and the chief gives up on its peer: the run fails, and must say where and why."""
     name = "left-node"
-    _, victim = start(multinode, namespace, name)
+    _, victim = start(multinode, namespace, spread_run(name, epochs=EPOCHS))
     t0 = time.monotonic()
     multinode.nodes.node(victim).power_off()
     powered_back.append(victim)
@@ -128,7 +129,7 @@ def test_a_workers_node_drained_resumes_elsewhere_or_fails_naming_the_node_and_t
     before the pod is gone) and failed the TFJob, or it saw the pod gone and made it again on another node, where
     it resumed from the backup. Either way the run must end so, and say so."""
     name = "drained"
-    _, victim = start(multinode, namespace, name)
+    _, victim = start(multinode, namespace, spread_run(name, epochs=EPOCHS))
     t0 = time.monotonic()
     try:
         multinode.cluster.kubectl("drain", victim, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s",
@@ -147,4 +148,26 @@ def test_a_workers_node_drained_resumes_elsewhere_or_fails_naming_the_node_and_t
     record(ledger, "a worker's node drained with kubectl drain (several nodes)", ok, st, models, sees,
            seconds=round(took, 1))  # fmt: skip
     print(f"drain: {sees}")
+    assert ok, st
+
+
+def test_the_node_of_a_readwriteonce_run_powered_off_fails_it_naming_the_node_and_claims_no_model(
+    multinode: MultiNode, namespace: str, ledger: Ledger, powered_back: list[str]
+) -> None:
+    """The default claim (ReadWriteOnce, the node's own disk) keeps every worker on its volume's node; that node goes
+    away with the backup on its disk. No worker can start elsewhere (the volume is bound to the node), so the run
+    must fail naming the node, and claim no model."""
+    name = "lost-volume"
+    victim, _ = start(multinode, namespace, one_node_run(name, epochs=EPOCHS))
+    t0 = time.monotonic()
+    multinode.nodes.node(victim).power_off()
+    powered_back.append(victim)
+    st = multinode.real.wait_terminal(namespace, name, timeout=600)
+    took = time.monotonic() - t0
+    message = st.get("message") or ""
+    ok = st.get("phase") == "Failed" and f" on node {victim} " in message and "model" not in st
+    record(ledger, "the node of a ReadWriteOnce run's volume and of both its workers powered off (several nodes)",
+           ok, st, 0, f"Failed {took:.0f} s after the cut, no model claimed: {message}",
+           failed_seconds=round(took, 1))  # fmt: skip
+    print(f"ReadWriteOnce node powered off: {st.get('phase')} {took:.1f} s after the cut: {message}")
     assert ok, st

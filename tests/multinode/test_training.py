@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import time
 
-import yaml
-
-from support.multinode import MultiNode, claim_dir, pv_node, spread_run, worker_nodes
-from support.node import REPO, score_model
+from support.multinode import MultiNode, claim_dir, one_node_run, pv_node, spread_run, worker_nodes
+from support.node import score_model
 
 
 def test_workers_on_two_nodes_train_together_and_the_model_scores(multinode: MultiNode, namespace: str) -> None:
@@ -30,10 +28,9 @@ def test_workers_on_two_nodes_train_together_and_the_model_scores(multinode: Mul
 def test_a_readwriteonce_run_keeps_its_workers_on_its_volumes_node(multinode: MultiNode, namespace: str) -> None:
     """The default claim is ReadWriteOnce on a node's own disk: the scheduler puts every worker on the node its
     volume was made on (the PV's node affinity), and the run trains there."""
-    doc = yaml.safe_load((REPO / "examples" / "digits.yaml").read_text())
-    name = doc["metadata"]["name"] = "one-node"
+    name = "one-node"
     t0 = time.monotonic()
-    multinode.real.apply(namespace, doc)
+    multinode.real.apply(namespace, one_node_run(name))
     nodes = worker_nodes(multinode, namespace, name)
     st = multinode.real.wait_terminal(namespace, name, timeout=600)
     print(f"ReadWriteOnce on {nodes}: kubectl apply -> {st['phase']} in {time.monotonic() - t0:.0f} s, "

@@ -147,6 +147,16 @@ def spread_run(name: str, epochs: int = 8, **spec: Any) -> dict[str, Any]:
     return doc
 
 
+def one_node_run(name: str, epochs: int = 8) -> dict[str, Any]:
+    """examples/digits.yaml's run under another name: the default ReadWriteOnce claim, so its workers share a node."""
+    import yaml
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "digits.yaml").read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"]["training"]["epochs"] = epochs
+    return doc
+
+
 def worker_nodes(multinode: MultiNode, namespace: str, name: str, workers: int = 2) -> list[str]:
     """The nodes of the run's workers once all of them run."""
 
