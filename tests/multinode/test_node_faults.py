@@ -155,18 +155,22 @@ def test_the_node_of_a_readwriteonce_run_powered_off_fails_it_naming_the_node_an
     multinode: MultiNode, namespace: str, ledger: Ledger, powered_back: list[str]
 ) -> None:
     """The default claim (ReadWriteOnce, the node's own disk) keeps every worker on its volume's node; that node goes
-    away with the backup on its disk. No worker can start elsewhere (the volume is bound to the node), so the run
-    must fail naming the node, and claim no model."""
+    away with the backup on its disk, and an admin declares it out of service (without that, no peer is left to
+    give up and every pod stays Terminating). No worker can start elsewhere (the volume is bound to the node), so
+    the run must fail naming the node, and claim no model."""
     name = "lost-volume"
     victim, _ = start(multinode, namespace, one_node_run(name, epochs=EPOCHS))
     t0 = time.monotonic()
     multinode.nodes.node(victim).power_off()
     powered_back.append(victim)
+    wait_node_ready(multinode, victim, "Unknown", timeout=120)
+    multinode.cluster.kubectl("taint", "node", victim, OUT_OF_SERVICE)
     st = multinode.real.wait_terminal(namespace, name, timeout=600)
     took = time.monotonic() - t0
     message = st.get("message") or ""
     ok = st.get("phase") == "Failed" and f" on node {victim} " in message and "model" not in st
-    record(ledger, "the node of a ReadWriteOnce run's volume and of both its workers powered off (several nodes)",
+    record(ledger, "the node of a ReadWriteOnce run's volume and of both its workers powered off, then tainted "
+           "out-of-service by an admin (several nodes)",
            ok, st, 0, f"Failed {took:.0f} s after the cut, no model claimed: {message}",
            failed_seconds=round(took, 1))  # fmt: skip
     print(f"ReadWriteOnce node powered off: {st.get('phase')} {took:.1f} s after the cut: {message}")
