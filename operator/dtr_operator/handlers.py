@@ -106,7 +106,7 @@ def _tune(settings: kopf.OperatorSettings) -> None:
     # would cap the rate at WORKER_LIMIT / 5 s; it still stays until kopf has seen its own patch (consistency).
     settings.queueing.worker_limit = WORKER_LIMIT
     settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
-    settings.persistence.diffbase_storage = SuspendDiffBase()
+    settings.persistence.diffbase_storage = DIFF_BASE
 
 
 # The fields of a run whose changes kopf tells apart (ensure_children's on.update): the whole essence it keeps.
@@ -144,15 +144,26 @@ class SuspendDiffBase(kopf.AnnotationsDiffBaseStorage):
         return None if stored is None else essence(stored)
 
 
+DIFF_BASE = SuspendDiffBase()
+
+
+def handled_before(run: Mapping[str, Any]) -> bool:
+    """Whether kopf has stored the run as handled: a create event of such a run is a stale one (kopf processed it
+    after its consistency wait ran out, or after the run's worker left), and the first create did the work."""
+    return DIFF_BASE.fetch(body=kopf.Body(dict(run))) is not None
+
+
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec.suspend")
-def ensure_children(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
+def ensure_children(body: kopf.Body, memo: kopf.Memo, retry: int, reason: kopf.Reason, **_: Any) -> None:
     # The body is watch_slim's copy: the run is read from the API. A run that waits is done for kopf:
     # memo.reconciler.retrying keeps it, and the background retries it.
     meta = body.metadata
+    ref = (meta.namespace or "", meta.name or "", meta.uid or "")
+    done = handled_before if reason == kopf.Reason.CREATE else lambda run: False
     with metrics.RECONCILE_SECONDS.labels(handler="run").time():
-        memo.reconciler.attempt_run((meta.namespace or "", meta.name or "", meta.uid or ""), retry, time.monotonic)
+        memo.reconciler.attempt_run(ref, retry, time.monotonic, done)
 
 
 @kopf.on.event(TFJOB_GROUP, TFJOB_VERSION, TFJOB_PLURAL, labels={RUN_LABEL: kopf.PRESENT})

@@ -620,6 +620,10 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
 
 # ---- the shell: one object per operator --------------------------------------------------------
 
+def _never(body: Mapping[str, Any]) -> bool:
+    return False
+
+
 CachedRun = Callable[[str, str], "Mapping[str, Any] | None"]  # (namespace, name) -> the run as last watched
 
 
@@ -988,11 +992,13 @@ class Reconciler:
             log.info(WAITS_LOG, namespace, name, retry + 1, delay)
             self.retrying.later((namespace, name, meta.get("uid") or ""), retry, clock(), delay)
 
-    def attempt_run(self, ref: RunRef, retry: int, clock: Callable[[], float]) -> None:
+    def attempt_run(
+        self, ref: RunRef, retry: int, clock: Callable[[], float], done: Callable[[Mapping[str, Any]], bool] = _never
+    ) -> None:
         """A run's attempt: kopf's create/resume/update of it, or a waiting run's next one (self.retrying). The run is
         read from the API, then reconcile_run: kopf's events carry only a slim copy (watch_slim.py). A run gone,
-        replaced or being deleted is dropped; an API error on the read, or an unexpected error, is retried with the
-        backoff."""
+        replaced or being deleted, or already `done` as read, is dropped; an API error on the read, or an unexpected
+        error, is retried with the backoff."""
         namespace, name, uid = ref
         try:
             body = self.kube.get_run(namespace, name)
@@ -1000,7 +1006,7 @@ class Reconciler:
             log.warning("run %s/%s not read for its next attempt: %s", namespace, name, err)
             self.retrying.later(ref, retry, clock(), self.retries.backoff(retry))
             return
-        if not _is_live(body, uid):
+        if not _is_live(body, uid) or done(body):
             return
         try:
             self.run_waits(body, retry, clock)

@@ -306,6 +306,16 @@ def test_a_waiting_run_gone_or_replaced_is_dropped_at_its_retry(stored: dict[str
     assert calls == [] and len(rec.retrying) == 0
 
 
+def test_a_run_already_done_as_read_is_not_reconciled_again():
+    """kopf's create event of a run that kopf has since stored as handled (handlers.handled_before) is stale."""
+    rec, calls = waiting_reconciler(FakeKube({("ml", "mnist-cnn"): run(resourceVersion="9")}), [None, None])
+    ref = ("ml", "mnist-cnn", "u-1")
+    rec.attempt_run(ref, 0, Clock(100), done=lambda body: body["metadata"]["resourceVersion"] == "9")
+    assert calls == []
+    rec.attempt_run(ref, 0, Clock(100), done=lambda body: False)
+    assert calls == [("9", 0)]
+
+
 def test_a_waiting_run_that_cannot_be_read_is_retried_with_its_backoff(caplog: pytest.LogCaptureFixture):
     kube = FakeKube()
     rec, calls = waiting_reconciler(kube, [])

@@ -76,6 +76,17 @@ def test_kopf_tells_a_change_of_spec_suspend_alone_and_keeps_a_field_a_handler_n
     assert essence({**running, "status": {"phase": "Running"}}, ["status.phase"]) == {"status": {"phase": "Running"}}
 
 
+def test_a_run_kopf_stored_as_handled_is_known_as_such_whatever_the_operator_that_stored_it():
+    from dtr_operator.handlers import handled_before
+
+    doc = run_doc("r", "ml", {"workers": 2})
+    stored = {"kopf.zalando.org/last-handled-configuration": json.dumps({"spec": {"suspend": False}})}
+    older = {"kopf.zalando.org/last-handled-configuration": json.dumps({"spec": doc["spec"]})}
+    assert not handled_before(doc)
+    assert handled_before({**doc, "metadata": {**doc["metadata"], "annotations": stored}})
+    assert handled_before({**doc, "metadata": {**doc["metadata"], "annotations": older}})
+
+
 def test_a_run_stored_by_an_older_operator_resumes_not_updates():
     """The annotation of an operator before SuspendDiffBase holds the whole spec: read as spec.suspend alone, kopf
     finds no difference on the first listing and calls the resume handler (kopf.causes: RESUME needs no diff)."""
