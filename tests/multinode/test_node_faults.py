@@ -155,9 +155,9 @@ def test_the_node_of_a_readwriteonce_run_powered_off_fails_it_naming_the_node_an
     multinode: MultiNode, namespace: str, ledger: Ledger, powered_back: list[str]
 ) -> None:
     """The default claim (ReadWriteOnce, the node's own disk) keeps every worker on its volume's node; that node goes
-    away with the backup on its disk, and an admin declares it out of service (without that, no peer is left to
-    give up and every pod stays Terminating). No worker can start elsewhere (the volume is bound to the node), so
-    the run must fail naming the node, and claim no model."""
+    away with the backup on its disk, and an admin declares it out of service (without that, measured by hand, the
+    run fails the same way, its pods left Terminating). No worker can start elsewhere (the volume is bound to the
+    node), so the run must fail naming the node, and claim no model."""
     name = "lost-volume"
     victim, _ = start(multinode, namespace, one_node_run(name, epochs=EPOCHS))
     t0 = time.monotonic()
