@@ -9,7 +9,7 @@ handler reads the TFJob's metadata, spec.runPolicy and status. So each event is 
 
 kopf has no public seam for this. Its queueing module calls `kopf._cogs.clients.watching.infinite_watch` by
 attribute; `install` wraps that function once. kopf is pinned (operator/requirements.txt), and
-tests/unit/test_watch_slim.py fails if the seam moves.
+tests/unit/test_slim.py fails if the seam moves.
 """
 
 from __future__ import annotations
