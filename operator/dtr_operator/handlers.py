@@ -30,7 +30,7 @@ import kopf
 from . import malloc, metrics, watch_slim
 from .builders import RUN_LABEL, TFJOB_GROUP, TFJOB_PLURAL, TFJOB_VERSION
 from .kube import Kube, NoCredentials
-from .reconcile import Reconciler, RunningRuns, RunRef
+from .reconcile import Reconciler, RunningRuns, RunRef, never_done
 from .settings import Settings, from_env
 from .spec import GROUP, PLURAL, VERSION
 from .status import MAX_REASON, MAX_STATE_MESSAGE, clean_text
@@ -161,7 +161,7 @@ def ensure_children(body: kopf.Body, memo: kopf.Memo, retry: int, reason: kopf.R
     # memo.reconciler.retrying keeps it, and the background retries it.
     meta = body.metadata
     ref = (meta.namespace or "", meta.name or "", meta.uid or "")
-    done = handled_before if reason == kopf.Reason.CREATE else lambda run: False
+    done = handled_before if reason == kopf.Reason.CREATE else never_done
     with metrics.RECONCILE_SECONDS.labels(handler="run").time():
         memo.reconciler.attempt_run(ref, retry, time.monotonic, done)
 

@@ -620,7 +620,8 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
 
 # ---- the shell: one object per operator --------------------------------------------------------
 
-def _never(body: Mapping[str, Any]) -> bool:
+def never_done(body: Mapping[str, Any]) -> bool:
+    """An attempt_run `done` that lets every run through."""
     return False
 
 
@@ -993,8 +994,9 @@ class Reconciler:
             self.retrying.later((namespace, name, meta.get("uid") or ""), retry, clock(), delay)
 
     def attempt_run(
-        self, ref: RunRef, retry: int, clock: Callable[[], float], done: Callable[[Mapping[str, Any]], bool] = _never
-    ) -> None:
+        self, ref: RunRef, retry: int, clock: Callable[[], float],
+        done: Callable[[Mapping[str, Any]], bool] = never_done,
+    ) -> None:  # fmt: skip
         """A run's attempt: kopf's create/resume/update of it, or a waiting run's next one (self.retrying). The run is
         read from the API, then reconcile_run: kopf's events carry only a slim copy (watch_slim.py). A run gone,
         replaced or being deleted, or already `done` as read, is dropped; an API error on the read, or an unexpected

@@ -31,20 +31,21 @@ def _metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in (obj.get("metadata") or {}).items() if key != "managedFields"}
 
 
+def _cut(obj: Mapping[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": _metadata(obj), "spec": spec,
+            "status": obj.get("status") or {}}  # fmt: skip
+
+
 def run_object(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A run as kopf keeps it: its metadata, reconcile.KEPT_SPEC of its spec, its status. Pure."""
     spec = obj.get("spec") or {}
-    kept_spec = {key: spec[key] for key in KEPT_SPEC if key in spec}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": _metadata(obj),
-            "spec": kept_spec, "status": obj.get("status") or {}}  # fmt: skip
+    return _cut(obj, {key: spec[key] for key in KEPT_SPEC if key in spec})
 
 
 def tfjob_object(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A TFJob as kopf keeps it: its metadata, spec.runPolicy and status, not its replicas' pod templates. Pure."""
     spec = obj.get("spec") or {}
-    kept_spec = {"runPolicy": spec["runPolicy"]} if "runPolicy" in spec else {}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": _metadata(obj),
-            "spec": kept_spec, "status": obj.get("status") or {}}  # fmt: skip
+    return _cut(obj, {"runPolicy": spec["runPolicy"]} if "runPolicy" in spec else {})
 
 
 SLIMMERS: dict[tuple[str, str], Slimmer] = {(GROUP, PLURAL): run_object, (TFJOB_GROUP, TFJOB_PLURAL): tfjob_object}

@@ -133,13 +133,19 @@ def wait_node_ready(multinode: MultiNode, name: str, want: str, timeout: float =
     return time.monotonic() - t0
 
 
-def spread_run(name: str, epochs: int = 8, **spec: Any) -> dict[str, Any]:
-    """examples/digits-spread.yaml's run under another name (its workers on different nodes, shared-path)."""
+def _example_run(example: str, name: str, epochs: int) -> dict[str, Any]:
+    """examples/<example>'s run under another name, training `epochs` epochs."""
     import yaml
 
-    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "digits-spread.yaml").read_text())
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / example).read_text())
     doc["metadata"]["name"] = name
     doc["spec"]["training"]["epochs"] = epochs
+    return doc
+
+
+def spread_run(name: str, epochs: int = 8, **spec: Any) -> dict[str, Any]:
+    """examples/digits-spread.yaml's run under another name (its workers on different nodes, shared-path)."""
+    doc = _example_run("digits-spread.yaml", name, epochs)
     doc["spec"]["export"]["modelName"] = name
     term = doc["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     term["labelSelector"]["matchLabels"]["distml.dev/run"] = name
@@ -149,12 +155,7 @@ def spread_run(name: str, epochs: int = 8, **spec: Any) -> dict[str, Any]:
 
 def one_node_run(name: str, epochs: int = 8) -> dict[str, Any]:
     """examples/digits.yaml's run under another name: the default ReadWriteOnce claim, so its workers share a node."""
-    import yaml
-
-    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "digits.yaml").read_text())
-    doc["metadata"]["name"] = name
-    doc["spec"]["training"]["epochs"] = epochs
-    return doc
+    return _example_run("digits.yaml", name, epochs)
 
 
 def worker_nodes(multinode: MultiNode, namespace: str, name: str, workers: int = 2) -> list[str]:
