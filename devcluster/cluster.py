@@ -260,6 +260,16 @@ class Cluster:
         unplumb_host()
         shutil.rmtree(RUN_ROOT, ignore_errors=True)
 
+    def purge(self) -> None:
+        """After stop: every node's images, pods and volumes, the saved images and the shared directory."""
+        if left := nd.mounts_below(self.root):
+            raise ClusterError(f"not purging {self.root}: still mounted below it: {', '.join(left[:3])}")
+        for node in self.nodes:
+            nd.purge(node.layout.root)
+        for path in (self.root / "images.tar", self.root / "images.tar.ids"):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(self.shared, ignore_errors=True)
+
     def running(self) -> dict[str, bool]:
         """component (per node) -> running."""
         out = {f"control-plane {c}": up for c, up in self.plane.status().items()}
@@ -364,6 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=3, help="how many nodes (default 3)")
     parser.add_argument("--install", action="store_true",
                         help="then deploy/install.sh: images (built), training-operator, the operator (deploy/)")
+    parser.add_argument("--purge", action="store_true",
+                        help="down: then remove the nodes' images, pods and volumes (about 4 GB a node); logs stay")
     args = parser.parse_args(argv)
     t0 = time.monotonic()
 
@@ -388,7 +400,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "down":
             cluster.stop()
-            say("down")
+            if args.purge:
+                cluster.purge()
+            say("down, images and volumes removed" if args.purge else "down")
             return 0
         running = cluster.running()
         for component, up in running.items():

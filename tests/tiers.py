@@ -49,6 +49,10 @@ OP_PYTHON = str(REPO / ".venv" / "op" / "bin" / "python")
 COSTS = REPO / "docs" / "ci-costs.json"
 BUDGET_SLACK = 1.5  # a warm tier may take half as long again as its budget before the run fails
 SIDE_TAIL = 15  # lines of a side-lane step's log printed when it passes
+# The most disk a run wrote, measured (least free space over the run, against the start; docs/ci-costs.json
+# "disk"), with room to spare: a run that finds less stops at once instead of an hour in, on ENOSPC.
+DISK_NEEDED_GB = {"cold": 40.0, "warm": 25.0}
+DISK_SAMPLE_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -75,9 +79,9 @@ def pytest(*args: str) -> tuple[str, ...]:
 NODE_FAULTS = "tests/reliability/test_node_faults.py"
 ATTACKS = "tests/reliability/test_attacks.py"
 NODE = (OP_PYTHON, "-m", "devcluster.node")  # run from the repository root, as every step is
-NODE_DOWN = (*NODE, "down", "--dir", str(NODE_DIR))
+NODE_DOWN = (*NODE, "down", "--purge", "--dir", str(NODE_DIR))
 CLUSTER = (OP_PYTHON, "-m", "devcluster.cluster")
-CLUSTER_DOWN = (*CLUSTER, "down", "--dir", str(CLUSTER_DIR))
+CLUSTER_DOWN = (*CLUSTER, "down", "--purge", "--dir", str(CLUSTER_DIR))
 
 STEPS: tuple[Step, ...] = (
     # main lane
@@ -144,6 +148,8 @@ class Run:
     running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    free_at_start: float = 0.0  # GB on the repository's file system
+    least_free: float = 0.0
 
     def __post_init__(self) -> None:
         self.done = {s.name: threading.Event() for s in self.chosen}
@@ -248,6 +254,33 @@ def busy_between(before: tuple[int, int], after: tuple[int, int]) -> float | Non
     return (after[0] - before[0]) / total if total > 0 else None
 
 
+def free_gb() -> float:
+    return shutil.disk_usage(REPO).free / 1e9
+
+
+def watch_disk(run: Run, finished: threading.Event) -> None:
+    """The least free space over the run: what it wrote at its fullest (builds, images, nodes, venvs)."""
+    while not finished.wait(DISK_SAMPLE_SECONDS):
+        run.least_free = min(run.least_free, free_gb())
+
+
+def expect_warm() -> bool:
+    """Before the run: are the builds there already (docker, the cached binaries and images)?"""
+    return shutil.which("dockerd") is not None and any((CACHE / "bin").glob("*"))
+
+
+def disk_shortfall(free: float, warm: bool) -> str | None:
+    """Why a run should not start for want of disk, or None."""
+    kind = "warm" if warm else "cold"
+    needed = DISK_NEEDED_GB[kind]
+    if free >= needed:
+        return None
+    return (f"a {kind} run needs about {needed:.0f} GB free where the repository is ({REPO}), "
+            f"and there are {free:.1f} GB (tests/tiers.py DISK_NEEDED_GB; docs/cluster.md#what-ci-costs). "
+            f"Old clones' nodes hold about 4 GB each: `python -m devcluster.node down --purge --dir "
+            f"CLONE/.dtr/ci-node` and `python -m devcluster.cluster down --purge --dir CLONE/.dtr/ci-multinode`")
+
+
 def build_state() -> dict[str, float]:
     """What the builds left in the cache: a file's mtime per path (a warm run changes none)."""
     found = {}
@@ -290,6 +323,8 @@ def summary(run: Run, warm: bool) -> dict[str, Any]:
         "warm": warm,
         "cores": os.cpu_count(),
         "seconds": round(time.time() - run.started, 1),
+        "disk": {"free at start GB": round(run.free_at_start, 1), "used at most GB":
+                 round(run.free_at_start - run.least_free, 1)},
         "steps": [with_parts(r.row()) for r in ran],
         "tiers": {r.step.name: tier_doc(r.step) for r in ran if r.step.tier and r.rc is not None},
     }
@@ -342,6 +377,8 @@ def print_table(doc: dict[str, Any]) -> None:
         print(f"{row['name']:22} {lanes.get(row['name'], ''):5} {row['seconds']:8.0f} {budget or '':>7} "
               f"{tests or '':>6} {busy:>8}  {result}")  # fmt: skip
     print(f"{'total':22} {'':5} {doc['seconds']:8.0f}")
+    if disk := doc.get("disk"):
+        print(f"disk: {disk['free at start GB']} GB free at the start, at most {disk['used at most GB']} GB used")
     counts = test_counts(doc)
     # The plain closing line CI reads: every tier's tests in one count.
     print(f"\ntests: {counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
@@ -366,10 +403,16 @@ def run_all(only: set[str], skip: set[str]) -> int:
         old.unlink()  # this run's two reliability parts merge into a fresh ledger
     chosen = [s for s in STEPS if (not only or s.name in only) and s.name not in skip]
     run = Run(chosen)
+    run.free_at_start = run.least_free = free_gb()
+    if not only and not skip and (short := disk_shortfall(run.free_at_start, expect_warm())):
+        print(f"\nNOT STARTED: {short}", file=sys.stderr)
+        return 1
     before = build_state()
     docker_was_installed = shutil.which("dockerd") is not None
     threads = [threading.Thread(target=lane, args=(run, [s for s in chosen if s.side == side]), daemon=True)
                for side in (False, True)]  # fmt: skip
+    finished = threading.Event()
+    threading.Thread(target=watch_disk, args=(run, finished), daemon=True).start()
     try:
         for thread in threads:
             thread.start()
@@ -380,6 +423,7 @@ def run_all(only: set[str], skip: set[str]) -> int:
         stop_everything(run)
         raise
     finally:
+        finished.set()
         stop_clusters()
     warm = docker_was_installed and build_state() == before
     doc = summary(run, warm)

@@ -9,6 +9,7 @@ import json
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 from devcluster import cluster, node
@@ -178,3 +179,20 @@ def test_only_a_cluster_of_several_nodes_gets_pod_subnets_and_quick_node_faults(
     api = cp.apiserver_args(Path("api"), layout, ports, node_ip=cluster.HOST_IP, pod_network=cluster.POD_NETWORK)
     assert "--enable-aggregator-routing=true" in api  # no kube-proxy on the host: webhooks at their pods
     assert "--enable-aggregator-routing=true" not in cp.apiserver_args(Path("api"), layout, ports, node_ip="10.42.0.1")
+
+
+def test_purge_removes_a_stopped_nodes_images_pods_and_volumes_keeps_its_logs_and_refuses_while_mounted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("containerd/root/io.containerd.snapshotter.v1.overlayfs", "kubelet/root/pods", "storage/pvc-1",
+                 "logs", "pod-logs/ns_pod"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "imported-images").write_text("sha256:1")
+    (tmp_path / "logs" / "kubelet.log").write_text("kept")
+    monkeypatch.setattr(node, "mounts_below", lambda root: [str(root / "kubelet/root/pods/x/volumes/shared")])
+    with pytest.raises(node.NodeError, match="still mounted below it"):
+        node.purge(tmp_path)
+    assert (tmp_path / "storage" / "pvc-1").is_dir()
+    monkeypatch.setattr(node, "mounts_below", lambda root: [])
+    node.purge(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "pod-logs"]
+    assert (tmp_path / "logs" / "kubelet.log").read_text() == "kept"

@@ -73,6 +73,19 @@ def test_a_warm_tier_over_one_and_a_half_times_its_budget_fails_the_run_naming_i
     assert "tier 'unit' took" in late and f"budget of {budget:.0f} s" in late
 
 
+def test_a_run_short_of_disk_does_not_start_and_says_how_much_it_needs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert tiers.disk_shortfall(tiers.DISK_NEEDED_GB["warm"], warm=True) is None
+    short = tiers.disk_shortfall(tiers.DISK_NEEDED_GB["cold"] - 0.5, warm=False)
+    assert short and f"a cold run needs about {tiers.DISK_NEEDED_GB['cold']:.0f} GB" in short and "--purge" in short
+    monkeypatch.setattr(tiers, "TIMINGS", tmp_path)
+    monkeypatch.setattr(tiers, "free_gb", lambda: 2.2)  # what the CI machine had when setup died of ENOSPC
+    started = []
+    monkeypatch.setattr(tiers, "lane", lambda run, steps: started.append(steps))
+    assert tiers.run_all(set(), set()) == 1
+    assert not started and "NOT STARTED: a " in capsys.readouterr().err
+
+
 def test_record_refuses_a_run_of_the_other_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     monkeypatch.setattr(tiers, "TIMINGS", tmp_path)
