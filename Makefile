@@ -148,9 +148,10 @@ endif
 dev-cluster-kueue: ## install Kueue (built here, upstream's manifests) into the running dev-cluster (docs/scheduling.md)
 	KUBECONFIG=$(DEV_CLUSTER)/control-plane/kubeconfig $(OP)/python -m devcluster.kueue install
 
-dev-cluster-down: ## stop everything dev-cluster started (either kind)
-	if [ -d $(DEV_CLUSTER)/nodes ]; then $(OP)/python -m devcluster.cluster down --dir $(DEV_CLUSTER); \
-	else $(OP)/python -m devcluster.node down --dir $(DEV_CLUSTER); fi
+PURGE ?=
+dev-cluster-down: ## stop everything dev-cluster started (either kind); PURGE=1: and free its disk (images, volumes)
+	if [ -d $(DEV_CLUSTER)/nodes ]; then $(OP)/python -m devcluster.cluster down $(if $(PURGE),--purge) --dir $(DEV_CLUSTER); \
+	else $(OP)/python -m devcluster.node down $(if $(PURGE),--purge) --dir $(DEV_CLUSTER); fi
 
 # Reliability and security suite (docs/reliability.md): invalid runs, generated specs, faults, Pod Security.
 # Writes .dtr/reliability/results.json, then the doc from it (even when red); its cost: docs/cluster.md#what-ci-costs.

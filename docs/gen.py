@@ -301,8 +301,9 @@ def _run_line(kind: str, run: dict[str, Any] | None) -> str:
         return f"- **{kind}**: not measured yet (`python tests/tiers.py record {kind}` after such a run)"
     failed = [s["name"] for s in run["steps"] if s["rc"]]
     verdict = f"failed at {', '.join(failed)}" if failed else "all green"
+    disk = f", at most {run['disk']['used at most GB']} GB of disk used" if "disk" in run else ""
     return (f"- **{kind}**: {run['date']}, `{run['commit']}`, {run['cores']} cores: **{_minutes(run['seconds'])}** "
-            f"({run['seconds']:.0f} s), {verdict}")
+            f"({run['seconds']:.0f} s), {verdict}{disk}")
 
 
 def _ci_line(ci: dict[str, Any] | None) -> list[str]:

@@ -103,7 +103,7 @@ STEPS: tuple[Step, ...] = (
          "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",
          budget=520, tier=True, node=True, after=("reliability",)),
     # The single node's work is done: its CPU goes to the several nodes' tier.
-    Step("node stop", NODE_DOWN, "the shared node stopped", after=("node faults",)),
+    Step("node stop", NODE_DOWN, "the shared node stopped, its images and volumes removed", after=("node faults",)),
     Step("multinode", make("test-multinode"), "three nodes: pods, policies and a run across nodes, node faults",
          budget=480, tier=True, multinode=True, after=("multinode start",)),
     Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from every part"),
