@@ -355,7 +355,8 @@ def _step_row(step: Any, runs: Runs) -> str:
     after = f" (after *{'*, *'.join(step.after)}*)" if step.after else ""
     cold, warm = (_minutes(_step_record(run, step.name).get("seconds")) for run in runs)
     tests = _test_count(runs[1], step.name) or _test_count(runs[0], step.name)
-    return (f"| {step.name} | {'side' if step.side else 'main'} | {step.what}{after} | "
+    lane = f"{'side' if step.side else 'main'}{' (or main)' if step.either else ''}"
+    return (f"| {step.name} | {lane} | {step.what}{after} | "
             f"{cold} | {warm} | {_minutes(step.budget)} | {tests} |")
 
 

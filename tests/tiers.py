@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ BUDGET_SLACK = 1.5  # a warm tier may take half as long again as its budget befo
 SIDE_TAIL = 15  # lines of a side-lane step's log printed when it passes
 # The most disk a run wrote, measured (least free space over the run, against the start; docs/ci-costs.json
 # "disk"), with room to spare: a run that finds less stops at once instead of an hour in, on ENOSPC.
-DISK_NEEDED_GB = {"cold": 40.0, "warm": 25.0}
+DISK_NEEDED_GB = {"cold": 45.0, "warm": 28.0}
 DISK_SAMPLE_SECONDS = 5.0
 
 
@@ -66,6 +67,9 @@ class Step:
     multinode: bool = False  # uses the shared cluster of several nodes (DTR_CLUSTER_DIR)
     side: bool = False  # the side lane
     after: tuple[str, ...] = ()  # steps (of either lane) that must have passed first
+    # The other lane may take it when it would otherwise sit waiting: cold, the main lane is idle for minutes
+    # while the side lane builds the node, and runs it then; warm, its own lane reaches it first.
+    either: bool = False
 
 
 def make(target: str) -> tuple[str, ...]:
@@ -95,8 +99,8 @@ STEPS: tuple[Step, ...] = (
     Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=110, tier=True,
          after=("images",)),
     # After integration too: the node tier's own-model runs (a dozen TF workers at once) starved the
-    # integration tier's training-operator past its 60 s waits when the two overlapped; warm, the main lane
-    # reaches the node tier about when integration ends, so the wait costs little.
+    # integration tier's training-operator past its 60 s waits when the two overlapped. Warm, the main lane
+    # reaches the node tier about when integration ends; cold, it takes integration itself (`either`).
     Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=1300, tier=True, node=True,
          after=("node start", "integration")),
     Step("node faults", pytest(NODE_FAULTS, ATTACKS),
@@ -115,9 +119,11 @@ STEPS: tuple[Step, ...] = (
          "the shared node: control plane, node, images imported, operator installed", side=True,
          after=("setup",)),
     Step("integration", make("test-integration"), "the operator on a real control plane", budget=400, tier=True,
-         side=True),
+         side=True, either=True, after=("control-plane build",)),
+    # After integration: the two start training-operators of their own on the host, one webhook pair per machine.
     Step("reliability", pytest("tests/reliability", f"--ignore={NODE_FAULTS}", f"--ignore={ATTACKS}"),
-         "invalid runs, generated specs, control-plane faults, Pod Security", budget=270, tier=True, side=True),
+         "invalid runs, generated specs, control-plane faults, Pod Security", budget=270, tier=True, side=True,
+         after=("integration",)),
     # While the main lane runs the node tiers (the side lane is idle then): disk and waiting, little CPU.
     Step("multinode build", make("multinode-build"), "flanneld and its CNI plugin", side=True,
          after=("node build",)),
@@ -133,9 +139,12 @@ class Result:
     seconds: float
     rc: int | None  # None: not run (a step it needs failed, or the run stopped)
     busy: float | None = None  # the machine's CPUs busy over the step, 0..1 (every process, both lanes)
+    side: bool | None = None  # the lane that ran it
 
     def row(self) -> dict[str, Any]:
-        row = {"name": self.step.name, "seconds": round(self.seconds, 1), "rc": self.rc}
+        row: dict[str, Any] = {"name": self.step.name, "seconds": round(self.seconds, 1), "rc": self.rc}
+        if self.side is not None and self.side != self.step.side:
+            row["lane"] = "side" if self.side else "main"  # an `either` step the other lane took
         return row if self.busy is None else {**row, "cpu busy": round(self.busy, 2)}
 
 
@@ -148,6 +157,7 @@ class Run:
     running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    claimed: set[str] = field(default_factory=set)  # steps a lane has taken
     free_at_start: float = 0.0  # GB on the repository's file system
     least_free: float = 0.0
 
@@ -158,11 +168,24 @@ class Run:
         result = self.results.get(name)
         return result is not None and result.rc == 0
 
-    def ready(self, step: Step) -> bool:
-        """Wait for what the step needs (steps left out by --only/--skip count as done); False: do not run it."""
+    def claim(self, step: Step) -> bool:
+        """Take the step for one lane; False: the other lane has it."""
+        with self.lock:
+            if step.name in self.claimed:
+                return False
+            self.claimed.add(step.name)
+            return True
+
+    def can_start(self, step: Step) -> bool:
+        return all(self.passed(name) for name in step.after if name in self.done)
+
+    def ready(self, step: Step, idle: Callable[[], None] = lambda: None) -> bool:
+        """Wait for what the step needs (steps left out by --only/--skip count as done), calling `idle` while
+        waiting; False: do not run it."""
         for name in step.after:
             if name in self.done:
-                self.done[name].wait()
+                while not self.done[name].wait(timeout=1):
+                    idle()
                 if not self.passed(name):
                     return False
         return not self.stop.is_set()
@@ -188,9 +211,9 @@ def say(text: str) -> None:
     print(f"\n{'=' * 8} {text} {'=' * max(8, 90 - len(text))}", flush=True)
 
 
-def run_step(run: Run, step: Step) -> Result:
+def run_step(run: Run, step: Step, side: bool) -> Result:
     log = TIMINGS / f"{step.name}.log"
-    say(f"{step.name}: {step.what}{' (side lane)' if step.side else ''}")
+    say(f"{step.name}: {step.what}{' (side lane)' if side else ''}")
     t0, cpu0 = time.monotonic(), cpu_times()
     env = step_env(step, shared_node=run.passed("node start"), shared_cluster=run.passed("multinode start"))
     with open(log, "wb") as out:
@@ -202,24 +225,32 @@ def run_step(run: Run, step: Step) -> Result:
         text = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two chunks
         for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
             out.write(chunk)
-            if not step.side:
+            if not side:
                 print(text.decode(chunk), end="", flush=True)
         rc = proc.wait()
     with run.lock:
         run.running.pop(step.name, None)
     took = time.monotonic() - t0
-    if step.side:
+    if side:
         lines = log.read_text(errors="replace").splitlines()
         print("\n".join(lines[-SIDE_TAIL:]) if rc == 0 else "\n".join(lines)[-30000:], flush=True)
     say(f"{step.name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {took:.0f} s")
-    return Result(step, took, rc, busy=busy_between(cpu0, cpu_times()))
+    return Result(step, took, rc, busy=busy_between(cpu0, cpu_times()), side=side)
 
 
-def lane(run: Run, steps: list[Step]) -> None:
-    for step in steps:
+def lane(run: Run, side: bool) -> None:
+    """One lane's steps in order, and, while it waits, any `either` step of the other lane that can start."""
+
+    def steal() -> None:
+        for step in run.chosen:
+            if step.either and step.side != side and run.can_start(step) and not run.stop.is_set() \
+                    and run.claim(step):  # fmt: skip
+                take(step)
+
+    def take(step: Step) -> None:
         try:
-            if run.ready(step):
-                result = run_step(run, step)
+            if run.ready(step, idle=steal):
+                result = run_step(run, step, side)
                 if result.rc:
                     stop_everything(run)
             else:
@@ -227,6 +258,10 @@ def lane(run: Run, steps: list[Step]) -> None:
             run.results[step.name] = result
         finally:
             run.done[step.name].set()
+
+    for step in (s for s in run.chosen if s.side == side):
+        if run.claim(step):
+            take(step)
 
 
 def stop_everything(run: Run) -> None:
@@ -367,6 +402,7 @@ def test_counts(doc: dict[str, Any]) -> dict[str, int]:
 def print_table(doc: dict[str, Any]) -> None:
     budgets = {s.name: s.budget for s in STEPS}
     lanes = {s.name: "side" if s.side else "main" for s in STEPS}
+    lanes.update({row["name"]: row["lane"] for row in doc["steps"] if "lane" in row})
     say(f"where the time went ({'warm' if doc['warm'] else 'cold: builds ran, budgets not enforced'})")
     print(f"{'step':22} {'lane':5} {'seconds':>8} {'budget':>7} {'tests':>6} {'cpu busy':>8}  result")
     for row in doc["steps"]:
@@ -395,6 +431,20 @@ def stop_clusters() -> None:
         subprocess.run(CLUSTER_DOWN, cwd=REPO, check=False)
 
 
+def run_lanes(run: Run) -> None:
+    """Both lanes side by side, until each has run or passed over all its steps."""
+    threads = [threading.Thread(target=lane, args=(run, side), daemon=True) for side in (False, True)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=1)
+    except KeyboardInterrupt:
+        stop_everything(run)
+        raise
+
+
 def run_all(only: set[str], skip: set[str]) -> int:
     TIMINGS.mkdir(parents=True, exist_ok=True)
     for old in (*TIMINGS.glob("*.json"), *TIMINGS.glob("*.log")):
@@ -409,19 +459,10 @@ def run_all(only: set[str], skip: set[str]) -> int:
         return 1
     before = build_state()
     docker_was_installed = shutil.which("dockerd") is not None
-    threads = [threading.Thread(target=lane, args=(run, [s for s in chosen if s.side == side]), daemon=True)
-               for side in (False, True)]  # fmt: skip
     finished = threading.Event()
     threading.Thread(target=watch_disk, args=(run, finished), daemon=True).start()
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(timeout=1)
-    except KeyboardInterrupt:
-        stop_everything(run)
-        raise
+        run_lanes(run)
     finally:
         finished.set()
         stop_clusters()

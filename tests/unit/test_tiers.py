@@ -66,6 +66,31 @@ def test_the_node_tiers_wait_for_the_node_start() -> None:
         assert waits_for(step, "node start"), step
 
 
+def lanes_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, side_build: float) -> dict[str, str]:
+    """A small run of real commands: the main lane waits for a side-lane build, an `either` step of the side
+    lane could run meanwhile. Returns each step's lane."""
+    monkeypatch.setattr(tiers, "TIMINGS", tmp_path)
+    sleep = lambda seconds: ("sleep", str(seconds))  # noqa: E731
+    steps = [tiers.Step("compile", sleep(0.1), "main's own work"),
+             tiers.Step("tier", sleep(0.1), "needs the build", after=("build", "either")),
+             tiers.Step("build", sleep(side_build), "the side lane's build", side=True),
+             tiers.Step("either", sleep(0.5), "either lane", side=True, either=True, after=("compile",)),
+             tiers.Step("next", sleep(0.1), "after it", side=True, after=("either",))]
+    run = tiers.Run(steps)
+    tiers.run_lanes(run)
+    assert all(r.rc == 0 for r in run.results.values()) and len(run.results) == len(steps)
+    order = sorted(run.results.values(), key=lambda r: steps.index(r.step))
+    return {r.step.name: "side" if r.side else "main" for r in order}
+
+
+def test_an_either_step_is_run_by_the_lane_that_would_otherwise_wait(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # cold: the side lane builds long, the main lane, waiting for it, takes the step
+    assert lanes_ran(tmp_path, monkeypatch, side_build=3)["either"] == "main"
+    # warm: the side lane reaches it first
+    assert lanes_ran(tmp_path, monkeypatch, side_build=0)["either"] == "side"
+
+
 def test_a_warm_tier_over_one_and_a_half_times_its_budget_fails_the_run_naming_it() -> None:
     budget = {s.name: s.budget for s in tiers.STEPS}["unit"]
     assert tiers.over_budget(run_doc(unit=budget * 1.5, lint=10_000)) == []  # at the limit; a build has no budget
