@@ -84,6 +84,7 @@ from .status import (
     code_status,
     configmap_content,
     epoch_logged_at,
+    gone_worker,
     is_terminal,
     kueue_queue,
     logs_an_error,
@@ -888,8 +889,10 @@ class Reconciler:
 
         def read_pods_when_finished() -> None:
             # Once, for the summary: a finished run's status is never written again.
-            if not pods and tfjob_state(latest[0]).phase in TERMINAL:
+            if not pods and (phase := tfjob_state(latest[0]).phase) in TERMINAL:
                 pods.extend(self.kube.list_job_pods(spec.namespace, spec.tfjob_name))
+                if phase == FAILED:
+                    pods.extend(self._gone_workers(spec, pods))
 
         read_pods_when_finished()
         recorded = {"code": dict(code)} if code else {}
@@ -1023,6 +1026,23 @@ class Reconciler:
             self._check_pods(ref)
         except ApiError as err:
             log.warning("pods of run %s/%s not checked: %s", ref[0], ref[1], err)
+
+    def _gone_workers(self, spec: RunSpec, pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The failed run's worker pods already deleted, as their events remember them (status.gone_worker). An
+        API error leaves them out: the failure is still told, without them."""
+        present = {_meta(p).get("name") for p in pods}
+        gone = []
+        for name in (worker_pod_name(spec, i) for i in range(spec.workers)):
+            if name in present:
+                continue
+            try:
+                events = self.kube.object_events(spec.namespace, "Pod", name)
+            except ApiError as err:
+                log.warning("events of pod %s/%s not read: %s", spec.namespace, name, err)
+                continue
+            if (pod := gone_worker(name, events)) is not None:
+                gone.append(pod)
+        return gone
 
     def _check_pods(self, ref: RunRef) -> None:
         namespace, name, uid = ref

@@ -252,6 +252,24 @@ def disrupted_workers(pods: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+_ASSIGNED = re.compile(r"^Successfully assigned \S+ to (?P<node>\S+)$")
+
+
+def gone_worker(name: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """A worker pod deleted before its run failed, as its events remember it, shaped as the pod for
+    disrupted_workers: the scheduler's Scheduled event names its node, the taint manager's TaintManagerEviction
+    why it went (an out-of-service node's pods are force-deleted at once, and a peer that lost it may fail the
+    TFJob after). None when the events tell of no such deletion."""
+    if not any(e.get("reason") == "TaintManagerEviction" and (e.get("message") or "").startswith("Marking for deletion")
+               for e in events):  # fmt: skip
+        return None
+    assigned = [m["node"] for e in events if e.get("reason") == "Scheduled"
+                if (m := _ASSIGNED.match(e.get("message") or ""))]  # fmt: skip
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+    return {"metadata": {"name": name}, "spec": {"nodeName": assigned[-1]} if assigned else {},
+            "status": {"conditions": [condition]}}
+
+
 def _disruption_target(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if (c.get("type"), c.get("status")) == ("DisruptionTarget", "True")), None)

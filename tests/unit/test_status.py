@@ -215,6 +215,34 @@ def test_failure_names_the_node_of_a_worker_kubernetes_took_away(reason, words):
     assert f"worker mnist-cnn-worker-1 on node dtr-n2 {words}" in message, message
 
 
+def event(reason, message):
+    return {"reason": reason, "message": message, "involvedObject": {"kind": "Pod", "name": "mnist-cnn-worker-1"}}
+
+
+def test_a_worker_pod_gone_before_the_failure_is_named_with_its_node_from_its_events():
+    # Seen with 3 nodes (a node powered off, then tainted out-of-service): the lost worker's pod was force-deleted
+    # at once, its peer exited 138 and failed the TFJob; the status named only the peer.
+    events = [event("Scheduled", "Successfully assigned ml/mnist-cnn-worker-1 to dtr-n1"),
+              event("NodeNotReady", "Node is not ready"),
+              event("TaintManagerEviction", "Marking for deletion Pod ml/mnist-cnn-worker-1"),
+              event("TaintManagerEviction", "Cancelling deletion of Pod ml/mnist-cnn-worker-1")]
+    gone = st.gone_worker("mnist-cnn-worker-1", events)
+    grpc = "dtr_trainer[worker-0]: error: lost a peer or a collective timed out (UnavailableError: reset)"
+    job = tfjob([cond("Created"),
+                 cond("Failed", message="TFJob ml/mnist-cnn has failed because 1 Worker replica(s) failed.")])
+    message = st.tfjob_status(RUN, job, [pod(0, 138, grpc), gone], {}, T1)["message"]
+    assert "worker mnist-cnn-worker-1 on node dtr-n1 deleted by the taint manager" in message, message
+    assert message.index("worker-1") < message.index("worker-0"), "the lost worker first, then the peer that lost it"
+
+
+def test_a_gone_worker_whose_events_tell_of_no_taint_manager_deletion_is_not_made_up():
+    assert st.gone_worker("w", [event("Scheduled", "Successfully assigned ml/w to dtr-n1")]) is None
+    assert st.gone_worker("w", []) is None
+    no_node = st.gone_worker("w", [event("TaintManagerEviction", "Marking for deletion Pod ml/w")])
+    assert st.disrupted_workers([no_node]) == ["worker w on node no node deleted by the taint manager: its node has "
+                                               "a NoExecute taint (NotReady, unreachable or out of service)"]
+
+
 def test_a_worker_not_disrupted_has_no_such_line():
     calm = pod(1, running=True)
     calm["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "False", "reason": "EvictionByEvictionAPI"}]
