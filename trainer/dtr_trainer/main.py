@@ -210,7 +210,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     import tensorflow as tf
 
     from dtr_trainer.compiling import prepare
-    from dtr_trainer.progress import History, Progress, StopOnDivergence
+    from dtr_trainer.progress import History, Progress, StopOnDivergence, epoch_callbacks
 
     global_batch = ctx.global_batch_size
     steps = args.steps_per_epoch or data.steps_for(loaded.train_size, global_batch)
@@ -225,12 +225,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
 
     history = History(layout.history_file(args.log_dir), log) if cluster.is_chief and args.log_dir else None
     progress = Progress(args.epochs, steps * global_batch, log, history)
-    callbacks = [progress]
-    if args.backup_dir:
-        # Restores weights, optimizer and epoch after a restart; kept until the chief has exported.
-        callbacks.insert(0, tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir, delete_checkpoint=False))
-    # First: a diverged epoch must stop the run before the backup saves it or the progress line reports it.
-    callbacks.insert(0, StopOnDivergence(args.epochs, steps, args.learning_rate))
+    callbacks = epoch_callbacks(StopOnDivergence(args.epochs, steps, args.learning_rate), progress, args.backup_dir)
     if cluster.is_chief and args.tensorboard_dir:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=args.tensorboard_dir, profile_batch=0,
                                                         write_graph=False, update_freq="epoch"))

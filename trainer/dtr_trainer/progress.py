@@ -53,10 +53,15 @@ class History:
 
 
 class Progress(tf.keras.callbacks.Callback):
-    """Logs `epoch N/M begin` and the epoch-end line (dtr_contract.progress: the operator and `dtr run` read
-    it; the fault test reads both) and
-    `resumed from backup at epoch N/M` when BackupAndRestore skipped finished epochs. With a History (the
-    chief's), the same epoch's figures also go to the history file."""
+    """Logs `epoch N/M begin`, `resumed from backup at epoch N/M` when BackupAndRestore skipped finished epochs,
+    and the epoch-end line (dtr_contract.progress: the operator and `dtr run` read it; the fault tests read all
+    three). With a History (the chief's), each epoch's figures also go to the history file.
+
+    Its two halves sit either side of BackupAndRestore (epoch_callbacks puts them in order): this callback,
+    before it, times the epoch and appends it to the history; `end_line`, after it, logs the epoch-end line. A
+    worker killed between the backup and the line has done the epoch without logging it (it resumes after it);
+    the history must not lose it, and an entry written before a backup that never happened is written again by
+    the redone epoch, the one the reader keeps."""
 
     def __init__(self, epochs: int, examples_per_epoch: int, log: Callable[[str], None],
                  history: History | None = None):
@@ -68,6 +73,8 @@ class Progress(tf.keras.callbacks.Callback):
         self.started = 0.0
         self.epoch_began = 0.0
         self.durations: list[float] = []  # wall seconds of each epoch this process ran
+        self.ended_line = ""  # the last epoch's end line, until end_line logs it
+        self.end_line = _EpochEndLine(self)  # the callback that logs it: after BackupAndRestore in the list
 
     def on_train_begin(self, logs=None):
         self.started = time.perf_counter()
@@ -88,7 +95,7 @@ class Progress(tf.keras.callbacks.Callback):
         rate = self.examples_per_epoch / max(self.durations[-1], 1e-9)
         left = remaining_seconds(self.durations, self.epochs - (epoch + 1))
         metrics = {k: float(v) for k, v in (logs or {}).items()}
-        self.log(epoch_end_line(epoch + 1, self.epochs, metrics, rate, left))
+        self.ended_line = epoch_end_line(epoch + 1, self.epochs, metrics, rate, left)
         if self.history is not None:
             self.history.append(epoch + 1, self.epochs, metrics, self.durations[-1], rate)
 
@@ -109,6 +116,26 @@ class Progress(tf.keras.callbacks.Callback):
         if ends:
             return self.examples_per_epoch / max(ends[0] - self.started, 1e-9)
         return 0.0
+
+
+class _EpochEndLine(tf.keras.callbacks.Callback):
+    def __init__(self, progress: Progress):
+        super().__init__()
+        self.progress = progress
+
+    def on_epoch_end(self, epoch, logs=None):
+        line, self.progress.ended_line = self.progress.ended_line, ""
+        if line:
+            self.progress.log(line)
+
+
+def epoch_callbacks(stop: StopOnDivergence, progress: Progress,
+                    backup_dir: str | None) -> list[tf.keras.callbacks.Callback]:
+    """fit's callbacks, in the order each epoch's end needs: the divergence check (a diverged epoch is neither
+    backed up nor reported), Progress (timing, the history), BackupAndRestore (weights, optimizer and epoch after
+    a restart; kept until the chief has exported), then the epoch-end line (a line means a backed-up epoch)."""
+    backup = [] if not backup_dir else [tf.keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False)]
+    return [stop, progress, *backup, progress.end_line]
 
 
 def learning_rate_of(model: tf.keras.Model, default: float) -> float | None:
