@@ -12,7 +12,6 @@ import argparse
 import atexit
 import contextlib
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -40,7 +39,6 @@ from dtr_trainer.cluster import ClusterInfo, parse_tf_config
 from dtr_trainer.errors import (
     EXIT_INTERNAL,
     EXIT_PEER_LOST,
-    EXIT_TERMINATED,
     EXIT_VOLUME,
     DivergedError,
     TrainerError,
@@ -49,6 +47,7 @@ from dtr_trainer.errors import (
 )
 from dtr_trainer.lineage import RunIdentity
 from dtr_trainer.models import BUILT_IN, MODELS
+from dtr_trainer.sigterm import TERMINATION
 
 # Defaults chosen by bench/trainer (see bench/trainer/results.md).
 # 50 steps per tf.function call: each call ends in a metric read (4 all-reduces) and a trip through
@@ -279,14 +278,9 @@ def train_or_record_divergence(args: argparse.Namespace, cluster: ClusterInfo, s
         raise
 
 
-def stop_on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM (the pod is being deleted) stops training now. In a container the trainer is PID 1, and
-    PID 1 has no default action for SIGTERM: without this it trained on through the grace period (and
-    a run suspended near its end finished, deleted its backup, and trained again from epoch 1 when
-    resumed). Exit at once: the last finished epoch's backup on the volume is what a restart resumes."""
-    log("terminated (SIGTERM): stopping now; the backup of the last finished epoch stays on the volume")
+def before_exit_on_sigterm(line: str) -> None:
+    log(line)
     worker_log.stop()
-    os._exit(EXIT_TERMINATED)  # not sys.exit: a collective in another thread must not hold the exit up
 
 
 def meet_the_chief(cluster: ClusterInfo) -> None:
@@ -328,7 +322,7 @@ def tune_process(args: argparse.Namespace) -> list[str]:
 
 def run(argv: Sequence[str] | None = None) -> int:
     global _TASK, _TERMINATION_PATH
-    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    TERMINATION.install(before_exit_on_sigterm)
     args = parse_args(argv)
     _TERMINATION_PATH = args.termination_message_path
     notes = tune_process(args)
@@ -411,6 +405,7 @@ def _run_reporting_errors(argv: Sequence[str] | None) -> int:
     try:
         return run(argv)
     except TrainerError as exc:
+        TERMINATION.stop_if_requested()
         if os.environ.get("DTR_TRACEBACK") and exc.__cause__ is not None:
             import traceback
 
@@ -421,6 +416,7 @@ def _run_reporting_errors(argv: Sequence[str] | None) -> int:
         log("interrupted")
         return 130
     except Exception as exc:  # classified below; never a stack trace for the user
+        TERMINATION.stop_if_requested()
         name = type(exc).__name__
         what = one_line(getattr(exc, "message", None) or str(exc), name)
         if volume.is_full(exc):

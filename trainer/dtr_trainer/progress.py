@@ -17,6 +17,7 @@ from dtr_contract.progress import HEARTBEAT_SECONDS, epoch_end_line
 
 from dtr_trainer.divergence import diverged_message, non_finite_loss
 from dtr_trainer.errors import DivergedError
+from dtr_trainer.sigterm import TERMINATION
 
 
 def max_rss_mb() -> float:
@@ -88,6 +89,7 @@ class Progress(tf.keras.callbacks.Callback):
         self.epoch_began = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
+        TERMINATION.epoch_end_begins()  # a SIGTERM from now on waits for end_line (dtr_trainer.sigterm)
         ended = time.perf_counter()
         self.epoch_ends.append(ended)
         self.cpu_ends.append(time.process_time())
@@ -127,6 +129,7 @@ class _EpochEndLine(tf.keras.callbacks.Callback):
         line, self.progress.ended_line = self.progress.ended_line, ""
         if line:
             self.progress.log(line)
+        TERMINATION.epoch_end_done()
 
 
 def epoch_callbacks(stop: StopOnDivergence, progress: Progress,

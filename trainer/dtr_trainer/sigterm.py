@@ -1,0 +1,73 @@
+"""SIGTERM (the pod is being deleted: a suspend, a preemption, a drain) stops the trainer at once, except while an
+epoch's end is under way: from Progress's epoch end, through BackupAndRestore's save, to the epoch's end line
+(progress.epoch_callbacks). Python runs a signal's handler only once the main thread is back from C, and a
+SIGTERM sent during the save's collectives was handled right after them: the epoch was backed up, but its end
+line never came, so the log and the run's status said one epoch less than the restart resumed after. Inside that
+window the stop waits for the line, at most WAIT_SECONDS (a save still waiting on peers that already left gives
+up by then), and a training error raised meanwhile (the peers gone) stops as SIGTERM rather than as that error.
+
+In a container the trainer is PID 1, and PID 1 has no default action for SIGTERM: without a handler it trained on
+through the grace period (and a run suspended near its end finished, deleted its backup, and trained again from
+epoch 1 when resumed). The last finished epoch's backup on the volume is what a restart resumes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Callable, NoReturn
+
+from dtr_trainer.errors import EXIT_TERMINATED
+
+WAIT_SECONDS = 5.0  # an epoch's backup saves in well under a second on the node (a few MB per worker)
+
+
+class Termination:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._exiting = threading.Lock()  # the timer's stop and the main thread's: one line, one exit
+        self._epoch_ending = False
+        self._requested = False
+        self._before_exit: Callable[[str], None] = lambda line: None
+
+    def install(self, before_exit: Callable[[str], None]) -> None:
+        """Handle SIGTERM from now on; `before_exit(line)` logs the stop line and closes the worker's log."""
+        self._before_exit = before_exit
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        with self._lock:
+            put_off = self._epoch_ending
+            self._requested = True
+        if not put_off:
+            self.stop("terminated (SIGTERM): stopping now; the backup of the last finished epoch stays on the volume")
+        late = f"terminated (SIGTERM): stopping now, {WAIT_SECONDS:.0f} s into the epoch's backup"
+        timer = threading.Timer(WAIT_SECONDS, self.stop, (late,))
+        timer.daemon = True
+        timer.start()
+
+    def epoch_end_begins(self) -> None:
+        with self._lock:
+            self._epoch_ending = True
+
+    def epoch_end_done(self) -> None:
+        """The epoch's end line is written: a SIGTERM that came meanwhile stops the trainer now."""
+        with self._lock:
+            self._epoch_ending = False
+            requested = self._requested
+        if requested:
+            self.stop("terminated (SIGTERM) during the epoch's backup: stopping now that it is saved and logged")
+
+    def stop_if_requested(self) -> None:
+        """Before a training error is reported: a SIGTERM put off by the epoch's end wins (its peers left)."""
+        if self._requested:
+            self.stop("terminated (SIGTERM) during the epoch's backup: stopping now (the backup did not finish)")
+
+    def stop(self, line: str) -> NoReturn:
+        self._exiting.acquire()  # a second caller waits here for the first one's exit
+        self._before_exit(line)
+        os._exit(EXIT_TERMINATED)  # not sys.exit: a collective in another thread must not hold the exit up
+
+
+TERMINATION = Termination()
