@@ -24,9 +24,12 @@ WAIT_SECONDS = 5.0  # an epoch's backup saves in well under a second on the node
 
 
 class Termination:
+    """The handler and the epoch's end run in the main thread (the handler between two of its bytecodes), so the
+    two flags are plain attributes: a lock taken by both would deadlock when the signal lands while the epoch's
+    end holds it. Only the timer's stop runs in another thread."""
+
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._exiting = threading.Lock()  # the timer's stop and the main thread's: one line, one exit
+        self._exiting = threading.RLock()  # the timer's stop and the main thread's: one line, one exit
         self._epoch_ending = False
         self._requested = False
         self._before_exit: Callable[[str], None] = lambda line: None
@@ -37,10 +40,8 @@ class Termination:
         signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum: int, frame: object) -> None:
-        with self._lock:
-            put_off = self._epoch_ending
-            self._requested = True
-        if not put_off:
+        self._requested = True
+        if not self._epoch_ending:
             self.stop("terminated (SIGTERM): stopping now; the backup of the last finished epoch stays on the volume")
         late = f"terminated (SIGTERM): stopping now, {WAIT_SECONDS:.0f} s into the epoch's backup"
         timer = threading.Timer(WAIT_SECONDS, self.stop, (late,))
@@ -48,15 +49,12 @@ class Termination:
         timer.start()
 
     def epoch_end_begins(self) -> None:
-        with self._lock:
-            self._epoch_ending = True
+        self._epoch_ending = True
 
     def epoch_end_done(self) -> None:
         """The epoch's end line is written: a SIGTERM that came meanwhile stops the trainer now."""
-        with self._lock:
-            self._epoch_ending = False
-            requested = self._requested
-        if requested:
+        self._epoch_ending = False
+        if self._requested:
             self.stop("terminated (SIGTERM) during the epoch's backup: stopping now that it is saved and logged")
 
     def stop_if_requested(self) -> None:
@@ -65,7 +63,7 @@ class Termination:
             self.stop("terminated (SIGTERM) during the epoch's backup: stopping now (the backup did not finish)")
 
     def stop(self, line: str) -> NoReturn:
-        self._exiting.acquire()  # a second caller waits here for the first one's exit
+        self._exiting.acquire()  # another thread's caller waits here for the first one's exit
         self._before_exit(line)
         os._exit(EXIT_TERMINATED)  # not sys.exit: a collective in another thread must not hold the exit up
 
