@@ -20,7 +20,7 @@ from typing import Callable, NoReturn
 
 from dtr_trainer.errors import EXIT_TERMINATED
 
-WAIT_SECONDS = 5.0  # an epoch's backup saves in well under a second on the node (a few MB per worker)
+WAIT_SECONDS = 5.0  # well inside a pod's grace period (30 s unless the pod says otherwise)
 
 
 class Termination:
