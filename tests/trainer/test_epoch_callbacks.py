@@ -105,7 +105,7 @@ callbacks.insert(callbacks.index(progress.end_line), Signal())
 try:
     model.fit(x, y, batch_size=8, epochs=3, callbacks=callbacks, verbose=0)
 except Exception:
-    TERMINATION.stop_if_requested()  # as main._run_reporting_errors does before it reports an error
+    TERMINATION.stop_if_requested()  # as main.report_error does before it reports one
     raise
 print("trained on", file=sys.stderr)
 """

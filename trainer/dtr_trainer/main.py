@@ -391,7 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def report_error(message: str) -> None:
-    """The error line on stderr, and as the termination message (the run's status shows it)."""
+    """The error line on stderr, and as the termination message (the run's status shows it); none when a SIGTERM
+    was put off meanwhile (dtr_trainer.sigterm): the trainer stops as terminated instead."""
+    TERMINATION.stop_if_requested()
     log(f"error: {message}")
     if _TERMINATION_PATH:
         try:
@@ -405,7 +407,6 @@ def _run_reporting_errors(argv: Sequence[str] | None) -> int:
     try:
         return run(argv)
     except TrainerError as exc:
-        TERMINATION.stop_if_requested()
         if os.environ.get("DTR_TRACEBACK") and exc.__cause__ is not None:
             import traceback
 
@@ -416,7 +417,6 @@ def _run_reporting_errors(argv: Sequence[str] | None) -> int:
         log("interrupted")
         return 130
     except Exception as exc:  # classified below; never a stack trace for the user
-        TERMINATION.stop_if_requested()
         name = type(exc).__name__
         what = one_line(getattr(exc, "message", None) or str(exc), name)
         if volume.is_full(exc):
