@@ -23,8 +23,8 @@ from dtr_contract.history import MAX_FILE
 
 from dtr_operator import logs as worker_logs
 from dtr_operator import submit
+from dtr_operator.api import API_VERSION, KIND
 from dtr_operator.kube import Kube, current_namespace
-from dtr_operator.spec import API_VERSION, KIND
 
 from . import tensorboard as board
 from .curves import history_of

@@ -28,9 +28,10 @@ from dtr_contract.progress import parse_epoch_end_line
 
 from dtr_operator import status as run_status
 from dtr_operator import submit
+from dtr_operator.api import KIND
 from dtr_operator.local import runner
 from dtr_operator.reasons import FAILED, PENDING, SUSPENDED, TERMINAL
-from dtr_operator.spec import KIND, SpecError, created_pvc_name, parse_run
+from dtr_operator.spec import SpecError, created_pvc_name, parse_run
 
 from . import models
 from . import tensorboard as board

@@ -14,9 +14,10 @@ from typing import Any
 from dtr_contract.summary import EXAMPLES_PER_SECOND
 
 from dtr_operator import submit
+from dtr_operator.api import API_VERSION, KIND
 from dtr_operator.reasons import FAILED, TERMINAL
 from dtr_operator.runfile import RunFileError, runs_from_text
-from dtr_operator.spec import API_VERSION, KIND, SpecError, parse_run
+from dtr_operator.spec import SpecError, parse_run
 
 CODE_OPTIONS = frozenset({dest for dest, *_ in submit.OPTIONS} | {"claim", "image"})  # what create(FILE.py) takes
 

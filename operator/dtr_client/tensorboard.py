@@ -27,8 +27,8 @@ from typing import IO, Any
 from dtr_contract import layout
 
 from dtr_operator import transfer as tr
-from dtr_operator.builders import CONTAINER_NAME
-from dtr_operator.spec import KIND, SpecError, parse_run
+from dtr_operator.api import CONTAINER_NAME, KIND
+from dtr_operator.spec import SpecError, parse_run
 
 from .results import RunNotFound
 

@@ -14,22 +14,25 @@ from typing import Any
 from dtr_contract import env, flags, layout
 from dtr_contract.container import PORT, TERMINATION_MESSAGE_PATH
 
+from .api import (
+    API_VERSION,
+    CONTAINER_NAME,
+    KEEP_PODS,
+    KIND,
+    KUEUE_PRIORITY_LABEL,
+    KUEUE_QUEUE_LABEL,
+    MANAGED_BY,
+    NETWORK_POLICY_API_VERSION,
+    PORT_NAME,
+    RUN_LABEL,
+    SUSPENDED_BY,
+    SUSPENDED_BY_ANNOTATION,
+    TFJOB_API_VERSION,
+)
 from .fields import SPEC, Field
-from .labels import JOB_NAME_LABEL as JOB_NAME_LABEL  # the labels on the pods (labels.py): named here too
-from .labels import MANAGED_BY, RUN_LABEL, template_labels
-from .labels import REPLICA_INDEX_LABEL as REPLICA_INDEX_LABEL
-from .labels import REPLICA_TYPE_LABEL as REPLICA_TYPE_LABEL
-from .spec import API_VERSION, KIND, RunSpec, SchedulingPolicy
+from .labels import template_labels
+from .spec import RunSpec, SchedulingPolicy
 
-TFJOB_GROUP = "kubeflow.org"
-TFJOB_VERSION = "v1"
-TFJOB_PLURAL = "tfjobs"
-TFJOB_API_VERSION = f"{TFJOB_GROUP}/{TFJOB_VERSION}"
-NETWORK_POLICY_API_VERSION = "networking.k8s.io/v1"
-
-# The training-operator only wires TF_CONFIG and the services into a container with this name.
-CONTAINER_NAME = "tensorflow"
-PORT_NAME = "tfjob-port"
 VOLUME_NAME = "dtr-data"
 CODE_VOLUME = "dtr-code"  # the run's code from its ConfigMap (spec.training.code.configMap)
 CODE_FILE_MODE = 0o444  # read-only for everyone: the workers run as RUN_AS, not as the file's owner
@@ -212,18 +215,6 @@ def worker_pod_name(run: RunSpec, index: int) -> str:
     return f"{run.tfjob_name}-worker-{index}"
 
 
-# The label Kueue reads to queue a job in a LocalQueue (kueue.x-k8s.io/v1beta1).
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-# The label Kueue reads for a job's WorkloadPriorityClass.
-KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-# On a TFJob the operator suspended (spec.suspend): only such a suspension is the operator's to undo; one by a
-# queue manager or a person stays theirs (security review M5).
-SUSPENDED_BY_ANNOTATION = "distml.dev/suspended-by"
-SUSPENDED_BY = "dtr-operator"
-
-
-KEEP_PODS = "None"  # runPolicy.cleanPodPolicy values of the training-operator
-RELEASE_RUNNING_PODS = "Running"
 
 
 def _run_policy(run: RunSpec) -> dict[str, Any]:

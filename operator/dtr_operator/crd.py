@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
+from .api import GROUP, KIND, PLURAL, VERSION
 from .fields import NAME, SPEC, Field, Rule, description, message, rules
 from .reasons import CONDITION_TYPES
-from .spec import GROUP, KIND, PLURAL, VERSION
 
 FILE = "crds/disttrainingrun.yaml"
 

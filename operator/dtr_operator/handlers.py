@@ -28,11 +28,10 @@ from typing import Any, TypeVar
 import kopf
 
 from . import malloc, metrics, watch_slim
-from .builders import RUN_LABEL, TFJOB_GROUP, TFJOB_PLURAL, TFJOB_VERSION
+from .api import GROUP, PLURAL, RUN_LABEL, TFJOB_GROUP, TFJOB_PLURAL, TFJOB_VERSION, VERSION
 from .kube import Kube, NoCredentials
 from .reconcile import Reconciler, RunningRuns, RunRef, never_done
 from .settings import Settings, from_env
-from .spec import GROUP, PLURAL, VERSION
 from .status import MAX_REASON, MAX_STATE_MESSAGE, clean_text
 
 _log = logging.getLogger(__name__)

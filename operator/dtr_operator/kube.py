@@ -23,12 +23,18 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from . import __version__, metrics
-from .builders import JOB_NAME_LABEL, NETWORK_POLICY_API_VERSION, TFJOB_API_VERSION, TFJOB_GROUP, TFJOB_PLURAL
-from .spec import API_VERSION, KIND, PLURAL
+from .api import (
+    API_VERSION,
+    JOB_NAME_LABEL,
+    PLURAL,
+    PLURALS,
+    TFJOB_API_VERSION,
+    TFJOB_CRD,
+    TFJOB_PLURAL,
+)
 
 log = logging.getLogger(__name__)
 
-TFJOB_CRD = f"{TFJOB_PLURAL}.{TFJOB_GROUP}"
 REQUEST_TIMEOUT = (5, 30)  # connect, read (seconds)
 FIELD_MANAGER = "dtr-operator"
 USER_AGENT = f"dtr-operator/{__version__}"
@@ -94,10 +100,6 @@ def _path(api_version: str, namespace: str, plural: str, name: str | None = None
         path += f"/{sub}"
     return path
 
-
-_PLURALS = {("v1", "PersistentVolumeClaim"): "persistentvolumeclaims", ("v1", "Pod"): "pods",
-            (TFJOB_API_VERSION, "TFJob"): TFJOB_PLURAL, ("v1", "ConfigMap"): "configmaps",
-            (API_VERSION, KIND): PLURAL, (NETWORK_POLICY_API_VERSION, "NetworkPolicy"): "networkpolicies"}  # fmt: skip
 
 # The exec WebSocket's subprotocols (v5, Kubernetes 1.29+, adds closing a stream) and channels.
 EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
@@ -298,7 +300,7 @@ class Kube:
         """Create a namespaced object; AlreadyExists on 409, ResourceMissing if its type is not served."""
         api_version, kind = manifest["apiVersion"], manifest["kind"]
         meta = manifest["metadata"]
-        path = _path(api_version, meta["namespace"], _PLURALS[(api_version, kind)])
+        path = _path(api_version, meta["namespace"], PLURALS[(api_version, kind)])
         try:
             return self.request("POST", path, body=manifest)
         except NotFound as err:
@@ -310,7 +312,7 @@ class Kube:
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object, or None if it does not exist; ResourceMissing if its type is not served."""
         try:
-            return self.request("GET", _path(api_version, namespace, _PLURALS[(api_version, kind)], name))
+            return self.request("GET", _path(api_version, namespace, PLURALS[(api_version, kind)], name))
         except NotFound as err:
             # The API names the object it did not find; a bare 404 means no such resource type.
             bare = not err.details.get("name")
@@ -333,7 +335,7 @@ class Kube:
         """Merge-patch the object's ownerReferences to [owner] (dtr submit: the run owns its code's ConfigMap)."""
         return self.request(
             "PATCH",
-            _path(api_version, namespace, _PLURALS[(api_version, kind)], name),
+            _path(api_version, namespace, PLURALS[(api_version, kind)], name),
             body={"metadata": {"ownerReferences": [dict(owner)]}},
             content_type="application/merge-patch+json",
         )
@@ -341,7 +343,7 @@ class Kube:
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         """Delete the object; gone already is fine (dtr submit: the ConfigMap of a run the API refused)."""
         with contextlib.suppress(NotFound):
-            self.request("DELETE", _path(api_version, namespace, _PLURALS[(api_version, kind)], name))
+            self.request("DELETE", _path(api_version, namespace, PLURALS[(api_version, kind)], name))
 
     def tfjob_crd_installed(self) -> bool:
         try:

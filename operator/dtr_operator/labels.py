@@ -14,20 +14,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-RUN_LABEL = "distml.dev/run"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "dtr-operator"}
-
-# Labels the training-operator puts on the pods it creates (kubeflow.org/v1 common_types.go).
-OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
-REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
-JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
-TFJOB_CONTROLLER = "tfjob-controller"  # its controller's name (tensorflow/tfjob_controller.go)
-WORKER = "worker"  # the replica type Worker, as its label says it
-
-# The node label that makes each node its own topology domain.
-HOSTNAME_LABEL = "kubernetes.io/hostname"
+from .api import (
+    JOB_NAME_LABEL,
+    JOB_ROLE_LABEL,
+    MANAGED_BY,
+    OPERATOR_NAME_LABEL,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+    RUN_LABEL,
+    TFJOB_CONTROLLER,
+    WORKER,
+)
 
 
 def template_labels(run_name: str, pod_labels: Mapping[str, str]) -> dict[str, str]:

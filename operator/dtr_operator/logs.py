@@ -20,9 +20,8 @@ from typing import Any, TextIO
 
 from dtr_contract import layout
 
-from .builders import CONTAINER_NAME, REPLICA_INDEX_LABEL
+from .api import CONTAINER_NAME, KIND, REPLICA_INDEX_LABEL
 from .fields import DNS1123_LABEL
-from .spec import KIND
 from .status import harmless
 
 VOLUME_LOGS = f"{layout.logs_dir('<run>')}/ on the run's volume"

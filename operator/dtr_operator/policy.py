@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .labels import HOSTNAME_LABEL
+from .api import HOSTNAME_LABEL
 from .reasons import (
     AFFINITY_NOT_ALLOWED,
     CLAIM_NOT_ALLOWED,

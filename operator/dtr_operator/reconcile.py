@@ -30,13 +30,17 @@ from typing import Any, TypeGuard
 from dtr_contract.progress import SILENT_SECONDS
 
 from . import metrics, progress_schedule, watchdog
-from .builders import (
+from .api import (
     CONTAINER_NAME,
+    GROUP,
     KEEP_PODS,
+    KIND,
     NETWORK_POLICY_API_VERSION,
     RELEASE_RUNNING_PODS,
     SUSPENDED_BY,
     SUSPENDED_BY_ANNOTATION,
+)
+from .builders import (
     build_network_policy,
     children,
     is_owned_by,
@@ -74,7 +78,7 @@ from .reasons import (
     WORKER_PODS_RELEASED,
 )
 from .settings import Settings
-from .spec import GROUP, KIND, RunSpec, SpecError, WatchdogSpec, parse_run
+from .spec import RunSpec, SpecError, WatchdogSpec, parse_run
 from .status import (
     FAILED,
     PENDING,

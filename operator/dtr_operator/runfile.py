@@ -7,7 +7,8 @@ from typing import Any
 
 import yaml
 
-from .spec import API_VERSION, KIND, RunSpec, SpecError, parse_run
+from .api import API_VERSION, KIND
+from .spec import RunSpec, SpecError, parse_run
 
 
 class RunFileError(ValueError):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import fields, labels
+from .api import API_VERSION, HOSTNAME_LABEL, KIND
 from .fields import (
     DEFAULT_TRAINER_IMAGE,
     INT_RANGE,
@@ -29,12 +30,6 @@ from .fields import (
     rules,
     walk,
 )
-
-GROUP = "distml.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "DistTrainingRun"
-PLURAL = "disttrainingruns"
 
 # What the trainer must know too (tests/trainer/test_contract.py reads them here).
 MODELS = find("training.model").enum
@@ -454,7 +449,7 @@ def never_runs(run: RunSpec) -> str | None:
         return None
     if any(_splits_workers(run, term) for _, term in required_anti_affinity(run.placement.affinity)):
         return (f"spec.affinity.podAntiAffinity: a required term puts each of the {run.workers} workers on its own "
-                f"node ({labels.HOSTNAME_LABEL}), but spec.storage.accessMode {ONE_NODE} mounts the run's volume on "
+                f"node ({HOSTNAME_LABEL}), but spec.storage.accessMode {ONE_NODE} mounts the run's volume on "
                 "one node only: use accessMode ReadWriteMany with a class every node mounts, or a preferred term")
     return None
 
@@ -463,7 +458,7 @@ def _splits_workers(run: RunSpec, term: Any) -> bool:
     """Whether a required anti-affinity term keeps two of the run's workers off one node: it spreads over the
     hostname, covers the run's namespace, and some worker's term picks another worker (required anti-affinity is
     symmetric: either one's term keeps the pair apart)."""
-    if not isinstance(term, Mapping) or term.get("topologyKey") != labels.HOSTNAME_LABEL:
+    if not isinstance(term, Mapping) or term.get("topologyKey") != HOSTNAME_LABEL:
         return False
     if not _covers_namespace(term, run.namespace):
         return False

@@ -19,7 +19,7 @@ from dtr_contract import exits, layout, progress
 from dtr_contract import summary as chief_summary
 from dtr_contract.progress import EpochEnd
 
-from .builders import (
+from .api import (
     CONTAINER_NAME,
     KUEUE_QUEUE_LABEL,
     REPLICA_INDEX_LABEL,

@@ -25,9 +25,9 @@ from typing import Any
 import yaml
 from dtr_contract import flags
 
-from .builders import RUN_LABEL
+from .api import API_VERSION, KIND, RUN_LABEL
 from .fields import CODE_KEY, CONFIGMAP_LIMIT, DNS1035_LABEL, MAX_NAME_LENGTH
-from .spec import API_VERSION, KIND, SpecError, parse_run
+from .spec import SpecError, parse_run
 
 CONFIGMAP_BYTES = 1024 * 1024  # CONFIGMAP_LIMIT: the API server refuses a ConfigMap whose data is larger
 OWN_IMAGE = "build an image FROM the trainer image with your code and name its module in spec.training.code.module"

@@ -14,7 +14,7 @@ from typing import Any
 
 from dtr_contract import layout
 
-from .spec import KIND
+from .api import KIND
 from .transfer_cli import seconds_arg
 
 EXIT_FAILED = 1

@@ -24,8 +24,9 @@ from typing import Any
 
 from dtr_contract import layout
 
+from .api import GROUP
 from .builders import RUN_AS, SCRATCH_PATH, owner_reference
-from .spec import GROUP, RunSpec, parse_run
+from .spec import RunSpec, parse_run
 
 CONTAINER = "copy"
 COMPONENT = "dtr-transfer"

@@ -32,8 +32,9 @@ from dtr_contract import layout
 
 from . import copier
 from . import transfer as tr
+from .api import KIND
 from .builders import RUN_AS
-from .spec import KIND, SpecError, parse_run
+from .spec import SpecError, parse_run
 
 PROGRAM = Path(copier.__file__).read_bytes()
 DELETE_WAIT = 30.0  # seconds to wait for the pod to be gone (its volume released) before saying so

@@ -19,9 +19,8 @@ from typing import Any
 
 from kopf._cogs.clients import watching
 
-from .builders import TFJOB_GROUP, TFJOB_PLURAL
+from .api import GROUP, PLURAL, TFJOB_GROUP, TFJOB_PLURAL
 from .reconcile import KEPT_SPEC
-from .spec import GROUP, PLURAL
 
 Slimmer = Callable[[Mapping[str, Any]], dict[str, Any]]
 

@@ -12,7 +12,7 @@ import json
 import time
 
 import pytest
-from dtr_operator.builders import RUN_LABEL
+from dtr_operator.api import RUN_LABEL
 from dtr_operator.policy import CLAIM_LABEL, CLAIM_LABEL_VALUE
 from operator_support import (
     condition,

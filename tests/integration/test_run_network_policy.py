@@ -5,7 +5,7 @@ it is tests/node/test_network_isolation.py's part."""
 from __future__ import annotations
 
 from dtr_contract.container import PORT
-from dtr_operator.builders import RUN_LABEL
+from dtr_operator.api import RUN_LABEL
 from operator_support import create_run, get, wait_status
 
 from support.cluster import Cluster

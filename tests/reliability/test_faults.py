@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dtr_operator.builders import RUN_LABEL
+from dtr_operator.api import RUN_LABEL
 from dtr_operator.policy import CLAIM_LABEL, CLAIM_LABEL_VALUE
 from faults import (
     bind_pods,

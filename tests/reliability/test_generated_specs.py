@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 from dtr_operator import reconcile
-from dtr_operator.builders import RUN_LABEL
+from dtr_operator.api import RUN_LABEL
 from hypothesis import assume, given
 from kopf.testing import KopfRunner
 from ledger import Ledger, Record

@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from dtr_operator.builders import JOB_NAME_LABEL as JOB_LABEL
-from dtr_operator.builders import REPLICA_INDEX_LABEL
-from dtr_operator.builders import TFJOB_GROUP as TF_GROUP
-from dtr_operator.builders import TFJOB_PLURAL as TF_PLURAL
-from dtr_operator.builders import TFJOB_VERSION as TF_VERSION
-from dtr_operator.spec import GROUP, PLURAL, VERSION
+from dtr_operator.api import GROUP, PLURAL, REPLICA_INDEX_LABEL, VERSION
+from dtr_operator.api import JOB_NAME_LABEL as JOB_LABEL
+from dtr_operator.api import TFJOB_GROUP as TF_GROUP
+from dtr_operator.api import TFJOB_PLURAL as TF_PLURAL
+from dtr_operator.api import TFJOB_VERSION as TF_VERSION
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 

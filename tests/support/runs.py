@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dtr_operator.spec import GROUP, VERSION
+from dtr_operator.api import GROUP, VERSION
 
 KIND = "DistTrainingRun"
 UNIT_NAMESPACE = "ml"

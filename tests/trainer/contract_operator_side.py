@@ -9,11 +9,11 @@ import dataclasses
 import itertools
 import json
 
-from dtr_operator import builders, spec
+from dtr_operator import api, builders, spec
 
 
 def case(training: dict) -> dict:
-    run = spec.parse_run({"apiVersion": spec.API_VERSION, "kind": spec.KIND,
+    run = spec.parse_run({"apiVersion": api.API_VERSION, "kind": api.KIND,
                           "metadata": {"name": "contract", "namespace": "ns", "uid": "contract-uid"},
                           "spec": {"training": training}})
     (container,) = builders.build_tfjob(run)["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]

@@ -155,7 +155,7 @@ def test_the_operator_records_its_own_suspension_in_the_same_write_and_drops_it_
     monkeypatch: pytest.MonkeyPatch,
 ):
     from dtr_operator import reconcile
-    from dtr_operator.builders import SUSPENDED_BY, SUSPENDED_BY_ANNOTATION
+    from dtr_operator.api import SUSPENDED_BY, SUSPENDED_BY_ANNOTATION
     from test_reconciler import FakeKube, reconciler
 
     kube = FakeKube()

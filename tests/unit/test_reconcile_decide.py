@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from dtr_operator import reconcile
-from dtr_operator.builders import KUEUE_QUEUE_LABEL, SUSPENDED_BY, SUSPENDED_BY_ANNOTATION, build_tfjob
+from dtr_operator.api import KUEUE_QUEUE_LABEL, SUSPENDED_BY, SUSPENDED_BY_ANNOTATION
+from dtr_operator.builders import build_tfjob
 from dtr_operator.policy import Refusal
 from dtr_operator.reconcile import UNREAD, Create, Observed, Record, Sync, decide
 from dtr_operator.spec import parse_run

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from dtr_contract.container import PORT
-from dtr_operator.builders import RUN_LABEL, build_network_policy, build_tfjob, owned_by
+from dtr_operator.api import RUN_LABEL
+from dtr_operator.builders import build_network_policy, build_tfjob, owned_by
 from dtr_operator.kube import AlreadyExists
 from dtr_operator.reconcile import Reconciler, network_policy_taken
 from dtr_operator.spec import parse_run

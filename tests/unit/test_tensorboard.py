@@ -18,7 +18,8 @@ from aiohttp import web
 from dtr_client import tensorboard as board
 from dtr_operator import kube
 from dtr_operator import transfer as tr
-from dtr_operator.builders import RUN_LABEL, build_network_policy, build_tfjob
+from dtr_operator.api import RUN_LABEL
+from dtr_operator.builders import build_network_policy, build_tfjob
 from dtr_operator.spec import parse_run
 from kubernetes import client
 

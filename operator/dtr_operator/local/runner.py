@@ -34,10 +34,11 @@ from dtr_contract import exits, flags, layout
 from dtr_contract.container import PORT
 from dtr_contract.progress import EpochEnd, is_heartbeat, parse_epoch_end_line
 
-from dtr_operator import builders, status, submit
+from dtr_operator import api, builders, status, submit
+from dtr_operator.api import KIND
 from dtr_operator.local import kubelet, ports, translate
 from dtr_operator.runfile import RunFileError, parse_run_doc, runs_from_text
-from dtr_operator.spec import DEFAULT_TRAINER_IMAGE, KIND, RunSpec, SpecError
+from dtr_operator.spec import DEFAULT_TRAINER_IMAGE, RunSpec, SpecError
 
 STOP_GRACE_SECONDS = 5.0
 POLL_SECONDS = 0.2
@@ -136,9 +137,9 @@ def pod_view(pod_name: str, namespace: str, labels: Mapping[str, str], pod_statu
 def replica_labels(job: str, rtype: str, index: int) -> dict[str, str]:
     """The labels the training-operator puts on a replica's pod (status.py finds the chief by them)."""
     return {
-        builders.JOB_NAME_LABEL: job,
-        builders.REPLICA_TYPE_LABEL: rtype.lower(),
-        builders.REPLICA_INDEX_LABEL: str(index),
+        api.JOB_NAME_LABEL: job,
+        api.REPLICA_TYPE_LABEL: rtype.lower(),
+        api.REPLICA_INDEX_LABEL: str(index),
     }
 
 
@@ -288,7 +289,7 @@ class LocalRun:
         self.volume_root = base_dir / "volumes"
         self.run_dir = base_dir / "runs" / run.name
         count = int(rspec.get("replicas", 1))
-        container = next(c for c in self.template["spec"]["containers"] if c["name"] == builders.CONTAINER_NAME)
+        container = next(c for c in self.template["spec"]["containers"] if c["name"] == api.CONTAINER_NAME)
         self.replicas = [
             Replica(
                 rtype,
@@ -309,7 +310,7 @@ class LocalRun:
     def with_tf_config(self, container: Mapping[str, Any], count: int, index: int) -> dict[str, Any]:
         """The container as the training-operator hands it to the pod: TF_CONFIG added when distributed."""
         port = next(
-            (p["containerPort"] for p in container.get("ports") or [] if p.get("name") == builders.PORT_NAME),
+            (p["containerPort"] for p in container.get("ports") or [] if p.get("name") == api.PORT_NAME),
             PORT,
         )
         cfg = translate.tf_config_for(
@@ -503,7 +504,7 @@ class LocalRun:
                 kubelet.pod_status(
                     [
                         kubelet.container_status(
-                            builders.CONTAINER_NAME,
+                            api.CONTAINER_NAME,
                             r.container.get("image", ""),
                             r.state,
                             r.restart_count,
