@@ -10,7 +10,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from .status import FAILED, PENDING, RUNNING, SUCCEEDED, SUSPENDED, TERMINAL
+from .reasons import FAILED, PENDING, RUNNING, SUCCEEDED, SUSPENDED, TERMINAL
 
 RUNS = Gauge("dtr_runs", "DistTrainingRuns seen by this operator, by phase", ["phase"])
 RECONCILE_SECONDS = Histogram(

@@ -56,11 +56,14 @@ from .reasons import (
     API_UNAVAILABLE,
     CODE_NOT_FOUND,
     CREATED,
+    FAILED,
     IMAGE_NOT_ALLOWED,
     INVALID_SPEC,
     INVALID_TFJOB,
     NAME_CONFLICT,
+    PENDING,
     RESUMED,
+    RUNNING,
     STALL_ENDED,
     STALL_RESTART,
     STALLED,
@@ -68,6 +71,7 @@ from .reasons import (
     STALLED_EVENT,
     SUSPEND_REFUSED,
     SUSPENDED_EVENT,
+    TERMINAL,
     TFJOB_CRD_MISSING,
     TFJOB_DELETED,
     TFJOB_SUSPENDED,
@@ -80,10 +84,6 @@ from .reasons import (
 from .settings import Settings
 from .spec import RunSpec, SpecError, WatchdogSpec, parse_run
 from .status import (
-    FAILED,
-    PENDING,
-    RUNNING,
-    TERMINAL,
     State,
     code_status,
     configmap_content,

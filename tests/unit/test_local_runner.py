@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 from dtr_contract import exits
-from dtr_operator import builders, status
+from dtr_operator import builders, reasons, status
 from dtr_operator.local import kubelet
 from dtr_operator.local import runner as r
 from dtr_operator.spec import parse_run
@@ -52,11 +52,11 @@ def test_past_backoff_limit(policy, restarts, limit, past):
     [
         ({"worker-0": None, "worker-1": None}, "AllWorkers", None),
         ({"worker-0": 0, "worker-1": None}, "AllWorkers", None),
-        ({"worker-0": 0, "worker-1": 0}, "AllWorkers", status.SUCCEEDED),
-        ({"worker-0": 0, "worker-1": None}, "", status.SUCCEEDED),
+        ({"worker-0": 0, "worker-1": 0}, "AllWorkers", reasons.SUCCEEDED),
+        ({"worker-0": 0, "worker-1": None}, "", reasons.SUCCEEDED),
         ({"worker-0": None, "worker-1": 0}, "", None),
-        ({"worker-0": None, "worker-1": 137}, "AllWorkers", status.FAILED),
-        ({"worker-0": 0, "worker-1": 3}, "", status.FAILED),
+        ({"worker-0": None, "worker-1": 137}, "AllWorkers", reasons.FAILED),
+        ({"worker-0": 0, "worker-1": 3}, "", reasons.FAILED),
     ],
 )
 def test_job_outcome(exits, policy, outcome):
@@ -148,10 +148,10 @@ def test_a_succeeded_local_job_reads_like_the_cluster_status():
         kubelet.terminated(0, json.dumps(summary), "a", "b", "c"),
         kubelet.terminated(0, "", "a", "b", "c"),
     ]
-    tfjob = r.tfjob_view(builders.build_tfjob(run), status.SUCCEEDED, "TFJobSucceeded", "done",
+    tfjob = r.tfjob_view(builders.build_tfjob(run), reasons.SUCCEEDED, "TFJobSucceeded", "done",
                          {"active": 0, "succeeded": 2, "failed": 0}, "t0", "t9")  # fmt: skip
     st = status.tfjob_status(run, tfjob, _pods(states), {}, "t9")
-    assert st["phase"] == "Succeeded" and st["reason"] == status.TRAINING_SUCCEEDED
+    assert st["phase"] == "Succeeded" and st["reason"] == reasons.TRAINING_SUCCEEDED
     assert st["metrics"]["accuracy"] == 0.93
     assert st["model"] == {
         "path": "/mnt/dtr/models/digits/1",
@@ -165,7 +165,7 @@ def test_a_succeeded_local_job_reads_like_the_cluster_status():
 def test_a_failed_local_job_names_the_worker():
     run = parse_run(yaml.safe_load(RUN))
     states = [kubelet.running("t"), kubelet.terminated(137, "killed", "a", "b", "c")]
-    tfjob = r.tfjob_view(builders.build_tfjob(run), status.FAILED, "TFJobFailed", "1 Worker replica(s) failed.",
+    tfjob = r.tfjob_view(builders.build_tfjob(run), reasons.FAILED, "TFJobFailed", "1 Worker replica(s) failed.",
                          {"active": 1, "succeeded": 0, "failed": 1}, "t0", "t9")  # fmt: skip
     st = status.tfjob_status(run, tfjob, _pods(states), {}, "t9")
     assert st["phase"] == "Failed"

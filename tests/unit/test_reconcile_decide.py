@@ -12,9 +12,10 @@ from dtr_operator import reconcile
 from dtr_operator.api import KUEUE_QUEUE_LABEL, SUSPENDED_BY, SUSPENDED_BY_ANNOTATION
 from dtr_operator.builders import build_tfjob
 from dtr_operator.policy import Refusal
+from dtr_operator.reasons import FAILED
 from dtr_operator.reconcile import UNREAD, Create, Observed, Record, Sync, decide
 from dtr_operator.spec import parse_run
-from dtr_operator.status import FAILED, State, tfjob_status
+from dtr_operator.status import State, tfjob_status
 
 from support.runs import make_run
 

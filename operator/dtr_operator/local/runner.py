@@ -34,7 +34,7 @@ from dtr_contract import exits, flags, layout
 from dtr_contract.container import PORT
 from dtr_contract.progress import EpochEnd, is_heartbeat, parse_epoch_end_line
 
-from dtr_operator import api, builders, status, submit
+from dtr_operator import api, builders, reasons, status, submit
 from dtr_operator.api import KIND
 from dtr_operator.local import kubelet, ports, translate
 from dtr_operator.runfile import RunFileError, parse_run_doc, runs_from_text
@@ -79,20 +79,20 @@ def past_backoff_limit(policy: str, restarts: int, limit: int) -> bool:
 def job_outcome(exits: Mapping[str, int | None], success_policy: str, chief: str) -> str | None:
     """Succeeded, Failed or None (still running) from each replica's final exit code (None = not final)."""
     if any(code not in (None, 0) for code in exits.values()):
-        return status.FAILED
+        return reasons.FAILED
     if success_policy == "AllWorkers":
-        return status.SUCCEEDED if all(code == 0 for code in exits.values()) else None
-    return status.SUCCEEDED if exits.get(chief) == 0 else None
+        return reasons.SUCCEEDED if all(code == 0 for code in exits.values()) else None
+    return reasons.SUCCEEDED if exits.get(chief) == 0 else None
 
 
 def end_by_exits(exits: Mapping[str, int | None], success_policy: str, rtype: str, job: str) -> End | None:
     """The job's end from its replicas' final exits (job_outcome), as the training-operator words it."""
     outcome = job_outcome(exits, success_policy, f"{rtype.lower()}-0")
-    if outcome == status.SUCCEEDED:
-        return status.SUCCEEDED, "TFJobSucceeded", f"TFJob {job} successfully completed."
-    if outcome == status.FAILED:
+    if outcome == reasons.SUCCEEDED:
+        return reasons.SUCCEEDED, "TFJobSucceeded", f"TFJob {job} successfully completed."
+    if outcome == reasons.FAILED:
         failed = sum(1 for c in exits.values() if c not in (None, 0))
-        return status.FAILED, "TFJobFailed", f"TFJob {job} has failed because {failed} {rtype} replica(s) failed."
+        return reasons.FAILED, "TFJobFailed", f"TFJob {job} has failed because {failed} {rtype} replica(s) failed."
     return None
 
 
@@ -100,11 +100,11 @@ def end_by_limits(policy: str, run_policy: Mapping[str, Any], restarts: int, ela
     """The job's end by its runPolicy: backoffLimit (default 0 under Never, else 6) or activeDeadlineSeconds."""
     limit = int(run_policy.get("backoffLimit", 0 if policy == "Never" else 6))
     if past_backoff_limit(policy, restarts, limit):
-        return (status.FAILED, "BackoffLimitExceeded",
+        return (reasons.FAILED, "BackoffLimitExceeded",
                 f"TFJob {job} has failed because it has reached the specified backoff limit")  # fmt: skip
     deadline = run_policy.get("activeDeadlineSeconds")
     if deadline is not None and elapsed > deadline:
-        return (status.FAILED, "DeadlineExceeded",
+        return (reasons.FAILED, "DeadlineExceeded",
                 f"TFJob {job} has failed because it was active longer than specified deadline")  # fmt: skip
     return None
 
@@ -120,9 +120,9 @@ def tfjob_view(
 ) -> dict[str, Any]:
     """The TFJob with the status the training-operator would have written for this outcome."""
     conds = [{"type": "Created", "status": "True", "reason": "TFJobCreated", "lastTransitionTime": start}]
-    running = phase == status.RUNNING
+    running = phase == reasons.RUNNING
     conds.append({"type": "Running", "status": "True" if running else "False", "reason": "TFJobRunning"})
-    if phase in (*status.TERMINAL, status.SUSPENDED):
+    if phase in (*reasons.TERMINAL, reasons.SUSPENDED):
         conds.append({"type": phase, "status": "True", "reason": reason, "message": message})
     job_status: dict[str, Any] = {"conditions": conds, "replicaStatuses": {"Worker": dict(counts)}, "startTime": start}
     if completion:
@@ -470,7 +470,7 @@ class LocalRun:
             if ended is not None:
                 self.stop_all()  # only with a worker-0 success policy can others still run after a success
                 return ended
-            self.record(status.RUNNING, "TFJobRunning", f"TFJob {job} is running.")
+            self.record(reasons.RUNNING, "TFJobRunning", f"TFJob {job} is running.")
             time.sleep(POLL_SECONDS)
 
     def step(self) -> None:
@@ -486,9 +486,9 @@ class LocalRun:
         """The job's end as the training-operator would call it, or None while it goes on."""
         job = f"{self.run.namespace}/{self.run.tfjob_name}"
         if self.suspended:
-            return status.SUSPENDED, "TFJobSuspended", f"TFJob {job} is suspended."
+            return reasons.SUSPENDED, "TFJobSuspended", f"TFJob {job} is suspended."
         if self.interrupted:
-            return status.FAILED, "Interrupted", f"dtr run of TFJob {job} was interrupted"
+            return reasons.FAILED, "Interrupted", f"dtr run of TFJob {job} was interrupted"
         exits = {r.label: r.final_code for r in self.replicas}
         restarts = sum(r.restart_count for r in self.replicas)
         return end_by_exits(exits, self.success_policy, self.rtype, job) or end_by_limits(
@@ -523,7 +523,7 @@ class LocalRun:
             "succeeded": sum(1 for r in self.replicas if r.final_code == 0),
             "failed": sum(1 for r in self.replicas if r.final_code not in (None, 0)),
         }
-        completion = now_rfc3339() if phase in status.TERMINAL else None
+        completion = now_rfc3339() if phase in reasons.TERMINAL else None
         tfjob = tfjob_view(self.tfjob, phase, reason, message, counts, self.start_time, completion)
         # Suspended by SUSPEND_SIGNAL: the run as its spec.suspend would have it, explained by the operator's code.
         run = dataclasses.replace(self.run, suspend=True) if self.suspended else self.run
@@ -643,7 +643,7 @@ def _report_end(local: LocalRun, final: Mapping[str, Any], claim: str) -> int:
         local.console.say(f"[dtr] model on disk: {claim}/{inside}")
     if local.interrupted:
         return 130
-    return 0 if final.get("phase") == status.SUCCEEDED else 1
+    return 0 if final.get("phase") == reasons.SUCCEEDED else 1
 
 
 def default_base_dir() -> Path:
