@@ -16,12 +16,10 @@ import threading
 from typing import Any
 
 import kopf
-from dtr_operator import (
-    handlers,  # noqa: F401  (registers the operator's handlers, configure() first)
-    reconcile,
-)
+from dtr_operator import handlers  # noqa: F401  (registers the operator's handlers, configure() first)
 from dtr_operator.cli import main
 from dtr_operator.kube import Kube
+from dtr_operator.reconcile.reconciler import Reconciler
 from kubernetes.client import ApiClient
 
 from bench.operator.analysis import parse_overrides
@@ -50,9 +48,9 @@ def skip_first_tfjob_get() -> None:
     handler's first GET of the TFJob is answered "absent" without asking the API (its create's 409
     still reveals an existing TFJob, whose second GET goes to the API)."""
     fresh = threading.local()
-    reconcile_run, get_tfjob = reconcile.Reconciler.reconcile_run, Kube.get_tfjob
+    reconcile_run, get_tfjob = Reconciler.reconcile_run, Kube.get_tfjob
 
-    def reconcile_run_marked(self: reconcile.Reconciler, body: Any, *args: Any, **kwargs: Any) -> Any:
+    def reconcile_run_marked(self: Reconciler, body: Any, *args: Any, **kwargs: Any) -> Any:
         fresh.skip = not body.get("status")
         try:
             return reconcile_run(self, body, *args, **kwargs)
@@ -65,7 +63,7 @@ def skip_first_tfjob_get() -> None:
             return None
         return get_tfjob(self, namespace, name)
 
-    reconcile.Reconciler.reconcile_run = reconcile_run_marked
+    Reconciler.reconcile_run = reconcile_run_marked
     Kube.get_tfjob = get_tfjob_unless_fresh
 
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from dtr_operator import reconcile
 from dtr_operator.api import RUN_LABEL
+from dtr_operator.reconcile import reconciler
 from hypothesis import assume, given
 from kopf.testing import KopfRunner
 from ledger import Ledger, Record
@@ -79,7 +79,7 @@ class Tally:
 
 
 class RetryLog(logging.Handler):
-    """Counts the operator's attempts that ended waiting (reconcile.WAITS_LOG) per run, read from the log records
+    """Counts the operator's attempts that ended waiting (reconciler.WAITS_LOG) per run, read from the log records
     themselves.
 
     KopfRunner.output holds only what reached the stderr it swapped in; once an earlier runner in the same
@@ -91,7 +91,7 @@ class RetryLog(logging.Handler):
         self.retries: Counter[str] = Counter()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.msg == reconcile.WAITS_LOG:
+        if record.msg == reconciler.WAITS_LOG:
             namespace, name = record.args[:2]
             self.retries[f"{namespace}/{name}"] += 1
 
@@ -118,8 +118,8 @@ def harness(control_plane: Cluster, ledger: Ledger) -> Iterator[Harness]:
     os.environ.update(POLICY_ENV)  # read once, at the operator's start
     runner = KopfRunner(["run", "--standalone", "--namespace", namespace, "-m", "dtr_operator.handlers"], timeout=120)
     retry_log = RetryLog()
-    logging.getLogger(reconcile.__name__).addHandler(retry_log)
-    logging.getLogger(reconcile.__name__).setLevel(logging.INFO)
+    logging.getLogger(reconciler.__name__).addHandler(retry_log)
+    logging.getLogger(reconciler.__name__).setLevel(logging.INFO)
     runner.__enter__()
     h = Harness(control_plane, Api.from_kubeconfig(), namespace, f"g{uuid.uuid4().hex[:4]}", runner, retry_log)
     started = time.monotonic()
@@ -130,7 +130,7 @@ def harness(control_plane: Cluster, ledger: Ledger) -> Iterator[Harness]:
         runner.__exit__(None, None, None)
         for name in POLICY_ENV:
             os.environ.pop(name, None)
-        logging.getLogger(reconcile.__name__).removeHandler(retry_log)
+        logging.getLogger(reconciler.__name__).removeHandler(retry_log)
         finish(h, ledger, time.monotonic() - started)
         control_plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 

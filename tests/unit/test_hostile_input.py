@@ -131,11 +131,11 @@ def test_no_json_summary_raises_or_gives_a_status_the_api_cannot_take(doc: objec
     json.dumps([parsed.metrics, parsed.model], allow_nan=False)
 
 
-# ---- the suspend is never blocked by the progress read (reconcile._set_suspend) -----------------------------
+# ---- the suspend is never blocked by the progress read (reconcile/children.py: Children.set_suspend) ---------------
 
 
 def test_a_progress_read_that_raises_value_error_does_not_block_the_suspend(monkeypatch: pytest.MonkeyPatch):
-    from dtr_operator import reconcile
+    from dtr_operator.reconcile import context, progress
     from test_reconciler import FakeKube, reconciler
 
     def unreadable(*_: object) -> None:
@@ -144,27 +144,27 @@ def test_a_progress_read_that_raises_value_error_does_not_block_the_suspend(monk
     kube = FakeKube()
     kube.log_text = f"{PREFIX}epoch 1/8 end loss=1"
     rec, _ = reconciler(kube)
-    monkeypatch.setattr(reconcile, "parse_epoch_end", unreadable)
-    monkeypatch.setattr(rec, "sync_status", lambda *_: None)
+    monkeypatch.setattr(progress, "parse_epoch_end", unreadable)
+    monkeypatch.setattr(rec.mirror, "sync_status", lambda *_: None)
     body = make_run({"workers": 2}, uid="u-1", generation=1, resourceVersion="1")
-    assert rec._set_suspend(reconcile.ObservedRun.parse(body, "localhost/distml/trainer:test"), True, 0) is None
+    assert rec.children.set_suspend(context.ObservedRun.parse(body, "localhost/distml/trainer:test"), True, 0) is None
     assert [fields["suspend"] for _, fields in kube.run_policy_patches] == [True]
 
 
 def test_the_operator_records_its_own_suspension_in_the_same_write_and_drops_it_on_resume(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    from dtr_operator import reconcile
     from dtr_operator.api import SUSPENDED_BY, SUSPENDED_BY_ANNOTATION
+    from dtr_operator.reconcile.context import ObservedRun
     from test_reconciler import FakeKube, reconciler
 
     kube = FakeKube()
     rec, _ = reconciler(kube)
-    monkeypatch.setattr(rec, "sync_status", lambda *_: None)
+    monkeypatch.setattr(rec.mirror, "sync_status", lambda *_: None)
     body = make_run({"workers": 2}, uid="u-1", generation=1)
-    run = reconcile.ObservedRun.parse(body, "localhost/distml/trainer:test")
-    rec._set_suspend(run, True, 0)
-    rec._set_suspend(run, False, 0)
+    run = ObservedRun.parse(body, "localhost/distml/trainer:test")
+    rec.children.set_suspend(run, True, 0)
+    rec.children.set_suspend(run, False, 0)
     assert [f["annotations"] for _, f in kube.run_policy_patches] == [{SUSPENDED_BY_ANNOTATION: SUSPENDED_BY},
                                                                        {SUSPENDED_BY_ANNOTATION: None}]
 

@@ -1,6 +1,6 @@
-"""The progress reads' shell: reconcile.RunningRuns (which runs are due when: progress_schedule.py) and the loop in
-handlers.py that reads them, at most PROGRESS_READS_AT_ONCE at a time (a fake reconciler, real sleeps of tenths of
-a second)."""
+"""The progress reads' shell: RunningRuns (runtime/trackers.py: which runs are due when, progress_schedule.py) and
+the loop in runtime/loops.py that reads them, at most PROGRESS_READS_AT_ONCE at a time (a fake reconciler, real
+sleeps of tenths of a second)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dtr_operator import handlers, progress_schedule, watchdog
-from dtr_operator.reconcile import RunningRuns
+from dtr_operator import progress_schedule, watchdog
+from dtr_operator.runtime import loops
+from dtr_operator.runtime.trackers import RunningRuns
 
 from support.runs import make_run
 
@@ -143,7 +144,7 @@ def test_the_loop_reads_each_due_run_at_most_at_once_reads_at_a_time():
         fake.running.seen(ref_of(body), body)
 
     async def run_for(seconds: float) -> None:
-        loop = asyncio.create_task(handlers._poll_running_runs(fake, at_once=3))  # type: ignore[arg-type]
+        loop = asyncio.create_task(loops._poll_running_runs(fake, at_once=3))  # type: ignore[arg-type]
         await asyncio.sleep(seconds)
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
@@ -157,7 +158,7 @@ def test_the_loop_reads_each_due_run_at_most_at_once_reads_at_a_time():
 
 
 def test_the_pause_is_until_the_earliest_due_read_and_never_longer_than_the_tick():
-    assert handlers._pause(None, at(0), 1.0) == 1.0
-    assert handlers._pause(at(0.25), at(0), 1.0) == 0.25
-    assert handlers._pause(at(30), at(0), 1.0) == 1.0
-    assert handlers._pause(at(-3), at(0), 1.0) == handlers.MIN_PAUSE
+    assert loops._pause(None, at(0), 1.0) == 1.0
+    assert loops._pause(at(0.25), at(0), 1.0) == 0.25
+    assert loops._pause(at(30), at(0), 1.0) == 1.0
+    assert loops._pause(at(-3), at(0), 1.0) == loops.MIN_PAUSE

@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dtr_operator import reconcile
 from dtr_operator.api import KUEUE_QUEUE_LABEL, SUSPENDED_BY, SUSPENDED_BY_ANNOTATION
 from dtr_operator.builders import build_tfjob
 from dtr_operator.policy import Refusal
 from dtr_operator.reasons import FAILED
-from dtr_operator.reconcile import UNREAD, Create, Observed, Record, Sync, decide
+from dtr_operator.reconcile import decide as decisions
+from dtr_operator.reconcile.decide import UNREAD, Create, Observed, Record, Sync, decide
+from dtr_operator.runtime import trackers
 from dtr_operator.spec import parse_run
 from dtr_operator.status import State, tfjob_status
 
@@ -35,7 +36,7 @@ def obj(*, owner_uid: str | None = None, owner_name: str = "mnist-cnn", labels: 
     return {"metadata": meta}
 
 
-def reason(action: reconcile.Action) -> tuple[str, bool]:
+def reason(action: decisions.Action) -> tuple[str, bool]:
     assert isinstance(action, Record), action
     return action.state.reason, action.retry
 
@@ -112,7 +113,7 @@ REF = ("ml", "mnist-cnn", "u-1")
 
 
 def test_a_run_waiting_for_its_pods_is_due_after_the_delay_and_until_it_stops_waiting():
-    runs = reconcile.WaitingRuns(after=20)
+    runs = trackers.WaitingRuns(after=20)
     runs.seen(REF, WAITING, at=100)
     assert runs.due(119) == []
     assert runs.due(120) == [REF]
@@ -123,7 +124,7 @@ def test_a_run_waiting_for_its_pods_is_due_after_the_delay_and_until_it_stops_wa
 
 
 def test_a_running_run_short_of_workers_is_due_until_every_worker_runs():
-    runs = reconcile.WaitingRuns(after=20)
+    runs = trackers.WaitingRuns(after=20)
     runs.seen(REF, {"phase": "Running", "reason": "TFJobRunning", "workersReady": "1/2"}, at=100)
     assert runs.due(119) == [] and runs.due(120) == [REF]
     runs.seen(REF, {"phase": "Running", "reason": "WorkersNotAllRunning", "workersReady": "1/2"}, at=125)
@@ -133,7 +134,7 @@ def test_a_running_run_short_of_workers_is_due_until_every_worker_runs():
 
 
 def test_runs_waiting_for_something_else_or_gone_are_never_due():
-    runs = reconcile.WaitingRuns(after=20)
+    runs = trackers.WaitingRuns(after=20)
     runs.seen(REF, {"phase": "Pending", "reason": "WaitingForPVC"}, at=0)
     runs.seen(("ml", "other", "u-2"), WAITING, at=0)
     runs.gone(("ml", "other", "u-2"))
@@ -144,7 +145,7 @@ def test_runs_waiting_for_something_else_or_gone_are_never_due():
 
 
 def test_a_waiting_run_is_due_when_its_delay_is_over_and_taken_once_with_its_next_retry_count():
-    runs = reconcile.RetryingRuns()
+    runs = trackers.RetryingRuns()
     runs.later(REF, 0, at=100, delay=5)
     assert runs.next_due() == 105 and runs.take_due(104.9) == []
     assert runs.take_due(105) == [(REF, 1)]
@@ -152,7 +153,7 @@ def test_a_waiting_run_is_due_when_its_delay_is_over_and_taken_once_with_its_nex
 
 
 def test_the_longest_due_run_is_retried_first_and_a_run_gone_never():
-    runs = reconcile.RetryingRuns()
+    runs = trackers.RetryingRuns()
     other, gone = ("ml", "other", "u-2"), ("ml", "gone", "u-3")
     runs.later(REF, 3, at=100, delay=40)
     runs.later(other, 0, at=120, delay=5)
@@ -182,12 +183,12 @@ def ours(suspend: bool | None = None, conditions: tuple[str, ...] = ("Created", 
 
 def test_suspending_a_running_run_suspends_its_tfjob():
     tfjob = ours(suspend=False)
-    assert decide(SUSPENDED_RUN, CREATED, Observed(tfjob)) == reconcile.Suspend(tfjob, True)
+    assert decide(SUSPENDED_RUN, CREATED, Observed(tfjob)) == decisions.Suspend(tfjob, True)
 
 
 def test_resuming_unsuspends_the_tfjob():
     tfjob = ours(suspend=True, conditions=("Created", "Suspended"))
-    assert decide(OWN, CREATED, Observed(tfjob)) == reconcile.Suspend(tfjob, False)
+    assert decide(OWN, CREATED, Observed(tfjob)) == decisions.Suspend(tfjob, False)
 
 
 @pytest.mark.parametrize(("run", "suspend"), [(SUSPENDED_RUN, True), (OWN, False), (OWN, None)])
@@ -291,13 +292,13 @@ def _pod(name: str, phase: str) -> dict[str, Any]:
 
 def test_a_failed_runs_pods_that_still_run_or_wait_are_released():
     pods = [_pod("r-worker-1", "Running"), _pod("r-worker-0", "Pending"), _pod("r-worker-2", "Failed")]
-    assert reconcile.pods_to_release(_job("Failed"), pods) == ["r-worker-0", "r-worker-1"]
+    assert decisions.pods_to_release(_job("Failed"), pods) == ["r-worker-0", "r-worker-1"]
 
 
 def test_nothing_is_released_after_success_when_nothing_runs_or_when_the_policy_already_cleans():
     running = [_pod("r-worker-0", "Running")]
-    assert reconcile.pods_to_release(_job("Succeeded"), running) == []
-    assert reconcile.pods_to_release(_job("Running"), running) == []
-    assert reconcile.pods_to_release(_job("Failed"), [_pod("r-worker-0", "Failed")]) == []
-    assert reconcile.pods_to_release(_job("Failed", "Running"), running) == []
-    assert reconcile.pods_to_release(_job("Failed", "All"), running) == []
+    assert decisions.pods_to_release(_job("Succeeded"), running) == []
+    assert decisions.pods_to_release(_job("Running"), running) == []
+    assert decisions.pods_to_release(_job("Failed"), [_pod("r-worker-0", "Failed")]) == []
+    assert decisions.pods_to_release(_job("Failed", "Running"), running) == []
+    assert decisions.pods_to_release(_job("Failed", "All"), running) == []

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from dtr_contract import exits
 from dtr_operator.kube import ApiError, Conflict
-from dtr_operator.reconcile import ObservedRun, Reconciler
+from dtr_operator.reconcile.context import ObservedRun
+from dtr_operator.reconcile.reconciler import Reconciler
 from dtr_operator.settings import Settings
 
 from support.runs import make_run
@@ -81,19 +82,19 @@ WAITING = {"phase": "Pending", "reason": "WaitingForPVC", "message": "waiting fo
 def test_a_new_reason_is_written_with_the_runs_version_and_said_once():
     kube = FakeKube()
     rec, events = reconciler(kube)
-    assert rec.record(run(resourceVersion="7"), lambda prev: WAITING) == WAITING
+    assert rec.ctx.record(run(resourceVersion="7"), lambda prev: WAITING) == WAITING
     assert kube.writes == [("mnist-cnn", WAITING, "7")]
     assert events == [("mnist-cnn", "Warning", "WaitingForPVC", "waiting for PVC shared")]
-    assert rec.record(run(WAITING), lambda prev: WAITING) is None, "nothing changed: no write"
-    assert rec.record(run(WAITING), lambda prev: {**WAITING, "message": "still"}) == {"message": "still"}
+    assert rec.ctx.record(run(WAITING), lambda prev: WAITING) is None, "nothing changed: no write"
+    assert rec.ctx.record(run(WAITING), lambda prev: {**WAITING, "message": "still"}) == {"message": "still"}
     assert len(events) == 1, "the same phase and reason: no second event"
 
 
 def test_a_quiet_write_says_nothing_and_a_normal_reason_is_a_normal_event():
     rec, events = reconciler(FakeKube())
-    rec.record(run(), lambda prev: {"phase": "Pending", "reason": "TFJobSubmitted"}, quiet=True)
+    rec.ctx.record(run(), lambda prev: {"phase": "Pending", "reason": "TFJobSubmitted"}, quiet=True)
     assert events == []
-    rec.record(run(), lambda prev: {"phase": "Running", "reason": "TFJobRunning"})
+    rec.ctx.record(run(), lambda prev: {"phase": "Running", "reason": "TFJobRunning"})
     assert events == [("mnist-cnn", "Normal", "TFJobRunning", "")]
 
 
@@ -102,7 +103,7 @@ def test_a_conflict_rereads_the_run_and_recomputes_from_its_status():
     kube = FakeKube({("ml", "mnist-cnn"): fresh}, conflicts=1)
     rec, _ = reconciler(kube)
     seen: list[Any] = []
-    rec.record(run(resourceVersion="7"), lambda prev: seen.append(prev.get("reason")) or {"phase": "Running"})
+    rec.ctx.record(run(resourceVersion="7"), lambda prev: seen.append(prev.get("reason")) or {"phase": "Running"})
     assert seen == [None, "TFJobCreated"]
     assert kube.writes == [("mnist-cnn", {"phase": "Running"}, "8")]
 
@@ -111,7 +112,7 @@ def test_a_conflict_rereads_the_run_and_recomputes_from_its_status():
 def test_a_conflict_with_a_run_gone_replaced_or_going_writes_nothing(fresh: dict[str, Any] | None):
     kube = FakeKube({("ml", "mnist-cnn"): fresh} if fresh else {}, conflicts=1)
     rec, events = reconciler(kube)
-    assert rec.record(run(), lambda prev: WAITING) is None
+    assert rec.ctx.record(run(), lambda prev: WAITING) is None
     assert kube.writes == [] and events == []
 
 
@@ -119,7 +120,7 @@ def test_a_status_that_keeps_changing_is_left_to_a_later_retry():
     kube = FakeKube({("ml", "mnist-cnn"): run()}, conflicts=99)
     rec, _ = reconciler(kube)
     with pytest.raises(ApiError) as err:
-        rec.record(run(), lambda prev: WAITING)
+        rec.ctx.record(run(), lambda prev: WAITING)
     assert err.value.status == 409 and kube.conflicts == 99 - rec.retries.write_attempts
 
 
@@ -150,7 +151,7 @@ def test_a_conflict_mirrors_the_tfjob_as_it_is_now_not_the_creators_copy():
     kube = TFJobKube(now_job, runs={("ml", "mnist-cnn"): fresh}, conflicts=1)
     rec, _ = reconciler(kube)
     as_created = {"metadata": {"name": "mnist-cnn", "namespace": "ml"}}
-    rec.sync_status(ObservedRun.parse(run(resourceVersion="7"), "localhost/distml/trainer:test"), as_created)
+    rec.mirror.sync_status(ObservedRun.parse(run(resourceVersion="7"), "localhost/distml/trainer:test"), as_created)
     assert [patch.get("reason") for _, patch, _ in kube.writes] in ([], [None])
 
 
@@ -171,7 +172,7 @@ def test_a_conflict_that_finds_the_tfjob_finished_reads_its_pods_for_the_chiefs_
     rec, _ = reconciler(kube)
     running = {"metadata": {"name": "mnist-cnn", "namespace": "ml"},
                "status": {"conditions": [{"type": "Running", "status": "True"}]}}  # fmt: skip
-    rec.sync_status(ObservedRun.parse(run({"phase": "Running"}, resourceVersion="7"), "img:1"), running)
+    rec.mirror.sync_status(ObservedRun.parse(run({"phase": "Running"}, resourceVersion="7"), "img:1"), running)
     [(_, patch, _)] = kube.writes
     assert (patch["phase"], patch["reason"]) == ("Succeeded", "TrainingSucceeded"), patch
     assert patch["metrics"]["accuracy"] == 0.97 and kube.pod_lists == 1
@@ -307,7 +308,7 @@ def test_a_waiting_run_gone_or_replaced_is_dropped_at_its_retry(stored: dict[str
 
 
 def test_a_run_already_done_as_read_is_not_reconciled_again():
-    """kopf's create event of a run that kopf has since stored as handled (handlers.handled_before) is stale."""
+    """kopf's create event of a run that kopf has since stored as handled (kopf_seams.handled_before) is stale."""
     rec, calls = waiting_reconciler(FakeKube({("ml", "mnist-cnn"): run(resourceVersion="9")}), [None, None])
     ref = ("ml", "mnist-cnn", "u-1")
     rec.attempt_run(ref, 0, Clock(100), done=lambda body: body["metadata"]["resourceVersion"] == "9")

@@ -11,7 +11,8 @@ from dtr_contract.container import PORT
 from dtr_operator.api import RUN_LABEL
 from dtr_operator.builders import build_network_policy, build_tfjob, owned_by
 from dtr_operator.kube import AlreadyExists
-from dtr_operator.reconcile import Reconciler, network_policy_taken
+from dtr_operator.reconcile.decide import network_policy_taken
+from dtr_operator.reconcile.reconciler import Reconciler
 from dtr_operator.spec import parse_run
 
 from support.runs import make_run

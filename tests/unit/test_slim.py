@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from dtr_operator.reconcile import KEPT_METADATA, slim
+from dtr_operator.runtime.kept import KEPT_METADATA, slim
 from dtr_operator.spec import parse_run
 
 from support.maximal import key, max_name, maximal_spec
@@ -52,12 +52,12 @@ def test_a_kept_run_is_a_copy():
     assert body["status"]["phase"] == "Running" and body["spec"]["training"]["metric"] != "x"
 
 
-# ---- what kopf keeps as a run's last handled configuration (handlers.SuspendDiffBase) ----------------------------
+# ---- what kopf keeps as a run's last handled configuration (kopf_seams.SuspendDiffBase) --------------------------
 
 
 def test_kopf_stores_spec_suspend_of_the_largest_run_not_its_spec():
     import kopf
-    from dtr_operator.handlers import SuspendDiffBase
+    from dtr_operator.runtime.kopf_seams import SuspendDiffBase
 
     body = kopf.Body(_largest_run())
     storage = SuspendDiffBase()
@@ -68,7 +68,7 @@ def test_kopf_stores_spec_suspend_of_the_largest_run_not_its_spec():
 
 
 def test_kopf_tells_a_change_of_spec_suspend_alone_and_keeps_a_field_a_handler_names():
-    from dtr_operator.handlers import essence
+    from dtr_operator.runtime.kopf_seams import essence
 
     running, suspended = run_doc("r", "ml", {"workers": 2}), run_doc("r", "ml", {"workers": 3, "suspend": True})
     assert essence(running) == {} != essence(suspended) == {"spec": {"suspend": True}}
@@ -77,7 +77,7 @@ def test_kopf_tells_a_change_of_spec_suspend_alone_and_keeps_a_field_a_handler_n
 
 
 def test_a_run_kopf_stored_as_handled_is_known_as_such_whatever_the_operator_that_stored_it():
-    from dtr_operator.handlers import handled_before
+    from dtr_operator.runtime.kopf_seams import handled_before
 
     doc = run_doc("r", "ml", {"workers": 2})
     stored = {"kopf.zalando.org/last-handled-configuration": json.dumps({"spec": {"suspend": False}})}
@@ -91,7 +91,7 @@ def test_a_run_stored_by_an_older_operator_resumes_not_updates():
     """The annotation of an operator before SuspendDiffBase holds the whole spec: read as spec.suspend alone, kopf
     finds no difference on the first listing and calls the resume handler (kopf.causes: RESUME needs no diff)."""
     import kopf
-    from dtr_operator.handlers import SuspendDiffBase
+    from dtr_operator.runtime.kopf_seams import SuspendDiffBase
 
     doc = run_doc("r", "ml", {"workers": 2, "suspend": False})
     old = json.dumps({"spec": doc["spec"], "metadata": {"labels": {"a": "b"}}})
@@ -108,7 +108,7 @@ def test_a_run_stored_by_an_older_operator_resumes_not_updates():
     assert storage.fetch(body=never_handled) is None  # still a creation
 
 
-# ---- what kopf's watch keeps of each event before it queues it (watch_slim.py) ----------------------------------
+# ---- what kopf's watch keeps of each event before it queues it (kopf_seams.py) ----------------------------------
 
 
 def _largest_tfjob() -> dict:
@@ -130,7 +130,7 @@ def _largest_tfjob() -> dict:
 
 
 def test_a_watched_run_keeps_what_kopf_and_the_handlers_read_and_little_else():
-    from dtr_operator.watch_slim import run_object
+    from dtr_operator.runtime.kopf_seams import run_object
 
     body = _largest_run()
     body["metadata"].update(finalizers=["f"], ownerReferences=[{"uid": "o"}], deletionTimestamp="2026-12-02T00:00:00Z")
@@ -142,22 +142,22 @@ def test_a_watched_run_keeps_what_kopf_and_the_handlers_read_and_little_else():
 
 
 def test_a_watched_tfjob_mirrors_into_the_same_status_as_the_whole_one():
-    from dtr_operator import reconcile
     from dtr_operator import status as st
-    from dtr_operator.watch_slim import tfjob_object
+    from dtr_operator.reconcile import decide
+    from dtr_operator.runtime.kopf_seams import tfjob_object
 
     tfjob = _largest_tfjob()
     watched = tfjob_object(tfjob)
     assert _chars(watched) < _chars(tfjob) / 20
     run = parse_run(run_doc(max_name(), "team-a", {"workers": 64}, uid="u-1", generation=3))
-    for read in (reconcile.controller_run, reconcile.has_news, reconcile.tfjob_suspended, st.tfjob_state,
+    for read in (decide.controller_run, decide.has_news, decide.tfjob_suspended, st.tfjob_state,
                  st.worker_counts, st.kueue_queue, st.suspended_by_other):  # fmt: skip
         assert read(watched) == read(tfjob), read.__name__
     assert st.tfjob_status(run, watched, [], {}, "t") == st.tfjob_status(run, tfjob, [], {}, "t")
 
 
 def test_only_events_with_an_object_are_slimmed():
-    from dtr_operator.watch_slim import slimmed
+    from dtr_operator.runtime.kopf_seams import slimmed
 
     def cut(obj):
         return {"cut": obj["metadata"]["name"]}
@@ -169,12 +169,12 @@ def test_only_events_with_an_object_are_slimmed():
 
 
 def test_the_wrapped_kopf_watch_slims_runs_and_tfjobs_only_and_is_installed_once(monkeypatch):
-    """kopf's queueing calls watching.infinite_watch by attribute (the seam watch_slim.install wraps): if a kopf
-    upgrade moves it, this test fails rather than the operator's memory quietly growing back."""
+    """kopf's queueing calls watching.infinite_watch by attribute (the seam kopf_seams.install_slim_watch wraps): if a
+    kopf upgrade moves it, this test fails rather than the operator's memory quietly growing back."""
     import asyncio
     import inspect
 
-    from dtr_operator import watch_slim
+    from dtr_operator.runtime import kopf_seams
     from kopf._cogs.clients import watching
     from kopf._cogs.structs.references import Resource
     from kopf._core.reactor import queueing
@@ -187,8 +187,8 @@ def test_the_wrapped_kopf_watch_slims_runs_and_tfjobs_only_and_is_installed_once
             yield event
 
     monkeypatch.setattr(watching, "infinite_watch", original)
-    watch_slim.install()
-    watch_slim.install()
+    kopf_seams.install_slim_watch()
+    kopf_seams.install_slim_watch()
     assert watching.infinite_watch is not original
 
     async def collect(group: str, plural: str) -> list:
@@ -197,6 +197,6 @@ def test_the_wrapped_kopf_watch_slims_runs_and_tfjobs_only_and_is_installed_once
 
     runs, tfjobs, pods = (asyncio.run(collect(*kind)) for kind in
                           (("distml.dev", "disttrainingruns"), ("kubeflow.org", "tfjobs"), ("", "pods")))  # fmt: skip
-    assert runs[0]["object"] == watch_slim.run_object(events[0]["object"])
-    assert tfjobs[1]["object"] == watch_slim.tfjob_object(events[1]["object"])
+    assert runs[0]["object"] == kopf_seams.run_object(events[0]["object"])
+    assert tfjobs[1]["object"] == kopf_seams.tfjob_object(events[1]["object"])
     assert pods == events

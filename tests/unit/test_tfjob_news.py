@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from dtr_operator.reconcile import has_news
+from dtr_operator.reconcile.decide import has_news
 
 
 @pytest.mark.parametrize(

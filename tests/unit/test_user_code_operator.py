@@ -20,15 +20,8 @@ from dtr_operator.builders import (
     effective_spec,
     trainer_args,
 )
-from dtr_operator.reconcile import (
-    UNREAD,
-    Create,
-    Observed,
-    Reconciler,
-    Record,
-    Sync,
-    decide,
-)
+from dtr_operator.reconcile.decide import UNREAD, Create, Observed, Record, Sync, decide
+from dtr_operator.reconcile.reconciler import Reconciler
 from dtr_operator.spec import SpecError, parse_run
 
 from support.runs import make_run

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from dtr_operator import reconcile, watchdog
+from dtr_operator import watchdog
+from dtr_operator.reconcile.reconciler import Reconciler
 from dtr_operator.spec import WatchdogSpec
 from dtr_operator.watchdog import Clear, Flag, Healthy, Remind, Stalled
 from hypothesis import given
@@ -198,7 +199,7 @@ def test_silent_workers_are_those_whose_recent_log_is_empty():
     assert "silent: none (all 3 workers logged within 50 s" in watchdog.stall_message(verdict, [], 3)
 
 
-# ---- the shell: reconcile.Reconciler -------------------------------------------------------------
+# ---- the shell: the Reconciler --------------------------------------------------------------------
 
 Event = tuple[str, str, str]  # type, reason, message
 
@@ -235,11 +236,10 @@ class FakeKube:
         return self.tfjobs.get((namespace, name))
 
 
-def poller(kube: FakeKube, monkeypatch: pytest.MonkeyPatch, now: str) -> tuple[reconcile.Reconciler, list[Event]]:
+def poller(kube: FakeKube, monkeypatch: pytest.MonkeyPatch, now: str) -> tuple[Reconciler, list[Event]]:
     events: list[Event] = []
-    monkeypatch.setattr(reconcile, "now", lambda: now)
-    rec = reconcile.Reconciler(kube, lambda body, t, reason, message: events.append((t, reason, message)),  # type: ignore[arg-type]
-                               "localhost/distml/trainer:test")  # fmt: skip
+    rec = Reconciler(kube, lambda body, t, reason, message: events.append((t, reason, message)),  # type: ignore[arg-type]
+                     "localhost/distml/trainer:test", now=lambda: now)  # fmt: skip
     return rec, events
 
 

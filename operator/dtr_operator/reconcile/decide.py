@@ -1,0 +1,292 @@
+"""The one step that makes a run's children what they should be: what exists (observed) -> one action. Pure.
+
+`decide` returns a small frozen value (Create, Sync, Record, Suspend) that children.py carries out; every branch is a
+unit test (tests/unit/test_reconcile_decide.py). The other pure questions the reconciler asks of what it read live
+here too: whose a TFJob is, whether its status says anything new, which pods a failed TFJob still holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import watchdog
+from ..api import GROUP, KEEP_PODS, KIND
+from ..builders import is_owned_by, is_reusable_pvc, left_by_earlier_run
+from ..policy import Refusal
+from ..reasons import (
+    CODE_NOT_FOUND,
+    FAILED,
+    IMAGE_NOT_ALLOWED,
+    NAME_CONFLICT,
+    PENDING,
+    TERMINAL,
+    TFJOB_DELETED,
+    USER_CODE_NOT_ALLOWED,
+    WAITING_FOR_CLEANUP,
+    WAITING_FOR_PVC,
+)
+from ..spec import RunSpec
+from ..status import State, code_status, configmap_content, is_terminal, kueue_queue, suspended_by_other, tfjob_state
+from .context import meta
+
+
+def _was_created(status: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == "Created" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _name_conflict(kind: str, name: str) -> str:
+    return (
+        f"a {kind} named {name} already exists and does not belong to this run; it was left untouched: "
+        f"delete it, or create the run under another name"
+    )
+
+
+
+# ---- creating the children: observe -> decide (pure) -> act ------------------------------------
+
+UNREAD: Any = object()  # an object not read yet (the PVC of a run that creates its own is read only on a clash)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What exists of the run's children, and of its code's ConfigMap: the object, None (absent) or UNREAD
+    (the ConfigMap is read only for a run that names one and whose status does not record it yet)."""
+
+    tfjob: Mapping[str, Any] | None
+    pvc: Mapping[str, Any] | None = UNREAD
+    config_map: Mapping[str, Any] | None = UNREAD
+
+
+@dataclass(frozen=True)
+class Create:
+    """Create the TFJob, and the PVC first when `pvc` (storage first: workers never wait for a volume); record
+    `code` (status.code) with the status that follows."""
+
+    pvc: bool
+    code: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Sync:
+    """The TFJob is ours: mirror its status (and record `code` when the status lacks it)."""
+
+    tfjob: Mapping[str, Any]
+    code: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Record:
+    """Write this state; retry after a backoff when `retry`, else stop."""
+
+    state: State
+    retry: bool
+
+
+@dataclass(frozen=True)
+class Suspend:
+    """The TFJob is ours and its runPolicy.suspend is not what spec.suspend says: set it, then mirror it."""
+
+    tfjob: Mapping[str, Any]
+    suspend: bool
+
+
+Action = Create | Sync | Record | Suspend
+
+
+def tfjob_suspended(tfjob: Mapping[str, Any]) -> bool:
+    return bool(((tfjob.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+
+
+def _suspension_left_alone(run: RunSpec, status: Mapping[str, Any], tfjob: Mapping[str, Any]) -> bool:
+    """Kueue's TFJob (a queued run), a finished run's, or one the stall watchdog suspended to restart the workers
+    (it resumes the TFJob itself, once the old pods are gone)."""
+    if run.queue_name is not None or kueue_queue(tfjob) is not None:
+        return True
+    if is_terminal(status) or tfjob_state(tfjob).phase in TERMINAL:
+        return True
+    return watchdog.restarting(status) and not run.suspend
+
+
+def _suspend_action(run: RunSpec, status: Mapping[str, Any], tfjob: Mapping[str, Any],
+                    refused: Record | None = None) -> Action:  # fmt: skip
+    """Sync, or Suspend when spec.suspend and the TFJob disagree. A queued run's TFJob (spec.queueName, or a
+    Kueue label on the TFJob itself) is Kueue's to suspend; a suspension the operator did not make is not its to
+    undo (security review M5); a finished run is left alone. A run the settings refuse now (`refused`: an image
+    or a request banned since it started) is not resumed: it fails, its TFJob stays suspended."""
+    if _suspension_left_alone(run, status, tfjob):
+        return Sync(tfjob)
+    if tfjob_suspended(tfjob) != run.suspend and not suspended_by_other(tfjob):
+        if not run.suspend and refused is not None:
+            message = f"{refused.state.message} (checked again on resume: the run stays suspended)"
+            return dataclasses.replace(refused, state=dataclasses.replace(refused.state, message=message))
+        return Suspend(tfjob, run.suspend)
+    return Sync(tfjob)
+
+
+def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed, image_refusal: str | None = None,
+           code_refusal: str | None = None, policy_refusal: Refusal | None = None,
+           claim_refusal: Refusal | None = None) -> Action:  # fmt: skip
+    """The one step that makes the run's children what they should be. Pure.
+
+    image_refusal, code_refusal, policy_refusal: why the run's trainer image, its code sent in a ConfigMap, or
+    what it asks of the cluster (policy.py) is not allowed; claim_refusal: why the PVC seen (spec.storage.claimName)
+    is not. Checked before anything is created; a run whose TFJob exists already keeps running, but is not
+    resumed with a refused image or request."""
+    tfjob = seen.tfjob
+    code = _code_record(run, seen.config_map)
+    if tfjob is not None:
+        if is_owned_by(tfjob, run.uid):
+            # Created earlier (a restart, a retry, spec.suspend changed): nothing to create; catch up.
+            refused = _refused(image_refusal, None, policy_refusal)
+            return _with_code(_suspend_action(run, status, tfjob, refused), code)
+        return _clash("TFJob", run.tfjob_name, tfjob, run)
+    if _was_created(status):
+        return Record(State(FAILED, TFJOB_DELETED, tfjob_deleted_message(run)), retry=False)
+    refused = _refused(image_refusal, code_refusal, policy_refusal) or _code_missing(run, seen.config_map)
+    if refused is not None:
+        return refused
+    if run.creates_pvc:
+        return _with_code(_with_own_pvc(run, seen.pvc), code)
+    return _with_code(_with_claimed_pvc(run, seen.pvc, claim_refusal), code)
+
+
+def _refused(image_refusal: str | None, code_refusal: str | None,
+             policy_refusal: Refusal | None = None) -> Record | None:  # fmt: skip
+    """A run the operator's settings refuse: it fails before anything is created."""
+    if image_refusal is not None:
+        return Record(State(FAILED, IMAGE_NOT_ALLOWED, image_refusal), retry=False)
+    if code_refusal is not None:
+        return Record(State(FAILED, USER_CODE_NOT_ALLOWED, code_refusal), retry=False)
+    if policy_refusal is not None:
+        return Record(State(FAILED, policy_refusal.reason, policy_refusal.message), retry=False)
+    return None
+
+
+def _code_record(run: RunSpec, config_map: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """status.code from the run's ConfigMap as read; None when it was not read or lacks the file."""
+    code = run.code
+    if code is None or code.config_map is None or code.file_key is None or config_map is UNREAD:
+        return None
+    content = configmap_content(config_map, code.file_key)
+    return None if content is None else code_status(code.config_map, code.file_key, content)
+
+
+def _code_missing(run: RunSpec, config_map: Mapping[str, Any] | None) -> Record | None:
+    """Wait (CodeNotFound) while the run's ConfigMap, or its key, is not there: the user may create it next."""
+    code = run.code
+    if code is None or code.config_map is None or code.file_key is None or config_map is UNREAD:
+        return None
+    if configmap_content(config_map, code.file_key) is not None:
+        return None
+    where = f"ConfigMap {code.config_map} in namespace {run.namespace}"
+    if config_map is None:
+        what = f"waiting for {where} (spec.training.code.configMap) with the key {code.file_key}"
+    else:
+        keys = sorted({*(config_map.get("data") or {}), *(config_map.get("binaryData") or {})})
+        what = (f"waiting for the key {code.file_key} (spec.training.code.key) in {where}, which has "
+                f"{', '.join(keys) or 'no keys'}")  # fmt: skip
+    message = f"{what}: create it (`dtr submit FILE.py` does), or fix the run; checked again with backoff"
+    return Record(State(PENDING, CODE_NOT_FOUND, message), retry=True)
+
+
+def _with_code(action: Action, code: Mapping[str, str] | None) -> Action:
+    """The action, told to record status.code when it creates or mirrors the TFJob and the code was read."""
+    if code is not None and isinstance(action, Create | Sync):
+        return dataclasses.replace(action, code=code)
+    return action
+
+
+def _with_own_pvc(run: RunSpec, pvc: Mapping[str, Any] | None) -> Action:
+    """A run that creates its PVC: create it, or mount the one there if it may (a create clashed)."""
+    if pvc is UNREAD or pvc is None:
+        return Create(pvc=True)
+    if is_reusable_pvc(pvc, run) and not left_by_earlier_run(pvc, run):
+        return Create(pvc=False)  # ours, or retained by an earlier run of this name: mount it
+    return _clash("PVC", run.pvc_name, pvc, run)
+
+
+def _with_claimed_pvc(run: RunSpec, pvc: Mapping[str, Any] | None, refusal: Refusal | None = None) -> Action:
+    """A run that names its claim (spec.storage.claimName): wait until it exists, then create the TFJob unless the
+    policy refuses that PVC (`refusal`)."""
+    if pvc is None or pvc is UNREAD:
+        message = (
+            f"waiting for PVC {run.pvc_name} in namespace {run.namespace} (spec.storage.claimName): create it, "
+            f"or create a run without claimName to get a new PVC"
+        )
+        return Record(State(PENDING, WAITING_FOR_PVC, message), retry=True)
+    if left_by_earlier_run(pvc, run):
+        return _wait_for_cleanup("PVC", run.pvc_name)
+    if refusal is not None:
+        return Record(State(FAILED, refusal.reason, refusal.message), retry=False)
+    return Create(pvc=False)
+
+
+def _clash(kind: str, name: str, obj: Mapping[str, Any], run: RunSpec) -> Record:
+    """A child's name is taken: by an earlier run of ours (wait for the GC), else by a stranger."""
+    if left_by_earlier_run(obj, run):
+        return _wait_for_cleanup(kind, name)
+    return Record(State(FAILED, NAME_CONFLICT, _name_conflict(kind, name)), retry=False)
+
+
+def _wait_for_cleanup(kind: str, name: str) -> Record:
+    message = (
+        f"waiting for {kind} {name}, left by an earlier run of the same name or being deleted, to be removed "
+        f"by the garbage collector"
+    )
+    return Record(State(PENDING, WAITING_FOR_CLEANUP, message), retry=True)
+
+
+def network_policy_taken(run: RunSpec, policy: Mapping[str, Any]) -> Record | None:
+    """Whether the run's NetworkPolicy name, found taken, stops its TFJob: None when the policy is this run's.
+    Not created with another's in place: an earlier run's goes with the GC, and the workers would be open."""
+    if is_owned_by(policy, run.uid):
+        return None
+    return _clash("NetworkPolicy", run.name, policy, run)
+
+
+def tfjob_deleted_message(run: RunSpec) -> str:
+    return (
+        f"TFJob {run.tfjob_name} was deleted before the run finished; the run cannot continue: "
+        f"create a new DistTrainingRun to train again"
+    )
+
+
+HOLDING_PHASES = frozenset({"Running", "Pending"})  # pods that keep their node's CPU and memory
+
+
+def pods_to_release(tfjob: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The pods of a failed TFJob that still hold resources while its cleanPodPolicy keeps them.
+
+    Under restartPolicy OnFailure a failed run's workers are not stopped: the kubelet restarts their
+    containers with its back-off for as long as the pods exist, holding their requests (a second run
+    on a small node stays Pending) and running the trainer again. Their cause is in the run's status
+    by then, and every worker's log is on the run's volume.
+    """
+    if tfjob_state(tfjob).phase != FAILED:
+        return []
+    policy = ((tfjob.get("spec") or {}).get("runPolicy") or {}).get("cleanPodPolicy")
+    if policy != KEEP_PODS:
+        return []
+    return sorted(meta(p).get("name", "") for p in pods if (p.get("status") or {}).get("phase") in HOLDING_PHASES)
+
+
+def controller_run(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ownerReference of the DistTrainingRun controlling obj, if any."""
+    for ref in meta(obj).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/"):
+            return ref
+    return None
+
+
+def has_news(tfjob: Mapping[str, Any]) -> bool:
+    """Whether a TFJob's status says more than "submitted", which the run's creator already recorded.
+
+    A TFJob without conditions is one this operator just created (its status is written by the same
+    handler, which retries until it is) or one the training-operator has not looked at yet.
+    """
+    return bool((tfjob.get("status") or {}).get("conditions"))
+
+

@@ -1,0 +1,208 @@
+"""The Reconciler: the operator's one object, a facade over the parts of this package; its entry points are what
+the kopf handlers and the background loops call. Knows nothing of kopf.
+
+- reconcile_run: a run was created or the operator restarted: make sure its PVC and TFJob exist (children.py).
+- tfjob_event: its TFJob changed (or vanished): mirror that into the run's status (mirror.py).
+- seen: a watch event of a run: the in-memory trackers (runtime/trackers.py), for the metrics and the checks.
+- attempt_run: a run's attempt, read anew from the API; a run that waits is kept in `retrying`.
+- check_waiting_pods: a run waiting for its worker pods: say why they cannot start (waiting.py).
+- poll_progress: a Running run: its chief's last finished epoch into status.progress (progress.py), then the stall
+  watchdog's check (stall.py), with the same read (when each run is read: progress_schedule.py).
+Each entry point is idempotent and safe to run concurrently for one run; each reads the run once (ObservedRun).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import metrics, watchdog
+from ..kube import ApiError, Kube
+from ..reasons import FAILED, TFJOB_DELETED, TFJOB_SUSPENDED
+from ..runtime.kept import slim
+from ..runtime.trackers import POD_CHECK_SECONDS, RetryingRuns, RunningRuns, RunRef, WaitingRuns
+from ..status import State, tfjob_state
+from .children import (
+    Checks,
+    Children,
+    ClaimCheck,
+    CodeCheck,
+    ImageCheck,
+    PolicyCheck,
+    any_claim,
+    any_code,
+    any_image,
+    any_request,
+)
+from .context import Clock, Context, Emit, Retries, is_live, meta, utc_now
+from .decide import controller_run, has_news, tfjob_deleted_message
+from .mirror import CachedRun, Mirror, no_cache
+from .progress import Progress
+from .stall import Stall
+from .waiting import WaitingPods
+
+log = logging.getLogger(__name__)
+WAITS_LOG = "run %s/%s waits (attempt %d); the next attempt in %.0f s"  # one line per attempt that ends waiting
+
+
+def never_done(body: Mapping[str, Any]) -> bool:
+    """An attempt_run `done` that lets every run through."""
+    return False
+
+
+@dataclass(eq=False)
+class Reconciler:
+    """The operator's clients, settings and memory; one per operator process, made at its startup.
+
+    emit posts a Kubernetes event on a run; image_refusal and code_refusal say why a trainer image, or code sent
+    with a run in a ConfigMap, is not allowed; run_refusal and claim_refusal why what a run asks of the cluster, or
+    the PVC it names, is not (policy.py). The trackers are in memory only (a restarted operator rebuilds them from
+    its watch of runs): the phases and figures of runs for the metrics, the runs waiting for their pods, waiting to
+    be tried again and Running, for the background loops (runtime/loops.py).
+    """
+
+    kube: Kube
+    emit: Emit
+    default_image: str
+    image_refusal: ImageCheck = any_image
+    code_refusal: CodeCheck = any_code
+    run_refusal: PolicyCheck = any_request
+    claim_refusal: ClaimCheck = any_claim
+    retries: Retries = field(default_factory=Retries)
+    waiting: WaitingRuns = field(default_factory=lambda: WaitingRuns(after=POD_CHECK_SECONDS))
+    retrying: RetryingRuns = field(default_factory=RetryingRuns)
+    runs: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)  # (namespace, name) -> slim(run)
+    running: RunningRuns = field(default_factory=RunningRuns)
+    phases: metrics.PhaseTracker = field(default_factory=metrics.PhaseTracker)
+    figures: metrics.RunFigures = field(default_factory=metrics.RunFigures)
+    now: Clock = utc_now
+    ctx: Context = field(init=False)
+    mirror: Mirror = field(init=False)
+    progress: Progress = field(init=False)
+    stall: Stall = field(init=False)
+    children: Children = field(init=False)
+    pods: WaitingPods = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ctx = Context(self.kube, self.emit, self.default_image, self.retries, self.now)
+        self.mirror = Mirror(self.ctx)
+        self.progress = Progress(self.ctx)
+        self.stall = Stall(self.ctx, self.mirror)
+        checks = Checks(self.image_refusal, self.code_refusal, self.run_refusal, self.claim_refusal)
+        self.children = Children(self.ctx, self.mirror, self.progress, checks)
+        self.pods = WaitingPods(self.ctx)
+
+    def reconcile_run(self, body: Mapping[str, Any], retry: int = 0) -> float | None:
+        """Make sure the run's PVC and TFJob exist. Returns seconds until a retry is due, or None when done."""
+        return self.children.reconcile_run(body, retry)
+
+    def tfjob_event(self, event_type: str | None, tfjob: Mapping[str, Any], cached_run: CachedRun = no_cache) -> None:
+        """A TFJob we watch changed (event_type None = seen in the initial listing).
+
+        cached_run(namespace, name) is the run as the operator's watch last saw it, or None: it saves a
+        GET per TFJob event. A stale copy is safe: status writes carry its resourceVersion, so the API
+        refuses them and record() re-reads the run.
+        """
+        owner = controller_run(tfjob)
+        if owner is None:
+            return  # not ours (a foreign TFJob that happens to carry our label)
+        if event_type != "DELETED" and not has_news(tfjob):
+            return
+        run = self.mirror.owner(meta(tfjob).get("namespace", ""), owner, cached_run)
+        if run is None:
+            return
+        if event_type == "DELETED":
+            self.ctx.put(run, State(FAILED, TFJOB_DELETED, tfjob_deleted_message(run.spec)))
+        elif watchdog.restarting(run.status) and not run.spec.suspend and tfjob_state(tfjob).reason == TFJOB_SUSPENDED:
+            self.stall.resume_after_stall(run)
+        else:
+            self.mirror.sync_status(run, tfjob)
+
+    def seen(self, event_type: str | None, body: Mapping[str, Any], at: float) -> None:
+        """A watch event of a run (at: monotonic seconds): keep the trackers up to date."""
+        found = meta(body)
+        namespace, name, uid = found.get("namespace") or "", found.get("name") or "", found.get("uid") or ""
+        ref = (namespace, name, uid)
+        if event_type == "DELETED":
+            self.phases.gone(uid)
+            self.figures.gone(namespace, name)
+            self.waiting.gone(ref)
+            self.running.gone(ref)
+            self.retrying.gone(ref)
+            if meta(self.runs.get((namespace, name)) or {}).get("uid") == uid:
+                del self.runs[(namespace, name)]
+            return
+        self.runs[(namespace, name)] = slim(body)
+        status = body.get("status") or {}
+        self.phases.seen(uid, status.get("phase"))
+        self.figures.seen(namespace, name, body)
+        self.waiting.seen(ref, status, at)
+        self.running.seen(ref, body, keep=slim)
+
+    def cached_run(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A CachedRun: the run as the watch last saw it (slim), or None."""
+        return self.runs.get((namespace, name))
+
+    def run_waits(self, body: Mapping[str, Any], retry: int, clock: Callable[[], float]) -> None:
+        """reconcile_run(body, retry), and when it asks for another attempt, the run kept in self.retrying."""
+        delay = self.reconcile_run(body, retry)
+        if delay is not None:
+            found = meta(body)
+            namespace, name = found.get("namespace") or "", found.get("name") or ""
+            log.info(WAITS_LOG, namespace, name, retry + 1, delay)
+            self.retrying.later((namespace, name, found.get("uid") or ""), retry, clock(), delay)
+
+    def attempt_run(
+        self, ref: RunRef, retry: int, clock: Callable[[], float],
+        done: Callable[[Mapping[str, Any]], bool] = never_done,
+    ) -> None:  # fmt: skip
+        """A run's attempt: kopf's create/resume/update of it, or a waiting run's next one (self.retrying). The run is
+        read from the API, then reconcile_run: kopf's events carry only a slim copy (runtime/kopf_seams.py). A run gone,
+        replaced or being deleted, or already `done` as read, is dropped; an API error on the read, or an unexpected
+        error, is retried with the backoff."""
+        namespace, name, uid = ref
+        try:
+            body = self.kube.get_run(namespace, name)
+        except ApiError as err:
+            log.warning("run %s/%s not read for its next attempt: %s", namespace, name, err)
+            self.retrying.later(ref, retry, clock(), self.retries.backoff(retry))
+            return
+        if not is_live(body, uid) or done(body):
+            return
+        try:
+            self.run_waits(body, retry, clock)
+        except Exception:  # a bug: said, and tried again with the backoff, as kopf retried a handler that raised
+            log.exception("run %s/%s: its next attempt failed", namespace, name)
+            self.retrying.later(ref, retry, clock(), self.retries.backoff(retry))
+
+    def check_waiting_pods(self, ref: RunRef) -> None:
+        """A run still waiting for its worker pods (none runs yet, or not all): read them, and say so when they
+        cannot start. An API error is logged: the next round tries again."""
+        self.pods.check(ref)
+
+    def poll_progress(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """A Running run: read the end of its chief's log and write the last finished epoch into status.progress.
+
+        One GET of pods/log per call, and a status write only when an epoch has finished since the last one.
+        An API error is logged (a refusal once per run and status): the next read tries again. Returns the status as
+        the read left it, for the next read's schedule (None when the spec does not parse).
+        """
+        run = self.ctx.parsed(body)
+        if run is None:
+            return None
+        if watchdog.restarting(run.status):
+            self.stall.resume_polled(run)
+            return run.status
+        status = run.status
+        try:
+            status = self.progress.read_progress(run)
+        except ApiError as err:
+            self.progress.not_read(run.spec, err)
+        try:
+            self.stall.watch(run, status)
+        except ApiError as err:
+            log.warning("stall check of run %s/%s not done: %s", run.spec.namespace, run.spec.name, err)
+        return status
+

@@ -1,0 +1,123 @@
+"""The stall watchdog's actions (its decisions are watchdog.py's, pure): flag a stalled run, restart its workers by
+suspending and resuming its TFJob, or fail it; clear the flag once epochs end again."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dtr_contract.progress import SILENT_SECONDS
+
+from .. import watchdog
+from ..api import CONTAINER_NAME
+from ..builders import worker_pod_name
+from ..kube import ApiError
+from ..reasons import FAILED, STALL_ENDED, STALL_RESTART, STALLED, STALLED_CONDITION, STALLED_EVENT, TFJOB_SUSPENDED
+from ..spec import RunSpec
+from ..status import State, state_status, tfjob_state
+from . import writes
+from .context import Context, ObservedRun, is_live
+from .mirror import Mirror
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Stall:
+    """A Running run whose epochs stopped ending."""
+
+    ctx: Context
+    mirror: Mirror
+
+    def watch(self, run: ObservedRun, status: Mapping[str, Any]) -> None:
+        """The watchdog's step for a Running run: no API call unless it flags, clears or reminds of a stall."""
+        spec, at = run.spec, self.ctx.now()
+        step = watchdog.decide(watchdog.effective(spec), status, at)
+        if isinstance(step, watchdog.Remind):
+            message = step.message
+            self.ctx.record(run.body, lambda prev: watchdog.reminded_status(prev, message), quiet=True)
+        elif isinstance(step, watchdog.Clear):
+            cleared = self.ctx.record(run.body, lambda prev: watchdog.cleared_status(prev, at, spec.generation), True)
+            if cleared is not None:
+                message = next(c["message"] for c in cleared["conditions"] if c["type"] == STALLED_CONDITION)
+                self.ctx.emit(run.body, "Normal", STALL_ENDED, message)
+        elif isinstance(step, watchdog.Flag):
+            self._flag_stall(run, step, at)
+
+    def _silent_workers(self, run: RunSpec) -> list[str]:
+        """The worker pods whose log has no line for the last SILENT_SECONDS (the trainer's heartbeat keeps a live
+        one's going): one small read per worker, only for a run just found stalled."""
+        logs = {pod: self.ctx.kube.pod_log(run.namespace, pod, CONTAINER_NAME, tail_lines=1,
+                                       since_seconds=SILENT_SECONDS)
+                for pod in (worker_pod_name(run, i) for i in range(run.workers))}  # fmt: skip
+        return watchdog.silent_workers(logs)
+
+    def _flag_stall(self, run: ObservedRun, flag: watchdog.Flag, at: str) -> None:
+        """Say the stall (condition, message, event), then restart the workers or fail the run if it asks."""
+        spec = run.spec
+        silent = self._silent_workers(spec)
+        message = (f"{watchdog.stall_message(flag.verdict, silent, spec.workers)}; "
+                   f"{watchdog.then_message(flag, watchdog.effective(spec))}")  # fmt: skip
+        if flag.fail:
+            self._fail_stalled(run, flag, message, at)
+            return
+        flagged = self.ctx.record(run.body, lambda prev: watchdog.flagged_status(prev, flag, message, at,
+                                                                             spec.generation), quiet=True)  # fmt: skip
+        if flagged is None:
+            return  # said already (a concurrent poll), or the run finished meanwhile
+        self.ctx.emit(run.body, "Warning", STALLED_EVENT, message)
+        if flag.then == watchdog.RESTART:
+            self._suspend_for_restart(run, flag)
+
+    def _suspend_for_restart(self, run: ObservedRun, flag: watchdog.Flag) -> None:
+        """Suspend the TFJob (as spec.suspend does: its pods go); its next event that says so resumes it, and the
+        new workers resume from their backup."""
+        spec = run.spec
+        writes.suspend_tfjob(self.ctx.kube, spec, True)
+        self.ctx.emit(run.body, "Warning", STALL_RESTART,
+                  f"suspended TFJob {spec.tfjob_name} to restart its workers; it is resumed once its pods are gone, "
+                  f"and they resume from their backup (restart {flag.restart} of {spec.watchdog.max_restarts})")
+
+    def resume_polled(self, run: ObservedRun) -> None:
+        """The progress poll of a run being restarted: resume its TFJob once it says it is suspended."""
+        spec = run.spec
+        try:
+            tfjob = self.ctx.kube.get_tfjob(spec.namespace, spec.tfjob_name)
+            if tfjob is not None and not spec.suspend and tfjob_state(tfjob).reason == TFJOB_SUSPENDED:
+                self.resume_after_stall(run)
+        except ApiError as err:
+            log.warning("run %s/%s: its restart not resumed yet: %s", spec.namespace, spec.name, err)
+
+    def resume_after_stall(self, run: ObservedRun) -> None:
+        """The TFJob suspended for a restart says it is: resume it once its old pods are gone (the training-operator
+        counts a pod that its deletion failed, the frozen worker's, against the resumed TFJob, which then fails:
+        seen on the real node); until then the progress poll comes back (RunningRuns keeps the run)."""
+        spec = run.spec
+        if self.ctx.kube.list_job_pods(spec.namespace, spec.tfjob_name):
+            return
+        tfjob = writes.suspend_tfjob(self.ctx.kube, spec, False)
+        self.ctx.record(run.body, watchdog.restarted_status, quiet=True)
+        fresh = self.ctx.kube.get_run(spec.namespace, spec.name)
+        if is_live(fresh, spec.uid) and (parsed := self.ctx.parsed(fresh)) is not None:
+            self.mirror.sync_status(parsed, tfjob)
+
+    def _fail_stalled(self, run: ObservedRun, flag: watchdog.Flag, message: str, at: str) -> None:
+        """No restart left: the run fails (reason Stalled, its Warning event) and its TFJob is suspended, so that
+        its pods go (a stalled worker never ends by itself)."""
+        spec = run.spec
+        state = State(FAILED, STALLED, message, created=True)
+
+        def failed(prev: Mapping[str, Any]) -> dict[str, Any]:
+            flagged = watchdog.flagged_status(prev, flag, message, at, spec.generation)
+            return {**state_status(spec, state, flagged, at), watchdog.RECORD: flagged[watchdog.RECORD]}
+
+        if self.ctx.record(run.body, failed) is None:
+            return
+        try:
+            writes.suspend_tfjob(self.ctx.kube, spec, True)
+        except ApiError as err:
+            log.warning("run %s/%s failed stalled, but its TFJob %s was not suspended: %s", spec.namespace,
+                        spec.name, spec.tfjob_name, err)  # fmt: skip
+

@@ -1,0 +1,45 @@
+"""A run waiting for its worker pods (none runs yet, or not all): read them, and say in the status why they
+cannot start (status.waiting_status). No TFJob event tells of a pod stuck in ImagePullBackOff or Unschedulable."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from ..kube import ApiError
+from ..runtime.trackers import RunRef
+from ..status import refused_pods, waiting_status, waits_for_pods
+from .context import Context, meta
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class WaitingPods:
+    """Why a run's worker pods do not start."""
+
+    ctx: Context
+
+    def check(self, ref: RunRef) -> None:
+        """A run still waiting for its worker pods (none runs yet, or not all): read them, and say so when they
+        cannot start. An API error is logged: the next round tries again."""
+        try:
+            self._check_pods(ref)
+        except ApiError as err:
+            log.warning("pods of run %s/%s not checked: %s", ref[0], ref[1], err)
+
+
+    def _check_pods(self, ref: RunRef) -> None:
+        namespace, name, uid = ref
+        body = self.ctx.kube.get_run(namespace, name)
+        if body is None or meta(body).get("uid") != uid or not waits_for_pods(body.get("status")):
+            return
+        run = self.ctx.parsed(body)
+        if run is None:
+            return
+        pods = self.ctx.kube.list_job_pods(run.spec.namespace, run.spec.tfjob_name)
+        refused: list[str] = []
+        if len(pods) < run.spec.workers:  # pods missing: the API server may have refused them (review L4)
+            refused = refused_pods(self.ctx.kube.object_events(run.spec.namespace, "TFJob", run.spec.tfjob_name))
+        self.ctx.record(run.body, lambda prev: waiting_status(run.spec, pods, prev, self.ctx.now(), refused))
+

@@ -1,0 +1,34 @@
+"""What the operator keeps of a run in memory (the index of runs, the Running runs) and what kopf's watch keeps of
+each event of a run (kopf_seams.py): the fields the TFJob events, the progress poll and the status writes read.
+
+The placement fields, labels, annotations and managedFields, the bulk of a large run, only make the TFJob, and that
+reads the run's whole body from the API (docs/performance.md#operator-memory).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+# What a run kept in memory holds: metadata for the status write's guard and for events; the spec for the status.
+KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
+KEPT_SPEC = ("workers", "suspend", "queueName", "training", "storage", "resources", "watchdog")
+
+
+def meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    return body.get("metadata") or {}
+
+
+def slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the run to keep in memory: KEPT_METADATA, KEPT_SPEC and the status."""
+    found, spec = meta(body), body.get("spec") or {}
+    kept = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {k: found[k] for k in KEPT_METADATA if k in found},
+        "spec": {k: spec[k] for k in KEPT_SPEC if k in spec},
+        "status": body.get("status") or {},
+    }
+    return copy.deepcopy(kept)
+
