@@ -50,3 +50,16 @@ def test_every_version_in_the_cluster_docs_tables_is_a_pin() -> None:
     stated = table_versions((REPO / "docs" / "cluster.md").read_text(), "What is built", "The real node")
     assert PINS["TRAINING_OPERATOR_VERSION"] in stated
     assert stated <= pinned, f"not the pins of devcluster/versions.env: {sorted(stated - pinned)}"
+
+
+def test_kopf_is_pinned_exactly_and_to_one_version_in_every_file_that_names_it() -> None:
+    """The operator stands in for parts of kopf through its private API (runtime/kopf_seams.py): a range in the
+    package would let pip install a kopf the seam tests never saw."""
+    files = [REPO / "operator" / "pyproject.toml", REPO / "operator" / "requirements.txt",
+             *sorted((REPO / "operator" / "dtr_operator").rglob("*.py"))]  # fmt: skip
+    named = {path.relative_to(REPO).as_posix(): re.findall(r"\bkopf\s*(?:==|>=|~=|<|\s)\s*(\d+\.\d+(?:\.\d+)?)",
+                                                           path.read_text()) for path in files}  # fmt: skip
+    versions = {version for found in named.values() for version in found}
+    assert re.search(r'"kopf==\d+\.\d+\.\d+"', (REPO / "operator" / "pyproject.toml").read_text())
+    pinned = re.search(r"^kopf==(\S+)$", (REPO / "operator" / "requirements.txt").read_text(), re.M)
+    assert pinned is not None and versions == {pinned.group(1)}, named
