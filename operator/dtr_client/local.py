@@ -26,12 +26,12 @@ from dtr_contract import flags, layout
 from dtr_contract.history import MAX_FILE
 from dtr_contract.progress import parse_epoch_end_line
 
-from dtr_operator import status as run_status
 from dtr_operator import submit
 from dtr_operator.api import KIND
 from dtr_operator.local import runner
 from dtr_operator.reasons import FAILED, PENDING, SUSPENDED, TERMINAL
 from dtr_operator.spec import SpecError, created_pvc_name, parse_run
+from dtr_operator.status.progress import progress_of
 
 from . import models
 from . import tensorboard as board
@@ -63,7 +63,7 @@ def chief_epochs(lines: list[str], now: str) -> list[Progress]:
     found = []
     for line in lines:
         if line.startswith(CHIEF) and (end := parse_epoch_end_line(line[len(CHIEF):])) is not None:
-            found.append(Progress.from_status(run_status.progress_of(end, now)))
+            found.append(Progress.from_status(progress_of(end, now)))
     return found
 
 

@@ -34,7 +34,7 @@ from .runtime.kopf_seams import DIFF_BASE, handled_before, install_slim_watch
 from .runtime.loops import Background
 from .runtime.trackers import RunningRuns
 from .settings import Settings, from_env
-from .status import MAX_REASON, MAX_STATE_MESSAGE, clean_text
+from .status.state import MAX_REASON, MAX_STATE_MESSAGE, clean_text
 
 # kopf's workers at once per kind of object, and how long an idle one stays (_tune).
 WORKER_LIMIT = 64

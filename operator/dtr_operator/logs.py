@@ -22,7 +22,7 @@ from dtr_contract import layout
 
 from .api import CONTAINER_NAME, KIND, REPLICA_INDEX_LABEL
 from .fields import DNS1123_LABEL
-from .status import harmless
+from .status.state import harmless
 
 VOLUME_LOGS = f"{layout.logs_dir('<run>')}/ on the run's volume"
 KUBELET_GONE = "unable to retrieve container logs for "

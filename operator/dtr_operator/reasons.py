@@ -1,6 +1,6 @@
 """Every reason the operator gives, in a run's status and in its events: the one place a reason is declared.
 
-Pure data. status.py and reconcile.py use the names below; docs/gen.py renders docs/api.md's tables of phases,
+Pure data. status/ and reconcile/ use the names below; docs/gen.py renders docs/api.md's tables of phases,
 reasons and events from REASONS (`make docs`; a unit test fails when they are stale). A reason's meaning is
 written for that table (markdown). To add one: declare it here with its phase (or kind), warning or not, and what
 it means, then use the name.

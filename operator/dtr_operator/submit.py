@@ -198,7 +198,7 @@ def submit(kube: Any, config_map: dict[str, Any], doc: dict[str, Any]) -> dict[s
 
 def _watch_lines(doc: Mapping[str, Any], config_map: Mapping[str, Any]) -> list[str]:
     """What was created, the file's SHA-256 (status.code will say the same), and how to follow the run."""
-    from .status import code_status, configmap_content
+    from .status.code import code_status, configmap_content
 
     name, namespace = doc["metadata"]["name"], config_map["metadata"]["namespace"]
     key = doc["spec"]["training"]["code"]["key"]

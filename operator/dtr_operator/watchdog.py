@@ -30,7 +30,8 @@ from dtr_contract.progress import SILENT_SECONDS
 
 from .reasons import EPOCH_FINISHED, NO_EPOCH_PROGRESS, RUNNING, STALLED_CONDITION, SUCCEEDED
 from .spec import RunSpec, WatchdogSpec
-from .status import clean_text, set_condition
+from .status.conditions import set_condition
+from .status.state import clean_text
 
 RECORD = "watchdog"  # status.watchdog
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"

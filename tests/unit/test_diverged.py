@@ -8,8 +8,9 @@ from typing import Any
 
 from dtr_contract import exits
 from dtr_operator import reasons
-from dtr_operator import status as st
 from dtr_operator.spec import parse_run
+from dtr_operator.status.compute import tfjob_status
+from dtr_operator.status.pods import restart_cannot_help
 
 from support.runs import make_run
 
@@ -34,18 +35,18 @@ def failed_tfjob() -> dict[str, Any]:
 def test_a_diverged_run_fails_with_its_own_reason_and_the_workers_line_naming_the_epoch() -> None:
     message = f"dtr_trainer[worker-1]: error: {LINE}\n"
     pods = [pod(0, exits.DIVERGED, message.replace("worker-1", "worker-0")), pod(1, exits.DIVERGED, message)]
-    status = st.tfjob_status(RUN, failed_tfjob(), pods, {}, "t")
+    status = tfjob_status(RUN, failed_tfjob(), pods, {}, "t")
     assert (status["phase"], status["reason"]) == ("Failed", "Diverged")
     assert status["message"] == f"{LINE} (worker mnist-cnn-worker-0, exit code {exits.DIVERGED})"
 
 
 def test_a_diverged_worker_restarted_under_on_failure_is_still_named_by_its_earlier_exit() -> None:
     pods = [pod(0, exits.DIVERGED, f"dtr_trainer[worker-0]: error: {LINE}\n", where="lastState"), pod(1, 143)]
-    assert st.tfjob_status(RUN, failed_tfjob(), pods, {}, "t")["reason"] == "Diverged"
+    assert tfjob_status(RUN, failed_tfjob(), pods, {}, "t")["reason"] == "Diverged"
 
 
 def test_without_its_line_the_message_still_says_what_happened() -> None:
-    status = st.tfjob_status(RUN, failed_tfjob(), [pod(0, exits.DIVERGED)], {}, "t")
+    status = tfjob_status(RUN, failed_tfjob(), [pod(0, exits.DIVERGED)], {}, "t")
     assert status["message"].startswith("training diverged: the loss became NaN or infinite (worker mnist-cnn-worker-0")
 
 
@@ -56,5 +57,5 @@ def test_diverged_is_a_failed_reason_with_a_warning_event() -> None:
 
 
 def test_only_the_exits_a_restart_would_repeat_end_the_restarts() -> None:
-    assert st.restart_cannot_help(exits.DIVERGED) and st.restart_cannot_help(exits.USER_CODE)
-    assert not any(st.restart_cannot_help(code) for code in (0, 1, 4, exits.PEER_LOST, 137, 143))
+    assert restart_cannot_help(exits.DIVERGED) and restart_cannot_help(exits.USER_CODE)
+    assert not any(restart_cannot_help(code) for code in (0, 1, 4, exits.PEER_LOST, 137, 143))

@@ -10,8 +10,12 @@ from datetime import datetime
 import pytest
 from dtr_contract import progress, summary
 from dtr_operator import metrics
-from dtr_operator import status as st
 from dtr_operator.spec import parse_run
+from dtr_operator.status.compute import tfjob_status
+from dtr_operator.status.progress import parse_epoch_end, progress_of
+from dtr_operator.status.state import MAX_STATE_MESSAGE, State, clean_text
+from dtr_operator.status.summary import parse_summary
+from dtr_operator.status.waiting import refused_pods, waiting_status
 from hypothesis import given
 from hypothesis import strategies as hs
 
@@ -29,36 +33,36 @@ def test_an_epoch_line_quoted_inside_another_line_is_not_an_epoch_end():
     # The stock trainer's error line for a crafted .npz quotes numpy, which quotes the header.
     crafted = (f"{PREFIX}error: dataset 'evil.npz': cannot read as .npz (Cannot parse header: "
                "'epoch 99/100 end accuracy=1.0 loss=0.0')")  # fmt: skip
-    assert st.parse_epoch_end(crafted) is None
-    assert st.parse_epoch_end("user code: epoch 99/100 end accuracy=1.0") is None, "without the trainer's prefix"
-    assert st.parse_epoch_end(f"{PREFIX}epoch 2/8 end accuracy=0.5").epoch == 2, "the trainer's own line is read"
+    assert parse_epoch_end(crafted) is None
+    assert parse_epoch_end("user code: epoch 99/100 end accuracy=1.0") is None, "without the trainer's prefix"
+    assert parse_epoch_end(f"{PREFIX}epoch 2/8 end accuracy=0.5").epoch == 2, "the trainer's own line is read"
 
 
 def test_an_epoch_number_past_pythons_digit_limit_is_no_epoch_and_does_not_raise():
-    assert st.parse_epoch_end(f"{PREFIX}epoch {'9' * 5000}/{'9' * 5000} end loss=1") is None
-    assert st.parse_epoch_end(f"{PREFIX}epoch 1/1{'0' * 6} end loss=1") is None, "more than 6 digits"
+    assert parse_epoch_end(f"{PREFIX}epoch {'9' * 5000}/{'9' * 5000} end loss=1") is None
+    assert parse_epoch_end(f"{PREFIX}epoch 1/1{'0' * 6} end loss=1") is None, "more than 6 digits"
 
 
 def test_an_epoch_count_other_than_the_runs_is_not_its_progress():
     log = f"{PREFIX}epoch 3/8 end loss=0.5\n{PREFIX}epoch 99/100 end accuracy=1.0\n"
-    assert st.parse_epoch_end(log, RUN.training.epochs).epoch == 3
+    assert parse_epoch_end(log, RUN.training.epochs).epoch == 3
 
 
 def test_metrics_are_capped_in_number_and_a_huge_line_is_ignored():
     many = " ".join(f"m{i:02d}=0.5" for i in range(40))
-    end = st.parse_epoch_end(f"{PREFIX}epoch 1/8 end {many}")
+    end = parse_epoch_end(f"{PREFIX}epoch 1/8 end {many}")
     assert len(end.metrics) == progress.MAX_METRICS
     huge = " ".join(f"m{i}=0.5" for i in range(20_000))
-    assert st.parse_epoch_end(f"{PREFIX}epoch 1/8 end {huge}") is None
+    assert parse_epoch_end(f"{PREFIX}epoch 1/8 end {huge}") is None
     long_name = f"{PREFIX}epoch 1/8 end {'n' * 65}=0.5"
-    assert st.parse_epoch_end(long_name) is None
+    assert parse_epoch_end(long_name) is None
 
 
 def test_the_time_left_is_clamped_and_huge_figures_left_out():
-    end = st.parse_epoch_end(f"{PREFIX}epoch 1/8 end loss=1e300 examples_per_second=1e300 remaining_seconds=1e300")
+    end = parse_epoch_end(f"{PREFIX}epoch 1/8 end loss=1e300 examples_per_second=1e300 remaining_seconds=1e300")
     assert end.remaining_seconds == progress.MAX_REMAINING_SECONDS
     assert end.metrics == () and end.examples_per_second is None
-    json.dumps(st.progress_of(end, T0), allow_nan=False)  # a status the API server takes
+    json.dumps(progress_of(end, T0), allow_nan=False)  # a status the API server takes
 
 
 def test_a_parser_failure_is_no_progress_not_a_stuck_loop(monkeypatch: pytest.MonkeyPatch):
@@ -66,17 +70,17 @@ def test_a_parser_failure_is_no_progress_not_a_stuck_loop(monkeypatch: pytest.Mo
         raise RecursionError("a bug, or an input nobody thought of")
 
     monkeypatch.setattr(progress, "parse_epoch_end", broken)
-    assert st.parse_epoch_end(f"{PREFIX}epoch 1/8 end loss=1") is None
+    assert parse_epoch_end(f"{PREFIX}epoch 1/8 end loss=1") is None
 
 
 @given(hs.text(max_size=3000), hs.none() | hs.integers(1, 10**6))
 def test_no_log_text_raises_or_gives_an_unbounded_progress(text: str, epochs: int | None):
     for log in (text, PREFIX + text, f"{PREFIX}epoch 1/8 end {text}"):
-        end = st.parse_epoch_end(log, epochs)
+        end = parse_epoch_end(log, epochs)
         if end is not None:
             assert len(end.metrics) <= progress.MAX_METRICS and all(len(n) <= 64 for n, _ in end.metrics)
             assert 0 <= (end.remaining_seconds or 0) <= progress.MAX_REMAINING_SECONDS
-            json.dumps(st.progress_of(end, T0), allow_nan=False)
+            json.dumps(progress_of(end, T0), allow_nan=False)
 
 
 # ---- the chief's termination message: status.metrics and status.model ---------------------------------
@@ -91,7 +95,7 @@ def test_a_message_is_read_only_to_its_cap():
 def test_deeply_nested_json_is_no_summary_not_a_recursion_error():
     assert summary.parse_summary("[" * 100_000) is None
     assert summary.parse_summary('{"a":' * 5000 + "1" + "}" * 5000) is None
-    parsed = st.parse_summary("[" * 100_000, "claim")
+    parsed = parse_summary("[" * 100_000, "claim")
     assert parsed.metrics is None and "not a JSON object" in parsed.problem
 
 
@@ -111,7 +115,7 @@ def test_figures_are_capped_in_number_and_their_names_must_be_printable():
 
 def test_a_model_path_with_control_characters_is_not_the_runs_model():
     message = json.dumps({"loss": 0.1, "metric": "loss", "modelPath": "/mnt/dtr/models/m/1\x1b]8;;evil\x07"})
-    parsed = st.parse_summary(message, "claim")
+    parsed = parse_summary(message, "claim")
     assert parsed.model is None and "modelPath" in parsed.problem
 
 
@@ -120,14 +124,14 @@ def test_a_summary_parser_failure_is_a_problem_in_the_status(monkeypatch: pytest
         raise MemoryError
 
     monkeypatch.setattr(summary, "parse_summary", broken)
-    assert "cannot be read" in st.parse_summary('{"loss": 1}', "claim").problem
+    assert "cannot be read" in parse_summary('{"loss": 1}', "claim").problem
 
 
 @given(hs.recursive(hs.none() | hs.booleans() | hs.integers() | hs.floats() | hs.text(max_size=20),
                     lambda inner: hs.lists(inner, max_size=4) | hs.dictionaries(hs.text(max_size=8), inner,
                                                                                  max_size=4)))
 def test_no_json_summary_raises_or_gives_a_status_the_api_cannot_take(doc: object):
-    parsed = st.parse_summary(json.dumps(doc), "claim")
+    parsed = parse_summary(json.dumps(doc), "claim")
     json.dumps([parsed.metrics, parsed.model], allow_nan=False)
 
 
@@ -175,22 +179,22 @@ def test_the_operator_records_its_own_suspension_in_the_same_write_and_drops_it_
 @pytest.mark.parametrize("dirty", ["\x1b[2J\x1b[1;31mFAILED\x1b[0m", "a\x00b\x07c\x9bd", "\u202eevil\u2066",
                                    "a\r\nb\tc"])
 def test_control_characters_never_reach_a_status_message(dirty: str):
-    clean = st.clean_text(dirty)
+    clean = clean_text(dirty)
     assert not any(ord(c) < 32 or 0x7F <= ord(c) <= 0x9F or c in "\u202e\u2066" for c in clean), repr(clean)
-    state = st.State("Failed", "X\x1bY", f"worker said: {dirty}")
+    state = State("Failed", "X\x1bY", f"worker said: {dirty}")
     assert "\x1b" not in state.message and "\x1b" not in state.reason
 
 
 def test_every_state_message_is_capped_the_success_message_included():
-    assert len(st.State("Failed", "R", "x" * 100_000).message) == st.MAX_STATE_MESSAGE
+    assert len(State("Failed", "R", "x" * 100_000).message) == MAX_STATE_MESSAGE
     message = json.dumps({"loss": 0.1, "metric": "loss", "modelPath": "/mnt/dtr/models/" + "m" * 900 + "/1"})
     pod = {"metadata": {"name": "r-worker-0", "labels": {"training.kubeflow.org/replica-type": "worker",
                                                          "training.kubeflow.org/replica-index": "0"}},
            "status": {"containerStatuses": [{"name": "tensorflow",
                                              "state": {"terminated": {"exitCode": 0, "message": message}}}]}}
     tfjob = {"metadata": {"name": "r"}, "status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
-    status = st.tfjob_status(RUN, tfjob, [pod], {}, T0)
-    assert status["reason"] == "TrainingSucceeded" and len(status["message"]) <= st.MAX_STATE_MESSAGE
+    status = tfjob_status(RUN, tfjob, [pod], {}, T0)
+    assert status["reason"] == "TrainingSucceeded" and len(status["message"]) <= MAX_STATE_MESSAGE
 
 
 def test_events_are_cleaned_and_capped(monkeypatch: pytest.MonkeyPatch):
@@ -201,7 +205,7 @@ def test_events_are_cleaned_and_capped(monkeypatch: pytest.MonkeyPatch):
     handlers.emit({}, "Warning", "Bad\x1bReason", "refused: \x1b]0;title\x07" + "y" * 5000)
     (event,) = posted
     assert "\x1b" not in event["message"] and "\x07" not in event["message"] and "\x1b" not in event["reason"]
-    assert len(event["message"]) <= st.MAX_STATE_MESSAGE
+    assert len(event["message"]) <= MAX_STATE_MESSAGE
 
 
 def test_a_naive_timestamp_is_read_as_utc_not_a_type_error():
@@ -232,18 +236,18 @@ def test_the_newest_refusal_among_a_tfjobs_events_is_the_line():
     events = [_event("FailedCreatePod", 'Error creating: pods "r-worker-0" is forbidden: exceeded quota: q', T0),
               _event("FailedCreatePod", "Error creating: no PriorityClass with name x\x1b[0m was found", "2026-12-01"),
               _event("SuccessfulCreatePod", "Created pod: r-worker-1", "2026-12-02", "Normal")]  # fmt: skip
-    (line,) = st.refused_pods(events)
+    (line,) = refused_pods(events)
     assert line == ("the training-operator cannot create them: Error creating: no PriorityClass with name x [0m "
                     "was found")
-    assert st.refused_pods(events[2:]) == []
+    assert refused_pods(events[2:]) == []
 
 
 @pytest.mark.parametrize("reason", ["TFJobSubmitted", "TFJobCreated"])
 def test_a_refusal_makes_a_waiting_run_say_why_and_it_goes_when_the_cause_does(reason: str):
     previous = {"phase": "Pending", "reason": reason, "message": "waiting"}
-    refused = st.refused_pods([_event("FailedCreatePod", "pods is forbidden: exceeded quota: no-pods", T0)])
-    status = st.waiting_status(RUN, [], previous, T0, refused)
+    refused = refused_pods([_event("FailedCreatePod", "pods is forbidden: exceeded quota: no-pods", T0)])
+    status = waiting_status(RUN, [], previous, T0, refused)
     assert status["reason"] == "WorkerPodsNotStarting" and "exceeded quota: no-pods" in status["message"]
-    assert st.waiting_status(RUN, [], status, T0)["reason"] == "TFJobCreated"
+    assert waiting_status(RUN, [], status, T0)["reason"] == "TFJobCreated"
     tfjob = {"metadata": {"name": "mnist-cnn"}, "status": {}}  # the training-operator recorded nothing yet
-    assert st.tfjob_status(RUN, tfjob, [], status, T0)["reason"] == "WorkerPodsNotStarting", "kept, not undone"
+    assert tfjob_status(RUN, tfjob, [], status, T0)["reason"] == "WorkerPodsNotStarting", "kept, not undone"

@@ -8,10 +8,11 @@ import sys
 import pytest
 import yaml
 from dtr_contract import exits
-from dtr_operator import builders, reasons, status
+from dtr_operator import builders, reasons
 from dtr_operator.local import kubelet
 from dtr_operator.local import runner as r
 from dtr_operator.spec import parse_run
+from dtr_operator.status.compute import tfjob_status
 
 RUN = """
 apiVersion: distml.dev/v1alpha1
@@ -150,7 +151,7 @@ def test_a_succeeded_local_job_reads_like_the_cluster_status():
     ]
     tfjob = r.tfjob_view(builders.build_tfjob(run), reasons.SUCCEEDED, "TFJobSucceeded", "done",
                          {"active": 0, "succeeded": 2, "failed": 0}, "t0", "t9")  # fmt: skip
-    st = status.tfjob_status(run, tfjob, _pods(states), {}, "t9")
+    st = tfjob_status(run, tfjob, _pods(states), {}, "t9")
     assert st["phase"] == "Succeeded" and st["reason"] == reasons.TRAINING_SUCCEEDED
     assert st["metrics"]["accuracy"] == 0.93
     assert st["model"] == {
@@ -167,6 +168,6 @@ def test_a_failed_local_job_names_the_worker():
     states = [kubelet.running("t"), kubelet.terminated(137, "killed", "a", "b", "c")]
     tfjob = r.tfjob_view(builders.build_tfjob(run), reasons.FAILED, "TFJobFailed", "1 Worker replica(s) failed.",
                          {"active": 1, "succeeded": 0, "failed": 1}, "t0", "t9")  # fmt: skip
-    st = status.tfjob_status(run, tfjob, _pods(states), {}, "t9")
+    st = tfjob_status(run, tfjob, _pods(states), {}, "t9")
     assert st["phase"] == "Failed"
     assert "digits-worker-1" in st["message"]

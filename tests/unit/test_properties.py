@@ -7,9 +7,10 @@ import dataclasses
 import json
 import re
 
-from dtr_operator import status as status_mod
 from dtr_operator.builders import build_pvc, build_tfjob, children, effective_spec
 from dtr_operator.spec import RunSpec, SpecError, parse_run
+from dtr_operator.status.compute import next_status, tfjob_status
+from dtr_operator.status.state import MAX_MESSAGE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -149,15 +150,15 @@ def test_any_tfjob_report_gives_a_well_formed_status(conds, worker, chief_messag
         "status": {"containerStatuses": [{"name": "tensorflow", "state": {"terminated": {
             "exitCode": 0, "message": chief_message}}}]},
     }  # fmt: skip
-    first = status_mod.tfjob_status(run, tfjob, [pod], {}, "2026-01-01T00:00:00Z")
+    first = tfjob_status(run, tfjob, [pod], {}, "2026-01-01T00:00:00Z")
     assert first["phase"] in ("Pending", "Running", "Succeeded", "Failed")
     assert re.fullmatch(r"\d+/2", first["workersReady"])
-    assert len(first["message"]) <= status_mod.MAX_MESSAGE and "\n" not in first["message"]
+    assert len(first["message"]) <= MAX_MESSAGE and "\n" not in first["message"]
     assert [c["type"] for c in first["conditions"]] == ["Created", "Running", "Suspended", "Succeeded", "Failed"]
     assert sum(c["status"] == "True" for c in first["conditions"][1:]) <= 1
     json.dumps(first)
     # The same report later changes nothing; a finished run accepts no further change.
-    again = status_mod.tfjob_status(run, tfjob, [pod], first, "2026-01-01T00:05:00Z")
-    assert status_mod.next_status(first, again) is None
+    again = tfjob_status(run, tfjob, [pod], first, "2026-01-01T00:05:00Z")
+    assert next_status(first, again) is None
     if first["phase"] in ("Succeeded", "Failed"):
-        assert status_mod.next_status(first, status_mod.tfjob_status(run, {"status": {}}, [], first, "x")) is None
+        assert next_status(first, tfjob_status(run, {"status": {}}, [], first, "x")) is None

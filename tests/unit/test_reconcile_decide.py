@@ -16,7 +16,8 @@ from dtr_operator.reconcile import decide as decisions
 from dtr_operator.reconcile.decide import UNREAD, Create, Observed, Record, Sync, decide
 from dtr_operator.runtime import trackers
 from dtr_operator.spec import parse_run
-from dtr_operator.status import State, tfjob_status
+from dtr_operator.status.compute import tfjob_status
+from dtr_operator.status.state import State
 
 from support.runs import make_run
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dtr_operator import metrics
-from dtr_operator import status as st
+from dtr_operator.status.pods import worker_restarts
 from prometheus_client import REGISTRY
 
 CREATED = "2026-11-30T18:00:00Z"
@@ -40,7 +40,7 @@ def test_restarts_are_the_tensorflow_containers_restart_counts():
     def pod(count, name="tensorflow"):
         return {"status": {"containerStatuses": [{"name": name, "restartCount": count}]}}
 
-    assert st.worker_restarts([pod(1), pod(2), pod(5, "sidecar"), {}]) == 3
+    assert worker_restarts([pod(1), pod(2), pod(5, "sidecar"), {}]) == 3
 
 
 def sample(name):

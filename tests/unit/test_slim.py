@@ -142,18 +142,19 @@ def test_a_watched_run_keeps_what_kopf_and_the_handlers_read_and_little_else():
 
 
 def test_a_watched_tfjob_mirrors_into_the_same_status_as_the_whole_one():
-    from dtr_operator import status as st
     from dtr_operator.reconcile import decide
     from dtr_operator.runtime.kopf_seams import tfjob_object
+    from dtr_operator.status.compute import tfjob_status
+    from dtr_operator.status.state import kueue_queue, suspended_by_other, tfjob_state, worker_counts
 
     tfjob = _largest_tfjob()
     watched = tfjob_object(tfjob)
     assert _chars(watched) < _chars(tfjob) / 20
     run = parse_run(run_doc(max_name(), "team-a", {"workers": 64}, uid="u-1", generation=3))
-    for read in (decide.controller_run, decide.has_news, decide.tfjob_suspended, st.tfjob_state,
-                 st.worker_counts, st.kueue_queue, st.suspended_by_other):  # fmt: skip
+    for read in (decide.controller_run, decide.has_news, decide.tfjob_suspended, tfjob_state,
+                 worker_counts, kueue_queue, suspended_by_other):  # fmt: skip
         assert read(watched) == read(tfjob), read.__name__
-    assert st.tfjob_status(run, watched, [], {}, "t") == st.tfjob_status(run, tfjob, [], {}, "t")
+    assert tfjob_status(run, watched, [], {}, "t") == tfjob_status(run, tfjob, [], {}, "t")
 
 
 def test_only_events_with_an_object_are_slimmed():

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from dtr_contract import exits, flags, layout
 from dtr_operator import settings as cfg
-from dtr_operator import status as st
 from dtr_operator.builders import (
     CODE_FILE_MODE,
     build_tfjob,
@@ -23,6 +22,8 @@ from dtr_operator.builders import (
 from dtr_operator.reconcile.decide import UNREAD, Create, Observed, Record, Sync, decide
 from dtr_operator.reconcile.reconciler import Reconciler
 from dtr_operator.spec import SpecError, parse_run
+from dtr_operator.status.code import code_status, configmap_content
+from dtr_operator.status.compute import tfjob_status
 
 from support.runs import make_run
 
@@ -286,7 +287,7 @@ REGRESSION = {"loss": 0.31, "epochs": 4, "examplesPerSecond": 812.5, "modelPath"
 
 
 def test_a_regression_models_metrics_and_headline_reach_the_status() -> None:
-    status = st.tfjob_status(RUN, _tfjob("Succeeded"), [_pod(0, 0, json.dumps(REGRESSION)), _pod(1, 0)], {}, "t")
+    status = tfjob_status(RUN, _tfjob("Succeeded"), [_pod(0, 0, json.dumps(REGRESSION)), _pod(1, 0)], {}, "t")
     assert (status["phase"], status["reason"]) == ("Succeeded", "TrainingSucceeded")
     assert status["metrics"] == {"loss": 0.31, "mae": 0.4172, "mse": 0.31, "epochs": 4, "examplesPerSecond": 812.5}
     assert "accuracy" not in status["metrics"], "no accuracy: the ACCURACY column stays empty"
@@ -297,7 +298,7 @@ def test_a_regression_models_metrics_and_headline_reach_the_status() -> None:
 def test_a_classifier_without_a_named_metric_headlines_accuracy_as_before() -> None:
     first_format = {"loss": 0.07, "accuracy": 0.98, "epochs": 3, "examplesPerSecond": 5400,
                     "modelPath": "/mnt/dtr/models/mnist-cnn/1", "modelVersion": 1}  # fmt: skip
-    status = st.tfjob_status(RUN, _tfjob("Succeeded"), [_pod(0, 0, json.dumps(first_format))], {}, "t")
+    status = tfjob_status(RUN, _tfjob("Succeeded"), [_pod(0, 0, json.dumps(first_format))], {}, "t")
     assert status["headline"] == "accuracy=0.9800" and status["metrics"]["accuracy"] == 0.98
     assert status["message"].startswith("accuracy 0.9800, ")
 
@@ -310,19 +311,19 @@ def test_a_failure_in_the_users_code_is_its_own_reason_with_the_one_line() -> No
     pods = [_pod(0, 143, "", last_exit=exits.USER_CODE, last_message=message),
             _pod(1, exits.PEER_LOST, "lost a peer")]  # fmt: skip
     job = _tfjob("Failed", message="TFJob ml/mnist-cnn has failed because it has reached the specified backoff limit")
-    status = st.tfjob_status(RUN, job, pods, {}, "t")
+    status = tfjob_status(RUN, job, pods, {}, "t")
     assert (status["phase"], status["reason"]) == ("Failed", "UserCodeError")
     assert status["message"] == f"{USER_LINE} (worker mnist-cnn-worker-0, exit code {exits.USER_CODE})"
 
 
 def test_another_failure_keeps_the_tfjobs_reason() -> None:
     job = _tfjob("Failed", message="TFJob ml/mnist-cnn has failed because 1 Worker replica(s) failed.")
-    status = st.tfjob_status(RUN, job, [_pod(0, 4, "bad data")], {}, "t")
+    status = tfjob_status(RUN, job, [_pod(0, 4, "bad data")], {}, "t")
     assert status["reason"] == "TFJobFailed" and "exited with code 4: bad data" in status["message"]
 
 
 def test_status_code_is_the_files_sha256_as_sha256sum_prints_it() -> None:
-    assert st.code_status("c", "k.py", SOURCE.encode()) == {"configMap": "c", "key": "k.py", "sha256": SHA}
-    assert st.configmap_content(configmap({"k.py": "é"}), "k.py") == "é".encode()
-    assert st.configmap_content(configmap(binary={"k.py": "not base64!"}), "k.py") is None
-    assert st.configmap_content(None, "k.py") is None
+    assert code_status("c", "k.py", SOURCE.encode()) == {"configMap": "c", "key": "k.py", "sha256": SHA}
+    assert configmap_content(configmap({"k.py": "é"}), "k.py") == "é".encode()
+    assert configmap_content(configmap(binary={"k.py": "not base64!"}), "k.py") is None
+    assert configmap_content(None, "k.py") is None

@@ -5,7 +5,7 @@ the TFJob runs as a local process (translate.py): the TF_CONFIG the
 training-operator would inject, rewritten to loopback ports; the PVC as ./.dtr/volumes/<claim>
 with the mountPath rewritten to it; the termination message in a per-replica file. The TFJob's
 restart policy and backoffLimit apply as the training-operator and kubelet would apply them, and
-the final status is computed by the operator's status.py from the TFJob and pod statuses this
+the final status is computed by the operator's status/ package from the TFJob and pod statuses this
 runner plays, so it reads exactly like `kubectl get dtr NAME -o yaml` would. That status, as it
 changes (each epoch, the end), is also written to DIR/runs/<name>/status.json: what the Python client's local
 backend reads (dtr_client), as it reads a run's status from the API server on a cluster. SUSPEND_SIGNAL stops
@@ -34,11 +34,15 @@ from dtr_contract import exits, flags, layout
 from dtr_contract.container import PORT
 from dtr_contract.progress import EpochEnd, is_heartbeat, parse_epoch_end_line
 
-from dtr_operator import api, builders, reasons, status, submit
+from dtr_operator import api, builders, reasons, submit
 from dtr_operator.api import KIND
 from dtr_operator.local import kubelet, ports, translate
 from dtr_operator.runfile import RunFileError, parse_run_doc, runs_from_text
 from dtr_operator.spec import DEFAULT_TRAINER_IMAGE, RunSpec, SpecError
+from dtr_operator.status.code import code_status
+from dtr_operator.status.compute import tfjob_status
+from dtr_operator.status.pods import restart_cannot_help
+from dtr_operator.status.progress import running_progress
 
 STOP_GRACE_SECONDS = 5.0
 POLL_SECONDS = 0.2
@@ -60,8 +64,8 @@ def job_restarts(policy: str, exit_code: int) -> bool:
     """Does the replica run again after this exit? OnFailure/Always: the kubelet restarts it in place;
     ExitCode: the training-operator recreates the pod for a retryable code (dtr_contract.exits); Never: no.
     Never after an exit the run would repeat (the run's code failed, its loss diverged): on a cluster the
-    operator has the TFJob fail at the first restart (status.restart_cannot_help); here none is made."""
-    if status.restart_cannot_help(exit_code):
+    operator has the TFJob fail at the first restart (restart_cannot_help); here none is made."""
+    if restart_cannot_help(exit_code):
         return False
     if policy == "ExitCode":
         return exits.is_retryable(exit_code)
@@ -135,7 +139,7 @@ def pod_view(pod_name: str, namespace: str, labels: Mapping[str, str], pod_statu
 
 
 def replica_labels(job: str, rtype: str, index: int) -> dict[str, str]:
-    """The labels the training-operator puts on a replica's pod (status.py finds the chief by them)."""
+    """The labels the training-operator puts on a replica's pod (status/pods.py finds the chief by them)."""
     return {
         api.JOB_NAME_LABEL: job,
         api.REPLICA_TYPE_LABEL: rtype.lower(),
@@ -355,7 +359,7 @@ class LocalRun:
         code, spec = self.code, self.run.code
         if code is None or spec is None or spec.config_map is None or spec.file_key is None:
             return {}
-        return {"code": status.code_status(spec.config_map, spec.file_key, code.content)}
+        return {"code": code_status(spec.config_map, spec.file_key, code.content)}
 
     # -- processes --
 
@@ -528,8 +532,8 @@ class LocalRun:
         # Suspended by SUSPEND_SIGNAL: the run as its spec.suspend would have it, explained by the operator's code.
         run = dataclasses.replace(self.run, suspend=True) if self.suspended else self.run
         # Merged into the last status, as the operator's merge patch leaves the fields it does not set (progress).
-        found = {**self.status, **status.tfjob_status(run, tfjob, pods, self.status, now_rfc3339())}
-        return {**status.running_progress(found, self.console.last_end, now_rfc3339()), **self.code_status()}
+        found = {**self.status, **tfjob_status(run, tfjob, pods, self.status, now_rfc3339())}
+        return {**running_progress(found, self.console.last_end, now_rfc3339()), **self.code_status()}
 
     def record(self, phase: str, reason: str, message: str) -> dict[str, Any]:
         """The run's status now (final_status), written to status_path when it changed: atomically, so a reader

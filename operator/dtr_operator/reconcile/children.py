@@ -25,7 +25,8 @@ from ..reasons import (
     TFJOB_CRD_MISSING,
 )
 from ..spec import RunSpec, SpecError
-from ..status import State, is_terminal, unparsed_status
+from ..status.compute import unparsed_status
+from ..status.state import State, is_terminal
 from . import writes
 from .context import Context, ObservedRun, meta
 from .decide import UNREAD, Action, Create, Observed, Record, Suspend, Sync, decide, network_policy_taken

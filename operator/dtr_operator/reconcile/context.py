@@ -15,7 +15,8 @@ from typing import Any, TypeGuard
 from ..kube import ApiError, Conflict, Kube, NotFound
 from ..reasons import FAILED, WARNING_REASONS
 from ..spec import RunSpec, SpecError, parse_run
-from ..status import State, next_status, state_status
+from ..status.compute import next_status, state_status
+from ..status.state import State
 
 MAX_BACKOFF = 300.0
 WRITE_ATTEMPTS = 5

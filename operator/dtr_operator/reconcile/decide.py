@@ -29,7 +29,8 @@ from ..reasons import (
     WAITING_FOR_PVC,
 )
 from ..spec import RunSpec
-from ..status import State, code_status, configmap_content, is_terminal, kueue_queue, suspended_by_other, tfjob_state
+from ..status.code import code_status, configmap_content
+from ..status.state import State, is_terminal, kueue_queue, suspended_by_other, tfjob_state
 from .context import meta
 
 

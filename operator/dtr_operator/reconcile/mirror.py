@@ -14,7 +14,9 @@ from ..builders import logs_dir, worker_pod_name
 from ..kube import ApiError
 from ..reasons import FAILED, TERMINAL, WORKER_PODS_RELEASED
 from ..spec import RunSpec
-from ..status import gone_worker, is_terminal, tfjob_state, tfjob_status
+from ..status.compute import tfjob_status
+from ..status.pods import gone_worker
+from ..status.state import is_terminal, tfjob_state
 from . import writes
 from .context import Context, ObservedRun, is_live, meta
 from .decide import pods_to_release

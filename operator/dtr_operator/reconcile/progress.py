@@ -13,14 +13,8 @@ from ..api import CONTAINER_NAME
 from ..builders import worker_pod_name
 from ..kube import ApiError
 from ..spec import RunSpec
-from ..status import (
-    epoch_logged_at,
-    logs_an_error,
-    parse_epoch_end,
-    restart_cannot_help,
-    running_progress,
-    worker_exits,
-)
+from ..status.pods import logs_an_error, restart_cannot_help, worker_exits
+from ..status.progress import epoch_logged_at, parse_epoch_end, running_progress
 from . import writes
 from .context import Context, ObservedRun
 

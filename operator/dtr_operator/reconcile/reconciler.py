@@ -23,7 +23,7 @@ from ..kube import ApiError, Kube
 from ..reasons import FAILED, TFJOB_DELETED, TFJOB_SUSPENDED
 from ..runtime.kept import slim
 from ..runtime.trackers import POD_CHECK_SECONDS, RetryingRuns, RunningRuns, RunRef, WaitingRuns
-from ..status import State, tfjob_state
+from ..status.state import State, tfjob_state
 from .children import (
     Checks,
     Children,

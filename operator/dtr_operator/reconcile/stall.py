@@ -16,7 +16,8 @@ from ..builders import worker_pod_name
 from ..kube import ApiError
 from ..reasons import FAILED, STALL_ENDED, STALL_RESTART, STALLED, STALLED_CONDITION, STALLED_EVENT, TFJOB_SUSPENDED
 from ..spec import RunSpec
-from ..status import State, state_status, tfjob_state
+from ..status.compute import state_status
+from ..status.state import State, tfjob_state
 from . import writes
 from .context import Context, ObservedRun, is_live
 from .mirror import Mirror

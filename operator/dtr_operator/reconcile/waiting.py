@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..kube import ApiError
 from ..runtime.trackers import RunRef
-from ..status import refused_pods, waiting_status, waits_for_pods
+from ..status.waiting import refused_pods, waiting_status, waits_for_pods
 from .context import Context, meta
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from .. import progress_schedule, watchdog
 from ..reasons import RUNNING
 from ..settings import Settings
 from ..spec import SpecError, WatchdogSpec, parse_run
-from ..status import waits_for_pods
+from ..status.waiting import waits_for_pods
 
 RunRef = tuple[str, str, str]  # namespace, name, uid
 # Pods normally start within seconds: a run still waiting after this long has its pods looked at,

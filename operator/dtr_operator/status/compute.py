@@ -1,0 +1,217 @@
+"""The whole status from what exists (TFJob, its pods) and what it said before; what to write, and never a
+finished run's regression. Pure: the clock is a parameter, so the same observation twice gives the same status and no
+write."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..api import (
+    SUSPENDED_BY,
+    SUSPENDED_BY_ANNOTATION,
+)
+from ..reasons import (
+    DIVERGED,
+    FAILED,
+    METRICS_UNAVAILABLE,
+    PENDING,
+    PREEMPTED,
+    QUEUED,
+    RESUMING,
+    RUN_SUSPENDED,
+    RUNNING,
+    SUCCEEDED,
+    SUSPENDED,
+    SUSPENDING,
+    TERMINAL,
+    TFJOB_CREATED,
+    TFJOB_RUNNING,
+    TFJOB_SUBMITTED,
+    TFJOB_SUSPENDED,
+    TRAINING_SUCCEEDED,
+    USER_CODE_ERROR,
+    WORKERS_NOT_ALL_RUNNING,
+    WORKERS_NOT_STARTING,
+)
+from ..spec import RunSpec
+from .conditions import conditions_for
+from .pods import (
+    chief_pod,
+    disrupted_workers,
+    divergence,
+    failed_workers,
+    termination_message,
+    user_code_failure,
+    worker_restarts,
+)
+from .progress import final_progress
+from .state import State, clean_text, is_terminal, kueue_queue, suspended_by_other, tfjob_state, worker_counts
+from .summary import Summary, headline_text, parse_summary
+
+
+def _base(run: RunSpec, state: State, previous: Mapping[str, Any], now: str) -> dict[str, Any]:
+    children = f"TFJob {run.tfjob_name} and PVC {run.pvc_name} exist"
+    return {
+        "phase": state.phase,
+        "reason": state.reason,
+        "message": state.message,
+        "observedGeneration": run.generation,
+        "tfJob": run.tfjob_name,
+        "pvc": run.pvc_name,
+        "conditions": conditions_for(state, previous.get("conditions") or [], now, run.generation, children),
+    }
+
+
+def state_status(run: RunSpec, state: State, previous: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """Status for a run whose TFJob is not (yet) there: waiting, or failed before it ran."""
+    status = _base(run, state, previous, now)
+    status["workersReady"] = previous.get("workersReady") or f"0/{run.workers}"
+    return status
+
+
+def unparsed_status(
+    state: State, previous: Mapping[str, Any], now: str, generation: int | None
+) -> dict[str, Any]:
+    """Status for a run whose spec cannot be read (stored before a schema change): why, and nothing else."""
+    return {
+        "phase": state.phase,
+        "reason": state.reason,
+        "message": state.message,
+        "observedGeneration": generation,
+        "conditions": conditions_for(state, previous.get("conditions") or [], now, generation, ""),
+    }
+
+
+def _explained(
+    state: State, run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any], all_run: bool
+) -> tuple[State, Summary | None]:
+    """The TFJob's state with what the pods add: the chief's summary, who failed, why none or not all start
+    (`all_run`: every worker runs or has succeeded, as the TFJob counts them)."""
+    if state.phase == SUCCEEDED:
+        summary = parse_summary(termination_message(chief_pod(pods)), run.pvc_name)
+        if summary.model and summary.headline and summary.problem is None:
+            name, value = summary.headline
+            done = f"{name} {value:.4f}, model exported to {summary.model['path']}"
+            return State(SUCCEEDED, TRAINING_SUCCEEDED, done, created=True), summary
+        partial = f"training succeeded, but {summary.problem}"
+        return State(SUCCEEDED, METRICS_UNAVAILABLE, partial, created=True), summary
+    if state.phase == FAILED:
+        return _failure(state, pods), None
+    return _still_explained(state, previous, all_run), None
+
+
+def _still_explained(state: State, previous: Mapping[str, Any], all_run: bool) -> State:
+    """The TFJob says nothing new: the pods' own trouble, found by waiting_status, still holds (and its message)."""
+    said, message = previous.get("reason"), previous.get("message") or state.message
+    if state.reason in (TFJOB_SUBMITTED, TFJOB_CREATED) and said == WORKERS_NOT_STARTING:
+        return State(PENDING, WORKERS_NOT_STARTING, message, created=True)
+    if state.reason == TFJOB_RUNNING and said == WORKERS_NOT_ALL_RUNNING and not all_run:
+        return State(RUNNING, WORKERS_NOT_ALL_RUNNING, message, created=True)
+    return state
+
+
+def _failure(state: State, pods: Sequence[Mapping[str, Any]]) -> State:
+    """A failed TFJob's state with who failed: the run's own code or a diverged loss (the worker's one line), else
+    each failed worker."""
+    if user_code := user_code_failure(pods):
+        return State(FAILED, USER_CODE_ERROR, user_code, created=True)
+    if diverged := divergence(pods):
+        return State(FAILED, DIVERGED, diverged, created=True)
+    if why := [*disrupted_workers(pods), *failed_workers(pods)]:
+        return State(FAILED, state.reason, clean_text(f"{state.message} {'; '.join(why)}"), created=True)
+    return state
+
+
+def _epoch_note(previous: Mapping[str, Any]) -> str:
+    done = (previous.get("progress") or {}).get("epochsDone")
+    return f"the last finished epoch was {done}" if done else "no epoch had finished"
+
+
+def _suspended(run: RunSpec, previous: Mapping[str, Any], tfjob_suspended: bool) -> State:
+    """A run whose spec.suspend is true: suspended, or on its way there."""
+    resume = f"kubectl patch dtr {run.name} --type=merge -p '{{\"spec\":{{\"suspend\":false}}}}' resumes it"
+    if tfjob_suspended:
+        message = f"suspended (spec.suspend): no worker pods; {_epoch_note(previous)}; {resume}"
+        return State(SUSPENDED, RUN_SUSPENDED, message, created=True)
+    return State(SUSPENDED, SUSPENDING, f"suspending: TFJob {run.tfjob_name} is stopping its pods", created=True)
+
+
+def suspension(state: State, run: RunSpec, previous: Mapping[str, Any], tfjob: Mapping[str, Any]) -> State:
+    """The TFJob's state as the run's suspend and queue explain it (a finished run stays finished)."""
+    if state.phase in TERMINAL:
+        return state
+    tfjob_suspended = state.reason == TFJOB_SUSPENDED
+    if run.suspend:
+        return _suspended(run, previous, tfjob_suspended)
+    return _held(state, run, previous, tfjob) if tfjob_suspended else state
+
+
+def _held(state: State, run: RunSpec, previous: Mapping[str, Any], tfjob: Mapping[str, Any]) -> State:
+    """A run not suspended whose TFJob is: queued in Kueue, suspended by someone else, or being resumed."""
+    if (queue := run.queue_name or kueue_queue(tfjob)) is not None:
+        if previous.get("phase") == RUNNING or previous.get("reason") == PREEMPTED:
+            message = (f"preempted: Kueue took back the run's admission and suspended TFJob {run.tfjob_name}; "
+                       f"waiting in LocalQueue {queue} to be admitted again; {_epoch_note(previous)}, and the "
+                       "workers continue from it")  # fmt: skip
+            return State(SUSPENDED, PREEMPTED, message, created=True)
+        message = f"waiting in Kueue LocalQueue {queue} for admission (the TFJob stays suspended until then)"
+        return State(PENDING, QUEUED, message, created=True)
+    if suspended_by_other(tfjob):
+        message = (f"TFJob {run.tfjob_name} was suspended, not by this operator (it lacks the annotation "
+                   f"{SUSPENDED_BY_ANNOTATION}: {SUSPENDED_BY}); whoever suspended it (a queue manager, an admin) "
+                   f"resumes it: the operator does not")  # fmt: skip
+        return State(PENDING, TFJOB_SUSPENDED, message, created=True)
+    if previous.get("phase") == SUSPENDED or previous.get("reason") == RESUMING:
+        message = f"resuming: TFJob {run.tfjob_name} is being unsuspended; workers continue from their backup"
+        return State(PENDING, RESUMING, message, created=True)
+    return state
+
+
+def tfjob_status(
+    run: RunSpec,
+    tfjob: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    previous: Mapping[str, Any],
+    now: str,
+) -> dict[str, Any]:
+    """Status mirrored from the run's TFJob; pods are read only once the TFJob has finished."""
+    counts = worker_counts(tfjob)
+    ready = counts["active"] + counts["succeeded"]
+    state = suspension(tfjob_state(tfjob), run, previous, tfjob)
+    state, summary = _explained(state, run, pods, previous, ready >= run.workers)
+    status = _base(run, state, previous, now)
+    status["workers"] = counts
+    status["workersReady"] = f"{ready}/{run.workers}"
+    if pods:
+        status["workerRestarts"] = worker_restarts(pods)
+    job_status = tfjob.get("status") or {}
+    for key in ("startTime", "completionTime"):
+        if job_status.get(key):
+            status[key] = job_status[key]
+    if summary is not None:
+        status |= _summary_fields(summary)
+    if state.phase == SUCCEEDED:
+        status["progress"] = final_progress(previous.get("progress"), run.training.epochs, now)
+    return status
+
+
+def _summary_fields(summary: Summary) -> dict[str, Any]:
+    """status.metrics, status.headline and status.model: what the chief's summary gives of them."""
+    fields: dict[str, Any] = {}
+    if summary.metrics:
+        fields["metrics"] = summary.metrics
+    if summary.headline:
+        fields["headline"] = headline_text(summary.headline)
+    if summary.model:
+        fields["model"] = summary.model
+    return fields
+
+
+def next_status(previous: Mapping[str, Any] | None, proposed: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What to write, or None: nothing changed, or the run already ended (a finished run never regresses)."""
+    previous = previous or {}
+    if is_terminal(previous):
+        return None
+    changed = {k: v for k, v in proposed.items() if previous.get(k) != v}
+    return changed or None
