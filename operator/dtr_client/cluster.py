@@ -145,7 +145,7 @@ class ClusterBackend:
 
     async def _read_tail(self, pod: str, path: str) -> bytes:
         from dtr_operator import transfer as tr
-        from dtr_operator.kube import EXEC_STATUS, STDERR, STDOUT
+        from dtr_operator.kube_streams import EXEC_STATUS, STDERR, STDOUT
 
         argv = ["python", "-c", READ_TAIL, path, str(MAX_FILE)]
         out, err, status = bytearray(), bytearray(), None

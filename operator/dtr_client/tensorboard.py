@@ -206,7 +206,8 @@ class Forwarder:
             self.loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        from dtr_operator.kube import ApiError, PortForwardError
+        from dtr_operator.kube import ApiError
+        from dtr_operator.kube_streams import PortForwardError
 
         try:
             async with self.kube.portforward_stream(self.namespace, self.pod, tr.TENSORBOARD_PORT) as stream:

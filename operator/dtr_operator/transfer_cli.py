@@ -87,7 +87,7 @@ async def _send(stream: Any, frames: Iterable[bytes]) -> None:
 
 async def _read(stream: Any, on_frame: OnFrame) -> tuple[bytes | None, str]:
     """Until the session ends: stdout's frames to on_frame; (the exec status, stderr)."""
-    from .kube import EXEC_STATUS, STDERR, STDOUT
+    from .kube_streams import EXEC_STATUS, STDERR, STDOUT
 
     frames, stderr, status = copier.Frames(), bytearray(), None
     while (got := await stream.read()) is not None:

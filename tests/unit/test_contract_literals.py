@@ -60,7 +60,8 @@ EXCEPTIONS = {
     ("operator/dtr_operator/cli.py", env.TRAINER_IMAGE): "the operator's setting, as in settings.py",
     ("deploy/base/deployment.yaml", env.TRAINER_IMAGE): "the operator's setting, as in settings.py",
     ("deploy/images/push.sh", env.TRAINER_IMAGE): "the operator's setting, as in settings.py",
-    ("operator/dtr_operator/status/progress.py", summary.EXAMPLES_PER_SECOND): "status.progress's field (the API: crds/)",
+    ("operator/dtr_operator/status/progress.py", summary.EXAMPLES_PER_SECOND):
+        "status.progress's field (the API: crds/)",
     ("operator/dtr_operator/crd.py", summary.EXAMPLES_PER_SECOND): "status.metrics' and status.progress's field",
     ("operator/dtr_operator/metrics.py", summary.EXAMPLES_PER_SECOND):
         "reads status.metrics and status.progress (the API: crds/)",

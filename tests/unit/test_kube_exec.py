@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
-from dtr_operator import kube
+from dtr_operator import kube_streams
 from dtr_operator.kube import ApiError, Kube
 from kubernetes import client
 
@@ -21,18 +21,18 @@ SEEN: list[dict] = []
 async def exec_handler(request: web.Request) -> web.StreamResponse:
     if request.headers.get("authorization") != "Bearer sesame":
         return web.json_response({"kind": "Status", "reason": "Forbidden"}, status=403)
-    ws = web.WebSocketResponse(protocols=kube.EXEC_PROTOCOLS)
+    ws = web.WebSocketResponse(protocols=kube_streams.EXEC_PROTOCOLS)
     await ws.prepare(request)
     SEEN.append({"path": request.path, "container": request.query.get("container"),
                  "command": request.query.getall("command"), "protocol": ws.ws_protocol})  # fmt: skip
     received = b""
     while len(received) < 200_000:  # the test sends this much, in several messages
         message = await ws.receive()
-        assert message.data[0] == kube.STDIN
+        assert message.data[0] == kube_streams.STDIN
         received += message.data[1:]
-    await ws.send_bytes(bytes([kube.STDOUT]) + received[:10])
-    await ws.send_bytes(bytes([kube.STDERR]) + b"warning: x\n")
-    await ws.send_bytes(bytes([kube.EXEC_STATUS]) + b'{"status":"Success"}')
+    await ws.send_bytes(bytes([kube_streams.STDOUT]) + received[:10])
+    await ws.send_bytes(bytes([kube_streams.STDERR]) + b"warning: x\n")
+    await ws.send_bytes(bytes([kube_streams.EXEC_STATUS]) + b'{"status":"Success"}')
     await ws.close()
     return ws
 
@@ -63,11 +63,12 @@ def test_an_exec_session_sends_stdin_and_reads_every_channel(server):
     SEEN.clear()
     data = bytes(range(256)) * 800
     got = asyncio.run(session(kube_at(server, "sesame"), data))
-    assert got == [(kube.STDOUT, data[:10]), (kube.STDERR, b"warning: x\n"),
-                   (kube.EXEC_STATUS, b'{"status":"Success"}')]
+    assert got == [(kube_streams.STDOUT, data[:10]), (kube_streams.STDERR, b"warning: x\n"),
+                   (kube_streams.EXEC_STATUS, b'{"status":"Success"}')]
     seen = SEEN
     assert seen == [{"path": "/api/v1/namespaces/ml/pods/dtr-put-c-1/exec", "container": "copy",
-                     "command": ["python", "-c", "print('a b&c=d')", "x y"], "protocol": kube.EXEC_PROTOCOLS[0]}]
+                     "command": ["python", "-c", "print('a b&c=d')", "x y"],
+                     "protocol": kube_streams.EXEC_PROTOCOLS[0]}]
 
 
 def test_a_refused_exec_is_an_api_error_and_no_server_is_status_0(server):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from dtr_client import tensorboard as board
-from dtr_operator import kube
+from dtr_operator import kube, kube_streams
 from dtr_operator import transfer as tr
 from dtr_operator.api import RUN_LABEL
 from dtr_operator.builders import build_network_policy, build_tfjob
@@ -196,19 +196,19 @@ PREFIX = struct.pack("<H", tr.TENSORBOARD_PORT)
 async def portforward_handler(request: web.Request) -> web.StreamResponse:
     """The kubelet's side: each channel's first message starts with the port; channel 0 echoes in upper case;
     pod `closed` has nothing listening (an error on channel 1, as containerd says it)."""
-    ws = web.WebSocketResponse(protocols=kube.PORTFORWARD_PROTOCOLS)
+    ws = web.WebSocketResponse(protocols=kube_streams.PORTFORWARD_PROTOCOLS)
     await ws.prepare(request)
     SEEN.append({"path": request.path, "ports": request.query.get("ports"), "protocol": ws.ws_protocol,
                  "token": request.headers.get("authorization")})  # fmt: skip
-    await ws.send_bytes(bytes([kube.PORTFORWARD_DATA]) + PREFIX)
-    await ws.send_bytes(bytes([kube.PORTFORWARD_ERROR]) + PREFIX)
+    await ws.send_bytes(bytes([kube_streams.PORTFORWARD_DATA]) + PREFIX)
+    await ws.send_bytes(bytes([kube_streams.PORTFORWARD_ERROR]) + PREFIX)
     if request.match_info["pod"] == "closed":
-        await ws.send_bytes(bytes([kube.PORTFORWARD_ERROR]) + b"failed to connect to localhost:6006")
+        await ws.send_bytes(bytes([kube_streams.PORTFORWARD_ERROR]) + b"failed to connect to localhost:6006")
         await ws.close()
         return ws
     async for message in ws:
-        assert message.data[0] == kube.PORTFORWARD_DATA
-        await ws.send_bytes(bytes([kube.PORTFORWARD_DATA]) + message.data[1:].upper())
+        assert message.data[0] == kube_streams.PORTFORWARD_DATA
+        await ws.send_bytes(bytes([kube_streams.PORTFORWARD_DATA]) + message.data[1:].upper())
     return ws
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from dtr_contract import layout
-from dtr_operator import copier, kube, transfer, transfer_cli
+from dtr_operator import copier, kube, kube_streams, transfer, transfer_cli
 from dtr_operator.cli import main
 from test_copier import make_tree, written
 
@@ -33,8 +33,8 @@ class ProcessStream:
         self.queue: asyncio.Queue[tuple[int, bytes | None]] = asyncio.Queue()
         self.open = 2
         self.ended = False
-        self.tasks = [asyncio.ensure_future(self._pump(proc.stdout, kube.STDOUT)),
-                      asyncio.ensure_future(self._pump(proc.stderr, kube.STDERR))]  # fmt: skip
+        self.tasks = [asyncio.ensure_future(self._pump(proc.stdout, kube_streams.STDOUT)),
+                      asyncio.ensure_future(self._pump(proc.stderr, kube_streams.STDERR))]  # fmt: skip
 
     async def _pump(self, pipe: Any, channel: int) -> None:
         while data := await pipe.read(65536):
@@ -60,9 +60,9 @@ class ProcessStream:
         self.ended = True
         code = await self.proc.wait()
         if code == 0:
-            return kube.EXEC_STATUS, b'{"status":"Success"}'
+            return kube_streams.EXEC_STATUS, b'{"status":"Success"}'
         causes = [{"reason": "ExitCode", "message": str(code)}]
-        return kube.EXEC_STATUS, json.dumps({"status": "Failure", "details": {"causes": causes}}).encode()
+        return kube_streams.EXEC_STATUS, json.dumps({"status": "Failure", "details": {"causes": causes}}).encode()
 
 
 class FakeKube:
