@@ -29,8 +29,9 @@ from .api import (
     SUSPENDED_BY_ANNOTATION,
     TFJOB_API_VERSION,
 )
-from .fields import SPEC, Field
+from .fields import SPEC
 from .labels import template_labels
+from .schema import Field
 from .spec import RunSpec, SchedulingPolicy
 
 VOLUME_NAME = "dtr-data"

@@ -14,8 +14,9 @@ from typing import Any
 import yaml
 
 from .api import GROUP, KIND, PLURAL, VERSION
-from .fields import NAME, SPEC, Field, Rule, description, message, rules
+from .fields import NAME, SPEC
 from .reasons import CONDITION_TYPES
+from .schema import Field, Rule, description, message, rules
 
 FILE = "crds/disttrainingrun.yaml"
 

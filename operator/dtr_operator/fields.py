@@ -12,18 +12,21 @@ description). Everything else is derived from SPEC:
 - builders.effective_spec writes a RunSpec back in the API's shape;
 - docs/gen.py renders docs/api.md's field table.
 
-How to add a field: docs/api.md#adding-a-spec-field.
+A Field and what is read off it (bounds, rules, messages) are schema.py's; the grammars of names and values,
+grammar.py's. How to add a field: docs/api.md#adding-a-spec-field.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from dtr_contract import flags, layout
+
+from . import grammar
+from .schema import MAX_KEY_LENGTH, Field, Pattern, Rule, To, cel_regex
 
 DEFAULT_TRAINER_IMAGE = "localhost/distml/trainer:0.1.0"  # --trainer-image's default (docs/images.md#names)
 DEFAULT_CODE_KEY = "model.py"  # spec.training.code.key when configMap is set and key is not
@@ -35,136 +38,9 @@ MAX_NAME_LENGTH = 52
 BUILTIN_DATASETS = ("mnist", "fashion_mnist", "digits", "synthetic")
 RESERVED_LABEL_PREFIXES = ("distml.dev/", "training.kubeflow.org/")
 
-# Grammars, as full matches (Kubernetes' own where the API has one).
-DNS1035_LABEL = r"[a-z]([-a-z0-9]*[a-z0-9])?"
-DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-DNS1123_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-PVC_NAME = r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
-MODEL_NAME = r"[a-z0-9]([-a-z0-9_.]*[a-z0-9])?"
-NPZ_PATH = r"[A-Za-z0-9._/-]+"
-CODE_KEY = r"[-._a-zA-Z0-9]+\.py"  # a ConfigMap key ('.', '..' are not) that is a Python file's name
-PY_MODULE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
-HTTPS_URL = r"https://[^\s/?#@]+/[^\s?#]*[^\s/?#](\?[^\s#]*)?"  # a host (no user:password@) and a file name
-SHA256_HEX = r"[0-9a-f]{64}"
-METRIC_NAME = r"[A-Za-z_][A-Za-z0-9_]*"  # as Keras names a metric (mae, auc, top_k_categorical_accuracy)
-DOT_SEGMENT = r"(^|/)[.][.]?(/|$)"  # searched, not matched: a "." or ".." path segment
-LABEL_KEY = rf"({DNS1123_SUBDOMAIN}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?"
-LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
-# Kubernetes' resource.Quantity.
-_DECIMAL = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-QUANTITY = rf"(\+|-)?{_DECIMAL}(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?{_DECIMAL}))?"
-KEY_GRAMMAR = (
-    "an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and "
-    "ending with a letter or digit"
-)
-INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
-# A qualified name's bounds (Kubernetes' own): a DNS-subdomain prefix of at most 253, '/', a name of at most 63.
-MAX_KEY_PREFIX = 253
-MAX_KEY_LENGTH = MAX_KEY_PREFIX + 1 + 63
-
-
-@dataclass(frozen=True)
-class Pattern:
-    """A string's grammar (a full match) and what is wrong with a string that does not match it."""
-
-    regex: str
-    why: str  # "must be ...": the parser's message after the field's path; with cel, the API server's too
-    cel: bool = False  # True: a CEL rule with `why` as its message; False: the schema's `pattern` (its own words)
-
-    def matches(self, value: str) -> bool:
-        return re.fullmatch(self.regex, value) is not None
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A CEL rule the API server checks, and its twin in Python for the parser (`dtr render`, `dtr run`)."""
-
-    cel: str
-    why: str  # the message after the subject's path
-    holds: Callable[[Any], bool]  # the rule in Python, on the value as the API server stored it
-    subject: str = ""  # the field the message is about, relative to the one holding the rule ("" = itself)
-    field_path: bool = False  # also tell the API server the subject (the CRD's fieldPath)
-    named: bool = True  # the message starts with the subject's path (not for list items: the server adds it)
-
-
-@dataclass(frozen=True)
-class To:
-    """Where a field's value goes: a trainer flag, or a path in the TFJob, its worker pod or container, the PVC."""
-
-    kind: str  # "trainer" | "tfjob" | "pod" (a worker's pod template) | "container" (its tensorflow one) | "pvc"
-    path: str  # the flag, or a path inside that object: names and list indexes by ".", [a key with dots]
-
-
-@dataclass(frozen=True)
-class Field:
-    """One field of the API: its schema, where the operator keeps and sends its value, and its words."""
-
-    name: str  # as the API spells it
-    type: str  # integer | number | string | boolean | object | array | map (of strings) | quantity
-    description: str = ""  # kubectl explain's; "{bounds}" and "{default}" are filled in
-    attr: str = ""  # where the parsed value lives on RunSpec (dotted); "" = nowhere of its own
-    default: Any = None
-    schema_default: bool = True  # False: only the operator applies the default (not the API server)
-    format: str | None = None
-    minimum: int | float | None = None
-    maximum: int | float | None = None
-    exclusive_minimum: bool = False
-    min_length: int | None = None
-    max_length: int | None = None
-    enum: tuple[str, ...] = ()
-    pattern: Pattern | None = None
-    rules: tuple[Rule, ...] = ()
-    not_with: tuple[str, str] | None = None  # (a sibling, why): both set is refused, as "<name> <why>"
-    mutable: bool = False  # may change after creation (every other spec field is immutable)
-    to: To | None = None
-    fields: tuple[Field, ...] = ()  # an object's properties
-    items: Field | None = None  # an array's items, a map's values
-    max_items: int | None = None  # an array's items or a map's entries
-    max_key_length: int | None = None  # a map's keys (a CEL rule: a schema cannot bound them)
-    extra: Mapping[str, Any] = field(default_factory=dict)  # schema keys the parser has no use for
-    doc_default: str = ""  # docs/api.md's default when the value alone would not say it
-    doc: str = ""  # docs/api.md only: what kubectl explain has no room for (links)
-
-    def child(self, name: str) -> Field:
-        return next(f for f in self.fields if f.name == name)
-
-    @property
-    def names(self) -> set[str]:
-        return {f.name for f in self.fields}
-
-
-def bounds_text(f: Field) -> str:
-    """The field's range in words: 1..64, at least 60, greater than 0, at most 10."""
-    lo, hi = f.minimum, f.maximum
-    if lo is not None and hi is not None and not f.exclusive_minimum:
-        return f"{lo}..{hi}"
-    low = f"greater than {lo}" if f.exclusive_minimum else f"at least {lo}"
-    parts = ([low] if lo is not None else []) + ([f"at most {hi}"] if hi is not None else [])
-    return ", ".join(parts)
-
-
-def description(f: Field) -> str:
-    return f.description.replace("{bounds}", bounds_text(f)).replace("{default}", str(f.default))
-
-
-def _cel_regex(regex: str) -> str:
-    """A regex inside a single-quoted CEL string: backslashes doubled."""
-    return regex.replace("\\", "\\\\")
-
-
-def _positive_quantity(value: str) -> bool:
-    if re.fullmatch(QUANTITY, value) is None or value.startswith("-"):
-        return False
-    number = re.match(r"[+]?([0-9]*\.?[0-9]*)", value)
-    return number is not None and any(c in "123456789" for c in number.group(1))
-
-
-def _relative_path(value: str) -> bool:
-    return re.fullmatch(NPZ_PATH, value) is not None and not value.startswith("/") and not re.search(DOT_SEGMENT, value)
-
 
 def _npz_or_builtin(value: str) -> bool:
-    return value in BUILTIN_DATASETS or (value.endswith(".npz") and _relative_path(value))
+    return value in BUILTIN_DATASETS or (value.endswith(".npz") and grammar.relative_path(value))
 
 
 def _dataset_allowed(training: Mapping[str, Any]) -> bool:
@@ -172,23 +48,14 @@ def _dataset_allowed(training: Mapping[str, Any]) -> bool:
     dataset = training.get("dataset")
     if dataset is None:
         return True
-    return _relative_path(dataset) if "code" in training else _npz_or_builtin(dataset)
+    return grammar.relative_path(dataset) if "code" in training else _npz_or_builtin(dataset)
 
 
 def _keys(what: str) -> Rule:
     return Rule(
-        f"self.all(k, k.matches('^{_cel_regex(LABEL_KEY)}$'))",
-        f"keys must be {what} keys: {KEY_GRAMMAR}",
-        lambda m: all(re.fullmatch(LABEL_KEY, k) for k in m),
-    )
-
-
-def _key_length(limit: int) -> Rule:
-    """A map's keys: at most `limit` characters, a prefix (before the first '/') of at most MAX_KEY_PREFIX."""
-    return Rule(
-        f"self.all(k, size(k) <= {limit} && k.indexOf('/') <= {MAX_KEY_PREFIX})",
-        f"keys must be at most {limit} characters, with a prefix before '/' of at most {MAX_KEY_PREFIX}",
-        lambda m: all(len(k) <= limit and k.find("/") <= MAX_KEY_PREFIX for k in m),
+        f"self.all(k, k.matches('^{cel_regex(grammar.LABEL_KEY)}$'))",
+        f"keys must be {what} keys: {grammar.KEY_GRAMMAR}",
+        lambda m: all(re.fullmatch(grammar.LABEL_KEY, k) for k in m),
     )
 
 
@@ -201,7 +68,7 @@ def _string_map(name: str, attr: str, description: str, entries: int, value_max:
 
 def _quantities(name: str, description: str) -> Field:
     quantity = Field("quantity", "quantity", max_length=64,
-                     pattern=Pattern(QUANTITY, "must be a quantity such as 500m or 2Gi"))  # fmt: skip
+                     pattern=Pattern(grammar.QUANTITY, "must be a quantity such as 500m or 2Gi"))  # fmt: skip
     return Field(name, "map", description, max_items=4, max_key_length=MAX_KEY_LENGTH, items=quantity)
 
 
@@ -274,9 +141,9 @@ def _pod_affinity(name: str, what: str) -> Field:
     ))  # fmt: skip
 
 
-_LABEL_VALUE = Pattern(LABEL_VALUE, "must be a label value")
-_RELATIVE = f"self.dataset.matches('^{NPZ_PATH}$') && !self.dataset.startsWith('/') && " \
-            f"!self.dataset.matches('{DOT_SEGMENT}')"
+_LABEL_VALUE = Pattern(grammar.LABEL_VALUE, "must be a label value")
+_RELATIVE = f"self.dataset.matches('^{grammar.NPZ_PATH}$') && !self.dataset.startsWith('/') && " \
+            f"!self.dataset.matches('{grammar.DOT_SEGMENT}')"
 _DATASET_RULE = (
     f"!has(self.dataset) || (has(self.code) ? ({_RELATIVE}) : (self.dataset in "
     f"[{', '.join(repr(d) for d in BUILTIN_DATASETS)}] || (self.dataset.endsWith('.npz') && {_RELATIVE})))"
@@ -293,17 +160,18 @@ CODE = Field("code", "object",
           "on a ConfigMap). The operator waits (CodeNotFound) until it and its key exist, and records the file's "
           "SHA-256 in status.code before it starts the workers.",
           attr="code.config_map", min_length=1, max_length=253, to=To("pod", "spec.volumes.2.configMap.name"),
-          pattern=Pattern(DNS1123_SUBDOMAIN, f"must be a ConfigMap name, {_DNS_SUBDOMAIN}", cel=True)),
+          pattern=Pattern(grammar.DNS1123_SUBDOMAIN, f"must be a ConfigMap name, {_DNS_SUBDOMAIN}", cel=True)),
     Field("module", "string",
           "A Python module importable in spec.image that defines build_model and load_data (an image of your own "
           "built FROM the trainer image; spec.image must pass the operator's --allowed-images).",
           attr="code.module", min_length=1, max_length=253, to=To("trainer", flags.CODE_MODULE),
-          pattern=Pattern(PY_MODULE, "must be a Python module name: identifiers joined by '.'", cel=True)),
+          pattern=Pattern(grammar.PY_MODULE, "must be a Python module name: identifiers joined by '.'", cel=True)),
     Field("key", "string",
           "The file's key in the ConfigMap: a file name ending in .py (default {default}). Only with configMap.",
           attr="code.key", default=DEFAULT_CODE_KEY, schema_default=False, max_length=253,
           not_with=("module", "is only for a file in code.configMap"),
-          pattern=Pattern(CODE_KEY, "must be a ConfigMap key naming a Python file: letters, digits, '-', '_' and "
+          pattern=Pattern(grammar.CODE_KEY,
+                          "must be a ConfigMap key naming a Python file: letters, digits, '-', '_' and "
                           "'.', ending in .py", cel=True)),
 ), rules=(
     Rule("has(self.configMap) != has(self.module)",
@@ -318,12 +186,12 @@ DATASET_SOURCE = Field("datasetSource", "object",
     attr="training.dataset_source", doc="[trainer.md](trainer.md#data-from-a-url)", fields=(
     Field("url", "string", "An https:// URL ending in the file's name (no user:password@; a query is allowed).",
           min_length=1, max_length=2048, to=To("trainer", flags.DATASET_URL),
-          pattern=Pattern(HTTPS_URL, "must be an https:// URL with a host and a file name, without credentials",
+          pattern=Pattern(grammar.HTTPS_URL, "must be an https:// URL with a host and a file name, without credentials",
                           cel=True)),
     Field("sha256", "string", "The file's SHA-256, 64 lower-case hex digits (sha256sum FILE).",
           min_length=64, max_length=64,
           to=To("trainer", flags.DATASET_SHA256),
-          pattern=Pattern(SHA256_HEX, "must be 64 lower-case hex digits (a SHA-256)", cel=True)),
+          pattern=Pattern(grammar.SHA256_HEX, "must be 64 lower-case hex digits (a SHA-256)", cel=True)),
 ), rules=(
     Rule("has(self.url) && has(self.sha256)", "must set both url and sha256 (the download is checked against it)",
          lambda d: "url" in d and "sha256" in d),
@@ -361,8 +229,8 @@ TRAINING = Field("training", "object", "The model, the data and the optimisation
           "The evaluation metric the run reports as its headline (status.headline, the METRIC column), by its "
           "Keras name, e.g. mae. Unset: accuracy when the model reports it, else loss.",
           attr="training.metric", min_length=1, max_length=63, to=To("trainer", flags.METRIC),
-          pattern=Pattern(METRIC_NAME, "must be a metric name: letters, digits and '_', not starting with a digit",
-                          cel=True),
+          pattern=Pattern(grammar.METRIC_NAME,
+                          "must be a metric name: letters, digits and '_', not starting with a digit", cel=True),
           doc_default="accuracy, else loss"),
 ), rules=(
     Rule(_DATASET_RULE,
@@ -382,7 +250,7 @@ STORAGE = Field("storage", "object",
           "\"<name>-data\".",
           attr="storage.claim_name", min_length=1, max_length=253,
           to=To("pod", "spec.volumes.0.persistentVolumeClaim.claimName"),
-          pattern=Pattern(PVC_NAME, "must be a PVC name: lower-case letters, digits, '-' and '.', starting and "
+          pattern=Pattern(grammar.PVC_NAME, "must be a PVC name: lower-case letters, digits, '-' and '.', starting and "
                           "ending with a letter or digit", cel=True),
           doc_default="unset: the operator creates `<name>-data`",
           doc="Never created, owned or deleted by the operator."),
@@ -393,7 +261,7 @@ STORAGE = Field("storage", "object",
           to=To("pvc", "spec.resources.requests.storage"),
           not_with=("claimName", "is only for the PVC the operator creates"),
           rules=(Rule("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
-                      "must be a positive Kubernetes quantity, such as 500Mi or 1Gi", _positive_quantity),),
+                      "must be a positive Kubernetes quantity, such as 500Mi or 1Gi", grammar.positive_quantity),),
           doc="Defaulted by the operator rather than the schema, so that the API server can refuse it with "
               "`claimName`."),
     Field("storageClassName", "string",
@@ -424,8 +292,8 @@ EXPORT = Field("export", "object", "Where the trained model goes.", default={}, 
           f"Model name; the model lands at {layout.export_dir('<modelName>')}/<version>/ (TF Serving layout, "
           "version = 1 + the largest existing version). Default: metadata.name.",
           attr="model_name", min_length=1, max_length=63, to=To("trainer", flags.EXPORT_DIR),
-          pattern=Pattern(MODEL_NAME, "must be lower-case letters, digits, '-', '_' and '.', starting and ending "
-                          "with a letter or digit (it is one directory name)", cel=True),
+          pattern=Pattern(grammar.MODEL_NAME, "must be lower-case letters, digits, '-', '_' and '.', starting and "
+                          "ending with a letter or digit (it is one directory name)", cel=True),
           doc_default="`metadata.name`"),
 ))  # fmt: skip
 
@@ -560,7 +428,7 @@ SPEC = Field("spec", "object",
     )),
     Field("priorityClassName", "string", "The worker pods' PriorityClass (it must exist when the pods are created).",
           attr="placement.priority_class_name", max_length=253, to=To("pod", "spec.priorityClassName"),
-          pattern=Pattern(DNS1123_SUBDOMAIN, "must be a PriorityClass name (a DNS subdomain)")),
+          pattern=Pattern(grammar.DNS1123_SUBDOMAIN, "must be a PriorityClass name (a DNS subdomain)")),
     _string_map("podLabels", "placement.pod_labels",
                 "Extra labels on every worker pod (e.g. for cost reports): only keys the operator's "
                 "--allowed-pod-labels admits (none by default). Keys under distml.dev/ and "
@@ -578,7 +446,7 @@ SPEC = Field("spec", "object",
           "A Kueue LocalQueue in the run's namespace: the TFJob gets the label kueue.x-k8s.io/queue-name and is "
           "created suspended, and Kueue starts it when the queue admits it (docs/scheduling.md).",
           attr="queue_name", max_length=63, to=To("tfjob", "metadata.labels[kueue.x-k8s.io/queue-name]"),
-          pattern=Pattern(DNS1123_LABEL, "must be a LocalQueue name (a DNS label)"),
+          pattern=Pattern(grammar.DNS1123_LABEL, "must be a LocalQueue name (a DNS label)"),
           doc="[scheduling.md](scheduling.md#queues-kueue)"),
     Field("workloadPriorityClass", "string",
           "A Kueue WorkloadPriorityClass (only with queueName): the TFJob gets the label "
@@ -587,7 +455,7 @@ SPEC = Field("spec", "object",
           "--allowed-priority-classes admits (none by default).",
           attr="workload_priority_class", max_length=63,
           to=To("tfjob", "metadata.labels[kueue.x-k8s.io/priority-class]"),
-          pattern=Pattern(DNS1123_SUBDOMAIN, "must be a WorkloadPriorityClass name (a DNS subdomain)"),
+          pattern=Pattern(grammar.DNS1123_SUBDOMAIN, "must be a WorkloadPriorityClass name (a DNS subdomain)"),
           doc="[scheduling.md](scheduling.md#priority-and-preemption)"),
     SCHEDULING_POLICY,
     WATCHDOG,
@@ -607,50 +475,15 @@ SPEC = Field("spec", "object",
 
 # metadata is not part of the schema, so the API server checks the name with rules at the root.
 NAME = Field("name", "string", rules=(
-    Rule(f"self.metadata.name.matches('^{DNS1035_LABEL}$')",
+    Rule(f"self.metadata.name.matches('^{grammar.DNS1035_LABEL}$')",
          "must be a DNS-1035 label: lower-case letters, digits and '-', starting with a letter and ending with a "
          "letter or digit",
-         lambda name: re.fullmatch(DNS1035_LABEL, name) is not None, subject="metadata.name"),
+         lambda name: re.fullmatch(grammar.DNS1035_LABEL, name) is not None, subject="metadata.name"),
     Rule(f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
          f"must be at most {MAX_NAME_LENGTH} characters, so that the worker pods and services "
          '"<name>-worker-<index>" stay valid 63-character names',
          lambda name: len(name) <= MAX_NAME_LENGTH, subject="metadata.name"),
 ))  # fmt: skip
-
-
-def message(rule: Rule, path: str, cel: bool = False) -> str:
-    """The rule's message about the field at path: the API server's (cel) or the parser's ("<path>: <why>")."""
-    subject = ".".join(p for p in (path, rule.subject) if p)
-    if cel:
-        return f"{subject} {rule.why}" if rule.named else rule.why
-    return f"{subject}: {rule.why}"
-
-
-def _not_both(one: str, other: str) -> Callable[[Mapping[str, Any]], bool]:
-    return lambda obj: one not in obj or other not in obj
-
-
-def rules(f: Field, path: str) -> list[Rule]:
-    """Every rule on the field at path, in the CRD's order: its pattern's (a CEL one), its fields' not_with, its own."""
-    found = [] if f.max_key_length is None else [_key_length(f.max_key_length)]
-    if f.pattern is not None and f.pattern.cel:
-        found.append(Rule(f"self.matches('^{_cel_regex(f.pattern.regex)}$')", f.pattern.why, f.pattern.matches))
-    for sub in f.fields:
-        if sub.not_with is not None:
-            other, why = sub.not_with
-            found.append(Rule(f"!has(self.{other}) || !has(self.{sub.name})",
-                              f"cannot be set with {path}.{other}: {sub.name} {why}",
-                              _not_both(other, sub.name), subject=sub.name, field_path=True))  # fmt: skip
-    return [*found, *f.rules]
-
-
-def walk(f: Field, path: str = "spec") -> Iterator[tuple[str, Field]]:
-    """(path, field) for f and every field under it, in the table's order (array items as path[])."""
-    yield path, f
-    for sub in f.fields:
-        yield from walk(sub, f"{path}.{sub.name}")
-    if f.type == "array" and f.items is not None:
-        yield from walk(f.items, f"{path}[]")
 
 
 def find(path: str) -> Field:

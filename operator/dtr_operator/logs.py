@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from dtr_contract import layout
 
 from .api import CONTAINER_NAME, KIND, REPLICA_INDEX_LABEL
-from .fields import DNS1123_LABEL
+from .grammar import DNS1123_LABEL
 from .status.state import harmless
 
 VOLUME_LOGS = f"{layout.logs_dir('<run>')}/ on the run's volume"

@@ -18,18 +18,8 @@ from typing import Any
 
 from . import fields, labels
 from .api import API_VERSION, HOSTNAME_LABEL, KIND
-from .fields import (
-    DEFAULT_TRAINER_IMAGE,
-    INT_RANGE,
-    NAME,
-    SPEC,
-    Field,
-    bounds_text,
-    find,
-    message,
-    rules,
-    walk,
-)
+from .fields import DEFAULT_TRAINER_IMAGE, NAME, SPEC, find
+from .schema import INT_RANGE, Field, bounds_text, message, rules, walk
 
 # What the trainer must know too (tests/trainer/test_contract.py reads them here).
 MODELS = find("training.model").enum

@@ -26,7 +26,8 @@ import yaml
 from dtr_contract import flags
 
 from .api import API_VERSION, KIND, RUN_LABEL
-from .fields import CODE_KEY, CONFIGMAP_LIMIT, DNS1035_LABEL, MAX_NAME_LENGTH
+from .fields import CONFIGMAP_LIMIT, MAX_NAME_LENGTH
+from .grammar import CODE_KEY, DNS1035_LABEL
 from .spec import SpecError, parse_run
 
 CONFIGMAP_BYTES = 1024 * 1024  # CONFIGMAP_LIMIT: the API server refuses a ConfigMap whose data is larger

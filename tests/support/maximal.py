@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from dtr_operator import fields
-from dtr_operator.fields import MAX_KEY_LENGTH, MAX_KEY_PREFIX, SPEC, Field
+from dtr_operator.fields import SPEC
+from dtr_operator.schema import MAX_KEY_LENGTH, MAX_KEY_PREFIX, Field
 
 _PREFIX = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * (MAX_KEY_PREFIX - 3 * 64)])  # a 253-character DNS subdomain
 

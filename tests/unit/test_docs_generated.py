@@ -38,7 +38,7 @@ def test_the_committed_crd_is_the_one_the_field_table_generates(tmp_path) -> Non
 
 def test_every_field_and_reason_has_a_row() -> None:
     table = gen.render_fields(REPO)
-    for path, f in gen.fields.walk(gen.fields.SPEC):
+    for path, f in gen.schema.walk(gen.fields.SPEC):
         if path != "spec" and "[]" not in path and f.attr:
             assert f"| `{path.removeprefix('spec.')}` |" in table, path
     reasons = gen.render_reasons(REPO) + gen.render_events(REPO)

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 import pytest
-from dtr_operator import fields
+from dtr_operator import fields, schema
 from dtr_operator.builders import build_pvc, build_tfjob, trainer_args
 from dtr_operator.spec import parse_run
 
@@ -89,8 +89,8 @@ def _with(spec: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _destinations() -> list[tuple[str, fields.Field]]:
-    return [(path.removeprefix("spec."), f) for path, f in fields.walk(fields.SPEC) if f.to is not None]
+def _destinations() -> list[tuple[str, schema.Field]]:
+    return [(path.removeprefix("spec."), f) for path, f in schema.walk(fields.SPEC) if f.to is not None]
 
 
 def _resolve(obj: Any, path: str) -> Any:
@@ -101,7 +101,7 @@ def _resolve(obj: Any, path: str) -> Any:
     return obj
 
 
-def _landed(f: fields.Field, run_doc: dict[str, Any]) -> Any:
+def _landed(f: schema.Field, run_doc: dict[str, Any]) -> Any:
     assert f.to is not None
     run = parse_run(run_doc)
     if f.to.kind == "trainer":
@@ -118,7 +118,7 @@ def test_every_destination_has_a_sample() -> None:
 
 
 @pytest.mark.parametrize(("path", "f"), _destinations(), ids=[p for p, _ in _destinations()])
-def test_every_field_lands_where_the_table_says(path: str, f: fields.Field) -> None:
+def test_every_field_lands_where_the_table_says(path: str, f: schema.Field) -> None:
     value = SAMPLES[path]
     assert value != f.default, f"{path}: the sample must differ from the default"
     landed = _landed(f, make_run(_with(COMPANIONS.get(path, {}), _spec_with(path, value))))
@@ -133,7 +133,7 @@ def test_every_field_lands_where_the_table_says(path: str, f: fields.Field) -> N
 def test_a_default_is_a_value_the_field_accepts() -> None:
     """The schema's defaults and the operator's: set explicitly, each gives the run an empty spec gives (or the
     field's companions alone give)."""
-    for path, f in fields.walk(fields.SPEC):
+    for path, f in schema.walk(fields.SPEC):
         if f.default is not None and f.type != "object":
             path = path.removeprefix("spec.")
             base = COMPANIONS.get(path, {})

@@ -1,0 +1,44 @@
+"""The grammars of the names and values the API accepts, as full-match regexes (Kubernetes' own where the API has
+one), and their words. Pure data: the field table (fields.py), the parser and the tools that check a name before it
+reaches the cluster read them here.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Grammars, as full matches (Kubernetes' own where the API has one).
+DNS1035_LABEL = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS1123_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+PVC_NAME = r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
+MODEL_NAME = r"[a-z0-9]([-a-z0-9_.]*[a-z0-9])?"
+NPZ_PATH = r"[A-Za-z0-9._/-]+"
+CODE_KEY = r"[-._a-zA-Z0-9]+\.py"  # a ConfigMap key ('.', '..' are not) that is a Python file's name
+PY_MODULE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+HTTPS_URL = r"https://[^\s/?#@]+/[^\s?#]*[^\s/?#](\?[^\s#]*)?"  # a host (no user:password@) and a file name
+SHA256_HEX = r"[0-9a-f]{64}"
+METRIC_NAME = r"[A-Za-z_][A-Za-z0-9_]*"  # as Keras names a metric (mae, auc, top_k_categorical_accuracy)
+DOT_SEGMENT = r"(^|/)[.][.]?(/|$)"  # searched, not matched: a "." or ".." path segment
+LABEL_KEY = rf"({DNS1123_SUBDOMAIN}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?"
+LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
+# Kubernetes' resource.Quantity.
+_DECIMAL = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+QUANTITY = rf"(\+|-)?{_DECIMAL}(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?{_DECIMAL}))?"
+KEY_GRAMMAR = (
+    "an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and "
+    "ending with a letter or digit"
+)
+
+
+def positive_quantity(value: str) -> bool:
+    """A Kubernetes quantity greater than zero (500m, 2Gi)."""
+    if re.fullmatch(QUANTITY, value) is None or value.startswith("-"):
+        return False
+    number = re.match(r"[+]?([0-9]*\.?[0-9]*)", value)
+    return number is not None and any(c in "123456789" for c in number.group(1))
+
+
+def relative_path(value: str) -> bool:
+    """A path under a directory: no leading /, no . or .. segment."""
+    return re.fullmatch(NPZ_PATH, value) is not None and not value.startswith("/") and not re.search(DOT_SEGMENT, value)
