@@ -5,6 +5,7 @@ epoch's backup stays, and a trainer started again resumes from it and exports on
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,7 +50,9 @@ def test_sigterm_as_pid_1_stops_at_once_keeps_the_backup_and_a_restart_resumes(t
             proc.wait()
     text = log.read_text()
     assert code == EXIT_TERMINATED, text[-3000:]
-    assert "terminated (SIGTERM): stopping now" in text, text[-3000:]
+    # Mid-epoch it stops at once; landing in an epoch's backup (a busy machine: epochs here take a fraction of a
+    # second), it stops once that epoch is saved and logged (sigterm.py): either way now, and says so.
+    assert re.search(r"terminated \(SIGTERM\)[^\n]*: stopping now", text), text[-3000:]
     assert f"epoch {EPOCHS}/{EPOCHS} end" not in text, "it trained on after SIGTERM"
     print(f"stopped {stopped_in:.1f} s after SIGTERM")
     backups = list((volume.root / "backup").rglob("*"))
