@@ -16,6 +16,7 @@ import yaml
 from .api import GROUP, KIND, PLURAL, VERSION
 from .fields import NAME, SPEC, Field, Rule, description, message, rules
 from .reasons import CONDITION_TYPES
+from .status_fields import StatusField
 
 FILE = "crds/disttrainingrun.yaml"
 
@@ -348,6 +349,24 @@ def schema(f: Field, path: str) -> dict[str, Any]:
         out["x-kubernetes-validations"] = validations
     if f.fields:
         out["properties"] = {sub.name: schema(sub, f"{path}.{sub.name}") for sub in f.fields}
+    return out
+
+
+def _present(keys: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in keys.items() if value is not None}
+
+
+def status_schema(f: StatusField) -> dict[str, Any]:
+    """The OpenAPI schema of a status field (status_fields.py), with everything under it; keys in the order the
+    CRD has always written them (type, format and bounds, description, list type, required, items, properties)."""
+    words = {"format": f.format, "minimum": f.minimum, "maximum": f.maximum, "description": f.description or None}
+    out: dict[str, Any] = {"type": _TYPES[f.type], **_present(words), **f.extra}
+    if required := [sub.name for sub in f.fields if sub.required]:
+        out["required"] = required
+    if f.items is not None:
+        out["items" if f.type == "array" else "additionalProperties"] = status_schema(f.items)
+    if f.fields:
+        out["properties"] = {sub.name: status_schema(sub) for sub in f.fields}
     return out
 
 
