@@ -1,8 +1,8 @@
 """The DistTrainingRun CustomResourceDefinition that `kubectl apply -f crds/` installs. Pure.
 
 The spec's schema is generated from the field table (fields.py): types, defaults, bounds, enums, patterns,
-descriptions, the CEL rules and one immutability rule per field. The rest is written here by hand, as YAML: the
-names, the printer columns and the status schema (the operator writes the status; nothing parses it back).
+descriptions, the CEL rules and one immutability rule per field. The status schema is generated from the status
+field table (status_fields.py). The rest is written here by hand: the names and the printer columns.
 `make docs` (docs/gen.py) writes render() to crds/disttrainingrun.yaml, and `python docs/gen.py --check` (a unit
 test) fails when the committed file differs.
 """
@@ -15,8 +15,7 @@ import yaml
 
 from .api import GROUP, KIND, PLURAL, VERSION
 from .fields import NAME, SPEC, Field, Rule, description, message, rules
-from .reasons import CONDITION_TYPES
-from .status_fields import StatusField
+from .status_fields import STATUS, StatusField
 
 FILE = "crds/disttrainingrun.yaml"
 
@@ -73,218 +72,6 @@ PRINTER_COLUMNS = """\
   priority: 1
   jsonPath: .status.message
   description: One line about the current state.
-"""
-
-# kopf may keep handler results and bookkeeping under status: x-kubernetes-preserve-unknown-fields, never prune.
-STATUS_SCHEMA = """\
-type: object
-description: Observed state, written by the operator.
-x-kubernetes-preserve-unknown-fields: true
-properties:
-  phase:
-    type: string
-    description: Pending, Running, Suspended (spec.suspend), Succeeded or Failed.
-  reason:
-    type: string
-    description: >-
-      CamelCase reason for the phase (e.g. WaitingForPVC, TFJobRunning, TrainingSucceeded,
-      NameConflict, TFJobDeleted); docs/api.md lists them.
-  message:
-    type: string
-    description: One human-readable line about the current state.
-  observedGeneration:
-    type: integer
-    format: int64
-    description: The metadata.generation this status was computed for.
-  tfJob:
-    type: string
-    description: Name of the TFJob the operator created.
-  pvc:
-    type: string
-    description: Name of the PVC the workers mount.
-  workersReady:
-    type: string
-    description: Workers running or succeeded, out of spec.workers (e.g. 2/2).
-  workers:
-    type: object
-    description: Worker pod counts from the TFJob.
-    properties:
-      active:
-        type: integer
-        description: Workers running.
-      succeeded:
-        type: integer
-        description: Workers that exited successfully.
-      failed:
-        type: integer
-        description: Workers that failed.
-  workerRestarts:
-    type: integer
-    description: >-
-      Restarts of the workers' containers, all workers together (the kubelet's restartCount),
-      counted from the pods when the run finishes.
-  watchdog:
-    type: object
-    description: >-
-      The stall watchdog's record (spec.watchdog; docs/api.md#stalled-runs): the epochs it has seen end
-      and when, their mean time, and the restarts it made.
-    properties:
-      lastEpoch:
-        type: integer
-        description: The chief's last finished epoch the operator has seen.
-      lastEpochTime:
-        type: string
-        format: date-time
-        description: >-
-          When it ended: the container runtime's timestamp of the chief's epoch line (when the operator
-          read it, for a log without timestamps).
-      meanEpochSeconds:
-        type: number
-        description: Mean epoch time in seconds, leaving out each start's first epoch (data load, tracing).
-      timedEpochs:
-        type: integer
-        description: How many epochs that mean is of.
-      stalledSince:
-        type: string
-        format: date-time
-        description: When the last stall acted on began (its deadline passed).
-      restarts:
-        type: integer
-        description: Restarts of the workers for stalls (onStall Restart).
-      restarting:
-        type: boolean
-        description: The TFJob is suspended for such a restart and not resumed yet.
-  startTime:
-    type: string
-    format: date-time
-    description: When the TFJob started running.
-  completionTime:
-    type: string
-    format: date-time
-    description: When the TFJob finished (succeeded or failed).
-  model:
-    type: object
-    description: The exported model, once the run has succeeded.
-    properties:
-      path:
-        type: string
-        description: Path of the model directory inside the volume mount.
-      claim:
-        type: string
-        description: The PVC that holds it.
-      version:
-        type: integer
-        description: The model version (the last directory of path).
-      storageUri:
-        type: string
-        description: >-
-          pvc://<claim>/<directory of the model's versions>, as KServe's storageUri reads it
-          (TF Serving serves the highest version there); docs/models.md.
-  progress:
-    type: object
-    description: >-
-      Training progress from the chief's log, updated as epochs finish (docs/api.md#progress).
-      Field names follow Kubeflow Trainer v2's trainerStatus where they mean the same.
-    properties:
-      epoch:
-        type: integer
-        description: The last finished epoch (1-based).
-      epochs:
-        type: integer
-        description: Epochs in the run (spec.training.epochs).
-      epochsDone:
-        type: string
-        description: epoch/epochs, for the PROGRESS column (e.g. 3/8).
-      progressPercentage:
-        type: integer
-        minimum: 0
-        maximum: 100
-        description: Finished epochs as a percentage of all (rounded down).
-      estimatedRemainingSeconds:
-        type: integer
-        minimum: 0
-        description: Estimated training time left, from the chief's mean epoch time.
-      examplesPerSecond:
-        type: number
-        description: Global training throughput during the last finished epoch.
-      metrics:
-        type: array
-        description: The last finished epoch's training metrics (not the final evaluation).
-        x-kubernetes-list-type: atomic
-        items:
-          type: object
-          required: [name, value]
-          properties:
-            name:
-              type: string
-              description: Metric name, as Keras names it (loss, accuracy).
-            value:
-              type: string
-              description: Its value, as a decimal string.
-      lastUpdatedTime:
-        type: string
-        format: date-time
-        description: When the operator last read a finished epoch.
-  metrics:
-    type: object
-    description: >-
-      The chief worker's final figures, by name: every metric of the evaluation on the held-out split under
-      its Keras name (loss; accuracy when the model reports it; a regression model's mae, ...), epochs (epochs
-      trained) and examplesPerSecond (global training throughput).
-    additionalProperties:
-      type: number
-  headline:
-    type: string
-    description: >-
-      The headline metric and its value, name=value (e.g. accuracy=0.9812, mae=0.1234): spec.training.metric,
-      else accuracy when the model reports it, else loss (the METRIC column).
-  code:
-    type: object
-    description: >-
-      The run's code from spec.training.code.configMap as the operator read it before it created the TFJob:
-      which ConfigMap and key, and the file's SHA-256 (as sha256sum prints it; lineage.json beside the model
-      names the same).
-    properties:
-      configMap:
-        type: string
-        description: The ConfigMap.
-      key:
-        type: string
-        description: The key of the file in it.
-      sha256:
-        type: string
-        description: SHA-256 of the file's bytes, hex.
-  conditions:
-    type: array
-    description: >-
-      Conditions (Kubernetes conventions); types {condition_types}, and Stalled once the stall watchdog has found
-      the run stalled (True) or training again after it (False).
-    x-kubernetes-list-type: map
-    x-kubernetes-list-map-keys: [type]
-    items:
-      type: object
-      required: [type, status]
-      properties:
-        type:
-          type: string
-          description: Condition type.
-        status:
-          type: string
-          description: "True, False or Unknown."
-        reason:
-          type: string
-          description: CamelCase reason for the last transition.
-        message:
-          type: string
-          description: Human-readable details.
-        lastTransitionTime:
-          type: string
-          format: date-time
-          description: When status last changed.
-        observedGeneration:
-          type: integer
-          format: int64
-          description: The metadata.generation the condition was set for.
 """
 
 _TYPES = {"integer": "integer", "number": "number", "string": "string", "boolean": "boolean", "object": "object",
@@ -388,7 +175,7 @@ def crd() -> dict[str, Any]:
             "kind": {"type": "string", "description": f"Kind of this object ({KIND})."},
             "metadata": {"type": "object"},
             "spec": schema(SPEC, "spec"),
-            "status": _load(STATUS_SCHEMA.replace("{condition_types}", ", ".join(CONDITION_TYPES))),
+            "status": status_schema(STATUS),
         },
     }  # fmt: skip
     version = {"name": VERSION, "served": True, "storage": True, "subresources": {"status": {}},

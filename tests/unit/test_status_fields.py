@@ -15,10 +15,13 @@ from support.repo import REPO
 OPERATOR = REPO / "operator" / "dtr_operator"
 
 
-def test_the_generated_schema_is_the_hand_written_one():
-    """Moving to the table changes nothing the API server sees: the same schema, as parsed YAML."""
-    written = yaml.safe_load(crd.STATUS_SCHEMA.replace("{condition_types}", ", ".join(crd.CONDITION_TYPES)))
-    assert crd.status_schema(STATUS) == written
+def test_the_committed_crd_has_the_status_schema_the_table_generates():
+    """What the API server sees of the status is the table's. (The table replaced 211 lines of hand-written YAML,
+    which this test found equal to it, as parsed YAML, before they went; crds/disttrainingrun.yaml did not change.)
+    docs/gen.py --check finds the whole file stale; this says whether the status is why."""
+    committed = yaml.safe_load((REPO / crd.FILE).read_text())
+    (version,) = committed["spec"]["versions"]
+    assert version["schema"]["openAPIV3Schema"]["properties"]["status"] == crd.status_schema(STATUS)
 
 
 def test_kopf_keeps_its_bookkeeping_under_the_status():
