@@ -7,9 +7,9 @@ compute it (module.function), WRITERS the parts of the operator that call them. 
 - crd.py generates the CRD's status schema; `make docs` writes it to crds/disttrainingrun.yaml and
   `python docs/gen.py --check` (a unit test) fails when the committed file differs;
 - docs/gen.py renders docs/api.md's status table;
-- tests/unit/test_status_fields.py drives the writers over the unit tests' runs, TFJobs and pods, and fails on a
-  key they write or read that is not declared here, or on a field written by a writer its `by` does not name; and
-  on a status key that the readers (dtr_client.results, metrics.py, progress_schedule.py) read and that is not here.
+- tests/unit/test_status_keys.py drives the writers over the unit tests' runs, TFJobs and pods, and fails on a
+  key they write or read that is not declared here, or on a field set by a writer its `by` does not name; and on a
+  status key that the readers (dtr_client.results, metrics.py, progress_schedule.py) read and that is not here.
 
 How to add a field: docs/api.md#adding-a-status-field.
 """
@@ -60,9 +60,11 @@ WRITERS: dict[str, tuple[str, ...]] = {
     "watchdog.restarted_status": ("reconcile/stall",),
     "watchdog.settled": ("reconcile/mirror",),
 }
-# The writers of the state every status carries (status._base, and unparsed_status's own).
+# A field's writers are those that set its value; one that only carries a key over from the previous status, or
+# repeats its value, is not named (waiting_status repeats tfJob and pvc: a run's children keep their names).
+# The writers of the state every status carries (status._base, and unparsed_status's own):
 _STATE = ("status.state_status", "status.unparsed_status", "status.tfjob_status", "status.waiting_status")
-_WITH_CHILDREN = ("status.state_status", "status.tfjob_status", "status.waiting_status")
+_NAMES = ("status.state_status", "status.tfjob_status")
 _FLAGGED = ("watchdog.flagged_status",)
 _ATOMIC = {"x-kubernetes-list-type": "atomic"}
 
@@ -147,7 +149,9 @@ CONDITIONS = StatusField("conditions", "array",
 STATUS = StatusField("status", "object", "Observed state, written by the operator.",
     # kopf keeps its own bookkeeping under status (handler progress, results): the API server must never prune it.
     extra={"x-kubernetes-preserve-unknown-fields": True}, fields=(
-    StatusField("phase", "string", "Pending, Running, Suspended (spec.suspend), Succeeded or Failed.", by=_STATE),
+    StatusField("phase", "string", "Pending, Running, Suspended (spec.suspend), Succeeded or Failed.",
+                # waiting_status explains a phase (Pending, Running), it never moves it.
+                by=("status.state_status", "status.unparsed_status", "status.tfjob_status")),
     StatusField("reason", "string",
                 "CamelCase reason for the phase (e.g. WaitingForPVC, TFJobRunning, TrainingSucceeded, NameConflict, "
                 "TFJobDeleted); docs/api.md lists them.", by=_STATE),
@@ -156,8 +160,8 @@ STATUS = StatusField("status", "object", "Observed state, written by the operato
                 by=(*_STATE, "watchdog.flagged_status", "watchdog.cleared_status", "watchdog.reminded_status")),
     StatusField("observedGeneration", "integer", "The metadata.generation this status was computed for.",
                 by=_STATE, format="int64"),
-    StatusField("tfJob", "string", "Name of the TFJob the operator created.", by=_WITH_CHILDREN),
-    StatusField("pvc", "string", "Name of the PVC the workers mount.", by=_WITH_CHILDREN),
+    StatusField("tfJob", "string", "Name of the TFJob the operator created.", by=_NAMES),
+    StatusField("pvc", "string", "Name of the PVC the workers mount.", by=_NAMES),
     StatusField("workersReady", "string", "Workers running or succeeded, out of spec.workers (e.g. 2/2).",
                 by=("status.state_status", "status.tfjob_status")),
     StatusField("workers", "object", "Worker pod counts from the TFJob.", by=("status.tfjob_status",), fields=(
