@@ -8,8 +8,9 @@ compute it (module.function), WRITERS the parts of the operator that call them. 
   `python docs/gen.py --check` (a unit test) fails when the committed file differs;
 - docs/gen.py renders docs/api.md's status table;
 - tests/unit/test_status_keys.py drives the writers over the unit tests' runs, TFJobs and pods, and fails on a
-  key they write or read that is not declared here, or on a field set by a writer its `by` does not name; and on a
-  status key that the readers (dtr_client.results, metrics.py, progress_schedule.py) read and that is not here.
+  key they write or read that is not declared here, on a field set by a writer its `by` does not name or never
+  written; and on a status key that the readers (dtr_client.results, metrics.py, progress_schedule.py) read and
+  that is not here.
 
 How to add a field: docs/api.md#adding-a-status-field.
 """
@@ -147,7 +148,8 @@ CONDITIONS = StatusField("conditions", "array",
 )))  # fmt: skip
 
 STATUS = StatusField("status", "object", "Observed state, written by the operator.",
-    # kopf keeps its own bookkeeping under status (handler progress, results): the API server must never prune it.
+    # kopf may keep handler results and its own bookkeeping under status, which nothing here declares: the API
+    # server must never prune them.
     extra={"x-kubernetes-preserve-unknown-fields": True}, fields=(
     StatusField("phase", "string", "Pending, Running, Suspended (spec.suspend), Succeeded or Failed.",
                 # waiting_status explains a phase (Pending, Running), it never moves it.
