@@ -268,19 +268,20 @@ RESUMED = parse_run(make_run({"workers": 2}, uid="u-1", generation=3))  # spec.s
 
 
 def suspended_and_queued() -> list[Life]:
-    """spec.suspend and back, its pods then stuck, seen by the waiting loop before the update handler mirrors the
-    new generation; a run queued in Kueue, admitted, preempted."""
-    suspend, queue = running_life(), Life()
+    """spec.suspend and back; the same while its pods could not start, read by the waiting loop (generation 3)
+    before the update handler mirrored it; a run queued in Kueue, admitted, preempted."""
+    suspend, race, queue = running_life(), Life(), Life()
     epoch(suspend, 1, 30)
     held = tfjob([cond("Created"), cond("Suspended")])
-    resumed = tfjob([cond("Created")])
-    for run, job in ((SUSPENDED_RUN, running_job()), (SUSPENDED_RUN, held), (RUN, held), (RUN, resumed)):
+    for run, job in ((SUSPENDED_RUN, running_job()), (SUSPENDED_RUN, held), (RESUMED, held),
+                     (RESUMED, tfjob([cond("Created")]))):  # fmt: skip
         tfjob_step(suspend, run, job, [], T2)
+    tfjob_step(race, RUN, tfjob([cond("Created")]), [], T1)
     stuck = [waiting_pod(0, "ImagePullBackOff", "back-off"), waiting_pod(1)]
-    suspend.step("status.waiting_status", lambda prev: st.waiting_status(RESUMED, stuck, prev, T2))
+    race.step("status.waiting_status", lambda prev: st.waiting_status(RESUMED, stuck, prev, T2))
     for job in (held, running_job(), held):
         tfjob_step(queue, QUEUED_RUN, job, [], T1)
-    return [suspend, queue]
+    return [suspend, race, queue]
 
 
 def every_tfjob_condition() -> list[Life]:
