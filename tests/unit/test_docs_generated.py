@@ -41,6 +41,9 @@ def test_every_field_and_reason_has_a_row() -> None:
     for path, f in gen.schema.walk(gen.fields.SPEC):
         if path != "spec" and "[]" not in path and f.attr:
             assert f"| `{path.removeprefix('spec.')}` |" in table, path
+    status = gen.render_status(REPO)
+    for path, _ in gen.status_fields.walk():
+        assert f"| `{path}` |" in status, path
     reasons = gen.render_reasons(REPO) + gen.render_events(REPO)
     for reason in gen.reasons.REASONS:
         assert f"| `{reason.name}` |" in reasons, reason.name
