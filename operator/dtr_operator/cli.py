@@ -36,8 +36,8 @@ from .spec import DEFAULT_TRAINER_IMAGE, SpecError
 AddParser = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 # Modules with an `add_parser(subparsers)`; skipped when the module does not exist (yet).
-EXTENSIONS = ("dtr_operator.logs", "dtr_operator.namespaces", "dtr_operator.local.cli", "dtr_operator.transfer_cli",
-              "dtr_operator.submit", "dtr_operator.tensorboard_cli", "dtr_operator.curves_cli")
+EXTENSIONS = ("dtr_client.logs", "dtr_client.namespaces", "dtr_client.local.cli", "dtr_client.volume",
+              "dtr_client.submit", "dtr_operator.tensorboard_cli", "dtr_operator.curves_cli")
 
 
 EXIT_BAD_INPUT = 2  # argparse's own code for a bad command line; a bad file or flag value is the same kind
@@ -53,8 +53,9 @@ def _bad_input(command: str, message: str) -> int:
 
 def render(path: str, default_image: str) -> str:
     """The YAML of every object the operator would create for the runs in a file."""
+    from dtr_client.runfile import read_run_file
+
     from .builders import build_pvc, build_tfjob
-    from .runfile import read_run_file
 
     docs = []
     for run in read_run_file(path, default_image=default_image):
@@ -66,7 +67,7 @@ def render(path: str, default_image: str) -> str:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from .runfile import RunFileError
+    from dtr_client.runfile import RunFileError
 
     try:
         sys.stdout.write(render(args.file, args.trainer_image))
@@ -81,10 +82,11 @@ def _render_check(args: argparse.Namespace) -> int:
     """--cluster: what the cluster's operator would say to each run (cluster_check.py), on stderr."""
     from pathlib import Path
 
-    from .cluster_check import verdicts
+    from dtr_client.cluster_check import verdicts
+    from dtr_client.namespaces import operator_deployments
+    from dtr_client.runfile import parse_run_doc, runs_from_text
+
     from .kube import ApiError, Kube, NoCredentials, current_namespace
-    from .namespaces import operator_deployments
-    from .runfile import parse_run_doc, runs_from_text
 
     try:
         kube = Kube.for_cli()

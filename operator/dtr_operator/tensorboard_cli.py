@@ -14,8 +14,9 @@ from typing import Any
 
 from dtr_contract import layout
 
+from dtr_client.volume import seconds_arg
+
 from .api import KIND
-from .transfer_cli import seconds_arg
 
 EXIT_FAILED = 1
 CHECK_SECONDS = 5.0  # how often a serving TensorBoard is checked (its process, its pod) while we wait for Ctrl-C
@@ -28,7 +29,7 @@ def _sigterm(*_: Any) -> None:
 def _client(args: argparse.Namespace) -> Any:
     from dtr_client import TrainingClient
     from dtr_client.cluster import ClusterBackend
-    from dtr_client.local import LocalBackend
+    from dtr_client.local.backend import LocalBackend
 
     from .kube import Kube, current_namespace
 
@@ -76,9 +77,8 @@ def _port(text: str) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from dtr_client import transfer as tr
     from dtr_client.tensorboard import START_TIMEOUT
-
-    from . import transfer as tr
 
     p = sub.add_parser(
         "tensorboard", help="TensorBoard on a run's logs at http://127.0.0.1:PORT/ until Ctrl-C",

@@ -199,7 +199,7 @@ def test_the_operator_command_loads_none_of_the_local_tooling():
         "from dtr_operator import cli\n"
         "cli.build_parser().parse_args(['operator', '--all-namespaces'])\n"
         "print(sorted(m for m in sys.modules\n"
-        "             if m.startswith('dtr_operator.local.') and m != 'dtr_operator.local.cli'))\n"
+        "             if m.startswith('dtr_client.local.') and m != 'dtr_client.local.cli'))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out

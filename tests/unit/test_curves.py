@@ -15,13 +15,13 @@ import pytest
 from dtr_client import Progress, RunStatus, TrainingClient
 from dtr_client.cluster import ClusterBackend
 from dtr_client.curves import compare_lines, flatten, history_of, spec_differences
-from dtr_client.local import LocalBackend
+from dtr_client.local import runner
+from dtr_client.local.backend import LocalBackend
 from dtr_client.plots import plot_histories
 from dtr_contract import history, layout
 from dtr_contract.history import history_line, read_history
 from dtr_contract.progress import epoch_end_line, trainer_line
 from dtr_operator import cli, kube
-from dtr_operator.local import runner
 from dtr_operator.spec import created_pvc_name
 from test_transfer_cli import NS, ProcessStream
 from test_transfer_cli import FakeKube as TransferKube

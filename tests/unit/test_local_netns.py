@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dtr_operator.local import runner
+from dtr_client.local import runner
 
 from support.runs import digits_run
 
 # A child that (maybe) isolates itself, binds 0.0.0.0 as TF does, proves loopback works, then waits.
 CHILD = """
 import socket, sys
-from dtr_operator.local import netns
+from dtr_client.local import netns
 why = netns.isolate() if sys.argv[1] == "isolate" else "not asked"
 server = socket.socket()
 server.bind(("0.0.0.0", 0))

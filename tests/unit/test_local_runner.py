@@ -1,4 +1,4 @@
-"""Pure decisions of `dtr run` (dtr_operator.local.runner): restarts, outcome, the status it prints."""
+"""Pure decisions of `dtr run` (dtr_client.local.runner): restarts, outcome, the status it prints."""
 
 import io
 import json
@@ -7,10 +7,10 @@ import sys
 
 import pytest
 import yaml
+from dtr_client.local import kubelet
+from dtr_client.local import runner as r
 from dtr_contract import exits
 from dtr_operator import builders, reasons, status
-from dtr_operator.local import kubelet
-from dtr_operator.local import runner as r
 from dtr_operator.spec import parse_run
 
 RUN = """

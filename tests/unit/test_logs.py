@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from dtr_operator import logs
+from dtr_client import logs
 from dtr_operator.cli import main
 
 

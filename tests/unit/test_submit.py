@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 import yaml
+from dtr_client import submit
+from dtr_client.local import runner, translate
 from dtr_contract import flags, layout
-from dtr_operator import cli, submit
+from dtr_operator import cli
 from dtr_operator.builders import CODE_FILE_MODE, build_tfjob
 from dtr_operator.kube import ApiError
-from dtr_operator.local import runner, translate
 from dtr_operator.spec import parse_run
 
 SOURCE = "import numpy as np\n\n\ndef build_model(ctx):\n    return None\n\n\ndef load_data(ctx):\n    return None\n"

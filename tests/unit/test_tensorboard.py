@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from dtr_client import tensorboard as board
+from dtr_client import transfer as tr
 from dtr_operator import kube
-from dtr_operator import transfer as tr
 from dtr_operator.api import RUN_LABEL
 from dtr_operator.builders import build_network_policy, build_tfjob
 from dtr_operator.spec import parse_run

@@ -20,9 +20,9 @@ from typing import Any, TextIO
 
 from dtr_contract import layout
 
-from .api import CONTAINER_NAME, KIND, REPLICA_INDEX_LABEL
-from .fields import DNS1123_LABEL
-from .status import harmless
+from dtr_operator.api import CONTAINER_NAME, KIND, REPLICA_INDEX_LABEL
+from dtr_operator.fields import DNS1123_LABEL
+from dtr_operator.status import harmless
 
 VOLUME_LOGS = f"{layout.logs_dir('<run>')}/ on the run's volume"
 KUBELET_GONE = "unable to retrieve container logs for "
@@ -119,7 +119,7 @@ def show(kube: Any, namespace: str, name: str, worker: int | None, previous: boo
 def follow(kube: Any, namespace: str, name: str, worker: int | None, tail: int | None, out: TextIO) -> bool:
     """One thread per worker; lines are written whole, as they come. False when a worker's log could not
     be followed (said in one line on stderr: a container still starting, a pod gone)."""
-    from .kube import ApiError
+    from dtr_operator.kube import ApiError
 
     lock = threading.Lock()
     failed: list[int] = []
@@ -145,13 +145,13 @@ def follow(kube: Any, namespace: str, name: str, worker: int | None, tail: int |
 
 
 def _logs(args: argparse.Namespace) -> int:
-    from .kube import ApiError, Kube, NoCredentials, current_namespace
+    from dtr_operator.kube import ApiError, Kube, NoCredentials, current_namespace
 
     if args.follow and args.previous:
         print("dtr logs: --previous shows a container that has ended; it cannot be followed (-f)", file=sys.stderr)
         return 2
-    from dtr_client import TrainingClient
-    from dtr_client.cluster import ClusterBackend
+    from . import TrainingClient
+    from .cluster import ClusterBackend
 
     try:
         client = TrainingClient(ClusterBackend(Kube.for_cli(), args.namespace or current_namespace()))

@@ -30,11 +30,12 @@ from typing import Any, TextIO
 
 from dtr_contract import layout
 
+from dtr_operator.api import KIND
+from dtr_operator.builders import RUN_AS
+from dtr_operator.spec import SpecError, parse_run
+
 from . import copier
 from . import transfer as tr
-from .api import KIND
-from .builders import RUN_AS
-from .spec import SpecError, parse_run
 
 PROGRAM = Path(copier.__file__).read_bytes()
 DELETE_WAIT = 30.0  # seconds to wait for the pod to be gone (its volume released) before saying so
@@ -87,7 +88,7 @@ async def _send(stream: Any, frames: Iterable[bytes]) -> None:
 
 async def _read(stream: Any, on_frame: OnFrame) -> tuple[bytes | None, str]:
     """Until the session ends: stdout's frames to on_frame; (the exec status, stderr)."""
-    from .kube import EXEC_STATUS, STDERR, STDOUT
+    from dtr_operator.kube import EXEC_STATUS, STDERR, STDOUT
 
     frames, stderr, status = copier.Frames(), bytearray(), None
     while (got := await stream.read()) is not None:
@@ -177,7 +178,7 @@ def _wait_started(kube: Any, namespace: str, name: str, timeout: float, node: st
 
 def _remove(kube: Any, namespace: str, name: str) -> None:
     """Delete the pod (Ctrl-C cannot interrupt the request) and wait a little for it to be gone."""
-    from .kube import ApiError
+    from dtr_operator.kube import ApiError
 
     previous = _set_sigint(signal.SIG_IGN)
     try:
@@ -208,7 +209,7 @@ def _set_sigint(handler: Any) -> Any:
 def transfer_pod(kube: Any, namespace: str, pvc: dict[str, Any], image: str, read_only: bool, what: str,
                  timeout: float) -> Iterator[str]:  # fmt: skip
     """A running transfer pod for the claim, deleted afterwards whatever happens (also on Ctrl-C)."""
-    from .kube import ApiError
+    from dtr_operator.kube import ApiError
 
     claim = pvc["metadata"]["name"]
     node = claim_node(kube, namespace, pvc)
@@ -234,7 +235,7 @@ def claim_node(kube: Any, namespace: str, pvc: dict[str, Any]) -> str | None:
 
 def _pods(kube: Any, namespace: str) -> list[dict[str, Any]]:
     """The namespace's pods, to find the claim's users; none when we may not list them (placement is a help)."""
-    from .kube import ApiError
+    from dtr_operator.kube import ApiError
 
     try:
         return kube.list_pods(namespace)
@@ -249,7 +250,7 @@ def _pods(kube: Any, namespace: str) -> list[dict[str, Any]]:
 
 def _run(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
     """The run, or None when there is none or we may not read runs (a claim is enough for data put)."""
-    from .kube import ApiError
+    from dtr_operator.kube import ApiError
 
     try:
         return kube.get_run(namespace, name)
@@ -378,7 +379,7 @@ def _sigterm(*_: Any) -> None:
 
 
 def _main(command: str, action: Callable[[Any, str], str], namespace: str | None) -> int:
-    from .kube import ApiError, Kube, NoCredentials, current_namespace
+    from dtr_operator.kube import ApiError, Kube, NoCredentials, current_namespace
 
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
@@ -444,7 +445,7 @@ def seconds_arg(text: str) -> float:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    from .settings import default_trainer_image
+    from dtr_operator.settings import default_trainer_image
 
     p.add_argument("-n", "--namespace", help="the namespace of the run or claim (default: the kubeconfig context's)")
     p.add_argument("--image", default=default_trainer_image(os.environ), metavar="IMG",

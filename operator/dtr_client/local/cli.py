@@ -7,11 +7,11 @@ from pathlib import Path
 
 from dtr_contract import flags
 
-from dtr_operator import submit
+from .. import submit
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dtr_operator.local import netns, runner  # only when running: `dtr operator` never imports it
+    from . import netns, runner  # only when running: `dtr operator` never imports it
 
     base_dir = args.dir if args.dir is not None else runner.default_base_dir()
     python = args.python if args.python is not None else runner.default_python()

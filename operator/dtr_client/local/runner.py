@@ -34,11 +34,13 @@ from dtr_contract import exits, flags, layout
 from dtr_contract.container import PORT
 from dtr_contract.progress import EpochEnd, is_heartbeat, parse_epoch_end_line
 
-from dtr_operator import api, builders, reasons, status, submit
+from dtr_operator import api, builders, reasons, status
 from dtr_operator.api import KIND
-from dtr_operator.local import kubelet, ports, translate
-from dtr_operator.runfile import RunFileError, parse_run_doc, runs_from_text
 from dtr_operator.spec import DEFAULT_TRAINER_IMAGE, RunSpec, SpecError
+
+from .. import submit
+from ..runfile import RunFileError, parse_run_doc, runs_from_text
+from . import kubelet, ports, translate
 
 STOP_GRACE_SECONDS = 5.0
 POLL_SECONDS = 0.2

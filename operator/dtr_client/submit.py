@@ -25,9 +25,9 @@ from typing import Any
 import yaml
 from dtr_contract import flags
 
-from .api import API_VERSION, KIND, RUN_LABEL
-from .fields import CODE_KEY, CONFIGMAP_LIMIT, DNS1035_LABEL, MAX_NAME_LENGTH
-from .spec import SpecError, parse_run
+from dtr_operator.api import API_VERSION, KIND, RUN_LABEL
+from dtr_operator.fields import CODE_KEY, CONFIGMAP_LIMIT, DNS1035_LABEL, MAX_NAME_LENGTH
+from dtr_operator.spec import SpecError, parse_run
 
 CONFIGMAP_BYTES = 1024 * 1024  # CONFIGMAP_LIMIT: the API server refuses a ConfigMap whose data is larger
 OWN_IMAGE = "build an image FROM the trainer image with your code and name its module in spec.training.code.module"
@@ -179,7 +179,7 @@ _Dumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:
 def submit(kube: Any, config_map: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
     """Create the ConfigMap, then the run, then make the run own the ConfigMap; the run as created. A run the API
     refuses takes its new ConfigMap with it."""
-    from .kube import AlreadyExists, ApiError
+    from dtr_operator.kube import AlreadyExists, ApiError
 
     meta = config_map["metadata"]
     try:
@@ -198,7 +198,7 @@ def submit(kube: Any, config_map: dict[str, Any], doc: dict[str, Any]) -> dict[s
 
 def _watch_lines(doc: Mapping[str, Any], config_map: Mapping[str, Any]) -> list[str]:
     """What was created, the file's SHA-256 (status.code will say the same), and how to follow the run."""
-    from .status import code_status, configmap_content
+    from dtr_operator.status import code_status, configmap_content
 
     name, namespace = doc["metadata"]["name"], config_map["metadata"]["namespace"]
     key = doc["spec"]["training"]["code"]["key"]
@@ -212,7 +212,7 @@ def _watch_lines(doc: Mapping[str, Any], config_map: Mapping[str, Any]) -> list[
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from .kube import ApiError, Kube, NoCredentials, current_namespace
+    from dtr_operator.kube import ApiError, Kube, NoCredentials, current_namespace
 
     namespace = args.namespace or current_namespace()
     try:
@@ -223,8 +223,8 @@ def _submit(args: argparse.Namespace) -> int:
     if args.dry_run:
         sys.stdout.write(yaml.dump_all([config_map, doc], Dumper=_Dumper, sort_keys=False))
         return 0
-    from dtr_client import TrainingClient
-    from dtr_client.cluster import ClusterBackend
+    from . import TrainingClient
+    from .cluster import ClusterBackend
 
     given = {dest: getattr(args, dest) for dest, *_ in OPTIONS} | {"claim": args.claim, "image": args.image}
     try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from dtr_operator.settings import Settings
 
 OPERATOR_LABEL = "app.kubernetes.io/name=dtr-operator"
 CONTAINER = "operator"
@@ -39,7 +39,7 @@ class Watcher:
 def watched_namespaces(deployment: Mapping[str, Any]) -> tuple[str, ...]:
     """The namespaces the Deployment's operator container watches, as `dtr operator` reads its
     flags and environment (literal env values only); an empty tuple means all namespaces."""
-    from . import settings as cfg
+    from dtr_operator import settings as cfg
 
     container = _operator_container(deployment)
     env = _literal_env(container)
@@ -55,14 +55,14 @@ def watched_namespaces(deployment: Mapping[str, Any]) -> tuple[str, ...]:
 def operator_settings(deployment: Mapping[str, Any]) -> Settings:
     """The settings the Deployment's operator runs with, as `dtr operator` reads its flags and environment
     (literal env values only); SettingsError when one is invalid (that operator stops at start)."""
-    from . import settings as cfg
+    from dtr_operator import settings as cfg
 
     container = _operator_container(deployment)
     return cfg.from_args(_operator_args(container), _literal_env(container))
 
 
 def _operator_parser() -> argparse.ArgumentParser:
-    from . import settings as cfg
+    from dtr_operator import settings as cfg
 
     parser = argparse.ArgumentParser(add_help=False)
     cfg.add_arguments(parser)
@@ -120,7 +120,7 @@ def report(found: Sequence[Watcher], namespace: str | None) -> tuple[int, list[s
 def operator_deployments(kube: Any) -> list[dict[str, Any]]:
     """The operators' Deployments: cluster-wide, else (not allowed to list them everywhere) where deploy/ puts
     the operator. ApiError when neither may be read."""
-    from .kube import ApiError
+    from dtr_operator.kube import ApiError
 
     query = [("labelSelector", OPERATOR_LABEL)]
     try:
@@ -133,7 +133,7 @@ def operator_deployments(kube: Any) -> list[dict[str, Any]]:
 
 
 def _namespaces(args: argparse.Namespace) -> int:
-    from .kube import ApiError, Kube, NoCredentials
+    from dtr_operator.kube import ApiError, Kube, NoCredentials
 
     try:
         items = operator_deployments(Kube.for_cli())
