@@ -16,11 +16,11 @@ import threading
 from typing import Any
 
 import kopf
+from dtr_cli.cli import main
 from dtr_operator import (
     handlers,  # noqa: F401  (registers the operator's handlers, configure() first)
     reconcile,
 )
-from dtr_operator.cli import main
 from dtr_operator.kube import Kube
 from kubernetes.client import ApiClient
 

@@ -1,5 +1,5 @@
 """The Python client for DistTrainingRuns (docs/client.md): TrainingClient, on a cluster or with local processes,
-and the library under the `dtr` commands.
+and the library under the `dtr` commands (dtr_cli).
 
     client.py   TrainingClient: create, get, list, wait, progress, logs, history, plot, delete, suspend, resume,
                 fetch_model, evaluate, tensorboard

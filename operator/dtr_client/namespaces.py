@@ -1,4 +1,4 @@
-"""`dtr namespaces [-n NS]`: which namespaces the operators on this cluster watch.
+"""Which namespaces the operators on this cluster watch (`dtr namespaces`; `dtr render --cluster`, cluster_check.py).
 
 A run in a namespace no operator watches gets no status and no event: nothing reads it. The
 operators' Deployments (label app.kubernetes.io/name=dtr-operator) say which namespaces they watch
@@ -8,7 +8,6 @@ in their flags and environment; this reads them with the same parser `dtr operat
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -130,29 +129,3 @@ def operator_deployments(kube: Any) -> list[dict[str, Any]]:
             raise
     path = f"/apis/apps/v1/namespaces/{DEFAULT_DEPLOY_NAMESPACE}/deployments"
     return list(kube.request("GET", path, query=query).get("items") or [])
-
-
-def _namespaces(args: argparse.Namespace) -> int:
-    from dtr_operator.kube import ApiError, Kube, NoCredentials
-
-    try:
-        items = operator_deployments(Kube.for_cli())
-    except NoCredentials as err:
-        print(f"dtr namespaces: {err}", file=sys.stderr)
-        return 1
-    except ApiError as err:
-        print(f"dtr namespaces: the API server said {err.status} {err.reason}: {err.message}", file=sys.stderr)
-        return 1
-    code, lines = report(watchers(items), args.namespace)
-    print("\n".join(lines))
-    return code
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "namespaces",
-        help="which namespaces the cluster's operators watch (runs elsewhere get no status)",
-        description=__doc__.split("\n\n")[0],
-    )
-    p.add_argument("-n", "--namespace", help="also say whether this namespace is watched (exit 1 if not)")
-    p.set_defaults(func=_namespaces)

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dtr_cli import cli
 from dtr_client import InvalidRun, Progress, RunFailed, RunStatus, TrainingClient, submit
 from dtr_client.cluster import ClusterBackend
 from dtr_client.local import backend as local_backend
 from dtr_client.local import runner
 from dtr_client.results import new_epochs, outcome, run_document
 from dtr_contract.progress import epoch_end_line, trainer_line
-from dtr_operator import cli, kube
+from dtr_operator import kube
 
 from support.runs import run_doc
 

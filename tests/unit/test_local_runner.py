@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import yaml
+from dtr_cli.command import run_command
 from dtr_client.local import kubelet
 from dtr_client.local import runner as r
 from dtr_contract import exits
@@ -113,7 +114,8 @@ def test_end_by_limits(policy, run_policy, restarts, elapsed, end):
 
 
 def test_a_pod_a_local_process_cannot_play_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
-    """translate.TranslateError (here: an env var from a Secret) from starting a worker: exit 2 and one line."""
+    """translate.TranslateError (here: an env var from a Secret) from starting a worker: exit 2 and one line (the
+    command's one way from an error to an exit code, dtr_cli.command)."""
     build_tfjob = builders.build_tfjob
 
     def with_a_secret(run):
@@ -124,8 +126,9 @@ def test_a_pod_a_local_process_cannot_play_is_one_line_not_a_traceback(tmp_path,
 
     monkeypatch.setattr(r.builders, "build_tfjob", with_a_secret)
     (tmp_path / "run.yaml").write_text(RUN)
-    code = r.run_file(str(tmp_path / "run.yaml"), base_dir=tmp_path / "state", python=sys.executable,
-                      out=io.StringIO(), on_signal=lambda _s, _h: signal.SIG_DFL)  # fmt: skip
+    code = run_command("run", lambda _: r.run_file(str(tmp_path / "run.yaml"), base_dir=tmp_path / "state",
+                                                   python=sys.executable, out=io.StringIO(),
+                                                   on_signal=lambda _s, _h: signal.SIG_DFL), None)  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2
     assert err == "dtr run: env TOKEN: its valueFrom cannot be resolved without a cluster\n"

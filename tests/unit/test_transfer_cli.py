@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dtr_cli.cli import main
 from dtr_client import copier, transfer, volume
 from dtr_contract import layout
 from dtr_operator import kube
-from dtr_operator.cli import main
 from test_copier import make_tree, written
 
 NS = "ml"

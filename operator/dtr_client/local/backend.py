@@ -129,7 +129,7 @@ class LocalBackend:
 
     def _start(self, name: str) -> None:
         submitted = self._dir(name) / SUBMITTED
-        argv = [sys.executable, "-m", "dtr_operator.cli", "run", str(submitted / RUN_FILE), "--dir", str(self.base_dir),
+        argv = [sys.executable, "-m", "dtr_cli", "run", str(submitted / RUN_FILE), "--dir", str(self.base_dir),
                 "--python", self.python]  # fmt: skip
         argv += [arg for code in submitted.glob("*.py") for arg in (flags.CODE, str(code))]
         argv += ["--host-network"] if self.host_network else []

@@ -573,14 +573,11 @@ def run_file(
     network: Callable[[], str | None] = lambda: None,
 ) -> int:
     """`dtr run FILE` (a run file, with --code its code's file) or `dtr run FILE.py` (the run `dtr submit FILE.py`
-    would send, `given` its options): exit 0 when the run Succeeded, 1 when it Failed, 2 for bad input, 130
-    interrupted. network() readies the network the workers will share, once the input is good: None, or a
-    warning to print (local/netns.py)."""
-    try:
-        local = _prepare_run(path, base_dir, python, Console(out), code, given or {})
-    except RunError as exc:
-        print(f"dtr run: {exc}", file=sys.stderr)
-        return 2
+    would send, `given` its options): exit 0 when the run Succeeded, 1 when it Failed, 130 interrupted; bad input
+    is a RunError, or a translate.TranslateError for a pod a local process cannot play (both one line, exit 2 in
+    dtr_cli). network() readies the network the workers will share, once the input is good: None, or a warning to
+    print (netns.py)."""
+    local = _prepare_run(path, base_dir, python, Console(out), code, given or {})
     if (warning := network()) is not None:
         print(warning, file=sys.stderr, flush=True)
 
@@ -599,11 +596,9 @@ def run_file(
         console.say(f"[dtr] code {recorded['key']} (sha256 {recorded['sha256']}) -> {local.code_dir}")
     try:
         phase, reason, message = local.execute()
-    except (RunError, translate.TranslateError) as exc:
-        # A TranslateError: the pod asks for what a local process cannot be given; one line, as for bad input.
+    except (RunError, translate.TranslateError):
         local.stop_all()
-        print(f"dtr run: {exc}", file=sys.stderr)
-        return 2
+        raise
     finally:
         for s, handler in previous.items():
             on_signal(s, handler)
