@@ -61,9 +61,10 @@ install-cli: ## link $(PREFIX)/bin/dtr (PREFIX=~/.local) to ./dtr, so that `dtr`
 # xenon fails on any function of the product ranked C, i.e. above 10.
 COMPLEXITY_PATHS := operator trainer contract docs/gen.py deploy/images/lock.py deploy/images/slim_trainer.py
 
-lint: setup-op lint-deploy ## ruff on all Python; complexity <= 10 (radon) in the product; the images' locks; shellcheck and hadolint on the deploy files
+lint: setup-op lint-deploy ## ruff on all Python; complexity <= 10 (radon) in the product; the import layers; the images' locks; shellcheck and hadolint on the deploy files
 	$(OP)/ruff check operator trainer contract tests bench devcluster docs deploy
 	$(OP)/xenon --max-absolute B $(COMPLEXITY_PATHS)
+	$(OP)/lint-imports
 	$(OP)/python deploy/images/lock.py --check
 
 # The images' hash-pinned locks (operator/locks/, trainer/locks/) from the pinned lists; PyPI, seconds.

@@ -482,8 +482,8 @@ def render_status(repo: Path = REPO) -> str:
     calls = [f"| `{name}` | {', '.join(f'`{c}.py`' for c in callers)} |"
              for name, callers in status_fields.WRITERS.items()]
     return "\n".join([*rows, "", "An empty *written by* is the enclosing object's. Each writer is a pure function "
-                      "(status.py, watchdog.py: the same inputs give the same status), called from these modules of "
-                      "`operator/dtr_operator/` (`local/runner.py` is `dtr run`):", "",
+                      "(status/, watchdog.py: the same inputs give the same status), called from these modules of "
+                      "`operator/` (`dtr_client/local/runner.py` is `dtr run`):", "",
                       "| writer | called from |", "|---|---|", *calls])  # fmt: skip
 
 

@@ -90,7 +90,7 @@ CLUSTER_DOWN = (*CLUSTER, "down", "--purge", "--dir", str(CLUSTER_DIR))
 STEPS: tuple[Step, ...] = (
     # main lane
     Step("setup", make("setup"), "both Python environments (pinned)"),
-    Step("lint", make("lint"), "ruff, complexity (xenon), the images' locks, shellcheck, hadolint"),
+    Step("lint", make("lint"), "ruff, complexity (xenon), the import layers, the images' locks, shellcheck, hadolint"),
     Step("unit", make("test-unit"), "pure functions", budget=60, tier=True),
     Step("control-plane build", make("cluster-build"), "etcd, Kubernetes, training-operator from source"),
     Step("trainer", make("test-trainer"), "real MWMS processes, the contract, the pinned list", budget=400, tier=True),

@@ -119,7 +119,7 @@ class Sampler(threading.Thread):
 
 def start_operator(kubeconfig: Path, workdir: Path, metrics_port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    args = [sys.executable, "-m", "dtr_operator.cli", "operator", "--namespace", NS,
+    args = [sys.executable, "-m", "dtr_cli", "operator", "--namespace", NS,
             "--metrics-port", str(metrics_port), "--liveness-port", str(controlplane.free_port()),
             *EXPANDING_ARGS]  # fmt: skip
     out = open(workdir / "operator.log", "wb")  # noqa: SIM115 (lives as long as the process)

@@ -16,8 +16,8 @@ import threading
 from typing import Any
 
 import kopf
+from dtr_cli.cli import main
 from dtr_operator import handlers  # noqa: F401  (registers the operator's handlers, configure() first)
-from dtr_operator.cli import main
 from dtr_operator.kube import Kube
 from dtr_operator.reconcile.reconciler import Reconciler
 from kubernetes.client import ApiClient

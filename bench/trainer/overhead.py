@@ -148,7 +148,7 @@ def timestamped(argv: list[str], env: dict) -> tuple[list[tuple[float, str]], fl
 def run_once(tree: Tree, rnd: int, work: Path, epochs: int) -> Run:
     run_dir = work / f"run-{tree.name}-{rnd}"
     env = {**os.environ, "PYTHONPATH": f"{tree.root / 'operator'}:{tree.root / 'contract'}"}
-    argv = [str(REPO / ".venv/op/bin/python"), "-m", "dtr_operator", "run", str(tree.root / RUN_FILE),
+    argv = [str(REPO / ".venv/op/bin/python"), "-m", "dtr_cli", "run", str(tree.root / RUN_FILE),
             "--dir", str(run_dir), "--python", str(trainer_python(tree, work))]
     before = os.getloadavg()[0]
     lines, total, code = timestamped(argv, env)

@@ -18,9 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from dtr_operator import submit
-
-from . import models
+from . import models, submit
 from .results import Progress, RunStatus, new_epochs, outcome, run_document
 from .tensorboard import START_TIMEOUT, TensorBoardHandle
 
@@ -50,7 +48,7 @@ def _backend(backend: str, namespace: str | None, local_dir: str | Path | None) 
     from dtr_operator.kube import NoCredentials
 
     from .cluster import ClusterBackend
-    from .local import LocalBackend
+    from .local.backend import LocalBackend
 
     if backend not in ("auto", "cluster", "local"):
         raise ValueError(f"backend {backend!r}: one of 'auto', 'cluster', 'local'")
@@ -130,7 +128,7 @@ class TrainingClient:
         lineage.json unless given): {"accuracy", "examples", "dataset", "seed"}. In the trainer's Python
         (TensorFlow; `python`, default DTR_TRAINER_PYTHON or the repository's .venv/trainer), as `dtr run`
         runs the workers; EvaluationFailed with the scorer's error."""
-        from dtr_operator.local import runner
+        from .local import runner
 
         return models.evaluate(python or runner.default_python(), model_dir, dataset, seed, data_dir)
 

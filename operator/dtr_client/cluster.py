@@ -1,7 +1,7 @@
 """The client's cluster backend: runs as DistTrainingRuns on an API server, through kube.py (dtr's own calls).
 
 Credentials as every dtr command takes them (Kube.for_cli): KUBECONFIG, ~/.kube/config, then a pod's service
-account. Logs are `dtr logs`'s (dtr_operator.logs); a model file goes as `dtr submit` sends it.
+account. Logs are `dtr logs`'s (logs.py); a model file goes as `dtr submit` sends it.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 from dtr_contract import layout
 from dtr_contract.history import MAX_FILE
 
-from dtr_operator import logs as worker_logs
-from dtr_operator import submit
 from dtr_operator.api import API_VERSION, KIND
 from dtr_operator.kube import Kube, current_namespace
 
+from . import logs as worker_logs
+from . import submit
 from . import tensorboard as board
 from .curves import history_of
 from .results import InvalidRun, Progress, RunNotFound, RunStatus
@@ -89,14 +89,15 @@ class ClusterBackend:
         """`dtr model get NAME DEST`: through a short-lived restricted pod that mounts the run's claim
         (docs/models.md), the version the run exported (else the latest on its volume); TransferError naming what
         went wrong."""
-        from dtr_operator import transfer_cli
         from dtr_operator.settings import default_trainer_image
-        from dtr_operator.transfer import START_TIMEOUT
 
-        reporter = transfer_cli.Reporter(f"get {name}", quiet=True)
+        from . import volume
+        from .transfer import START_TIMEOUT
+
+        reporter = volume.Reporter(f"get {name}", quiet=True)
         # In a thread of its own: the copy runs asyncio.run(), and a notebook's kernel already runs an event loop.
         with ThreadPoolExecutor(1) as pool:
-            pool.submit(transfer_cli.get, self.kube, self.namespace, name, dest, None,
+            pool.submit(volume.get, self.kube, self.namespace, name, dest, None,
                         default_trainer_image(os.environ), START_TIMEOUT, reporter).result()  # fmt: skip
         return dest
 
@@ -120,9 +121,8 @@ class ClusterBackend:
             found = []
         if found:
             return found
-        from dtr_operator.local.runner import now_rfc3339
-
-        from .local import chief_epochs
+        from .local.backend import chief_epochs
+        from .local.runner import now_rfc3339
 
         try:
             return chief_epochs(list(self.logs(name, False, 0, None, False)), now_rfc3339())
@@ -130,22 +130,24 @@ class ClusterBackend:
             return []
 
     def _history_file(self, name: str) -> str:
-        from dtr_operator import transfer as tr
-        from dtr_operator import transfer_cli
         from dtr_operator.settings import default_trainer_image
 
-        pvc = transfer_cli.claim_of(self.kube, self.namespace, name)
+        from . import transfer as tr
+        from . import volume
+
+        pvc = volume.claim_of(self.kube, self.namespace, name)
         path = layout.history_file(layout.logs_dir(name))
-        with transfer_cli.transfer_pod(self.kube, self.namespace, pvc, default_trainer_image(os.environ), True,
-                                       f"get {layout.in_volume(path)}", tr.START_TIMEOUT) as pod:  # fmt: skip
+        with volume.transfer_pod(self.kube, self.namespace, pvc, default_trainer_image(os.environ), True,
+                                 f"get {layout.in_volume(path)}", tr.START_TIMEOUT) as pod:  # fmt: skip
             # In a thread of its own: a notebook's kernel has an event loop running in this one.
             with concurrent.futures.ThreadPoolExecutor(1) as thread:
                 tail = thread.submit(asyncio.run, self._read_tail(pod, path)).result()
             return tail.decode("utf-8", "replace")
 
     async def _read_tail(self, pod: str, path: str) -> bytes:
-        from dtr_operator import transfer as tr
         from dtr_operator.kube_streams import EXEC_STATUS, STDERR, STDOUT
+
+        from . import transfer as tr
 
         argv = ["python", "-c", READ_TAIL, path, str(MAX_FILE)]
         out, err, status = bytearray(), bytearray(), None

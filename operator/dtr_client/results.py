@@ -13,11 +13,12 @@ from typing import Any
 
 from dtr_contract.summary import EXAMPLES_PER_SECOND
 
-from dtr_operator import submit
 from dtr_operator.api import API_VERSION, KIND
 from dtr_operator.reasons import FAILED, TERMINAL
-from dtr_operator.runfile import RunFileError, runs_from_text
 from dtr_operator.spec import SpecError, parse_run
+
+from . import submit
+from .runfile import RunFileError, runs_from_text
 
 CODE_OPTIONS = frozenset({dest for dest, *_ in submit.OPTIONS} | {"claim", "image"})  # what create(FILE.py) takes
 

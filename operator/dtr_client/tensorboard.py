@@ -2,7 +2,7 @@
 
 The chief writes TensorBoard's event files to the run's log dir (contract layout.logs_dir). Locally, TensorBoard
 runs from the trainer's Python (the one `dtr run` uses) on that directory under the local backend's volumes.
-On a cluster, a short-lived pod of the run's image serves its claim read-only (dtr_operator.transfer.
+On a cluster, a short-lived pod of the run's image serves its claim read-only (transfer.
 tensorboard_pod), and a local port is forwarded to it, each connection over its own port-forward WebSocket
 (kube.portforward_stream): through the API server and the kubelet, so the run's NetworkPolicy stays as it is.
 Either way the handle is returned once TensorBoard answers HTTP, and stop() ends it (the pod is deleted).
@@ -26,10 +26,10 @@ from typing import IO, Any
 
 from dtr_contract import layout
 
-from dtr_operator import transfer as tr
 from dtr_operator.api import CONTAINER_NAME, KIND
 from dtr_operator.spec import SpecError, parse_run
 
+from . import transfer as tr
 from .results import RunNotFound
 
 READY_PATH = "data/runs"  # TensorBoard's list of runs: it answers once the server is up
@@ -119,7 +119,7 @@ def wait_answering(address: str, ended: Callable[[], str | None], timeout: float
 
 
 def free_port() -> int:
-    from dtr_operator.local import ports  # dtr run's way (below the ephemeral range); not loaded by `dtr operator`
+    from .local import ports  # dtr run's way (below the ephemeral range); not loaded by `dtr operator`
 
     found: dict[str, int] = {}
     ports.allocate(["tensorboard"], found)
@@ -276,7 +276,7 @@ def _tfjob(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
 
 def _placed(kube: Any, namespace: str, name: str, claim: str) -> str | None:
     """The node the pod must join (a ReadWriteOnce claim in use there); TensorBoardError: no claim to read."""
-    from dtr_operator.transfer_cli import claim_node
+    from .volume import claim_node
 
     pvc = kube.get_pvc(namespace, claim)
     if pvc is None:

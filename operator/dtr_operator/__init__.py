@@ -11,7 +11,7 @@ Layout (functional core, imperative shell):
     reconcile.py the Reconciler: observe -> decide (pure) -> act, one object per operator process
     handlers.py  kopf handlers: thin glue between kopf and the Reconciler
     settings.py  operator settings from flags and environment
-    cli.py       the `dtr` command
+    main.py      `dtr operator`: kopf, standalone, with the handlers (the command itself: dtr_cli)
 """
 
 __version__ = "0.1.0"

@@ -336,7 +336,7 @@ class Kube:
         if pending:
             yield pending.decode("utf-8", "replace")
 
-    # ---- pods: dtr data put, dtr model get (transfer_cli.py) ------------------------------------
+    # ---- pods: dtr data put, dtr model get (dtr_client/volume.py) ---------------------------
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.get("v1", "Pod", namespace, name)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 import kopf
 
@@ -11,13 +10,9 @@ from .settings import Settings
 
 
 def run_operator(settings: Settings) -> int:
-    from .kube import Kube, NoCredentials
+    from .kube import Kube
 
-    try:
-        Kube.from_environment()  # fail fast, in one line, before kopf starts retrying
-    except NoCredentials as err:
-        print(f"dtr: {err}", file=sys.stderr)
-        return 1
+    Kube.from_environment()  # NoCredentials before kopf starts retrying: the command says it in one line
     log_format = kopf.LogFormat.JSON if settings.log_format == "json" else kopf.LogFormat.FULL
     kopf.configure(verbose=settings.verbose, log_format=log_format)
     from . import handlers  # noqa: F401  (importing registers the handlers)

@@ -46,20 +46,20 @@ class StatusField:
 
 
 # Each writer computes a whole status from the previous one (as reconcile.context.Context.record calls it), or one
-# field (code_status); each is called by these modules of dtr_operator (local/runner: `dtr run`).
+# field (code_status); each is called by these modules of operator/ (dtr_client/local/runner: `dtr run`).
 WRITERS: dict[str, tuple[str, ...]] = {
-    "status.compute.state_status": ("reconcile/context", "reconcile/stall"),
-    "status.compute.unparsed_status": ("reconcile/children",),
-    "status.compute.tfjob_status": ("reconcile/mirror", "local/runner"),
-    "status.waiting.waiting_status": ("reconcile/waiting",),
-    "status.progress.running_progress": ("reconcile/progress", "local/runner"),
-    "status.code.code_status": ("reconcile/decide", "local/runner"),
-    "watchdog.with_epoch": ("reconcile/progress",),
-    "watchdog.flagged_status": ("reconcile/stall",),
-    "watchdog.cleared_status": ("reconcile/stall",),
-    "watchdog.reminded_status": ("reconcile/stall",),
-    "watchdog.restarted_status": ("reconcile/stall",),
-    "watchdog.settled": ("reconcile/mirror",),
+    "status.compute.state_status": ("dtr_operator/reconcile/context", "dtr_operator/reconcile/stall"),
+    "status.compute.unparsed_status": ("dtr_operator/reconcile/children",),
+    "status.compute.tfjob_status": ("dtr_operator/reconcile/mirror", "dtr_client/local/runner"),
+    "status.waiting.waiting_status": ("dtr_operator/reconcile/waiting",),
+    "status.progress.running_progress": ("dtr_operator/reconcile/progress", "dtr_client/local/runner"),
+    "status.code.code_status": ("dtr_operator/reconcile/decide", "dtr_client/local/runner"),
+    "watchdog.with_epoch": ("dtr_operator/reconcile/progress",),
+    "watchdog.flagged_status": ("dtr_operator/reconcile/stall",),
+    "watchdog.cleared_status": ("dtr_operator/reconcile/stall",),
+    "watchdog.reminded_status": ("dtr_operator/reconcile/stall",),
+    "watchdog.restarted_status": ("dtr_operator/reconcile/stall",),
+    "watchdog.settled": ("dtr_operator/reconcile/mirror",),
 }
 # A field's writers are those that set its value; one that only carries a key over from the previous status, or
 # repeats its value, is not named (waiting_status repeats tfJob and pvc: a run's children keep their names).

@@ -71,7 +71,7 @@ def test_a_dict_trains_locally_one_progress_item_per_epoch_through_a_suspension(
 
 def dtr(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     """The dtr command, on the local runs of this test."""
-    return subprocess.run([sys.executable, "-m", "dtr_operator.cli", *argv, "--backend", "local", "--dir",
+    return subprocess.run([sys.executable, "-m", "dtr_cli", *argv, "--backend", "local", "--dir",
                            str(tmp_path / ".dtr")], cwd=tmp_path, env={**os.environ, "MPLBACKEND": "Agg"},
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
@@ -95,5 +95,5 @@ def check_dtr_plot_and_compare(tmp_path: Path, runs: list[str]) -> None:
     assert rows["spec.training.epochs"] == ["5", "2"] and rows["spec.workers"] == ["2", "1"], done.stdout
     assert "spec.training.dataset" not in rows  # the same in both
 
-    done = dtr(tmp_path, "plot", "no-such-run")
-    assert (done.returncode, done.stderr.count("\n")) == (2, 1) and "no-such-run" in done.stderr, done.stderr
+    done = dtr(tmp_path, "plot", "no-such-run")  # not there: refused, as by dtr logs and dtr tensorboard
+    assert (done.returncode, done.stderr.count("\n")) == (1, 1) and "no-such-run" in done.stderr, done.stderr

@@ -25,7 +25,7 @@ def test_dtr_run_digits_example_trains_exports_and_prints_the_final_status(
     env = {**os.environ, "DTR_RUN_DIR": str(tmp_path / ".dtr")}
     env.pop("KUBECONFIG", None)  # no cluster involved
     proc = subprocess.run(
-        [sys.executable, "-m", "dtr_operator.cli", "run", "examples/digits.yaml"],
+        [sys.executable, "-m", "dtr_cli", "run", "examples/digits.yaml"],
         check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     out = proc.stdout
@@ -76,7 +76,7 @@ def test_dtr_run_restarts_a_killed_worker_which_resumes_from_its_backup(
     env = {**os.environ, "DTR_RUN_DIR": str(tmp_path / ".dtr")}
     with open(out_file, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dtr_operator.cli", "run", str(run_file)],
+            [sys.executable, "-m", "dtr_cli", "run", str(run_file)],
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
@@ -124,7 +124,7 @@ def test_dtr_run_of_data_that_cannot_load_ends_with_the_cause_and_the_worker(tmp
            "https_proxy": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
     env.pop("KUBECONFIG", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "dtr_operator.cli", "run", "examples/mnist.yaml"],
+        [sys.executable, "-m", "dtr_cli", "run", "examples/mnist.yaml"],
         check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     out = proc.stdout
@@ -165,7 +165,7 @@ def test_dtr_run_workers_are_not_reachable_from_the_network_while_they_train(tmp
     out_file = tmp_path / "out.log"
     env = {**os.environ, "DTR_RUN_DIR": str(tmp_path / ".dtr")}
     with open(out_file, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "dtr_operator.cli", "run", str(run_file)],
+        proc = subprocess.Popen([sys.executable, "-m", "dtr_cli", "run", str(run_file)],
                                 cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         wait_for(lambda: "[dtr] epoch 1/20 done" in out_file.read_text(), "the first epoch", timeout=600,

@@ -67,7 +67,7 @@ def _points(volume: Path) -> None:
 def _dtr_run(tmp_path: Path, *argv: str, timeout: float = 600) -> tuple[int, str, dict[str, Any]]:
     env = {**os.environ, "DTR_RUN_DIR": str(tmp_path / ".dtr")}
     env.pop("KUBECONFIG", None)  # no cluster involved
-    proc = subprocess.run([sys.executable, "-m", "dtr_operator.cli", "run", *argv],
+    proc = subprocess.run([sys.executable, "-m", "dtr_cli", "run", *argv],
                           check=False, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
     out = proc.stdout

@@ -78,7 +78,7 @@ def test_tensorboard_serves_a_local_runs_epoch_loss_one_point_per_epoch(
 
     env = {**os.environ, "DTR_RUN_DIR": str(tmp_path / ".dtr")}
     env.pop("KUBECONFIG", None)
-    proc = subprocess.Popen([sys.executable, "-m", "dtr_operator.cli", "tensorboard", name, "--local"],
+    proc = subprocess.Popen([sys.executable, "-m", "dtr_cli", "tensorboard", name, "--local"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         line = url_line(proc, timeout=200)

@@ -174,7 +174,7 @@ def test_dtr_submit_sends_the_file_and_the_run_which_owns_it(
     model = tmp_path / "wine_model.py"
     model.write_text(SOURCE)
     env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
-    argv = [sys.executable, "-m", "dtr_operator.cli", "submit", str(model), "-n", namespace, "--workers", "1",
+    argv = [sys.executable, "-m", "dtr_cli", "submit", str(model), "-n", namespace, "--workers", "1",
             flags.DATASET, "tables/wine.csv", flags.METRIC, "accuracy"]  # fmt: skip
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -203,6 +203,6 @@ def test_dtr_submit_refuses_a_file_that_does_not_compile_before_any_api_call(tmp
     model = tmp_path / "broken.py"
     model.write_text("def build_model(ctx)\n    pass\n")
     env = {**os.environ, "KUBECONFIG": str(tmp_path / "no-such-kubeconfig")}
-    proc = subprocess.run([sys.executable, "-m", "dtr_operator.cli", "submit", str(model), "-n", "ml"],
+    proc = subprocess.run([sys.executable, "-m", "dtr_cli", "submit", str(model), "-n", "ml"],
                           env=env, capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert proc.returncode == 2 and f"{model}:1: SyntaxError" in proc.stderr, proc.stderr

@@ -9,7 +9,7 @@ import json
 import uuid
 from typing import Any
 
-from dtr_operator import transfer as tr
+from dtr_client import transfer as tr
 from dtr_operator.spec import parse_run
 
 from support.cluster import Cluster

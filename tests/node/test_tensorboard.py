@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from dtr_client import TrainingClient
-from dtr_operator import transfer as tr
+from dtr_client import transfer as tr
 
 from support.node import DTR, RealNode, dtr
 from support.runs import digits_run

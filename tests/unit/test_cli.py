@@ -1,4 +1,5 @@
-"""`dtr render` (through main(), as a user runs it) and the operator settings."""
+"""`dtr render` (through main(), as a user runs it), the operator settings, and the one way from a command's error
+to its exit code."""
 
 from __future__ import annotations
 
@@ -8,8 +9,20 @@ import sys
 
 import pytest
 import yaml
-from dtr_operator import cli
+from dtr_cli import cli
+from dtr_cli.command import EXIT_BAD_INPUT, BadInput, Failed, run_command
+from dtr_client import InvalidRun, RunNotFound, TensorBoardError
+from dtr_client.copier import CopyError
+from dtr_client.local.runner import RunError
+from dtr_client.local.translate import TranslateError
+from dtr_client.logs import LogsError
+from dtr_client.runfile import RunFileError
+from dtr_client.submit import SubmitError
+from dtr_client.transfer import TransferError
 from dtr_operator import settings as cfg
+from dtr_operator.kube import ApiError, NoCredentials
+from dtr_operator.settings import SettingsError
+from dtr_operator.spec import SpecError
 
 from support.repo import REPO
 
@@ -88,7 +101,7 @@ def test_render_errors_are_one_clear_line(tmp_path, capsys, content, expected):
     f = tmp_path / "run.yaml"
     if content is not None:
         f.write_text(content)
-    assert cli.main(["render", str(f)]) == cli.EXIT_BAD_INPUT
+    assert cli.main(["render", str(f)]) == EXIT_BAD_INPUT
     out = capsys.readouterr()
     assert out.out == ""
     assert out.err.startswith("dtr render: ") and expected in out.err and out.err.count("\n") == 1
@@ -98,7 +111,7 @@ def test_render_lists_every_error_of_a_run_each_with_its_field_and_near_misses_n
     f = tmp_path / "run.yaml"
     f.write_text("apiVersion: distml.dev/v1alpha1\nkind: DistTrainingRun\nmetadata: {name: Bad_Name}\n"
                  "spec: {workrs: 2, restartPolicy: onfailure, backoffLimit: 500, training: {epochs: 0, modle: cnn}}\n")
-    assert cli.main(["render", str(f)]) == cli.EXIT_BAD_INPUT
+    assert cli.main(["render", str(f)]) == EXIT_BAD_INPUT
     head, *lines = capsys.readouterr().err.splitlines()
     assert head == f"dtr render: {f}: DistTrainingRun Bad_Name: 6 errors:"
     fields = [line.split(":")[0].strip() for line in lines]
@@ -113,7 +126,7 @@ def test_an_unknown_option_is_named_with_its_subcommands_usage(capsys, command):
     args = [] if command == "operator" else ["examples/digits.yaml"]
     with pytest.raises(SystemExit) as exit_:
         cli.main([command, "--bogus", *args])
-    assert exit_.value.code == cli.EXIT_BAD_INPUT
+    assert exit_.value.code == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert err.startswith(f"usage: dtr {command} ") and f"dtr {command}: error: unrecognized arguments: --bogus" in err
 
@@ -179,7 +192,7 @@ def test_bad_settings_name_the_setting(env, argv, named):
 
 def test_operator_with_bad_settings_exits_with_one_line(monkeypatch, capsys):
     monkeypatch.setenv("DTR_LOG_FORMAT", "xml")
-    assert cli.main(["operator"]) == cli.EXIT_BAD_INPUT
+    assert cli.main(["operator"]) == EXIT_BAD_INPUT
     assert capsys.readouterr().err.startswith("dtr operator: DTR_LOG_FORMAT: must be plain or json")
 
 
@@ -188,7 +201,7 @@ def test_operator_without_credentials_exits_with_one_line(monkeypatch, capsys, t
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert cli.main(["operator", "--liveness-port", "0", "--metrics-port", "0"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("dtr: no Kubernetes credentials") and str(tmp_path / "missing") in err
+    assert err.startswith("dtr operator: no Kubernetes credentials") and str(tmp_path / "missing") in err
     assert err.count("\n") == 1
 
 
@@ -196,10 +209,9 @@ def test_the_operator_command_loads_none_of_the_local_tooling():
     """`dtr operator` imports what it runs: not `dtr run`'s runner, translate or kubelet modules."""
     code = (
         "import sys\n"
-        "from dtr_operator import cli\n"
+        "from dtr_cli import cli\n"
         "cli.build_parser().parse_args(['operator', '--all-namespaces'])\n"
-        "print(sorted(m for m in sys.modules\n"
-        "             if m.startswith('dtr_operator.local.') and m != 'dtr_operator.local.cli'))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('dtr_client.local')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
@@ -222,3 +234,49 @@ def test_allowed_images_are_globs_from_env_or_flag():
     assert s.image_refusal("evil.example.com/distml/trainer:1") is not None  # patterns match the whole name
     flag = cfg.from_args(_operator_args("--allowed-images", "x/*"), env)
     assert flag.allowed_images == ("x/*",) and flag.image_refusal("distml/trainer:0.2.0") is not None
+
+
+# ---- one way from an error to an exit code (dtr_cli.command.run_command) -----------------------------
+
+
+@pytest.mark.parametrize(("error", "code", "line"), [
+    (BadInput("DEST '/etc' must be a path on the volume"), 2, "DEST '/etc' must be a path on the volume"),
+    (SpecError("spec.workers: must be between 1 and 64, got 0", "spec.x: unknown field", where="run.yaml"), 2,
+     "run.yaml: 2 errors:\n  spec.workers: must be between 1 and 64, got 0\n  spec.x: unknown field"),
+    (RunFileError("run.yaml: line 2 not valid YAML"), 2, "run.yaml: line 2 not valid YAML"),
+    (SettingsError("DTR_LOG_FORMAT: must be plain or json"), 2, "DTR_LOG_FORMAT: must be plain or json"),
+    (SubmitError("wine.py:2: SyntaxError: invalid syntax"), 2, "wine.py:2: SyntaxError: invalid syntax"),
+    (InvalidRun("not a DistTrainingRun document"), 2, "not a DistTrainingRun document"),
+    (RunError("run.yaml: spec.suspend is true"), 2, "run.yaml: spec.suspend is true"),
+    (TranslateError("env TOKEN: its valueFrom cannot be resolved"), 2, "env TOKEN: its valueFrom cannot be resolved"),
+    (Failed("empty: no finished epoch to plot (yet)"), 1, "empty: no finished epoch to plot (yet)"),
+    (NoCredentials("no Kubernetes credentials: ~/.kube/config"), 1, "no Kubernetes credentials: ~/.kube/config"),
+    (ApiError(403, "Forbidden", "pods is forbidden"), 1, "the API server said 403 Forbidden: pods is forbidden"),
+    (RunNotFound("no DistTrainingRun r in namespace ml"), 1, "no DistTrainingRun r in namespace ml"),
+    (LogsError("r has no worker pods now"), 1, "r has no worker pods now"),
+    (TransferError("no version 7"), 1, "no version 7"),
+    (CopyError("SHA-256 mismatch for f.bin"), 1, "SHA-256 mismatch for f.bin"),
+    (TensorBoardError("TensorBoard exited"), 1, "TensorBoard exited"),
+    (FileNotFoundError(2, "No such file or directory", "x/ab.png"), 1, "x/ab.png: No such file or directory"),
+    (OSError(98, "Address already in use"), 1, "Address already in use"),
+])  # fmt: skip
+def test_an_error_a_command_ends_with_is_one_line_and_its_exit_code(capsys, error, code, line):
+    def command(_args):
+        raise error
+
+    assert run_command("thing", command, argparse.Namespace()) == code
+    assert capsys.readouterr().err == f"dtr thing: {line}\n"
+
+
+def test_ctrl_c_is_130_and_a_bug_keeps_its_traceback(capsys):
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    def bug(_args):
+        raise KeyError("spec")
+
+    assert run_command("thing", interrupted, argparse.Namespace()) == 130
+    with pytest.raises(KeyError):
+        run_command("thing", bug, argparse.Namespace())
+    assert capsys.readouterr().err == ""
+    assert run_command("thing", lambda _args: None, argparse.Namespace()) == 0

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from dtr_cli.cli import main
 from dtr_operator import kube
-from dtr_operator.cli import main
 
 
 @pytest.mark.parametrize("env, default_exists, want", [

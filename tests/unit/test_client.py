@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dtr_client import InvalidRun, Progress, RunFailed, RunStatus, TrainingClient
-from dtr_client import local as local_backend
+from dtr_cli import cli
+from dtr_client import InvalidRun, Progress, RunFailed, RunStatus, TrainingClient, submit
 from dtr_client.cluster import ClusterBackend
+from dtr_client.local import backend as local_backend
+from dtr_client.local import runner
 from dtr_client.results import new_epochs, outcome, run_document
 from dtr_contract.progress import epoch_end_line, trainer_line
-from dtr_operator import cli, kube, submit
-from dtr_operator.local import runner
+from dtr_operator import kube
 
 from support.runs import run_doc
 
@@ -260,7 +261,7 @@ def test_dtr_logs_prints_the_lines_the_client_gives(monkeypatch: pytest.MonkeyPa
 
 def test_followed_lines_come_as_written_and_a_worker_not_followed_fails_at_the_end() -> None:
     from dtr_client.cluster import _followed
-    from dtr_operator.logs import LogsError
+    from dtr_client.logs import LogsError
 
     def follow(out: Any) -> bool:
         out.write("[worker-0] a\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtr_operator.cluster_check import refusals, verdicts
+from dtr_client.cluster_check import refusals, verdicts
 from dtr_operator.settings import Settings
 from dtr_operator.spec import parse_run
 

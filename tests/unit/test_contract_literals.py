@@ -57,7 +57,7 @@ EXCEPTIONS = {
         "EXPOSE cannot import; test_the_trainer_image_exposes_the_contracts_port ties it",
     ("operator/dtr_operator/settings.py", env.TRAINER_IMAGE):
         "the operator's own setting of the same name (settings.py is its home), not the trainer's env",
-    ("operator/dtr_operator/cli.py", env.TRAINER_IMAGE): "the operator's setting, as in settings.py",
+    ("operator/dtr_cli/render.py", env.TRAINER_IMAGE): "the operator's setting, as in settings.py",
     ("deploy/base/deployment.yaml", env.TRAINER_IMAGE): "the operator's setting, as in settings.py",
     ("deploy/images/push.sh", env.TRAINER_IMAGE): "the operator's setting, as in settings.py",
     ("operator/dtr_operator/status/progress.py", summary.EXAMPLES_PER_SECOND):

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from dtr_operator import copier, transfer
-from dtr_operator.copier import CopyError
-from dtr_operator.transfer_cli import PROGRAM
+from dtr_client import copier, transfer
+from dtr_client.copier import CopyError
+from dtr_client.volume import PROGRAM
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINER_PYTHON = Path(os.environ.get("DTR_TRAINER_PYTHON") or REPO / ".venv" / "trainer" / "bin" / "python")

@@ -12,16 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dtr_cli import cli
 from dtr_client import Progress, RunStatus, TrainingClient
 from dtr_client.cluster import ClusterBackend
 from dtr_client.curves import compare_lines, flatten, history_of, spec_differences
-from dtr_client.local import LocalBackend
+from dtr_client.local import runner
+from dtr_client.local.backend import LocalBackend
 from dtr_client.plots import plot_histories
 from dtr_contract import history, layout
 from dtr_contract.history import history_line, read_history
 from dtr_contract.progress import epoch_end_line, trainer_line
-from dtr_operator import cli, kube
-from dtr_operator.local import runner
+from dtr_operator import kube
 from dtr_operator.spec import created_pvc_name
 from test_transfer_cli import NS, ProcessStream
 from test_transfer_cli import FakeKube as TransferKube
@@ -239,14 +240,22 @@ def test_dtr_plot_writes_the_png_and_prints_its_path(tmp_path: Path, monkeypatch
     assert capsys.readouterr().out == "curves.png\n"
 
 
-def test_an_unknown_run_or_one_without_epochs_is_one_line_and_exit_2(tmp_path: Path,
+def test_an_unknown_run_or_one_without_epochs_is_one_line_and_exit_1(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Not bad input: the runs are not there, or have nothing to show yet (as for dtr logs and dtr tensorboard)."""
     local_run(tmp_path, "empty", [])
     for command in ("plot", "compare"):
-        assert cli.main([command, "nope", "--backend", "local", "--dir", str(tmp_path)]) == 2
+        assert cli.main([command, "nope", "--backend", "local", "--dir", str(tmp_path)]) == 1
         assert capsys.readouterr().err == f"dtr {command}: no DistTrainingRun nope in {tmp_path.resolve()}\n"
-    assert cli.main(["plot", "empty", "--backend", "local", "--dir", str(tmp_path)]) == 2
+    assert cli.main(["plot", "empty", "--backend", "local", "--dir", str(tmp_path)]) == 1
     assert capsys.readouterr().err == "dtr plot: empty: no finished epoch to plot (yet)\n"
+
+
+def test_a_metric_none_of_the_runs_has_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    local_run(tmp_path, "a", [line(1)])
+    assert cli.main(["plot", "a", "--only", "nothing", "--backend", "local", "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dtr plot: no metric to plot") and err.count("\n") == 1, err
 
 
 def test_dtr_compare_names_the_field_that_differs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 
 import yaml
+from dtr_cli import cli
 
 from support.repo import REPO, clean_env
 
@@ -24,16 +26,15 @@ def test_dtr_shim_through_a_symlink_from_another_directory(tmp_path):
 
 
 def test_help_never_builds_an_environment(tmp_path):
-    """A fresh clone (no .venv): `dtr --help` and `dtr run --help` answer from cli.py's docstring, make never runs
-    (the trainer's environment is TensorFlow: minutes)."""
+    """A fresh clone (no .venv): `dtr --help` and `dtr run --help` answer from dtr_cli/cli.py's docstring, make never
+    runs (the trainer's environment is TensorFlow: minutes)."""
     root = tmp_path / "repo"
-    (root / "operator" / "dtr_operator").mkdir(parents=True)
+    (root / "dtr").parent.mkdir(parents=True)
     (root / "dtr").write_bytes((REPO / "dtr").read_bytes())
     (root / "dtr").chmod(0o755)
-    cli = REPO / "operator" / "dtr_operator" / "cli.py"
-    (root / "operator" / "dtr_operator" / "cli.py").write_text(cli.read_text())
-    init = REPO / "operator" / "dtr_operator" / "__init__.py"
-    (root / "operator" / "dtr_operator" / "__init__.py").write_text(init.read_text())
+    for read in ("operator/dtr_cli/cli.py", "operator/dtr_operator/__init__.py"):  # the list; the version
+        (root / read).parent.mkdir(parents=True)
+        (root / read).write_text((REPO / read).read_text())
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     made = tmp_path / "make-called"
@@ -53,3 +54,13 @@ def test_help_never_builds_an_environment(tmp_path):
     proc = subprocess.run([str(root / "dtr"), "render", "x.yaml"], env=env, capture_output=True, text=True,
                           timeout=30, check=False)  # fmt: skip
     assert proc.returncode == 1 and made.exists(), "any other command still builds first"
+
+
+def test_the_help_without_an_environment_lists_exactly_the_registered_commands():
+    """./dtr --help in a fresh clone prints the `    dtr ...` lines of dtr_cli/cli.py's docstring: each command the
+    parser registers has its line, and no line names a command it does not register."""
+    listed = {line.split()[1] for line in cli.__doc__.splitlines() if line.startswith("    dtr ")}
+    sub = argparse.ArgumentParser().add_subparsers()
+    for module in cli.COMMANDS:
+        module.add_parser(sub)
+    assert listed == set(sub.choices)

@@ -1,7 +1,7 @@
-"""Pure kubelet decisions for `dtr run` (dtr_operator.local.kubelet)."""
+"""Pure kubelet decisions for `dtr run` (dtr_client.local.kubelet)."""
 
 import pytest
-from dtr_operator.local import kubelet as k
+from dtr_client.local import kubelet as k
 
 
 @pytest.mark.parametrize(

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dtr_operator.local import runner
+from dtr_cli.command import run_command
+from dtr_client.local import runner
 
 from support.runs import digits_run
 
 # A child that (maybe) isolates itself, binds 0.0.0.0 as TF does, proves loopback works, then waits.
 CHILD = """
 import socket, sys
-from dtr_operator.local import netns
+from dtr_client.local import netns
 why = netns.isolate() if sys.argv[1] == "isolate" else "not asked"
 server = socket.socket()
 server.bind(("0.0.0.0", 0))
@@ -95,8 +96,10 @@ def test_dtr_run_readies_the_network_once_after_the_input_is_good_and_prints_its
         return "[dtr] warning: W"
 
     def run(path: Path) -> int:
-        return runner.run_file(str(path), base_dir=tmp_path / "state", python=sys.executable, out=io.StringIO(),
-                               on_signal=lambda _s, _h: signal.SIG_DFL, network=network)  # fmt: skip
+        return run_command("run", lambda _: runner.run_file(str(path), base_dir=tmp_path / "state",
+                                                            python=sys.executable, out=io.StringIO(),
+                                                            on_signal=lambda _s, _h: signal.SIG_DFL,
+                                                            network=network), None)  # fmt: skip
 
     assert run(tmp_path / "missing.yaml") == 2 and calls == [], "bad input: the network is left alone"
     monkeypatch.setattr(runner.builders, "build_tfjob", _secret_env(runner.builders.build_tfjob))

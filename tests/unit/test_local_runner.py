@@ -1,4 +1,4 @@
-"""Pure decisions of `dtr run` (dtr_operator.local.runner): restarts, outcome, the status it prints."""
+"""Pure decisions of `dtr run` (dtr_client.local.runner): restarts, outcome, the status it prints."""
 
 import io
 import json
@@ -7,10 +7,11 @@ import sys
 
 import pytest
 import yaml
+from dtr_cli.command import run_command
+from dtr_client.local import kubelet
+from dtr_client.local import runner as r
 from dtr_contract import exits
 from dtr_operator import builders, reasons
-from dtr_operator.local import kubelet
-from dtr_operator.local import runner as r
 from dtr_operator.spec import parse_run
 from dtr_operator.status.compute import tfjob_status
 
@@ -114,7 +115,8 @@ def test_end_by_limits(policy, run_policy, restarts, elapsed, end):
 
 
 def test_a_pod_a_local_process_cannot_play_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
-    """translate.TranslateError (here: an env var from a Secret) from starting a worker: exit 2 and one line."""
+    """translate.TranslateError (here: an env var from a Secret) from starting a worker: exit 2 and one line (the
+    command's one way from an error to an exit code, dtr_cli.command)."""
     build_tfjob = builders.build_tfjob
 
     def with_a_secret(run):
@@ -125,8 +127,9 @@ def test_a_pod_a_local_process_cannot_play_is_one_line_not_a_traceback(tmp_path,
 
     monkeypatch.setattr(r.builders, "build_tfjob", with_a_secret)
     (tmp_path / "run.yaml").write_text(RUN)
-    code = r.run_file(str(tmp_path / "run.yaml"), base_dir=tmp_path / "state", python=sys.executable,
-                      out=io.StringIO(), on_signal=lambda _s, _h: signal.SIG_DFL)  # fmt: skip
+    code = run_command("run", lambda _: r.run_file(str(tmp_path / "run.yaml"), base_dir=tmp_path / "state",
+                                                   python=sys.executable, out=io.StringIO(),
+                                                   on_signal=lambda _s, _h: signal.SIG_DFL), None)  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2
     assert err == "dtr run: env TOKEN: its valueFrom cannot be resolved without a cluster\n"

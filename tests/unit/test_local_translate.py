@@ -1,9 +1,9 @@
-"""Pure translation of a pod's container into a local process (dtr_operator.local.translate)."""
+"""Pure translation of a pod's container into a local process (dtr_client.local.translate)."""
 
 import json
 
 import pytest
-from dtr_operator.local import translate as t
+from dtr_client.local import translate as t
 
 TWO_WORKERS = {
     "cluster": {"worker": ["d-worker-0.ns.svc:2222", "d-worker-1.ns.svc:2222"]},

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 
 import pytest
-from dtr_operator import logs
-from dtr_operator.cli import main
+from dtr_cli.cli import main
+from dtr_client import logs
 
 
 def pod(name, index):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dtr_operator import namespaces as ns
+from dtr_client import namespaces as ns
 
 
 def deployment(args=(), env=None, name="dtr-operator", ready=1):

@@ -143,7 +143,7 @@ def test_a_model_is_copied_whole_into_an_empty_or_new_directory_only(tmp_path: P
 
 def test_a_local_runs_model_is_fetched_from_its_volume_and_a_run_without_one_says_so(tmp_path: Path) -> None:
     from dtr_client import NoModel, TrainingClient
-    from dtr_operator.local import runner
+    from dtr_client.local import runner
 
     client = TrainingClient("local", local_dir=tmp_path / ".dtr")
     model = tmp_path / ".dtr" / "volumes" / "r-data" / "models" / "r" / "1"
@@ -165,11 +165,11 @@ def test_the_copy_sets_no_signal_handler_outside_the_main_thread() -> None:
     import signal
     from concurrent.futures import ThreadPoolExecutor
 
-    from dtr_operator import transfer_cli
+    from dtr_client import volume
 
     with ThreadPoolExecutor(1) as pool:
-        assert pool.submit(transfer_cli._set_sigint, signal.SIG_IGN).result() is None
-    previous = transfer_cli._set_sigint(signal.SIG_IGN)
+        assert pool.submit(volume._set_sigint, signal.SIG_IGN).result() is None
+    previous = volume._set_sigint(signal.SIG_IGN)
     try:
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:

@@ -12,7 +12,7 @@ from dtr_operator.status_fields import STATUS, WRITERS
 
 from support.repo import REPO
 
-OPERATOR = REPO / "operator" / "dtr_operator"
+OPERATOR = REPO / "operator"
 
 
 def test_the_committed_crd_has_the_status_schema_the_table_generates():

@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 import yaml
+from dtr_cli import cli
+from dtr_cli import submit as submit_command
+from dtr_client import submit
+from dtr_client.local import runner, translate
 from dtr_contract import flags, layout
-from dtr_operator import cli, submit
 from dtr_operator.builders import CODE_FILE_MODE, build_tfjob
 from dtr_operator.kube import ApiError
-from dtr_operator.local import runner, translate
 from dtr_operator.spec import parse_run
 
 SOURCE = "import numpy as np\n\n\ndef build_model(ctx):\n    return None\n\n\ndef load_data(ctx):\n    return None\n"
@@ -154,10 +156,7 @@ class FakeKube:
 
 
 def _objects(model: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    import argparse
-
-    args = argparse.Namespace(name=None, claim=None, image=None, **{d: None for d, *_ in submit.OPTIONS})
-    return submit.manifests(str(model), args, "ml")
+    return submit.manifests(str(model), {"name": None, "claim": None, "image": None}, "ml")
 
 
 def test_submit_creates_the_code_then_the_run_then_makes_the_run_its_owner(model: Path) -> None:
@@ -187,7 +186,7 @@ def test_a_configmap_of_that_name_already_there_is_left_alone_and_named(model: P
 
 def test_the_lines_after_a_submit_say_the_digest_and_how_to_watch(model: Path) -> None:
     cm, doc = _objects(model)
-    lines = submit._watch_lines(doc, cm)
+    lines = submit_command._watch_lines(doc, cm)
     assert hashlib.sha256(SOURCE.encode()).hexdigest() in lines[0]
     assert lines[1].endswith("kubectl get distrainingruns wine-v2 -n ml -w") and "dtr logs wine-v2" in lines[2]
 

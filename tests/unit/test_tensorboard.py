@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from dtr_client import tensorboard as board
+from dtr_client import transfer as tr
 from dtr_operator import kube, kube_streams
-from dtr_operator import transfer as tr
 from dtr_operator.api import RUN_LABEL
 from dtr_operator.builders import build_network_policy, build_tfjob
 from dtr_operator.spec import parse_run
@@ -382,7 +382,7 @@ def test_no_pod_for_an_unknown_run_or_a_run_whose_claim_is_gone():
 
 
 def test_dtr_tensorboard_of_an_unknown_local_run_or_one_without_logs_says_so_in_one_line(tmp_path: Path, capsys):
-    from dtr_operator import cli
+    from dtr_cli import cli
 
     assert cli.main(["tensorboard", "nope", "--local", "--dir", str(tmp_path)]) == 1
     assert capsys.readouterr().err == f"dtr tensorboard: no DistTrainingRun nope in {tmp_path}\n"
@@ -396,7 +396,7 @@ def test_dtr_tensorboard_of_an_unknown_local_run_or_one_without_logs_says_so_in_
 
 @pytest.mark.parametrize("argv", [["tensorboard", "r", "--port", "0"], ["tensorboard", "r", "--timeout", "0"]])
 def test_dtr_tensorboard_refuses_a_bad_port_or_timeout(argv, capsys):
-    from dtr_operator import cli
+    from dtr_cli import cli
 
     with pytest.raises(SystemExit) as exit_:
         cli.main(argv)

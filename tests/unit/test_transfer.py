@@ -11,8 +11,8 @@ import sys
 import time
 
 import pytest
+from dtr_client import transfer as tr
 from dtr_contract import layout
-from dtr_operator import transfer as tr
 from dtr_operator.spec import SpecError
 
 from support.runs import make_run

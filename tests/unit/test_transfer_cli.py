@@ -1,4 +1,4 @@
-"""dtr data put and dtr model get through their shell (transfer_cli.py), against a fake API whose exec runs
+"""dtr data put and dtr model get through their shell (dtr_client/volume.py), against a fake API whose exec runs
 the command as a local process on a directory standing in for the volume: the whole copy as on a cluster
 (the program's text over stdin, frames, digests, the pod's account) but the pod. The real pod: tests/node."""
 
@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dtr_cli.cli import main
+from dtr_client import copier, transfer, volume
 from dtr_contract import layout
-from dtr_operator import copier, kube, kube_streams, transfer, transfer_cli
-from dtr_operator.cli import main
+from dtr_operator import kube, kube_streams
 from test_copier import make_tree, written
 
 NS = "ml"
@@ -129,12 +130,12 @@ class FakeKube:
 
 @pytest.fixture
 def cluster(tmp_path, monkeypatch) -> FakeKube:
-    volume = tmp_path / "volume"
-    volume.mkdir()
-    fake = FakeKube(volume)
+    root = tmp_path / "volume"
+    root.mkdir()
+    fake = FakeKube(root)
     monkeypatch.setattr(kube.Kube, "for_cli", classmethod(lambda cls: fake))
-    monkeypatch.setattr(transfer_cli, "DELETE_WAIT", 1.0)
-    monkeypatch.setattr(transfer_cli, "WIND_DOWN", 0.5)
+    monkeypatch.setattr(volume, "DELETE_WAIT", 1.0)
+    monkeypatch.setattr(volume, "WIND_DOWN", 0.5)
     return fake
 
 
@@ -290,7 +291,7 @@ def test_ctrl_c_during_the_copy_deletes_the_pod_and_the_program_removes_its_part
     make_tree(tmp_path)
     partial = f"*{copier.PARTIAL}*"
 
-    class Interrupting(transfer_cli.Reporter):
+    class Interrupting(volume.Reporter):
         def __call__(self, n: int) -> None:
             if self.progress.done:  # the second chunk: the program is writing the file
                 wait_for(lambda: list(cluster.volume.rglob(partial)))
@@ -298,7 +299,7 @@ def test_ctrl_c_during_the_copy_deletes_the_pod_and_the_program_removes_its_part
             self.progress.done += n
 
     with pytest.raises(KeyboardInterrupt):
-        transfer_cli.put(cluster, NS, "c", transfer_cli.local_tree(str(tmp_path / "big.bin")), "", "img", 5.0,
+        volume.put(cluster, NS, "c", volume.local_tree(str(tmp_path / "big.bin")), "", "img", 5.0,
                          Interrupting("put", True, io.StringIO()))  # fmt: skip
     assert cluster.deleted and not cluster.pods
     assert not list(cluster.volume.rglob("*")), "the program saw the end of its input and removed its partial file"
@@ -314,11 +315,11 @@ def wait_for(probe: Callable[[], Any], timeout: float = 10.0) -> Any:
 
 def test_progress_lines_on_stderr_when_it_takes_a_while(cluster, tmp_path, monkeypatch):
     clock = iter(float(i) for i in range(10**6))
-    monkeypatch.setattr(transfer_cli.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(volume.time, "monotonic", lambda: next(clock))
     (tmp_path / "big").write_bytes(os.urandom(4 * copier.CHUNK))
     err = io.StringIO()
-    reporter = transfer_cli.Reporter("put big", False, err)
-    transfer_cli.put(cluster, NS, "c", transfer_cli.local_tree(str(tmp_path / "big")), "", "img", 30.0, reporter)
+    reporter = volume.Reporter("put big", False, err)
+    volume.put(cluster, NS, "c", volume.local_tree(str(tmp_path / "big")), "", "img", 30.0, reporter)
     reporter.finish()
     lines = err.getvalue().splitlines()
     line_form = r"put big: \S+ \S+ of 1.0 MiB \(\d+%\), \S+ \S+/s"

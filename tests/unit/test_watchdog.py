@@ -372,8 +372,8 @@ def test_an_epoch_after_the_stall_clears_it_with_one_write_each(monkeypatch: pyt
 def test_dtr_run_does_not_print_the_heartbeat():
     import io
 
+    from dtr_client.local.runner import Console
     from dtr_contract.progress import HEARTBEAT, is_heartbeat, trainer_line
-    from dtr_operator.local.runner import Console
 
     beat = trainer_line("worker-1", HEARTBEAT)
     assert is_heartbeat(beat) and not is_heartbeat(trainer_line("worker-1", "epoch 1/2 begin"))

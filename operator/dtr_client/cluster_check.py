@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dtr_operator.reasons import IMAGE_NOT_ALLOWED, USER_CODE_NOT_ALLOWED
+from dtr_operator.settings import Settings, SettingsError
+from dtr_operator.spec import RunSpec
+
 from .namespaces import Watcher, operator_settings, watchers
-from .reasons import IMAGE_NOT_ALLOWED, USER_CODE_NOT_ALLOWED
-from .settings import Settings, SettingsError
-from .spec import RunSpec
 
 
 def refusals(run: RunSpec, settings: Settings) -> list[str]:

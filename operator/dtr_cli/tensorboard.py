@@ -7,78 +7,32 @@
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
 import time
-from typing import Any
 
 from dtr_contract import layout
 
-from .api import KIND
-from .transfer_cli import seconds_arg
+from dtr_operator.api import KIND
 
-EXIT_FAILED = 1
+from .command import Failed, client_for, port, seconds, sigterm_interrupts
+
 CHECK_SECONDS = 5.0  # how often a serving TensorBoard is checked (its process, its pod) while we wait for Ctrl-C
 
 
-def _sigterm(*_: Any) -> None:
-    raise KeyboardInterrupt  # stop() on the way out, as on Ctrl-C
-
-
-def _client(args: argparse.Namespace) -> Any:
-    from dtr_client import TrainingClient
-    from dtr_client.cluster import ClusterBackend
-    from dtr_client.local import LocalBackend
-
-    from .kube import Kube, current_namespace
-
-    if args.local:
-        return TrainingClient(LocalBackend(args.dir))
-    return TrainingClient(ClusterBackend(Kube.for_cli(), args.namespace or current_namespace()))
-
-
-def _serve(args: argparse.Namespace) -> int:
-    handle = _client(args).backend.tensorboard(args.run, args.port, args.timeout, not args.no_wait)
-    try:
-        print(f"TensorBoard for {args.run}: {handle.url}", flush=True)
-        while (why := handle.ended()) is None:
-            time.sleep(CHECK_SECONDS)
-        print(f"dtr tensorboard: {why}", file=sys.stderr)
-        return EXIT_FAILED
-    finally:
-        handle.stop()
-
-
-def _tensorboard(args: argparse.Namespace) -> int:
-    from dtr_client import RunNotFound, TensorBoardError
-
-    from .kube import ApiError, NoCredentials
-
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        return _serve(args)
-    except (TensorBoardError, RunNotFound, NoCredentials) as err:
-        print(f"dtr tensorboard: {err}", file=sys.stderr)
-    except ApiError as err:
-        print(f"dtr tensorboard: the API server said {err}", file=sys.stderr)
-    except OSError as err:  # the local port
-        print(f"dtr tensorboard: {err.strerror or err}", file=sys.stderr)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return EXIT_FAILED
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port, 1..65535, got {value}")
-    return value
+def _tensorboard(args: argparse.Namespace) -> None:
+    with sigterm_interrupts():  # stop() on the way out, as on Ctrl-C
+        handle = client_for(args).backend.tensorboard(args.run, args.port, args.timeout, not args.no_wait)
+        try:
+            print(f"TensorBoard for {args.run}: {handle.url}", flush=True)
+            while (why := handle.ended()) is None:
+                time.sleep(CHECK_SECONDS)
+        finally:
+            handle.stop()
+    raise Failed(why)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from dtr_client import transfer as tr
     from dtr_client.tensorboard import START_TIMEOUT
-
-    from . import transfer as tr
 
     p = sub.add_parser(
         "tensorboard", help="TensorBoard on a run's logs at http://127.0.0.1:PORT/ until Ctrl-C",
@@ -99,13 +53,14 @@ With --local: a run of `dtr run` or of the client's local backend; TensorBoard r
 Python (DTR_TRAINER_PYTHON, else .venv/trainer), on its log dir under DIR/volumes/<claim>/.""",
     )  # fmt: skip
     p.add_argument("run", metavar="RUN", help=f"the {KIND}")
-    p.add_argument("--port", type=_port, metavar="N", help="the local port (default: a free one)")
+    p.add_argument("--port", type=port, metavar="N", help="the local port (default: a free one)")
     p.add_argument("--no-wait", action="store_true",
                    help="print the URL as soon as TensorBoard is started, without waiting for it to answer")
-    p.add_argument("--timeout", type=seconds_arg, default=START_TIMEOUT, metavar="S",
+    p.add_argument("--timeout", type=seconds, default=START_TIMEOUT, metavar="S",
                    help="seconds for TensorBoard (and its pod) to start and answer (default %(default)g)")
     p.add_argument("-n", "--namespace", help="the run's namespace (default: the kubeconfig context's)")
-    p.add_argument("--local", action="store_true", help="a local run (dtr run), not one on the cluster")
+    p.add_argument("--local", dest="backend", action="store_const", const="local", default="cluster",
+                   help="a local run (dtr run), not one on the cluster")
     p.add_argument("--dir", default=None, metavar="DIR",
                    help="with --local: dtr run's directory (default: $DTR_RUN_DIR or ./.dtr)")
     p.set_defaults(func=_tensorboard)

@@ -34,15 +34,17 @@ from dtr_contract import exits, flags, layout
 from dtr_contract.container import PORT
 from dtr_contract.progress import EpochEnd, is_heartbeat, parse_epoch_end_line
 
-from dtr_operator import api, builders, reasons, submit
+from dtr_operator import api, builders, reasons
 from dtr_operator.api import KIND
-from dtr_operator.local import kubelet, ports, translate
-from dtr_operator.runfile import RunFileError, parse_run_doc, runs_from_text
 from dtr_operator.spec import DEFAULT_TRAINER_IMAGE, RunSpec, SpecError
 from dtr_operator.status.code import code_status
 from dtr_operator.status.compute import tfjob_status
 from dtr_operator.status.pods import restart_cannot_help
 from dtr_operator.status.progress import running_progress
+
+from .. import submit
+from ..runfile import RunFileError, parse_run_doc, runs_from_text
+from . import kubelet, ports, translate
 
 STOP_GRACE_SECONDS = 5.0
 POLL_SECONDS = 0.2
@@ -575,14 +577,11 @@ def run_file(
     network: Callable[[], str | None] = lambda: None,
 ) -> int:
     """`dtr run FILE` (a run file, with --code its code's file) or `dtr run FILE.py` (the run `dtr submit FILE.py`
-    would send, `given` its options): exit 0 when the run Succeeded, 1 when it Failed, 2 for bad input, 130
-    interrupted. network() readies the network the workers will share, once the input is good: None, or a
-    warning to print (local/netns.py)."""
-    try:
-        local = _prepare_run(path, base_dir, python, Console(out), code, given or {})
-    except RunError as exc:
-        print(f"dtr run: {exc}", file=sys.stderr)
-        return 2
+    would send, `given` its options): exit 0 when the run Succeeded, 1 when it Failed, 130 interrupted; bad input
+    is a RunError, or a translate.TranslateError for a pod a local process cannot play (both one line, exit 2 in
+    dtr_cli). network() readies the network the workers will share, once the input is good: None, or a warning to
+    print (netns.py)."""
+    local = _prepare_run(path, base_dir, python, Console(out), code, given or {})
     if (warning := network()) is not None:
         print(warning, file=sys.stderr, flush=True)
 
@@ -601,11 +600,9 @@ def run_file(
         console.say(f"[dtr] code {recorded['key']} (sha256 {recorded['sha256']}) -> {local.code_dir}")
     try:
         phase, reason, message = local.execute()
-    except (RunError, translate.TranslateError) as exc:
-        # A TranslateError: the pod asks for what a local process cannot be given; one line, as for bad input.
+    except (RunError, translate.TranslateError):
         local.stop_all()
-        print(f"dtr run: {exc}", file=sys.stderr)
-        return 2
+        raise
     finally:
         for s, handler in previous.items():
             on_signal(s, handler)

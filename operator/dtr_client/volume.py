@@ -1,9 +1,5 @@
-"""`dtr data put` and `dtr model get`: files into a run's volume, an exported model out of it.
-
-    dtr data put my-claim ./wine.csv              into the trainer's data directory of claim my-claim
-    dtr data put mnist-cnn ./sets sets/2026       a directory, into the volume of run mnist-cnn
-    dtr model get mnist-cnn ./model               the run's exported version, into ./model
-    dtr model get mnist-cnn ./v1 --version 1      another version of its model
+"""Files into a run's volume and an exported model out of it, through a transfer pod: what `dtr data put` and
+`dtr model get` do, and the client's fetch_model() and history() on a cluster.
 
 The shell: the API calls (kube.py) and the copy, in order; what they decide is in transfer.py, the copy
 program both ends run in copier.py.
@@ -11,12 +7,10 @@ program both ends run in copier.py.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
 import os
-import posixpath
 import secrets
 import shutil
 import signal
@@ -28,18 +22,15 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from dtr_contract import layout
+from dtr_operator.api import KIND
+from dtr_operator.spec import SpecError, parse_run
 
 from . import copier
 from . import transfer as tr
-from .api import KIND
-from .builders import RUN_AS
-from .spec import SpecError, parse_run
 
 PROGRAM = Path(copier.__file__).read_bytes()
 DELETE_WAIT = 30.0  # seconds to wait for the pod to be gone (its volume released) before saying so
 WIND_DOWN = 2.0  # seconds for the program to end once its input has ended early
-EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 OnFrame = Callable[[bytes, bytes], None]
 
 
@@ -87,7 +78,7 @@ async def _send(stream: Any, frames: Iterable[bytes]) -> None:
 
 async def _read(stream: Any, on_frame: OnFrame) -> tuple[bytes | None, str]:
     """Until the session ends: stdout's frames to on_frame; (the exec status, stderr)."""
-    from .kube_streams import EXEC_STATUS, STDERR, STDOUT
+    from dtr_operator.kube_streams import EXEC_STATUS, STDERR, STDOUT
 
     frames, stderr, status = copier.Frames(), bytearray(), None
     while (got := await stream.read()) is not None:
@@ -177,7 +168,7 @@ def _wait_started(kube: Any, namespace: str, name: str, timeout: float, node: st
 
 def _remove(kube: Any, namespace: str, name: str) -> None:
     """Delete the pod (Ctrl-C cannot interrupt the request) and wait a little for it to be gone."""
-    from .kube import ApiError
+    from dtr_operator.kube import ApiError
 
     previous = _set_sigint(signal.SIG_IGN)
     try:
@@ -208,7 +199,7 @@ def _set_sigint(handler: Any) -> Any:
 def transfer_pod(kube: Any, namespace: str, pvc: dict[str, Any], image: str, read_only: bool, what: str,
                  timeout: float) -> Iterator[str]:  # fmt: skip
     """A running transfer pod for the claim, deleted afterwards whatever happens (also on Ctrl-C)."""
-    from .kube import ApiError
+    from dtr_operator.kube import ApiError
 
     claim = pvc["metadata"]["name"]
     node = claim_node(kube, namespace, pvc)
@@ -234,7 +225,7 @@ def claim_node(kube: Any, namespace: str, pvc: dict[str, Any]) -> str | None:
 
 def _pods(kube: Any, namespace: str) -> list[dict[str, Any]]:
     """The namespace's pods, to find the claim's users; none when we may not list them (placement is a help)."""
-    from .kube import ApiError
+    from dtr_operator.kube import ApiError
 
     try:
         return kube.list_pods(namespace)
@@ -249,7 +240,7 @@ def _pods(kube: Any, namespace: str) -> list[dict[str, Any]]:
 
 def _run(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
     """The run, or None when there is none or we may not read runs (a claim is enough for data put)."""
-    from .kube import ApiError
+    from dtr_operator.kube import ApiError
 
     try:
         return kube.get_run(namespace, name)
@@ -309,7 +300,8 @@ def put(kube: Any, namespace: str, target: str, entries: list[copier.Entry], des
 # ---- dtr model get ------------------------------------------------------------------------------------
 
 
-def _local_dest(dest: Path) -> None:
+def check_dest(dest: Path) -> None:
+    """TransferError when DEST cannot take a model: not an empty directory, or under a file."""
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise tr.TransferError(f"{dest} exists and is not an empty directory")
     if dest.parent.exists() and not dest.parent.is_dir():
@@ -335,7 +327,7 @@ def _into(dest: Path, fill: Callable[[str], None]) -> None:
 def get(kube: Any, namespace: str, run_name: str, dest: Path, version: int | None, image: str, timeout: float,
         reporter: Reporter) -> str:  # fmt: skip
     """Copy a version of the run's model into DEST; the one-line summary."""
-    _local_dest(dest)
+    check_dest(dest)
     run = kube.get_run(namespace, run_name)
     if run is None:
         raise tr.TransferError(f"no {KIND} {run_name} in namespace {namespace}")
@@ -368,169 +360,3 @@ def get(kube: Any, namespace: str, run_name: str, dest: Path, version: int | Non
     account = found["account"]
     return (f"got version {chosen} of {run_name}'s model ({len(account['files'])} file(s), "
             f"{tr.human_bytes(account['bytes'])}) from {path} on claim {source.claim} into {dest} (SHA-256 checked)")
-
-
-# ---- the commands ---------------------------------------------------------------------------------------
-
-
-def _sigterm(*_: Any) -> None:
-    raise KeyboardInterrupt  # the pod is deleted on the way out, as on Ctrl-C
-
-
-def _main(command: str, action: Callable[[Any, str], str], namespace: str | None) -> int:
-    from .kube import ApiError, Kube, NoCredentials, current_namespace
-
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        summary = action(Kube.for_cli(), namespace or current_namespace())
-    except (tr.TransferError, copier.CopyError, NoCredentials) as err:
-        print(f"dtr {command}: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except ApiError as err:
-        print(f"dtr {command}: the API server said {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except OSError as err:
-        print(f"dtr {command}: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
-        return EXIT_FAILED
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    print(summary)
-    return 0
-
-
-def _bad_input(command: str, check: Callable[[], Any]) -> tuple[Any, int | None]:
-    """check()'s value, or an exit code after saying what is wrong with the command line."""
-    try:
-        return check(), None
-    except (tr.TransferError, copier.CopyError) as err:
-        print(f"dtr {command}: {err}", file=sys.stderr)
-        return None, EXIT_BAD_INPUT
-
-
-def _data_put(args: argparse.Namespace) -> int:
-    dest, code = _bad_input("data put", lambda: tr.volume_path(args.dest))
-    if code is None:
-        entries, code = _bad_input("data put", lambda: local_tree(args.local))
-    if code is not None:
-        return code
-    reporter = Reporter(f"put {args.local}", args.quiet)
-    return _main("data put", lambda kube, ns: put(kube, ns, args.target, entries, dest, args.image, args.timeout,
-                                                  reporter), args.namespace)  # fmt: skip
-
-
-def _model_get(args: argparse.Namespace) -> int:
-    dest = Path(args.dest)
-    _, code = _bad_input("model get", lambda: _local_dest(dest))
-    if code is not None:
-        return code
-    reporter = Reporter(f"get {args.run}", args.quiet)
-    return _main("model get", lambda kube, ns: get(kube, ns, args.run, dest, args.version, args.image, args.timeout,
-                                                   reporter), args.namespace)  # fmt: skip
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def seconds_arg(text: str) -> float:
-    """A --timeout of a dtr command that waits on a pod: seconds, more than 0 and at most an hour."""
-    value = float(text)
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"must be in (0, 3600], got {text}")
-    return value
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    from .settings import default_trainer_image
-
-    p.add_argument("-n", "--namespace", help="the namespace of the run or claim (default: the kubeconfig context's)")
-    p.add_argument("--image", default=default_trainer_image(os.environ), metavar="IMG",
-                   help="the transfer pod's image, which needs python (default: %(default)s, the default of the "
-                        "operator's --trainer-image, from the same environment variable)")  # fmt: skip
-    p.add_argument("--timeout", type=seconds_arg, default=tr.START_TIMEOUT, metavar="S",
-                   help="seconds to wait for the transfer pod to start (default %(default)g); then the error names "
-                        "what it waits for and its events")  # fmt: skip
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
-
-
-def _pod_paragraph() -> str:
-    return f"""\
-The copy goes through a short-lived pod in the namespace, dtr-put-* or dtr-get-* (label
-app.kubernetes.io/name={tr.COMPONENT}), that mounts the claim ({layout.MOUNT_PATH}, read-only for model get):
-uid and gid {RUN_AS} as the trainer, no ServiceAccount token, a read-only root filesystem, no capabilities,
-seccomp RuntimeDefault, resource limits (it passes Pod Security `restricted`). It runs where pods
-already using a ReadWriteOnce claim run, and is deleted afterwards, also on Ctrl-C (left behind, it
-ends by itself after {tr.IDLE_SECONDS} s without a copy). dtr uses kubectl's credentials and sends the
-copy over the API server's exec WebSocket (no kubectl needed). Every file's SHA-256 is computed at
-both ends and compared; progress goes to stderr. Permissions in the namespace: get the run and the
-claim; create, get and delete pods; create pods/exec; list events (and pods, to find a ReadWriteOnce
-claim's node)."""
-
-
-def _add_data(sub: argparse._SubParsersAction) -> None:
-    default = tr.default_dest()
-    data = sub.add_parser("data", help="copy files into a run's volume (dtr data put)",
-                          description="Files on a run's volume, its PersistentVolumeClaim: dtr data put "
-                                      "CLAIM-or-RUN LOCAL_PATH [DEST] copies them in (see its --help).")  # fmt: skip
-    verbs = data.add_subparsers(dest="verb", metavar="VERB", required=True)
-    p = verbs.add_parser(
-        "put", help="copy a local file or directory into a claim (default: the trainer's data directory)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=f"""\
-Copy LOCAL_PATH, a file or a directory with its files and subdirectories, into the directory DEST on
-a volume, as DEST/<the name of LOCAL_PATH>:
-
-  dtr data put my-claim ./wine.npz          ->  {posixpath.join(default, "wine.npz")}
-  dtr data put my-run ./tables extra        ->  extra/tables/...
-
-DEST is relative to the volume's root and is created if missing; the default, {default}, is the
-trainer's data directory ({layout.data_dir()} in its pods). A file of the same name is replaced;
-each file appears only once complete and checked. Symlinks and special files are refused.
-
-{_pod_paragraph()}""",
-    )  # fmt: skip
-    p.add_argument("target", metavar="CLAIM-or-RUN",
-                   help=f"a PersistentVolumeClaim, or a {KIND}: its spec.storage.claimName or the claim the "
-                        "operator creates for it (a run of that name wins over a claim)")  # fmt: skip
-    p.add_argument("local", metavar="LOCAL_PATH", help="a local file or directory")
-    p.add_argument("dest", metavar="DEST", nargs="?", default=default,
-                   help=f"a directory on the volume, relative to its root (default: {default})")  # fmt: skip
-    _common(p)
-    p.set_defaults(func=_data_put, parser=p)
-
-
-def _add_model(sub: argparse._SubParsersAction) -> None:
-    versions = posixpath.join(layout.in_volume(layout.export_dir("<modelName>")) or "", "<version>")
-    model = sub.add_parser("model", help="copy an exported model version out of a run's volume (dtr model get)",
-                           description="A run's exported models, on its volume: dtr model get RUN DEST copies a "
-                                       "version out (see its --help).")  # fmt: skip
-    verbs = model.add_subparsers(dest="verb", metavar="VERB", required=True)
-    p = verbs.add_parser(
-        "get", help="copy an exported model version to a local directory",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=f"""\
-Copy a version of RUN's model, {versions} on its claim (a TF SavedModel and its
-lineage.json), into the local directory DEST:
-
-  dtr model get mnist-cnn ./model               the version the run exported (status.model)
-  dtr model get mnist-cnn ./v1 --version 1      another version of its model name
-
-Without --version and without an exported version in its status, the latest version on the volume.
-DEST must not exist, or be empty; it appears only once complete and checked.
-
-{_pod_paragraph()}""",
-    )  # fmt: skip
-    p.add_argument("run", metavar="RUN", help=f"the {KIND}")
-    p.add_argument("dest", metavar="DEST", help="a local directory to create (or an empty one)")
-    p.add_argument("--version", type=_positive_int, metavar="N",
-                   help="this version of the run's model (runs that share a model name number its versions)")
-    _common(p)
-    p.set_defaults(func=_model_get, parser=p)
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    _add_data(sub)
-    _add_model(sub)

@@ -1,6 +1,6 @@
 """How a pod's container becomes a local process (pure: no I/O, no clock).
 
-Used by `dtr run` (`dtr_operator.local.runner`) to run each worker of the TFJob the operator
+Used by `dtr run` (`dtr_client.local.runner`) to run each worker of the TFJob the operator
 would create:
 
 - Network: every TF_CONFIG address (`<job>-worker-<i>.<ns>.svc:<port>`) is rewritten to

@@ -1,4 +1,4 @@
-"""The client's local backend: each run is a `dtr run` process (dtr_operator/local), its workers local processes.
+"""The client's local backend: each run is a `dtr run` process (runner.py), its workers local processes.
 
 `dtr run` plays the training-operator and the kubelet and computes the run's status with the operator's own
 status code; it writes that status to DIR/runs/<name>/status.json (runner.STATUS_FILE), which this backend
@@ -26,17 +26,16 @@ from dtr_contract import flags, layout
 from dtr_contract.history import MAX_FILE
 from dtr_contract.progress import parse_epoch_end_line
 
-from dtr_operator import submit
 from dtr_operator.api import KIND
-from dtr_operator.local import runner
 from dtr_operator.reasons import FAILED, PENDING, SUSPENDED, TERMINAL
 from dtr_operator.spec import SpecError, created_pvc_name, parse_run
 from dtr_operator.status.progress import progress_of
 
-from . import models
-from . import tensorboard as board
-from .curves import history_of
-from .results import InvalidRun, NoModel, Progress, RunNotFound, RunStatus
+from .. import models, submit
+from .. import tensorboard as board
+from ..curves import history_of
+from ..results import InvalidRun, NoModel, Progress, RunNotFound, RunStatus
+from . import runner
 
 CONSOLE = "console.log"
 SUBMITTED = "submitted"
@@ -130,7 +129,7 @@ class LocalBackend:
 
     def _start(self, name: str) -> None:
         submitted = self._dir(name) / SUBMITTED
-        argv = [sys.executable, "-m", "dtr_operator.cli", "run", str(submitted / RUN_FILE), "--dir", str(self.base_dir),
+        argv = [sys.executable, "-m", "dtr_cli", "run", str(submitted / RUN_FILE), "--dir", str(self.base_dir),
                 "--python", self.python]  # fmt: skip
         argv += [arg for code in submitted.glob("*.py") for arg in (flags.CODE, str(code))]
         argv += ["--host-network"] if self.host_network else []

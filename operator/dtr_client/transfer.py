@@ -8,7 +8,7 @@ with no ServiceAccount token, a read-only root filesystem, no capabilities, secc
 resource limits: it passes Pod Security `restricted`. If dtr dies without deleting it, its idle process
 exits once no copy has touched its heartbeat file for IDLE_SECONDS, and the pod ends (Succeeded).
 
-The shell, transfer_cli.py, orders the API calls (kube.py) and the copy. The TensorBoard pod of `dtr tensorboard`
+The shell, volume.py, orders the API calls (kube.py) and the copy. The TensorBoard pod of `dtr tensorboard`
 (tensorboard_pod) is the same pod, read-only, running TensorBoard instead; dtr_client.tensorboard starts it.
 """
 
@@ -24,9 +24,9 @@ from typing import Any
 
 from dtr_contract import layout
 
-from .api import GROUP
-from .builders import RUN_AS, SCRATCH_PATH, owner_reference
-from .spec import RunSpec, parse_run
+from dtr_operator.api import GROUP
+from dtr_operator.builders import RUN_AS, SCRATCH_PATH, owner_reference
+from dtr_operator.spec import RunSpec, parse_run
 
 CONTAINER = "copy"
 COMPONENT = "dtr-transfer"

@@ -1,34 +1,30 @@
-"""`dtr submit FILE.py`: send your own model file to the cluster with a run, no image to build (docs/own-model.md).
+"""Your own model file sent to the cluster with a run, no image to build (docs/own-model.md): what `dtr submit
+FILE.py` and the client's create(FILE.py) send.
 
-    dtr submit wine.py --workers 2 --epochs 10 --dataset wine --metric auc
-
-creates an immutable ConfigMap `<name>-code` holding the file under its base name (labelled distml.dev/run=<name>),
-then the DistTrainingRun naming it (spec.training.code), then makes the run the ConfigMap's owner, so deleting
-the run deletes its code. The file is checked here first: a Python file (compiled locally: a syntax error names
+An immutable ConfigMap `<name>-code` holds the file under its base name (labelled distml.dev/run=<name>), then
+the DistTrainingRun names it (spec.training.code), then the run is made the ConfigMap's owner, so deleting the
+run deletes its code. The file is checked here first: a Python file (compiled locally: a syntax error names
 its file and line before anything reaches the cluster) of at most CONFIGMAP_BYTES (the API server's limit on a
-ConfigMap; a larger program goes in an image built FROM the trainer image). `--dry-run` prints both objects.
+ConfigMap; a larger program goes in an image built FROM the trainer image).
 
 The pure parts (the file's check, the two manifests, the training options) serve `dtr run FILE.py` too.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from dtr_contract import flags
 
-from .api import API_VERSION, KIND, RUN_LABEL
-from .fields import CONFIGMAP_LIMIT, MAX_NAME_LENGTH
-from .grammar import CODE_KEY, DNS1035_LABEL
-from .spec import SpecError, parse_run
+from dtr_operator.api import API_VERSION, KIND, RUN_LABEL
+from dtr_operator.fields import CONFIGMAP_LIMIT, MAX_NAME_LENGTH
+from dtr_operator.grammar import CODE_KEY, DNS1035_LABEL
+from dtr_operator.spec import SpecError, parse_run
 
 CONFIGMAP_BYTES = 1024 * 1024  # CONFIGMAP_LIMIT: the API server refuses a ConfigMap whose data is larger
 OWN_IMAGE = "build an image FROM the trainer image with your code and name its module in spec.training.code.module"
@@ -102,11 +98,6 @@ OPTIONS: tuple[tuple[str, str, type, str, str], ...] = (
 )  # fmt: skip
 
 
-def add_training_options(parser: argparse.ArgumentParser) -> None:
-    for dest, flag, kind, _path, text in OPTIONS:
-        parser.add_argument(flag, dest=dest, type=kind, metavar=dest.split("_")[0].upper(), help=text)
-
-
 def _set(spec: dict[str, Any], path: str, value: Any) -> None:
     *parents, key = path.split(".")
     for name in parents:
@@ -160,18 +151,11 @@ def checked_code_run(path: str, given: Mapping[str, Any], namespace: str | None)
     return code, doc
 
 
-def manifests(path: str, args: argparse.Namespace, namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(ConfigMap, DistTrainingRun) for the file and the options, the run admitted as the API server would."""
-    code, doc = checked_code_run(path, vars(args), namespace)
+def manifests(path: str, given: Mapping[str, Any], namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(ConfigMap, DistTrainingRun) for the file and the options given (as checked_code_run takes them), the run
+    admitted as the API server would."""
+    code, doc = checked_code_run(path, given, namespace)
     return code_configmap(doc["metadata"]["name"], namespace, code), doc
-
-
-class _Dumper(yaml.SafeDumper):
-    """The file's text as a block, the way a person reads it."""
-
-
-_Dumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v,
-                                                             style="|" if "\n" in v else None))  # fmt: skip
 
 
 # ---- the shell --------------------------------------------------------------------------------
@@ -180,7 +164,7 @@ _Dumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:
 def submit(kube: Any, config_map: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
     """Create the ConfigMap, then the run, then make the run own the ConfigMap; the run as created. A run the API
     refuses takes its new ConfigMap with it."""
-    from .kube import AlreadyExists, ApiError
+    from dtr_operator.kube import AlreadyExists, ApiError
 
     meta = config_map["metadata"]
     try:
@@ -195,64 +179,3 @@ def submit(kube: Any, config_map: dict[str, Any], doc: dict[str, Any]) -> dict[s
         raise
     kube.set_owner("v1", "ConfigMap", meta["namespace"], meta["name"], run_owner(run))
     return run
-
-
-def _watch_lines(doc: Mapping[str, Any], config_map: Mapping[str, Any]) -> list[str]:
-    """What was created, the file's SHA-256 (status.code will say the same), and how to follow the run."""
-    from .status.code import code_status, configmap_content
-
-    name, namespace = doc["metadata"]["name"], config_map["metadata"]["namespace"]
-    key = doc["spec"]["training"]["code"]["key"]
-    code = code_status(config_map["metadata"]["name"], key, configmap_content(config_map, key) or b"")
-    return [
-        f"disttrainingrun {name} created in namespace {namespace}: code {key} in ConfigMap {code['configMap']} "
-        f"(sha256 {code['sha256']})",
-        f"watch it:  kubectl get distrainingruns {name} -n {namespace} -w",
-        f"logs:      dtr logs {name} -n {namespace} -f",
-    ]
-
-
-def _submit(args: argparse.Namespace) -> int:
-    from .kube import ApiError, Kube, NoCredentials, current_namespace
-
-    namespace = args.namespace or current_namespace()
-    try:
-        config_map, doc = manifests(args.file, args, namespace)
-    except SubmitError as err:
-        print(f"dtr submit: {err}", file=sys.stderr)
-        return 2
-    if args.dry_run:
-        sys.stdout.write(yaml.dump_all([config_map, doc], Dumper=_Dumper, sort_keys=False))
-        return 0
-    from dtr_client import TrainingClient
-    from dtr_client.cluster import ClusterBackend
-
-    given = {dest: getattr(args, dest) for dest, *_ in OPTIONS} | {"claim": args.claim, "image": args.image}
-    try:
-        client = TrainingClient(ClusterBackend(Kube.for_cli(), namespace))
-        client.create(args.file, name=args.name, **{k: v for k, v in given.items() if v is not None})
-    except (SubmitError, NoCredentials) as err:
-        print(f"dtr submit: {err}", file=sys.stderr)
-        return 1
-    except ApiError as err:
-        print(f"dtr submit: the API server said {err}", file=sys.stderr)
-        return 1
-    print("\n".join(_watch_lines(doc, config_map)))
-    return 0
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "submit",
-        help="train your own model file on the cluster: its code in a ConfigMap, then the run (no image build)",
-        description=__doc__.split("\n\n")[0] + f" The file: build_model(ctx) and load_data(ctx), {GUIDE}.",
-    )
-    p.add_argument("file", metavar="FILE.py", help="your model: a Python file defining build_model and load_data")
-    p.add_argument("--name", help="the run's name (default: the file's name, wine_v2.py -> wine-v2)")
-    p.add_argument("-n", "--namespace", help="its namespace (default: the kubeconfig context's)")
-    add_training_options(p)
-    p.add_argument("--claim", metavar="CLAIM",
-                   help="an existing PVC to mount (spec.storage.claimName), e.g. one with your data")  # fmt: skip
-    p.add_argument("--image", metavar="IMG", help="the trainer image (spec.image; default: the operator's)")
-    p.add_argument("--dry-run", action="store_true", help="print the ConfigMap and the run as YAML, create nothing")
-    p.set_defaults(func=_submit)

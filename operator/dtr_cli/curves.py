@@ -8,14 +8,9 @@ differences side by side (docs/client.md#curves). Both go through the Python cli
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from .cli import EXIT_BAD_INPUT
-
-EXIT_FAILED = 1
+from .command import BadInput, Failed, client_for
 
 
 def default_output(runs: list[str]) -> str:
@@ -23,54 +18,29 @@ def default_output(runs: list[str]) -> str:
     return f"{runs[0]}.png" if len(runs) == 1 else "curves.png"
 
 
-def _client(args: argparse.Namespace) -> Any:
-    from dtr_client import TrainingClient
-
-    return TrainingClient(args.backend, namespace=args.namespace, local_dir=args.dir)
-
-
-def _plot(args: argparse.Namespace, client: Any) -> int:
+def _plot(args: argparse.Namespace) -> None:
+    client = client_for(args)
     histories = {run: client.history(run) for run in args.runs}
     empty = [run for run, history in histories.items() if not history]
     if empty:
-        print(f"dtr plot: {', '.join(empty)}: no finished epoch to plot (yet)", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise Failed(f"{', '.join(empty)}: no finished epoch to plot (yet)")
     from dtr_client.plots import plot_histories
 
+    try:
+        figure = plot_histories(histories, args.only)
+    except ValueError as err:  # an --only metric none of the runs has
+        raise BadInput(str(err)) from None
     path = Path(args.output or default_output(args.runs))
-    plot_histories(histories, args.only).savefig(path, format="png", dpi=100)
+    figure.savefig(path, format="png", dpi=100)
     print(path)
-    return 0
 
 
-def _compare(args: argparse.Namespace, client: Any) -> int:
+def _compare(args: argparse.Namespace) -> None:
     from dtr_client.curves import compare_lines
 
+    client = client_for(args)
     statuses = [client.get(run) for run in args.runs]
     print("\n".join(compare_lines(statuses, {run: client.spec(run) for run in args.runs})))
-    return 0
-
-
-def _run(command: str, action: Callable[[argparse.Namespace, Any], int], args: argparse.Namespace) -> int:
-    """The action with the client; one line and an exit code for what goes wrong."""
-    from dtr_client import RunNotFound
-
-    from .kube import ApiError, NoCredentials
-
-    try:
-        return action(args, _client(args))
-    except (RunNotFound, ValueError) as err:  # ValueError: a metric none of the runs has
-        print(f"dtr {command}: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except NoCredentials as err:
-        print(f"dtr {command}: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except ApiError as err:
-        print(f"dtr {command}: the API server said {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except OSError as err:
-        print(f"dtr {command}: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
-        return EXIT_FAILED
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -91,10 +61,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("-o", "--output", metavar="FILE.png", help="where to write it [RUN.png; curves.png for several]")
     p.add_argument("--only", action="append", metavar="METRIC", help="only this metric (and its val_); repeatable")
-    p.set_defaults(func=lambda args: _run("plot", _plot, args))
+    p.set_defaults(func=_plot)
     p = sub.add_parser("compare", help="runs' final phase, metrics, epochs and duration, and their spec differences",
                        description="Print the runs' final phase, epochs, duration and metrics side by side, then "
                                    "every spec field (a dotted path, the API's defaults filled in) whose value "
                                    "differs between them; fields they share are left out.")  # fmt: skip
     _common(p)
-    p.set_defaults(func=lambda args: _run("compare", _compare, args))
+    p.set_defaults(func=_compare)

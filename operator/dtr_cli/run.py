@@ -1,4 +1,5 @@
-"""`dtr run`: the subcommand of the local tooling (registered by dtr_operator.cli)."""
+"""`dtr run FILE`: train a run file, or your own model file, with local processes and no cluster; the runner is
+dtr_client.local.runner."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from pathlib import Path
 
 from dtr_contract import flags
 
-from dtr_operator import submit
+from dtr_client import submit
+
+from .submit import add_training_options
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dtr_operator.local import netns, runner  # only when running: `dtr operator` never imports it
+    from dtr_client.local import netns, runner  # only when running: `dtr operator` never imports it
 
     base_dir = args.dir if args.dir is not None else runner.default_base_dir()
     python = args.python if args.python is not None else runner.default_python()
@@ -35,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(flags.CODE, dest="code", metavar="FILE.py", default=None,
                    help="the run file's code: the local file stands for its spec.training.code ConfigMap")  # fmt: skip
     p.add_argument("--name", default=None, help="with FILE.py: the run's name (default: the file's name)")
-    submit.add_training_options(p)
+    add_training_options(p)
     p.add_argument("--dir", type=Path, default=None, help="volumes and logs [./.dtr, env DTR_RUN_DIR]")
     p.add_argument("--python", default=None,
                    help="the trainer's Python 3.9 [env DTR_TRAINER_PYTHON, else .venv/trainer/bin/python]")  # fmt: skip

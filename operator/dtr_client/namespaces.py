@@ -1,4 +1,4 @@
-"""`dtr namespaces [-n NS]`: which namespaces the operators on this cluster watch.
+"""Which namespaces the operators on this cluster watch (`dtr namespaces`; `dtr render --cluster`, cluster_check.py).
 
 A run in a namespace no operator watches gets no status and no event: nothing reads it. The
 operators' Deployments (label app.kubernetes.io/name=dtr-operator) say which namespaces they watch
@@ -8,13 +8,12 @@ in their flags and environment; this reads them with the same parser `dtr operat
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from dtr_operator.settings import Settings
 
 OPERATOR_LABEL = "app.kubernetes.io/name=dtr-operator"
 CONTAINER = "operator"
@@ -39,7 +38,7 @@ class Watcher:
 def watched_namespaces(deployment: Mapping[str, Any]) -> tuple[str, ...]:
     """The namespaces the Deployment's operator container watches, as `dtr operator` reads its
     flags and environment (literal env values only); an empty tuple means all namespaces."""
-    from . import settings as cfg
+    from dtr_operator import settings as cfg
 
     container = _operator_container(deployment)
     env = _literal_env(container)
@@ -55,14 +54,14 @@ def watched_namespaces(deployment: Mapping[str, Any]) -> tuple[str, ...]:
 def operator_settings(deployment: Mapping[str, Any]) -> Settings:
     """The settings the Deployment's operator runs with, as `dtr operator` reads its flags and environment
     (literal env values only); SettingsError when one is invalid (that operator stops at start)."""
-    from . import settings as cfg
+    from dtr_operator import settings as cfg
 
     container = _operator_container(deployment)
     return cfg.from_args(_operator_args(container), _literal_env(container))
 
 
 def _operator_parser() -> argparse.ArgumentParser:
-    from . import settings as cfg
+    from dtr_operator import settings as cfg
 
     parser = argparse.ArgumentParser(add_help=False)
     cfg.add_arguments(parser)
@@ -120,7 +119,7 @@ def report(found: Sequence[Watcher], namespace: str | None) -> tuple[int, list[s
 def operator_deployments(kube: Any) -> list[dict[str, Any]]:
     """The operators' Deployments: cluster-wide, else (not allowed to list them everywhere) where deploy/ puts
     the operator. ApiError when neither may be read."""
-    from .kube import ApiError
+    from dtr_operator.kube import ApiError
 
     query = [("labelSelector", OPERATOR_LABEL)]
     try:
@@ -130,29 +129,3 @@ def operator_deployments(kube: Any) -> list[dict[str, Any]]:
             raise
     path = f"/apis/apps/v1/namespaces/{DEFAULT_DEPLOY_NAMESPACE}/deployments"
     return list(kube.request("GET", path, query=query).get("items") or [])
-
-
-def _namespaces(args: argparse.Namespace) -> int:
-    from .kube import ApiError, Kube, NoCredentials
-
-    try:
-        items = operator_deployments(Kube.for_cli())
-    except NoCredentials as err:
-        print(f"dtr namespaces: {err}", file=sys.stderr)
-        return 1
-    except ApiError as err:
-        print(f"dtr namespaces: the API server said {err.status} {err.reason}: {err.message}", file=sys.stderr)
-        return 1
-    code, lines = report(watchers(items), args.namespace)
-    print("\n".join(lines))
-    return code
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "namespaces",
-        help="which namespaces the cluster's operators watch (runs elsewhere get no status)",
-        description=__doc__.split("\n\n")[0],
-    )
-    p.add_argument("-n", "--namespace", help="also say whether this namespace is watched (exit 1 if not)")
-    p.set_defaults(func=_namespaces)

@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from .api import API_VERSION, KIND
-from .spec import RunSpec, SpecError, parse_run
+from dtr_operator.api import API_VERSION, KIND
+from dtr_operator.spec import RunSpec, SpecError, parse_run
 
 
 class RunFileError(ValueError):

@@ -1,9 +1,4 @@
-"""`dtr logs RUN`: the workers' logs of a run, merged and prefixed, from the API (kubectl's credentials).
-
-    dtr logs mnist-cnn                 every worker's log, merged in time order, "[worker-1] ..." prefixes
-    dtr logs mnist-cnn -f              follow them while they train
-    dtr logs mnist-cnn --worker 1      one worker
-    dtr logs mnist-cnn --previous      the log of each worker's previous container (before a restart)
+"""The workers' logs of a run, merged and prefixed, from the API: what `dtr logs` and the client's logs() show.
 
 Pods go with the TFJob (ttlSecondsAfterFinished, or the run deleted); the trainer also writes each
 worker's log to the run's volume (docs/models.md), which outlives them.
@@ -11,7 +6,6 @@ worker's log to the run's volume (docs/models.md), which outlives them.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import threading
@@ -20,9 +14,9 @@ from typing import Any, TextIO
 
 from dtr_contract import layout
 
-from .api import CONTAINER_NAME, KIND, REPLICA_INDEX_LABEL
-from .grammar import DNS1123_LABEL
-from .status.state import harmless
+from dtr_operator.api import CONTAINER_NAME, KIND, REPLICA_INDEX_LABEL
+from dtr_operator.grammar import DNS1123_LABEL
+from dtr_operator.status.state import harmless
 
 VOLUME_LOGS = f"{layout.logs_dir('<run>')}/ on the run's volume"
 KUBELET_GONE = "unable to retrieve container logs for "
@@ -78,7 +72,7 @@ def merged(logs: Iterable[tuple[int, str]]) -> list[str]:
     return [line for *_, line in sorted(keyed)]
 
 
-# ---- the command ------------------------------------------------------------------------------
+# ---- the shell --------------------------------------------------------------------------------
 
 
 def _pods(kube: Any, namespace: str, name: str, worker: int | None) -> list[tuple[int, str]]:
@@ -119,7 +113,7 @@ def show(kube: Any, namespace: str, name: str, worker: int | None, previous: boo
 def follow(kube: Any, namespace: str, name: str, worker: int | None, tail: int | None, out: TextIO) -> bool:
     """One thread per worker; lines are written whole, as they come. False when a worker's log could not
     be followed (said in one line on stderr: a container still starting, a pod gone)."""
-    from .kube import ApiError
+    from dtr_operator.kube import ApiError
 
     lock = threading.Lock()
     failed: list[int] = []
@@ -142,49 +136,3 @@ def follow(kube: Any, namespace: str, name: str, worker: int | None, tail: int |
         while t.is_alive():
             t.join(0.5)  # wakes up for Ctrl-C
     return not failed
-
-
-def _logs(args: argparse.Namespace) -> int:
-    from .kube import ApiError, Kube, NoCredentials, current_namespace
-
-    if args.follow and args.previous:
-        print("dtr logs: --previous shows a container that has ended; it cannot be followed (-f)", file=sys.stderr)
-        return 2
-    from dtr_client import TrainingClient
-    from dtr_client.cluster import ClusterBackend
-
-    try:
-        client = TrainingClient(ClusterBackend(Kube.for_cli(), args.namespace or current_namespace()))
-        for line in client.logs(args.run, follow=args.follow, worker=args.worker, tail=args.tail,
-                                previous=args.previous):  # fmt: skip
-            print(line, flush=args.follow)
-    except (LogsError, NoCredentials) as err:
-        print(f"dtr logs: {err}", file=sys.stderr)
-        return 1
-    except ApiError as err:
-        print(f"dtr logs: the API server said {err}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "logs",
-        help="the workers' logs of a run, merged and prefixed (kubectl's credentials)",
-        description=__doc__.split("\n\n")[0] + " Pods go with the TFJob; each worker's log is also in "
-        f"{VOLUME_LOGS}.",
-    )
-    p.add_argument("run", metavar="RUN", help="the DistTrainingRun's name")
-    p.add_argument("-n", "--namespace", help="its namespace (default: the kubeconfig context's)")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as the workers write them")
-    p.add_argument("--worker", type=_non_negative, metavar="N", help="only worker N (0 is the chief)")
-    p.add_argument("--previous", action="store_true", help="each worker's previous container (before a restart)")
-    p.add_argument("--tail", type=_non_negative, metavar="N", help="only the last N lines of each worker")
-    p.set_defaults(func=_logs)

@@ -1,0 +1,82 @@
+"""`dtr submit FILE.py`: send your own model file to the cluster with a run, no image to build (docs/own-model.md).
+
+    dtr submit wine.py --workers 2 --epochs 10 --dataset wine --metric auc
+
+creates the ConfigMap `<name>-code` with the file, then the run naming it, through the client (what it checks
+and sends: dtr_client.submit). `--dry-run` prints both objects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from dtr_client.submit import GUIDE, OPTIONS, SubmitError, manifests
+
+from .command import Failed, client_for
+
+
+def add_training_options(parser: argparse.ArgumentParser) -> None:
+    """The training options of `dtr submit FILE.py` and `dtr run FILE.py` (dtr_client.submit.OPTIONS)."""
+    for dest, flag, kind, _path, text in OPTIONS:
+        parser.add_argument(flag, dest=dest, type=kind, metavar=dest.split("_")[0].upper(), help=text)
+
+
+class _Dumper(yaml.SafeDumper):
+    """The file's text as a block, the way a person reads it."""
+
+
+_Dumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v,
+                                                             style="|" if "\n" in v else None))  # fmt: skip
+
+
+def _watch_lines(doc: Mapping[str, Any], config_map: Mapping[str, Any]) -> list[str]:
+    """What was created, the file's SHA-256 (status.code will say the same), and how to follow the run."""
+    from dtr_operator.status.code import code_status, configmap_content
+
+    name, namespace = doc["metadata"]["name"], config_map["metadata"]["namespace"]
+    key = doc["spec"]["training"]["code"]["key"]
+    code = code_status(config_map["metadata"]["name"], key, configmap_content(config_map, key) or b"")
+    return [
+        f"disttrainingrun {name} created in namespace {namespace}: code {key} in ConfigMap {code['configMap']} "
+        f"(sha256 {code['sha256']})",
+        f"watch it:  kubectl get distrainingruns {name} -n {namespace} -w",
+        f"logs:      dtr logs {name} -n {namespace} -f",
+    ]
+
+
+def _submit(args: argparse.Namespace) -> None:
+    from dtr_operator.kube import current_namespace
+
+    config_map, doc = manifests(args.file, vars(args), args.namespace or current_namespace())
+    if args.dry_run:
+        sys.stdout.write(yaml.dump_all([config_map, doc], Dumper=_Dumper, sort_keys=False))
+        return
+    given = {dest: getattr(args, dest) for dest, *_ in OPTIONS} | {"claim": args.claim, "image": args.image}
+    client = client_for(args)
+    try:
+        client.create(args.file, name=args.name, **{k: v for k, v in given.items() if v is not None})
+    except SubmitError as err:  # not bad input, the file passed manifests(): the cluster has its ConfigMap already
+        raise Failed(str(err)) from None
+    print("\n".join(_watch_lines(doc, config_map)))
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "submit",
+        help="train your own model file on the cluster: its code in a ConfigMap, then the run (no image build)",
+        description=__doc__.split("\n\n")[0] + f" The file: build_model(ctx) and load_data(ctx), {GUIDE}.",
+    )
+    p.add_argument("file", metavar="FILE.py", help="your model: a Python file defining build_model and load_data")
+    p.add_argument("--name", help="the run's name (default: the file's name, wine_v2.py -> wine-v2)")
+    p.add_argument("-n", "--namespace", help="its namespace (default: the kubeconfig context's)")
+    add_training_options(p)
+    p.add_argument("--claim", metavar="CLAIM",
+                   help="an existing PVC to mount (spec.storage.claimName), e.g. one with your data")  # fmt: skip
+    p.add_argument("--image", metavar="IMG", help="the trainer image (spec.image; default: the operator's)")
+    p.add_argument("--dry-run", action="store_true", help="print the ConfigMap and the run as YAML, create nothing")
+    p.set_defaults(func=_submit)
