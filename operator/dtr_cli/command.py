@@ -56,7 +56,7 @@ def _exit_for(err: Exception) -> tuple[int, str] | None:
     here, once something has failed, so that a command loads only what it runs (`dtr render`: no kubernetes)."""
     from dtr_client import InvalidRun, RunNotFound, TensorBoardError
     from dtr_client.copier import CopyError
-    from dtr_client.local.runner import RunError
+    from dtr_client.local.source import RunError
     from dtr_client.local.translate import TranslateError
     from dtr_client.logs import LogsError
     from dtr_client.runfile import RunFileError

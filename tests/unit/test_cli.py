@@ -13,7 +13,7 @@ from dtr_cli import cli
 from dtr_cli.command import EXIT_BAD_INPUT, BadInput, Failed, run_command
 from dtr_client import InvalidRun, RunNotFound, TensorBoardError
 from dtr_client.copier import CopyError
-from dtr_client.local.runner import RunError
+from dtr_client.local.source import RunError
 from dtr_client.local.translate import TranslateError
 from dtr_client.logs import LogsError
 from dtr_client.runfile import RunFileError

@@ -13,7 +13,7 @@ from dtr_cli import cli
 from dtr_client import InvalidRun, Progress, RunFailed, RunStatus, TrainingClient, submit
 from dtr_client.cluster import ClusterBackend
 from dtr_client.local import backend as local_backend
-from dtr_client.local import runner
+from dtr_client.local import runner, source
 from dtr_client.results import new_epochs, outcome, run_document
 from dtr_contract.progress import epoch_end_line, trainer_line
 from dtr_operator import kube
@@ -187,7 +187,7 @@ def test_a_local_model_is_found_in_its_claims_directory() -> None:
 
 
 def test_dtr_run_writes_its_status_with_the_chiefs_epoch_and_a_suspension(tmp_path: Path) -> None:
-    run = runner.admit(DOC, "d.yaml")
+    run = source.admit(DOC, "d.yaml")
     local = runner.LocalRun(run, tmp_path, "/usr/bin/python3", runner.Console(io.StringIO()))
     local.run_dir.mkdir(parents=True)
     local.console.replica_line("worker-0", chief_line(2, 3, 0.25).removeprefix("[worker-0] "))

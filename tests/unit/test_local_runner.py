@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 from dtr_cli.command import run_command
-from dtr_client.local import kubelet
+from dtr_client.local import jobs, kubelet, source
 from dtr_client.local import runner as r
 from dtr_contract import exits
 from dtr_operator import builders, reasons
@@ -34,7 +34,7 @@ spec: {workers: 2, training: {dataset: digits, epochs: 1}}
     ],
 )  # fmt: skip
 def test_job_restarts(policy, code, again):
-    assert r.job_restarts(policy, code) is again
+    assert jobs.job_restarts(policy, code) is again
 
 
 @pytest.mark.parametrize(
@@ -46,7 +46,7 @@ def test_job_restarts(policy, code, again):
     ],
 )  # fmt: skip
 def test_past_backoff_limit(policy, restarts, limit, past):
-    assert r.past_backoff_limit(policy, restarts, limit) is past
+    assert jobs.past_backoff_limit(policy, restarts, limit) is past
 
 
 @pytest.mark.parametrize(
@@ -62,24 +62,24 @@ def test_past_backoff_limit(policy, restarts, limit, past):
     ],
 )
 def test_job_outcome(exits, policy, outcome):
-    assert r.job_outcome(exits, policy, "worker-0") == outcome
+    assert jobs.job_outcome(exits, policy, "worker-0") == outcome
 
 
 def test_load_run_errors_are_one_line_naming_the_problem():
-    assert r.load_run(RUN, "f.yaml").name == "digits"
-    with pytest.raises(r.RunError, match="not valid YAML"):
-        r.load_run("a: [", "f.yaml")
-    with pytest.raises(r.RunError, match=r"f\.yaml: apiVersion not set"):
-        r.load_run("kind: Pod\n", "f.yaml")
-    with pytest.raises(r.RunError, match=r"no DistTrainingRun in this file \(found Pod;"):
-        r.load_run("apiVersion: v1\nkind: Pod\n", "f.yaml")
-    with pytest.raises(r.RunError, match="one DistTrainingRun at a time; this file has 2"):
-        r.load_run(RUN + "---" + RUN, "f.yaml")
-    with pytest.raises(r.RunError,
+    assert source.load_run(RUN, "f.yaml").name == "digits"
+    with pytest.raises(source.RunError, match="not valid YAML"):
+        source.load_run("a: [", "f.yaml")
+    with pytest.raises(source.RunError, match=r"f\.yaml: apiVersion not set"):
+        source.load_run("kind: Pod\n", "f.yaml")
+    with pytest.raises(source.RunError, match=r"no DistTrainingRun in this file \(found Pod;"):
+        source.load_run("apiVersion: v1\nkind: Pod\n", "f.yaml")
+    with pytest.raises(source.RunError, match="one DistTrainingRun at a time; this file has 2"):
+        source.load_run(RUN + "---" + RUN, "f.yaml")
+    with pytest.raises(source.RunError,
                        match=r"f\.yaml: DistTrainingRun digits: spec\.workers: must be between 1 and 64, got 0"):
-        r.load_run(RUN.replace("workers: 2", "workers: 0"), "f.yaml")
-    with pytest.raises(r.RunError, match=r"f\.yaml: spec\.suspend is true: a suspended run trains nowhere"):
-        r.load_run(RUN.replace("workers: 2,", "workers: 2, suspend: true,"), "f.yaml")
+        source.load_run(RUN.replace("workers: 2", "workers: 0"), "f.yaml")
+    with pytest.raises(source.RunError, match=r"f\.yaml: spec\.suspend is true: a suspended run trains nowhere"):
+        source.load_run(RUN.replace("workers: 2,", "workers: 2, suspend: true,"), "f.yaml")
 
 
 
@@ -93,7 +93,7 @@ def test_load_run_errors_are_one_line_naming_the_problem():
     ],
 )  # fmt: skip
 def test_end_by_exits(exits, policy, end):
-    assert r.end_by_exits(exits, policy, "Worker", "ns/j") == end
+    assert jobs.end_by_exits(exits, policy, "Worker", "ns/j") == end
 
 
 BACKOFF = ("Failed", "BackoffLimitExceeded", "TFJob ns/j has failed because it has reached the specified backoff limit")
@@ -111,7 +111,7 @@ DEADLINE = ("Failed", "DeadlineExceeded", "TFJob ns/j has failed because it was 
     ],
 )  # fmt: skip
 def test_end_by_limits(policy, run_policy, restarts, elapsed, end):
-    assert r.end_by_limits(policy, run_policy, restarts, elapsed, "ns/j") == end
+    assert jobs.end_by_limits(policy, run_policy, restarts, elapsed, "ns/j") == end
 
 
 def test_a_pod_a_local_process_cannot_play_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
@@ -136,8 +136,8 @@ def test_a_pod_a_local_process_cannot_play_is_one_line_not_a_traceback(tmp_path,
 
 def _pods(states):
     return [
-        r.pod_view(
-            f"digits-worker-{i}", "default", r.replica_labels("digits", "Worker", i),
+        jobs.pod_view(
+            f"digits-worker-{i}", "default", jobs.replica_labels("digits", "Worker", i),
             kubelet.pod_status([kubelet.container_status("tensorflow", "img", s, 0)], "t0", "t1", "127.0.0.1"),
         )
         for i, s in enumerate(states)
@@ -152,7 +152,7 @@ def test_a_succeeded_local_job_reads_like_the_cluster_status():
         kubelet.terminated(0, json.dumps(summary), "a", "b", "c"),
         kubelet.terminated(0, "", "a", "b", "c"),
     ]
-    tfjob = r.tfjob_view(builders.build_tfjob(run), reasons.SUCCEEDED, "TFJobSucceeded", "done",
+    tfjob = jobs.tfjob_view(builders.build_tfjob(run), reasons.SUCCEEDED, "TFJobSucceeded", "done",
                          {"active": 0, "succeeded": 2, "failed": 0}, "t0", "t9")  # fmt: skip
     st = tfjob_status(run, tfjob, _pods(states), {}, "t9")
     assert st["phase"] == "Succeeded" and st["reason"] == reasons.TRAINING_SUCCEEDED
@@ -169,7 +169,7 @@ def test_a_succeeded_local_job_reads_like_the_cluster_status():
 def test_a_failed_local_job_names_the_worker():
     run = parse_run(yaml.safe_load(RUN))
     states = [kubelet.running("t"), kubelet.terminated(137, "killed", "a", "b", "c")]
-    tfjob = r.tfjob_view(builders.build_tfjob(run), reasons.FAILED, "TFJobFailed", "1 Worker replica(s) failed.",
+    tfjob = jobs.tfjob_view(builders.build_tfjob(run), reasons.FAILED, "TFJobFailed", "1 Worker replica(s) failed.",
                          {"active": 1, "succeeded": 0, "failed": 1}, "t0", "t9")  # fmt: skip
     st = tfjob_status(run, tfjob, _pods(states), {}, "t9")
     assert st["phase"] == "Failed"

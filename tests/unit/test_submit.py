@@ -14,7 +14,7 @@ import yaml
 from dtr_cli import cli
 from dtr_cli import submit as submit_command
 from dtr_client import submit
-from dtr_client.local import runner, translate
+from dtr_client.local import runner, source, translate
 from dtr_contract import flags, layout
 from dtr_operator.builders import CODE_FILE_MODE, build_tfjob
 from dtr_operator.kube import ApiError
@@ -199,10 +199,10 @@ CODE = submit.CodeFile("wine_v2.py", SOURCE.encode())
 
 
 def test_a_run_file_with_code_gets_the_configmap_dtr_submit_would_make() -> None:
-    run = runner.load_run(RUN_FILE.replace("{dataset: tables/wine}", "{dataset: digits}"), "r.yaml", CODE)
+    run = source.load_run(RUN_FILE.replace("{dataset: tables/wine}", "{dataset: digits}"), "r.yaml", CODE)
     assert (run.code.config_map, run.code.file_key) == ("wine-code", "wine_v2.py")
     named = RUN_FILE.replace("{dataset: tables/wine}", "{dataset: w, code: {configMap: mine, key: m.py}}")
-    run = runner.load_run(named, "r.yaml", CODE)
+    run = source.load_run(named, "r.yaml", CODE)
     assert (run.code.config_map, run.code.file_key) == ("mine", "m.py"), "the run's own names win"
 
 
@@ -214,19 +214,19 @@ def test_a_run_file_with_code_gets_the_configmap_dtr_submit_would_make() -> None
     (RUN_FILE, None, "spec.training.dataset: must be"),  # without code, a directory is no dataset
 ])  # fmt: skip
 def test_a_run_file_and_code_that_disagree_are_one_line(text: str, code: Any, words: str) -> None:
-    with pytest.raises(runner.RunError) as err:
-        runner.load_run(text, "r.yaml", code)
+    with pytest.raises(source.RunError) as err:
+        source.load_run(text, "r.yaml", code)
     assert words in str(err.value) and str(err.value).startswith("r.yaml")
 
 
 def test_dtr_run_of_a_model_file_is_the_run_dtr_submit_sends(model: Path) -> None:
-    run, code = runner.code_run(str(model), {"workers": 2, "epochs": 2, "dataset": "wine", "name": None})
+    run, code = source.code_run(str(model), {"workers": 2, "epochs": 2, "dataset": "wine", "name": None})
     doc = submit.code_run_doc("wine-v2", None, "wine_v2.py", {"workers": 2, "epochs": 2, "dataset": "wine"})
     assert run == parse_run(doc) and code == submit.read_code(model)
 
 
 def test_the_local_file_is_mounted_where_the_cluster_mounts_the_configmap(model: Path, tmp_path: Path) -> None:
-    run, code = runner.code_run(str(model), {})
+    run, code = source.code_run(str(model), {})
     local = runner.LocalRun(run, tmp_path / ".dtr", "/usr/bin/python3", runner.Console(io.StringIO()), code)
     local.run_dir.mkdir(parents=True)
     local.place_code()

@@ -35,7 +35,7 @@ from .. import models, submit
 from .. import tensorboard as board
 from ..curves import history_of
 from ..results import InvalidRun, NoModel, Progress, RunNotFound, RunStatus
-from . import runner
+from . import runner, source
 
 CONSOLE = "console.log"
 SUBMITTED = "submitted"
@@ -113,8 +113,8 @@ class LocalBackend:
         if self._live(name) is not None:
             raise InvalidRun(f"{KIND} {name} is running here already: delete() it first, or choose another name")
         try:
-            runner.admit(runner.with_local_code(dict(doc), code, name), name)
-        except runner.RunError as err:
+            source.admit(source.with_local_code(dict(doc), code, name), name)
+        except source.RunError as err:
             raise InvalidRun(str(err)) from None
         submitted = self._dir(name) / SUBMITTED
         submitted.mkdir(parents=True, exist_ok=True)

@@ -30,183 +30,25 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-from dtr_contract import exits, flags, layout
+from dtr_contract import flags, layout
 from dtr_contract.container import PORT
 from dtr_contract.progress import EpochEnd, is_heartbeat, parse_epoch_end_line
 
 from dtr_operator import api, builders, reasons
-from dtr_operator.api import KIND
-from dtr_operator.spec import DEFAULT_TRAINER_IMAGE, RunSpec, SpecError
+from dtr_operator.spec import RunSpec
 from dtr_operator.status.code import code_status
 from dtr_operator.status.compute import tfjob_status
-from dtr_operator.status.pods import restart_cannot_help
 from dtr_operator.status.progress import running_progress
 
 from .. import submit
-from ..runfile import RunFileError, parse_run_doc, runs_from_text
 from . import kubelet, ports, translate
+from .jobs import End, end_by_exits, end_by_limits, job_restarts, pod_view, replica_labels, tfjob_view
+from .source import RunError, code_run, load_run
 
 STOP_GRACE_SECONDS = 5.0
 POLL_SECONDS = 0.2
 STATUS_FILE = "status.json"  # in the run's directory: its status as the operator would write it
 SUSPEND_SIGNAL = signal.SIGUSR1  # spec.suspend of a local run (dtr_client's suspend): no signal kubectl sends
-
-
-class RunError(Exception):
-    """Bad input for `dtr run`: one line for the user."""
-
-
-End = tuple[str, str, str]  # how a job ended: (phase, TFJob condition reason, message)
-
-
-# --- pure decisions (unit-tested in tests/unit/test_local_runner.py) -----------------------------
-
-
-def job_restarts(policy: str, exit_code: int) -> bool:
-    """Does the replica run again after this exit? OnFailure/Always: the kubelet restarts it in place;
-    ExitCode: the training-operator recreates the pod for a retryable code (dtr_contract.exits); Never: no.
-    Never after an exit the run would repeat (the run's code failed, its loss diverged): on a cluster the
-    operator has the TFJob fail at the first restart (restart_cannot_help); here none is made."""
-    if restart_cannot_help(exit_code):
-        return False
-    if policy == "ExitCode":
-        return exits.is_retryable(exit_code)
-    return kubelet.restarts(policy, exit_code)
-
-
-def past_backoff_limit(policy: str, restarts: int, limit: int) -> bool:
-    """The training-operator's pastBackoffLimit: the sum of container restarts reaching backoffLimit
-    fails the job (it counts in-place restarts, so only OnFailure and Always)."""
-    if policy not in ("OnFailure", "Always"):
-        return False
-    return restarts > 0 if limit == 0 else restarts >= limit
-
-
-def job_outcome(exits: Mapping[str, int | None], success_policy: str, chief: str) -> str | None:
-    """Succeeded, Failed or None (still running) from each replica's final exit code (None = not final)."""
-    if any(code not in (None, 0) for code in exits.values()):
-        return reasons.FAILED
-    if success_policy == "AllWorkers":
-        return reasons.SUCCEEDED if all(code == 0 for code in exits.values()) else None
-    return reasons.SUCCEEDED if exits.get(chief) == 0 else None
-
-
-def end_by_exits(exits: Mapping[str, int | None], success_policy: str, rtype: str, job: str) -> End | None:
-    """The job's end from its replicas' final exits (job_outcome), as the training-operator words it."""
-    outcome = job_outcome(exits, success_policy, f"{rtype.lower()}-0")
-    if outcome == reasons.SUCCEEDED:
-        return reasons.SUCCEEDED, "TFJobSucceeded", f"TFJob {job} successfully completed."
-    if outcome == reasons.FAILED:
-        failed = sum(1 for c in exits.values() if c not in (None, 0))
-        return reasons.FAILED, "TFJobFailed", f"TFJob {job} has failed because {failed} {rtype} replica(s) failed."
-    return None
-
-
-def end_by_limits(policy: str, run_policy: Mapping[str, Any], restarts: int, elapsed: float, job: str) -> End | None:
-    """The job's end by its runPolicy: backoffLimit (default 0 under Never, else 6) or activeDeadlineSeconds."""
-    limit = int(run_policy.get("backoffLimit", 0 if policy == "Never" else 6))
-    if past_backoff_limit(policy, restarts, limit):
-        return (reasons.FAILED, "BackoffLimitExceeded",
-                f"TFJob {job} has failed because it has reached the specified backoff limit")  # fmt: skip
-    deadline = run_policy.get("activeDeadlineSeconds")
-    if deadline is not None and elapsed > deadline:
-        return (reasons.FAILED, "DeadlineExceeded",
-                f"TFJob {job} has failed because it was active longer than specified deadline")  # fmt: skip
-    return None
-
-
-def tfjob_view(
-    tfjob: Mapping[str, Any],
-    phase: str,
-    reason: str,
-    message: str,
-    counts: Mapping[str, int],
-    start: str,
-    completion: str | None,
-) -> dict[str, Any]:
-    """The TFJob with the status the training-operator would have written for this outcome."""
-    conds = [{"type": "Created", "status": "True", "reason": "TFJobCreated", "lastTransitionTime": start}]
-    running = phase == reasons.RUNNING
-    conds.append({"type": "Running", "status": "True" if running else "False", "reason": "TFJobRunning"})
-    if phase in (*reasons.TERMINAL, reasons.SUSPENDED):
-        conds.append({"type": phase, "status": "True", "reason": reason, "message": message})
-    job_status: dict[str, Any] = {"conditions": conds, "replicaStatuses": {"Worker": dict(counts)}, "startTime": start}
-    if completion:
-        job_status["completionTime"] = completion
-    return {**tfjob, "status": job_status}
-
-
-def pod_view(pod_name: str, namespace: str, labels: Mapping[str, str], pod_status: Mapping[str, Any]) -> dict[str, Any]:
-    return {"metadata": {"name": pod_name, "namespace": namespace, "labels": dict(labels)}, "status": dict(pod_status)}
-
-
-def replica_labels(job: str, rtype: str, index: int) -> dict[str, str]:
-    """The labels the training-operator puts on a replica's pod (status/pods.py finds the chief by them)."""
-    return {
-        api.JOB_NAME_LABEL: job,
-        api.REPLICA_TYPE_LABEL: rtype.lower(),
-        api.REPLICA_INDEX_LABEL: str(index),
-    }
-
-
-def load_run(text: str, source: str, code: submit.CodeFile | None = None) -> RunSpec:
-    """The one DistTrainingRun of a run file, read exactly as `dtr render` reads it (with code: the local file
-    as its code, with_local_code)."""
-    try:
-        docs = runs_from_text(text, source)
-    except RunFileError as exc:
-        raise RunError(str(exc)) from None
-    if len(docs) != 1:
-        raise RunError(f"{source}: dtr run trains one {KIND} at a time; this file has {len(docs)}")
-    return admit(with_local_code(docs[0], code, source), source)
-
-
-def admit(doc: dict[str, Any], source: str) -> RunSpec:
-    """A run document parsed as the API server would admit it; a suspended run is refused."""
-    try:
-        run = parse_run_doc(doc, source, DEFAULT_TRAINER_IMAGE)
-    except SpecError as exc:
-        raise RunError(exc.listed()) from None
-    if run.suspend:
-        raise RunError(f"{source}: spec.suspend is true: a suspended run trains nowhere; set it to false to run it")
-    return run
-
-
-def with_local_code(doc: dict[str, Any], code: submit.CodeFile | None, source: str) -> dict[str, Any]:
-    """The run document with a local file (--code) as its code ConfigMap: the ConfigMap and key it names, else
-    `<name>-code` and the file's name, as `dtr submit` makes them. A run naming a ConfigMap needs the file: there
-    is no cluster to read it from."""
-    training = (doc.get("spec") or {}).get("training") or {}
-    named = dict(training.get("code") or {})
-    _check_local_code(named, code is not None, source)
-    if code is None:
-        return doc
-    name = str((doc.get("metadata") or {}).get("name") or "")
-    local = {"configMap": named.get("configMap") or submit.configmap_name(name), "key": named.get("key") or code.key}
-    spec = dict(doc.get("spec") or {})
-    spec["training"] = {**training, "code": local}
-    return {**doc, "spec": spec}
-
-
-def _check_local_code(named: Mapping[str, Any], file_given: bool, source: str) -> None:
-    """RunError when the run's code and --code disagree: a ConfigMap without the file, a module with one."""
-    if not file_given and "configMap" in named:
-        raise RunError(f"{source}: spec.training.code.configMap {named['configMap']}: dtr run has no cluster to "
-                       f"read it from: give the file with {flags.CODE} FILE")  # fmt: skip
-    if file_given and "module" in named:
-        raise RunError(f"{source}: spec.training.code.module {named['module']}: the run's code is a module in its "
-                       f"image; {flags.CODE} is for a file")  # fmt: skip
-
-
-def code_run(path: str, given: Mapping[str, Any]) -> tuple[RunSpec, submit.CodeFile]:
-    """`dtr run FILE.py`: the run `dtr submit FILE.py` would send (the options given, the API's defaults for the
-    rest), and the file, checked as dtr submit checks it."""
-    try:
-        code = submit.read_code(path)
-        name = submit.run_name(given.get("name"), path)
-    except submit.SubmitError as exc:
-        raise RunError(str(exc)) from None
-    return admit(submit.code_run_doc(name, None, code.key, given), path), code
 
 
 def now_rfc3339() -> str:

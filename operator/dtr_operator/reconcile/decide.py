@@ -31,7 +31,6 @@ from ..reasons import (
 from ..spec import RunSpec
 from ..status.code import code_status, configmap_content
 from ..status.state import State, is_terminal, kueue_queue, suspended_by_other, tfjob_state
-from .context import meta
 
 
 def _was_created(status: Mapping[str, Any]) -> bool:
@@ -271,12 +270,13 @@ def pods_to_release(tfjob: Mapping[str, Any], pods: Sequence[Mapping[str, Any]])
     policy = ((tfjob.get("spec") or {}).get("runPolicy") or {}).get("cleanPodPolicy")
     if policy != KEEP_PODS:
         return []
-    return sorted(meta(p).get("name", "") for p in pods if (p.get("status") or {}).get("phase") in HOLDING_PHASES)
+    holding = (p for p in pods if (p.get("status") or {}).get("phase") in HOLDING_PHASES)
+    return sorted((p.get("metadata") or {}).get("name", "") for p in holding)
 
 
 def controller_run(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The ownerReference of the DistTrainingRun controlling obj, if any."""
-    for ref in meta(obj).get("ownerReferences") or []:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller") and ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/"):
             return ref
     return None

@@ -16,13 +16,9 @@ KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "d
 KEPT_SPEC = ("workers", "suspend", "queueName", "training", "storage", "resources", "watchdog")
 
 
-def meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
-    return body.get("metadata") or {}
-
-
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of the run to keep in memory: KEPT_METADATA, KEPT_SPEC and the status."""
-    found, spec = meta(body), body.get("spec") or {}
+    found, spec = body.get("metadata") or {}, body.get("spec") or {}
     kept = {
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
