@@ -22,15 +22,19 @@ read from the dtr_operator this checkout holds (the op environment's, or PYTHONP
   bench/e2e/results.json (`make bench-e2e`).
 - `bench-history` (docs/performance.md): every recorded run of the operator benchmark, from
   bench/operator/history.json (`python -m bench.operator.run --history WHAT` adds a run).
+- `modules` (docs/architecture.md): every module of operator/ and contract/, layer by layer, with the first line of
+  its docstring, from the import-linter contracts in pyproject.toml that `make lint` checks.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import re
 import sys
+import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -540,12 +544,75 @@ def render_policy(repo: Path = REPO) -> str:
                       f"`{policy.CLAIM_LABEL}={policy.CLAIM_LABEL_VALUE}`."])  # fmt: skip
 
 
+# Where each package's source is (the layers contract names packages; their files are under these folders).
+PACKAGE_DIRS = {"dtr_cli": "operator", "dtr_client": "operator", "dtr_operator": "operator", "dtr_contract": "contract"}
+
+
+def _job(path: Path) -> str:
+    """The first sentence of a module's docstring: its job."""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    paragraph = " ".join(doc.split("\n\n", 1)[0].split())
+    return re.split(r"(?<=\.)\s", paragraph, maxsplit=1)[0]
+
+
+def _module_files(repo: Path, package: str) -> dict[str, Path]:
+    """module name relative to the package ("reconcile.decide", "" for the package itself) -> its file."""
+    root = repo / PACKAGE_DIRS[package] / package
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if parts[-1] != "__main__":
+            found[name] = path
+    return found
+
+
+def _operator_place(name: str, layers: list[list[str]], pure: set[str]) -> tuple[int, str]:
+    """(rank, words) of a dtr_operator module: its contract layer, else the pure core, else the rest below it."""
+    for index, layer in enumerate(layers):
+        if any(name == top or name.startswith(f"{top}.") for top in layer):
+            return index, " \\| ".join(layer)
+    if any(name == m or name.startswith(f"{m}.") for m in pure):
+        return len(layers), "the pure core"
+    return len(layers) + 1, "transport, settings, process"
+
+
+def _package_rows(repo: Path, package: str, layers: list[list[str]], pure: set[str]) -> list[str]:
+    modules = _module_files(repo, package)
+    inside = package == "dtr_operator"
+    placed = {name: _operator_place(name, layers, pure) if inside and name else (0, "") for name in modules}
+    rows = []
+    for name in sorted(modules, key=lambda n: (placed[n][0], n)):
+        shown = f"`{name or package}`" + ("/" if modules[name].name == "__init__.py" and name else "")
+        rows.append(f"| `{package}` | {placed[name][1]} | {shown} | {_cell(_job(modules[name]))} |")
+    return rows
+
+
+def _layer_contracts(repo: Path) -> tuple[list[str], list[list[str]], set[str]]:
+    """From the import-linter contracts: the packages top to bottom, dtr_operator's layers, its pure core."""
+    contracts = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    by_kind = {("inside" if c.get("containers") else c["type"]): c for c in contracts}
+    layers = [[m.strip() for m in layer.replace(":", "|").split("|")] for layer in by_kind["inside"]["layers"]]
+    pure = {m.removeprefix("dtr_operator.") for m in by_kind["forbidden"]["source_modules"]}
+    return by_kind["layers"]["layers"], layers, pure
+
+
+def render_modules(repo: Path = REPO) -> str:
+    """Each package top to bottom; inside dtr_operator, its contract's layers, then the pure core, then the rest."""
+    packages, layers, pure = _layer_contracts(repo)
+    rows = ["| package | layer | module | its job |", "|---|---|---|---|"]
+    for package in packages:
+        rows += _package_rows(repo, package, layers, pure)
+    return "\n".join(rows)
+
+
 def render_crd(repo: Path = REPO) -> str:
     return crd.render()
 
 
 SECTIONS: dict[str, tuple[str, Callable[[Path], str]]] = {
     "rbac": ("docs/architecture.md", render_rbac),
+    "modules": ("docs/architecture.md", render_modules),
     "columns": ("docs/api.md", render_columns),
     "fields": ("docs/api.md", render_fields),
     "status": ("docs/api.md", render_status),
