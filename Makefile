@@ -113,6 +113,11 @@ multinode-build: node-build ## several nodes' extra part: flanneld and its CNI p
 test-multinode: setup images multinode-build ## several real nodes: pods, policies and a run across nodes, node faults
 	$(OP)/pytest -q tests/multinode
 
+# A real S3 server (SeaweedFS, devcluster/s3.py; docs/cluster.md#an-s3-server): not in node-build, 6-10 min cold.
+.PHONY: s3-build
+s3-build: ## build SeaweedFS's weed and its image from source, an S3 server for the tests and the dev cluster (cached)
+	bash devcluster/build_node.sh seaweedfs
+
 test-fast: lint test-unit ## lint and unit tests only
 
 # Every tier in one run (tests/tiers.py): each build and the real node's start paid once, two lanes side by
