@@ -114,9 +114,13 @@ test-multinode: setup images multinode-build ## several real nodes: pods, polici
 	$(OP)/pytest -q tests/multinode
 
 # A real S3 server (SeaweedFS, devcluster/s3.py; docs/cluster.md#an-s3-server): not in node-build, 6-10 min cold.
-.PHONY: s3-build
+.PHONY: s3-build test-s3
 s3-build: ## build SeaweedFS's weed and its image from source, an S3 server for the tests and the dev cluster (cached)
 	bash devcluster/build_node.sh seaweedfs
+
+# DTR_S3_REQUIRED: here a server that was not built fails the tier instead of skipping it.
+test-s3: setup-op s3-build ## a real S3 server as a local process: put, get, list, delete with an S3 client (minio)
+	DTR_S3_REQUIRED=1 $(OP)/pytest -q tests/s3
 
 test-fast: lint test-unit ## lint and unit tests only
 
