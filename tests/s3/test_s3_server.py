@@ -15,34 +15,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import urllib3
 from minio import Minio
 from minio.error import S3Error as ClientError
 
 from devcluster import controlplane as cp
 from devcluster import s3
+from support import s3 as support_s3
 from support.repo import REPO
 
 
-def built() -> Path:
-    try:
-        return s3.binary()
-    except s3.S3Error as err:
-        if os.environ.get("DTR_S3_REQUIRED"):
-            pytest.fail(str(err), pytrace=False)
-        pytest.skip(f"{err} (DTR_S3_REQUIRED=1, as `make test-s3` sets, fails instead)")
-
-
 def client(state: s3.State, secret_key: str | None = None) -> Minio:
-    scheme, _, host = state.endpoint.partition("://")
-    http = urllib3.PoolManager(ca_certs=state.ca) if state.ca else None
-    return Minio(host, access_key=state.access_key, secret_key=secret_key or state.secret_key,
-                 secure=scheme == "https", region=s3.REGION, http_client=http)  # fmt: skip
+    return support_s3.client(state.endpoint, state.access_key, secret_key or state.secret_key, state.ca)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3.State]:
-    built()
+    support_s3.require()
     srv = s3.S3Server(tmp_path_factory.mktemp("s3"), bucket="runs")
     state = srv.start()
     try:
@@ -80,7 +68,7 @@ def test_a_wrong_secret_and_no_signature_are_refused(server: s3.State):
 
 
 def test_https_with_a_certificate_the_given_ca_signed(tmp_path: Path):
-    built()
+    support_s3.require()
     pki = tmp_path / "pki"
     pki.mkdir()
     cp.make_ca(pki, "ca", "dtr-test-ca")
@@ -99,7 +87,7 @@ def test_https_with_a_certificate_the_given_ca_signed(tmp_path: Path):
 
 
 def test_the_cli_writes_an_env_file_other_tools_use_and_down_stops_it(tmp_path: Path):
-    built()
+    support_s3.require()
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "devcluster.s3", *args, "--dir", str(tmp_path)], cwd=REPO,
