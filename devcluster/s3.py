@@ -23,6 +23,7 @@ import argparse
 import atexit
 import base64
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -58,6 +59,7 @@ NAMESPACE = "dtr-s3"
 NAME = "dtr-s3"
 POD_S3_PORT = 8333  # SeaweedFS's default
 POD_UID = 65532  # distroless's nonroot, as the node's other images (build_node.sh)
+CONFIG_HASH = "distml.dev/s3-config-sha256"  # the pod template's annotation: its identities file's hash
 
 START_TIMEOUT = 60.0  # a cold start here: about 4 s
 STOP_TIMEOUT = 15.0  # mini stops in about 3 s (its volume server waits 1 s)
@@ -254,6 +256,7 @@ def manifests(creds: Credentials, bucket: str, image: str) -> list[dict[str, Any
     labels = {"app.kubernetes.io/name": NAME}
     secret = {"AWS_ACCESS_KEY_ID": creds.access_key, "AWS_SECRET_ACCESS_KEY": creds.secret_key, "S3_BUCKET": bucket,
               "s3.json": json.dumps(s3_config(creds))}
+    config_hash = hashlib.sha256(secret["s3.json"].encode()).hexdigest()
     meta = {"name": NAME, "namespace": NAMESPACE, "labels": labels}
     data_dir, config_dir = "/data", "/etc/dtr-s3"
     container = {
@@ -300,9 +303,12 @@ def manifests(creds: Credentials, bucket: str, image: str) -> list[dict[str, Any
         # (stringData is a write-only alias of it), so what is applied is what is read back.
         {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque",
          "data": {k: base64.b64encode(v.encode()).decode() for k, v in secret.items()}},
+        # weed reads its identities once, at start: new keys (a second install) change the template, so a new pod
+        # starts with them (Recreate: the data's emptyDir goes with the old one).
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
          "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": labels},
-                  "template": {"metadata": {"labels": labels}, "spec": pod_spec}}},
+                  "template": {"metadata": {"labels": labels, "annotations": {CONFIG_HASH: config_hash}},
+                               "spec": pod_spec}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": meta,
          "spec": {"selector": labels, "ports": [{"name": "s3", "port": POD_S3_PORT, "targetPort": "s3"}]}},
         # Master, volume server and filer answer without credentials: only S3's port may be reached.

@@ -153,3 +153,12 @@ def test_only_the_s3_port_is_reachable_from_other_pods():
     assert policy["policyTypes"] == ["Ingress"]
     assert policy["ingress"] == [{"ports": [{"port": s3.POD_S3_PORT, "protocol": "TCP"}]}]
     assert s3.service_endpoint() == f"http://dtr-s3.dtr-s3.svc.cluster.local:{s3.POD_S3_PORT}"
+
+
+def test_new_keys_change_the_pod_template_so_that_a_second_install_restarts_the_server():
+    again = s3.manifests(s3.Credentials("B" * 20, "t" * 40), "dtr", PINS["SEAWEEDFS_IMAGE"])
+    template = KINDS["Deployment"]["spec"]["template"]
+    other = next(o for o in again if o["kind"] == "Deployment")["spec"]["template"]
+    assert template["metadata"]["annotations"] != other["metadata"]["annotations"]
+    assert template == next(o for o in s3.manifests(CREDS, "dtr", PINS["SEAWEEDFS_IMAGE"])
+                            if o["kind"] == "Deployment")["spec"]["template"]  # fmt: skip
