@@ -865,6 +865,31 @@ def training_operator_overlay(cache: Path) -> Path:
 # ---------------------------------------------------------------- CLI
 
 
+def up(plane: cp.ControlPlane, node: Node, install: bool, with_s3: bool, say: Callable[[str], None]) -> None:
+    plane.start()
+    state = node.start()
+    say(f"node up in {state.ready_seconds}s; logs in {node.layout.root / 'logs'}")
+    if install:
+        t1 = time.monotonic()
+        installed = node.install()
+        print(installed.stdout, file=sys.stderr)  # what install.sh did, with its own times
+        say(f"training-operator and the operator installed in {time.monotonic() - t1:.0f}s")
+    if with_s3:
+        t1 = time.monotonic()
+        env = node.install_s3()
+        say(f"S3 server installed in {time.monotonic() - t1:.0f}s; for this machine's tools: {env}")
+    print(f"export KUBECONFIG={plane.kubeconfig}")
+
+
+def down(plane: cp.ControlPlane, node: Node, purged: bool, say: Callable[[str], None]) -> None:
+    node.stop()
+    plane.stop()
+    (node.layout.root.parent / "s3.env").unlink(missing_ok=True)  # install_s3's: its keys went with the node
+    if purged:
+        purge(node.layout.root)
+    say("down, images and volumes removed" if purged else "down")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devcluster.node", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
@@ -886,27 +911,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     node = Node(plane, root / "node", stop_at_exit=False, log=say)
     try:
         if args.command == "up":
-            plane.start()
-            state = node.start()
-            say(f"node up in {state.ready_seconds}s; logs in {node.layout.root / 'logs'}")
-            if args.install:
-                t1 = time.monotonic()
-                installed = node.install()
-                print(installed.stdout, file=sys.stderr)  # what install.sh did, with its own times
-                say(f"training-operator and the operator installed in {time.monotonic() - t1:.0f}s")
-            if args.s3:
-                t1 = time.monotonic()
-                env = node.install_s3()
-                say(f"S3 server installed in {time.monotonic() - t1:.0f}s; for this machine's tools: {env}")
-            print(f"export KUBECONFIG={plane.kubeconfig}")
+            up(plane, node, args.install, args.s3, say)
             return 0
         if args.command == "down":
-            node.stop()
-            plane.stop()
-            (root / "s3.env").unlink(missing_ok=True)  # install_s3's: its keys and endpoint went with the node
-            if args.purge:
-                purge(node.layout.root)
-            say("down, images and volumes removed" if args.purge else "down")
+            down(plane, node, args.purge, say)
             return 0
         running = dict(node._running_pids())
         for component in COMPONENTS:
