@@ -119,6 +119,15 @@ multinode-build: node-build ## several nodes' extra part: flanneld and its CNI p
 test-multinode: setup images multinode-build ## several real nodes: pods, policies and a run across nodes, node faults
 	$(OP)/pytest -q tests/multinode
 
+# A real S3 server (SeaweedFS, devcluster/s3.py; docs/cluster.md#an-s3-server): not in node-build, 6-10 min cold.
+.PHONY: s3-build test-s3
+s3-build: ## build SeaweedFS's weed and its image from source, an S3 server for the tests and the dev cluster (cached)
+	bash devcluster/build_node.sh seaweedfs
+
+# DTR_S3_REQUIRED: here a server that was not built fails the tier instead of skipping it.
+test-s3: setup-op s3-build ## a real S3 server as a local process (and with DTR_NODE_DIR as a pod on that node): put, get, list, delete
+	DTR_S3_REQUIRED=1 $(OP)/pytest -q tests/s3
+
 test-fast: lint test-unit ## lint and unit tests only
 
 # Every tier in one run (tests/tiers.py): each build and the real node's start paid once, two lanes side by
@@ -143,9 +152,15 @@ pictures: setup ## draw the docs' pictures (docs/img/) from a real local run of 
 .PHONY: dev-cluster dev-cluster-kueue dev-cluster-down
 DEV_CLUSTER ?= .dtr/dev-cluster
 NODES ?= 1
-dev-cluster: setup images node-build ## start the local cluster (NODES=3: several nodes) with the operator; prints KUBECONFIG
+S3 ?=
+ifneq ($(S3),)
+ifneq ($(NODES),1)
+$(error S3=1 is for the single node (NODES=1))
+endif
+endif
+dev-cluster: setup images node-build $(if $(S3),s3-build) ## start the local cluster (NODES=3: several nodes; S3=1: an S3 server too) with the operator; prints KUBECONFIG
 ifeq ($(NODES),1)
-	$(OP)/python -m devcluster.node up --install --dir $(DEV_CLUSTER)
+	$(OP)/python -m devcluster.node up --install $(if $(S3),--s3) --dir $(DEV_CLUSTER)
 else
 	$(MAKE) --no-print-directory multinode-build
 	$(OP)/python -m devcluster.cluster up --install --nodes $(NODES) --dir $(DEV_CLUSTER)

@@ -10,6 +10,8 @@
 #   flannel                  (not by default: several nodes only, `make multinode-build`)
 #                            flanneld, static, cgo (UDP backend)       github.com/flannel-io/flannel
 #                            + CNI plugin flannel in bin/cni/          github.com/containernetworking/plugins
+#   seaweedfs                (not by default: `make s3-build`; 6-10 min cold, docs/cluster.md#an-s3-server)
+#                            weed, an S3 server (devcluster/s3.py), + its image   github.com/seaweedfs/seaweedfs
 #   images                   OCI image tars in images/ for `ctr -n k8s.io images import` (ociimage.py):
 #                            pause, coredns, local-path-provisioner, busybox, training-operator, kueue; each rewritten
 #                            when its arguments, its files' contents or ociimage.py change
@@ -24,6 +26,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 : "${KUBE_NETWORK_POLICIES_VERSION:?}" "${FLANNEL_VERSION:?}" "${FLANNEL_CNI_PLUGINS_VERSION:?}"
 : "${TRAINING_OPERATOR_VERSION:?}" "${PAUSE_IMAGE:?}" "${COREDNS_IMAGE:?}" "${BUSYBOX_IMAGE:?}"
 : "${LOCAL_PATH_PROVISIONER_IMAGE:?}" "${TRAINING_OPERATOR_IMAGE:?}" "${KUEUE_VERSION:?}" "${KUEUE_IMAGE:?}"
+: "${SEAWEEDFS_VERSION:?}" "${SEAWEEDFS_IMAGE:?}"
 cache=${DTR_CACHE:-${HOME}/.cache/dtr}
 bin="${cache}/bin"
 work="${cache}/build"
@@ -263,6 +266,31 @@ build_flannel_cni() {
   log "CNI plugin flannel (plugins ${v}) built in $((SECONDS - t0)) s"
 }
 
+# SeaweedFS's single binary `weed` (master, volume server, filer and S3 gateway in one), the S3 server of
+# devcluster/s3.py, and its image. Pure Go, static (CGO_ENABLED=0), stripped (-s -w: 164 MB, not 233 MB).
+build_seaweedfs() {
+  local v=${SEAWEEDFS_VERSION} have
+  have=$(built weed)
+  if [[ ${have} = "${v}" ]]; then
+    log "seaweedfs ${v} cached"
+  else
+    local d="${work}/seaweedfs" t0=${SECONDS} mod=github.com/seaweedfs/seaweedfs
+    log "building seaweedfs ${v}"
+    module_src "${mod}" "${v}" "${d}"
+    # `weed version` names the commit: a pseudo-version's last part.
+    (cd "${d}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X ${mod}/weed/util/version.COMMIT=${v##*-}" \
+       -o "${bin}/weed" ./weed)
+    stamp weed "${v}"
+    rm -rf "${d}"
+    log "seaweedfs ${v} built in $((SECONDS - t0)) s"
+  fi
+  # In images/optional/: node.py imports it only for a node with S3 (a second import at every start otherwise).
+  mkdir -p "${images}/optional"
+  base_files
+  image optional/seaweedfs --ref "${SEAWEEDFS_IMAGE}" "${base[@]}" \
+    --file "${bin}/weed" /weed 0755 --entrypoint '["/weed"]' --user 65532:65532
+}
+
 # image NAME ociimage.py-args...: writes images/NAME.tar unless its stamp (NAME.tar.version) says it was written
 # from the same arguments, the same --file contents and the same ociimage.py. The stamp's first word is the reference.
 image() {
@@ -296,6 +324,20 @@ training_operator_upstream_ref() {
   echo "${name}:${tag}"
 }
 
+# distroless's users and groups, and /tmp, for the images upstream builds FROM distroless or alpine: sets base,
+# ociimage.py's arguments for them.
+# Each file written to a temporary name and renamed: `make s3-build` may run beside the images' build.
+base_files() {
+  local d="${work}/images"
+  mkdir -p "${d}"
+  printf '%s\n' 'root:x:0:0:root:/root:/sbin/nologin' 'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin' \
+    'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' > "${d}/passwd.$$"
+  printf '%s\n' 'root:x:0:' 'nobody:x:65534:' 'nonroot:x:65532:' > "${d}/group.$$"
+  mv "${d}/passwd.$$" "${d}/passwd"
+  mv "${d}/group.$$" "${d}/group"
+  base=(--file "${d}/passwd" /etc/passwd 0644 --file "${d}/group" /etc/group 0644 --dir /tmp 1777)
+}
+
 build_images() {
   need_pkgs gcc libc6-dev busybox-static
   build_coredns
@@ -312,12 +354,7 @@ build_images() {
     exit 1
   fi
   local d="${work}/images"
-  mkdir -p "${d}"
-  # distroless's users and groups, and /tmp, for the images upstream builds FROM distroless or alpine.
-  printf '%s\n' 'root:x:0:0:root:/root:/sbin/nologin' 'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin' \
-    'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' > "${d}/passwd"
-  printf '%s\n' 'root:x:0:' 'nobody:x:65534:' 'nonroot:x:65532:' > "${d}/group"
-  local base=(--file "${d}/passwd" /etc/passwd 0644 --file "${d}/group" /etc/group 0644 --dir /tmp 1777)
+  base_files
 
   # pause: upstream's image is FROM scratch, /pause, USER 65535:65535.
   local src gcc_version pause_key
@@ -497,6 +534,7 @@ for w in ${want}; do
     local-path-provisioner) build_local_path ;;
     network-policies) build_network_policies ;;
     flannel) build_flannel; build_flannel_cni ;;
+    seaweedfs) build_seaweedfs ;;
     images) build_images ;;
     check-images) check_images ;;
     *) echo "unknown component: ${w}" >&2; exit 2 ;;

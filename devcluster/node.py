@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devcluster import controlplane as cp
+from devcluster import s3
 
 HERE = Path(__file__).resolve().parent
 
@@ -814,6 +815,26 @@ class Node:
             imported.write_text(images)
         return proc
 
+    def install_s3(self, bucket: str = s3.DEFAULT_BUCKET) -> Path:
+        """The S3 server as a pod (devcluster/s3.py's manifests) with new keys, its image imported (`make s3-build`);
+        returns an env file for this machine's tools, the Service's cluster IP as endpoint (kube-proxy's rules
+        take the host there too; pods use the Service's name and the Secret)."""
+        tar = self.plane.cache / "images" / "optional" / "seaweedfs.tar"
+        if not tar.exists():
+            raise NodeError(f"{tar} is missing; run `make s3-build`")
+        self.import_image(tar)
+        creds = s3.new_credentials()
+        image = pinned(HERE / "versions.env")["SEAWEEDFS_IMAGE"]
+        objects = {"apiVersion": "v1", "kind": "List", "items": s3.manifests(creds, bucket, image)}
+        self.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(objects))
+        t0 = time.monotonic()
+        self.kubectl("-n", s3.NAMESPACE, "rollout", "status", f"deployment/{s3.NAME}", "--timeout=180s", timeout=200)
+        self.log(f"{s3.NAMESPACE}/{s3.NAME} available ({time.monotonic() - t0:.0f} s)")
+        ip = self.kubectl("-n", s3.NAMESPACE, "get", "service", s3.NAME, "-o", "jsonpath={.spec.clusterIP}").strip()
+        env = self.layout.root.parent / "s3.env"
+        s3.write_private(env, s3.env_file(s3.endpoint(ip, s3.POD_S3_PORT, tls=False), creds, bucket))
+        return env
+
     def has_images(self) -> bool:
         names = self.ctr("images", "ls", "-q", check=False, timeout=60).stdout.split()
         return all(image in names for image in image_names())  # fully qualified: ctr lists them as named
@@ -844,12 +865,39 @@ def training_operator_overlay(cache: Path) -> Path:
 # ---------------------------------------------------------------- CLI
 
 
+def up(plane: cp.ControlPlane, node: Node, install: bool, with_s3: bool, say: Callable[[str], None]) -> None:
+    plane.start()
+    state = node.start()
+    say(f"node up in {state.ready_seconds}s; logs in {node.layout.root / 'logs'}")
+    if install:
+        t1 = time.monotonic()
+        installed = node.install()
+        print(installed.stdout, file=sys.stderr)  # what install.sh did, with its own times
+        say(f"training-operator and the operator installed in {time.monotonic() - t1:.0f}s")
+    if with_s3:
+        t1 = time.monotonic()
+        env = node.install_s3()
+        say(f"S3 server installed in {time.monotonic() - t1:.0f}s; for this machine's tools: {env}")
+    print(f"export KUBECONFIG={plane.kubeconfig}")
+
+
+def down(plane: cp.ControlPlane, node: Node, purged: bool, say: Callable[[str], None]) -> None:
+    node.stop()
+    plane.stop()
+    (node.layout.root.parent / "s3.env").unlink(missing_ok=True)  # install_s3's: its keys went with the node
+    if purged:
+        purge(node.layout.root)
+    say("down, images and volumes removed" if purged else "down")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devcluster.node", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--dir", default=str(DEFAULT_DIR), help=f"working directory (default {DEFAULT_DIR})")
     parser.add_argument("--install", action="store_true",
                         help="then deploy/install.sh: images (built), training-operator, the operator (deploy/)")
+    parser.add_argument("--s3", action="store_true",
+                        help="up: and an S3 server as a pod in dtr-s3 (`make s3-build` first; devcluster/s3.py)")
     parser.add_argument("--purge", action="store_true",
                         help="down: then remove the node's images, pods and volumes (about 4 GB); logs stay")
     args = parser.parse_args(argv)
@@ -863,22 +911,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     node = Node(plane, root / "node", stop_at_exit=False, log=say)
     try:
         if args.command == "up":
-            plane.start()
-            state = node.start()
-            say(f"node up in {state.ready_seconds}s; logs in {node.layout.root / 'logs'}")
-            if args.install:
-                t1 = time.monotonic()
-                installed = node.install()
-                print(installed.stdout, file=sys.stderr)  # what install.sh did, with its own times
-                say(f"training-operator and the operator installed in {time.monotonic() - t1:.0f}s")
-            print(f"export KUBECONFIG={plane.kubeconfig}")
+            up(plane, node, args.install, args.s3, say)
             return 0
         if args.command == "down":
-            node.stop()
-            plane.stop()
-            if args.purge:
-                purge(node.layout.root)
-            say("down, images and volumes removed" if args.purge else "down")
+            down(plane, node, args.purge, say)
             return 0
         running = dict(node._running_pids())
         for component in COMPONENTS:
