@@ -128,6 +128,10 @@ s3-build: ## build SeaweedFS's weed and its image from source, an S3 server for 
 test-s3: setup-op s3-build ## a real S3 server as a local process (and with DTR_NODE_DIR as a pod on that node): put, get, list, delete
 	DTR_S3_REQUIRED=1 $(OP)/pytest -q tests/s3
 
+.PHONY: test-s3-local
+test-s3-local: setup-op s3-build ## the S3 server as a local process only (what CI runs: tests/tiers.py)
+	DTR_S3_REQUIRED=1 $(OP)/pytest -q tests/s3/test_s3_server.py
+
 test-fast: lint test-unit ## lint and unit tests only
 
 # Every tier in one run (tests/tiers.py): each build and the real node's start paid once, two lanes side by

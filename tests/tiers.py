@@ -130,6 +130,13 @@ STEPS: tuple[Step, ...] = (
     Step("multinode start", (*CLUSTER, "up", "--install", "--nodes", "3", "--dir", str(CLUSTER_DIR)),
          "three nodes: control plane, nodes, images imported into each, operator installed", side=True,
          after=("images",)),
+    # Last in the side lane, idle by then while the main lane runs the node tiers: the S3 server's Go build
+    # (cold ~10 min, warm seconds) and its tests against it as a local process (the pod's: docs/cluster.md).
+    Step("s3 build", make("s3-build"), "SeaweedFS's weed and its image from source", side=True,
+         after=("node build",)),
+    Step("s3", make("test-s3-local"),
+         "a real S3 server (SeaweedFS) as a local process through a real S3 client", budget=40, tier=True,
+         side=True, after=("s3 build",)),
 )
 
 
