@@ -22,7 +22,7 @@ from typing import Any
 from dtr_contract import flags
 
 from dtr_operator.api import API_VERSION, KIND, RUN_LABEL
-from dtr_operator.fields import CONFIGMAP_LIMIT, MAX_NAME_LENGTH
+from dtr_operator.fields import CONFIGMAP_LIMIT, MAX_NAME_LENGTH, find
 from dtr_operator.grammar import CODE_KEY, DNS1035_LABEL
 from dtr_operator.spec import SpecError, parse_run
 
@@ -84,18 +84,28 @@ def configmap_name(run: str) -> str:
     return f"{run}-code"
 
 
+_KINDS = {"integer": int, "number": float, "string": str}
+
+
+def _option(dest: str, flag: str, path: str, what: str) -> tuple[str, str, type, str, str]:
+    """(dest, flag, type, spec path, help): the type and the API's default from the field table (fields.py)."""
+    field = find(path)
+    default = field.doc_default or (None if field.default is None else str(field.default))
+    return dest, flag, _KINDS[field.type], path, what + (f" (API default {default})" if default else "")
+
+
 # The options both `dtr submit FILE.py` and `dtr run FILE.py` take: (dest, flag, type, spec path, help). The
 # trainer's own flag names where the trainer has one (they mean the same).
 OPTIONS: tuple[tuple[str, str, type, str, str], ...] = (
-    ("workers", "--workers", int, "workers", "worker replicas (API default 2)"),
-    ("epochs", flags.EPOCHS, int, "training.epochs", "passes over the data (API default 3)"),
-    ("dataset", flags.DATASET, str, "training.dataset",
-     "what your load_data gets as ctx.dataset: a name, or a path under the volume's data directory"),
-    ("batch_size_per_worker", flags.BATCH_SIZE_PER_WORKER, int, "training.batchSizePerWorker",
-     "batch size on each worker (API default 64)"),
-    ("learning_rate", flags.LEARNING_RATE, float, "training.learningRate", "the optimiser's learning rate"),
-    ("metric", flags.METRIC, str, "training.metric", "the headline metric (status.headline, the METRIC column)"),
-)  # fmt: skip
+    _option("workers", "--workers", "workers", "worker replicas"),
+    _option("epochs", flags.EPOCHS, "training.epochs", "passes over the data"),
+    _option("dataset", flags.DATASET, "training.dataset",
+            "what your load_data gets as ctx.dataset: a name, or a path under the volume's data directory"),
+    _option("batch_size_per_worker", flags.BATCH_SIZE_PER_WORKER, "training.batchSizePerWorker",
+            "batch size on each worker"),
+    _option("learning_rate", flags.LEARNING_RATE, "training.learningRate", "the optimiser's learning rate"),
+    _option("metric", flags.METRIC, "training.metric", "the headline metric (status.headline, the METRIC column)"),
+)
 
 
 def _set(spec: dict[str, Any], path: str, value: Any) -> None:
