@@ -3,6 +3,7 @@
 - `runs`: DistTrainingRun documents (`run_doc`; `make_run` for the unit tier, `digits_run` for real training)
 - `cluster`: a cluster as kubectl sees it (`Cluster`); the fixtures that start one are in tests/conftest.py
 - `api`: the API client (`Api`, the kubernetes package, in-process)
+- `fake_kube`: the unit tier's in-memory fake of the API as `dtr_operator.kube.Kube` presents it (`FakeKube`)
 - `operator`: the operator under test, in this process (`Operator`, kopf's KopfRunner) or as a `dtr operator`
   subprocess (`OperatorProcess`)
 - `wait`: `poll`, `wait_for`, `wait_status`
