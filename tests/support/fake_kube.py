@@ -27,6 +27,7 @@ import copy
 import functools
 import inspect
 import itertools
+import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -329,7 +330,7 @@ class FakeKube:
         text = self.logs.get((namespace, pod, container, False))
         if text is None:  # what the API server says of a container that has not started
             raise ApiError(400, "BadRequest", f'container "{container}" in pod "{pod}" is waiting to start')
-        yield from _tail(text, tail_lines).splitlines()
+        yield from (line.removesuffix("\n") for line in _lines(_tail(text, tail_lines)))
 
     @api
     def pod_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -420,8 +421,13 @@ def _addressed(key: Key) -> Key:
     return key
 
 
+def _lines(text: str) -> list[str]:
+    """The log's lines, each with its newline (the last may have none): the kubelet splits on "\n" alone."""
+    return re.findall(r"[^\n]*\n|[^\n]+$", text)
+
+
 def _tail(text: str, lines: int | None) -> str:
     """The last `lines` lines, as the kubelet's tailLines gives them (0: none)."""
     if lines is None:
         return text
-    return "".join(text.splitlines(keepends=True)[-lines:]) if lines > 0 else ""
+    return "".join(_lines(text)[-lines:]) if lines > 0 else ""
