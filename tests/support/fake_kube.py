@@ -17,7 +17,7 @@ and schema validation, since_seconds (a test's log text is the window asked for)
 Every call is kept in `calls` (its arguments as passed, the error it raised); `succeeded(method)` lists the
 arguments of those that went through. `fail` makes calls raise before they reach the store: a 403, an outage, a
 Conflict once. A test may subclass the fake for a behaviour of its own but keeps the API's semantics.
-tests/unit/test_kube_api.py holds the fake, Kube and the Protocol to the same signatures.
+tests/unit/operator/test_kube_api.py holds the fake, Kube and the Protocol to the same signatures.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ class RunError(Exception):
 End = tuple[str, str, str]  # how a job ended: (phase, TFJob condition reason, message)
 
 
-# --- pure decisions (unit-tested in tests/unit/test_local_runner.py) -----------------------------
+# --- pure decisions (unit-tested in tests/unit/client/test_local_runner.py) -----------------------------
 
 
 def job_restarts(policy: str, exit_code: int) -> bool:

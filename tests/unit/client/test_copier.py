@@ -17,8 +17,8 @@ from dtr_client.copier import CopyError
 from dtr_client.volume import PROGRAM
 
 from support.local_exec import make_tree, written
+from support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 TRAINER_PYTHON = Path(os.environ.get("DTR_TRAINER_PYTHON") or REPO / ".venv" / "trainer" / "bin" / "python")
 PYTHONS = [sys.executable] + ([str(TRAINER_PYTHON)] if TRAINER_PYTHON.exists() else [])
 
