@@ -307,17 +307,9 @@ class FakeKube:
         return self._list("v1", "Pod", namespace, f"{JOB_NAME_LABEL}={job}")
 
     @api
-    def pod_log(
-        self,
-        namespace: str,
-        pod: str,
-        container: str,
-        tail_lines: int | None = None,
-        limit_bytes: int | None = None,
-        previous: bool = False,
-        timestamps: bool = False,
-        since_seconds: int | None = None,
-    ) -> str | None:
+    def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None = None,
+                limit_bytes: int | None = None, previous: bool = False, timestamps: bool = False,
+                since_seconds: int | None = None) -> str | None:  # fmt: skip
         # No log set: no such pod, its container not started or (previous) not restarted; Kube says None to all.
         text = self.logs.get((namespace, pod, container, previous))
         if text is None:
@@ -422,7 +414,7 @@ def _addressed(key: Key) -> Key:
 
 
 def _lines(text: str) -> list[str]:
-    """The log's lines, each with its newline (the last may have none): the kubelet splits on "\n" alone."""
+    """The log's lines, each with its newline (the last may have none): the kubelet splits at newlines only."""
     return re.findall(r"[^\n]*\n|[^\n]+$", text)
 
 
