@@ -6,7 +6,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE="${DTR_STATE:-${ROOT}/.dtr}"
 readonly ROOT STATE
 # The two images every script builds, imports or pushes: the one home of their names (deploy/base/deployment.yaml
-# and the operator's default trainer image name them too: tests/unit/test_image_names.py keeps them equal).
+# and the operator's default trainer image name them too: tests/unit/deploy/test_image_names.py keeps them equal).
 # Fully qualified on a registry host nothing serves, so a node never pulls them from a stranger (docs/images.md#names).
 # shellcheck disable=SC2034 # used by the scripts that source this file
 readonly OPERATOR_IMAGE="localhost/distml/operator:0.1.0" TRAINER_IMAGE="localhost/distml/trainer:0.1.0"
@@ -16,7 +16,7 @@ info() { printf '    %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 # Portable stand-ins for GNU-only tools and flags: these scripts run on a laptop's macOS too, with its
-# bash 3.2 and BSD tools (docs/k3d.md#which-machines; tests/unit/test_laptop_scripts.py keeps them so).
+# bash 3.2 and BSD tools (docs/k3d.md#which-machines; tests/unit/deploy/test_laptop_scripts.py keeps them so).
 
 # with_timeout SECONDS COMMAND...: COMMAND, stopped after SECONDS. timeout(1) is GNU coreutils, absent
 # on macOS; there perl's alarm does it (it survives exec, and perl ships with macOS). Neither: unbounded.

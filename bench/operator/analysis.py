@@ -1,6 +1,6 @@
 """Pure parts of the operator benchmark: percentiles, audit-log request counts, kopf overrides, goals, the table.
 
-No I/O here; bench/operator/run.py measures and calls these (tests/unit/test_bench_operator.py tests them).
+No I/O here; bench/operator/run.py measures and calls these (tests/unit/bench/test_bench_operator.py tests them).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@
 To add a subcommand, write a module whose `add_parser(subparsers)` adds a parser and sets `func`, a function
 of the parsed args that returns the exit code (None: 0) or raises (command.py: BadInput, Failed, or the
 library's errors); list the module in COMMANDS and the subcommand above, which `./dtr --help` prints without
-an environment (tests/unit/test_dtr_shim.py keeps the two lists the same). Imports of heavy modules (kopf,
+an environment (tests/unit/cli/test_dtr_shim.py keeps the two lists the same). Imports of heavy modules (kopf,
 kubernetes) stay inside the `func`s so that `dtr render` starts fast and works without a cluster.
 
 Exit codes, the same for every subcommand (command.py): 0 done; 1 the run failed or the cluster refused; 2 bad

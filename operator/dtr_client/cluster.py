@@ -22,7 +22,7 @@ from dtr_contract import layout
 from dtr_contract.history import MAX_FILE
 
 from dtr_operator.api import API_VERSION, KIND
-from dtr_operator.kube import Kube, current_namespace
+from dtr_operator.kube import Kube, KubeApi, current_namespace
 
 from . import logs as worker_logs
 from . import submit
@@ -48,7 +48,7 @@ with f:
 class ClusterBackend:
     poll_seconds = 2.0  # wait() and progress(): the operator updates a run's status every few seconds
 
-    def __init__(self, kube: Kube | None = None, namespace: str | None = None):
+    def __init__(self, kube: KubeApi | None = None, namespace: str | None = None):
         self.kube = kube if kube is not None else Kube.for_cli()
         self.namespace = namespace or current_namespace()
 

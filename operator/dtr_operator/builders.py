@@ -147,8 +147,8 @@ def _api_field(f: Field, run: RunSpec) -> Any:
 def effective_spec(run: RunSpec) -> dict[str, Any]:
     """The run's spec as the operator parsed it, every default applied, in the API's shape; the inverse of
     spec.parse_run, driven by the same field table (parse_run of it gives the same RunSpec back but for suspend:
-    tests/unit/test_properties.py). Not spec.suspend: it changes after creation, and this is what the run trains
-    with (lineage)."""
+    tests/unit/operator/test_properties.py). Not spec.suspend: it changes after creation, and this is what the run
+    trains with (lineage)."""
     return _api_object(SPEC, run)
 
 

@@ -7,7 +7,7 @@ compute it (module.function), WRITERS the parts of the operator that call them. 
 - crd.py generates the CRD's status schema; `make docs` writes it to crds/disttrainingrun.yaml and
   `python docs/gen.py --check` (a unit test) fails when the committed file differs;
 - docs/gen.py renders docs/api.md's status table;
-- tests/unit/test_status_keys.py drives the writers over the unit tests' runs, TFJobs and pods, and fails on a
+- tests/unit/operator/test_status_keys.py drives the writers over the unit tests' runs, TFJobs and pods, and fails on a
   key they write or read that is not declared here, on a field set by a writer its `by` does not name or never
   written; and on a status key that the readers (dtr_client.results, metrics.py, progress_schedule.py) read and
   that is not here.

@@ -1,6 +1,6 @@
 """The CRD's bounds on the real API server: the largest run the schema admits is stored as sent, and a run over
 any bound is refused (422 Invalid) naming the field, as `dtr render` refuses it (spec.parse_run); H2 of the
-security review. No operator runs. The largest size itself: tests/unit/test_crd_bounds.py."""
+security review. No operator runs. The largest size itself: tests/unit/operator/test_crd_bounds.py."""
 
 from __future__ import annotations
 

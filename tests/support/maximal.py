@@ -1,5 +1,5 @@
 """The largest DistTrainingRun the CRD admits: every list and map full, every string at its maxLength (within its
-grammar), for the tiers that measure what a tenant's largest runs cost (tests/unit/test_slim.py,
+grammar), for the tiers that measure what a tenant's largest runs cost (tests/unit/operator/test_slim.py,
 tests/integration/test_operator_crd.py, bench/operator/memory.py).
 
 Bounds are read from the field table (fields.py), so the run grows with it. It is suspended and names a claim

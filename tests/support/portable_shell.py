@@ -1,4 +1,4 @@
-"""A lint for shell scripts that must run on macOS's bash 3.2 and BSD tools (tests/unit/test_laptop_scripts.py).
+"""A lint for shell scripts that must run on macOS's bash 3.2 and BSD tools (tests/unit/deploy/test_laptop_scripts.py).
 
 `code_of` blanks what bash does not run (comments, the literal text of quoted strings and here-documents), so
 that the rules match commands, not messages that name them; parameter expansions and command substitutions stay,

@@ -3,7 +3,7 @@
 A real trainer process writes its log (its own prefixes, TensorFlow's lines, the `begin` lines);
 dtr_contract.progress, on the trainer's Python 3.9, must find every finished epoch in every prefix of
 that log that ends at an epoch's end, as the operator does when it reads the chief's log tail.
-(status.progress_of, which turns one into status.progress, is tests/unit/test_progress.py's.)
+(status.progress_of, which turns one into status.progress, is tests/unit/operator/test_progress.py's.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the training-operator and the kubelet would decide for a TFJob whose replicas are local processes: when a
 replica restarts, when the job ends and how, and the TFJob and pod views the operator's status reads. Pure
-(unit-tested in tests/unit/test_local_runner.py); runner.py plays them.
+(unit-tested in tests/unit/client/test_local_runner.py); runner.py plays them.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
-from ..kube import ApiError, Conflict, Kube, NotFound
+from ..kube import ApiError, Conflict, KubeApi, NotFound
 from ..reasons import FAILED, WARNING_REASONS
 from ..spec import RunSpec, SpecError, parse_run
 from ..status.compute import next_status, state_status
@@ -74,7 +74,7 @@ class ObservedRun:
 class Context:
     """The operator's clients and policy that every part of the reconciler reads; one per operator process."""
 
-    kube: Kube
+    kube: KubeApi
     emit: Emit
     default_image: str
     retries: Retries = Retries()

@@ -1,8 +1,8 @@
 """The one step that makes a run's children what they should be: what exists (observed) -> one action. Pure.
 
 `decide` returns a small frozen value (Create, Sync, Record, Suspend) that children.py carries out; every branch is a
-unit test (tests/unit/test_reconcile_decide.py). The other pure questions the reconciler asks of what it read live
-here too: whose a TFJob is, whether its status says anything new, which pods a failed TFJob still holds.
+unit test (tests/unit/operator/test_reconcile_decide.py). The other pure questions the reconciler asks of what it read
+live here too: whose a TFJob is, whether its status says anything new, which pods a failed TFJob still holds.
 """
 
 from __future__ import annotations

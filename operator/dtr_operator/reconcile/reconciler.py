@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import metrics, watchdog
-from ..kube import ApiError, Kube
+from ..kube import ApiError, KubeApi
 from ..reasons import FAILED, TFJOB_DELETED, TFJOB_SUSPENDED
 from ..runtime.kept import slim
 from ..runtime.trackers import POD_CHECK_SECONDS, RetryingRuns, RunningRuns, RunRef, WaitingRuns
@@ -63,7 +63,7 @@ class Reconciler:
     be tried again and Running, for the background loops (runtime/loops.py).
     """
 
-    kube: Kube
+    kube: KubeApi
     emit: Emit
     default_image: str
     image_refusal: ImageCheck = any_image

@@ -20,11 +20,12 @@ from dtr_operator.builders import (
     trainer_args,
 )
 from dtr_operator.reconcile.decide import UNREAD, Create, Observed, Record, Sync, decide
-from dtr_operator.reconcile.reconciler import Reconciler
 from dtr_operator.spec import SpecError, parse_run
 from dtr_operator.status.code import code_status, configmap_content
 from dtr_operator.status.compute import tfjob_status
 
+from support.fake_kube import FakeKube
+from support.reconciler import reconciler, status_writes
 from support.runs import make_run
 
 SOURCE = "def build_model(ctx):\n    ...\n"
@@ -205,58 +206,48 @@ def test_the_user_code_setting_from_flag_and_env() -> None:
 # ---- the shell: status.code recorded, the ConfigMap read only when it matters -------------------
 
 
-class CodeKube:
-    """A fake API: no TFJob until created, the run's ConfigMap (or none), status writes kept."""
-
-    def __init__(self, config_map: dict[str, Any] | None) -> None:
-        self.config_map = config_map
-        self.tfjob: dict[str, Any] | None = None
-        self.reads: list[str] = []
-        self.writes: list[dict[str, Any]] = []
-
-    def get_tfjob(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.tfjob
-
-    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self.reads.append(name)
-        return self.config_map
-
-    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        if manifest["kind"] == "TFJob":
-            self.tfjob = manifest
-        return manifest
-
-    def patch_run_status(self, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None) -> None:
-        self.writes.append(patch)
+def _api(config_map: dict[str, Any] | None) -> FakeKube:
+    """The run, and its ConfigMap (or none yet)."""
+    kube = FakeKube()
+    kube.put(make_run(FILE_RUN, uid="u-1", generation=1, resourceVersion="1"))
+    if config_map is not None:
+        kube.put(config_map, "ConfigMap")
+    return kube
 
 
-def _reconciler(kube: CodeKube, refusal: str | None = None) -> Reconciler:
-    return Reconciler(kube, lambda *_: None, "localhost/distml/trainer:test", code_refusal=lambda _cm: refusal)  # type: ignore[arg-type]
+def _run(kube: FakeKube) -> dict[str, Any]:
+    """The run as the operator reads it for an attempt."""
+    body = kube.stored("DistTrainingRun", "mnist-cnn")
+    assert body is not None
+    return body
 
 
-def _body(status: dict[str, Any] | None = None) -> dict[str, Any]:
-    body = make_run(FILE_RUN, uid="u-1", generation=1, resourceVersion="1")
-    return {**body, "status": status} if status else body
+def _reads(kube: FakeKube) -> list[str]:
+    return [args["name"] for args in kube.succeeded("get_configmap")]
 
 
 def test_the_operator_waits_for_the_configmap_then_records_its_digest_with_the_created_tfjob() -> None:
-    kube = CodeKube(None)
-    rec = _reconciler(kube)
-    assert rec.reconcile_run(_body()) == 5.0 and kube.tfjob is None
-    assert kube.writes[-1]["reason"] == "CodeNotFound"
-    kube.config_map = configmap({"wine.py": SOURCE})
-    assert rec.reconcile_run(_body(), retry=1) is None and kube.tfjob is not None
-    assert kube.writes[-1]["code"] == RECORD and kube.writes[-1]["reason"] == "TFJobSubmitted"
-    reads = len(kube.reads)
+    kube = _api(None)
+    rec, _ = reconciler(kube, code_refusal=lambda _cm: None)
+    assert rec.reconcile_run(_run(kube)) == 5.0 and kube.stored("TFJob", "mnist-cnn") is None
+    assert status_writes(kube)[-1]["reason"] == "CodeNotFound"
+    kube.put(configmap({"wine.py": SOURCE}), "ConfigMap")
+    assert rec.reconcile_run(_run(kube), retry=1) is None and kube.stored("TFJob", "mnist-cnn") is not None
+    assert status_writes(kube)[-1]["code"] == RECORD and status_writes(kube)[-1]["reason"] == "TFJobSubmitted"
+    reads = len(_reads(kube))
+    assert reads == 2
     created = [{"type": "Created", "status": "True", "lastTransitionTime": "t"}]
-    rec.reconcile_run(_body({"phase": "Pending", "code": RECORD, "conditions": created}))
-    assert len(kube.reads) == reads, "status.code recorded: the ConfigMap is not read again"
+    kube.put({**_run(kube), "status": {"phase": "Pending", "code": RECORD, "conditions": created}})
+    rec.reconcile_run(_run(kube))
+    assert len(_reads(kube)) == reads, "status.code recorded: the ConfigMap is not read again"
 
 
 def test_a_refused_run_never_reads_its_configmap() -> None:
-    kube = CodeKube(configmap({"wine.py": SOURCE}))
-    assert _reconciler(kube, "turned off").reconcile_run(_body()) is None
-    assert kube.reads == [] and kube.tfjob is None and kube.writes[-1]["reason"] == "UserCodeNotAllowed"
+    kube = _api(configmap({"wine.py": SOURCE}))
+    rec, _ = reconciler(kube, code_refusal=lambda _cm: "turned off")
+    assert rec.reconcile_run(_run(kube)) is None
+    assert _reads(kube) == [] and kube.stored("TFJob", "mnist-cnn") is None
+    assert status_writes(kube)[-1]["reason"] == "UserCodeNotAllowed"
 
 
 # ---- the status from the chief's summary and from a failure in the user's code ----------------

@@ -20,6 +20,8 @@ from dtr_operator.builders import CODE_FILE_MODE, build_tfjob
 from dtr_operator.kube import ApiError
 from dtr_operator.spec import parse_run
 
+from support.fake_kube import FakeKube
+
 SOURCE = "import numpy as np\n\n\ndef build_model(ctx):\n    return None\n\n\ndef load_data(ctx):\n    return None\n"
 
 
@@ -131,57 +133,53 @@ def test_a_run_the_api_server_would_refuse_is_bad_input(model: Path, capsys: pyt
     assert words in capsys.readouterr().err
 
 
-class FakeKube:
-    def __init__(self, refuse_run: bool = False, taken: bool = False) -> None:
-        self.calls: list[tuple[str, ...]] = []
-        self.refuse_run, self.taken = refuse_run, taken
-        self.owners: list[dict[str, Any]] = []
-
-    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        from dtr_operator.kube import AlreadyExists
-
-        self.calls.append(("create", manifest["kind"]))
-        if manifest["kind"] == "ConfigMap" and self.taken:
-            raise AlreadyExists(409, "AlreadyExists", "exists")
-        if manifest["kind"] == "DistTrainingRun" and self.refuse_run:
-            raise ApiError(422, "Invalid", "spec.workers: Invalid value")
-        return {**manifest, "metadata": {**manifest["metadata"], "uid": "u-9"}}
-
-    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        self.calls.append(("delete", kind, name))
-
-    def set_owner(self, api_version: str, kind: str, namespace: str, name: str, owner: dict[str, Any]) -> None:
-        self.calls.append(("own", kind, name))
-        self.owners.append(owner)
-
-
 def _objects(model: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return submit.manifests(str(model), {"name": None, "claim": None, "image": None}, "ml")
+
+
+def calls(kube: FakeKube) -> list[tuple[str, ...]]:
+    """Each call as (method, kind, and the name for all but a create)."""
+    def one(method: str, args: dict[str, Any]) -> tuple[str, ...]:
+        if method == "create":
+            return (method, args["manifest"]["kind"])
+        return (method, args["kind"], args["name"])
+
+    return [one(c.method, c.args) for c in kube.calls]
 
 
 def test_submit_creates_the_code_then_the_run_then_makes_the_run_its_owner(model: Path) -> None:
     kube = FakeKube()
     cm, doc = _objects(model)
     run = submit.submit(kube, cm, doc)
-    assert run["metadata"]["uid"] == "u-9"
-    assert kube.calls == [("create", "ConfigMap"), ("create", "DistTrainingRun"), ("own", "ConfigMap", "wine-v2-code")]
-    assert kube.owners == [{"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "name": "wine-v2",
-                            "uid": "u-9"}]  # fmt: skip
+    stored = kube.stored("DistTrainingRun", "wine-v2")
+    assert stored is not None and run["metadata"]["uid"] == stored["metadata"]["uid"], "the run as created"
+    assert calls(kube) == [("create", "ConfigMap"), ("create", "DistTrainingRun"),
+                           ("set_owner", "ConfigMap", "wine-v2-code")]  # fmt: skip
+    owner = {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "name": "wine-v2",
+             "uid": stored["metadata"]["uid"]}  # fmt: skip
+    assert [args["owner"] for args in kube.succeeded("set_owner")] == [owner]
+    code = kube.stored("ConfigMap", "wine-v2-code")
+    assert code is not None and code["metadata"]["ownerReferences"] == [owner]
 
 
 def test_a_refused_run_takes_its_new_configmap_with_it(model: Path) -> None:
-    kube = FakeKube(refuse_run=True)
+    kube = FakeKube()
+    kube.fail("create", ApiError(422, "Invalid", "spec.workers: Invalid value"),
+              when=lambda args: args["manifest"]["kind"] == "DistTrainingRun")  # fmt: skip
     with pytest.raises(ApiError):
         submit.submit(kube, *_objects(model))
-    calls = [("create", "ConfigMap"), ("create", "DistTrainingRun"), ("delete", "ConfigMap", "wine-v2-code")]
-    assert kube.calls == calls
+    assert calls(kube) == [("create", "ConfigMap"), ("create", "DistTrainingRun"),
+                           ("delete", "ConfigMap", "wine-v2-code")]  # fmt: skip
+    assert kube.stored("ConfigMap", "wine-v2-code") is None
 
 
 def test_a_configmap_of_that_name_already_there_is_left_alone_and_named(model: Path) -> None:
-    kube = FakeKube(taken=True)
+    kube = FakeKube()
+    theirs = kube.put({"metadata": {"name": "wine-v2-code"}, "data": {"x": "y"}}, "ConfigMap")
     with pytest.raises(submit.SubmitError, match="ConfigMap wine-v2-code already exists in namespace ml"):
         submit.submit(kube, *_objects(model))
-    assert kube.calls == [("create", "ConfigMap")]
+    assert calls(kube) == [("create", "ConfigMap")]
+    assert kube.stored("ConfigMap", "wine-v2-code") == theirs
 
 
 def test_the_lines_after_a_submit_say_the_digest_and_how_to_watch(model: Path) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from support.repo import REPO
+
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 # The commands whose wall time is a journey of bench/journeys/run.py.
 JOURNEY_COMMANDS = ("make run", "dtr run examples/digits.yaml", "make dev-cluster", "make k3d-up",

@@ -1,4 +1,5 @@
-"""reconcile.Reconciler against a fake API client: what the shell writes, says and remembers (milliseconds).
+"""reconcile.Reconciler against the fake API (support.fake_kube): what the shell writes, says and remembers
+(milliseconds).
 
 decide() has its own tests (test_reconcile_decide.py); the integration tier runs the same shell against
 a real API server.
@@ -12,61 +13,36 @@ from typing import Any
 
 import pytest
 from dtr_contract import exits
+from dtr_operator.api import JOB_NAME_LABEL, KIND
 from dtr_operator.kube import ApiError, Conflict
 from dtr_operator.reconcile.context import ObservedRun
 from dtr_operator.reconcile.reconciler import Reconciler
 from dtr_operator.settings import Settings
 
+from support.fake_kube import FakeKube
+from support.reconciler import TFJOB, reconciler, run_policy_patches, status_writes
 from support.runs import make_run
 
-Event = tuple[str, str, str, str]  # run name, type, reason, message
+CONFLICT = Conflict(409, "Conflict", "the object has been modified")
 
 
-class FakeKube:
-    """The few Kube calls these tests reach; every other call fails the test (AttributeError)."""
-
-    def __init__(self, runs: dict[tuple[str, str], dict[str, Any]] | None = None, conflicts: int = 0) -> None:
-        self.runs = runs or {}
-        self.conflicts = conflicts  # status writes refused as stale before one passes
-        self.writes: list[tuple[str, dict[str, Any], str | None]] = []  # name, patch, resourceVersion
-        self.log_error: ApiError | None = None
-        self.log_text: str | None = None  # the chief's log
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.patch_error: ApiError | None = None
-        self.run_policy_patches: list[tuple[str, dict[str, Any]]] = []  # TFJob name, fields
-
-    def patch_run_status(self, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None) -> None:
-        if self.conflicts:
-            self.conflicts -= 1
-            raise Conflict(409, "Conflict", "the object has been modified")
-        self.writes.append((name, patch, resource_version))
-
-    def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.runs.get((namespace, name))
-
-    def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None = None,
-                timestamps: bool = False) -> str | None:  # fmt: skip
-        if self.log_error is not None:
-            raise self.log_error
-        return self.log_text
-
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.pods.get(name)
-
-    def patch_tfjob_run_policy(self, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
-        if self.patch_error is not None:
-            raise self.patch_error
-        self.run_policy_patches.append((name, fields))
-        return {}
+def api(*objects: dict[str, Any], kind: str | None = None) -> FakeKube:
+    """The fake API with these objects stored (runs, unless `kind` says otherwise)."""
+    kube = FakeKube()
+    for obj in objects:
+        kube.put(obj, kind)
+    return kube
 
 
-def reconciler(kube: FakeKube) -> tuple[Reconciler, list[Event]]:
-    events: list[Event] = []
+def writes(kube: FakeKube) -> list[tuple[str, dict[str, Any], str | None]]:
+    """(run name, status patch, the resourceVersion it was guarded by) for each status write the API took."""
+    return [(a["name"], a["status"], a["resource_version"]) for a in kube.succeeded("patch_run_status")]
 
-    def emit(body: Any, event_type: str, reason: str, message: str) -> None:
-        events.append((body["metadata"]["name"], event_type, reason, message))
 
-    return Reconciler(kube, emit, "localhost/distml/trainer:test"), events
+def stored_run(kube: FakeKube) -> dict[str, Any]:
+    found = kube.stored(KIND, "mnist-cnn")
+    assert found is not None
+    return found
 
 
 def run(status: dict[str, Any] | None = None, spec: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
@@ -80,65 +56,72 @@ WAITING = {"phase": "Pending", "reason": "WaitingForPVC", "message": "waiting fo
 
 
 def test_a_new_reason_is_written_with_the_runs_version_and_said_once():
-    kube = FakeKube()
+    kube = api(run(resourceVersion="7"))
     rec, events = reconciler(kube)
     assert rec.ctx.record(run(resourceVersion="7"), lambda prev: WAITING) == WAITING
-    assert kube.writes == [("mnist-cnn", WAITING, "7")]
+    assert writes(kube) == [("mnist-cnn", WAITING, "7")]
     assert events == [("mnist-cnn", "Warning", "WaitingForPVC", "waiting for PVC shared")]
-    assert rec.ctx.record(run(WAITING), lambda prev: WAITING) is None, "nothing changed: no write"
-    assert rec.ctx.record(run(WAITING), lambda prev: {**WAITING, "message": "still"}) == {"message": "still"}
+    assert rec.ctx.record(stored_run(kube), lambda prev: WAITING) is None, "nothing changed: no write"
+    assert len(writes(kube)) == 1
+    assert rec.ctx.record(stored_run(kube), lambda prev: {**WAITING, "message": "still"}) == {"message": "still"}
     assert len(events) == 1, "the same phase and reason: no second event"
 
 
 def test_a_quiet_write_says_nothing_and_a_normal_reason_is_a_normal_event():
-    rec, events = reconciler(FakeKube())
+    kube = api(run())
+    rec, events = reconciler(kube)
     rec.ctx.record(run(), lambda prev: {"phase": "Pending", "reason": "TFJobSubmitted"}, quiet=True)
     assert events == []
-    rec.ctx.record(run(), lambda prev: {"phase": "Running", "reason": "TFJobRunning"})
+    rec.ctx.record(stored_run(kube), lambda prev: {"phase": "Running", "reason": "TFJobRunning"})
     assert events == [("mnist-cnn", "Normal", "TFJobRunning", "")]
 
 
 def test_a_conflict_rereads_the_run_and_recomputes_from_its_status():
     fresh = run({"phase": "Pending", "reason": "TFJobCreated"}, resourceVersion="8")
-    kube = FakeKube({("ml", "mnist-cnn"): fresh}, conflicts=1)
+    kube = api(fresh)  # the operator read the run at 7; it has changed since
     rec, _ = reconciler(kube)
     seen: list[Any] = []
     rec.ctx.record(run(resourceVersion="7"), lambda prev: seen.append(prev.get("reason")) or {"phase": "Running"})
     assert seen == [None, "TFJobCreated"]
-    assert kube.writes == [("mnist-cnn", {"phase": "Running"}, "8")]
+    assert writes(kube) == [("mnist-cnn", {"phase": "Running"}, "8")]
 
 
-@pytest.mark.parametrize("fresh", [None, run(uid="u-2"), run(deletionTimestamp="2026-01-01T00:00:00Z")])
+@pytest.mark.parametrize("fresh", [None, run(uid="u-2", resourceVersion="2"),
+                                   run(deletionTimestamp="2026-01-01T00:00:00Z", resourceVersion="2")],
+                         ids=["deleted", "replaced", "being-deleted"])  # fmt: skip
 def test_a_conflict_with_a_run_gone_replaced_or_going_writes_nothing(fresh: dict[str, Any] | None):
-    kube = FakeKube({("ml", "mnist-cnn"): fresh} if fresh else {}, conflicts=1)
+    kube = api(*[fresh] if fresh else [])
+    if fresh is None:  # changed, then deleted, between the write's conflict and the re-read
+        kube.fail("patch_run_status", CONFLICT)
     rec, events = reconciler(kube)
     assert rec.ctx.record(run(), lambda prev: WAITING) is None
-    assert kube.writes == [] and events == []
+    assert writes(kube) == [] and events == []
+    assert [c.method for c in kube.calls] == ["patch_run_status", "get_run"], "a conflict, then the re-read"
+
+
+def test_a_run_deleted_since_it_was_read_is_not_written_and_not_read_again():
+    kube = api()
+    rec, events = reconciler(kube)
+    assert rec.ctx.record(run(), lambda prev: WAITING) is None
+    assert [(c.method, type(c.error).__name__) for c in kube.calls] == [("patch_run_status", "NotFound")]
+    assert events == []
 
 
 def test_a_status_that_keeps_changing_is_left_to_a_later_retry():
-    kube = FakeKube({("ml", "mnist-cnn"): run()}, conflicts=99)
+    kube = api(run())
+    kube.fail("patch_run_status", CONFLICT, times=None)  # another writer, always first
     rec, _ = reconciler(kube)
     with pytest.raises(ApiError) as err:
         rec.ctx.record(run(), lambda prev: WAITING)
-    assert err.value.status == 409 and kube.conflicts == 99 - rec.retries.write_attempts
+    tried = [c for c in kube.calls if c.method == "patch_run_status"]
+    assert err.value.status == 409 and len(tried) == rec.retries.write_attempts
 
 
-class TFJobKube(FakeKube):
-    """Also the TFJob, as the API has it now, and its pods."""
-
-    def __init__(self, tfjob: dict[str, Any], pods: list[dict[str, Any]] | None = None, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.tfjob = tfjob
-        self.job_pods = pods or []
-        self.pod_lists = 0
-
-    def get_tfjob(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.tfjob
-
-    def list_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        self.pod_lists += 1
-        return self.job_pods
+def worker_pod(index: int, **pod: Any) -> dict[str, Any]:
+    """A worker pod of the run's TFJob, labelled as the training-operator labels it."""
+    labels = {JOB_NAME_LABEL: "mnist-cnn", "training.kubeflow.org/replica-type": "worker",
+              "training.kubeflow.org/replica-index": str(index)}  # fmt: skip
+    return {"metadata": {"name": f"mnist-cnn-worker-{index}", "labels": labels}, **pod}
 
 
 def test_a_conflict_mirrors_the_tfjob_as_it_is_now_not_the_creators_copy():
@@ -146,13 +129,13 @@ def test_a_conflict_mirrors_the_tfjob_as_it_is_now_not_the_creators_copy():
     # handler wrote it. Mirroring the old copy after the conflict took the run back to TFJobSubmitted
     # for good (no TFJob event follows until a pod runs): a CI run saw it.
     created = {"type": "Created", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
-    now_job = {"metadata": {"name": "mnist-cnn", "namespace": "ml"}, "status": {"conditions": [created]}}
-    fresh = run({"phase": "Pending", "reason": "TFJobCreated"}, resourceVersion="8")
-    kube = TFJobKube(now_job, runs={("ml", "mnist-cnn"): fresh}, conflicts=1)
+    kube = api(run({"phase": "Pending", "reason": "TFJobCreated"}, resourceVersion="8"))
+    kube.put({**TFJOB, "status": {"conditions": [created]}})
     rec, _ = reconciler(kube)
     as_created = {"metadata": {"name": "mnist-cnn", "namespace": "ml"}}
     rec.mirror.sync_status(ObservedRun.parse(run(resourceVersion="7"), "localhost/distml/trainer:test"), as_created)
-    assert [patch.get("reason") for _, patch, _ in kube.writes] in ([], [None])
+    assert [patch.get("reason") for patch in status_writes(kube)] in ([], [None])
+    assert kube.succeeded("get_tfjob"), "the TFJob read again after the conflict"
 
 
 def test_a_conflict_that_finds_the_tfjob_finished_reads_its_pods_for_the_chiefs_metrics():
@@ -160,68 +143,68 @@ def test_a_conflict_that_finds_the_tfjob_finished_reads_its_pods_for_the_chiefs_
     # pods, the run ended Succeeded/MetricsUnavailable for good (a finished run is never written again): a CI
     # run's reliability tier saw it twice.
     succeeded = {"type": "Succeeded", "status": "True", "lastTransitionTime": "2026-01-01T00:01:00Z"}
-    done = {"metadata": {"name": "mnist-cnn", "namespace": "ml"},
-            "status": {"conditions": [succeeded], "replicaStatuses": {"Worker": {"succeeded": 2}}}}  # fmt: skip
+    done = {**TFJOB, "status": {"conditions": [succeeded], "replicaStatuses": {"Worker": {"succeeded": 2}}}}
     summary = {"loss": 0.1, "accuracy": 0.97, "epochs": 3, "modelPath": "/mnt/dtr/models/r/1", "modelVersion": 1}
-    chief = {"metadata": {"name": "mnist-cnn-worker-0", "labels": {"training.kubeflow.org/replica-type": "worker",
-                                                                   "training.kubeflow.org/replica-index": "0"}},
-             "status": {"containerStatuses": [{"name": "tensorflow", "state": {"terminated": {
-                 "exitCode": 0, "message": json.dumps(summary)}}}]}}  # fmt: skip
-    fresh = run({"phase": "Running", "reason": "TFJobRunning"}, resourceVersion="8")
-    kube = TFJobKube(done, pods=[chief], runs={("ml", "mnist-cnn"): fresh}, conflicts=1)
+    chief = worker_pod(0, status={"containerStatuses": [{"name": "tensorflow", "state": {"terminated": {
+        "exitCode": 0, "message": json.dumps(summary)}}}]})  # fmt: skip
+    kube = api(run({"phase": "Running", "reason": "TFJobRunning"}, resourceVersion="8"))
+    kube.put(done)
+    kube.put(chief, "Pod")
     rec, _ = reconciler(kube)
     running = {"metadata": {"name": "mnist-cnn", "namespace": "ml"},
                "status": {"conditions": [{"type": "Running", "status": "True"}]}}  # fmt: skip
     rec.mirror.sync_status(ObservedRun.parse(run({"phase": "Running"}, resourceVersion="7"), "img:1"), running)
-    [(_, patch, _)] = kube.writes
+    [patch] = status_writes(kube)
     assert (patch["phase"], patch["reason"]) == ("Succeeded", "TrainingSucceeded"), patch
-    assert patch["metrics"]["accuracy"] == 0.97 and kube.pod_lists == 1
+    assert patch["metrics"]["accuracy"] == 0.97 and len(kube.succeeded("list_job_pods")) == 1
 
 
 def test_a_running_run_short_of_a_worker_that_cannot_be_scheduled_is_told_why_and_a_finished_one_is_not_read():
     unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                      "message": "0/2 nodes are available: 1 node(s) didn't match pod anti-affinity rules."}
-    pods = [{"metadata": {"name": f"mnist-cnn-worker-{i}"}, "status": {"conditions": [unschedulable] if i else []}}
-            for i in range(2)]  # fmt: skip
-    short = run({"phase": "Running", "reason": "TFJobRunning", "workersReady": "1/2"})
-    kube = TFJobKube({}, pods=pods, runs={("ml", "mnist-cnn"): short})
+    kube = api(run({"phase": "Running", "reason": "TFJobRunning", "workersReady": "1/2"}))
+    for i in range(2):
+        kube.put(worker_pod(i, status={"conditions": [unschedulable] if i else []}), "Pod")
     rec, events = reconciler(kube)
     rec.check_waiting_pods(("ml", "mnist-cnn", "u-1"))
-    [(_, patch, _)] = kube.writes
+    [patch] = status_writes(kube)
     assert (patch["reason"], "phase" in patch) == ("WorkersNotAllRunning", False), "still Running"
     assert patch["message"].startswith("1 of 2 workers run; training waits for all (MultiWorkerMirroredStrategy): "
                                        "worker mnist-cnn-worker-1 cannot be scheduled: 0/2 nodes")  # fmt: skip
     assert [e[1:3] for e in events] == [("Warning", "WorkersNotAllRunning")]
-    kube.runs[("ml", "mnist-cnn")] = run({"phase": "Succeeded", "reason": "TrainingSucceeded", "workersReady": "1/2"})
+    kube.put(run({"phase": "Succeeded", "reason": "TrainingSucceeded", "workersReady": "1/2"}))
     rec.check_waiting_pods(("ml", "mnist-cnn", "u-1"))
-    assert kube.pod_lists == 1 and len(kube.writes) == 1
+    assert len(kube.succeeded("list_job_pods")) == 1 and len(status_writes(kube)) == 1
 
 
 def test_a_finished_run_is_never_reconciled_and_a_bad_spec_fails_the_run_without_an_api_read():
-    kube = FakeKube()
+    kube = api(run(spec={"workers": 0}))
     rec, events = reconciler(kube)
     assert rec.reconcile_run(run({"phase": "Succeeded"})) is None
-    assert kube.writes == []
+    assert kube.calls == []
     assert rec.reconcile_run(run(spec={"workers": 0})) is None
-    [(_, patch, _)] = kube.writes
+    assert [c.method for c in kube.calls] == ["patch_run_status"], "no read"
+    [patch] = status_writes(kube)
     assert (patch["phase"], patch["reason"]) == ("Failed", "InvalidSpec")
     assert [e[1:3] for e in events] == [("Warning", "InvalidSpec")]
 
 
 def test_a_run_whose_anti_affinity_splits_workers_that_share_a_readwriteonce_volume_fails_before_anything_exists():
-    kube = FakeKube()  # no create call: one would fail the test
-    rec, events = reconciler(kube)
     term = {"labelSelector": {"matchLabels": {"distml.dev/run": "mnist-cnn"}}, "topologyKey": "kubernetes.io/hostname"}
     affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    kube = api(run(spec={"workers": 2, "affinity": affinity}))
+    rec, events = reconciler(kube)
     assert rec.reconcile_run(run(spec={"workers": 2, "affinity": affinity})) is None
-    [(_, patch, _)] = kube.writes
+    assert [c.method for c in kube.calls] == ["patch_run_status"], "nothing read, nothing created"
+    [patch] = status_writes(kube)
     assert (patch["phase"], patch["reason"]) == ("Failed", "InvalidSpec")
     assert patch["message"].startswith("spec.affinity.podAntiAffinity: a required term puts each of the 2 workers")
     assert [e[1:3] for e in events] == [("Warning", "InvalidSpec")]
 
 
 def test_tfjob_events_that_need_no_write_read_nothing():
-    rec, _ = reconciler(FakeKube())  # any read or write would fail: FakeKube has no get_tfjob, no list
+    kube = FakeKube()
+    rec, _ = reconciler(kube)
     foreign = {"metadata": {"name": "x", "namespace": "ml"}, "status": {"conditions": [{"type": "Running"}]}}
     rec.tfjob_event("MODIFIED", foreign)
     owned = {"metadata": {"name": "mnist-cnn", "namespace": "ml", "ownerReferences": [
@@ -230,6 +213,7 @@ def test_tfjob_events_that_need_no_write_read_nothing():
     rec.tfjob_event("ADDED", owned)  # no conditions yet: its creator recorded TFJobSubmitted
     finished = run({"phase": "Succeeded"})
     rec.tfjob_event("DELETED", owned, cached_run=lambda namespace, name: finished)
+    assert kube.calls == [], "no read, no write"
 
 
 # ---- what the watch of runs feeds --------------------------------------------------------------
@@ -285,8 +269,7 @@ def waiting_reconciler(kube: FakeKube, delays: list[float | None]) -> tuple[Reco
 
 
 def test_a_waiting_run_is_kept_by_the_reconciler_and_retried_from_a_fresh_read_until_it_stops_waiting():
-    fresh = run(resourceVersion="7")
-    kube = FakeKube({("ml", "mnist-cnn"): fresh})
+    kube = api(run(resourceVersion="7"))
     rec, calls = waiting_reconciler(kube, [5.0, 10.0, None])
     ref = ("ml", "mnist-cnn", "u-1")
     rec.run_waits(run(), 0, Clock(100))
@@ -302,14 +285,14 @@ def test_a_waiting_run_is_kept_by_the_reconciler_and_retried_from_a_fresh_read_u
 @pytest.mark.parametrize("stored", [None, run(uid="u-2"), run(deletionTimestamp="2026-12-02T00:00:00Z")],
                          ids=["deleted", "replaced", "being-deleted"])  # fmt: skip
 def test_a_waiting_run_gone_or_replaced_is_dropped_at_its_retry(stored: dict[str, Any] | None):
-    rec, calls = waiting_reconciler(FakeKube({("ml", "mnist-cnn"): stored} if stored else {}), [])
+    rec, calls = waiting_reconciler(api(*[stored] if stored else []), [])
     rec.attempt_run(("ml", "mnist-cnn", "u-1"), 3, Clock(100))
     assert calls == [] and len(rec.retrying) == 0
 
 
 def test_a_run_already_done_as_read_is_not_reconciled_again():
     """kopf's create event of a run that kopf has since stored as handled (kopf_seams.handled_before) is stale."""
-    rec, calls = waiting_reconciler(FakeKube({("ml", "mnist-cnn"): run(resourceVersion="9")}), [None, None])
+    rec, calls = waiting_reconciler(api(run(resourceVersion="9")), [None, None])
     ref = ("ml", "mnist-cnn", "u-1")
     rec.attempt_run(ref, 0, Clock(100), done=lambda body: body["metadata"]["resourceVersion"] == "9")
     assert calls == []
@@ -318,20 +301,16 @@ def test_a_run_already_done_as_read_is_not_reconciled_again():
 
 
 def test_a_waiting_run_that_cannot_be_read_is_retried_with_its_backoff(caplog: pytest.LogCaptureFixture):
-    kube = FakeKube()
+    kube = api(run())
     rec, calls = waiting_reconciler(kube, [])
-
-    def unavailable(namespace: str, name: str) -> None:
-        raise ApiError(503, "ServiceUnavailable", "etcd is down")
-
-    kube.get_run = unavailable  # type: ignore[method-assign]
+    kube.fail("get_run", ApiError(503, "ServiceUnavailable", "etcd is down"))
     rec.attempt_run(("ml", "mnist-cnn", "u-1"), 2, Clock(100))
     assert calls == [] and rec.retrying.take_due(100 + rec.retries.backoff(2)) == [(("ml", "mnist-cnn", "u-1"), 3)]
     assert "etcd is down" in caplog.text
 
 
 def test_a_waiting_run_whose_attempt_fails_unexpectedly_is_tried_again_with_its_backoff(caplog):
-    rec, _ = waiting_reconciler(FakeKube({("ml", "mnist-cnn"): run()}), [])  # no answer left: IndexError
+    rec, _ = waiting_reconciler(api(run()), [])  # no answer left: IndexError
     rec.attempt_run(("ml", "mnist-cnn", "u-1"), 1, Clock(100))
     assert rec.retrying.take_due(100 + rec.retries.backoff(1)) == [(("ml", "mnist-cnn", "u-1"), 2)]
     assert "its next attempt failed" in caplog.text
@@ -345,17 +324,17 @@ def test_a_deleted_run_is_retried_no_more():
 
 
 def test_a_progress_refusal_is_said_once_per_run_and_status(caplog: pytest.LogCaptureFixture):
-    kube = FakeKube()
-    rec, _ = reconciler(kube)
     running = run({"phase": "Running", "reason": "TFJobRunning"})
-    kube.log_error = ApiError(403, "Forbidden", "pods/log is forbidden")
+    kube = api(running)
+    rec, _ = reconciler(kube)
+    kube.fail("pod_log", ApiError(403, "Forbidden", "pods/log is forbidden"), times=None)
     with caplog.at_level(logging.DEBUG, logger="dtr_operator.reconcile"):
         for _ in range(3):
             rec.poll_progress(running)
     said = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(said) == 1 and "RBAC needs get on pods/log" in said[0].getMessage()
     assert len(caplog.records) == 3, "the repeats go to the debug log"
-    assert kube.writes == []
+    assert status_writes(kube) == []
 
 
 # ---- a chief whose own code failed ---------------------------------------------------------------
@@ -367,20 +346,30 @@ ERROR_LOG = ("dtr_trainer[worker-0]: 2 worker(s), 2 replica(s), global batch 32\
 def chief(exit_code: int, state: str = "lastState") -> dict[str, Any]:
     """The chief's pod after its container exited (under OnFailure: lastState once restarted, else state)."""
     terminated = {"exitCode": exit_code, "message": "dtr_trainer[worker-0]: error: wine_model.py:30: SyntaxError"}
-    return {"metadata": {"name": "mnist-cnn-worker-0"}, "status": {"phase": "Running", "containerStatuses": [
-        {"name": "tensorflow", "restartCount": 0, state: {"terminated": terminated}}]}}  # fmt: skip
+    return worker_pod(0, status={"phase": "Running", "containerStatuses": [
+        {"name": "tensorflow", "restartCount": 0, state: {"terminated": terminated}}]})  # fmt: skip
+
+
+def running_job(log_text: str, pod: dict[str, Any] | None) -> tuple[FakeKube, dict[str, Any]]:
+    """A Running run, its TFJob, the chief's pod (if any) and its log."""
+    body = run({"phase": "Running", "reason": "TFJobRunning"})
+    kube = api(body)
+    kube.put(TFJOB)
+    kube.set_log("mnist-cnn-worker-0", log_text)
+    if pod is not None:
+        kube.put(pod, "Pod")
+    return kube, body
 
 
 @pytest.mark.parametrize("state", ["state", "lastState"])
 def test_a_chief_whose_code_failed_has_its_tfjob_fail_at_the_next_restart(state: str, caplog: pytest.LogCaptureFixture):
-    kube = FakeKube()
-    kube.log_text, kube.pods["mnist-cnn-worker-0"] = ERROR_LOG, chief(8, state)
+    kube, body = running_job(ERROR_LOG, chief(8, state))
     rec, events = reconciler(kube)
     with caplog.at_level(logging.INFO, logger="dtr_operator.reconcile"):
-        rec.poll_progress(run({"phase": "Running", "reason": "TFJobRunning"}))
-    assert kube.run_policy_patches == [("mnist-cnn", {"backoffLimit": 0})]
+        rec.poll_progress(body)
+    assert run_policy_patches(kube) == [("mnist-cnn", {"backoffLimit": 0})]
     assert "its chief failed for good (exit code 8); TFJob mnist-cnn fails at the next restart" in caplog.text
-    assert kube.writes == [] and events == [], "the run fails as its TFJob does"
+    assert status_writes(kube) == [] and events == [], "the run fails as its TFJob does"
 
 
 DIVERGED_LOG = ("dtr_trainer[worker-0]: epoch 1/3 end accuracy=0.4000 loss=1.2000 examples_per_second=900.0\n"
@@ -391,14 +380,13 @@ DIVERGED_LOG = ("dtr_trainer[worker-0]: epoch 1/3 end accuracy=0.4000 loss=1.200
 def test_a_chief_whose_loss_diverged_after_an_epoch_has_its_tfjob_fail_at_the_next_restart(
     caplog: pytest.LogCaptureFixture,
 ):
-    kube = FakeKube()
-    kube.log_text, kube.pods["mnist-cnn-worker-0"] = DIVERGED_LOG, chief(exits.DIVERGED)
+    kube, body = running_job(DIVERGED_LOG, chief(exits.DIVERGED))
     rec, _ = reconciler(kube)
     with caplog.at_level(logging.INFO, logger="dtr_operator.reconcile"):
-        rec.poll_progress(run({"phase": "Running", "reason": "TFJobRunning"}))
-    assert kube.run_policy_patches == [("mnist-cnn", {"backoffLimit": 0})]
+        rec.poll_progress(body)
+    assert run_policy_patches(kube) == [("mnist-cnn", {"backoffLimit": 0})]
     assert f"its chief failed for good (exit code {exits.DIVERGED})" in caplog.text
-    assert [patch["progress"]["epochsDone"] for _, patch, _ in kube.writes] == ["1/3"], "the epoch is recorded"
+    assert [patch["progress"]["epochsDone"] for patch in status_writes(kube)] == ["1/3"], "the epoch is recorded"
 
 
 @pytest.mark.parametrize("log_text, pod", [
@@ -407,38 +395,20 @@ def test_a_chief_whose_loss_diverged_after_an_epoch_has_its_tfjob_fail_at_the_ne
     ("dtr_trainer[worker-0]: epoch 1/3 begin\n", chief(8)),  # no error line: the pod is not read
 ])  # fmt: skip
 def test_a_chief_that_did_not_fail_with_its_code_keeps_the_runs_backoff_limit(log_text: str, pod: Any):
-    kube = FakeKube()
-    kube.log_text = log_text
-    if pod is not None:
-        kube.pods["mnist-cnn-worker-0"] = pod
+    kube, body = running_job(log_text, pod)
     rec, _ = reconciler(kube)
-    rec.poll_progress(run({"phase": "Running", "reason": "TFJobRunning"}))
-    assert kube.run_policy_patches == []
+    rec.poll_progress(body)
+    assert run_policy_patches(kube) == []
 
 
 def test_a_refused_backoff_limit_patch_is_said_and_the_run_goes_on(caplog: pytest.LogCaptureFixture):
-    kube = FakeKube()
-    kube.log_text, kube.pods["mnist-cnn-worker-0"] = ERROR_LOG, chief(8)
-    kube.patch_error = ApiError(403, "Forbidden", "tfjobs is forbidden")
+    kube, body = running_job(ERROR_LOG, chief(8))
+    kube.fail("patch_tfjob_run_policy", ApiError(403, "Forbidden", "tfjobs is forbidden"), times=None)
     rec, _ = reconciler(kube)
     with caplog.at_level(logging.WARNING, logger="dtr_operator.reconcile"):
-        rec.poll_progress(run({"phase": "Running", "reason": "TFJobRunning"}))
+        rec.poll_progress(body)
     assert "its chief failed for good, but TFJob mnist-cnn was not told to stop restarting" in caplog.text
-    assert kube.writes == []
-
-
-class ChildKube(FakeKube):
-    """Also the reads of a run's children; a create fails the test (the refusals come before any)."""
-
-    def __init__(self, pvc: dict[str, Any] | None = None) -> None:
-        super().__init__()
-        self.pvc = pvc
-
-    def get_tfjob(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return None
-
-    def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.pvc
+    assert status_writes(kube) == []
 
 
 @pytest.mark.parametrize("spec, pvc, reason", [
@@ -448,9 +418,11 @@ class ChildKube(FakeKube):
      "ClaimNotAllowed"),
 ])  # fmt: skip
 def test_the_operators_policy_fails_a_run_without_creating_anything(spec, pvc, reason):
-    kube, settings = ChildKube(pvc), Settings()
-    rec = Reconciler(kube, lambda *_: None, "localhost/distml/trainer:test", run_refusal=settings.run_refusal,  # type: ignore[arg-type]
-                     claim_refusal=settings.claim_refusal)  # fmt: skip
+    kube, settings = api(run(spec=spec)), Settings()
+    if pvc is not None:
+        kube.put(pvc, "PersistentVolumeClaim")
+    rec, _ = reconciler(kube, run_refusal=settings.run_refusal, claim_refusal=settings.claim_refusal)
     assert rec.reconcile_run(run(spec=spec)) is None
-    [(_, patch, _)] = kube.writes
+    [patch] = status_writes(kube)
     assert (patch["phase"], patch["reason"]) == ("Failed", reason)
+    assert not [c for c in kube.calls if c.method == "create"], "the refusals come before any create"

@@ -11,20 +11,14 @@ from dtr_operator.status.pods import logs_an_error
 from dtr_operator.status.progress import epoch_logged_at, parse_epoch_end, progress_of, running_progress
 
 from support.runs import make_run
+from support.tfjobs import CHIEF_LOG
 
 T0, T1 = "2026-11-30T18:00:00Z", "2026-11-30T18:00:05Z"
 RUN = parse_run(make_run({"workers": 2, "training": {"epochs": 8}}, uid="u-1", generation=1))
-LOG = """dtr_trainer[worker-0]: 2 worker(s), 2 replica(s), global batch 64, 200 steps/epoch
-dtr_trainer[worker-0]: epoch 1/8 begin
-dtr_trainer[worker-0]: epoch 1/8 end accuracy=0.8772 loss=0.4172 examples_per_second=2083.2 remaining_seconds=12
-dtr_trainer[worker-0]: epoch 2/8 begin
-dtr_trainer[worker-0]: epoch 2/8 end accuracy=0.9930 loss=0.0249 examples_per_second=6932.1 remaining_seconds=11
-dtr_trainer[worker-0]: epoch 3/8 begin
-"""
 
 
 def test_the_last_finished_epoch_of_the_log():
-    end = parse_epoch_end(LOG)
+    end = parse_epoch_end(CHIEF_LOG)
     assert end == EpochEnd(2, 8, (("accuracy", 0.993), ("loss", 0.0249)), 6932.1, 11)
 
 
@@ -50,7 +44,7 @@ def test_an_older_trainer_line_without_rate_or_eta():
 
 
 def test_progress_names_match_trainer_v2():
-    progress = progress_of(parse_epoch_end(LOG), T0)
+    progress = progress_of(parse_epoch_end(CHIEF_LOG), T0)
     assert progress == {
         "epoch": 2,
         "epochs": 8,
@@ -64,7 +58,7 @@ def test_progress_names_match_trainer_v2():
 
 
 def test_running_progress_writes_only_news_and_only_while_running():
-    end = parse_epoch_end(LOG)
+    end = parse_epoch_end(CHIEF_LOG)
     running = {"phase": "Running", "reason": "TFJobRunning"}
     first = running_progress(running, end, T0)
     assert first["progress"]["epoch"] == 2 and first["phase"] == "Running"
@@ -97,7 +91,7 @@ def chief(summary):
 
 
 def test_success_completes_the_progress_and_keeps_the_last_epochs_figures():
-    previous = running_progress({"phase": "Running"}, parse_epoch_end(LOG), T0)
+    previous = running_progress({"phase": "Running"}, parse_epoch_end(CHIEF_LOG), T0)
     summary = json.dumps({"loss": 0.1, "accuracy": 0.97, "epochs": 8, "examplesPerSecond": 6000.0,
                           "modelPath": "/mnt/dtr/models/m/1", "modelVersion": 1})  # fmt: skip
     status = tfjob_status(RUN, tfjob(["Created", "Running", "Succeeded"]), [chief(summary)], previous, T1)
@@ -114,7 +108,7 @@ def test_success_without_any_progress_seen_still_says_every_epoch_is_done():
 
 
 def test_a_failed_run_keeps_the_progress_it_had():
-    previous = running_progress({"phase": "Running"}, parse_epoch_end(LOG), T0)
+    previous = running_progress({"phase": "Running"}, parse_epoch_end(CHIEF_LOG), T0)
     status = tfjob_status(RUN, tfjob(["Created", "Failed"]), [], previous, T1)
     assert status["phase"] == "Failed" and "progress" not in status  # a merge patch: the old progress stays
 
@@ -131,7 +125,7 @@ STAMPED = """2026-11-30T18:00:01.000000001Z dtr_trainer[worker-0]: epoch 1/8 end
 def test_an_epochs_end_time_is_its_lines_timestamp_in_whole_seconds():
     assert parse_epoch_end(STAMPED, 8).epoch == 2
     assert epoch_logged_at(STAMPED, 8) == "2026-11-30T18:00:11Z"
-    assert epoch_logged_at(LOG, 8) is None, "a log read without timestamps has no time: the caller's now stands"
+    assert epoch_logged_at(CHIEF_LOG, 8) is None, "a log read without timestamps has no time: the caller's now stands"
     assert epoch_logged_at("2026-11-30T18:00:11Z dtr_trainer[worker-0]: epoch 1/8 begin\n", 8) is None
 
 

@@ -28,8 +28,10 @@ from dtr_operator.status.compute import next_status, state_status, tfjob_status,
 from dtr_operator.status.progress import parse_epoch_end, running_progress
 from dtr_operator.status.state import State
 from dtr_operator.status.waiting import waiting_status
-from test_progress import LOG
-from test_status import (
+
+from support.runs import make_run
+from support.tfjobs import (
+    CHIEF_LOG,
     CONDITIONS,
     DONE_PODS,
     QUEUED_RUN,
@@ -45,8 +47,6 @@ from test_status import (
     tfjob,
     waiting_pod,
 )
-
-from support.runs import make_run
 
 Keys = tuple[str, ...]  # a path from the status down; "[]" for an array's items
 
@@ -158,7 +158,7 @@ class Life:
 STARTED = T1  # the Running condition's time in the lives below: the workers' start, for the watchdog
 WATCH = WatchdogSpec(stall_factor=5, min_stall_seconds=60)
 RESTART = WatchdogSpec(stall_factor=5, min_stall_seconds=60, on_stall="Restart", max_restarts=1)
-END = parse_epoch_end(LOG)  # epoch 2 of 8, with its figures
+END = parse_epoch_end(CHIEF_LOG)  # epoch 2 of 8, with its figures
 
 
 def after(seconds: float) -> str:

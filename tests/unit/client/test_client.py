@@ -17,7 +17,9 @@ from dtr_client.local import runner, source
 from dtr_client.results import new_epochs, outcome, run_document
 from dtr_contract.progress import epoch_end_line, trainer_line
 from dtr_operator import kube
+from dtr_operator.api import JOB_NAME_LABEL
 
+from support.fake_kube import FakeKube
 from support.runs import run_doc
 
 SOURCE = "def build_model(ctx):\n    return None\n\n\ndef load_data(ctx):\n    return None\n"
@@ -206,18 +208,6 @@ def test_dtr_run_writes_its_status_with_the_chiefs_epoch_and_a_suspension(tmp_pa
 # ---- the CLI through the client ---------------------------------------------------------------
 
 
-class FakeKube:
-    def __init__(self) -> None:
-        self.created: list[dict[str, Any]] = []
-
-    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        self.created.append(manifest)
-        return {**manifest, "metadata": {**manifest["metadata"], "uid": "u-1"}}
-
-    def set_owner(self, *args: Any) -> None:
-        pass
-
-
 def test_dtr_submit_creates_through_the_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     fake = FakeKube()
@@ -225,38 +215,39 @@ def test_dtr_submit_creates_through_the_client(tmp_path: Path, monkeypatch: pyte
     path = tmp_path / "wine.py"
     path.write_text(SOURCE)
     assert cli.main(["submit", str(path), "-n", "ml", "--workers", "3", "--claim", "data"]) == 0
-    assert [m["kind"] for m in fake.created] == ["ConfigMap", "DistTrainingRun"]
-    run = fake.created[1]
+    created = [args["manifest"] for args in fake.succeeded("create")]
+    assert [m["kind"] for m in created] == ["ConfigMap", "DistTrainingRun"]
+    run = created[1]
     assert run["metadata"] == {"name": "wine", "namespace": "ml"}
     assert run["spec"]["workers"] == 3 and run["spec"]["storage"] == {"claimName": "data"}
     assert "disttrainingrun wine created in namespace ml" in capsys.readouterr().out
 
 
 def test_a_run_of_another_namespace_is_refused_by_the_cluster_backend() -> None:
-    backend = ClusterBackend(FakeKube(), "ml")  # type: ignore[arg-type]
+    fake = FakeKube()
+    backend = ClusterBackend(fake, "ml")
     with pytest.raises(InvalidRun, match="names namespace other; this client works in ml"):
         backend.create({**DOC, "metadata": {"name": "d", "namespace": "other"}}, None)
+    assert fake.calls == []
 
 
-class LogKube:
-    def get_run(self, namespace: str, name: str) -> dict[str, Any]:
-        return {"metadata": {"name": name}}
-
-    def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
-        labels = {"training.kubeflow.org/replica-index": "0"}
-        return [{"metadata": {"name": f"{job}-worker-0", "labels": labels}}]
-
-    def pod_log(self, namespace: str, pod: str, container: str, **kwargs: Any) -> str:
-        return "2026-12-01T10:00:00Z hello\n2026-12-01T10:00:01Z bye\n"
+def one_worker_run() -> FakeKube:
+    """Run r with one worker that has logged two lines."""
+    fake = FakeKube()
+    fake.put(run_doc("r", "ml"))
+    labels = {JOB_NAME_LABEL: "r", "training.kubeflow.org/replica-index": "0"}
+    fake.put({"metadata": {"name": "r-worker-0", "labels": labels}}, "Pod")
+    fake.set_log("r-worker-0", "2026-12-01T10:00:00Z hello\n2026-12-01T10:00:01Z bye\n")
+    return fake
 
 
 def test_dtr_logs_prints_the_lines_the_client_gives(monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    monkeypatch.setattr(kube.Kube, "for_cli", classmethod(lambda cls: LogKube()))
+    monkeypatch.setattr(kube.Kube, "for_cli", classmethod(lambda cls: one_worker_run()))
     assert cli.main(["logs", "r", "-n", "ml"]) == 0
     assert capsys.readouterr().out == "[worker-0] hello\n[worker-0] bye\n"
-    assert list(TrainingClient(ClusterBackend(LogKube(), "ml")).logs("r")) == ["[worker-0] hello",
-                                                                                       "[worker-0] bye"]  # fmt: skip
+    assert list(TrainingClient(ClusterBackend(one_worker_run(), "ml")).logs("r")) == ["[worker-0] hello",
+                                                                                      "[worker-0] bye"]  # fmt: skip
 
 
 def test_followed_lines_come_as_written_and_a_worker_not_followed_fails_at_the_end() -> None:

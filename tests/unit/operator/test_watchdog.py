@@ -6,14 +6,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 from dtr_operator import watchdog
+from dtr_operator.api import KIND
 from dtr_operator.reconcile.reconciler import Reconciler
 from dtr_operator.spec import WatchdogSpec
 from dtr_operator.watchdog import Clear, Flag, Healthy, Remind, Stalled
 from hypothesis import given
 from hypothesis import strategies as st
 
+from support.fake_kube import FakeKube
+from support.reconciler import IMAGE, TFJOB, run_policy_patches, status_writes
 from support.runs import make_run
 
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
@@ -204,42 +206,32 @@ def test_silent_workers_are_those_whose_recent_log_is_empty():
 Event = tuple[str, str, str]  # type, reason, message
 
 
-class FakeKube:
-    def __init__(self, logs: dict[str, str | None]) -> None:
-        self.logs = logs  # pod -> its log (the chief's tail and the recent lines alike)
-        self.log_reads: list[tuple[str, dict[str, Any]]] = []
-        self.writes: list[dict[str, Any]] = []
-        self.run_policy_patches: list[dict[str, Any]] = []
-        self.runs: dict[tuple[str, str], dict[str, Any]] = {}
-        self.pods: list[dict[str, Any]] = []  # the TFJob's pods, as list_job_pods finds them
-        self.tfjobs: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def pod_log(self, namespace: str, pod: str, container: str, **query: Any) -> str | None:
-        self.log_reads.append((pod, query))
-        return self.logs.get(pod)
-
-    def patch_run_status(self, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None) -> None:
-        self.writes.append(patch)
-
-    def patch_tfjob_run_policy(self, namespace: str, name: str, **fields: Any) -> dict[str, Any]:
-        self.run_policy_patches.append(fields)
-        return {"metadata": {"name": name}, "spec": {"runPolicy": {"suspend": fields.get("suspend")}},
-                "status": {"conditions": [{"type": "Created", "status": "True"}]}}  # fmt: skip
-
-    def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.runs.get((namespace, name))
-
-    def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
-        return self.pods
-
-    def get_tfjob(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.tfjobs.get((namespace, name))
+def api(logs: dict[str, str | None], run: dict[str, Any]) -> FakeKube:
+    """The run, its TFJob (the training-operator created it) and each pod's log (the chief's tail and the recent
+    lines alike; None: no log to read)."""
+    kube = FakeKube()
+    kube.put(run)
+    kube.put({**TFJOB, "status": {"conditions": [{"type": "Created", "status": "True"}]}})
+    for pod, text in logs.items():
+        if text is not None:
+            kube.set_log(pod, text)
+    return kube
 
 
-def poller(kube: FakeKube, monkeypatch: pytest.MonkeyPatch, now: str) -> tuple[Reconciler, list[Event]]:
+def log_reads(kube: FakeKube) -> list[tuple[str, dict[str, Any]]]:
+    """(pod, what was asked of its log besides whose) for each log read."""
+    return [(a["pod"], {k: v for k, v in a.items() if k not in ("namespace", "pod", "container")})
+            for a in kube.succeeded("pod_log")]  # fmt: skip
+
+
+def policy_patches(kube: FakeKube) -> list[dict[str, Any]]:
+    return [fields for _, fields in run_policy_patches(kube)]
+
+
+def poller(kube: FakeKube, now: str) -> tuple[Reconciler, list[Event]]:
     events: list[Event] = []
-    rec = Reconciler(kube, lambda body, t, reason, message: events.append((t, reason, message)),  # type: ignore[arg-type]
-                     "localhost/distml/trainer:test", now=lambda: now)  # fmt: skip
+    rec = Reconciler(kube, lambda body, t, reason, message: events.append((t, reason, message)), IMAGE,
+                     now=lambda: now)  # fmt: skip
     return rec, events
 
 
@@ -255,42 +247,46 @@ CHIEF_LOG = "dtr_trainer[worker-0]: epoch 3/3 end loss=0.5000 examples_per_secon
 STALLED_LOGS = {"mnist-cnn-worker-0": "dtr_trainer[worker-0]: alive\n", "mnist-cnn-worker-1": ""}
 
 
-def test_a_healthy_poll_reads_only_the_chiefs_log(monkeypatch: pytest.MonkeyPatch):
-    kube = FakeKube(STALLED_LOGS)
-    rec, events = poller(kube, monkeypatch, at(424 + 30))
-    rec.poll_progress(body(seen(running(), [(1, 300), (2, 362), (3, 424)])))
-    assert [pod for pod, _ in kube.log_reads] == ["mnist-cnn-worker-0"]
-    assert kube.writes == [] and events == []
+def test_a_healthy_poll_reads_only_the_chiefs_log():
+    run = body(seen(running(), [(1, 300), (2, 362), (3, 424)]))
+    kube = api(STALLED_LOGS, run)
+    rec, events = poller(kube, at(424 + 30))
+    rec.poll_progress(run)
+    assert [pod for pod, _ in log_reads(kube)] == ["mnist-cnn-worker-0"]
+    assert status_writes(kube) == [] and events == []
 
 
-def test_the_record_keeps_when_the_chief_logged_the_epoch_not_when_the_poll_read_it(monkeypatch: pytest.MonkeyPatch):
+def test_the_record_keeps_when_the_chief_logged_the_epoch_not_when_the_poll_read_it():
     stamped = f"{at(420)[:-1]}.123456789Z dtr_trainer[worker-0]: epoch 3/3 end loss=0.5000 examples_per_second=10.0\n"
-    kube = FakeKube({"mnist-cnn-worker-0": stamped})
-    rec, _ = poller(kube, monkeypatch, at(424))  # read 4 s after the epoch ended
-    rec.poll_progress(body(seen(running(), [(1, 300), (2, 362)])))
-    assert kube.log_reads[0] == ("mnist-cnn-worker-0", {"tail_lines": 40, "timestamps": True})
-    [write] = kube.writes
+    run = body(seen(running(), [(1, 300), (2, 362)]))
+    kube = api({"mnist-cnn-worker-0": stamped}, run)
+    rec, _ = poller(kube, at(424))  # read 4 s after the epoch ended
+    rec.poll_progress(run)
+    assert log_reads(kube)[0] == ("mnist-cnn-worker-0", {"tail_lines": 40, "timestamps": True})
+    [write] = status_writes(kube)
     assert write["watchdog"]["lastEpochTime"] == at(420), "the chief's time, not the read's"
     assert write["watchdog"]["meanEpochSeconds"] == 60.0  # (62 + 58) / 2: the 4 s the read came later are not in it
     assert write["progress"]["lastUpdatedTime"] == at(424)
 
 
-def test_an_epoch_logged_after_the_operators_now_counts_as_ended_now(monkeypatch: pytest.MonkeyPatch):
+def test_an_epoch_logged_after_the_operators_now_counts_as_ended_now():
     ahead = f"{at(430)} dtr_trainer[worker-0]: epoch 3/3 end loss=0.5000 examples_per_second=10.0\n"  # node clock ahead
-    kube = FakeKube({"mnist-cnn-worker-0": ahead})
-    rec, _ = poller(kube, monkeypatch, at(424))
-    rec.poll_progress(body(seen(running(), [(1, 300), (2, 362)])))
-    assert kube.writes[0]["watchdog"]["lastEpochTime"] == at(424)
+    run = body(seen(running(), [(1, 300), (2, 362)]))
+    kube = api({"mnist-cnn-worker-0": ahead}, run)
+    rec, _ = poller(kube, at(424))
+    rec.poll_progress(run)
+    assert status_writes(kube)[0]["watchdog"]["lastEpochTime"] == at(424)
 
 
-def test_a_stall_names_the_silent_worker_in_the_condition_the_message_and_a_warning(monkeypatch):
-    kube = FakeKube(STALLED_LOGS)
-    rec, events = poller(kube, monkeypatch, at(424 + 400))
-    rec.poll_progress(body(seen(running(), [(1, 300), (2, 362), (3, 424)])))
-    recent = [(pod, q) for pod, q in kube.log_reads if q.get("since_seconds")]
+def test_a_stall_names_the_silent_worker_in_the_condition_the_message_and_a_warning():
+    run = body(seen(running(), [(1, 300), (2, 362), (3, 424)]))
+    kube = api(STALLED_LOGS, run)
+    rec, events = poller(kube, at(424 + 400))
+    rec.poll_progress(run)
+    recent = [(pod, q) for pod, q in log_reads(kube) if q.get("since_seconds")]
     assert [pod for pod, _ in recent] == ["mnist-cnn-worker-0", "mnist-cnn-worker-1"]
     assert all(q == {"tail_lines": 1, "since_seconds": 50} for _, q in recent), "bounded reads"
-    [write] = kube.writes
+    [write] = status_writes(kube)
     [cond] = [c for c in write["conditions"] if c["type"] == "Stalled"]
     assert (cond["status"], cond["reason"]) == ("True", "NoEpochProgress")
     assert cond["message"].startswith("no epoch finished for 400 s (5 x mean epoch 62 s); silent: mnist-cnn-worker-1;")
@@ -298,75 +294,86 @@ def test_a_stall_names_the_silent_worker_in_the_condition_the_message_and_a_warn
     assert events == [("Warning", "Stalled", cond["message"])]
 
 
-def test_restart_suspends_the_tfjob_and_its_suspended_event_resumes_it(monkeypatch: pytest.MonkeyPatch):
-    kube = FakeKube(STALLED_LOGS)
-    rec, events = poller(kube, monkeypatch, at(424 + 400))
-    rec.poll_progress(body(seen(running(), [(1, 300), (2, 362), (3, 424)]), onStall="Restart"))
-    assert kube.run_policy_patches == [{"annotations": {"distml.dev/suspended-by": "dtr-operator"}, "suspend": True}]
+def suspended(kube: FakeKube) -> dict[str, Any]:
+    """The training-operator's part: the TFJob says it is suspended, and its pods go; the run as the TFJob's
+    handler then left it (Pending), with the restart pending."""
+    tfjob = kube.stored("TFJob", "mnist-cnn")
+    assert tfjob is not None and tfjob["spec"]["runPolicy"]["suspend"] is True
+    kube.put({**tfjob, "status": {"conditions": [{"type": "Suspended", "status": "True"}]}})
+    run = kube.stored(KIND, "mnist-cnn")
+    assert run is not None and run["status"]["watchdog"]["restarting"] is True
+    return kube.put({**run, "status": {**run["status"], "phase": "Pending"}})
+
+
+def test_restart_suspends_the_tfjob_and_its_suspended_event_resumes_it():
+    stalled = body(seen(running(), [(1, 300), (2, 362), (3, 424)]), onStall="Restart")
+    kube = api(STALLED_LOGS, stalled)
+    rec, events = poller(kube, at(424 + 400))
+    rec.poll_progress(stalled)
+    assert policy_patches(kube) == [{"annotations": {"distml.dev/suspended-by": "dtr-operator"}, "suspend": True}]
     assert [e[:2] for e in events] == [("Warning", "Stalled"), ("Warning", "StallRestart")]
     assert "restart 1 of 3" in events[1][2]
-    [write] = kube.writes
+    [write] = status_writes(kube)
     assert write["watchdog"]["restarts"] == 1 and write["watchdog"]["restarting"] is True
     # The TFJob says it is suspended: the operator resumes it (once) and forgets the pending restart.
-    status = {**seen(running(), [(1, 300), (2, 362), (3, 424)]), **write, "phase": "Pending"}
-    run = body(status, onStall="Restart")
-    kube.runs[("ml", "mnist-cnn")] = run
+    run = suspended(kube)
     tfjob = {"metadata": {"name": "mnist-cnn", "namespace": "ml", "ownerReferences": [
         {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "name": "mnist-cnn", "uid": "u-1",
          "controller": True}]}, "spec": {"runPolicy": {"suspend": True}},
         "status": {"conditions": [{"type": "Suspended", "status": "True"}]}}  # fmt: skip
     rec.tfjob_event("MODIFIED", tfjob, cached_run=lambda namespace, name: run)
-    assert kube.run_policy_patches[-1] == {"annotations": {"distml.dev/suspended-by": None}, "suspend": False}
-    assert kube.writes[1]["watchdog"]["restarting"] is False  # named: the status write is a merge patch
+    assert policy_patches(kube)[-1] == {"annotations": {"distml.dev/suspended-by": None}, "suspend": False}
+    assert status_writes(kube)[1]["watchdog"]["restarting"] is False  # named: the status write is a merge patch
 
 
-def test_a_restart_resumes_only_once_the_old_pods_are_gone_and_the_poll_does_it(monkeypatch: pytest.MonkeyPatch):
+def test_a_restart_resumes_only_once_the_old_pods_are_gone_and_the_poll_does_it():
     """The training-operator counts an old pod its deletion failed (the frozen worker's, killed after its grace
     period) against the resumed TFJob, which then fails: seen on the real node."""
-    kube = FakeKube(STALLED_LOGS)
-    rec, _ = poller(kube, monkeypatch, at(424 + 400))
-    rec.poll_progress(body(seen(running(), [(1, 300), (2, 362), (3, 424)]), onStall="Restart"))
-    [write] = kube.writes
-    status = {**seen(running(), [(1, 300), (2, 362), (3, 424)]), **write, "phase": "Pending"}
-    run = body(status, onStall="Restart")
-    kube.runs[("ml", "mnist-cnn")] = run
-    kube.tfjobs[("ml", "mnist-cnn")] = {"metadata": {"name": "mnist-cnn"}, "spec": {"runPolicy": {"suspend": True}},
-                                        "status": {"conditions": [{"type": "Suspended", "status": "True"}]}}
-    kube.pods = [{"metadata": {"name": "mnist-cnn-worker-1", "deletionTimestamp": "2026-12-01T12:20:00Z"}}]
+    stalled = body(seen(running(), [(1, 300), (2, 362), (3, 424)]), onStall="Restart")
+    kube = api(STALLED_LOGS, stalled)
+    rec, _ = poller(kube, at(424 + 400))
+    rec.poll_progress(stalled)
+    assert len(status_writes(kube)) == 1
+    run = suspended(kube)
+    old = {"metadata": {"name": "mnist-cnn-worker-1", "deletionTimestamp": "2026-12-01T12:20:00Z",
+                        "labels": {"training.kubeflow.org/job-name": "mnist-cnn"}}}  # fmt: skip
+    kube.put(old, "Pod")
     rec.poll_progress(run)
-    assert kube.run_policy_patches[-1]["suspend"] is True, "resumed while an old pod is still there"
-    kube.pods = []
+    assert policy_patches(kube)[-1]["suspend"] is True, "resumed while an old pod is still there"
+    kube.delete_pod("ml", "mnist-cnn-worker-1")  # the kubelet's part: the pod is gone at last
     rec.poll_progress(run)
-    assert kube.run_policy_patches[-1] == {"annotations": {"distml.dev/suspended-by": None}, "suspend": False}
-    assert [w["watchdog"]["restarting"] for w in kube.writes[1:] if "watchdog" in w] == [False]
+    assert policy_patches(kube)[-1] == {"annotations": {"distml.dev/suspended-by": None}, "suspend": False}
+    assert [w["watchdog"]["restarting"] for w in status_writes(kube)[1:] if "watchdog" in w] == [False]
 
 
-def test_no_restart_left_fails_the_run_and_suspends_its_tfjob(monkeypatch: pytest.MonkeyPatch):
-    kube = FakeKube(STALLED_LOGS)
-    rec, events = poller(kube, monkeypatch, at(424 + 400))
+def test_no_restart_left_fails_the_run_and_suspends_its_tfjob():
     status = seen(running(), [(1, 300), (2, 362), (3, 424)])
     status["watchdog"]["restarts"] = 1
-    rec.poll_progress(body(status, onStall="Restart", maxRestarts=1))
-    [write] = kube.writes
+    run = body(status, onStall="Restart", maxRestarts=1)
+    kube = api(STALLED_LOGS, run)
+    rec, events = poller(kube, at(424 + 400))
+    rec.poll_progress(run)
+    [write] = status_writes(kube)
     assert (write["phase"], write["reason"]) == ("Failed", "Stalled")
     assert "spec.watchdog.maxRestarts" in write["message"]
     assert [c["status"] for c in write["conditions"] if c["type"] in ("Stalled", "Failed")] == ["True", "True"]
     assert events == [("Warning", "Stalled", write["message"])]
-    assert kube.run_policy_patches == [{"annotations": {"distml.dev/suspended-by": "dtr-operator"}, "suspend": True}]
+    assert policy_patches(kube) == [{"annotations": {"distml.dev/suspended-by": "dtr-operator"}, "suspend": True}]
 
 
-def test_an_epoch_after_the_stall_clears_it_with_one_write_each(monkeypatch: pytest.MonkeyPatch):
+def test_an_epoch_after_the_stall_clears_it_with_one_write_each():
     stalled = seen(running(), [(1, 300), (2, 362)])
     step = watchdog.decide(watchdog.WatchdogSpec(min_stall_seconds=60), stalled, at(362 + 400))
     assert isinstance(step, watchdog.Flag)
-    flagged = watchdog.flagged_status(stalled, step, "m", at(362 + 400), 1)
-    kube = FakeKube({"mnist-cnn-worker-0": CHIEF_LOG})
-    rec, events = poller(kube, monkeypatch, at(362 + 500))
-    rec.poll_progress(body(flagged))
-    assert kube.writes[0]["watchdog"]["lastEpoch"] == 3  # the epoch, with status.progress
-    [cond] = [c for c in kube.writes[1]["conditions"] if c["type"] == "Stalled"]
+    flagged = body(watchdog.flagged_status(stalled, step, "m", at(362 + 400), 1))
+    kube = api({"mnist-cnn-worker-0": CHIEF_LOG}, flagged)
+    rec, events = poller(kube, at(362 + 500))
+    rec.poll_progress(flagged)
+    assert status_writes(kube)[0]["watchdog"]["lastEpoch"] == 3  # the epoch, with status.progress
+    [cond] = [c for c in status_writes(kube)[1]["conditions"] if c["type"] == "Stalled"]
     assert (cond["status"], cond["reason"]) == ("False", "EpochFinished")
     assert [e[:2] for e in events] == [("Normal", "StallEnded")]
+    assert len(status_writes(kube)) == 2
 
 
 def test_dtr_run_does_not_print_the_heartbeat():

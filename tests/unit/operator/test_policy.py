@@ -1,12 +1,12 @@
 """policy.py: what a run may ask of the cluster beyond its pods, refused by default (security review H3, M1, M4).
 
 Pure decisions on a parsed spec; reconcile.decide turns each into a Failed run before anything is created
-(tests/unit/test_reconcile_decide.py), and tests/integration/test_run_author.py shows it against the API server.
+(tests/unit/operator/test_reconcile_decide.py), and tests/integration/test_run_author.py shows it against the API
+server.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +17,8 @@ from dtr_operator.policy import Policy, claim_refusal, run_refusal
 from dtr_operator.spec import parse_run
 
 from reliability.catalogue import merged
+from support.repo import REPO
 from support.runs import UNIT_NAMESPACE, make_run
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def refusal(spec: dict[str, Any], **allowed: Any) -> policy.Refusal | None:

@@ -12,9 +12,10 @@ from dtr_operator.api import RUN_LABEL
 from dtr_operator.builders import build_network_policy, build_tfjob, owned_by
 from dtr_operator.kube import AlreadyExists
 from dtr_operator.reconcile.decide import network_policy_taken
-from dtr_operator.reconcile.reconciler import Reconciler
 from dtr_operator.spec import parse_run
 
+from support.fake_kube import FakeKube
+from support.reconciler import reconciler, status_writes
 from support.runs import make_run
 
 UID = "0b6e4a52-1111-2222-3333-444455556666"
@@ -69,62 +70,50 @@ def test_a_taken_policy_name_stops_the_run_unless_the_policy_is_its_own():
     assert "NetworkPolicy named mnist-cnn" in stranger.state.message
 
 
-class ChildrenKube:
-    """The calls a new run's reconcile makes: reads find nothing, creates are recorded in order."""
-
-    def __init__(self, existing_policy: dict[str, Any] | None = None, policy_exists: bool = False) -> None:
-        self.created: list[str] = []
-        self.existing_policy = existing_policy
-        self.policy_exists = policy_exists or existing_policy is not None
-        self.writes: list[dict[str, Any]] = []
-
-    def get_tfjob(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return None
-
-    def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return None
-
-    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        assert (api_version, kind) == ("networking.k8s.io/v1", "NetworkPolicy")
-        return self.existing_policy
-
-    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        if manifest["kind"] == "NetworkPolicy" and self.policy_exists:
-            raise AlreadyExists(409, "AlreadyExists", "networkpolicies already exists")
-        self.created.append(manifest["kind"])
-        return manifest
-
-    def patch_run_status(self, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None) -> None:
-        self.writes.append(patch)
+def _api(existing_policy: dict[str, Any] | None = None) -> FakeKube:
+    """A new run, and a NetworkPolicy of its name already there (or none)."""
+    kube = FakeKube()
+    kube.put(make_run({"workers": 2}, uid=UID, generation=1, resourceVersion="1"))
+    if existing_policy is not None:
+        kube.put(existing_policy, "NetworkPolicy")
+    return kube
 
 
-def _reconcile(kube: ChildrenKube) -> float | None:
-    body = make_run({"workers": 2}, uid=UID, generation=1, resourceVersion="1")
-    return Reconciler(kube, lambda *_: None, "localhost/distml/trainer:test").reconcile_run(body)  # type: ignore[arg-type]
+def _reconcile(kube: FakeKube) -> float | None:
+    rec, _ = reconciler(kube)
+    return rec.reconcile_run(make_run({"workers": 2}, uid=UID, generation=1, resourceVersion="1"))
+
+
+def _created(kube: FakeKube) -> list[str]:
+    """The kinds the reconcile created, in order."""
+    return [args["manifest"]["kind"] for args in kube.succeeded("create")]
 
 
 def test_a_new_run_gets_its_policy_before_its_volume_and_its_workers():
-    kube = ChildrenKube()
+    kube = _api()
     assert _reconcile(kube) is None
-    assert kube.created == ["NetworkPolicy", "PersistentVolumeClaim", "TFJob"]
+    assert _created(kube) == ["NetworkPolicy", "PersistentVolumeClaim", "TFJob"]
 
 
 def test_a_policy_of_its_own_left_by_an_earlier_attempt_is_kept():
-    kube = ChildrenKube(_policy(UID))
+    kube = _api(_policy(UID))
     assert _reconcile(kube) is None
-    assert kube.created == ["PersistentVolumeClaim", "TFJob"]
+    assert _created(kube) == ["PersistentVolumeClaim", "TFJob"]
+    assert [(a["api_version"], a["kind"]) for a in kube.succeeded("get")] == [("networking.k8s.io/v1", "NetworkPolicy")]
 
 
 @pytest.mark.parametrize(("owner", "reason", "retried"), [(None, "NameConflict", False),
                                                           ("an-earlier-uid", "WaitingForCleanup", True)])
 def test_a_policy_not_its_own_creates_no_workers(owner: str | None, reason: str, retried: bool):
-    kube = ChildrenKube(_policy(owner))
+    kube = _api(_policy(owner))
     delay = _reconcile(kube)
-    assert kube.created == []
-    assert kube.writes[-1]["reason"] == reason and (delay is not None) == retried
+    assert _created(kube) == []
+    assert status_writes(kube)[-1]["reason"] == reason and (delay is not None) == retried
 
 
 def test_a_policy_gone_between_the_conflict_and_the_read_is_retried():
-    kube = ChildrenKube(policy_exists=True)
+    kube = _api()
+    kube.fail("create", AlreadyExists(409, "AlreadyExists", "networkpolicies already exists"),
+              when=lambda args: args["manifest"]["kind"] == "NetworkPolicy")  # fmt: skip
     assert _reconcile(kube) is not None
-    assert kube.created == [] and kube.writes[-1]["reason"] == "APIUnavailable"
+    assert _created(kube) == [] and status_writes(kube)[-1]["reason"] == "APIUnavailable"

@@ -15,81 +15,24 @@ from dtr_operator.status.summary import parse_summary, storage_uri
 from dtr_operator.status.waiting import waiting_status, waits_for_pods, workers_short
 
 from support.runs import make_run
-
-T0, T1, T2 = "2026-11-29T18:00:00Z", "2026-11-29T18:01:00Z", "2026-11-29T18:02:00Z"
-RUN = parse_run(make_run({"workers": 2}, uid="u-1", generation=1))
-
-
-def cond(type_, status="True", reason=None, message=""):
-    return {
-        "type": type_,
-        "status": status,
-        "reason": reason or f"TFJob{type_}",
-        "message": message,
-        "lastUpdateTime": T0,
-        "lastTransitionTime": T0,
-    }
-
-
-def tfjob(conditions=(), active=0, succeeded=0, failed=0, start=None, completion=None):
-    status = {"conditions": list(conditions)}
-    if active or succeeded or failed:
-        status["replicaStatuses"] = {"Worker": {"active": active, "succeeded": succeeded, "failed": failed}}
-    if start:
-        status["startTime"] = start
-    if completion:
-        status["completionTime"] = completion
-    return {"metadata": {"name": "mnist-cnn", "namespace": "ml"}, "status": status}
-
-
-def pod(index, exit_code=None, message=None, last_exit=None, last_message=None, running=False):
-    cs = {"name": "tensorflow", "state": {}, "lastState": {}}
-    if exit_code is not None:
-        cs["state"] = {"terminated": {"exitCode": exit_code, "message": message}}
-    elif running:
-        cs["state"] = {"running": {"startedAt": T0}}
-    if last_exit is not None:
-        cs["lastState"] = {"terminated": {"exitCode": last_exit, "message": last_message}}
-    return {
-        "metadata": {
-            "name": f"mnist-cnn-worker-{index}",
-            "labels": {
-                "training.kubeflow.org/job-name": "mnist-cnn",
-                "training.kubeflow.org/replica-type": "worker",
-                "training.kubeflow.org/replica-index": str(index),
-            },
-        },
-        "status": {"containerStatuses": [{"name": "istio-proxy"}, cs]},
-    }
-
-
-SUMMARY = {
-    "loss": 0.07,
-    "accuracy": 0.98,
-    "epochs": 3,
-    "examplesPerSecond": 5400,
-    "modelPath": "/mnt/dtr/models/mnist-cnn/1",
-    "modelVersion": 1,
-}
-DONE_PODS = [pod(0, 0, json.dumps(SUMMARY)), pod(1, 0, None)]
-
-
-# Every TFJob condition as the training-operator writes them: (conditions, phase, reason, workersReady)
-CONDITIONS = [
-    ([], "Pending", "TFJobSubmitted", {}),
-    ([cond("Created")], "Pending", "TFJobCreated", {}),
-    ([cond("Created"), cond("Running")], "Running", "TFJobRunning", {"active": 2}),
-    ([cond("Created"), cond("Running", "False"), cond("Restarting")], "Running", "TFJobRestarting", {"active": 1}),
-    ([cond("Created"), cond("Suspended")], "Pending", "TFJobSuspended", {}),
-    ([cond("Created"), cond("Running", "False"), cond("Succeeded")], "Succeeded", "TrainingSucceeded",
-     {"succeeded": 2}),
-    ([cond("Created"), cond("Running", "False"), cond("Failed", reason="TFJobFailed")], "Failed", "TFJobFailed",
-     {"failed": 1}),
-    # Failed wins over anything else that is still True.
-    ([cond("Created"), cond("Running"), cond("Failed")], "Failed", "TFJobFailed", {"active": 1, "failed": 1}),
-    # A status of False is not a state.
-    ([cond("Created"), cond("Running", "False")], "Pending", "TFJobCreated", {}),
-]
+from support.tfjobs import (
+    CONDITIONS,
+    DONE_PODS,
+    QUEUED_RUN,
+    RUN,
+    SCHEDULER,
+    SHORT_PODS,
+    SUMMARY,
+    SUSPENDED_RUN,
+    T0,
+    T1,
+    T2,
+    cond,
+    disrupted,
+    pod,
+    tfjob,
+    waiting_pod,
+)
 
 
 @pytest.mark.parametrize(("conditions", "phase", "reason", "counts"), CONDITIONS)
@@ -196,13 +139,6 @@ def test_failure_names_the_failed_workers():
     assert "worker mnist-cnn-worker-0 exited with code 137: Killed" in status["message"]
     assert "worker mnist-cnn-worker-1 exited with code 2: ValueError: unknown dataset" in status["message"]
     assert "metrics" not in status
-
-
-def disrupted(index, reason, message, node="dtr-n2", **kw):
-    p = pod(index, **kw)
-    p["spec"] = {"nodeName": node}
-    p["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message}]
-    return p
 
 
 @pytest.mark.parametrize(("reason", "words"), [
@@ -350,17 +286,6 @@ def test_next_status_writes_only_what_changed():
 # ---- worker pods that cannot start (waiting_status) ----------------------------------------------
 
 
-def waiting_pod(index, reason=None, message="", unschedulable=None):
-    p = pod(index)
-    cs = p["status"]["containerStatuses"][1]
-    cs["state"] = {"waiting": {"reason": reason, "message": message}} if reason else {}
-    if unschedulable is not None:
-        p["status"]["conditions"] = [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable}
-        ]
-    return p
-
-
 def created_status():
     return tfjob_status(RUN, tfjob([cond("Created")]), [], {}, T1)
 
@@ -422,9 +347,6 @@ def test_a_tfjob_event_that_says_nothing_new_keeps_the_pods_trouble():
 
 # ---- a Running run short of workers (waiting_status, workers_short) --------------------------------
 
-SCHEDULER = ("0/2 nodes are available: 1 node(s) didn't match pod anti-affinity rules, 1 node(s) had volume node "
-             "affinity conflict.")  # fmt: skip
-SHORT_PODS = [pod(0, running=True), waiting_pod(1, unschedulable=SCHEDULER)]
 
 
 def running_short():
@@ -529,8 +451,6 @@ def test_storage_uri_is_the_versions_base_directory_on_the_claim(path, uri):
 
 # ---- suspend and queues ------------------------------------------------------------------------
 
-SUSPENDED_RUN = parse_run(make_run({"workers": 2, "suspend": True}, uid="u-1", generation=2))
-QUEUED_RUN = parse_run(make_run({"workers": 2, "queueName": "team-a"}, uid="u-1", generation=1))
 WAS_RUNNING = {"phase": "Running", "progress": {"epochsDone": "3/8"}}
 
 

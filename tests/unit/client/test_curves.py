@@ -4,10 +4,7 @@ backends, the plot, `dtr compare`'s diff, and `dtr plot`/`dtr compare` through t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +20,11 @@ from dtr_contract import history, layout
 from dtr_contract.history import history_line, read_history
 from dtr_contract.progress import epoch_end_line, trainer_line
 from dtr_operator import kube
+from dtr_operator.api import JOB_NAME_LABEL
 from dtr_operator.spec import created_pvc_name
-from test_transfer_cli import NS, ProcessStream
-from test_transfer_cli import FakeKube as TransferKube
 
+from support.local_exec import VolumeKube
+from support.runs import UNIT_NAMESPACE as NS
 from support.runs import run_doc
 
 
@@ -108,50 +106,40 @@ def test_without_a_history_file_the_local_backend_reads_the_chiefs_lines(tmp_pat
 # ---- history() on the cluster backend -------------------------------------------------------------
 
 
-class VolumeKube(TransferKube):
-    """The transfer tests' API, whose exec runs history's own program on the stand-in volume."""
-
-    def __init__(self, volume: Path, logs: str = "") -> None:
-        super().__init__(volume, runs=[run_doc("r", NS, {"storage": {"claimName": "c"}})])
-        self.logs = logs
-
-    @contextlib.asynccontextmanager
-    async def exec_stream(self, namespace, pod, container, argv) -> AsyncIterator[ProcessStream]:
-        assert pod in self.pods
-        here = [a.replace(layout.MOUNT_PATH, str(self.volume)) for a in argv[3:]]
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", argv[2], *here, stdin=asyncio.subprocess.PIPE,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        yield ProcessStream(proc, None)
-
-    def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
-        return [{"metadata": {"name": f"{job}-worker-0", "labels": {"training.kubeflow.org/replica-index": "0"}}}]
-
-    def pod_log(self, namespace: str, pod: str, container: str, **kwargs: Any) -> str:
-        return self.logs
+def history_api(volume: Path, chief_log: str = "") -> VolumeKube:
+    """Run r on claim c (the stand-in volume, where history's own program runs), its chief and the chief's log."""
+    fake = VolumeKube(volume, NS)
+    fake.put(run_doc("r", NS, {"storage": {"claimName": "c"}}))
+    labels = {JOB_NAME_LABEL: "r", "training.kubeflow.org/replica-index": "0"}
+    fake.put({"metadata": {"name": "r-worker-0", "labels": labels}}, "Pod")
+    fake.set_log("r-worker-0", chief_log)
+    return fake
 
 
 def test_cluster_history_is_read_from_the_volume_by_a_read_only_pod_that_is_deleted(tmp_path: Path) -> None:
-    fake = VolumeKube(tmp_path)
+    fake = history_api(tmp_path)
     (tmp_path / "logs" / "r").mkdir(parents=True)
     (tmp_path / "logs" / "r" / "history.jsonl").write_text(f"{line(1)}\n{line(2)}\n")
-    found = TrainingClient(ClusterBackend(fake, NS)).history("r")  # type: ignore[arg-type]
+    found = TrainingClient(ClusterBackend(fake, NS)).history("r")
     assert [p.epoch for p in found] == [1, 2]
     (pod,) = fake.created
     assert pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c", "readOnly": True}
     assert fake.deleted == [pod["metadata"]["name"]]
 
     async def in_a_notebook() -> list[Progress]:  # a kernel's event loop runs in the caller's thread
-        return TrainingClient(ClusterBackend(fake, NS)).history("r")  # type: ignore[arg-type]
+        return TrainingClient(ClusterBackend(fake, NS)).history("r")
 
     assert [p.epoch for p in asyncio.run(in_a_notebook())] == [1, 2]
 
 
 def test_cluster_history_falls_back_to_the_chiefs_log_without_a_file_or_a_volume(tmp_path: Path) -> None:
     chief = trainer_line("worker-0", epoch_end_line(2, 3, {"loss": 0.5}, 10.0, 4))
-    fake = VolumeKube(tmp_path, logs=f"2026-12-01T10:00:00Z {chief}\n")
-    assert [p.epoch for p in ClusterBackend(fake, NS).history("r")] == [2]  # type: ignore[arg-type]
-    fake.claims = {}  # the claim is gone: no pod at all
-    assert [p.epoch for p in ClusterBackend(fake, NS).history("r")] == [2]  # type: ignore[arg-type]
+    fake = history_api(tmp_path, chief_log=f"2026-12-01T10:00:00Z {chief}\n")
+    assert [p.epoch for p in ClusterBackend(fake, NS).history("r")] == [2]
+    assert len(fake.created) == 1, "a pod to read the file, which is not there"
+    fake.delete("v1", "PersistentVolumeClaim", NS, "c")  # the claim is gone: no pod at all
+    assert [p.epoch for p in ClusterBackend(fake, NS).history("r")] == [2]
+    assert len(fake.created) == 1
 
 
 # ---- the plot -----------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from support.repo import REPO
+
 NAMESPACED = REPO / "deploy" / "namespaced"
 RECIPE = re.compile(r"cp -r deploy/namespaced deploy/(\S+) && sed -i 's/dtr-runs/(\S+)/g' deploy/\S+/\*\.yaml")
 

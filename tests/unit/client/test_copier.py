@@ -16,28 +16,11 @@ from dtr_client import copier, transfer
 from dtr_client.copier import CopyError
 from dtr_client.volume import PROGRAM
 
-REPO = Path(__file__).resolve().parents[2]
+from support.local_exec import make_tree, written
+from support.repo import REPO
+
 TRAINER_PYTHON = Path(os.environ.get("DTR_TRAINER_PYTHON") or REPO / ".venv" / "trainer" / "bin" / "python")
 PYTHONS = [sys.executable] + ([str(TRAINER_PYTHON)] if TRAINER_PYTHON.exists() else [])
-
-
-def make_tree(root: Path) -> dict[str, bytes]:
-    """A directory with a multi-chunk file, an empty file and nested directories; name -> content."""
-    files = {
-        "big.bin": os.urandom(3 * copier.CHUNK + 17),
-        "empty.txt": b"",
-        "a/b/c.csv": b"x,y\n1,2\n",
-        "a/d.txt": "naïve\n".encode(),
-    }
-    for name, content in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_bytes(content)
-    (root / "a" / "empty-dir").mkdir()
-    return files
-
-
-def written(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 def send_to(entries, root: Path, tamper=None) -> copier.TreeWriter:

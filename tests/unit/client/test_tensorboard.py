@@ -23,6 +23,7 @@ from dtr_operator.builders import build_network_policy, build_tfjob
 from dtr_operator.spec import parse_run
 from kubernetes import client
 
+from support.fake_kube import FakeKube
 from support.route_server import serve_route
 from support.runs import make_run
 
@@ -282,48 +283,37 @@ class HttpStream:
         return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n[]"
 
 
-class FakeKube:
-    def __init__(self, phases: list[dict], claim: bool = True):
-        self.run = make_run({"image": "trainer:9"}, name="r", uid="u-1")
-        self.phases, self.claim = phases, claim
-        self.created: list[dict] = []
-        self.deleted: list[str] = []
+def board_api(statuses: list[dict], claim: bool = True) -> FakeKube:
+    """Run r (spec.image trainer:9) and its claim (or none), TFJobs not readable; the TensorBoard pod, once
+    created, shows `statuses`, tells one event and has logged a traceback; a forwarded port answers HTTP."""
+    fake = FakeKube()
+    fake.put(make_run({"image": "trainer:9"}, name="r", uid="u-1"))
+    if claim:
+        fake.put({"metadata": {"name": "r-data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}, "PersistentVolumeClaim")
+    # The `edit` role need not cover kubeflow.org: the image comes from spec.image.
+    fake.fail("get_tfjob", kube.ApiError(403, "Forbidden", "tfjobs is forbidden"), times=None)
+    fake.pod_statuses = statuses
 
-    def get_run(self, namespace: str, name: str) -> dict | None:
-        return self.run if name == "r" else None
-
-    def get_tfjob(self, namespace: str, name: str) -> dict | None:
-        raise kube.ApiError(403, "Forbidden", "tfjobs is forbidden")  # `edit` need not cover kubeflow.org
-
-    def get_pvc(self, namespace: str, name: str) -> dict | None:
-        return {"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"]}} if self.claim else None
-
-    def list_pods(self, namespace: str) -> list[dict]:
-        return []
-
-    def create(self, manifest: dict) -> dict:
-        self.created.append(manifest)
-        return manifest
-
-    def get_pod(self, namespace: str, name: str) -> dict | None:
-        if self.deleted or not self.created:
-            return None
-        status = self.phases.pop(0) if len(self.phases) > 1 else self.phases[0]
-        return {"metadata": {"name": name}, "status": status}
-
-    def pod_events(self, namespace: str, name: str) -> list[dict]:
-        return [{"reason": "Failed", "message": "pull access denied", "lastTimestamp": "t"}]
-
-    def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int | None = None) -> str | None:
-        return "Traceback ...\nModuleNotFoundError: No module named 'tensorboard'\n"
-
-    def delete_pod(self, namespace: str, name: str) -> None:
-        self.deleted.append(name)
+    def kubelet(pod: dict) -> None:
+        name = pod["metadata"]["name"]
+        fake.add_event("Pod", name, "Failed", "pull access denied", lastTimestamp="t")
+        fake.set_log(name, "Traceback ...\nModuleNotFoundError: No module named 'tensorboard'\n", tr.TENSORBOARD)
 
     @contextlib.asynccontextmanager
-    async def portforward_stream(self, namespace: str, pod: str, port: int):
-        assert (pod, port) == (self.created[0]["metadata"]["name"], tr.TENSORBOARD_PORT)
+    async def tensorboard(pod: str, port: int):
+        assert (pod, port) == (created(fake)[0]["metadata"]["name"], tr.TENSORBOARD_PORT)
         yield HttpStream()
+
+    fake.on_create, fake.portforward = kubelet, tensorboard
+    return fake
+
+
+def created(fake: FakeKube) -> list[dict]:
+    return [args["manifest"] for args in fake.succeeded("create")]
+
+
+def deleted(fake: FakeKube) -> list[str]:
+    return [args["name"] for args in fake.succeeded("delete_pod")]
 
 
 def running(container: str = tr.TENSORBOARD) -> dict:
@@ -331,15 +321,15 @@ def running(container: str = tr.TENSORBOARD) -> dict:
 
 
 def test_the_cluster_handle_serves_once_the_pod_runs_and_answers_and_stop_deletes_the_pod():
-    fake = FakeKube([{"phase": "Pending"}, running()])
+    fake = board_api([{"phase": "Pending"}, running()])
     handle = board.start_in_cluster(fake, "ml", "r", None, timeout=30)
-    [pod] = fake.created
+    [pod] = created(fake)
     assert pod["spec"]["containers"][0]["image"] == "trainer:9"  # spec.image, the TFJob being unreadable
     assert pod["metadata"]["name"].startswith("dtr-tensorboard-r-")
-    assert handle.url.startswith("http://127.0.0.1:") and handle.ended() is None and not fake.deleted
+    assert handle.url.startswith("http://127.0.0.1:") and handle.ended() is None and not deleted(fake)
     handle.stop()
     handle.stop()
-    assert fake.deleted == [pod["metadata"]["name"]]
+    assert deleted(fake) == [pod["metadata"]["name"]]
     assert port_closed(handle.url)
 
 
@@ -354,28 +344,28 @@ def port_closed(url: str) -> bool:
 def test_a_pod_that_cannot_start_is_deleted_and_its_reason_and_events_said():
     pull = {"phase": "Pending", "containerStatuses": [{"name": tr.TENSORBOARD, "state": {"waiting": {
         "reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]}  # fmt: skip
-    fake = FakeKube([pull])
+    fake = board_api([pull])
     with pytest.raises(board.TensorBoardError, match="ImagePullBackOff: Back-off pulling image; events: Failed: pull"):
         board.start_in_cluster(fake, "ml", "r", None, timeout=30)
-    assert fake.deleted == [fake.created[0]["metadata"]["name"]]
+    assert deleted(fake) == [created(fake)[0]["metadata"]["name"]]
 
 
 def test_a_pod_whose_tensorboard_ends_says_so_with_its_last_lines_and_is_deleted():
     ended = {"phase": "Failed", "containerStatuses": [{"name": tr.TENSORBOARD, "state": {"terminated": {
         "reason": "Error", "exitCode": 1}}}]}  # fmt: skip
-    fake = FakeKube([running(), ended])
+    fake = board_api([running(), ended])
     with pytest.raises(board.TensorBoardError, match=r"ended \(Failed\):\nTraceback ...\nModuleNotFoundError"):
         board.start_in_cluster(fake, "ml", "r", None, timeout=30)
-    assert len(fake.deleted) == 1
+    assert len(deleted(fake)) == 1 and fake.get_pod("ml", deleted(fake)[0]) is None
 
 
 def test_no_pod_for_an_unknown_run_or_a_run_whose_claim_is_gone():
-    fake = FakeKube([running()], claim=False)
+    fake = board_api([running()], claim=False)
     with pytest.raises(board.RunNotFound, match="no DistTrainingRun other in namespace ml"):
         board.start_in_cluster(fake, "ml", "other", None, timeout=30)
     with pytest.raises(board.TensorBoardError, match="DistTrainingRun r's claim r-data does not exist"):
         board.start_in_cluster(fake, "ml", "r", None, timeout=30)
-    assert fake.created == [] and fake.deleted == []
+    assert created(fake) == [] and deleted(fake) == []
 
 
 # ---- dtr tensorboard

@@ -19,6 +19,8 @@ from dtr_operator.status.waiting import refused_pods, waiting_status
 from hypothesis import given
 from hypothesis import strategies as hs
 
+from support.fake_kube import FakeKube
+from support.reconciler import TFJOB, reconciler, run_policy_patches
 from support.runs import make_run
 
 PREFIX = "dtr_trainer[worker-0]: "
@@ -140,19 +142,23 @@ def test_no_json_summary_raises_or_gives_a_status_the_api_cannot_take(doc: objec
 
 def test_a_progress_read_that_raises_value_error_does_not_block_the_suspend(monkeypatch: pytest.MonkeyPatch):
     from dtr_operator.reconcile import context, progress
-    from test_reconciler import FakeKube, reconciler
+
+    parsed = []
 
     def unreadable(*_: object) -> None:
+        parsed.append(True)
         raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
 
     kube = FakeKube()
-    kube.log_text = f"{PREFIX}epoch 1/8 end loss=1"
+    kube.put(TFJOB)
+    kube.set_log("mnist-cnn-worker-0", f"{PREFIX}epoch 1/8 end loss=1")
     rec, _ = reconciler(kube)
     monkeypatch.setattr(progress, "parse_epoch_end", unreadable)
     monkeypatch.setattr(rec.mirror, "sync_status", lambda *_: None)
     body = make_run({"workers": 2}, uid="u-1", generation=1, resourceVersion="1")
     assert rec.children.set_suspend(context.ObservedRun.parse(body, "localhost/distml/trainer:test"), True, 0) is None
-    assert [fields["suspend"] for _, fields in kube.run_policy_patches] == [True]
+    assert [fields["suspend"] for _, fields in run_policy_patches(kube)] == [True]
+    assert parsed, "the chief's log was read and did not parse"
 
 
 def test_the_operator_records_its_own_suspension_in_the_same_write_and_drops_it_on_resume(
@@ -160,16 +166,16 @@ def test_the_operator_records_its_own_suspension_in_the_same_write_and_drops_it_
 ):
     from dtr_operator.api import SUSPENDED_BY, SUSPENDED_BY_ANNOTATION
     from dtr_operator.reconcile.context import ObservedRun
-    from test_reconciler import FakeKube, reconciler
 
     kube = FakeKube()
+    kube.put(TFJOB)
     rec, _ = reconciler(kube)
     monkeypatch.setattr(rec.mirror, "sync_status", lambda *_: None)
     body = make_run({"workers": 2}, uid="u-1", generation=1)
     run = ObservedRun.parse(body, "localhost/distml/trainer:test")
     rec.children.set_suspend(run, True, 0)
     rec.children.set_suspend(run, False, 0)
-    assert [f["annotations"] for _, f in kube.run_policy_patches] == [{SUSPENDED_BY_ANNOTATION: SUSPENDED_BY},
+    assert [f["annotations"] for _, f in run_policy_patches(kube)] == [{SUSPENDED_BY_ANNOTATION: SUSPENDED_BY},
                                                                        {SUSPENDED_BY_ANNOTATION: None}]
 
 

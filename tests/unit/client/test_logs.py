@@ -1,4 +1,5 @@
-"""dtr logs' pure parts: which worker pods, and several workers' logs merged in time order."""
+"""dtr logs: which worker pods, several workers' logs merged in time order, and the shell against the fake API
+(support.fake_kube)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ import io
 import pytest
 from dtr_cli.cli import main
 from dtr_client import logs
+from dtr_operator.api import JOB_NAME_LABEL
+
+from support.fake_kube import FakeKube
 
 
 def pod(name, index):
-    return {"metadata": {"name": name, "labels": {"training.kubeflow.org/replica-index": str(index)}}}
+    labels = {JOB_NAME_LABEL: "r", "training.kubeflow.org/replica-index": str(index)}
+    return {"metadata": {"name": name, "labels": labels}}
 
 
-PODS = [pod("r-worker-1", 1), pod("r-worker-0", 0), {"metadata": {"name": "stray", "labels": {}}}]
+PODS = [pod("r-worker-1", 1), pod("r-worker-0", 0), {"metadata": {"name": "stray", "labels": {JOB_NAME_LABEL: "r"}}}]
 
 
 def test_workers_by_index_and_one_worker():
@@ -40,36 +45,38 @@ def test_a_line_without_a_time_stays_after_the_line_before_it():
                                                "[worker-1] later"]  # fmt: skip
 
 
-class FakeKube:
-    def __init__(self, run, pods, texts):
-        self.run, self.pods, self.texts = run, pods, texts
+def api(run, pods, texts):
+    """Namespace ns: the run (if any), its pods, and their logs by (pod, previous)."""
+    kube = FakeKube("ns")
+    if run is not None:
+        kube.put({"metadata": {"name": "r"}, **run}, "DistTrainingRun")
+    for p in pods:
+        kube.put(p, "Pod")
+    for (name, previous), text in texts.items():
+        kube.set_log(name, text, previous=previous)
+    return kube
 
-    def get_run(self, namespace, name):
-        return self.run
 
-    def list_job_pods(self, namespace, job):
-        assert job == "r"
-        return self.pods
-
-    def pod_log(self, namespace, pod, container, **kwargs):
-        assert container == "tensorflow" and kwargs["timestamps"] is True
-        return self.texts.get((pod, kwargs["previous"]))
+def asked_with_times(kube):
+    """Every log read asked for the kubelet's timestamps (the merge orders by them)."""
+    return all(a["timestamps"] is True for a in kube.succeeded("pod_log"))
 
 
 def test_show_merges_and_says_which_worker_has_no_previous_container(capsys):
-    kube = FakeKube({"status": {"tfJob": "r"}}, PODS,
-                    {("r-worker-1", True): "2026-11-30T18:00:01Z before the kill\n"})  # fmt: skip
+    kube = api({"status": {"tfJob": "r"}}, PODS,
+               {("r-worker-1", True): "2026-11-30T18:00:01Z before the kill\n"})  # fmt: skip
     out = io.StringIO()
     logs.show(kube, "ns", "r", None, True, None, out)
     assert out.getvalue() == "[worker-1] before the kill\n"
     assert "worker 0 (r-worker-0): no previous container" in capsys.readouterr().err
+    assert asked_with_times(kube) and len(kube.succeeded("pod_log")) == 2
 
 
 def test_no_run_and_no_pods_are_one_line_each():
     with pytest.raises(logs.LogsError, match="no DistTrainingRun r in namespace ns"):
-        logs.show(FakeKube(None, [], {}), "ns", "r", None, False, None, io.StringIO())
+        logs.show(api(None, [], {}), "ns", "r", None, False, None, io.StringIO())
     with pytest.raises(logs.LogsError, match="/mnt/dtr/logs/"):
-        logs.show(FakeKube({"status": {"tfJob": "r"}}, [], {}), "ns", "r", None, False, None, io.StringIO())
+        logs.show(api({"status": {"tfJob": "r"}}, [], {}), "ns", "r", None, False, None, io.StringIO())
 
 
 def test_follow_and_previous_together_are_refused(capsys):
@@ -79,25 +86,17 @@ def test_follow_and_previous_together_are_refused(capsys):
 
 def test_a_container_the_kubelet_removed_is_a_note_not_a_log_line(capsys):
     gone = "unable to retrieve container logs for containerd://259e4d2f\n"
-    kube = FakeKube({"status": {"tfJob": "r"}}, PODS, {("r-worker-1", True): gone})
+    kube = api({"status": {"tfJob": "r"}}, PODS, {("r-worker-1", True): gone})
     out = io.StringIO()
     logs.show(kube, "ns", "r", 1, True, None, out)
-    assert out.getvalue() == ""
+    assert out.getvalue() == "" and asked_with_times(kube)
     assert "no longer has this container's log" in capsys.readouterr().err
-
-
-class FollowKube(FakeKube):
-    def follow_pod_log(self, namespace, pod, container, tail):
-        from dtr_operator.kube import ApiError
-
-        if pod == "r-worker-1":
-            raise ApiError(400, "BadRequest", 'container "tensorflow" in pod "r-worker-1" is waiting to start')
-        yield "epoch 1/2 begin"
 
 
 def test_follow_says_which_worker_cannot_be_followed_and_fails(capsys):
     out = io.StringIO()
-    assert logs.follow(FollowKube({"status": {"tfJob": "r"}}, PODS, {}), "ns", "r", None, None, out) is False
+    kube = api({"status": {"tfJob": "r"}}, PODS, {("r-worker-0", False): "epoch 1/2 begin\n"})  # worker-1 starts
+    assert logs.follow(kube, "ns", "r", None, None, out) is False
     assert out.getvalue() == "[worker-0] epoch 1/2 begin\n"
     err = capsys.readouterr().err
     assert "worker 1 (r-worker-1): cannot follow its log: container" in err and "Traceback" not in err
@@ -109,9 +108,10 @@ def test_follow_says_which_worker_cannot_be_followed_and_fails(capsys):
 def test_the_pods_are_selected_by_the_runs_name_not_by_its_status():
     run = {"metadata": {"name": "r"}, "status": {"tfJob": "x,app.kubernetes.io/name!=y"}}
     out = io.StringIO()
-    logs.show(FakeKube(run, PODS, {("r-worker-0", False): "2026-11-30T18:00:01Z hello\n"}), "ns", "r", 0, False,
-              None, out)  # fmt: skip
-    assert out.getvalue() == "[worker-0] hello\n"  # FakeKube.list_job_pods asserts the job name "r"
+    kube = api(run, PODS, {("r-worker-0", False): "2026-11-30T18:00:01Z hello\n"})
+    logs.show(kube, "ns", "r", 0, False, None, out)
+    assert out.getvalue() == "[worker-0] hello\n"
+    assert [a["job"] for a in kube.succeeded("list_job_pods")] == ["r"]
 
 
 @pytest.mark.parametrize("name", ["r,app=x", "r x", "R", "a" * 64, "-r", "r\x1b[2J"])
@@ -132,11 +132,8 @@ def test_terminal_escapes_in_log_lines_are_made_harmless():
 
 
 def test_followed_log_lines_are_made_harmless_too():
-    class Escaping(FollowKube):
-        def follow_pod_log(self, namespace, pod, container, tail):
-            yield f"epoch 1/2 {ESCAPES}"
-
     out = io.StringIO()
-    assert logs.follow(Escaping({}, PODS[1:2], {}), "ns", "r", None, None, out) is True
+    kube = api({}, PODS[1:2], {("r-worker-0", False): f"epoch 1/2 {ESCAPES}\n"})
+    assert logs.follow(kube, "ns", "r", None, None, out) is True
     assert out.getvalue().startswith("[worker-0] epoch 1/2 ") and "\x1b" not in out.getvalue()
     assert "\x9b" not in out.getvalue() and out.getvalue().count("\n") == 1

@@ -20,7 +20,8 @@ import pytest
 from dtr_contract import container, env, exits, flags, layout, summary
 from dtr_contract.progress import epoch_end_line
 
-REPO = Path(__file__).resolve().parents[2]
+from support.repo import REPO
+
 PRODUCT = ("operator", "trainer", "deploy", "Dockerfile.operator", "Dockerfile.trainer", "dtr")
 SKIP_DIRS = {"__pycache__", ".ruff_cache", ".pytest_cache", "build"}
 

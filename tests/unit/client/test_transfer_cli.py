@@ -1,138 +1,44 @@
-"""dtr data put and dtr model get through their shell (dtr_client/volume.py), against a fake API whose exec runs
-the command as a local process on a directory standing in for the volume: the whole copy as on a cluster
-(the program's text over stdin, frames, digests, the pod's account) but the pod. The real pod: tests/node."""
+"""dtr data put and dtr model get through their shell (dtr_client/volume.py), against the fake API whose exec runs
+the command as a local process on a directory standing in for the volume (support.local_exec): the whole copy as on
+a cluster (the program's text over stdin, frames, digests, the pod's account) but the pod. The real pod: tests/node."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import io
-import json
 import os
 import re
-import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from dtr_cli.cli import main
 from dtr_client import copier, transfer, volume
 from dtr_contract import layout
-from dtr_operator import kube, kube_streams
-from test_copier import make_tree, written
+from dtr_operator import kube
+
+from support.local_exec import VolumeKube, make_tree, on_volume, written
 
 NS = "ml"
 
 
-class ProcessStream:
-    """An exec session backed by a local process: stdin, then stdout/stderr by channel, then its status."""
+def events(fake: VolumeKube) -> None:
+    """What the scheduler and the kubelet say of every pod created: it was not scheduled, then not mounted."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, tamper: Callable[[bytes], bytes] | None):
-        self.proc, self.tamper = proc, tamper
-        self.queue: asyncio.Queue[tuple[int, bytes | None]] = asyncio.Queue()
-        self.open = 2
-        self.ended = False
-        self.tasks = [asyncio.ensure_future(self._pump(proc.stdout, kube_streams.STDOUT)),
-                      asyncio.ensure_future(self._pump(proc.stderr, kube_streams.STDERR))]  # fmt: skip
+    def said(pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        fake.add_event("Pod", name, "FailedScheduling", "0/1 nodes are available", lastTimestamp="t1")
+        fake.add_event("Pod", name, "FailedMount", "Multi-Attach error", lastTimestamp="t2")
 
-    async def _pump(self, pipe: Any, channel: int) -> None:
-        while data := await pipe.read(65536):
-            await self.queue.put((channel, data))
-        await self.queue.put((channel, None))
-
-    async def write(self, data: bytes) -> None:
-        self.proc.stdin.write(self.tamper(data) if self.tamper else data)
-        await self.proc.stdin.drain()
-
-    async def close_stdin(self) -> bool:
-        self.proc.stdin.close()
-        return True
-
-    async def read(self) -> tuple[int, bytes] | None:
-        while self.open:
-            channel, data = await self.queue.get()
-            if data is not None:
-                return channel, data
-            self.open -= 1
-        if self.ended:
-            return None
-        self.ended = True
-        code = await self.proc.wait()
-        if code == 0:
-            return kube_streams.EXEC_STATUS, b'{"status":"Success"}'
-        causes = [{"reason": "ExitCode", "message": str(code)}]
-        return kube_streams.EXEC_STATUS, json.dumps({"status": "Failure", "details": {"causes": causes}}).encode()
-
-
-class FakeKube:
-    """Runs, claims and pods in one namespace; a pod runs once created (or as `starts` says)."""
-
-    def __init__(self, volume: Path, runs=(), claims=("c",), users=(), starts=None):
-        self.volume = volume
-        self.runs = {r["metadata"]["name"]: r for r in runs}
-        self.claims = {c: {"metadata": {"name": c}, "spec": {"accessModes": ["ReadWriteOnce"]}} for c in claims}
-        self.users = list(users)
-        self.starts = starts or [{"phase": "Running", "containerStatuses": [
-            {"name": transfer.CONTAINER, "state": {"running": {}}}]}]  # fmt: skip
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.created: list[dict[str, Any]] = []
-        self.deleted: list[str] = []
-        self.execs: list[list[str]] = []
-        self.tamper: Callable[[bytes], bytes] | None = None
-
-    def get_run(self, namespace, name):
-        assert namespace == NS
-        return self.runs.get(name)
-
-    def get_pvc(self, namespace, name):
-        return self.claims.get(name)
-
-    def list_pods(self, namespace):
-        return self.users
-
-    def create(self, manifest):
-        assert manifest["metadata"]["namespace"] == NS
-        self.created.append(manifest)
-        self.pods[manifest["metadata"]["name"]] = {**manifest, "seen": 0}
-
-    def get_pod(self, namespace, name):
-        pod = self.pods.get(name)
-        if pod is None:
-            return None
-        pod["seen"] += 1
-        return {**pod, "status": self.starts[min(pod["seen"], len(self.starts)) - 1]}
-
-    def pod_events(self, namespace, name):
-        return [{"reason": "FailedScheduling", "message": "0/1 nodes are available", "lastTimestamp": "t1"},
-                {"reason": "FailedMount", "message": "Multi-Attach error", "lastTimestamp": "t2"}]
-
-    def delete_pod(self, namespace, name):
-        self.deleted.append(name)
-        self.pods.pop(name, None)
-
-    @contextlib.asynccontextmanager
-    async def exec_stream(self, namespace, pod, container, argv) -> AsyncIterator[ProcessStream]:
-        assert pod in self.pods and container == transfer.CONTAINER
-        self.execs.append(list(argv))
-        here = [a.replace(layout.MOUNT_PATH, str(self.volume)) for a in argv[3:]]
-        here[-1] = str(self.volume.parent / "heartbeat")
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", argv[2], *here, stdin=asyncio.subprocess.PIPE,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        try:
-            yield ProcessStream(proc, self.tamper)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+    fake.on_create = said
 
 
 @pytest.fixture
-def cluster(tmp_path, monkeypatch) -> FakeKube:
+def cluster(tmp_path, monkeypatch) -> VolumeKube:
     root = tmp_path / "volume"
     root.mkdir()
-    fake = FakeKube(root)
+    fake = VolumeKube(root, NS)
+    events(fake)
     monkeypatch.setattr(kube.Kube, "for_cli", classmethod(lambda cls: fake))
     monkeypatch.setattr(volume, "DELETE_WAIT", 1.0)
     monkeypatch.setattr(volume, "WIND_DOWN", 0.5)
@@ -149,7 +55,7 @@ def run(name: str, spec: dict[str, Any], status: dict[str, Any] | None = None) -
 
 
 def test_put_a_tree_then_get_it_back_as_a_model_version_through_pods_that_are_gone_after(cluster, tmp_path, capsys):
-    cluster.runs = {"r": run("r", {"storage": {"claimName": "c"}, "export": {"modelName": "m"}})}
+    cluster.put(run("r", {"storage": {"claimName": "c"}, "export": {"modelName": "m"}}))
     version = tmp_path / "1"
     version.mkdir()
     files = make_tree(version)
@@ -178,8 +84,9 @@ def test_put_a_tree_then_get_it_back_as_a_model_version_through_pods_that_are_go
 
 
 def test_put_a_file_into_a_runs_claim_defaults_to_the_data_dir_and_replaces_it(cluster, tmp_path, capsys):
-    cluster.runs = {"wine": run("wine", {})}
-    cluster.claims["wine-data"] = {"metadata": {"name": "wine-data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
+    cluster.put(run("wine", {}))
+    claim = {"metadata": {"name": "wine-data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
+    cluster.put(claim, "PersistentVolumeClaim")
     local = tmp_path / "wine.csv"
     for content in (b"old\n", b"a,b\n1,2\n"):
         local.write_bytes(content)
@@ -194,7 +101,7 @@ def tr_default() -> str:
 
 def test_the_model_version_asked_for_and_one_that_is_not_there(cluster, tmp_path, capsys):
     status = {"model": {"path": layout.version_dir(layout.export_dir("m"), 2), "claim": "c", "version": 2}}
-    cluster.runs = {"r": run("r", {"storage": {"claimName": "c"}}, status)}
+    cluster.put(run("r", {"storage": {"claimName": "c"}}, status))
     for v in (1, 2):
         (cluster.volume / layout.in_volume(layout.export_dir("m")) / str(v)).mkdir(parents=True)
         (cluster.volume / layout.in_volume(layout.export_dir("m")) / str(v) / "saved_model.pb").write_text(str(v))
@@ -231,7 +138,7 @@ def test_no_claim_no_run_and_a_runs_claim_not_there_yet(cluster, tmp_path, capsy
     assert dtr("data", "put", "nothing", str(tmp_path / "f")) == 1
     assert capsys.readouterr().err == (f"dtr data put: no DistTrainingRun and no PersistentVolumeClaim named nothing "
                                        f"in namespace {NS}\n")  # fmt: skip
-    cluster.runs = {"early": run("early", {})}
+    cluster.put(run("early", {}))
     assert dtr("data", "put", "early", str(tmp_path / "f")) == 1
     err = capsys.readouterr().err
     assert err.startswith("dtr data put: DistTrainingRun early's claim early-data does not exist (yet)")
@@ -247,7 +154,7 @@ def test_a_file_damaged_on_the_way_is_refused_naming_both_digests(cluster, tmp_p
     def flip_last_byte_of_every_chunk(data: bytes) -> bytes:
         return data[:-1] + b"\x02" if data[:1] == copier.CHUNK_OF and len(data) > copier.HEAD else data
 
-    cluster.tamper = flip_last_byte_of_every_chunk
+    cluster.exec = on_volume(cluster.volume, cluster.execs, tamper=flip_last_byte_of_every_chunk)
     assert dtr("data", "put", "c", str(tmp_path / "f.bin")) == 1
     err = capsys.readouterr().err
     good, bad = (copier.hashlib.sha256(b"\x01" * 999 + end).hexdigest() for end in (b"\x01", b"\x02"))
@@ -258,7 +165,7 @@ def test_a_file_damaged_on_the_way_is_refused_naming_both_digests(cluster, tmp_p
 
 def test_a_pod_that_does_not_start_is_named_with_its_events_and_deleted(cluster, tmp_path, capsys):
     (tmp_path / "f").write_text("x")
-    cluster.starts = [{"phase": "Pending", "conditions": [
+    cluster.pod_statuses = [{"phase": "Pending", "conditions": [
         {"type": "PodScheduled", "status": "False", "message": "0/1 nodes are available"}]}]  # fmt: skip
     assert dtr("data", "put", "c", str(tmp_path / "f"), "--timeout", "1") == 1
     [pod] = cluster.created
@@ -267,7 +174,7 @@ def test_a_pod_that_does_not_start_is_named_with_its_events_and_deleted(cluster,
         "available; events: FailedMount: Multi-Attach error\n")  # fmt: skip
     assert cluster.deleted == [pod["metadata"]["name"]]
 
-    cluster.starts = [{"phase": "Pending", "containerStatuses": [{"name": transfer.CONTAINER, "state": {
+    cluster.pod_statuses = [{"phase": "Pending", "containerStatuses": [{"name": transfer.CONTAINER, "state": {
         "waiting": {"reason": "ErrImageNeverPull", "message": 'image "nope:1" is not present'}}}]}]  # fmt: skip
     assert dtr("data", "put", "c", str(tmp_path / "f"), "--image", "nope:1") == 1
     err = capsys.readouterr().err
@@ -279,8 +186,9 @@ def test_a_pod_that_does_not_start_is_named_with_its_events_and_deleted(cluster,
 
 def test_the_pod_joins_the_node_where_the_readwriteonce_claim_is_used(cluster, tmp_path):
     (tmp_path / "f").write_text("x")
-    cluster.users = [{"metadata": {"name": "w0"}, "spec": {"nodeName": "n1", "volumes": [
-        {"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]}, "status": {"phase": "Running"}}]  # fmt: skip
+    user = {"metadata": {"name": "w0"}, "spec": {"nodeName": "n1", "volumes": [
+        {"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]}, "status": {"phase": "Running"}}  # fmt: skip
+    cluster.put(user, "Pod")
     assert dtr("data", "put", "c", str(tmp_path / "f")) == 0
     affinity = cluster.created[0]["spec"]["affinity"]["nodeAffinity"]
     assert affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0][
