@@ -22,7 +22,8 @@ from dtr_contract import layout
 from dtr_contract.history import MAX_FILE
 
 from dtr_operator.api import API_VERSION, KIND
-from dtr_operator.kube import Kube, KubeApi, current_namespace
+from dtr_operator.kube import Kube, current_namespace
+from dtr_operator.kube_api import KubeApi
 
 from . import logs as worker_logs
 from . import submit

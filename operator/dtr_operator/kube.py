@@ -24,7 +24,6 @@ from kubernetes.client.exceptions import ApiException
 
 from . import __version__, metrics
 from .api import API_VERSION, JOB_NAME_LABEL, PLURAL, PLURALS, TFJOB_API_VERSION, TFJOB_CRD, TFJOB_PLURAL
-from .kube_api import KubeApi as KubeApi  # the calls Kube answers, the Protocol its callers are typed with
 from .kube_streams import EXEC_CLOSE_TIMEOUT, EXEC_PROTOCOLS, PORTFORWARD_PROTOCOLS, ExecStream, PortForwardStream
 
 log = logging.getLogger(__name__)

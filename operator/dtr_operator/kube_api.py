@@ -1,6 +1,6 @@
 """The calls the operator, the client and the CLI make on the Kubernetes API: the KubeApi Protocol.
 
-kube.Kube is the one implementation that talks to an API server (kube.py re-exports the Protocol); the unit tier's
+kube.Kube is the one implementation that talks to an API server; the unit tier's
 in-memory fake (tests/support/fake_kube.py) is the other. A unit test holds both to these signatures, so a Kube
 method renamed or changed fails there, not silently in a hand-written test double. Its own module because kube.py
 is near its size limit; the errors named below are kube.py's (NotFound, AlreadyExists, Conflict, ResourceMissing,

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
-from ..kube import ApiError, Conflict, KubeApi, NotFound
+from ..kube import ApiError, Conflict, NotFound
+from ..kube_api import KubeApi
 from ..reasons import FAILED, WARNING_REASONS
 from ..spec import RunSpec, SpecError, parse_run
 from ..status.compute import next_status, state_status

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import metrics, watchdog
-from ..kube import ApiError, KubeApi
+from ..kube import ApiError
+from ..kube_api import KubeApi
 from ..reasons import FAILED, TFJOB_DELETED, TFJOB_SUSPENDED
 from ..runtime.kept import slim
 from ..runtime.trackers import POD_CHECK_SECONDS, RetryingRuns, RunningRuns, RunRef, WaitingRuns

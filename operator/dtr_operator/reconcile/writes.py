@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..api import RELEASE_RUNNING_PODS, SUSPENDED_BY, SUSPENDED_BY_ANNOTATION
-from ..kube import KubeApi
+from ..kube_api import KubeApi
 from ..spec import RunSpec
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from dtr_operator.api import JOB_NAME_LABEL
-from dtr_operator.kube import AlreadyExists, ApiError, Conflict, Kube, KubeApi, NotFound, ResourceMissing
+from dtr_operator.kube import AlreadyExists, ApiError, Conflict, Kube, NotFound, ResourceMissing
+from dtr_operator.kube_api import KubeApi
 
 from support.fake_kube import FakeKube
 from support.runs import make_run
