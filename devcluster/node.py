@@ -202,6 +202,14 @@ def flannel_net_conf(cluster_cidr: str) -> dict[str, object]:
     return {"Network": cluster_cidr, "EnableNFTables": False, "Backend": {"Type": "host-gw"}}
 
 
+def _pod_cidr(api: cp.Api, node: str) -> bool | str:
+    """True once the node is registered with a podCIDR, else why not (a Procs.wait readiness)."""
+    status, found = api.call("GET", f"/api/v1/nodes/{node}")
+    if status != 200:
+        return "not registered"
+    return bool((found.get("spec") or {}).get("podCIDR")) or "no podCIDR assigned yet"
+
+
 def flanneld_args(binary: Path, layout: NodeLayout, kubeconfig: Path, spec: NodeSpec) -> list[str]:
     return [
         str(binary),
@@ -710,10 +718,11 @@ class Node:
         self._kubeconfig("kubelet", kubelet_cert)
         self._procs.spawn("kubelet", kubelet_args(binaries["kubelet"], layout, spec), env)
         admin = self._kubeconfig("kube-proxy", "admin")
+        api = cp.Api(self.plane.state().ports.apiserver, pki)  # type: ignore[union-attr]
         if spec.shared:
             proxy_healthz, proxy_metrics = KUBE_PROXY_PORTS
             policy_metrics = NETWORK_POLICIES_METRICS_PORT
-            self._start_flannel(binaries["flanneld"], admin, env)
+            self._start_flannel(binaries["flanneld"], admin, env, api)
         else:
             sched_port, proxy_healthz, proxy_metrics, policy_metrics = cp.free_ports(4)
             self._procs.spawn("kube-scheduler", scheduler_args(binaries["kube-scheduler"], admin, sched_port))
@@ -723,8 +732,6 @@ class Node:
         self._procs.spawn("kube-network-policies",
                           network_policies_args(binaries["kube-network-policies"], policy_metrics, spec),
                           {**env, "KUBECONFIG": str(admin)})  # fmt: skip
-
-        api = cp.Api(self.plane.state().ports.apiserver, pki)  # type: ignore[union-attr]
 
         def node_ready() -> bool | str:
             status, node = api.call("GET", f"/api/v1/nodes/{spec.name}")
@@ -750,10 +757,14 @@ class Node:
         """The prefix that runs a host command in the node's network namespace (none for the host's)."""
         return ["nsenter", f"--net=/run/netns/{self.spec.netns}"] if self.spec.netns else []
 
-    def _start_flannel(self, binary: Path, kubeconfig: Path, env: dict[str, str]) -> None:
+    def _start_flannel(self, binary: Path, kubeconfig: Path, env: dict[str, str], api: cp.Api) -> None:
         """flanneld leases the node's pod subnet (the controller-manager's podCIDR) and routes to the
         others'; once it wrote subnet.env, the CNI configuration lets the kubelet report Ready."""
         layout = self.layout
+        # flanneld reads the node's podCIDR once, when it starts, and exits if there is none yet: under load the
+        # node IPAM controller assigned the third node's after flanneld had looked ("pod cidr not assigned").
+        name = self.spec.name
+        self._procs.wait("kubelet", lambda: _pod_cidr(api, name), timeout=START_TIMEOUT, what=f"{name}'s pod CIDR")
         (layout.sub("flannel") / "net-conf.json").write_text(json.dumps(flannel_net_conf(self.spec.cluster_cidr)))
         (self.spec.run_dir / "flannel").mkdir(parents=True, exist_ok=True)
         self._procs.spawn("flanneld", flanneld_args(binary, layout, kubeconfig, self.spec),
