@@ -79,8 +79,9 @@ WAITING_FOR_CLEANUP = _status("WaitingForCleanup", PENDING, True,
     "collection pending) or is being deleted; retried with backoff until it is gone, then created anew")  # fmt: skip
 CODE_NOT_FOUND = _status("CodeNotFound", PENDING, True,
     "`spec.training.code.configMap` does not exist in the run's namespace, or lacks the key "
-    "`spec.training.code.key`: the message names both (`waiting for ConfigMap <name> in namespace <ns> ... with "
-    "the key <key>`, or `waiting for the key <key> ... in ConfigMap <name> ..., which has <its keys>`); nothing is "
+    "`spec.training.code.key`: the message names both, one message for either (`waiting for ConfigMap <name> ... in "
+    "namespace <ns> with the key <key> ...: not found, or it has no key <key>`; never the keys the ConfigMap has, "
+    "which its run's author may not be allowed to read); nothing is "
     "created; checked again with backoff (5 s, 10 s, 20 s ... up to 5 min), so the ConfigMap may come after the "
     "run ([training.code](#your-own-model-trainingcode))")  # fmt: skip
 TFJOB_CRD_MISSING = _status("TFJobCRDMissing", PENDING, True,

@@ -175,20 +175,18 @@ def _code_record(run: RunSpec, config_map: Mapping[str, Any] | None) -> dict[str
 
 
 def _code_missing(run: RunSpec, config_map: Mapping[str, Any] | None) -> Record | None:
-    """Wait (CodeNotFound) while the run's ConfigMap, or its key, is not there: the user may create it next."""
+    """Wait (CodeNotFound) while the run's ConfigMap, or its key, is not there: the user may create it next.
+
+    One message for both, naming nothing the ConfigMap holds: a run may name any ConfigMap of its namespace, and
+    its author may be one who cannot read ConfigMaps (review R13: the key names were a teammate's)."""
     code = run.code
     if code is None or code.config_map is None or code.file_key is None or config_map is UNREAD:
         return None
     if configmap_content(config_map, code.file_key) is not None:
         return None
-    where = f"ConfigMap {code.config_map} in namespace {run.namespace}"
-    if config_map is None:
-        what = f"waiting for {where} (spec.training.code.configMap) with the key {code.file_key}"
-    else:
-        keys = sorted({*(config_map.get("data") or {}), *(config_map.get("binaryData") or {})})
-        what = (f"waiting for the key {code.file_key} (spec.training.code.key) in {where}, which has "
-                f"{', '.join(keys) or 'no keys'}")  # fmt: skip
-    message = f"{what}: create it (`dtr submit FILE.py` does), or fix the run; checked again with backoff"
+    message = (f"waiting for ConfigMap {code.config_map} (spec.training.code.configMap) in namespace {run.namespace} "
+               f"with the key {code.file_key} (spec.training.code.key): not found, or it has no key {code.file_key}; "
+               "create it (`dtr submit FILE.py` does), or fix the run; checked again with backoff")
     return Record(State(PENDING, CODE_NOT_FOUND, message), retry=True)
 
 
