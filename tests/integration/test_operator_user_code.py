@@ -79,6 +79,7 @@ def test_the_run_waits_for_its_code_then_records_its_digest_and_mounts_it(
     assert {"name": volume["name"], "mountPath": layout.CODE_DIR, "readOnly": True} in container["volumeMounts"]
     args = container["args"]
     assert args[args.index(flags.CODE) + 1] == layout.code_file("wine.py") and flags.MODEL not in args
+    assert args[args.index(flags.CODE_SHA256) + 1] == SHA, "the workers check the file against the recorded digest"
     assert args[args.index(flags.METRIC) + 1] == "auc"
     # The real training-operator made the pods with the volume; the API server took it (a kubelet would mount it).
     for pod in worker_pods(control_plane, namespace, "wine", 2):
