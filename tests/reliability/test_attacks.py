@@ -396,8 +396,10 @@ def test_a_replaced_configmap_never_runs_under_the_recorded_digest(
         real_node.cluster.kubectl("delete", "configmap", "r9-code", "-n", team)
         real_node.cluster.kubectl("create", "-n", team, "-f", "-", input=json.dumps(code_configmap(REPLACED_CODE)))
         real_node.cluster.kubectl("delete", "pod", "r9-worker-0", "-n", team, "--wait=false")
-        status = real_node.wait_terminal(team, "r9", timeout=420)
+        # Read while the new chief's pod is there: a failed run's pods are released (deleted) soon after.
+        real_node.wait_log(team, "r9-worker-0", "the code changed", timeout=300)
         logs = real_node.logs(team, "r9-worker-0") + real_node.logs(team, "r9-worker-0", previous=True)
+        status = real_node.wait_terminal(team, "r9", timeout=420)
     finally:
         real_node.cluster.kubectl("delete", "distrainingrun", "r9", "-n", team, "--wait=false", check=False)
     ran = "REPLACED CODE RUNNING" in logs
