@@ -17,6 +17,9 @@ USER_CODE = 8
 # step. Permanent: a restart resumes from the last backup and diverges again; the learning rate or the data must
 # change.
 DIVERGED = 9
+# The run's code file (--code) is not the one the operator recorded (--code-sha256): its ConfigMap was replaced after
+# the run started. Permanent: the file stays what it is now, and running it would train code nobody recorded.
+CODE_CHANGED = 10
 
 
 def is_retryable(code: int) -> bool:
@@ -33,3 +36,7 @@ def is_user_code(code: int) -> bool:
 
 def is_diverged(code: int) -> bool:
     return code == DIVERGED
+
+
+def is_code_changed(code: int) -> bool:
+    return code == CODE_CHANGED

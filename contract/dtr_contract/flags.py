@@ -23,4 +23,8 @@ TERMINATION_MESSAGE_PATH = "--termination-message-path"
 # Your own model (docs/own-model.md): a Python file, or a module importable in the image; never both.
 CODE = "--code"
 CODE_MODULE = "--code-module"
+# With CODE: the file's SHA-256 as the operator recorded it in status.code before it created the TFJob. The workers
+# mount the ConfigMap by name, so a ConfigMap replaced since would otherwise run under the recorded digest; the
+# trainer refuses any other bytes (exits.CODE_CHANGED) before it runs a line of them.
+CODE_SHA256 = "--code-sha256"
 METRIC = "--metric"  # the evaluation metric the run reports as its headline (summary `metric`)

@@ -61,14 +61,15 @@ def _exit_for(err: Exception) -> tuple[int, str] | None:
     from dtr_client.logs import LogsError
     from dtr_client.runfile import RunFileError
     from dtr_client.submit import SubmitError
-    from dtr_client.transfer import TransferError
+    from dtr_client.transfer import AmbiguousTarget, TransferError
     from dtr_operator.kube import ApiError, NoCredentials
     from dtr_operator.settings import SettingsError
     from dtr_operator.spec import SpecError
 
     if isinstance(err, SpecError):
         return EXIT_BAD_INPUT, err.listed()
-    bad_input = (BadInput, RunFileError, SettingsError, SubmitError, InvalidRun, RunError, TranslateError)
+    bad_input = (BadInput, RunFileError, SettingsError, SubmitError, InvalidRun, RunError, TranslateError,
+                 AmbiguousTarget)  # before TransferError, whose kind it is: the name given cannot be used as it is
     if isinstance(err, bad_input):
         return EXIT_BAD_INPUT, str(err)
     if isinstance(err, ApiError):

@@ -1,7 +1,8 @@
 """`dtr data put` and `dtr model get`: files into a run's volume, an exported model out of it.
 
-    dtr data put my-claim ./wine.csv              into the trainer's data directory of claim my-claim
-    dtr data put mnist-cnn ./sets sets/2026       a directory, into the volume of run mnist-cnn
+    dtr data put --claim my-claim ./wine.csv      into the trainer's data directory of claim my-claim
+    dtr data put --run mnist-cnn ./sets sets/2026 a directory, into the volume of run mnist-cnn
+    dtr data put my-claim ./wine.csv              a bare name: the run or the claim of that name, not both
     dtr model get mnist-cnn ./model               the run's exported version, into ./model
     dtr model get mnist-cnn ./v1 --version 1      another version of its model
 
@@ -50,7 +51,8 @@ def _data_put(args: argparse.Namespace) -> None:
     reporter = volume.Reporter(f"put {args.local}", args.quiet)
     with sigterm_interrupts():  # the pod is deleted on the way out, as on Ctrl-C
         kube, namespace = _kube_and_namespace(args)
-        summary = volume.put(kube, namespace, args.target, entries, dest, args.image, args.timeout, reporter)
+        summary = volume.put(kube, namespace, args.target, entries, dest, args.image, args.timeout, reporter,
+                             args.kind)
     print(summary)
 
 
@@ -94,8 +96,9 @@ claim's node)."""
 def _add_data(sub: argparse._SubParsersAction) -> None:
     default = tr.default_dest()
     data = sub.add_parser("data", help="copy files into a run's volume (dtr data put)",
-                          description="Files on a run's volume, its PersistentVolumeClaim: dtr data put "
-                                      "CLAIM-or-RUN LOCAL_PATH [DEST] copies them in (see its --help).")  # fmt: skip
+                          description="Files on a run's volume, its PersistentVolumeClaim: dtr data put [--claim "
+                                      "| --run] CLAIM-or-RUN LOCAL_PATH [DEST] copies them in (see its "
+                                      "--help).")  # fmt: skip
     verbs = data.add_subparsers(dest="verb", metavar="VERB", required=True)
     p = verbs.add_parser(
         "put", help="copy a local file or directory into a claim (default: the trainer's data directory)",
@@ -104,8 +107,12 @@ def _add_data(sub: argparse._SubParsersAction) -> None:
 Copy LOCAL_PATH, a file or a directory with its files and subdirectories, into the directory DEST on
 a volume, as DEST/<the name of LOCAL_PATH>:
 
-  dtr data put my-claim ./wine.npz          ->  {posixpath.join(default, "wine.npz")}
-  dtr data put my-run ./tables extra        ->  extra/tables/...
+  dtr data put --claim my-claim ./wine.npz   ->  {posixpath.join(default, "wine.npz")} on claim my-claim
+  dtr data put --run my-run ./tables extra   ->  extra/tables/... on run my-run's claim
+  dtr data put my-claim ./wine.npz           ->  the same as --claim, when no run is named my-claim
+
+A bare CLAIM-or-RUN is the run or the claim of that name, whichever exists; when both do (and the
+claim is not the run's own), nothing is copied: say which with --claim or --run.
 
 DEST is relative to the volume's root and is created if missing; the default, {default}, is the
 trainer's data directory ({layout.data_dir()} in its pods). A file of the same name is replaced;
@@ -113,9 +120,15 @@ each file appears only once complete and checked. Symlinks and special files are
 
 {_pod_paragraph()}""",
     )  # fmt: skip
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--claim", dest="kind", action="store_const", const=tr.CLAIM,
+                       help="CLAIM-or-RUN is a PersistentVolumeClaim (never a run's)")
+    which.add_argument("--run", dest="kind", action="store_const", const=tr.RUN,
+                       help=f"CLAIM-or-RUN is a {KIND}: its spec.storage.claimName, or the claim the operator "
+                            "creates for it")  # fmt: skip
     p.add_argument("target", metavar="CLAIM-or-RUN",
-                   help=f"a PersistentVolumeClaim, or a {KIND}: its spec.storage.claimName or the claim the "
-                        "operator creates for it (a run of that name wins over a claim)")  # fmt: skip
+                   help=f"a PersistentVolumeClaim (--claim) or a {KIND}'s claim (--run); without either, the one of "
+                        "the two that exists: refused when both do")  # fmt: skip
     p.add_argument("local", metavar="LOCAL_PATH", help="a local file or directory")
     p.add_argument("dest", metavar="DEST", nargs="?", default=default,
                    help=f"a directory on the volume, relative to its root (default: {default})")  # fmt: skip

@@ -136,7 +136,7 @@ class ClusterBackend:
         from . import transfer as tr
         from . import volume
 
-        pvc = volume.claim_of(self.kube, self.namespace, name)
+        pvc = volume.claim_of(self.kube, self.namespace, name, tr.RUN)  # the run's: never a claim of its name
         path = layout.history_file(layout.logs_dir(name))
         with volume.transfer_pod(self.kube, self.namespace, pvc, default_trainer_image(os.environ), True,
                                  f"get {layout.in_volume(path)}", tr.START_TIMEOUT) as pod:  # fmt: skip

@@ -85,6 +85,15 @@ class TransferError(Exception):
     """Why the copy did not happen or did not complete: one line for the user."""
 
 
+class AmbiguousTarget(TransferError):
+    """A bare name that is a run and a claim both (not the run's own): the user must say which (--run, --claim), so
+    bad input, as a path that cannot be used is."""
+
+
+# What a name given to `dtr data put` is (--claim, --run); a bare name (None) is whichever of the two exists.
+CLAIM, RUN = "claim", "run"
+
+
 # ---- paths on the volume -------------------------------------------------------------------------
 
 

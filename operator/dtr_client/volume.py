@@ -250,18 +250,51 @@ def _run(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
         raise
 
 
-def claim_of(kube: Any, namespace: str, target: str) -> dict[str, Any]:
-    """The PVC that TARGET names: a run's (as the operator names or uses it), else the claim of that name."""
-    run = _run(kube, namespace, target)
+def claim_of(kube: Any, namespace: str, target: str, kind: str | None = None) -> dict[str, Any]:
+    """The PVC that TARGET names: as tr.CLAIM the claim of that name, as tr.RUN the run's (the claim it names, or
+    the one the operator creates for it); as a bare name (None), whichever of the two exists, refused when both do
+    and they are not one claim: a teammate's run named like a claim would otherwise receive the data put there
+    (security review R6)."""
+    if kind == tr.CLAIM:
+        return _claim(kube, namespace, target)
+    if kind == tr.RUN:
+        run = kube.get_run(namespace, target)  # a run asked for by name: not being allowed to read it is an error
+        if run is None:
+            raise tr.TransferError(f"no {KIND} {target} in namespace {namespace}")
+        return _runs_claim(kube, namespace, target, run)
+    return _either(kube, namespace, target)
+
+
+def _either(kube: Any, namespace: str, target: str) -> dict[str, Any]:
+    """A bare name: the run's claim or the claim of that name, whichever exists; AmbiguousTarget when both do."""
+    run, pvc = _run(kube, namespace, target), kube.get_pvc(namespace, target)
     if run is None:
-        pvc = kube.get_pvc(namespace, target)
         if pvc is None:
             raise tr.TransferError(f"no {KIND} and no PersistentVolumeClaim named {target} in namespace {namespace}")
         return pvc
+    claim = _claim_name(target, run)
+    if pvc is not None and claim != target:
+        raise tr.AmbiguousTarget(f"{target} is both a {KIND} (its claim: {claim}) and a PersistentVolumeClaim in "
+                                 f"namespace {namespace}: say which, --run {target} or --claim {target}")  # fmt: skip
+    return _runs_claim(kube, namespace, target, run)
+
+
+def _claim(kube: Any, namespace: str, name: str) -> dict[str, Any]:
+    pvc = kube.get_pvc(namespace, name)
+    if pvc is None:
+        raise tr.TransferError(f"no PersistentVolumeClaim {name} in namespace {namespace}")
+    return pvc
+
+
+def _claim_name(target: str, run: dict[str, Any]) -> str:
     try:
-        claim = parse_run(run).pvc_name
+        return parse_run(run).pvc_name
     except SpecError as err:
         raise tr.TransferError(f"{KIND} {target} is not valid: {err}") from None
+
+
+def _runs_claim(kube: Any, namespace: str, target: str, run: dict[str, Any]) -> dict[str, Any]:
+    claim = _claim_name(target, run)
     pvc = kube.get_pvc(namespace, claim)
     if pvc is None:
         raise tr.TransferError(f"{KIND} {target}'s claim {claim} does not exist (yet): the operator creates it "
@@ -276,12 +309,12 @@ def local_tree(local: str) -> list[copier.Entry]:
 
 
 def put(kube: Any, namespace: str, target: str, entries: list[copier.Entry], dest: str, image: str,
-        timeout: float, reporter: Reporter) -> str:  # fmt: skip
-    """Copy the local tree into DEST (volume-relative) on TARGET's claim; the one-line summary."""
+        timeout: float, reporter: Reporter, kind: str | None = None) -> str:  # fmt: skip
+    """Copy the local tree into DEST (volume-relative) on TARGET's claim (kind: claim_of's); the one-line summary."""
     top = entries[0][1].split("/")[0]
     totals = copier.totals(entries)
     reporter.total(totals["bytes"])
-    pvc = claim_of(kube, namespace, target)
+    pvc = claim_of(kube, namespace, target, kind)
     claim, where = pvc["metadata"]["name"], f"{dest}/{top}" if dest else top
     sent: dict[str, str] = {}
     account: dict[str, Any] = {}

@@ -58,24 +58,28 @@ def logs_dir(run: RunSpec) -> str:
     return layout.logs_dir(run.name)
 
 
-def code_args(run: RunSpec) -> list[str]:
+def code_args(run: RunSpec, code_sha256: str | None = None) -> list[str]:
     """Which model the trainer builds: the run's own code (a file mounted from its ConfigMap, or a module in
-    its image), else the built-in spec.training.model; then the headline metric, when the run names one."""
+    its image), else the built-in spec.training.model; then the headline metric, when the run names one.
+
+    code_sha256: the file's digest as the operator recorded it (status.code). The workers mount the ConfigMap by
+    name, so the trainer checks the file against it: a ConfigMap replaced since never runs under the old digest."""
     code = run.code
     if code is None:
         args = [flags.MODEL, run.training.model]
     elif code.file_key is not None:
         args = [flags.CODE, layout.code_file(code.file_key)]
+        args += [flags.CODE_SHA256, code_sha256] if code_sha256 else []
     else:
         args = [flags.CODE_MODULE, str(code.module)]
     return args + ([flags.METRIC, run.training.metric] if run.training.metric else [])
 
 
-def trainer_args(run: RunSpec) -> list[str]:
-    """The trainer command line (docs/architecture.md, "The trainer command line")."""
+def trainer_args(run: RunSpec, code_sha256: str | None = None) -> list[str]:
+    """The trainer command line (docs/architecture.md, "The trainer command line"); code_sha256: code_args'."""
     t = run.training
     args = [
-        *code_args(run),
+        *code_args(run, code_sha256),
         *dataset_args(run),
         flags.EPOCHS, str(t.epochs),
         flags.BATCH_SIZE_PER_WORKER, str(t.batch_size_per_worker),
@@ -165,13 +169,13 @@ def trainer_env(run: RunSpec) -> list[dict[str, str]]:
     return variables
 
 
-def _container(run: RunSpec) -> dict[str, Any]:
+def _container(run: RunSpec, code_sha256: str | None) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": run.image,
         "imagePullPolicy": run.image_pull_policy,
         "command": list(TRAINER_COMMAND),
-        "args": trainer_args(run),
+        "args": trainer_args(run, code_sha256),
         "env": trainer_env(run),
         "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
         "volumeMounts": [
@@ -260,7 +264,7 @@ def _pod_metadata(run: RunSpec) -> dict[str, Any]:
     return metadata
 
 
-def _pod_spec(run: RunSpec) -> dict[str, Any]:
+def _pod_spec(run: RunSpec, code_sha256: str | None) -> dict[str, Any]:
     spec: dict[str, Any] = {
         # The trainer never calls the API: no ServiceAccount token in its pods.
         "automountServiceAccountToken": False,
@@ -274,7 +278,7 @@ def _pod_spec(run: RunSpec) -> dict[str, Any]:
             "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [_container(run)],
+        "containers": [_container(run, code_sha256)],
         "volumes": [
             {"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": run.pvc_name}},
             {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE}},
@@ -284,8 +288,8 @@ def _pod_spec(run: RunSpec) -> dict[str, Any]:
     return {**spec, **_placement_fields(run)}
 
 
-def build_tfjob(run: RunSpec) -> dict[str, Any]:
-    """The kubeflow.org/v1 TFJob for a run (no owner reference; see owned_by)."""
+def build_tfjob(run: RunSpec, code_sha256: str | None = None) -> dict[str, Any]:
+    """The kubeflow.org/v1 TFJob for a run (no owner reference; see owned_by); code_sha256: code_args'."""
     labels = run_labels(run)
     if run.queue_name is not None:
         labels[KUEUE_QUEUE_LABEL] = run.queue_name
@@ -304,7 +308,7 @@ def build_tfjob(run: RunSpec) -> dict[str, Any]:
                 "Worker": {
                     "replicas": run.workers,
                     "restartPolicy": run.restart_policy,
-                    "template": {"metadata": _pod_metadata(run), "spec": _pod_spec(run)},
+                    "template": {"metadata": _pod_metadata(run), "spec": _pod_spec(run, code_sha256)},
                 }
             },
         },
@@ -369,8 +373,8 @@ def owned_by(manifest: dict[str, Any], run: RunSpec) -> dict[str, Any]:
     return out
 
 
-def children(run: RunSpec) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """(PVC or None, TFJob) as the operator creates them, owner references included.
+def children(run: RunSpec, code_sha256: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(PVC or None, TFJob) as the operator creates them, owner references included; code_sha256: code_args'.
 
     The TFJob is always owned by the run. A created PVC is owned only with reclaimPolicy Delete:
     with Retain it must outlive the run (it holds the model), so it carries only the run label.
@@ -378,7 +382,23 @@ def children(run: RunSpec) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     pvc = build_pvc(run)
     if pvc is not None and run.storage.reclaim_policy == "Delete":
         pvc = owned_by(pvc, run)
-    return pvc, owned_by(build_tfjob(run), run)
+    return pvc, owned_by(build_tfjob(run, code_sha256), run)
+
+
+def pinned_code_sha256(tfjob: Mapping[str, Any]) -> str | None:
+    """The code digest a TFJob's workers check (code_args), or None: a TFJob made before the operator passed one,
+    or a run whose code is not a file."""
+    for container in _containers(tfjob):
+        args = list(container.get("args") or []) if container.get("name") == CONTAINER_NAME else []
+        if flags.CODE_SHA256 in args[:-1]:
+            return str(args[args.index(flags.CODE_SHA256) + 1])
+    return None
+
+
+def _containers(tfjob: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    replicas = ((tfjob.get("spec") or {}).get("tfReplicaSpecs") or {}).values()
+    pods = [((replica or {}).get("template") or {}).get("spec") or {} for replica in replicas]
+    return [container for pod in pods for container in pod.get("containers") or []]
 
 
 def is_owned_by(obj: dict[str, Any], run_uid: str | None) -> bool:

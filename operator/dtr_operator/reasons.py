@@ -79,8 +79,9 @@ WAITING_FOR_CLEANUP = _status("WaitingForCleanup", PENDING, True,
     "collection pending) or is being deleted; retried with backoff until it is gone, then created anew")  # fmt: skip
 CODE_NOT_FOUND = _status("CodeNotFound", PENDING, True,
     "`spec.training.code.configMap` does not exist in the run's namespace, or lacks the key "
-    "`spec.training.code.key`: the message names both (`waiting for ConfigMap <name> in namespace <ns> ... with "
-    "the key <key>`, or `waiting for the key <key> ... in ConfigMap <name> ..., which has <its keys>`); nothing is "
+    "`spec.training.code.key`: the message names both, one message for either (`waiting for ConfigMap <name> ... in "
+    "namespace <ns> with the key <key> ...: not found, or it has no key <key>`; never the keys the ConfigMap has, "
+    "which its run's author may not be allowed to read); nothing is "
     "created; checked again with backoff (5 s, 10 s, 20 s ... up to 5 min), so the ConfigMap may come after the "
     "run ([training.code](#your-own-model-trainingcode))")  # fmt: skip
 TFJOB_CRD_MISSING = _status("TFJobCRDMissing", PENDING, True,
@@ -157,6 +158,16 @@ DIVERGED = _status("Diverged", FAILED, True,
     "again, so a restarted worker stops at once with the same line, and under `restartPolicy: OnFailure` the TFJob "
     "fails at the next restart after the operator sees the line, as for `UserCodeError`; create a new run with a "
     "lower learning rate")  # fmt: skip
+CODE_CHANGED = _status("CodeChanged", FAILED, True,
+    f"a worker exited with the code-changed exit code ({exits.CODE_CHANGED}): the run's code file is not the one "
+    "whose SHA-256 the operator recorded in `status.code` before it created the TFJob (and passed to every worker, "
+    "which checks the file before it runs any of it). Its ConfigMap was replaced (deleted and created again, or "
+    "edited) after the run started, and a worker (re)started with the new file. The message is that worker's line, "
+    "with both digests: `wine.py: the code changed: its sha256 is <now>, not <recorded> as recorded ... (worker "
+    f"wine-worker-0, exit code {exits.CODE_CHANGED})`. None of the new file ran. Permanent: the file stays what it "
+    "is, so under `restartPolicy: OnFailure` the TFJob fails at the next restart after the operator sees the line, "
+    "as for `UserCodeError`; create a new run to train the new code "
+    "([own-model.md](own-model.md#sending-your-code-with-a-run))")  # fmt: skip
 IMAGE_NOT_ALLOWED = _status("ImageNotAllowed", FAILED, True,
     "`spec.image` is neither the operator's default trainer image nor matched by its `--allowed-images` "
     "patterns (both compared as normalized references), or is not a valid image reference; nothing was created "

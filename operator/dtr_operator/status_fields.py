@@ -126,7 +126,8 @@ PROGRESS = StatusField("progress", "object",
 CODE = StatusField("code", "object",
     "The run's code from spec.training.code.configMap as the operator read it before it created the TFJob: which "
     "ConfigMap and key, and the file's SHA-256 (as sha256sum prints it; lineage.json beside the model names the "
-    "same).", by=("status.code.code_status",), fields=(
+    "same). The TFJob passes it to every worker, which runs no file of another digest (reason CodeChanged).",
+    by=("status.code.code_status",), fields=(
     StatusField("configMap", "string", "The ConfigMap."),
     StatusField("key", "string", "The key of the file in it."),
     StatusField("sha256", "string", "SHA-256 of the file's bytes, hex."),

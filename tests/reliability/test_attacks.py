@@ -8,7 +8,9 @@ the operator installed as deploy/ ships it. Each must fail or be harmless, and i
 - another namespace's pod driving a worker's TensorFlow server (the review's H1 proof of concept),
   refused by the run's NetworkPolicy, while the run's own workers still reach each other;
 - user code printing crafted progress lines and writing a crafted termination message: the operator keeps
-  serving every run and the run's status stays bounded and clean.
+  serving every run and the run's status stays bounded and clean;
+- the run's code ConfigMap replaced (deleted and created again) and a worker restarted (the review's R9): the
+  new code never runs under the digest in status.code; the run fails CodeChanged.
 """
 
 from __future__ import annotations
@@ -339,3 +341,74 @@ def test_crafted_progress_lines_and_termination_message_mislead_nothing(
     assert restarts == 0, f"the operator restarted {restarts} times"
     assert seen["bystander"].get("phase") == "Succeeded", seen["bystander"]
     assert not any(wrong.values()), wrong
+
+
+# -- R9: the code's ConfigMap replaced under a running run, then a worker restarted
+
+# The recorded code: it says it was loaded, then waits in load_data (for a file nobody creates), so the run stays
+# Running with no epoch and no peer to lose while its ConfigMap is replaced.
+WAITING_CODE = '''
+import os, sys, time
+
+def load_data(ctx):
+    print("RECORDED CODE LOADED", file=sys.stderr, flush=True)
+    while not os.path.exists(os.path.join(ctx.data_dir, "never")):
+        time.sleep(1)
+
+def build_model(ctx):
+    raise RuntimeError("not reached")
+'''
+# What replaces it: code whose import alone would act (here, a line in the log).
+REPLACED_CODE = '''
+import sys
+print("REPLACED CODE RUNNING", file=sys.stderr, flush=True)
+
+def load_data(ctx):
+    raise RuntimeError("not reached")
+
+def build_model(ctx):
+    raise RuntimeError("not reached")
+'''
+
+
+def code_configmap(code: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "r9-code"}, "data": {"model.py": code},
+            "immutable": True}  # as `dtr submit` makes it: immutability stops an edit, not a delete and create
+
+
+def test_a_replaced_configmap_never_runs_under_the_recorded_digest(
+    real_node: RealNode, team: str, ledger: Ledger
+) -> None:
+    import hashlib
+
+    recorded, replaced = (hashlib.sha256(c.encode()).hexdigest() for c in (WAITING_CODE, REPLACED_CODE))
+    assert create_as_author(real_node, team, code_configmap(WAITING_CODE)).returncode == 0
+    doc = digits_run("r9", epochs=3, steps=4)
+    doc["spec"]["training"] = {"code": {"configMap": "r9-code"}, "epochs": 3, "batchSizePerWorker": 16,
+                               "stepsPerEpoch": 4}  # fmt: skip
+    assert create_as_author(real_node, team, doc).returncode == 0
+    try:
+        real_node.wait_log(team, "r9-worker-0", "RECORDED CODE LOADED", timeout=300)
+        assert real_node.run_status(team, "r9")["code"]["sha256"] == recorded
+        # Someone with `edit` in the namespace (the author's role has no delete): the ConfigMap deleted and created
+        # again with other code, then the chief's pod deleted (the training-operator makes it anew, which mounts the
+        # ConfigMap as it is now; a drain or an eviction would do the same).
+        real_node.cluster.kubectl("delete", "configmap", "r9-code", "-n", team)
+        real_node.cluster.kubectl("create", "-n", team, "-f", "-", input=json.dumps(code_configmap(REPLACED_CODE)))
+        real_node.cluster.kubectl("delete", "pod", "r9-worker-0", "-n", team, "--wait=false")
+        # Read while the new chief's pod is there: a failed run's pods are released (deleted) soon after.
+        real_node.wait_log(team, "r9-worker-0", "the code changed", timeout=300)
+        logs = real_node.logs(team, "r9-worker-0") + real_node.logs(team, "r9-worker-0", previous=True)
+        status = real_node.wait_terminal(team, "r9", timeout=420)
+    finally:
+        real_node.cluster.kubectl("delete", "distrainingrun", "r9", "-n", team, "--wait=false", check=False)
+    ran = "REPLACED CODE RUNNING" in logs
+    ok = (status.get("phase"), status.get("reason")) == ("Failed", "CodeChanged") and not ran and \
+        recorded in status.get("message", "") and replaced in status.get("message", "") and \
+        status.get("code", {}).get("sha256") == recorded  # fmt: skip
+    ledger.add(Record(area="attack", case="R9-code-replaced: the run's immutable code ConfigMap deleted and created "
+                      "again with other code, then its chief's pod deleted", tried=1, correct=int(ok),
+                      user_sees=f"{status.get('phase')} {status.get('reason')}: {str(status.get('message'))[:300]}; "
+                                f"the replaced code ran: {ran}"))  # fmt: skip
+    assert not ran, f"the replaced code ran under the recorded digest: {logs[-2000:]}"
+    assert ok, status

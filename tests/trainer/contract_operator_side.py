@@ -1,7 +1,8 @@
 """The operator's half of the operator-trainer contract, as JSON on stdout (run with the operator's
 Python 3.11): its model and dataset lists, its training defaults, and, for runs covering every
 model, dataset kind and optional flag, the trainer command line `builders.trainer_args` makes with
-the values it stands for, and the container's env (the run's identity for the lineage file).
+the values it stands for, and the container's env (the run's identity for the lineage file); and for a run's own
+code, a file (with the digest the operator recorded) or a module, the command line.
 tests/trainer/test_contract.py parses each with the trainer's own parser.
 """
 
@@ -9,6 +10,7 @@ import dataclasses
 import itertools
 import json
 
+from dtr_contract import layout
 from dtr_operator import api, builders, spec
 
 
@@ -20,6 +22,16 @@ def case(training: dict) -> dict:
     return {"argv": builders.trainer_args(run), "training": dataclasses.asdict(run.training),
             "export_dir": builders.export_dir(run), "logs_dir": builders.logs_dir(run),
             "env": {e["name"]: e["value"] for e in container["env"]}, "image": run.image}
+
+
+def code_case(code: dict, sha256: str) -> dict:
+    """A run of its own code, its command line made with the digest the operator recorded (status.code)."""
+    run = spec.parse_run({"apiVersion": api.API_VERSION, "kind": api.KIND,
+                          "metadata": {"name": "contract", "namespace": "ns", "uid": "contract-uid"},
+                          "spec": {"training": {"code": code, "dataset": "tables/wine"}}})
+    return {"argv": builders.trainer_args(run, sha256), "sha256": sha256,
+            "file": layout.code_file(run.code.file_key) if run.code.file_key else None,
+            "module": run.code.module}
 
 
 datasets = [*spec.BUILTIN_DATASETS, "shards/train.npz"]
@@ -35,4 +47,6 @@ print(json.dumps({
     "datasets": list(spec.BUILTIN_DATASETS),
     "defaults": dataclasses.asdict(spec.TrainingSpec()),
     "cases": cases,
+    "code_cases": [code_case({"configMap": "wine-code", "key": "wine.py"}, "ab" * 32),
+                   code_case({"module": "acme.wine"}, "cd" * 32)],
 }))

@@ -60,6 +60,15 @@ def test_every_command_line_the_operator_builds_parses_to_the_runs_values(operat
         assert (parsed["export_dir"], parsed["log_dir"]) == (case["export_dir"], case["logs_dir"]), case["argv"]
 
 
+def test_a_code_file_goes_with_its_recorded_digest_and_a_module_with_none(operator_side: dict) -> None:
+    file_case, module_case = operator_side["code_cases"]
+    parsed = vars(build_parser().parse_args(file_case["argv"]))
+    assert (parsed["code"], parsed["code_sha256"], parsed["code_module"]) == (file_case["file"], file_case["sha256"],
+                                                                              None)  # fmt: skip
+    parsed = vars(build_parser().parse_args(module_case["argv"]))
+    assert (parsed["code"], parsed["code_sha256"], parsed["code_module"]) == (None, None, module_case["module"])
+
+
 def test_the_trainer_reads_the_runs_identity_from_the_env_the_operator_sets(operator_side: dict) -> None:
     for case in operator_side["cases"]:
         run = RunIdentity.from_env(case["env"], warn=pytest.fail)

@@ -111,7 +111,8 @@ def https_url(text: str) -> str:
 
 
 def sha256_hex(text: str) -> str:
-    """argparse type of --dataset-sha256: 64 hex digits, as `sha256sum FILE` prints them (any case)."""
+    """argparse type of --dataset-sha256 (and of --code-sha256): 64 hex digits, as `sha256sum FILE` prints them (any
+    case)."""
     digest = text.strip().lower()
     if not SHA256_HEX.fullmatch(digest):
         raise argparse.ArgumentTypeError(f"must be 64 hex digits (sha256sum FILE), got {text!r}")

@@ -37,6 +37,7 @@ from dtr_trainer import (
 )
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
 from dtr_trainer.errors import (
+    EXIT_CODE_CHANGED,
     EXIT_INTERNAL,
     EXIT_PEER_LOST,
     EXIT_VOLUME,
@@ -77,7 +78,13 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         parsed, rest = super().parse_known_args(args, namespace)
-        return self._with_model_and_dataset(parsed), rest
+        return self._with_code_digest(self._with_model_and_dataset(parsed)), rest
+
+    def _with_code_digest(self, parsed: argparse.Namespace) -> argparse.Namespace:
+        """--code-sha256 pins the bytes of a --code file; a module is its image's, pinned by the image's digest."""
+        if parsed.code_sha256 is not None and parsed.code is None:
+            self.error(f"argument {flags.CODE_SHA256}: only with {flags.CODE} (a file)")
+        return parsed
 
     def _with_model_and_dataset(self, parsed: argparse.Namespace) -> argparse.Namespace:
         """Without code of its own the run trains a built-in (defaults cnn on mnist); with it, --model
@@ -127,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "(docs/own-model.md)")
     code.add_argument(flags.CODE_MODULE, default=None, metavar="MODULE",
                       help="the same as an importable module (an image built FROM the trainer's)")
+    p.add_argument(flags.CODE_SHA256, type=fetch.sha256_hex, default=None, metavar="HEX",
+                   help=f"the {flags.CODE} file's SHA-256 as the run recorded it; other bytes are refused (exit "
+                        f"{EXIT_CODE_CHANGED}) before any of them runs")
     p.add_argument(flags.METRIC, default=None,
                    help="the evaluation metric the summary heads with [accuracy if the model reports it, else loss]")
     p.add_argument(flags.EPOCHS, type=_positive_int, default=3)
@@ -296,7 +306,7 @@ def meet_the_chief(cluster: ClusterInfo) -> None:
 def load_code(args: argparse.Namespace) -> user.Code:
     """The run's code, imported and its two functions checked (before the strategy: no TF op yet)."""
     if args.code is not None:
-        return user.load_file(args.code)
+        return user.load_file(args.code, args.code_sha256)
     if args.code_module is not None:
         return user.load_module(args.code_module)
     data.validate_dataset_name(args.dataset, args.data_dir)

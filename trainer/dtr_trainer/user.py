@@ -31,7 +31,7 @@ import numpy as np
 from dtr_contract import flags
 
 from dtr_trainer import userdata
-from dtr_trainer.errors import DataError, TrainerError, UserCodeError, one_line
+from dtr_trainer.errors import CodeChangedError, DataError, TrainerError, UserCodeError, one_line
 
 GUIDE = "docs/own-model.md"
 ENTRY_POINTS = ("build_model", "load_data")
@@ -202,14 +202,25 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def load_file(path: str) -> Code:
-    """--code PATH: compile (a syntax error fails before TensorFlow is even imported), import, check."""
+def changed_message(name: str, got: str, expected: str) -> str:
+    """One line, both digests first (a run's status keeps 400 characters of it, the worker's name after)."""
+    return (f"{name}: the code changed: its sha256 is {got}, not {expected} as recorded ({flags.CODE_SHA256}, the "
+            "run's status.code); none of it ran. Its ConfigMap was replaced after the run started: create a new run "
+            "to train it")
+
+
+def load_file(path: str, expected_sha256: str | None = None) -> Code:
+    """--code PATH: its bytes checked against the recorded digest (--code-sha256), then compiled (a syntax error
+    fails before TensorFlow is even imported), imported, checked. The digest is of the very bytes compiled: the file
+    is read once, so it cannot change between the check and the import."""
     try:
         with open(path, "rb") as f:
             source = f.read()
     except OSError as exc:
         raise UserCodeError(f"cannot read {flags.CODE} {path}: {exc.strerror or exc}") from None
     origin = Origin(os.path.basename(path), file=path, sha256=_sha256(source), roots=(os.path.realpath(path),))
+    if expected_sha256 is not None and origin.sha256 != expected_sha256:
+        raise CodeChangedError(changed_message(origin.name, origin.sha256 or "", expected_sha256))
     try:
         compiled = compile(source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte

@@ -123,7 +123,8 @@ class LocalRun:
         self.console = console
         self.python = python
         self.code = code  # the local file playing the run's code ConfigMap
-        self.tfjob = builders.build_tfjob(run)
+        # As the operator makes it: the workers check the file they run against the digest in status.code.
+        self.tfjob = builders.build_tfjob(run, self.code_status().get("code", {}).get("sha256"))
         self.pvc = builders.build_pvc(run)
         job = self.tfjob["spec"]
         self.success_policy = job.get("successPolicy", "")

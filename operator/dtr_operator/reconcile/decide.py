@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import watchdog
 from ..api import GROUP, KEEP_PODS, KIND
-from ..builders import is_owned_by, is_reusable_pvc, left_by_earlier_run
+from ..builders import is_owned_by, is_reusable_pvc, left_by_earlier_run, pinned_code_sha256
 from ..policy import Refusal
 from ..reasons import (
     CODE_NOT_FOUND,
@@ -29,7 +29,7 @@ from ..reasons import (
     WAITING_FOR_PVC,
 )
 from ..spec import RunSpec
-from ..status.code import code_status, configmap_content
+from ..status.code import code_record, code_status, configmap_content
 from ..status.state import State, is_terminal, kueue_queue, suspended_by_other, tfjob_state
 
 
@@ -67,6 +67,11 @@ class Create:
 
     pvc: bool
     code: Mapping[str, str] | None = None
+
+    @property
+    def code_sha256(self) -> str | None:
+        """The digest the TFJob has its workers check (builders.code_args): the one status.code records with it."""
+        return self.code["sha256"] if self.code else None
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,7 @@ def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed, image_refusa
     is not. Checked before anything is created; a run whose TFJob exists already keeps running, but is not
     resumed with a refused image or request."""
     tfjob = seen.tfjob
-    code = _code_record(run, seen.config_map)
+    code = _code_record(run, seen)
     if tfjob is not None:
         if is_owned_by(tfjob, run.uid):
             # Created earlier (a restart, a retry, spec.suspend changed): nothing to create; catch up.
@@ -148,6 +153,7 @@ def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed, image_refusa
     refused = _refused(image_refusal, code_refusal, policy_refusal) or _code_missing(run, seen.config_map)
     if refused is not None:
         return refused
+    code = code or _recorded_code(run, status)  # the TFJob is made with the digest the status says, if it says one
     if run.creates_pvc:
         return _with_code(_with_own_pvc(run, seen.pvc), code)
     return _with_code(_with_claimed_pvc(run, seen.pvc, claim_refusal), code)
@@ -165,30 +171,44 @@ def _refused(image_refusal: str | None, code_refusal: str | None,
     return None
 
 
-def _code_record(run: RunSpec, config_map: Mapping[str, Any] | None) -> dict[str, str] | None:
-    """status.code from the run's ConfigMap as read; None when it was not read or lacks the file."""
+def _code_record(run: RunSpec, seen: Observed) -> dict[str, str] | None:
+    """status.code: the digest the run's TFJob has its workers check, when it has one (what runs, whatever the
+    ConfigMap holds now: a status write lost after the create is caught up with it), else the file's as just read
+    from the ConfigMap; None when the ConfigMap was not read or lacks the file."""
     code = run.code
-    if code is None or code.config_map is None or code.file_key is None or config_map is UNREAD:
+    if code is None or code.config_map is None or code.file_key is None:
         return None
-    content = configmap_content(config_map, code.file_key)
+    if seen.tfjob is not None and (pinned := pinned_code_sha256(seen.tfjob)) is not None:
+        return code_record(code.config_map, code.file_key, pinned)
+    if seen.config_map is UNREAD:
+        return None
+    content = configmap_content(seen.config_map, code.file_key)
     return None if content is None else code_status(code.config_map, code.file_key, content)
 
 
+def _recorded_code(run: RunSpec, status: Mapping[str, Any]) -> dict[str, str] | None:
+    """status.code as the status holds it for the run's file (the ConfigMap is not read again once it says it)."""
+    recorded, code = status.get("code"), run.code
+    if code is None or code.config_map is None or code.file_key is None or not isinstance(recorded, Mapping):
+        return None
+    sha256 = recorded.get("sha256")
+    same_file = (recorded.get("configMap"), recorded.get("key")) == (code.config_map, code.file_key)
+    return code_record(code.config_map, code.file_key, sha256) if same_file and isinstance(sha256, str) else None
+
+
 def _code_missing(run: RunSpec, config_map: Mapping[str, Any] | None) -> Record | None:
-    """Wait (CodeNotFound) while the run's ConfigMap, or its key, is not there: the user may create it next."""
+    """Wait (CodeNotFound) while the run's ConfigMap, or its key, is not there: the user may create it next.
+
+    One message for both, naming nothing the ConfigMap holds: a run may name any ConfigMap of its namespace, and
+    its author may be one who cannot read ConfigMaps (review R13: the key names were a teammate's)."""
     code = run.code
     if code is None or code.config_map is None or code.file_key is None or config_map is UNREAD:
         return None
     if configmap_content(config_map, code.file_key) is not None:
         return None
-    where = f"ConfigMap {code.config_map} in namespace {run.namespace}"
-    if config_map is None:
-        what = f"waiting for {where} (spec.training.code.configMap) with the key {code.file_key}"
-    else:
-        keys = sorted({*(config_map.get("data") or {}), *(config_map.get("binaryData") or {})})
-        what = (f"waiting for the key {code.file_key} (spec.training.code.key) in {where}, which has "
-                f"{', '.join(keys) or 'no keys'}")  # fmt: skip
-    message = f"{what}: create it (`dtr submit FILE.py` does), or fix the run; checked again with backoff"
+    message = (f"waiting for ConfigMap {code.config_map} (spec.training.code.configMap) in namespace {run.namespace} "
+               f"with the key {code.file_key} (spec.training.code.key): not found, or it has no key {code.file_key}; "
+               "create it (`dtr submit FILE.py` does), or fix the run; checked again with backoff")
     return Record(State(PENDING, CODE_NOT_FOUND, message), retry=True)
 
 

@@ -70,14 +70,14 @@ class Progress:
 
 
     def restart_no_more(self, run: ObservedRun) -> None:
-        """When the chief's own code failed (exit code 8) or its loss diverged (9), permanent failures
-        (status.restart_cannot_help), have its TFJob fail at the next restart.
+        """When the chief's own code failed (exit code 8), its loss diverged (9) or its code file is not the one
+        recorded (10), permanent failures (status.restart_cannot_help), have its TFJob fail at the next restart.
 
         Under restartPolicy OnFailure the kubelet restarts it anyway, with a growing back-off, until the TFJob's
         backoffLimit: a minute and more of the same error (a diverged run resumes from its backup and diverges
         again). With backoffLimit 0 the training-operator fails the TFJob once any worker has restarted, and the
-        run fails as for any failed TFJob: UserCodeError or Diverged, its pods released. An API error is logged:
-        the backoffLimit the run asked for still ends it.
+        run fails as for any failed TFJob: UserCodeError, Diverged or CodeChanged, its pods released. An API error
+        is logged: the backoffLimit the run asked for still ends it.
         """
         spec = run.spec
         try:

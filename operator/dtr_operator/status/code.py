@@ -26,4 +26,9 @@ def configmap_content(config_map: Mapping[str, Any] | None, key: str) -> bytes |
 
 def code_status(config_map: str, key: str, content: bytes) -> dict[str, str]:
     """status.code: which file the workers run, and its SHA-256 (as `sha256sum FILE` prints it)."""
-    return {"configMap": config_map, "key": key, "sha256": hashlib.sha256(content).hexdigest()}
+    return code_record(config_map, key, hashlib.sha256(content).hexdigest())
+
+
+def code_record(config_map: str, key: str, sha256: str) -> dict[str, str]:
+    """status.code from a digest already known: the one the TFJob's workers check (builders.pinned_code_sha256)."""
+    return {"configMap": config_map, "key": key, "sha256": sha256}

@@ -12,6 +12,7 @@ from ..api import (
     SUSPENDED_BY_ANNOTATION,
 )
 from ..reasons import (
+    CODE_CHANGED,
     DIVERGED,
     FAILED,
     METRICS_UNAVAILABLE,
@@ -38,6 +39,7 @@ from ..spec import RunSpec
 from .conditions import conditions_for
 from .pods import (
     chief_pod,
+    code_changed,
     disrupted_workers,
     divergence,
     failed_workers,
@@ -112,8 +114,10 @@ def _still_explained(state: State, previous: Mapping[str, Any], all_run: bool) -
 
 
 def _failure(state: State, pods: Sequence[Mapping[str, Any]]) -> State:
-    """A failed TFJob's state with who failed: the run's own code or a diverged loss (the worker's one line), else
-    each failed worker."""
+    """A failed TFJob's state with who failed: the run's code file changed since it was recorded, its own code failed
+    or its loss diverged (the worker's one line), else each failed worker."""
+    if changed := code_changed(pods):  # first: code other than the recorded was about to run, whatever else failed
+        return State(FAILED, CODE_CHANGED, changed, created=True)
     if user_code := user_code_failure(pods):
         return State(FAILED, USER_CODE_ERROR, user_code, created=True)
     if diverged := divergence(pods):

@@ -191,11 +191,17 @@ def divergence(pods: Sequence[Mapping[str, Any]]) -> str | None:
     return _error_line(pods, exits.is_diverged, "training diverged: the loss became NaN or infinite")
 
 
+def code_changed(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """The run's code file is not the one recorded (dtr_contract.exits.CODE_CHANGED): the first such worker's one
+    line, which names both digests, then the worker; None when no worker exited so."""
+    return _error_line(pods, exits.is_code_changed, "the run's code file is not the one recorded in status.code")
+
+
 def restart_cannot_help(code: int) -> bool:
-    """An exit that the same run would repeat after a restart: its code failed, or its loss diverged. Such a run is
-    failed at once: the operator sets its TFJob's backoffLimit to 0 (reconcile.restart_no_more), `dtr run` does
-    not restart the worker."""
-    return exits.is_user_code(code) or exits.is_diverged(code)
+    """An exit that the same run would repeat after a restart: its code failed, its loss diverged, or its code file
+    is not the one recorded. Such a run is failed at once: the operator sets its TFJob's backoffLimit to 0
+    (reconcile.restart_no_more), `dtr run` does not restart the worker."""
+    return exits.is_user_code(code) or exits.is_diverged(code) or exits.is_code_changed(code)
 
 
 def logs_an_error(log_text: str) -> bool:

@@ -31,6 +31,7 @@ spec: {workers: 2, training: {dataset: digits, epochs: 1}}
         ("Never", 1, False), ("Never", 137, False),
         ("ExitCode", 0, False), ("ExitCode", 4, False), ("ExitCode", 127, False), ("ExitCode", 138, True),
         ("OnFailure", exits.USER_CODE, False), ("Always", exits.DIVERGED, False), ("OnFailure", exits.DIVERGED, False),
+        ("OnFailure", exits.CODE_CHANGED, False), ("ExitCode", exits.CODE_CHANGED, False),
     ],
 )  # fmt: skip
 def test_job_restarts(policy, code, again):
@@ -119,8 +120,8 @@ def test_a_pod_a_local_process_cannot_play_is_one_line_not_a_traceback(tmp_path,
     command's one way from an error to an exit code, dtr_cli.command)."""
     build_tfjob = builders.build_tfjob
 
-    def with_a_secret(run):
-        tfjob = build_tfjob(run)
+    def with_a_secret(run, code_sha256=None):
+        tfjob = build_tfjob(run, code_sha256)
         for container in tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]:
             container["env"].append({"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
         return tfjob

@@ -240,8 +240,9 @@ def test_the_local_file_is_mounted_where_the_cluster_mounts_the_configmap(model:
     )  # fmt: skip
     argv = process.argv
     assert argv[argv.index(flags.CODE) + 1] == str(placed.resolve())
-    assert local.code_status() == {"code": {"configMap": "wine-v2-code", "key": "wine_v2.py",
-                                            "sha256": hashlib.sha256(SOURCE.encode()).hexdigest()}}  # fmt: skip
+    digest = hashlib.sha256(SOURCE.encode()).hexdigest()
+    assert local.code_status() == {"code": {"configMap": "wine-v2-code", "key": "wine_v2.py", "sha256": digest}}
+    assert argv[argv.index(flags.CODE_SHA256) + 1] == digest, "each worker checks the copy, as on a cluster"
 
 
 def test_a_configmap_without_a_local_stand_in_is_not_provided() -> None:

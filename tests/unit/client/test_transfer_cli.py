@@ -233,3 +233,72 @@ def test_progress_lines_on_stderr_when_it_takes_a_while(cluster, tmp_path, monke
     line_form = r"put big: \S+ \S+ of 1.0 MiB \(\d+%\), \S+ \S+/s"
     assert len(lines) >= 2 and all(re.fullmatch(line_form, line) for line in lines)
     assert lines[-1].startswith("put big: 1.0 MiB of 1.0 MiB (100%), "), lines
+
+
+# ---- which claim: --claim, --run, or a bare name that is one of the two (security review R6) ----------------------
+
+
+def claim(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"]}}
+
+
+def test_a_bare_name_that_is_a_run_and_a_claim_both_is_refused_naming_both(cluster, tmp_path, capsys):
+    """A teammate's run named like my claim would receive what I put there, and her code could read it back."""
+    (tmp_path / "f").write_text("secret")
+    cluster.put(run("c", {}))  # claim c exists (VolumeKube's); the run c's own claim is c-data
+    cluster.put(claim("c-data"), "PersistentVolumeClaim")
+    assert dtr("data", "put", "c", str(tmp_path / "f")) == 2
+    assert capsys.readouterr().err == (f"dtr data put: c is both a DistTrainingRun (its claim: c-data) and a "
+                                       f"PersistentVolumeClaim in namespace {NS}: say which, --run c or --claim c\n")
+    assert not cluster.created and not list(cluster.volume.rglob("f"))
+
+
+@pytest.mark.parametrize("which", ["--claim", "--run"])
+def test_claim_or_run_says_which_the_name_is(cluster, tmp_path, capsys, which):
+    (tmp_path / "f").write_text("x")
+    cluster.put(run("c", {}))
+    cluster.put(claim("c-data"), "PersistentVolumeClaim")
+    assert dtr("data", "put", which, "c", str(tmp_path / "f")) == 0
+    [pod] = cluster.created
+    wanted = "c" if which == "--claim" else "c-data"
+    assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == wanted
+    assert f"on claim {wanted} (SHA-256 checked)" in capsys.readouterr().out
+
+
+def test_a_bare_name_still_works_when_it_is_only_one_of_the_two(cluster, tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    assert dtr("data", "put", "c", str(tmp_path / "f")) == 0, "a claim, no run of its name"
+    cluster.put(run("wine", {}))
+    cluster.put(claim("wine-data"), "PersistentVolumeClaim")
+    assert dtr("data", "put", "wine", str(tmp_path / "f")) == 0, "a run, no claim of its name"
+    cluster.put(run("own", {"storage": {"claimName": "own"}}))
+    cluster.put(claim("own"), "PersistentVolumeClaim")
+    assert dtr("data", "put", "own", str(tmp_path / "f")) == 0, "a run whose claim has its name: one claim"
+    claims = [p["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] for p in cluster.created]
+    assert claims == ["c", "wine-data", "own"]
+
+
+def test_the_kind_named_must_be_there(cluster, tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    cluster.put(run("r", {"storage": {"claimName": "c"}}))
+    assert dtr("data", "put", "--claim", "r", str(tmp_path / "f")) == 1
+    assert capsys.readouterr().err == f"dtr data put: no PersistentVolumeClaim r in namespace {NS}\n"
+    assert dtr("data", "put", "--run", "c", str(tmp_path / "f")) == 1
+    assert capsys.readouterr().err == f"dtr data put: no DistTrainingRun c in namespace {NS}\n"
+    with pytest.raises(SystemExit) as refused:  # argparse's own refusal, with the usage
+        dtr("data", "put", "--run", "--claim", "c", str(tmp_path / "f"))
+    assert refused.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert not cluster.created
+
+
+def test_the_clients_claim_of_takes_the_kind_too(cluster):
+    cluster.put(run("c", {}))
+    cluster.put(claim("c-data"), "PersistentVolumeClaim")
+    assert volume.claim_of(cluster, NS, "c", transfer.CLAIM)["metadata"]["name"] == "c"
+    assert volume.claim_of(cluster, NS, "c", transfer.RUN)["metadata"]["name"] == "c-data"
+    with pytest.raises(transfer.AmbiguousTarget):
+        volume.claim_of(cluster, NS, "c")
+    cluster.fail("get_run", kube.ApiError(403, "Forbidden", "runs are forbidden"), times=None)
+    assert volume.claim_of(cluster, NS, "c")["metadata"]["name"] == "c", "no run to be seen: the claim"
+    with pytest.raises(kube.ApiError):
+        volume.claim_of(cluster, NS, "c", transfer.RUN)

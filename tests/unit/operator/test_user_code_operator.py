@@ -16,13 +16,17 @@ from dtr_operator import settings as cfg
 from dtr_operator.builders import (
     CODE_FILE_MODE,
     build_tfjob,
+    children,
     effective_spec,
+    pinned_code_sha256,
     trainer_args,
 )
+from dtr_operator.kube import ApiError
 from dtr_operator.reconcile.decide import UNREAD, Create, Observed, Record, Sync, decide
 from dtr_operator.spec import SpecError, parse_run
 from dtr_operator.status.code import code_status, configmap_content
 from dtr_operator.status.compute import tfjob_status
+from dtr_operator.status.pods import restart_cannot_help
 
 from support.fake_kube import FakeKube
 from support.reconciler import reconciler, status_writes
@@ -118,6 +122,20 @@ def test_a_file_in_a_configmap_is_mounted_read_only_and_named_with_code_not_mode
     assert args[1].startswith(layout.CODE_DIR + "/")
 
 
+def test_the_files_recorded_digest_goes_to_every_worker_and_is_read_back_from_the_tfjob() -> None:
+    run = parsed(FILE_RUN)
+    assert trainer_args(run, SHA)[:4] == [flags.CODE, layout.code_file("wine.py"), flags.CODE_SHA256, SHA]
+    _, tfjob = children(run, SHA)
+    (container,) = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    assert container["args"] == trainer_args(run, SHA) and pinned_code_sha256(tfjob) == SHA
+    assert flags.CODE_SHA256 not in trainer_args(run) and pinned_code_sha256(build_tfjob(run)) is None
+    # Only a file is pinned: a module is its image's (spec.image, --allowed-images), a built-in the trainer's.
+    assert flags.CODE_SHA256 not in trainer_args(parsed(MODULE_RUN), SHA)
+    assert flags.CODE_SHA256 not in trainer_args(parsed({}), SHA)
+    assert pinned_code_sha256({"spec": {"tfReplicaSpecs": {"Worker": None}}}) is None
+    assert pinned_code_sha256({}) is None
+
+
 def test_a_module_in_the_image_is_named_with_code_module_and_mounts_nothing() -> None:
     run = parsed(MODULE_RUN)
     args = trainer_args(run)
@@ -146,18 +164,18 @@ def _reason(action: Any) -> tuple[str, bool, str]:
     return action.state.reason, action.retry, action.state.message
 
 
-def test_a_missing_configmap_is_waited_for_naming_it_and_its_key() -> None:
-    reason, retry, message = _reason(decide(CODE_RUN, {}, Observed(None, config_map=None)))
-    assert (reason, retry) == ("CodeNotFound", True)
-    assert "ConfigMap wine-code in namespace ml" in message and "wine.py" in message and "dtr submit" in message
-
-
-@pytest.mark.parametrize("cm", [configmap({"model.py": SOURCE}), configmap(), configmap(binary={"x.py": "!!"})])
-def test_a_configmap_without_the_key_is_waited_for_naming_the_keys_it_has(cm: dict[str, Any]) -> None:
+@pytest.mark.parametrize("cm", [configmap({"model.py": SOURCE, "team_secret_plan.py": "x"}), configmap(),
+                                configmap(binary={"x.py": "!!"}), None])
+def test_a_missing_configmap_or_key_is_waited_for_naming_nothing_it_holds(cm: dict[str, Any] | None) -> None:
+    """Named: the ConfigMap, the key, and how to make them; nothing else. A run may name any ConfigMap of its
+    namespace, its author perhaps one who may not read it (review R13): the message is the same whether the ConfigMap
+    is missing or lacks the key, and lists none of its keys."""
     reason, retry, message = _reason(decide(CODE_RUN, {}, Observed(None, config_map=cm)))
     assert (reason, retry) == ("CodeNotFound", True)
-    assert "the key wine.py" in message and "ConfigMap wine-code" in message
-    assert ("model.py" in message) == ("model.py" in (cm.get("data") or {}))
+    assert message == ("waiting for ConfigMap wine-code (spec.training.code.configMap) in namespace ml with the key "
+                       "wine.py (spec.training.code.key): not found, or it has no key wine.py; create it (`dtr submit "
+                       "FILE.py` does), or fix the run; checked again with backoff")  # fmt: skip
+    assert not {"model.py", "team_secret_plan.py", "x.py", "no keys"} & set(message.replace(",", " ").split())
 
 
 def test_once_the_configmap_is_there_the_children_are_created_with_the_codes_digest() -> None:
@@ -169,13 +187,30 @@ def test_once_the_configmap_is_there_the_children_are_created_with_the_codes_dig
 
 def test_a_run_without_a_configmap_to_read_decides_as_before() -> None:
     assert decide(parsed(MODULE_RUN), {}, Observed(None)) == Create(pvc=True)
-    assert decide(CODE_RUN, {}, Observed(None, config_map=UNREAD)) == Create(pvc=True)  # status.code says it
+    assert decide(parsed(MODULE_RUN), {"code": RECORD}, Observed(None)) == Create(pvc=True)
+
+
+def test_a_tfjob_made_after_status_code_was_recorded_carries_that_digest() -> None:
+    """The ConfigMap is not read again once status.code says it: a TFJob made then (a status that says the code
+    but not that the TFJob was created) is made with the recorded digest, never with none."""
+    assert decide(CODE_RUN, {"code": RECORD}, Observed(None, config_map=UNREAD)) == Create(True, RECORD)
+    for other in ({**RECORD, "key": "other.py"}, {**RECORD, "configMap": "other"}, {**RECORD, "sha256": None}, "x"):
+        assert decide(CODE_RUN, {"code": other}, Observed(None, config_map=UNREAD)) == Create(pvc=True)
 
 
 def test_our_tfjob_is_mirrored_with_the_code_when_the_status_lacked_it() -> None:
     tfjob = {"metadata": {"name": "mnist-cnn", "ownerReferences": [{"uid": "u-1", "controller": True}]}}
     assert decide(CODE_RUN, CREATED, Observed(tfjob, config_map=configmap({"wine.py": SOURCE}))) == Sync(tfjob, RECORD)
     assert decide(CODE_RUN, CREATED, Observed(tfjob)) == Sync(tfjob)
+
+
+def test_the_digest_a_tfjob_pins_is_the_one_recorded_whatever_the_configmap_holds_now() -> None:
+    """The status write after the create was lost, and the ConfigMap replaced since: status.code says what the
+    workers check (and so what can run), not what the ConfigMap holds now."""
+    _, tfjob = children(CODE_RUN, SHA)
+    replaced = configmap({"wine.py": "print('other code')\n"})
+    assert decide(CODE_RUN, CREATED, Observed(tfjob, config_map=replaced)) == Sync(tfjob, RECORD)
+    assert decide(CODE_RUN, CREATED, Observed(tfjob, config_map=None)) == Sync(tfjob, RECORD)
 
 
 def test_code_sent_with_a_run_is_refused_when_the_operator_disallows_it() -> None:
@@ -242,6 +277,33 @@ def test_the_operator_waits_for_the_configmap_then_records_its_digest_with_the_c
     assert len(_reads(kube)) == reads, "status.code recorded: the ConfigMap is not read again"
 
 
+def _args(tfjob: dict[str, Any] | None) -> list[str]:
+    assert tfjob is not None
+    return tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_the_tfjob_is_created_with_the_digest_the_status_records() -> None:
+    kube = _api(configmap({"wine.py": SOURCE}))
+    rec, _ = reconciler(kube)
+    assert rec.reconcile_run(_run(kube)) is None
+    args = _args(kube.stored("TFJob", "mnist-cnn"))
+    assert args[args.index(flags.CODE_SHA256) + 1] == SHA == status_writes(kube)[-1]["code"]["sha256"]
+
+
+def test_a_lost_status_write_is_caught_up_with_the_tfjobs_digest_not_a_replaced_configmaps() -> None:
+    kube = _api(configmap({"wine.py": SOURCE}))
+    rec, _ = reconciler(kube)
+    down = [True]
+    kube.fail("patch_run_status", ApiError(503, "ServiceUnavailable", "etcd is down"), None, lambda _: down[0])
+    rec.reconcile_run(_run(kube))
+    assert kube.stored("TFJob", "mnist-cnn") is not None and "code" not in (_run(kube).get("status") or {})
+    down[0] = False
+    kube.put(configmap({"wine.py": "import os; os.system('evil')\n"}), "ConfigMap")  # deleted and created again
+    assert rec.reconcile_run(_run(kube)) is None
+    assert status_writes(kube)[-1]["code"] == RECORD
+    assert _args(kube.stored("TFJob", "mnist-cnn"))[3] == SHA
+
+
 def test_a_refused_run_never_reads_its_configmap() -> None:
     kube = _api(configmap({"wine.py": SOURCE}))
     rec, _ = reconciler(kube, code_refusal=lambda _cm: "turned off")
@@ -305,6 +367,22 @@ def test_a_failure_in_the_users_code_is_its_own_reason_with_the_one_line() -> No
     status = tfjob_status(RUN, job, pods, {}, "t")
     assert (status["phase"], status["reason"]) == ("Failed", "UserCodeError")
     assert status["message"] == f"{USER_LINE} (worker mnist-cnn-worker-0, exit code {exits.USER_CODE})"
+
+
+CHANGED_LINE = (f"wine.py: the code changed: its sha256 is {'ab' * 32}, not {SHA} as recorded ({flags.CODE_SHA256}, "
+                "the run's status.code); none of it ran. Its ConfigMap was replaced after the run started: create a "
+                "new run to train it")  # fmt: skip
+
+
+def test_code_that_is_not_the_recorded_code_is_its_own_reason_with_both_digests() -> None:
+    pods = [_pod(0, exits.CODE_CHANGED, f"dtr_trainer[worker-0]: error: {CHANGED_LINE}\n"),
+            _pod(1, 143, "", last_exit=exits.USER_CODE, last_message="dtr_trainer[worker-1]: error: old.py:1: x")]
+    job = _tfjob("Failed", message="TFJob ml/mnist-cnn has failed because 1 Worker replica(s) failed.")
+    status = tfjob_status(RUN, job, pods, {}, "t")
+    assert (status["phase"], status["reason"]) == ("Failed", "CodeChanged")
+    assert status["message"] == f"{CHANGED_LINE} (worker mnist-cnn-worker-0, exit code {exits.CODE_CHANGED})"
+    assert len(status["message"]) <= 400, "both digests and the worker fit a status message whole"
+    assert restart_cannot_help(exits.CODE_CHANGED) and not exits.is_retryable(exits.CODE_CHANGED)
 
 
 def test_another_failure_keeps_the_tfjobs_reason() -> None:
