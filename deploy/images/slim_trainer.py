@@ -14,6 +14,9 @@ files
   tests                the test suites of numpy, scipy, scikit-learn and h5py (`numpy.test()`, ...)
   build inputs         Cython sources and declarations, C and Fortran sources, C headers and static libraries of
                        numpy, scipy and scikit-learn: what compiling against them reads
+  tensorflow-io ops    tensorflow-io's op libraries (its datasets, audio, image, Kafka, ffmpeg...): loaded only when
+                       one of its ops runs, and the trainer runs none; what it is installed for, its file systems
+                       (s3://), is libtensorflow_io_plugins.so, which `import tensorflow` loads and which stays
   symbol tables        `strip --strip-unneeded` on every ELF file: the static symbol table and the debug sections
                        go, the dynamic symbols the loader resolves stay. A stripped file replaces the original only
                        if everything the loader reads is the same byte for byte (the ELF header but its section-
@@ -45,6 +48,8 @@ from pathlib import Path
 SCIENTIFIC = ("numpy", "scipy", "sklearn")
 BUILD_INPUTS = (".pyx", ".pxd", ".pxi", ".c", ".cc", ".cpp", ".h", ".f", ".f90", ".a")
 TFCOMPILE = ("tensorflow/python/_pywrap_tfcompile.so", "tensorflow/xla_aot_runtime_src")
+TFIO_OPS = tuple(f"tensorflow_io/python/ops/libtensorflow_io{name}.so"
+                 for name in ("", "_golang", "_ffmpeg_2.8", "_ffmpeg_3.4", "_ffmpeg_4.2"))  # fmt: skip
 UNUSED_DISTRIBUTIONS = ("libclang", "tensorflow-io-gcs-filesystem", "tensorboard-plugin-wit")
 ELF_MAGIC = b"\x7fELF"
 # ELF64 header fields that only describe the section header table (e_shoff; e_shentsize, e_shnum, e_shstrndx):
@@ -174,6 +179,7 @@ def files(site: Path) -> int:
     total += report("tests", remove(found), f" ({len(found)} directories)")
     found = build_inputs(site)
     total += report("build inputs", remove(found), f" ({len(found)} files)")
+    total += report("tensorflow-io ops", remove([site / p for p in TFIO_OPS]))
     # not the distributions that leave whole later: their bytes count there
     unused = {p for name in UNUSED_DISTRIBUTIONS for p in distribution_files(site, name)}
     freed, count, kept = strip_all(site, unused)

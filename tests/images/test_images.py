@@ -261,6 +261,7 @@ import tensorflow as tf
 assert tf.__version__ == "2.11.0", tf.__version__
 tf.distribute.MultiWorkerMirroredStrategy, tf.saved_model.save, tf.keras.callbacks.TensorBoard
 assert "gs" in tf.io.gfile.get_registered_schemes()  # TensorFlow's own GCS file system, without the plugin
+assert "s3" in tf.io.gfile.get_registered_schemes()  # tensorflow-io's plugin: Keras imports tensorflow_io
 writer = tf.summary.create_file_writer("/tmp/board")
 with writer.as_default():
     assert tf.summary.scalar("loss", 0.5, step=1)
@@ -277,9 +278,10 @@ print("ok")
 def test_trainer_left_out_what_it_never_runs() -> None:
     """None of slim_trainer.py's parts is in the image, nor a compiler, strip, pip or a package cache; TensorFlow's
     bytecode is (without it every start compiles TensorFlow again: docs/images.md); what the trainer and the
-    examples use imports and works: MultiWorkerMirroredStrategy, SavedModel, summaries, gs://, scikit-learn, h5py."""
+    examples use imports and works: MultiWorkerMirroredStrategy, SavedModel, summaries, gs://, s3:// (tensorflow-io's
+    file system plugin, without its op libraries), scikit-learn, h5py."""
     args = {
-        "paths": [str(Path("tensorflow", "include")), *SLIM.TFCOMPILE],
+        "paths": [str(Path("tensorflow", "include")), *SLIM.TFCOMPILE, *SLIM.TFIO_OPS],
         "tests": [*SLIM.SCIENTIFIC, "h5py"], "scientific": list(SLIM.SCIENTIFIC),
         "build_inputs": list(SLIM.BUILD_INPUTS), "distributions": list(SLIM.UNUSED_DISTRIBUTIONS),
     }  # fmt: skip
