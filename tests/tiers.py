@@ -135,7 +135,8 @@ STEPS: tuple[Step, ...] = (
     Step("s3 build", make("s3-build"), "SeaweedFS's weed and its image from source", side=True,
          after=("node build",)),
     Step("s3", make("test-s3-local"),
-         "a real S3 server (SeaweedFS) as a local process through a real S3 client", budget=40, tier=True,
+         "a real S3 server (SeaweedFS) as a local process, through a client and TensorFlow's s3://", budget=120,
+         tier=True,
          side=True, after=("s3 build",)),
 )
 

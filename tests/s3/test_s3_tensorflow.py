@@ -12,8 +12,9 @@ change of tensorflow-io or the server shows here:
 - a wrong key is silent where it should not be: glob lists nothing and exists() says False, no error; reads
   and writes do fail (PermissionDenied). So the trainer must check keys, bucket and prefix with a client of its own.
 
-Every check runs in a fresh process: the plugin reads its settings once per process. Skipped, saying why, when
-`weed` was not built (`make s3-build`); DTR_S3_REQUIRED=1 fails instead.
+Every check runs in a fresh process of the trainer's environment (this module runs in it: `make test-s3-local`, the
+CI's s3 tier): the plugin reads its settings once per process. Skipped, saying why, when `weed` was not built
+(`make s3-build`); DTR_S3_REQUIRED=1 fails instead.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from support.repo import REPO
 from support.trainer import tf_config
 
 BUCKET = "trainer"
+# The trainer's Python runs these (TensorFlow 2.11 with tensorflow-io); the op environment has neither.
+pytestmark = pytest.mark.skipif(sys.version_info[:2] != (3, 9), reason="runs in the trainer's environment "
+                                "(.venv/trainer: make test-s3-local)")
 
 
 def require_weed() -> None:
