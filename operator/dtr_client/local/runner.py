@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,7 +43,7 @@ from dtr_operator.status.progress import running_progress
 
 from .. import submit
 from . import kubelet, ports, translate
-from .jobs import End, end_by_exits, end_by_limits, job_restarts, pod_view, replica_labels, tfjob_view
+from .jobs import End, as_created, end_by_exits, end_by_limits, job_restarts, pod_view, replica_labels, tfjob_view
 from .source import RunError, code_run, load_run
 
 STOP_GRACE_SECONDS = 5.0
@@ -123,7 +124,7 @@ class LocalRun:
         self.console = console
         self.python = python
         self.code = code  # the local file playing the run's code ConfigMap
-        self.tfjob = builders.build_tfjob(run)
+        self.tfjob = as_created(builders.build_tfjob(run), str(uuid.uuid4()))  # its pods name its uid
         self.pvc = builders.build_pvc(run)
         job = self.tfjob["spec"]
         self.success_policy = job.get("successPolicy", "")
@@ -142,7 +143,7 @@ class LocalRun:
             Replica(
                 rtype,
                 i,
-                f"{run.tfjob_name}-{rtype.lower()}-{i}",
+                builders.worker_pod_name(run, i),
                 self.with_tf_config(container, count, i),
                 self.run_dir,
             )
@@ -363,6 +364,7 @@ class LocalRun:
                     now_rfc3339(),
                     translate.LOOPBACK,
                 ),
+                self.tfjob,
             )
             for r in self.replicas
         ]

@@ -117,7 +117,7 @@ class Reconciler:
         if event_type == "DELETED":
             self.ctx.put(run, State(FAILED, TFJOB_DELETED, tfjob_deleted_message(run.spec)))
         elif watchdog.restarting(run.status) and not run.spec.suspend and tfjob_state(tfjob).reason == TFJOB_SUSPENDED:
-            self.stall.resume_after_stall(run)
+            self.stall.resume_after_stall(run, tfjob)
         else:
             self.mirror.sync_status(run, tfjob)
 
@@ -186,7 +186,8 @@ class Reconciler:
     def poll_progress(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """A Running run: read the end of its chief's log and write the last finished epoch into status.progress.
 
-        One GET of pods/log per call, and a status write only when an epoch has finished since the last one.
+        A GET of the chief's pod (its log is read only when it is the TFJob's own) and one of pods/log per call, and a
+        status write only when an epoch has finished since the last one.
         An API error is logged (a refusal once per run and status): the next read tries again. Returns the status as
         the read left it, for the next read's schedule (None when the spec does not parse).
         """

@@ -17,9 +17,10 @@ from ..kube import ApiError
 from ..reasons import FAILED, STALL_ENDED, STALL_RESTART, STALLED, STALLED_CONDITION, STALLED_EVENT, TFJOB_SUSPENDED
 from ..spec import RunSpec
 from ..status.compute import state_status
+from ..status.pods import own_pods
 from ..status.state import State, tfjob_state
 from . import writes
-from .context import Context, ObservedRun, is_live
+from .context import Context, ObservedRun, is_live, meta
 from .mirror import Mirror
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,13 @@ class Stall:
 
     def _silent_workers(self, run: RunSpec) -> list[str]:
         """The worker pods whose log has no line for the last SILENT_SECONDS (the trainer's heartbeat keeps a live
-        one's going): one small read per worker, only for a run just found stalled."""
+        one's going): one small read per worker, only for a run just found stalled; only the TFJob's own pods are
+        read (own_pods), a worker without one is silent."""
+        tfjob = self.ctx.kube.get_tfjob(run.namespace, run.tfjob_name) or {}
+        own = {meta(p).get("name") for p in own_pods(run, tfjob, self.ctx.kube.list_job_pods(run.namespace,
+                                                                                           run.tfjob_name))}
         logs = {pod: self.ctx.kube.pod_log(run.namespace, pod, CONTAINER_NAME, tail_lines=1,
-                                       since_seconds=SILENT_SECONDS)
+                                           since_seconds=SILENT_SECONDS) if pod in own else None
                 for pod in (worker_pod_name(run, i) for i in range(run.workers))}  # fmt: skip
         return watchdog.silent_workers(logs)
 
@@ -87,16 +92,17 @@ class Stall:
         try:
             tfjob = self.ctx.kube.get_tfjob(spec.namespace, spec.tfjob_name)
             if tfjob is not None and not spec.suspend and tfjob_state(tfjob).reason == TFJOB_SUSPENDED:
-                self.resume_after_stall(run)
+                self.resume_after_stall(run, tfjob)
         except ApiError as err:
             log.warning("run %s/%s: its restart not resumed yet: %s", spec.namespace, spec.name, err)
 
-    def resume_after_stall(self, run: ObservedRun) -> None:
+    def resume_after_stall(self, run: ObservedRun, tfjob: Mapping[str, Any]) -> None:
         """The TFJob suspended for a restart says it is: resume it once its old pods are gone (the training-operator
         counts a pod that its deletion failed, the frozen worker's, against the resumed TFJob, which then fails:
-        seen on the real node); until then the progress poll comes back (RunningRuns keeps the run)."""
+        seen on the real node); until then the progress poll comes back (RunningRuns keeps the run). Only the TFJob's
+        own pods count (own_pods): a pod that merely carries its label does not hold the restart up."""
         spec = run.spec
-        if self.ctx.kube.list_job_pods(spec.namespace, spec.tfjob_name):
+        if own_pods(spec, tfjob, self.ctx.kube.list_job_pods(spec.namespace, spec.tfjob_name)):
             return
         tfjob = writes.suspend_tfjob(self.ctx.kube, spec, False)
         self.ctx.record(run.body, watchdog.restarted_status, quiet=True)

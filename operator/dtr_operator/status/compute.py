@@ -41,6 +41,7 @@ from .pods import (
     disrupted_workers,
     divergence,
     failed_workers,
+    own_pods,
     termination_message,
     user_code_failure,
     worker_restarts,
@@ -84,10 +85,11 @@ def unparsed_status(
 
 
 def _explained(
-    state: State, run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any], all_run: bool
-) -> tuple[State, Summary | None]:
-    """The TFJob's state with what the pods add: the chief's summary, who failed, why none or not all start
-    (`all_run`: every worker runs or has succeeded, as the TFJob counts them)."""
+    state: State, run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any], all_run: bool,
+    gone: Sequence[Mapping[str, Any]] = (),
+) -> tuple[State, Summary | None]:  # fmt: skip
+    """The TFJob's state with what the pods add: the chief's summary, who failed (`gone`: workers already deleted),
+    why none or not all start (`all_run`: every worker runs or has succeeded, as the TFJob counts them)."""
     if state.phase == SUCCEEDED:
         summary = parse_summary(termination_message(chief_pod(pods)), run.pvc_name)
         if summary.model and summary.headline and summary.problem is None:
@@ -97,7 +99,7 @@ def _explained(
         partial = f"training succeeded, but {summary.problem}"
         return State(SUCCEEDED, METRICS_UNAVAILABLE, partial, created=True), summary
     if state.phase == FAILED:
-        return _failure(state, pods), None
+        return _failure(state, pods, gone), None
     return _still_explained(state, previous, all_run), None
 
 
@@ -111,14 +113,14 @@ def _still_explained(state: State, previous: Mapping[str, Any], all_run: bool) -
     return state
 
 
-def _failure(state: State, pods: Sequence[Mapping[str, Any]]) -> State:
+def _failure(state: State, pods: Sequence[Mapping[str, Any]], gone: Sequence[Mapping[str, Any]] = ()) -> State:
     """A failed TFJob's state with who failed: the run's own code or a diverged loss (the worker's one line), else
-    each failed worker."""
+    each failed or disrupted worker, those already gone included."""
     if user_code := user_code_failure(pods):
         return State(FAILED, USER_CODE_ERROR, user_code, created=True)
     if diverged := divergence(pods):
         return State(FAILED, DIVERGED, diverged, created=True)
-    if why := [*disrupted_workers(pods), *failed_workers(pods)]:
+    if why := [*disrupted_workers([*pods, *gone]), *failed_workers(pods)]:
         return State(FAILED, state.reason, clean_text(f"{state.message} {'; '.join(why)}"), created=True)
     return state
 
@@ -174,12 +176,17 @@ def tfjob_status(
     pods: Sequence[Mapping[str, Any]],
     previous: Mapping[str, Any],
     now: str,
+    gone: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """Status mirrored from the run's TFJob; pods are read only once the TFJob has finished."""
+    """Status mirrored from the run's TFJob and its worker pods, read only once the TFJob has finished: of `pods`, only
+    the TFJob's own (status.pods.own_pods; a pod that is merely labelled or named as a worker says nothing), and the
+    workers already `gone`, as their events remember them (status.pods.gone_worker: a deleted pod's owner is in no
+    event, so these are known by name alone)."""
+    pods = own_pods(run, tfjob, pods)
     counts = worker_counts(tfjob)
     ready = counts["active"] + counts["succeeded"]
     state = suspension(tfjob_state(tfjob), run, previous, tfjob)
-    state, summary = _explained(state, run, pods, previous, ready >= run.workers)
+    state, summary = _explained(state, run, pods, previous, ready >= run.workers, gone)
     status = _base(run, state, previous, now)
     status["workers"] = counts
     status["workersReady"] = f"{ready}/{run.workers}"
