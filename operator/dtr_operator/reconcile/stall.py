@@ -21,6 +21,8 @@ from ..status.pods import own_pods
 from ..status.state import State, tfjob_state
 from . import writes
 from .context import Context, ObservedRun, is_live, meta
+from .decide import policy_not_held
+from .guard import Guard
 from .mirror import Mirror
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ class Stall:
 
     ctx: Context
     mirror: Mirror
+    guard: Guard
 
     def watch(self, run: ObservedRun, status: Mapping[str, Any]) -> None:
         """The watchdog's step for a Running run: no API call unless it flags, clears or reminds of a stall."""
@@ -104,11 +107,22 @@ class Stall:
         spec = run.spec
         if own_pods(spec, tfjob, self.ctx.kube.list_job_pods(spec.namespace, spec.tfjob_name)):
             return
+        if not self._policy_held(run, tfjob):
+            return  # stays suspended; the next poll tries again
         tfjob = writes.suspend_tfjob(self.ctx.kube, spec, False)
         self.ctx.record(run.body, watchdog.restarted_status, quiet=True)
         fresh = self.ctx.kube.get_run(spec.namespace, spec.name)
         if is_live(fresh, spec.uid) and (parsed := self.ctx.parsed(fresh)) is not None:
             self.mirror.sync_status(parsed, tfjob)
+
+    def _policy_held(self, run: ObservedRun, tfjob: Mapping[str, Any]) -> bool:
+        """The run's NetworkPolicy holds before its workers start again (guard.py); else the run says why
+        (decide.policy_not_held) and its TFJob stays suspended."""
+        if (why := self.guard.why_not_held(run)) is None:
+            return True
+        if (closed := policy_not_held(run.spec, run.status, tfjob, why)) is not None:
+            self.ctx.put(run, closed.state)
+        return False
 
     def _fail_stalled(self, run: ObservedRun, flag: watchdog.Flag, message: str, at: str) -> None:
         """No restart left: the run fails (reason Stalled, its Warning event) and its TFJob is suspended, so that

@@ -15,6 +15,7 @@ from ..reasons import (
     DIVERGED,
     FAILED,
     METRICS_UNAVAILABLE,
+    NETWORK_POLICY_NOT_HELD,
     PENDING,
     PREEMPTED,
     QUEUED,
@@ -150,7 +151,10 @@ def suspension(state: State, run: RunSpec, previous: Mapping[str, Any], tfjob: M
 
 
 def _held(state: State, run: RunSpec, previous: Mapping[str, Any], tfjob: Mapping[str, Any]) -> State:
-    """A run not suspended whose TFJob is: queued in Kueue, suspended by someone else, or being resumed."""
+    """A run not suspended whose TFJob is: held by the operator for its NetworkPolicy, queued in Kueue, suspended by
+    someone else, or being resumed."""
+    if (unguarded := _unguarded(previous, tfjob)) is not None:
+        return unguarded
     if (queue := run.queue_name or kueue_queue(tfjob)) is not None:
         if previous.get("phase") == RUNNING or previous.get("reason") == PREEMPTED:
             message = (f"preempted: Kueue took back the run's admission and suspended TFJob {run.tfjob_name}; "
@@ -168,6 +172,16 @@ def _held(state: State, run: RunSpec, previous: Mapping[str, Any], tfjob: Mappin
         message = f"resuming: TFJob {run.tfjob_name} is being unsuspended; workers continue from their backup"
         return State(PENDING, RESUMING, message, created=True)
     return state
+
+
+def _unguarded(previous: Mapping[str, Any], tfjob: Mapping[str, Any]) -> State | None:
+    """A run whose TFJob the operator suspended until the run's NetworkPolicy is back (decide.policy_not_held): why
+    stays said while the TFJob is suspended; None otherwise (resumed: the run is resuming)."""
+    if previous.get("reason") != NETWORK_POLICY_NOT_HELD:
+        return None
+    if not ((tfjob.get("spec") or {}).get("runPolicy") or {}).get("suspend"):
+        return None
+    return State(SUSPENDED, NETWORK_POLICY_NOT_HELD, previous.get("message") or "", created=True)
 
 
 def tfjob_status(
