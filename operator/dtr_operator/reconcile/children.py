@@ -1,5 +1,6 @@
 """A run created, resumed, or its spec.suspend changed: make sure its NetworkPolicy, PVC and TFJob exist (observe ->
-decide.py -> act), with the TFJob suspended as the spec says; refused runs fail before anything is created."""
+decide.py -> act), with the TFJob suspended as the spec says, and its NetworkPolicy held (guard.py) whenever the TFJob
+is found, or the TFJob suspended; refused runs fail before anything is created."""
 
 from __future__ import annotations
 

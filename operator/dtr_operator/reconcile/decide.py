@@ -1,6 +1,7 @@
 """The one step that makes a run's children what they should be: what exists (observed) -> one action. Pure.
 
-`decide` returns a small frozen value (Create, Sync, Record, Suspend) that children.py carries out; every branch is a
+`decide` returns a small frozen value (Create, Sync, Record, Suspend; FailClosed: policy_not_held) that children.py
+carries out; every branch is a
 unit test (tests/unit/operator/test_reconcile_decide.py). The other pure questions the reconciler asks of what it read
 live here too: whose a TFJob is, whether its status says anything new, which pods a failed TFJob still holds.
 """
