@@ -81,15 +81,16 @@ def test_a_deleted_policy_is_back_within_seconds(control_plane: Cluster, namespa
 
 
 @pytest.mark.parametrize("widening", [
-    {"spec": {"ingress": [{}]}},  # everything from everywhere
-    {"spec": {"podSelector": {}}},  # every pod of the namespace, still only from the run's pods
-    {"metadata": {"labels": {"distml.dev/run": None}}},  # the label off: out of the operator's watch
+    [{"op": "replace", "path": "/spec/ingress", "value": [{}]}],  # everything from everywhere
+    [{"op": "replace", "path": "/spec/podSelector", "value": {}}],  # every pod of the namespace, from the run's pods
+    [{"op": "remove", "path": "/metadata/labels/distml.dev~1run"}],  # the label off: out of the operator's watch
 ])  # fmt: skip
 def test_a_widened_policy_is_put_back_within_seconds(control_plane: Cluster, namespace: str, operator: Operator,
-                                                     widening: dict[str, Any]):  # fmt: skip
+                                                     widening: list[dict[str, Any]]):  # fmt: skip
     first = guarded_run(control_plane, namespace, "widened")
-    control_plane.kubectl("patch", "networkpolicy", "widened", "-n", namespace, "--type=merge",
-                          "-p", json.dumps(widening))  # fmt: skip
+    changed = control_plane.kubectl("patch", "networkpolicy", "widened", "-n", namespace, "--type=json",
+                                    "-p", json.dumps(widening), "-o", "json")  # fmt: skip
+    assert json.loads(changed.stdout)["metadata"]["resourceVersion"] != first["metadata"]["resourceVersion"]
 
     def back() -> dict[str, Any] | None:
         found = restored(control_plane, namespace, "widened")()

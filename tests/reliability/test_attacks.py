@@ -9,6 +9,9 @@ the operator installed as deploy/ ships it. Each must fail or be harmless, and i
   refused by the run's NetworkPolicy, while the run's own workers still reach each other;
 - user code printing crafted progress lines and writing a crafted termination message: the operator keeps
   serving every run and the run's status stays bounded and clean.
+
+What a teammate with the `edit` role tries against a run (a forged chief pod, the run's NetworkPolicy taken away) is
+test_attacks_api.py's, on the API server with the operator of the checkout: the real node runs the installed images.
 """
 
 from __future__ import annotations
