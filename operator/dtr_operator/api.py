@@ -26,7 +26,10 @@ PORT_NAME = "tfjob-port"
 KEEP_PODS = "None"  # runPolicy.cleanPodPolicy values of the training-operator
 RELEASE_RUNNING_PODS = "Running"
 
-NETWORK_POLICY_API_VERSION = "networking.k8s.io/v1"
+NETWORK_POLICY_GROUP = "networking.k8s.io"
+NETWORK_POLICY_API_VERSION = f"{NETWORK_POLICY_GROUP}/v1"
+NETWORK_POLICY_KIND = "NetworkPolicy"
+NETWORK_POLICY_PLURAL = "networkpolicies"
 
 # (apiVersion, kind) -> plural, for every kind the operator reads or writes by name.
 PLURALS: dict[tuple[str, str], str] = {
@@ -35,7 +38,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "ConfigMap"): "configmaps",
     (TFJOB_API_VERSION, TFJOB_KIND): TFJOB_PLURAL,
     (API_VERSION, KIND): PLURAL,
-    (NETWORK_POLICY_API_VERSION, "NetworkPolicy"): "networkpolicies",
+    (NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND): NETWORK_POLICY_PLURAL,
 }
 
 # ---- labels -----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from .api import (
     KUEUE_QUEUE_LABEL,
     MANAGED_BY,
     NETWORK_POLICY_API_VERSION,
+    NETWORK_POLICY_KIND,
     PORT_NAME,
     RUN_LABEL,
     SUSPENDED_BY,
@@ -340,16 +341,22 @@ def build_network_policy(run: RunSpec) -> dict[str, Any]:
     the same run, in the same namespace, may reach it; nothing else may reach the workers at all. Egress
     is left open (DNS, spec.training.datasetSource).
     """
-    run_pods = {"matchLabels": {RUN_LABEL: run.name}}
     return {
         "apiVersion": NETWORK_POLICY_API_VERSION,
-        "kind": "NetworkPolicy",
+        "kind": NETWORK_POLICY_KIND,
         "metadata": {"name": run.name, "namespace": run.namespace, "labels": run_labels(run)},
-        "spec": {
-            "podSelector": run_pods,
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": run_pods}], "ports": [{"protocol": "TCP", "port": PORT}]}],
-        },
+        "spec": network_policy_spec(run.name),
+    }
+
+
+def network_policy_spec(run_name: str) -> dict[str, Any]:
+    """The spec of the NetworkPolicy of the run of this name (build_network_policy): the operator holds its policy
+    to it (netpolicy.py)."""
+    run_pods = {"matchLabels": {RUN_LABEL: run_name}}
+    return {
+        "podSelector": run_pods,
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": run_pods}], "ports": [{"protocol": "TCP", "port": PORT}]}],
     }
 
 

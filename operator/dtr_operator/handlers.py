@@ -9,6 +9,8 @@ them. Where the operator stands in for kopf (its watch, diff base, retries, time
   until then: docs/performance.md#operator-memory).
 - events of TFJobs labelled distml.dev/run: mirror their status into the owning run, read from the
   runs the reconciler keeps from the watch of runs (no GET per event).
+- events of NetworkPolicies labelled distml.dev/run: a run's own, deleted or changed, is made again as the operator
+  makes it, or the run's workers stop (reconcile/guard.py).
 - a background check of runs waiting for their worker pods: say why when the pods cannot start.
 - a background retry of runs that wait (runtime.trackers.RetryingRuns), each when its backoff is over; and
   malloc.trim (runtime/loops.py).
@@ -27,7 +29,17 @@ from typing import Any
 import kopf
 
 from . import malloc, metrics
-from .api import GROUP, PLURAL, RUN_LABEL, TFJOB_GROUP, TFJOB_PLURAL, TFJOB_VERSION, VERSION
+from .api import (
+    GROUP,
+    NETWORK_POLICY_GROUP,
+    NETWORK_POLICY_PLURAL,
+    PLURAL,
+    RUN_LABEL,
+    TFJOB_GROUP,
+    TFJOB_PLURAL,
+    TFJOB_VERSION,
+    VERSION,
+)
 from .kube import Kube, NoCredentials
 from .reconcile.reconciler import Reconciler, never_done
 from .runtime.kopf_seams import DIFF_BASE, handled_before, install_slim_watch
@@ -96,6 +108,10 @@ def _tune(settings: kopf.OperatorSettings) -> None:
     settings.queueing.worker_limit = WORKER_LIMIT
     settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
     settings.persistence.diffbase_storage = DIFF_BASE
+    # The NetworkPolicies the operator holds carry the run label: the API server sends only those, so kopf keeps
+    # (and the operator looks at) none of the namespace's other policies, however many (the handler's `labels`
+    # filter alone acts after kopf has taken each event in).
+    settings.watching.label_selectors[NETWORK_POLICY_GROUP, NETWORK_POLICY_PLURAL] = RUN_LABEL
 
 
 
@@ -116,6 +132,14 @@ def ensure_children(body: kopf.Body, memo: kopf.Memo, retry: int, reason: kopf.R
 def tfjob_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     with metrics.RECONCILE_SECONDS.labels(handler="tfjob").time():
         memo.reconciler.tfjob_event(type, dict(body), cached_run=memo.reconciler.cached_run)
+
+
+@kopf.on.event(NETWORK_POLICY_GROUP, "v1", NETWORK_POLICY_PLURAL, labels={RUN_LABEL: kopf.PRESENT})
+def policy_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    # Only policies labelled as a run's reach kopf (_tune: a server-side selector); one as the operator made it costs
+    # no call, one changed or gone brings on its run's attempt (reconcile/guard.py).
+    with metrics.RECONCILE_SECONDS.labels(handler="networkpolicy").time():
+        memo.reconciler.policy_event(type, dict(body), time.monotonic)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

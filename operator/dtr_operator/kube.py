@@ -23,7 +23,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from . import __version__, metrics
-from .api import API_VERSION, JOB_NAME_LABEL, PLURAL, PLURALS, TFJOB_API_VERSION, TFJOB_CRD, TFJOB_PLURAL
+from .api import API_VERSION, JOB_NAME_LABEL, KIND, PLURAL, PLURALS, TFJOB_API_VERSION, TFJOB_CRD, TFJOB_PLURAL
 from .kube_streams import EXEC_CLOSE_TIMEOUT, EXEC_PROTOCOLS, PORTFORWARD_PROTOCOLS, ExecStream, PortForwardStream
 
 log = logging.getLogger(__name__)
@@ -246,15 +246,24 @@ class Kube:
         """A run's code (spec.training.code.configMap); the operator's RBAC has get on configmaps, nothing more."""
         return self.get("v1", "ConfigMap", namespace, name)
 
+    def patch(self, api_version: str, kind: str, namespace: str, name: str, body: Any,
+              content_type: str = "application/merge-patch+json") -> dict[str, Any]:  # fmt: skip
+        """Patch the object: a merge patch, or with application/json-patch+json a JSON patch's operations (a run's
+        NetworkPolicy put back: reconcile/guard.py). NotFound, Conflict (a resourceVersion it sets is stale)."""
+        path = _path(api_version, namespace, PLURALS[(api_version, kind)], name)
+        return self.request("PATCH", path, body=body, content_type=content_type)
+
+    def list_objects(self, api_version: str, kind: str, namespace: str, selector: str | None = None
+                     ) -> list[dict[str, Any]]:  # fmt: skip
+        """The objects of a kind in the namespace, those a labelSelector picks when given."""
+        query = [("labelSelector", selector)] if selector else None
+        path = _path(api_version, namespace, PLURALS[(api_version, kind)])
+        return list(self.request("GET", path, query=query).get("items") or [])
+
     def set_owner(self, api_version: str, kind: str, namespace: str, name: str,
                   owner: Mapping[str, Any]) -> dict[str, Any]:  # fmt: skip
         """Merge-patch the object's ownerReferences to [owner] (dtr submit: the run owns its code's ConfigMap)."""
-        return self.request(
-            "PATCH",
-            _path(api_version, namespace, PLURALS[(api_version, kind)], name),
-            body={"metadata": {"ownerReferences": [dict(owner)]}},
-            content_type="application/merge-patch+json",
-        )
+        return self.patch(api_version, kind, namespace, name, {"metadata": {"ownerReferences": [dict(owner)]}})
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         """Delete the object; gone already is fine (dtr submit: the ConfigMap of a run the API refused)."""
@@ -269,10 +278,7 @@ class Kube:
             return False
 
     def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
-        data = self.request(
-            "GET", _path("v1", namespace, "pods"), query=[("labelSelector", f"{JOB_NAME_LABEL}={job}")]
-        )
-        return list(data.get("items") or [])
+        return self.list_objects("v1", "Pod", namespace, f"{JOB_NAME_LABEL}={job}")
 
     def pod_log(
         self,
@@ -347,7 +353,7 @@ class Kube:
             self.request("DELETE", _path("v1", namespace, "pods", name))
 
     def list_pods(self, namespace: str) -> list[dict[str, Any]]:
-        return list(self.request("GET", _path("v1", namespace, "pods")).get("items") or [])
+        return self.list_objects("v1", "Pod", namespace)
 
     def pod_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
         return self.object_events(namespace, "Pod", name)
@@ -425,16 +431,11 @@ class Kube:
             return None
 
     def list_runs(self, namespace: str) -> list[dict[str, Any]]:
-        return list(self.request("GET", _path(API_VERSION, namespace, PLURAL)).get("items") or [])
+        return self.list_objects(API_VERSION, KIND, namespace)
 
     def patch_run_spec(self, namespace: str, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
         """Merge-patch the run's spec (spec.suspend: the only field that may change); NotFound if it is gone."""
-        return self.request(
-            "PATCH",
-            _path(API_VERSION, namespace, PLURAL, name),
-            body={"spec": dict(spec)},
-            content_type="application/merge-patch+json",
-        )
+        return self.patch(API_VERSION, KIND, namespace, name, {"spec": dict(spec)})
 
     def patch_run_status(
         self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dtr_contract import exits, progress, summary
+from dtr_contract.container import PORT
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
 SUSPENDED = "Suspended"  # spec.suspend is true: no worker pods, progress kept for the resume
@@ -20,6 +21,9 @@ TERMINAL = (SUCCEEDED, FAILED)
 CONDITION_TYPES = ("Created", "Running", "Suspended", "Succeeded", "Failed")
 # Set only by the stall watchdog (watchdog.py), once it has something to say; absent: never judged stalled.
 STALLED_CONDITION = "Stalled"
+# Set only once another NetworkPolicy of the namespace was found admitting the workers' TensorFlow port from
+# elsewhere (netpolicy.py); absent: none ever found.
+ISOLATION_CONDITION = "IsolationWeakened"
 
 STATUS = "status"  # status.reason and the conditions' reason; an event when the run moves to it
 CONDITION = "condition"  # a condition's reason only
@@ -49,6 +53,9 @@ def _status(name: str, phase: str, warning: bool, meaning: str) -> str:
 
 def _event(name: str, warning: bool, meaning: str) -> str:
     return _declare(Reason(name, EVENT, None, warning, meaning))
+
+
+_NETWORK = "operator.md#a-runs-network-what-reaches-its-workers-and-what-they-reach"
 
 
 # ---- the run's status (docs/api.md#phases-and-reasons) ------------------------------------------
@@ -104,6 +111,12 @@ SUSPENDING = _status("Suspending", SUSPENDED, False,
 RUN_SUSPENDED = _status("RunSuspended", SUSPENDED, False,
     "`spec.suspend` is `true` and the TFJob is suspended: no worker pods; the message gives the last finished "
     "epoch and the command that resumes the run")  # fmt: skip
+NETWORK_POLICY_NOT_HELD = _status("NetworkPolicyNotHeld", SUSPENDED, True,
+    "the run's NetworkPolicy was deleted or changed and the operator could not make it again (the API refused the "
+    "write, or a policy of the run's name is not the run's): the TFJob is suspended, so that no worker serves "
+    "TensorFlow's unauthenticated port unguarded, and the message says why. The operator tries again with backoff "
+    "(5 s, 10 s, 20 s ... up to 5 min) and, once the policy is back, resumes the TFJob; the workers continue from "
+    f"their backup ([operator.md]({_NETWORK}))")  # fmt: skip
 TFJOB_RUNNING = _status("TFJobRunning", RUNNING, False,
     "the TFJob is running")  # fmt: skip
 WORKERS_NOT_ALL_RUNNING = _status("WorkersNotAllRunning", RUNNING, True,
@@ -243,6 +256,14 @@ NO_EPOCH_PROGRESS = _declare(Reason("NoEpochProgress", CONDITION, None, False,
     "([below](#stalled-runs))"))  # fmt: skip
 EPOCH_FINISHED = _declare(Reason("EpochFinished", CONDITION, None, False,
     "the `Stalled` condition's reason once an epoch has finished again after a stall"))  # fmt: skip
+OTHER_POLICY_ADMITS = _declare(Reason("OtherPolicyAdmits", CONDITION, None, False,
+    "the `IsolationWeakened` condition's reason while it holds: another NetworkPolicy of the namespace selects the "
+    f"run's workers and admits TensorFlow's port (TCP {PORT}) from elsewhere, which adds to the run's own policy; the "
+    f"message names each and from where: `NetworkPolicy allow-monitoring admits TCP {PORT} from pods of the "
+    "namespaces its namespaceSelector picks` "
+    f"([operator.md]({_NETWORK}))"))  # fmt: skip
+NO_OTHER_POLICY = _declare(Reason("NoOtherPolicyAdmits", CONDITION, None, False,
+    "the `IsolationWeakened` condition's reason once no other NetworkPolicy admits the workers' port any more"))
 
 # ---- events only (docs/api.md#events) -----------------------------------------------------------
 
@@ -265,6 +286,9 @@ STALLED_EVENT = _event("Stalled", True,
 STALL_RESTART = _event("StallRestart", True,
     "`spec.watchdog.onStall: Restart`: the TFJob of a stalled run is suspended (its pods go) and resumed once the "
     "training-operator says it is suspended; the new workers resume from their backup (`restart N of M`)")  # fmt: skip
+NETWORK_POLICY_RESTORED = _event("NetworkPolicyRestored", True,
+    "the run's NetworkPolicy was deleted, or its spec or labels changed, and the operator made it again as it "
+    "makes it (the message says which); someone with rights on NetworkPolicies in the namespace did it")  # fmt: skip
 STALL_ENDED = _event("StallEnded", False,
     "an epoch finished after a stall: the `Stalled` condition is False again (reason `EpochFinished`)")  # fmt: skip
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .reasons import CONDITION_TYPES, STALLED_CONDITION
+from .reasons import CONDITION_TYPES, ISOLATION_CONDITION, STALLED_CONDITION
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ WRITERS: dict[str, tuple[str, ...]] = {
     "watchdog.reminded_status": ("dtr_operator/reconcile/stall",),
     "watchdog.restarted_status": ("dtr_operator/reconcile/stall",),
     "watchdog.settled": ("dtr_operator/reconcile/mirror",),
+    "netpolicy.exposed_status": ("dtr_operator/reconcile/guard",),
 }
 # A field's writers are those that set its value; one that only carries a key over from the previous status, or
 # repeats its value, is not named (waiting_status repeats tfJob and pvc: a run's children keep their names).
@@ -134,10 +135,12 @@ CODE = StatusField("code", "object",
 ))  # fmt: skip
 
 CONDITIONS = StatusField("conditions", "array",
-    f"Conditions (Kubernetes conventions); types {', '.join(CONDITION_TYPES)}, and {STALLED_CONDITION} once the "
-    "stall watchdog has found the run stalled (True) or training again after it (False).",
-    # status: the five of CONDITION_TYPES; watchdog: Stalled.
-    by=(*_STATE, "watchdog.flagged_status", "watchdog.cleared_status", "watchdog.settled"),
+    f"Conditions (Kubernetes conventions); types {', '.join(CONDITION_TYPES)}, {STALLED_CONDITION} once the "
+    "stall watchdog has found the run stalled (True) or training again after it (False), and "
+    f"{ISOLATION_CONDITION} once another NetworkPolicy of the namespace was found admitting the workers' TensorFlow "
+    "port from elsewhere (True) or none does any more (False).",
+    # status: the five of CONDITION_TYPES; watchdog: Stalled; netpolicy: IsolationWeakened.
+    by=(*_STATE, "watchdog.flagged_status", "watchdog.cleared_status", "watchdog.settled", "netpolicy.exposed_status"),
     extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     items=StatusField("condition", "object", fields=(
     StatusField("type", "string", "Condition type.", required=True),

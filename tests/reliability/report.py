@@ -222,16 +222,21 @@ def attack_section(records: list[dict[str, Any]]) -> list[str]:
     if not attacks:
         return []
     refused = sum(r["correct"] for r in attacks)
-    out = ["## Attacks (tests/reliability/test_attacks.py, on the real node)", "",
-           f"As a user who may only create runs and ConfigMaps in one namespace (impersonated), the operator as "
-           f"deploy/ ships it unless the row names flags: {len(attacks)} attacks tried, {refused} refused or "
-           f"harmless. Finding: its id in the project's security review (H1-H3, M1-M6, L1-L11); the specs "
-           f"sent: tests/reliability/attacks/*.yaml.",
+    elsewhere = sorted({str((r.get("detail") or {})["where"]) for r in attacks if (r.get("detail") or {}).get("where")})
+    out = ["## Attacks (tests/reliability/test_attacks.py on the real node, test_attacks_api.py on the API server)", "",
+           "As a user who may only create runs and ConfigMaps in one namespace (impersonated), the operator as "
+           "deploy/ ships it unless the row names flags; a row that names a teammate, as one holding the `edit` "
+           "role there, with the operator of the checkout"
+           + (f" ({'; '.join(elsewhere)}, marked *)" if elsewhere else "")
+           + f": {len(attacks)} attacks tried, {refused} refused or harmless. Finding: its id in the project's "
+           f"security reviews (H1-H3, M1-M6, L1-L11; R1-R14 of the second); the specs sent: "
+           f"tests/reliability/attacks/*.yaml.",
            "", "| attack | finding | refused by | as | what the author got |", "|---|---|---|---|---|"]  # fmt: skip
     for r in sorted(attacks, key=lambda r: r["case"]):
         d = r.get("detail") or {}
         verdict = "" if r["correct"] == r["tried"] else "**NOT REFUSED** "
-        out.append(f"| {cell(r['case'], 200)} | {d.get('finding', r['case'].split('-')[0])} | "
+        where = " *" if d.get("where") else ""
+        out.append(f"| {cell(r['case'], 200)}{where} | {d.get('finding', r['case'].split('-')[0])} | "
                    f"{d.get('refused_by', 'the node')} | {cell(d.get('reason', ''), 60)} | "
                    f"{verdict}{cell(r['user_sees'], 300)} |")  # fmt: skip
     out.append("")

@@ -11,6 +11,9 @@ the operator installed as deploy/ ships it. Each must fail or be harmless, and i
   serving every run and the run's status stays bounded and clean;
 - the run's code ConfigMap replaced (deleted and created again) and a worker restarted (the review's R9): the
   new code never runs under the digest in status.code; the run fails CodeChanged.
+
+What a teammate with the `edit` role tries against a run (a forged chief pod, the run's NetworkPolicy taken away) is
+test_attacks_api.py's, on the API server with the operator of the checkout: the real node runs the installed images.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ What it plays as the API server does:
   generation that moves when a spec changes;
 - kube.py's errors where the API server gives them: NotFound, AlreadyExists, Conflict on a stale resourceVersion
   precondition, ResourceMissing for a TFJob without its CRD (`tfjob_crd = False`);
-- merge patches as application/merge-patch+json applies them (None deletes a key, a list is replaced);
+- merge patches as application/merge-patch+json applies them (None deletes a key, a list is replaced), and JSON
+  patches' add, replace and remove (a resourceVersion either sets is a precondition);
 - a TFJob's pods by the training-operator's job-name label, and `request`'s GET of a collection (labelSelector).
 
 What no API server does, a test plays (the kubelet, the controllers): `pod_statuses` (a pod the fake created
@@ -236,6 +237,20 @@ class FakeKube:
         self.objects.pop(_addressed((api_version, kind, namespace, name)), None)  # gone already is fine, as in Kube
 
     @api
+    def patch(self, api_version: str, kind: str, namespace: str, name: str, body: Any,
+              content_type: str = "application/merge-patch+json") -> dict[str, Any]:  # fmt: skip
+        key = _addressed((api_version, kind, namespace, name))
+        if content_type == "application/json-patch+json":
+            return self._json_patch(key, body)
+        return self._patch(key, body)
+
+    @api
+    def list_objects(self, api_version: str, kind: str, namespace: str, selector: str | None = None
+                     ) -> list[dict[str, Any]]:  # fmt: skip
+        _addressed((api_version, kind, namespace, ""))
+        return self._list(api_version, kind, namespace, selector)
+
+    @api
     def set_owner(self, api_version: str, kind: str, namespace: str, name: str,
                   owner: Mapping[str, Any]) -> dict[str, Any]:  # fmt: skip
         return self._patch((api_version, kind, namespace, name), {"metadata": {"ownerReferences": [dict(owner)]}})
@@ -369,6 +384,32 @@ class FakeKube:
             what = f'{_PLURALS[key[:2]]} "{key[3]}"'
             raise Conflict(409, "Conflict", f"Operation cannot be fulfilled on {what}: the object has been modified")
         patched = merge(stored, body)
+        if patched.get("spec") != stored.get("spec"):
+            patched["metadata"]["generation"] = int(stored["metadata"].get("generation") or 0) + 1
+        patched["metadata"]["resourceVersion"] = self._next_version()
+        self.objects[key] = patched
+        return copy.deepcopy(patched)
+
+    def _json_patch(self, key: Key, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """A JSON patch (RFC 6902) of `add`, `replace` and `remove` at object paths, as the API server applies one: a
+        resourceVersion it sets is a precondition (Conflict when stale), as in a merge patch."""
+        stored = self.objects.get(key)
+        if stored is None:
+            raise NotFound(404, "NotFound", f'{_PLURALS[key[:2]]} "{key[3]}" not found', {"name": key[3]})
+        patched = copy.deepcopy(stored)
+        for op in operations:
+            *parents, last = [part.replace("~1", "/").replace("~0", "~") for part in op["path"].split("/")[1:]]
+            target = functools.reduce(lambda obj, part: obj[part], parents, patched)
+            if op["op"] == "remove":
+                del target[last]
+            elif op["op"] == "replace" and last not in target:
+                raise ApiError(422, "Invalid", f"replace {op['path']}: no such member")
+            else:
+                target[last] = copy.deepcopy(op["value"])
+        version = patched["metadata"].get("resourceVersion")
+        if version != stored["metadata"]["resourceVersion"]:
+            what = f'{_PLURALS[key[:2]]} "{key[3]}"'
+            raise Conflict(409, "Conflict", f"Operation cannot be fulfilled on {what}: the object has been modified")
         if patched.get("spec") != stored.get("spec"):
             patched["metadata"]["generation"] = int(stored["metadata"].get("generation") or 0) + 1
         patched["metadata"]["resourceVersion"] = self._next_version()

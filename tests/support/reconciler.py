@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from dtr_operator.api import API_VERSION, KIND
 from dtr_operator.reconcile.reconciler import Reconciler
 
 from support.fake_kube import FakeKube
+from support.tfjobs import TFJOB_UID
 
 IMAGE = "localhost/distml/trainer:test"
 Event = tuple[str, str, str, str]  # run name, type, reason, message
-TFJOB = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "mnist-cnn", "namespace": "ml"}}
+# The TFJob of the unit tests' run (support.runs.make_run, uid u-1), as the operator made it: owned by the run.
+TFJOB = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+         "metadata": {"name": "mnist-cnn", "namespace": "ml", "uid": TFJOB_UID, "ownerReferences": [
+             {"apiVersion": API_VERSION, "kind": KIND, "name": "mnist-cnn", "uid": "u-1", "controller": True}]}}
 
 
 def reconciler(kube: FakeKube, **settings: Any) -> tuple[Reconciler, list[Event]]:

@@ -4,13 +4,22 @@ inputs the status tests share (test_status, test_status_keys, test_progress). Ru
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from dtr_operator.api import TFJOB_API_VERSION
 from dtr_operator.spec import parse_run
 
 from support.runs import make_run
 
 T0, T1, T2 = "2026-11-29T18:00:00Z", "2026-11-29T18:01:00Z", "2026-11-29T18:02:00Z"
 RUN = parse_run(make_run({"workers": 2}, uid="u-1", generation=1))
+TFJOB_UID = "tfjob-uid-1"
+
+
+def controlled_by(uid: str = TFJOB_UID, name: str = "mnist-cnn") -> list[dict[str, Any]]:
+    """A pod's ownerReferences as the training-operator writes them: the TFJob (of this uid) is its controller."""
+    return [{"apiVersion": TFJOB_API_VERSION, "kind": "TFJob", "name": name, "uid": uid, "controller": True,
+             "blockOwnerDeletion": True}]  # fmt: skip
 
 
 def cond(type_, status="True", reason=None, message=""):
@@ -32,7 +41,7 @@ def tfjob(conditions=(), active=0, succeeded=0, failed=0, start=None, completion
         status["startTime"] = start
     if completion:
         status["completionTime"] = completion
-    return {"metadata": {"name": "mnist-cnn", "namespace": "ml"}, "status": status}
+    return {"metadata": {"name": "mnist-cnn", "namespace": "ml", "uid": TFJOB_UID}, "status": status}
 
 
 def pod(index, exit_code=None, message=None, last_exit=None, last_message=None, running=False):
@@ -46,6 +55,7 @@ def pod(index, exit_code=None, message=None, last_exit=None, last_message=None, 
     return {
         "metadata": {
             "name": f"mnist-cnn-worker-{index}",
+            "ownerReferences": controlled_by(),
             "labels": {
                 "training.kubeflow.org/job-name": "mnist-cnn",
                 "training.kubeflow.org/replica-type": "worker",

@@ -92,8 +92,21 @@ def tfjob_view(
     return {**tfjob, "status": job_status}
 
 
-def pod_view(pod_name: str, namespace: str, labels: Mapping[str, str], pod_status: Mapping[str, Any]) -> dict[str, Any]:
-    return {"metadata": {"name": pod_name, "namespace": namespace, "labels": dict(labels)}, "status": dict(pod_status)}
+def as_created(tfjob: Mapping[str, Any], uid: str) -> dict[str, Any]:
+    """The TFJob as the API server would have it once created: with its uid, which its pods' owner references name."""
+    meta = tfjob.get("metadata") or {}
+    return {**tfjob, "metadata": {**meta, "uid": uid}}
+
+
+def pod_view(pod_name: str, namespace: str, labels: Mapping[str, str], pod_status: Mapping[str, Any],
+             tfjob: Mapping[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """A replica's pod as the training-operator makes it and the kubelet reports it: controlled by the TFJob (its uid),
+    which the operator's status requires of a pod before it reads it (status.pods.own_pods)."""
+    job = tfjob.get("metadata") or {}
+    owner = {"apiVersion": api.TFJOB_API_VERSION, "kind": api.TFJOB_KIND, "name": job.get("name"),
+             "uid": job.get("uid"), "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+    meta = {"name": pod_name, "namespace": namespace, "labels": dict(labels), "ownerReferences": [owner]}
+    return {"metadata": meta, "status": dict(pod_status)}
 
 
 def replica_labels(job: str, rtype: str, index: int) -> dict[str, str]:

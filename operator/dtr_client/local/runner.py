@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,7 +33,6 @@ from typing import Any, TextIO
 import yaml
 from dtr_contract import flags, layout
 from dtr_contract.container import PORT
-from dtr_contract.progress import EpochEnd, is_heartbeat, parse_epoch_end_line
 
 from dtr_operator import api, builders, reasons
 from dtr_operator.spec import RunSpec
@@ -42,7 +42,8 @@ from dtr_operator.status.progress import running_progress
 
 from .. import submit
 from . import kubelet, ports, translate
-from .jobs import End, end_by_exits, end_by_limits, job_restarts, pod_view, replica_labels, tfjob_view
+from .console import Console
+from .jobs import End, as_created, end_by_exits, end_by_limits, job_restarts, pod_view, replica_labels, tfjob_view
 from .source import RunError, code_run, load_run
 
 STOP_GRACE_SECONDS = 5.0
@@ -89,30 +90,6 @@ class Replica:
         return self.dir / f"{self.label}.termination-log"
 
 
-class Console:
-    """Lines from several replicas, whole lines at a time."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.lock = threading.Lock()
-        self.epoch: dict[str, tuple[int, int]] = {}
-        self.started = time.monotonic()
-        self.last_end: EpochEnd | None = None  # the chief's last finished epoch (status.progress)
-
-    def say(self, text: str) -> None:
-        with self.lock:
-            print(text, file=self.out, flush=True)
-
-    def replica_line(self, label: str, line: str) -> None:
-        if is_heartbeat(line):
-            return  # only the operator's stall watchdog reads it (in a pod's log): noise here
-        self.say(f"[{label}] {line}")
-        end = parse_epoch_end_line(line) if label.endswith("-0") else None
-        if end is not None:
-            self.last_end = end
-            self.say(f"[dtr] epoch {end.epoch}/{end.epochs} done ({time.monotonic() - self.started:.0f}s)")
-
-
 class LocalRun:
     def __init__(
         self, run: RunSpec, base_dir: Path, python: str, console: Console, code: submit.CodeFile | None = None
@@ -123,8 +100,10 @@ class LocalRun:
         self.console = console
         self.python = python
         self.code = code  # the local file playing the run's code ConfigMap
-        # As the operator makes it: the workers check the file they run against the digest in status.code.
-        self.tfjob = builders.build_tfjob(run, self.code_status().get("code", {}).get("sha256"))
+        # As the operator makes it: the workers check the file they run against the digest in status.code; its pods
+        # name its uid (they are the TFJob's own).
+        self.tfjob = as_created(builders.build_tfjob(run, self.code_status().get("code", {}).get("sha256")),
+                                str(uuid.uuid4()))
         self.pvc = builders.build_pvc(run)
         job = self.tfjob["spec"]
         self.success_policy = job.get("successPolicy", "")
@@ -143,7 +122,7 @@ class LocalRun:
             Replica(
                 rtype,
                 i,
-                f"{run.tfjob_name}-{rtype.lower()}-{i}",
+                builders.worker_pod_name(run, i),
                 self.with_tf_config(container, count, i),
                 self.run_dir,
             )
@@ -364,6 +343,7 @@ class LocalRun:
                     now_rfc3339(),
                     translate.LOOPBACK,
                 ),
+                self.tfjob,
             )
             for r in self.replicas
         ]

@@ -1,5 +1,6 @@
 """A run created, resumed, or its spec.suspend changed: make sure its NetworkPolicy, PVC and TFJob exist (observe ->
-decide.py -> act), with the TFJob suspended as the spec says; refused runs fail before anything is created."""
+decide.py -> act), with the TFJob suspended as the spec says, and its NetworkPolicy held (guard.py) whenever the TFJob
+is found, or the TFJob suspended; refused runs fail before anything is created."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..api import NETWORK_POLICY_API_VERSION
-from ..builders import build_network_policy, children, owned_by
+from ..builders import children
 from ..kube import AlreadyExists, ApiError, NotFound, ResourceMissing
 from ..policy import Refusal
 from ..reasons import (
@@ -29,7 +29,20 @@ from ..status.compute import unparsed_status
 from ..status.state import State, is_terminal
 from . import writes
 from .context import Context, ObservedRun, meta
-from .decide import UNREAD, Action, Create, Observed, Record, Suspend, Sync, decide, network_policy_taken
+from .decide import (
+    UNREAD,
+    Action,
+    Create,
+    FailClosed,
+    Observed,
+    Record,
+    Suspend,
+    Sync,
+    decide,
+    network_policy_taken,
+    policy_not_held,
+)
+from .guard import Guard
 from .mirror import Mirror
 from .progress import Progress
 
@@ -88,6 +101,7 @@ class Children:
     ctx: Context
     mirror: Mirror
     progress: Progress
+    guard: Guard
     checks: Checks = Checks()
 
     def reconcile_run(self, body: Mapping[str, Any], retry: int = 0) -> float | None:
@@ -151,8 +165,8 @@ class Children:
         request_refusal = self.checks.request(spec)
         for _ in range(self.ctx.retries.observations):
             seen = self.observe(spec, read_pvc, read_code)
-            action = self._guarded(spec, decide(spec, run.status, seen, refusal, code_refusal, request_refusal,
-                                                 self._claim(spec, seen)))
+            action = self._guarded(run, decide(spec, run.status, seen, refusal, code_refusal, request_refusal,
+                                                self._claim(spec, seen)))
             if not isinstance(action, Create):
                 return self._act(run, action, created, retry)
             # The TFJob carries the digest the status records with it: its workers run no other file (builders).
@@ -174,19 +188,24 @@ class Children:
         claimed = not spec.creates_pvc and isinstance(seen.pvc, Mapping)
         return self.checks.claim(spec, seen.pvc) if claimed else None
 
-    def _guarded(self, run: RunSpec, action: Action) -> Action:
-        """A Create after the run's NetworkPolicy exists (before the PVC and TFJob: no worker ever listens
-        unguarded), or the Record that stops it when the name is taken by a policy not this run's; a 409
-        ApiError (retried) when the policy went away in between. Any other action as it is."""
-        if not isinstance(action, Create):
+    def _guarded(self, run: ObservedRun, action: Action) -> Action:
+        """The action once the run's NetworkPolicy holds (guard.py), then the namespace's other policies reported:
+        made before the PVC and TFJob (Create: no worker ever listens unguarded; a Record stops the run when the name
+        is taken by a policy not its own, and an API refusal is as any child's), and held whenever the TFJob is found
+        (Sync, a resume): a FailClosed when it cannot be. A Record, a FailClosed and a suspension as they are."""
+        spec = run.spec
+        if isinstance(action, Record | FailClosed) or (isinstance(action, Suspend) and action.suspend):
             return action
-        # Not in `created`: that list says what the status announces, and that the PVC is made.
-        if self._create(owned_by(build_network_policy(run), run), f"NetworkPolicy {run.name}", []):
+        if isinstance(action, Create):
+            taken = self.guard.hold(run, restoring=False)
+            if taken is not None:
+                return network_policy_taken(spec, taken) or action
+            self.guard.report(run)
             return action
-        policy = self.ctx.kube.get(NETWORK_POLICY_API_VERSION, "NetworkPolicy", run.namespace, run.name)
-        if policy is None:
-            raise ApiError(409, "Conflict", f"NetworkPolicy {run.namespace}/{run.name} was deleted; will retry")
-        return network_policy_taken(run, policy) or action
+        if (why := self.guard.why_not_held(run)) is None:
+            self.guard.report(run)
+            return action
+        return policy_not_held(spec, run.status, action.tfjob, why) or action
 
     def _create(self, manifest: Mapping[str, Any], what: str, created: list[str]) -> Mapping[str, Any] | None:
         """Create the object and add `what` to `created`; None when its name is taken."""
@@ -197,11 +216,17 @@ class Children:
         created.append(what)
         return obj
 
-    def _act(self, run: ObservedRun, action: Sync | Record | Suspend, created: list[str], retry: int) -> float | None:
+    def _act(self, run: ObservedRun, action: Sync | Record | Suspend | FailClosed, created: list[str],
+             retry: int) -> float | None:  # fmt: skip
         """Carry out a decision that creates nothing. Returns the delay before a retry, or None."""
         if isinstance(action, Record):
             self.ctx.put(run, action.state)
             return self.ctx.retries.backoff(retry) if action.retry else None
+        if isinstance(action, FailClosed):
+            if action.suspend:  # the workers first: the status may say it a moment later
+                writes.suspend_tfjob(self.ctx.kube, run.spec, True)
+            self.ctx.put(run, action.state)
+            return self.ctx.retries.backoff(retry)
         if isinstance(action, Sync):
             self._announce(run, action.tfjob, created, action.code)
             return None

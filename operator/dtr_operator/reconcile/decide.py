@@ -1,6 +1,7 @@
 """The one step that makes a run's children what they should be: what exists (observed) -> one action. Pure.
 
-`decide` returns a small frozen value (Create, Sync, Record, Suspend) that children.py carries out; every branch is a
+`decide` returns a small frozen value (Create, Sync, Record, Suspend; FailClosed: policy_not_held) that children.py
+carries out; every branch is a
 unit test (tests/unit/operator/test_reconcile_decide.py). The other pure questions the reconciler asks of what it read
 live here too: whose a TFJob is, whether its status says anything new, which pods a failed TFJob still holds.
 """
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import watchdog
-from ..api import GROUP, KEEP_PODS, KIND
+from ..api import GROUP, KEEP_PODS, KIND, NETWORK_POLICY_KIND
 from ..builders import is_owned_by, is_reusable_pvc, left_by_earlier_run, pinned_code_sha256
 from ..policy import Refusal
 from ..reasons import (
@@ -21,7 +22,9 @@ from ..reasons import (
     FAILED,
     IMAGE_NOT_ALLOWED,
     NAME_CONFLICT,
+    NETWORK_POLICY_NOT_HELD,
     PENDING,
+    SUSPENDED,
     TERMINAL,
     TFJOB_DELETED,
     USER_CODE_NOT_ALLOWED,
@@ -98,7 +101,16 @@ class Suspend:
     suspend: bool
 
 
-Action = Create | Sync | Record | Suspend
+@dataclass(frozen=True)
+class FailClosed:
+    """The run's NetworkPolicy cannot be held while its TFJob exists: suspend the TFJob when it runs (`suspend`),
+    write `state`, and try again with backoff."""
+
+    state: State
+    suspend: bool
+
+
+Action = Create | Sync | Record | Suspend | FailClosed
 
 
 def tfjob_suspended(tfjob: Mapping[str, Any]) -> bool:
@@ -264,7 +276,22 @@ def network_policy_taken(run: RunSpec, policy: Mapping[str, Any]) -> Record | No
     Not created with another's in place: an earlier run's goes with the GC, and the workers would be open."""
     if is_owned_by(policy, run.uid):
         return None
-    return _clash("NetworkPolicy", run.name, policy, run)
+    return _clash(NETWORK_POLICY_KIND, run.name, policy, run)
+
+
+def policy_not_held(run: RunSpec, status: Mapping[str, Any], tfjob: Mapping[str, Any], why: str) -> FailClosed | None:
+    """What a run does when its NetworkPolicy cannot be held (netpolicy.py; `why`, in words): its workers must not serve
+    TensorFlow's unauthenticated port unguarded, so its TFJob is suspended (the operator's own suspension, which it
+    undoes once the policy is back: the workers continue from their backup). None when nothing runs or will:
+    a finished run, or one suspended by its spec (its policy is held again when it is resumed)."""
+    if is_terminal(status) or tfjob_state(tfjob).phase in TERMINAL:
+        return None
+    if run.suspend and tfjob_suspended(tfjob):
+        return None
+    message = (f"{why}; TFJob {run.tfjob_name} is suspended so that no worker serves TensorFlow's port without the "
+               f"run's NetworkPolicy; tried again with backoff, and resumed once the policy is back (the workers "
+               f"continue from their backup)")  # fmt: skip
+    return FailClosed(State(SUSPENDED, NETWORK_POLICY_NOT_HELD, message, created=True), not tfjob_suspended(tfjob))
 
 
 def tfjob_deleted_message(run: RunSpec) -> str:

@@ -15,7 +15,7 @@ from ..kube import ApiError
 from ..reasons import FAILED, TERMINAL, WORKER_PODS_RELEASED
 from ..spec import RunSpec
 from ..status.compute import tfjob_status
-from ..status.pods import gone_worker
+from ..status.pods import gone_worker, own_pods
 from ..status.state import is_terminal, tfjob_state
 from . import writes
 from .context import Context, ObservedRun, is_live, meta
@@ -44,22 +44,25 @@ class Mirror:
         merge patches without it); on a finished TFJob read its pods once, for the summary, then have the
         training-operator delete a failed run's pods that still run. quiet: no events."""
         spec = run.spec
-        pods: list[dict[str, Any]] = []
+        pods: list[Mapping[str, Any]] = []
+        gone: list[dict[str, Any]] = []
         latest = [tfjob]
 
         def read_pods_when_finished() -> None:
-            # Once, for the summary: a finished run's status is never written again.
+            # Once, for the summary: a finished run's status is never written again. Found by the training-operator's
+            # label, read only when they are the TFJob's own (own_pods: anyone who may create pods can label one).
             if not pods and (phase := tfjob_state(latest[0]).phase) in TERMINAL:
-                pods.extend(self.ctx.kube.list_job_pods(spec.namespace, spec.tfjob_name))
+                pods.extend(own_pods(spec, latest[0], self.ctx.kube.list_job_pods(spec.namespace, spec.tfjob_name)))
                 if phase == FAILED:
-                    pods.extend(self._gone_workers(spec, pods))
+                    gone.extend(self._gone_workers(spec, pods))
 
         read_pods_when_finished()
         recorded = {"code": dict(code)} if code else {}
         at = self.ctx.now()
 
         def mirrored(prev: Mapping[str, Any]) -> dict[str, Any]:
-            return watchdog.settled({**tfjob_status(spec, latest[0], pods, prev, at), **recorded}, at, spec.generation)
+            status = tfjob_status(spec, latest[0], pods, prev, at, gone)
+            return watchdog.settled({**status, **recorded}, at, spec.generation)
 
         def reread() -> None:
             # A creator's copy is the TFJob as created; the training-operator's Created may already be

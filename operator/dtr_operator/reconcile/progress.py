@@ -4,19 +4,20 @@ watchdog's record of when it ended), and a chief whose own code failed for good 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import watchdog
 from ..api import CONTAINER_NAME
-from ..builders import worker_pod_name
+from ..builders import is_owned_by, worker_pod_name
 from ..kube import ApiError
 from ..spec import RunSpec
-from ..status.pods import logs_an_error, restart_cannot_help, worker_exits
+from ..status.pods import is_own_pod, logs_an_error, restart_cannot_help, worker_exits
 from ..status.progress import epoch_logged_at, parse_epoch_end, running_progress
 from . import writes
-from .context import Context, ObservedRun
+from .context import Context, ObservedRun, meta
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 # in the tail for 13 minutes, many polls). No byte limit: the kubelet applies it from the start of the tail, so it
 # would cut off the newest lines, the ones wanted.
 LOG_TAIL_LINES = 40
+# The TFJob uids Progress keeps (own_chief), about 100 bytes each: more than a busy operator's Running runs.
+MAX_TFJOB_UIDS = 10_000
 
 
 @dataclass(eq=False)
@@ -33,6 +36,8 @@ class Progress:
 
     ctx: Context
     refusals: set[tuple[str | None, str | None, int]] = field(default_factory=set)  # said once each
+    # (namespace, TFJob name, run uid) -> the TFJob's uid, oldest first (own_chief)
+    tfjob_uids: OrderedDict[tuple[str, str, str], str] = field(default_factory=OrderedDict)
 
     def not_read(self, run: RunSpec, err: ApiError) -> None:
         """Log why a run's progress was not read: a refusal (RBAC) once per run and status, anything else quietly."""
@@ -44,13 +49,32 @@ class Progress:
         else:
             log.debug("progress of run %s/%s not read: %s", key[0], key[1], err)
 
+    def own_chief(self, run: RunSpec) -> Mapping[str, Any] | None:
+        """The run's chief pod (worker 0) when it is the TFJob's own (status.pods.is_own_pod), else None: a pod of
+        its name made by someone else before the real one (security review R8) is not read. The TFJob's uid is read
+        once per run (tfjob_uids): a run's TFJob is never replaced, a TFJob deleted fails the run."""
+        pod = self.ctx.kube.get_pod(run.namespace, worker_pod_name(run, 0))
+        if pod is None:
+            return None
+        key = (run.namespace, run.tfjob_name, run.uid or "")
+        if key not in self.tfjob_uids:
+            tfjob = self.ctx.kube.get_tfjob(run.namespace, run.tfjob_name)
+            if tfjob is None or not is_owned_by(tfjob, run.uid):
+                return None
+            self.tfjob_uids[key] = meta(tfjob).get("uid") or ""
+            while len(self.tfjob_uids) > MAX_TFJOB_UIDS:  # the oldest first: runs long gone
+                self.tfjob_uids.popitem(last=False)
+        return pod if is_own_pod(run, self.tfjob_uids[key], pod) else None
+
     def read_progress(self, run: ObservedRun, quiet: bool = False) -> Mapping[str, Any]:
         """The chief's last finished epoch into status.progress and the watchdog's record; returns the status as
-        this call left it."""
+        this call left it. Its log is read only when the chief is the TFJob's own (own_chief)."""
         spec = run.spec
-        chief = worker_pod_name(spec, 0)
-        log_text = self.ctx.kube.pod_log(spec.namespace, chief, CONTAINER_NAME, tail_lines=LOG_TAIL_LINES,
-                                     timestamps=True)  # fmt: skip
+        chief = self.own_chief(spec)
+        if chief is None:
+            return run.status
+        log_text = self.ctx.kube.pod_log(spec.namespace, meta(chief)["name"], CONTAINER_NAME,
+                                         tail_lines=LOG_TAIL_LINES, timestamps=True)  # fmt: skip
         if log_text is None:
             return run.status
         end = parse_epoch_end(log_text, spec.training.epochs)
@@ -65,11 +89,11 @@ class Progress:
                                                                              end.epoch, ended), quiet)  # fmt: skip
             status = {**run.status, **(written or {})}
         if logs_an_error(log_text):  # also after finished epochs: a loss diverges in any epoch
-            self.restart_no_more(run)
+            self.restart_no_more(run, chief)
         return status
 
 
-    def restart_no_more(self, run: ObservedRun) -> None:
+    def restart_no_more(self, run: ObservedRun, chief: Mapping[str, Any]) -> None:
         """When the chief's own code failed (exit code 8), its loss diverged (9) or its code file is not the one
         recorded (10), permanent failures (status.restart_cannot_help), have its TFJob fail at the next restart.
 
@@ -81,8 +105,10 @@ class Progress:
         """
         spec = run.spec
         try:
-            pod = self.ctx.kube.get_pod(spec.namespace, worker_pod_name(spec, 0))
-            code = next((e.code for e in worker_exits([pod] if pod else []) if restart_cannot_help(e.code)), None)
+            pod = self.ctx.kube.get_pod(spec.namespace, meta(chief)["name"])
+            if pod is None or meta(pod).get("uid") != meta(chief).get("uid"):
+                return  # gone, or another pod of its name since: not the chief whose log was read
+            code = next((e.code for e in worker_exits([pod]) if restart_cannot_help(e.code)), None)
             if code is None:
                 return
             writes.restart_no_more(self.ctx.kube, spec)

@@ -5,6 +5,7 @@ the kopf handlers and the background loops call. Knows nothing of kopf.
 - tfjob_event: its TFJob changed (or vanished): mirror that into the run's status (mirror.py).
 - seen: a watch event of a run: the in-memory trackers (runtime/trackers.py), for the metrics and the checks.
 - attempt_run: a run's attempt, read anew from the API; a run that waits is kept in `retrying`.
+- policy_event: a NetworkPolicy the operator owns changed or went: the run's attempt holds it (guard.py).
 - check_waiting_pods: a run waiting for its worker pods: say why they cannot start (waiting.py).
 - poll_progress: a Running run: its chief's last finished epoch into status.progress (progress.py), then the stall
   watchdog's check (stall.py), with the same read (when each run is read: progress_schedule.py).
@@ -18,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import metrics, watchdog
+from .. import metrics, netpolicy, watchdog
 from ..kube import ApiError
 from ..kube_api import KubeApi
 from ..reasons import FAILED, TFJOB_DELETED, TFJOB_SUSPENDED
@@ -39,6 +40,7 @@ from .children import (
 )
 from .context import Clock, Context, Emit, Retries, is_live, meta, utc_now
 from .decide import controller_run, has_news, tfjob_deleted_message
+from .guard import Guard
 from .mirror import CachedRun, Mirror, no_cache
 from .progress import Progress
 from .stall import Stall
@@ -85,14 +87,16 @@ class Reconciler:
     stall: Stall = field(init=False)
     children: Children = field(init=False)
     pods: WaitingPods = field(init=False)
+    guard: Guard = field(init=False)
 
     def __post_init__(self) -> None:
         self.ctx = Context(self.kube, self.emit, self.default_image, self.retries, self.now)
         self.mirror = Mirror(self.ctx)
         self.progress = Progress(self.ctx)
-        self.stall = Stall(self.ctx, self.mirror)
+        self.guard = Guard(self.ctx)
+        self.stall = Stall(self.ctx, self.mirror, self.guard)
         checks = Checks(self.image_refusal, self.code_refusal, self.run_refusal, self.claim_refusal)
-        self.children = Children(self.ctx, self.mirror, self.progress, checks)
+        self.children = Children(self.ctx, self.mirror, self.progress, self.guard, checks)
         self.pods = WaitingPods(self.ctx)
 
     def reconcile_run(self, body: Mapping[str, Any], retry: int = 0) -> float | None:
@@ -117,9 +121,22 @@ class Reconciler:
         if event_type == "DELETED":
             self.ctx.put(run, State(FAILED, TFJOB_DELETED, tfjob_deleted_message(run.spec)))
         elif watchdog.restarting(run.status) and not run.spec.suspend and tfjob_state(tfjob).reason == TFJOB_SUSPENDED:
-            self.stall.resume_after_stall(run)
+            self.stall.resume_after_stall(run, tfjob)
         else:
             self.mirror.sync_status(run, tfjob)
+
+    def policy_event(self, event_type: str | None, policy: Mapping[str, Any], clock: Callable[[], float]) -> None:
+        """A NetworkPolicy labelled distml.dev/run changed, went, or was seen at startup (event_type None). A run's own
+        (its controller, named as the run) that is gone or no longer as the operator makes it brings on the run's
+        attempt (attempt_run), which holds it (children.py, guard.py) or stops the workers; one as it is, or any other,
+        costs no API call."""
+        owner = controller_run(policy)
+        name = meta(policy).get("name")
+        if owner is None or name != owner.get("name"):
+            return  # not a run's own policy: other policies are looked at by guard.report
+        if event_type != "DELETED" and netpolicy.intact(policy, name):
+            return
+        self.attempt_run((meta(policy).get("namespace") or "", name, owner.get("uid") or ""), 0, clock)
 
     def seen(self, event_type: str | None, body: Mapping[str, Any], at: float) -> None:
         """A watch event of a run (at: monotonic seconds): keep the trackers up to date."""
@@ -186,7 +203,8 @@ class Reconciler:
     def poll_progress(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """A Running run: read the end of its chief's log and write the last finished epoch into status.progress.
 
-        One GET of pods/log per call, and a status write only when an epoch has finished since the last one.
+        A GET of the chief's pod (its log is read only when it is the TFJob's own) and one of pods/log per call, and a
+        status write only when an epoch has finished since the last one.
         An API error is logged (a refusal once per run and status): the next read tries again. Returns the status as
         the read left it, for the next read's schedule (None when the spec does not parse).
         """
@@ -205,5 +223,9 @@ class Reconciler:
             self.stall.watch(run, status)
         except ApiError as err:
             log.warning("stall check of run %s/%s not done: %s", run.spec.namespace, run.spec.name, err)
+        try:  # at least once a minute, at most one list of a namespace's policies per guard.OTHERS_SECONDS
+            self.guard.report(run)
+        except ApiError as err:
+            log.warning("other NetworkPolicies of run %s/%s not reported: %s", run.spec.namespace, run.spec.name, err)
         return status
 

@@ -17,9 +17,12 @@ from ..kube import ApiError
 from ..reasons import FAILED, STALL_ENDED, STALL_RESTART, STALLED, STALLED_CONDITION, STALLED_EVENT, TFJOB_SUSPENDED
 from ..spec import RunSpec
 from ..status.compute import state_status
+from ..status.pods import own_pods
 from ..status.state import State, tfjob_state
 from . import writes
-from .context import Context, ObservedRun, is_live
+from .context import Context, ObservedRun, is_live, meta
+from .decide import policy_not_held
+from .guard import Guard
 from .mirror import Mirror
 
 log = logging.getLogger(__name__)
@@ -31,6 +34,7 @@ class Stall:
 
     ctx: Context
     mirror: Mirror
+    guard: Guard
 
     def watch(self, run: ObservedRun, status: Mapping[str, Any]) -> None:
         """The watchdog's step for a Running run: no API call unless it flags, clears or reminds of a stall."""
@@ -49,9 +53,13 @@ class Stall:
 
     def _silent_workers(self, run: RunSpec) -> list[str]:
         """The worker pods whose log has no line for the last SILENT_SECONDS (the trainer's heartbeat keeps a live
-        one's going): one small read per worker, only for a run just found stalled."""
+        one's going): one small read per worker, only for a run just found stalled; only the TFJob's own pods are
+        read (own_pods), a worker without one is silent."""
+        tfjob = self.ctx.kube.get_tfjob(run.namespace, run.tfjob_name) or {}
+        own = {meta(p).get("name") for p in own_pods(run, tfjob, self.ctx.kube.list_job_pods(run.namespace,
+                                                                                           run.tfjob_name))}
         logs = {pod: self.ctx.kube.pod_log(run.namespace, pod, CONTAINER_NAME, tail_lines=1,
-                                       since_seconds=SILENT_SECONDS)
+                                           since_seconds=SILENT_SECONDS) if pod in own else None
                 for pod in (worker_pod_name(run, i) for i in range(run.workers))}  # fmt: skip
         return watchdog.silent_workers(logs)
 
@@ -87,22 +95,34 @@ class Stall:
         try:
             tfjob = self.ctx.kube.get_tfjob(spec.namespace, spec.tfjob_name)
             if tfjob is not None and not spec.suspend and tfjob_state(tfjob).reason == TFJOB_SUSPENDED:
-                self.resume_after_stall(run)
+                self.resume_after_stall(run, tfjob)
         except ApiError as err:
             log.warning("run %s/%s: its restart not resumed yet: %s", spec.namespace, spec.name, err)
 
-    def resume_after_stall(self, run: ObservedRun) -> None:
+    def resume_after_stall(self, run: ObservedRun, tfjob: Mapping[str, Any]) -> None:
         """The TFJob suspended for a restart says it is: resume it once its old pods are gone (the training-operator
         counts a pod that its deletion failed, the frozen worker's, against the resumed TFJob, which then fails:
-        seen on the real node); until then the progress poll comes back (RunningRuns keeps the run)."""
+        seen on the real node); until then the progress poll comes back (RunningRuns keeps the run). Only the TFJob's
+        own pods count (own_pods): a pod that merely carries its label does not hold the restart up."""
         spec = run.spec
-        if self.ctx.kube.list_job_pods(spec.namespace, spec.tfjob_name):
+        if own_pods(spec, tfjob, self.ctx.kube.list_job_pods(spec.namespace, spec.tfjob_name)):
             return
+        if not self._policy_held(run, tfjob):
+            return  # stays suspended; the next poll tries again
         tfjob = writes.suspend_tfjob(self.ctx.kube, spec, False)
         self.ctx.record(run.body, watchdog.restarted_status, quiet=True)
         fresh = self.ctx.kube.get_run(spec.namespace, spec.name)
         if is_live(fresh, spec.uid) and (parsed := self.ctx.parsed(fresh)) is not None:
             self.mirror.sync_status(parsed, tfjob)
+
+    def _policy_held(self, run: ObservedRun, tfjob: Mapping[str, Any]) -> bool:
+        """The run's NetworkPolicy holds before its workers start again (guard.py); else the run says why
+        (decide.policy_not_held) and its TFJob stays suspended."""
+        if (why := self.guard.why_not_held(run)) is None:
+            return True
+        if (closed := policy_not_held(run.spec, run.status, tfjob, why)) is not None:
+            self.ctx.put(run, closed.state)
+        return False
 
     def _fail_stalled(self, run: ObservedRun, flag: watchdog.Flag, message: str, at: str) -> None:
         """No restart left: the run fails (reason Stalled, its Warning event) and its TFJob is suspended, so that

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..kube import ApiError
 from ..runtime.trackers import RunRef
+from ..status.pods import own_pods
 from ..status.waiting import refused_pods, waiting_status, waits_for_pods
 from .context import Context, meta
 
@@ -37,7 +38,12 @@ class WaitingPods:
         run = self.ctx.parsed(body)
         if run is None:
             return
-        pods = self.ctx.kube.list_job_pods(run.spec.namespace, run.spec.tfjob_name)
+        spec = run.spec
+        tfjob = self.ctx.kube.get_tfjob(spec.namespace, spec.tfjob_name)
+        if tfjob is None:
+            return  # not made yet, or deleted: the run's own handlers say so
+        # Found by the training-operator's label, read only when they are the TFJob's own (own_pods).
+        pods = own_pods(spec, tfjob, self.ctx.kube.list_job_pods(spec.namespace, spec.tfjob_name))
         refused: list[str] = []
         if len(pods) < run.spec.workers:  # pods missing: the API server may have refused them (review L4)
             refused = refused_pods(self.ctx.kube.object_events(run.spec.namespace, "TFJob", run.spec.tfjob_name))

@@ -1,7 +1,8 @@
 """The two places where the operator changes how kopf itself works, each pinned to kopf 1.45.2 and guarded by a
 test (the table: docs/operator.md#where-the-operator-stands-in-for-kopf):
 
-- the watch: what kopf keeps of each event of a run or a TFJob before it queues it (install, slimmed);
+- the watch: what kopf keeps of each event of a run, a TFJob or a NetworkPolicy before it queues it (install,
+  slimmed);
 - the diff base: what kopf stores as a run's last handled state and compares events with (SuspendDiffBase).
 
 The watch. kopf reads a kind's watch as fast as the API server sends it and queues each event's whole body until one
@@ -22,7 +23,7 @@ from typing import Any
 import kopf
 from kopf._cogs.clients import watching
 
-from ..api import GROUP, PLURAL, TFJOB_GROUP, TFJOB_PLURAL
+from ..api import GROUP, NETWORK_POLICY_GROUP, NETWORK_POLICY_PLURAL, PLURAL, TFJOB_GROUP, TFJOB_PLURAL
 from .kept import KEPT_SPEC
 
 Slimmer = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -50,7 +51,14 @@ def tfjob_object(obj: Mapping[str, Any]) -> dict[str, Any]:
     return _cut(obj, {"runPolicy": spec["runPolicy"]} if "runPolicy" in spec else {})
 
 
-SLIMMERS: dict[tuple[str, str], Slimmer] = {(GROUP, PLURAL): run_object, (TFJOB_GROUP, TFJOB_PLURAL): tfjob_object}
+def policy_object(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A NetworkPolicy as kopf keeps it: its metadata and spec (which the handler compares with the run's), without
+    managedFields. Pure."""
+    return _cut(obj, dict(obj.get("spec") or {}))
+
+
+SLIMMERS: dict[tuple[str, str], Slimmer] = {(GROUP, PLURAL): run_object, (TFJOB_GROUP, TFJOB_PLURAL): tfjob_object,
+                                            (NETWORK_POLICY_GROUP, NETWORK_POLICY_PLURAL): policy_object}
 
 
 def slimmed(event: Any, slimmer: Slimmer) -> Any:
@@ -62,7 +70,8 @@ def slimmed(event: Any, slimmer: Slimmer) -> Any:
 
 
 def install_slim_watch() -> None:
-    """Wrap kopf's watch so that the events of runs and TFJobs are slimmed as they arrive (once per process)."""
+    """Wrap kopf's watch so that the events of runs, TFJobs and NetworkPolicies are slimmed as they arrive (once per
+    process)."""
     original = watching.infinite_watch
     if getattr(original, "_dtr_slim", False):
         return

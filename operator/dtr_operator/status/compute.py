@@ -16,6 +16,7 @@ from ..reasons import (
     DIVERGED,
     FAILED,
     METRICS_UNAVAILABLE,
+    NETWORK_POLICY_NOT_HELD,
     PENDING,
     PREEMPTED,
     QUEUED,
@@ -43,6 +44,7 @@ from .pods import (
     disrupted_workers,
     divergence,
     failed_workers,
+    own_pods,
     termination_message,
     user_code_failure,
     worker_restarts,
@@ -86,10 +88,11 @@ def unparsed_status(
 
 
 def _explained(
-    state: State, run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any], all_run: bool
-) -> tuple[State, Summary | None]:
-    """The TFJob's state with what the pods add: the chief's summary, who failed, why none or not all start
-    (`all_run`: every worker runs or has succeeded, as the TFJob counts them)."""
+    state: State, run: RunSpec, pods: Sequence[Mapping[str, Any]], previous: Mapping[str, Any], all_run: bool,
+    gone: Sequence[Mapping[str, Any]] = (),
+) -> tuple[State, Summary | None]:  # fmt: skip
+    """The TFJob's state with what the pods add: the chief's summary, who failed (`gone`: workers already deleted),
+    why none or not all start (`all_run`: every worker runs or has succeeded, as the TFJob counts them)."""
     if state.phase == SUCCEEDED:
         summary = parse_summary(termination_message(chief_pod(pods)), run.pvc_name)
         if summary.model and summary.headline and summary.problem is None:
@@ -99,7 +102,7 @@ def _explained(
         partial = f"training succeeded, but {summary.problem}"
         return State(SUCCEEDED, METRICS_UNAVAILABLE, partial, created=True), summary
     if state.phase == FAILED:
-        return _failure(state, pods), None
+        return _failure(state, pods, gone), None
     return _still_explained(state, previous, all_run), None
 
 
@@ -113,16 +116,16 @@ def _still_explained(state: State, previous: Mapping[str, Any], all_run: bool) -
     return state
 
 
-def _failure(state: State, pods: Sequence[Mapping[str, Any]]) -> State:
+def _failure(state: State, pods: Sequence[Mapping[str, Any]], gone: Sequence[Mapping[str, Any]] = ()) -> State:
     """A failed TFJob's state with who failed: the run's code file changed since it was recorded, its own code failed
-    or its loss diverged (the worker's one line), else each failed worker."""
+    or its loss diverged (the worker's one line), else each failed or disrupted worker, those already gone included."""
     if changed := code_changed(pods):  # first: code other than the recorded was about to run, whatever else failed
         return State(FAILED, CODE_CHANGED, changed, created=True)
     if user_code := user_code_failure(pods):
         return State(FAILED, USER_CODE_ERROR, user_code, created=True)
     if diverged := divergence(pods):
         return State(FAILED, DIVERGED, diverged, created=True)
-    if why := [*disrupted_workers(pods), *failed_workers(pods)]:
+    if why := [*disrupted_workers([*pods, *gone]), *failed_workers(pods)]:
         return State(FAILED, state.reason, clean_text(f"{state.message} {'; '.join(why)}"), created=True)
     return state
 
@@ -152,7 +155,10 @@ def suspension(state: State, run: RunSpec, previous: Mapping[str, Any], tfjob: M
 
 
 def _held(state: State, run: RunSpec, previous: Mapping[str, Any], tfjob: Mapping[str, Any]) -> State:
-    """A run not suspended whose TFJob is: queued in Kueue, suspended by someone else, or being resumed."""
+    """A run not suspended whose TFJob is: held by the operator for its NetworkPolicy, queued in Kueue, suspended by
+    someone else, or being resumed."""
+    if (unguarded := _unguarded(previous, tfjob)) is not None:
+        return unguarded
     if (queue := run.queue_name or kueue_queue(tfjob)) is not None:
         if previous.get("phase") == RUNNING or previous.get("reason") == PREEMPTED:
             message = (f"preempted: Kueue took back the run's admission and suspended TFJob {run.tfjob_name}; "
@@ -172,18 +178,33 @@ def _held(state: State, run: RunSpec, previous: Mapping[str, Any], tfjob: Mappin
     return state
 
 
+def _unguarded(previous: Mapping[str, Any], tfjob: Mapping[str, Any]) -> State | None:
+    """A run whose TFJob the operator suspended until the run's NetworkPolicy is back (decide.policy_not_held): why
+    stays said while the TFJob is suspended; None otherwise (resumed: the run is resuming)."""
+    if previous.get("reason") != NETWORK_POLICY_NOT_HELD:
+        return None
+    if not ((tfjob.get("spec") or {}).get("runPolicy") or {}).get("suspend"):
+        return None
+    return State(SUSPENDED, NETWORK_POLICY_NOT_HELD, previous.get("message") or "", created=True)
+
+
 def tfjob_status(
     run: RunSpec,
     tfjob: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
     previous: Mapping[str, Any],
     now: str,
+    gone: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """Status mirrored from the run's TFJob; pods are read only once the TFJob has finished."""
+    """Status mirrored from the run's TFJob and its worker pods, read only once the TFJob has finished: of `pods`, only
+    the TFJob's own (status.pods.own_pods; a pod that is merely labelled or named as a worker says nothing), and the
+    workers already `gone`, as their events remember them (status.pods.gone_worker: a deleted pod's owner is in no
+    event, so these are known by name alone)."""
+    pods = own_pods(run, tfjob, pods)
     counts = worker_counts(tfjob)
     ready = counts["active"] + counts["succeeded"]
     state = suspension(tfjob_state(tfjob), run, previous, tfjob)
-    state, summary = _explained(state, run, pods, previous, ready >= run.workers)
+    state, summary = _explained(state, run, pods, previous, ready >= run.workers, gone)
     status = _base(run, state, previous, now)
     status["workers"] = counts
     status["workersReady"] = f"{ready}/{run.workers}"

@@ -14,9 +14,39 @@ from ..api import (
     CONTAINER_NAME,
     REPLICA_INDEX_LABEL,
     REPLICA_TYPE_LABEL,
+    TFJOB_GROUP,
+    TFJOB_KIND,
 )
+from ..builders import worker_pod_name
+from ..spec import RunSpec
 from .progress import unstamped
 from .state import clean_text
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def is_own_pod(run: RunSpec, tfjob_uid: str | None, pod: Mapping[str, Any]) -> bool:
+    """Whether the pod is one of the run's workers: its controller is the run's TFJob (an ownerReference with
+    controller true, kind TFJob, that TFJob's uid) and it is named as the training-operator names the TFJob's workers
+    (builders.worker_pod_name). Labels prove nothing: whoever may create pods in the namespace (the `edit` role) can
+    label one as a run's worker 0, or name one as a worker before the real one exists, and its termination message
+    or log would speak for the run (security review R8). The training-operator adopts only pods carrying its own
+    selector's labels, and never renames one, so a pod that passes both checks is one the TFJob made or took."""
+    names = {worker_pod_name(run, i) for i in range(run.workers)}
+    return bool(tfjob_uid) and _meta(pod).get("name") in names and any(
+        ref.get("controller") is True and ref.get("kind") == TFJOB_KIND and ref.get("uid") == tfjob_uid
+        and str(ref.get("apiVersion", "")).startswith(f"{TFJOB_GROUP}/")
+        for ref in _meta(pod).get("ownerReferences") or []
+    )
+
+
+def own_pods(run: RunSpec, tfjob: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The pods among `pods` that are the run's workers (is_own_pod), in their order: the only pods whose exits,
+    disruptions, termination message and log the run's status reads."""
+    uid = _meta(tfjob).get("uid")
+    return [pod for pod in pods if is_own_pod(run, uid, pod)]
 
 
 def _tensorflow_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:

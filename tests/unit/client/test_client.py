@@ -14,6 +14,7 @@ from dtr_client import InvalidRun, Progress, RunFailed, RunStatus, TrainingClien
 from dtr_client.cluster import ClusterBackend
 from dtr_client.local import backend as local_backend
 from dtr_client.local import runner, source
+from dtr_client.local.console import Console
 from dtr_client.results import new_epochs, outcome, run_document
 from dtr_contract.progress import epoch_end_line, trainer_line
 from dtr_operator import kube
@@ -190,7 +191,7 @@ def test_a_local_model_is_found_in_its_claims_directory() -> None:
 
 def test_dtr_run_writes_its_status_with_the_chiefs_epoch_and_a_suspension(tmp_path: Path) -> None:
     run = source.admit(DOC, "d.yaml")
-    local = runner.LocalRun(run, tmp_path, "/usr/bin/python3", runner.Console(io.StringIO()))
+    local = runner.LocalRun(run, tmp_path, "/usr/bin/python3", Console(io.StringIO()))
     local.run_dir.mkdir(parents=True)
     local.console.replica_line("worker-0", chief_line(2, 3, 0.25).removeprefix("[worker-0] "))
     local.record("Running", "TFJobRunning", "running")

@@ -14,6 +14,7 @@ from dtr_contract import exits
 from dtr_operator import builders, reasons
 from dtr_operator.spec import parse_run
 from dtr_operator.status.compute import tfjob_status
+from dtr_operator.status.pods import own_pods
 
 RUN = """
 apiVersion: distml.dev/v1alpha1
@@ -135,11 +136,11 @@ def test_a_pod_a_local_process_cannot_play_is_one_line_not_a_traceback(tmp_path,
     assert code == 2
     assert err == "dtr run: env TOKEN: its valueFrom cannot be resolved without a cluster\n"
 
-def _pods(states):
+def _pods(states, tfjob):
     return [
         jobs.pod_view(
             f"digits-worker-{i}", "default", jobs.replica_labels("digits", "Worker", i),
-            kubelet.pod_status([kubelet.container_status("tensorflow", "img", s, 0)], "t0", "t1", "127.0.0.1"),
+            kubelet.pod_status([kubelet.container_status("tensorflow", "img", s, 0)], "t0", "t1", "127.0.0.1"), tfjob,
         )
         for i, s in enumerate(states)
     ]  # fmt: skip
@@ -153,9 +154,12 @@ def test_a_succeeded_local_job_reads_like_the_cluster_status():
         kubelet.terminated(0, json.dumps(summary), "a", "b", "c"),
         kubelet.terminated(0, "", "a", "b", "c"),
     ]
-    tfjob = jobs.tfjob_view(builders.build_tfjob(run), reasons.SUCCEEDED, "TFJobSucceeded", "done",
-                         {"active": 0, "succeeded": 2, "failed": 0}, "t0", "t9")  # fmt: skip
-    st = tfjob_status(run, tfjob, _pods(states), {}, "t9")
+    created = jobs.as_created(builders.build_tfjob(run), "local-uid")
+    tfjob = jobs.tfjob_view(created, reasons.SUCCEEDED, "TFJobSucceeded", "done",
+                            {"active": 0, "succeeded": 2, "failed": 0}, "t0", "t9")  # fmt: skip
+    pods = _pods(states, tfjob)
+    assert own_pods(run, tfjob, pods) == pods, "the pods dtr run makes are the TFJob's own to the operator's status"
+    st = tfjob_status(run, tfjob, pods, {}, "t9")
     assert st["phase"] == "Succeeded" and st["reason"] == reasons.TRAINING_SUCCEEDED
     assert st["metrics"]["accuracy"] == 0.93
     assert st["model"] == {
@@ -170,8 +174,9 @@ def test_a_succeeded_local_job_reads_like_the_cluster_status():
 def test_a_failed_local_job_names_the_worker():
     run = parse_run(yaml.safe_load(RUN))
     states = [kubelet.running("t"), kubelet.terminated(137, "killed", "a", "b", "c")]
-    tfjob = jobs.tfjob_view(builders.build_tfjob(run), reasons.FAILED, "TFJobFailed", "1 Worker replica(s) failed.",
-                         {"active": 1, "succeeded": 0, "failed": 1}, "t0", "t9")  # fmt: skip
-    st = tfjob_status(run, tfjob, _pods(states), {}, "t9")
+    created = jobs.as_created(builders.build_tfjob(run), "local-uid")
+    tfjob = jobs.tfjob_view(created, reasons.FAILED, "TFJobFailed", "1 Worker replica(s) failed.",
+                            {"active": 1, "succeeded": 0, "failed": 1}, "t0", "t9")  # fmt: skip
+    st = tfjob_status(run, tfjob, _pods(states, tfjob), {}, "t9")
     assert st["phase"] == "Failed"
     assert "digits-worker-1" in st["message"]

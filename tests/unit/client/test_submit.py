@@ -15,6 +15,7 @@ from dtr_cli import cli
 from dtr_cli import submit as submit_command
 from dtr_client import submit
 from dtr_client.local import runner, source, translate
+from dtr_client.local.console import Console
 from dtr_contract import flags, layout
 from dtr_operator.builders import CODE_FILE_MODE, build_tfjob
 from dtr_operator.kube import ApiError
@@ -225,7 +226,7 @@ def test_dtr_run_of_a_model_file_is_the_run_dtr_submit_sends(model: Path) -> Non
 
 def test_the_local_file_is_mounted_where_the_cluster_mounts_the_configmap(model: Path, tmp_path: Path) -> None:
     run, code = source.code_run(str(model), {})
-    local = runner.LocalRun(run, tmp_path / ".dtr", "/usr/bin/python3", runner.Console(io.StringIO()), code)
+    local = runner.LocalRun(run, tmp_path / ".dtr", "/usr/bin/python3", Console(io.StringIO()), code)
     local.run_dir.mkdir(parents=True)
     local.place_code()
     placed = local.code_dir / "wine_v2.py"

@@ -13,6 +13,7 @@ from dtr_operator.status.compute import tfjob_status
 from dtr_operator.status.pods import restart_cannot_help
 
 from support.runs import make_run
+from support.tfjobs import TFJOB_UID, controlled_by
 
 RUN = parse_run(make_run({"workers": 2}, uid="u-1", generation=1))
 LINE = ("training diverged: the loss became nan in epoch 3/10 (by step 50/117, learning rate 5); lower the learning "
@@ -23,13 +24,14 @@ def pod(index: int, exit_code: int, message: str = "", where: str = "state") -> 
     labels = {"training.kubeflow.org/job-name": "mnist-cnn", "training.kubeflow.org/replica-type": "worker",
               "training.kubeflow.org/replica-index": str(index)}  # fmt: skip
     cs = {"name": "tensorflow", where: {"terminated": {"exitCode": exit_code, "message": message}}}
-    return {"metadata": {"name": f"mnist-cnn-worker-{index}", "labels": labels}, "status": {"containerStatuses": [cs]}}
+    return {"metadata": {"name": f"mnist-cnn-worker-{index}", "labels": labels, "ownerReferences": controlled_by()},
+            "status": {"containerStatuses": [cs]}}
 
 
 def failed_tfjob() -> dict[str, Any]:
     cond = {"type": "Failed", "status": "True", "reason": "TFJobFailed",
             "message": "TFJob ml/mnist-cnn has failed because 2 Worker replica(s) failed."}  # fmt: skip
-    return {"metadata": {"name": "mnist-cnn"}, "status": {"conditions": [cond]}}
+    return {"metadata": {"name": "mnist-cnn", "uid": TFJOB_UID}, "status": {"conditions": [cond]}}
 
 
 def test_a_diverged_run_fails_with_its_own_reason_and_the_workers_line_naming_the_epoch() -> None:

@@ -22,6 +22,7 @@ from hypothesis import strategies as hs
 from support.fake_kube import FakeKube
 from support.reconciler import TFJOB, reconciler, run_policy_patches
 from support.runs import make_run
+from support.tfjobs import TFJOB_UID, controlled_by
 
 PREFIX = "dtr_trainer[worker-0]: "
 RUN = parse_run(make_run({"workers": 2, "training": {"epochs": 8}}, uid="u-1", generation=1))
@@ -151,6 +152,7 @@ def test_a_progress_read_that_raises_value_error_does_not_block_the_suspend(monk
 
     kube = FakeKube()
     kube.put(TFJOB)
+    kube.put({"metadata": {"name": "mnist-cnn-worker-0", "ownerReferences": controlled_by()}}, "Pod")
     kube.set_log("mnist-cnn-worker-0", f"{PREFIX}epoch 1/8 end loss=1")
     rec, _ = reconciler(kube)
     monkeypatch.setattr(progress, "parse_epoch_end", unreadable)
@@ -194,11 +196,13 @@ def test_control_characters_never_reach_a_status_message(dirty: str):
 def test_every_state_message_is_capped_the_success_message_included():
     assert len(State("Failed", "R", "x" * 100_000).message) == MAX_STATE_MESSAGE
     message = json.dumps({"loss": 0.1, "metric": "loss", "modelPath": "/mnt/dtr/models/" + "m" * 900 + "/1"})
-    pod = {"metadata": {"name": "r-worker-0", "labels": {"training.kubeflow.org/replica-type": "worker",
-                                                         "training.kubeflow.org/replica-index": "0"}},
+    pod = {"metadata": {"name": "mnist-cnn-worker-0", "ownerReferences": controlled_by(),
+                        "labels": {"training.kubeflow.org/replica-type": "worker",
+                                   "training.kubeflow.org/replica-index": "0"}},
            "status": {"containerStatuses": [{"name": "tensorflow",
                                              "state": {"terminated": {"exitCode": 0, "message": message}}}]}}
-    tfjob = {"metadata": {"name": "r"}, "status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
+    tfjob = {"metadata": {"name": "mnist-cnn", "uid": TFJOB_UID},
+             "status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
     status = tfjob_status(RUN, tfjob, [pod], {}, T0)
     assert status["reason"] == "TrainingSucceeded" and len(status["message"]) <= MAX_STATE_MESSAGE
 

@@ -22,6 +22,7 @@ from dtr_operator.settings import Settings
 from support.fake_kube import FakeKube
 from support.reconciler import TFJOB, reconciler, run_policy_patches, status_writes
 from support.runs import make_run
+from support.tfjobs import controlled_by
 
 CONFLICT = Conflict(409, "Conflict", "the object has been modified")
 
@@ -121,7 +122,8 @@ def worker_pod(index: int, **pod: Any) -> dict[str, Any]:
     """A worker pod of the run's TFJob, labelled as the training-operator labels it."""
     labels = {JOB_NAME_LABEL: "mnist-cnn", "training.kubeflow.org/replica-type": "worker",
               "training.kubeflow.org/replica-index": str(index)}  # fmt: skip
-    return {"metadata": {"name": f"mnist-cnn-worker-{index}", "labels": labels}, **pod}
+    return {"metadata": {"name": f"mnist-cnn-worker-{index}", "labels": labels, "ownerReferences": controlled_by()},
+            **pod}
 
 
 def test_a_conflict_mirrors_the_tfjob_as_it_is_now_not_the_creators_copy():
@@ -163,6 +165,7 @@ def test_a_running_run_short_of_a_worker_that_cannot_be_scheduled_is_told_why_an
     unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                      "message": "0/2 nodes are available: 1 node(s) didn't match pod anti-affinity rules."}
     kube = api(run({"phase": "Running", "reason": "TFJobRunning", "workersReady": "1/2"}))
+    kube.put(TFJOB)
     for i in range(2):
         kube.put(worker_pod(i, status={"conditions": [unschedulable] if i else []}), "Pod")
     rec, events = reconciler(kube)
@@ -326,6 +329,8 @@ def test_a_deleted_run_is_retried_no_more():
 def test_a_progress_refusal_is_said_once_per_run_and_status(caplog: pytest.LogCaptureFixture):
     running = run({"phase": "Running", "reason": "TFJobRunning"})
     kube = api(running)
+    kube.put(TFJOB)
+    kube.put(worker_pod(0), "Pod")
     rec, _ = reconciler(kube)
     kube.fail("pod_log", ApiError(403, "Forbidden", "pods/log is forbidden"), times=None)
     with caplog.at_level(logging.DEBUG, logger="dtr_operator.reconcile"):

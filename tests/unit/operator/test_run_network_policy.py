@@ -96,10 +96,19 @@ def test_a_new_run_gets_its_policy_before_its_volume_and_its_workers():
 
 
 def test_a_policy_of_its_own_left_by_an_earlier_attempt_is_kept():
-    kube = _api(_policy(UID))
+    kube = _api(owned_by(build_network_policy(run_of(spec={"workers": 2})), run_of(spec={"workers": 2})))
     assert _reconcile(kube) is None
     assert _created(kube) == ["PersistentVolumeClaim", "TFJob"]
     assert [(a["api_version"], a["kind"]) for a in kube.succeeded("get")] == [("networking.k8s.io/v1", "NetworkPolicy")]
+    assert kube.succeeded("patch") == [], "as the operator makes it: nothing to put back"
+
+
+def test_a_policy_of_its_own_that_was_changed_before_the_workers_exist_is_put_back_first():
+    kube = _api({**_policy(UID), "spec": {"podSelector": {}, "ingress": [{}]}})
+    assert _reconcile(kube) is None
+    assert _created(kube) == ["PersistentVolumeClaim", "TFJob"]
+    policy = kube.stored("NetworkPolicy", "mnist-cnn")
+    assert policy is not None and policy["spec"] == build_network_policy(run_of())["spec"]
 
 
 @pytest.mark.parametrize(("owner", "reason", "retried"), [(None, "NameConflict", False),
@@ -111,9 +120,17 @@ def test_a_policy_not_its_own_creates_no_workers(owner: str | None, reason: str,
     assert status_writes(kube)[-1]["reason"] == reason and (delay is not None) == retried
 
 
-def test_a_policy_gone_between_the_conflict_and_the_read_is_retried():
+def test_a_policy_gone_between_the_conflict_and_the_read_is_made_on_the_next_look():
     kube = _api()
     kube.fail("create", AlreadyExists(409, "AlreadyExists", "networkpolicies already exists"),
+              when=lambda args: args["manifest"]["kind"] == "NetworkPolicy")  # fmt: skip
+    assert _reconcile(kube) is None
+    assert _created(kube) == ["NetworkPolicy", "PersistentVolumeClaim", "TFJob"]
+
+
+def test_a_policy_that_keeps_changing_is_retried_and_nothing_is_created():
+    kube = _api()
+    kube.fail("create", AlreadyExists(409, "AlreadyExists", "networkpolicies already exists"), times=None,
               when=lambda args: args["manifest"]["kind"] == "NetworkPolicy")  # fmt: skip
     assert _reconcile(kube) is not None
     assert _created(kube) == [] and status_writes(kube)[-1]["reason"] == "APIUnavailable"

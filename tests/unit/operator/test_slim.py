@@ -169,7 +169,7 @@ def test_only_events_with_an_object_are_slimmed():
     assert slimmed(error, cut) is error and slimmed("LISTED", cut) == "LISTED"
 
 
-def test_the_wrapped_kopf_watch_slims_runs_and_tfjobs_only_and_is_installed_once(monkeypatch):
+def test_the_wrapped_kopf_watch_slims_runs_tfjobs_and_networkpolicies_only_and_is_installed_once(monkeypatch):
     """kopf's queueing calls watching.infinite_watch by attribute (the seam kopf_seams.install_slim_watch wraps): if a
     kopf upgrade moves it, this test fails rather than the operator's memory quietly growing back."""
     import asyncio
@@ -181,7 +181,12 @@ def test_the_wrapped_kopf_watch_slims_runs_and_tfjobs_only_and_is_installed_once
     from kopf._core.reactor import queueing
 
     assert "watching.infinite_watch(" in inspect.getsource(queueing.watcher)
-    events = [{"type": "ADDED", "object": _largest_run()}, {"type": "MODIFIED", "object": _largest_tfjob()}]
+    policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+              "metadata": {"name": "r", "managedFields": [{"manager": "kubectl"}] * 50,
+                           "labels": {"distml.dev/run": "r"}},
+              "spec": {"podSelector": {}, "ingress": [{}]}}  # fmt: skip
+    events = [{"type": "ADDED", "object": _largest_run()}, {"type": "MODIFIED", "object": _largest_tfjob()},
+              {"type": "MODIFIED", "object": policy}]  # fmt: skip
 
     async def original(*, resource, **_):
         for event in events:
@@ -196,8 +201,34 @@ def test_the_wrapped_kopf_watch_slims_runs_and_tfjobs_only_and_is_installed_once
         resource = Resource(group=group, version="v1", plural=plural)
         return [event async for event in watching.infinite_watch(resource=resource, settings=None, namespace=None)]
 
-    runs, tfjobs, pods = (asyncio.run(collect(*kind)) for kind in
-                          (("distml.dev", "disttrainingruns"), ("kubeflow.org", "tfjobs"), ("", "pods")))  # fmt: skip
+    runs, tfjobs, policies, pods = (asyncio.run(collect(*kind)) for kind in (
+        ("distml.dev", "disttrainingruns"), ("kubeflow.org", "tfjobs"), ("networking.k8s.io", "networkpolicies"),
+        ("", "pods")))  # fmt: skip
     assert runs[0]["object"] == kopf_seams.run_object(events[0]["object"])
     assert tfjobs[1]["object"] == kopf_seams.tfjob_object(events[1]["object"])
+    slim_policy = policies[2]["object"]
+    assert slim_policy == kopf_seams.policy_object(policy) and "managedFields" not in slim_policy["metadata"]
+    assert slim_policy["spec"] == policy["spec"], "the handler compares the spec"
     assert pods == events
+
+
+def test_kopf_asks_the_api_server_only_for_networkpolicies_labelled_as_a_runs():
+    """A cluster's other NetworkPolicies never reach kopf, which would keep each (its own memory of every object it
+    watches) only for the handler's `labels` filter to drop it: the selector goes into kopf's list and watch requests
+    (settings.watching.label_selectors, a public setting; its use is read from kopf's source)."""
+    import inspect
+
+    import kopf
+    from dtr_operator import handlers
+    from dtr_operator.api import RUN_LABEL
+    from kopf._cogs.clients import fetching, watching
+    from kopf._cogs.structs.references import Resource
+
+    settings = kopf.OperatorSettings()
+    handlers._tune(settings)
+    policies = Resource(group="networking.k8s.io", version="v1", plural="networkpolicies", kind="NetworkPolicy")
+    runs = Resource(group="distml.dev", version="v1alpha1", plural="disttrainingruns", kind="DistTrainingRun")
+    assert settings.watching.label_selectors.collect(policies) == [RUN_LABEL]
+    assert settings.watching.label_selectors.collect(runs) == []
+    for module in (watching, fetching):
+        assert "settings.watching.label_selectors.collect(resource)" in inspect.getsource(module)

@@ -171,7 +171,7 @@ def test_a_worker_pod_gone_before_the_failure_is_named_with_its_node_from_its_ev
     grpc = "dtr_trainer[worker-0]: error: lost a peer or a collective timed out (UnavailableError: reset)"
     job = tfjob([cond("Created"),
                  cond("Failed", message="TFJob ml/mnist-cnn has failed because 1 Worker replica(s) failed.")])
-    message = tfjob_status(RUN, job, [pod(0, 138, grpc), gone], {}, T1)["message"]
+    message = tfjob_status(RUN, job, [pod(0, 138, grpc)], {}, T1, gone=[gone])["message"]
     assert "worker mnist-cnn-worker-1 on node dtr-n1 deleted by the taint manager" in message, message
     assert message.index("worker-1") < message.index("worker-0"), "the lost worker first, then the peer that lost it"
 

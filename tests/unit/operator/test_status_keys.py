@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from dtr_client.results import RunStatus
-from dtr_operator import metrics, progress_schedule, reasons, status_fields, watchdog
+from dtr_operator import metrics, netpolicy, progress_schedule, reasons, status_fields, watchdog
 from dtr_operator.spec import RunSpec, WatchdogSpec, parse_run
 from dtr_operator.status.code import code_status
 from dtr_operator.status.compute import next_status, state_status, tfjob_status, unparsed_status
@@ -300,10 +300,26 @@ def every_tfjob_condition() -> list[Life]:
     return [*lives, bare]
 
 
+def isolation() -> list[Life]:
+    """Another NetworkPolicy admits the workers' port, then no more (IsolationWeakened True, False); a run whose own
+    policy could not be held: suspended by the operator, the TFJob's events while it is, then resumed."""
+    exposed, held = running_life(), running_life()
+    open_to_all = ["NetworkPolicy open admits TCP 2222 from anywhere"]
+    for lines in (open_to_all, open_to_all, []):
+        exposed.step("netpolicy.exposed_status",
+                     lambda prev, lines=lines: netpolicy.exposed_status(prev, lines, T2, RUN.generation))  # fmt: skip
+    not_held = State(reasons.SUSPENDED, reasons.NETWORK_POLICY_NOT_HELD, "the API refused it", created=True)
+    held.step("status.compute.state_status", lambda prev: state_status(RUN, not_held, prev, T2))
+    suspended = {**tfjob([cond("Created"), cond("Suspended")]), "spec": {"runPolicy": {"suspend": True}}}
+    for job in (suspended, tfjob([cond("Created"), cond("Suspended")]), running_job()):
+        tfjob_step(held, RUN, job, [], T2)
+    return [exposed, held]
+
+
 @pytest.fixture(scope="module")
 def lives() -> list[Life]:
     return [stalled_and_succeeded(), restarted_then_failed(), *failures(), *suspended_and_queued(),
-            *every_tfjob_condition()]  # fmt: skip
+            *every_tfjob_condition(), *isolation()]  # fmt: skip
 
 
 # ---- the checks --------------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from dtr_operator.status.pods import restart_cannot_help
 from support.fake_kube import FakeKube
 from support.reconciler import reconciler, status_writes
 from support.runs import make_run
+from support.tfjobs import TFJOB_UID, controlled_by
 
 SOURCE = "def build_model(ctx):\n    ...\n"
 SHA = hashlib.sha256(SOURCE.encode()).hexdigest()
@@ -326,13 +327,13 @@ def _pod(index: int, exit_code: int | None, message: str | None = None, last_exi
         cs["lastState"] = {"terminated": {"exitCode": last_exit, "message": last_message}}
     labels = {"training.kubeflow.org/job-name": "mnist-cnn", "training.kubeflow.org/replica-type": "worker",
               "training.kubeflow.org/replica-index": str(index)}  # fmt: skip
-    return {"metadata": {"name": f"mnist-cnn-worker-{index}", "labels": labels},
+    return {"metadata": {"name": f"mnist-cnn-worker-{index}", "labels": labels, "ownerReferences": controlled_by()},
             "status": {"containerStatuses": [cs]}}  # fmt: skip
 
 
 def _tfjob(condition: str, **conds: Any) -> dict[str, Any]:
     cond = {"type": condition, "status": "True", "reason": f"TFJob{condition}", "message": conds.get("message", "")}
-    return {"metadata": {"name": "mnist-cnn"}, "status": {"conditions": [cond]}}
+    return {"metadata": {"name": "mnist-cnn", "uid": TFJOB_UID}, "status": {"conditions": [cond]}}
 
 
 REGRESSION = {"loss": 0.31, "epochs": 4, "examplesPerSecond": 812.5, "modelPath": "/mnt/dtr/models/mnist-cnn/1",

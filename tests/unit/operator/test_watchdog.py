@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from support.fake_kube import FakeKube
 from support.reconciler import IMAGE, TFJOB, run_policy_patches, status_writes
 from support.runs import make_run
+from support.tfjobs import controlled_by
 
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -213,6 +214,8 @@ def api(logs: dict[str, str | None], run: dict[str, Any]) -> FakeKube:
     kube.put(run)
     kube.put({**TFJOB, "status": {"conditions": [{"type": "Created", "status": "True"}]}})
     for pod, text in logs.items():
+        kube.put({"metadata": {"name": pod, "ownerReferences": controlled_by(),
+                               "labels": {"training.kubeflow.org/job-name": "mnist-cnn"}}}, "Pod")  # fmt: skip
         if text is not None:
             kube.set_log(pod, text)
     return kube
@@ -300,6 +303,8 @@ def suspended(kube: FakeKube) -> dict[str, Any]:
     tfjob = kube.stored("TFJob", "mnist-cnn")
     assert tfjob is not None and tfjob["spec"]["runPolicy"]["suspend"] is True
     kube.put({**tfjob, "status": {"conditions": [{"type": "Suspended", "status": "True"}]}})
+    for i in range(2):
+        kube.delete_pod("ml", f"mnist-cnn-worker-{i}")
     run = kube.stored(KIND, "mnist-cnn")
     assert run is not None and run["status"]["watchdog"]["restarting"] is True
     return kube.put({**run, "status": {**run["status"], "phase": "Pending"}})
@@ -336,6 +341,7 @@ def test_a_restart_resumes_only_once_the_old_pods_are_gone_and_the_poll_does_it(
     assert len(status_writes(kube)) == 1
     run = suspended(kube)
     old = {"metadata": {"name": "mnist-cnn-worker-1", "deletionTimestamp": "2026-12-01T12:20:00Z",
+                        "ownerReferences": controlled_by(),
                         "labels": {"training.kubeflow.org/job-name": "mnist-cnn"}}}  # fmt: skip
     kube.put(old, "Pod")
     rec.poll_progress(run)
@@ -379,7 +385,7 @@ def test_an_epoch_after_the_stall_clears_it_with_one_write_each():
 def test_dtr_run_does_not_print_the_heartbeat():
     import io
 
-    from dtr_client.local.runner import Console
+    from dtr_client.local.console import Console
     from dtr_contract.progress import HEARTBEAT, is_heartbeat, trainer_line
 
     beat = trainer_line("worker-1", HEARTBEAT)
