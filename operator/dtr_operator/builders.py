@@ -14,6 +14,7 @@ from typing import Any
 from dtr_contract import env, flags, layout
 from dtr_contract.container import PORT, TERMINATION_MESSAGE_PATH
 
+from . import objectstore
 from .api import (
     API_VERSION,
     CONTAINER_NAME,
@@ -51,7 +52,8 @@ def run_labels(run: RunSpec) -> dict[str, str]:
 
 
 def export_dir(run: RunSpec) -> str:
-    return layout.export_dir(run.model_name)
+    """Where model versions go: spec.export.storageUri in the object store, else models/<modelName> on the volume."""
+    return run.storage_uri or layout.export_dir(run.model_name)
 
 
 def logs_dir(run: RunSpec) -> str:
@@ -157,15 +159,17 @@ def effective_spec(run: RunSpec) -> dict[str, Any]:
     return _api_object(SPEC, run)
 
 
-def trainer_env(run: RunSpec) -> list[dict[str, str]]:
-    """The container's env: unbuffered output, and who the run is (the trainer's lineage file)."""
-    variables = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": env.RUN_NAME, "value": run.name}]
+def trainer_env(run: RunSpec) -> list[dict[str, Any]]:
+    """The container's env: unbuffered output, who the run is (the trainer's lineage file), its object store."""
+    variables: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"},
+                                       {"name": env.RUN_NAME, "value": run.name}]
     if run.uid:
         variables.append({"name": env.RUN_UID, "value": run.uid})
     variables += [
         {"name": env.RUN_NAMESPACE, "value": run.namespace},
         {"name": env.RUN_SPEC, "value": json.dumps(effective_spec(run), separators=(",", ":"))},
         {"name": env.TRAINER_IMAGE, "value": run.image},
+        *objectstore.trainer_env(run.object_store),
     ]
     return variables
 
@@ -183,6 +187,7 @@ def _container(run: RunSpec, code_sha256: str | None) -> dict[str, Any]:
             {"name": VOLUME_NAME, "mountPath": layout.MOUNT_PATH},
             {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_PATH},
             *code_mounts(run),
+            *objectstore.mounts(run.object_store),
         ],
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         # On success the trainer writes its JSON summary there; on a crash the log tail explains it.
@@ -284,6 +289,7 @@ def _pod_spec(run: RunSpec, code_sha256: str | None) -> dict[str, Any]:
             {"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": run.pvc_name}},
             {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE}},
             *code_volumes(run),
+            *objectstore.volumes(run.object_store),
         ],
     }
     return {**spec, **_placement_fields(run)}

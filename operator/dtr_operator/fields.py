@@ -26,6 +26,7 @@ from typing import Any
 from dtr_contract import flags, layout
 
 from . import grammar
+from .fields_objectstore import OBJECT_STORE, SPEC_RULES, STORAGE_URI, STORAGE_URI_RULE, is_s3, s3_uri_cel
 from .schema import MAX_KEY_LENGTH, Field, Pattern, Rule, To, cel_regex
 
 DEFAULT_TRAINER_IMAGE = "localhost/distml/trainer:0.1.0"  # --trainer-image's default (docs/images.md#names)
@@ -44,10 +45,11 @@ def _npz_or_builtin(value: str) -> bool:
 
 
 def _dataset_allowed(training: Mapping[str, Any]) -> bool:
-    """The dataset rule's twin: with code, any relative path its load_data reads; else a built-in or a .npz."""
+    """The dataset rule's twin: an s3:// URI (fields_objectstore.py); with code, any relative path its load_data
+    reads; else a built-in or a .npz."""
     dataset = training.get("dataset")
-    if dataset is None:
-        return True
+    if dataset is None or is_s3(dataset):
+        return dataset is None or grammar.s3_uri(dataset)
     return grammar.relative_path(dataset) if "code" in training else _npz_or_builtin(dataset)
 
 
@@ -145,7 +147,7 @@ _LABEL_VALUE = Pattern(grammar.LABEL_VALUE, "must be a label value")
 _RELATIVE = f"self.dataset.matches('^{grammar.NPZ_PATH}$') && !self.dataset.startsWith('/') && " \
             f"!self.dataset.matches('{grammar.DOT_SEGMENT}')"
 _DATASET_RULE = (
-    f"!has(self.dataset) || (has(self.code) ? ({_RELATIVE}) : (self.dataset in "
+    f"!has(self.dataset) || ({s3_uri_cel('dataset')}) || (has(self.code) ? ({_RELATIVE}) : (self.dataset in "
     f"[{', '.join(repr(d) for d in BUILTIN_DATASETS)}] || (self.dataset.endsWith('.npz') && {_RELATIVE})))"
 )
 _DNS_SUBDOMAIN = "a DNS subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
@@ -208,7 +210,8 @@ TRAINING = Field("training", "object", "The model, the data and the optimisation
           "Training data: mnist, fashion_mnist (Keras loaders, cached on the volume), digits (scikit-learn's "
           "bundled 8x8 digits upscaled to 28x28; needs no network), synthetic, or a relative path to a .npz file "
           "under <volume>/data/ (no leading '/', no '..'). With code: passed to its load_data as given, and may "
-          "also name any file or directory under <volume>/data/.",
+          "also name any file or directory under <volume>/data/. Or an s3:// URI in spec.objectStore: a file, or a "
+          "prefix of many (TFRecord, .npz or .csv; docs/object-storage.md).",
           attr="training.dataset", default="mnist", min_length=1, max_length=253, to=To("trainer", flags.DATASET)),
     DATASET_SOURCE,
     Field("epochs", "integer", "Passes over the training data ({bounds}).", attr="training.epochs", default=3,
@@ -236,7 +239,7 @@ TRAINING = Field("training", "object", "The model, the data and the optimisation
     Rule(_DATASET_RULE,
          f"must be {', '.join(BUILTIN_DATASETS)}, or a relative path on the volume (letters, digits, '._-/'; no "
          "leading '/', no '.' or '..' segments) to a .npz file, or with spec.training.code to any file or "
-         "directory its load_data reads",
+         "directory its load_data reads, or an s3:// URI (s3://<bucket>[/<prefix>], no '.' or '..' segment)",
          _dataset_allowed, subject="dataset", field_path=True),
 ))  # fmt: skip
 
@@ -287,14 +290,15 @@ STORAGE = Field("storage", "object",
          field_path=True),
 ))  # fmt: skip
 
-EXPORT = Field("export", "object", "Where the trained model goes.", default={}, fields=(
+EXPORT = Field("export", "object", "Where the trained model goes.", default={}, rules=(STORAGE_URI_RULE,), fields=(
+    STORAGE_URI,
     Field("modelName", "string",
           f"Model name; the model lands at {layout.export_dir('<modelName>')}/<version>/ (TF Serving layout, "
           "version = 1 + the largest existing version). Default: metadata.name.",
           attr="model_name", min_length=1, max_length=63, to=To("trainer", flags.EXPORT_DIR),
           pattern=Pattern(grammar.MODEL_NAME, "must be lower-case letters, digits, '-', '_' and '.', starting and "
                           "ending with a letter or digit (it is one directory name)", cel=True),
-          doc_default="`metadata.name`"),
+          doc_default="`metadata.name`", not_with=("storageUri", "names a model on the volume")),
 ))  # fmt: skip
 
 TOLERATION = Field("toleration", "object", fields=(
@@ -459,7 +463,9 @@ SPEC = Field("spec", "object",
           doc="[scheduling.md](scheduling.md#priority-and-preemption)"),
     SCHEDULING_POLICY,
     WATCHDOG,
+    OBJECT_STORE,
 ), rules=(
+    *SPEC_RULES,
     Rule("!has(self.queueName) || !self.suspend",
          "cannot be true with spec.queueName: Kueue suspends and resumes queued runs (docs/scheduling.md)",
          lambda s: "queueName" not in s or not s.get("suspend"), subject="suspend"),

@@ -19,6 +19,12 @@ PY_MODULE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 HTTPS_URL = r"https://[^\s/?#@]+/[^\s?#]*[^\s/?#](\?[^\s#]*)?"  # a host (no user:password@) and a file name
 SHA256_HEX = r"[0-9a-f]{64}"
 METRIC_NAME = r"[A-Za-z_][A-Za-z0-9_]*"  # as Keras names a metric (mae, auc, top_k_categorical_accuracy)
+# An object store's endpoint (spec.objectStore.endpoint): scheme://host[:port], nothing else (no path, no user:pass@).
+ENDPOINT = r"https?://([a-z0-9]([-a-z0-9.]*[a-z0-9])?|\[[0-9a-f:.]+\])(:[0-9]{1,5})?"
+# An object in a bucket, or a prefix of many (spec.training.dataset, spec.export.storageUri): a bucket name as S3
+# has them, then keys of letters, digits and '._=+-' joined by single '/'s.
+S3_URI = r"s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/[A-Za-z0-9._=+-]+)*/?"
+S3_DOT_SEGMENT = r"/[.][.]?(/|$)"  # searched: a "." or ".." key segment (the scheme's "//" is followed by the bucket)
 DOT_SEGMENT = r"(^|/)[.][.]?(/|$)"  # searched, not matched: a "." or ".." path segment
 LABEL_KEY = rf"({DNS1123_SUBDOMAIN}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?"
 LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
@@ -42,3 +48,8 @@ def positive_quantity(value: str) -> bool:
 def relative_path(value: str) -> bool:
     """A path under a directory: no leading /, no . or .. segment."""
     return re.fullmatch(NPZ_PATH, value) is not None and not value.startswith("/") and not re.search(DOT_SEGMENT, value)
+
+
+def s3_uri(value: str) -> bool:
+    """An s3:// URI the API accepts: S3_URI, no . or .. segment (S3 keeps them literally; a reader would not)."""
+    return re.fullmatch(S3_URI, value) is not None and not re.search(S3_DOT_SEGMENT, value)

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from . import objectstore
 from .api import HOSTNAME_LABEL
 from .reasons import (
     AFFINITY_NOT_ALLOWED,
     CLAIM_NOT_ALLOWED,
     NODE_SELECTOR_NOT_ALLOWED,
+    OBJECT_STORE_NOT_ALLOWED,
     POD_ANNOTATION_NOT_ALLOWED,
     POD_LABEL_NOT_ALLOWED,
     PRIORITY_CLASS_NOT_ALLOWED,
@@ -83,6 +85,7 @@ CLAIMS = Flag("claims", "DTR_CLAIMS")
 ANTI_AFFINITY_TOPOLOGIES = Flag("allowed-anti-affinity-topologies", "DTR_ALLOWED_ANTI_AFFINITY_TOPOLOGIES")
 MAX_STORAGE = Flag("max-storage", "DTR_MAX_STORAGE")
 STORAGE_CLASSES = Flag("allowed-storage-classes", "DTR_ALLOWED_STORAGE_CLASSES")
+OBJECT_STORES = Flag("allowed-object-stores", "DTR_ALLOWED_OBJECT_STORES")
 ALLOWED, REFUSED = "allowed", "refused"  # --cross-namespace-affinity
 LABELLED, ANY = "labelled", "any"  # --claims
 
@@ -106,6 +109,7 @@ class Policy:
     anti_affinity_topologies: tuple[str, ...] = ()  # globs of topology keys beyond kubernetes.io/hostname
     max_storage: str = DEFAULT_MAX_STORAGE  # a quantity
     storage_classes: tuple[str, ...] = ()  # globs; empty: none named, the cluster's default class only
+    object_stores: tuple[str, ...] = ()  # endpoints (scheme://host[:port]), not globs; empty: none
 
 
 def _listed(patterns: Sequence[str]) -> str:
@@ -325,8 +329,20 @@ def _storage(run: RunSpec, policy: Policy) -> Refusal | None:
     return None
 
 
+def _object_store(run: RunSpec, policy: Policy) -> Refusal | None:
+    """The workers would send the run's keys and data to the endpoint, and reach it from inside the cluster: the
+    admin lists the stores runs may name (a run cannot point them at an internal service of its choosing)."""
+    store = run.object_store
+    if store is None or objectstore.endpoint_allowed(store.endpoint, policy.object_stores):
+        return None
+    return Refusal(OBJECT_STORE_NOT_ALLOWED,
+                   f"spec.objectStore.endpoint {store.endpoint} is not allowed by the operator's {OBJECT_STORES}: "
+                   f"{_listed(policy.object_stores)}; use a listed endpoint, or ask a cluster admin to list "
+                   "it")  # fmt: skip
+
+
 CHECKS = (_labels, _annotations, _priority, _tolerations, _node_selection, _affinity, _anti_affinity_topology,
-          _storage)
+          _storage, _object_store)
 
 
 def run_refusal(run: RunSpec, policy: Policy) -> Refusal | None:

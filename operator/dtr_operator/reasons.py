@@ -226,6 +226,11 @@ STORAGE_CLASS_NOT_ALLOWED = _status("StorageClassNotAllowed", FAILED, True,
     "`spec.storage.storageClassName` is not matched by the operator's `--allowed-storage-classes` (none by "
     "default: the cluster's default class only); nothing was created "
     "([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
+OBJECT_STORE_NOT_ALLOWED = _status("ObjectStoreNotAllowed", FAILED, True,
+    "`spec.objectStore.endpoint` is not one the operator's `--allowed-object-stores` lists (none by default: no "
+    "run may name an object store until an admin lists it); nothing was created. The message names the endpoint, "
+    "the flag and the endpoints it lists "
+    "([object-storage.md](object-storage.md#endpoints-and-the-allow-list))")  # fmt: skip
 CLAIM_NOT_ALLOWED = _status("ClaimNotAllowed", FAILED, True,
     "the PVC named in `spec.storage.claimName` does not carry the label that opens it to runs "
     "([operator.md](operator.md#what-a-run-lets-its-author-do)) and the operator runs with `--claims=labelled` "

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from . import imageref, policy
+from . import imageref, objectstore, policy
 from .policy import Flag, Policy, Refusal
 from .spec import DEFAULT_TRAINER_IMAGE, RunSpec
 
@@ -152,8 +152,18 @@ def _max_storage(value: str, name: str) -> str:
     return value.strip()
 
 
+def _endpoints(value: str, name: str) -> tuple[str, ...]:
+    """--allowed-object-stores: comma-separated endpoints, each scheme://host[:port]."""
+    endpoints = _patterns(value)
+    if bad := objectstore.bad_endpoints(endpoints):
+        raise SettingsError(f"{name}: {bad[0]!r} is not an endpoint: http or https://host[:port], no path, no "
+                            "user:password@")  # fmt: skip
+    return endpoints
+
+
 def policy_from_env(env: Mapping[str, str]) -> Policy:
     lists = {attr: _patterns(env.get(flag.env, "")) for attr, flag in _POLICY_LISTS.items()}
+    lists["object_stores"] = _endpoints(env.get(policy.OBJECT_STORES.env, ""), policy.OBJECT_STORES.env)
     affinity = env.get(policy.CROSS_NAMESPACE_AFFINITY.env) or policy.REFUSED
     claims = env.get(policy.CLAIMS.env) or policy.LABELLED
     any_claim = _choice(claims, policy.CLAIMS.env, CLAIM_CHOICES)
@@ -172,6 +182,9 @@ def _policy_from_args(args: argparse.Namespace, base: Policy) -> Policy:
         given["cross_namespace_affinity"] = affinity == policy.ALLOWED
     if args.claims is not None:
         given["claims"] = args.claims
+    stores = getattr(args, _attr(policy.OBJECT_STORES))
+    if stores is not None:
+        given["object_stores"] = _endpoints(stores, f"--{policy.OBJECT_STORES.option}")
     if args.max_storage is not None:
         given["max_storage"] = _max_storage(args.max_storage, f"--{policy.MAX_STORAGE.option}")
     return dataclasses.replace(base, **given)
@@ -268,6 +281,12 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"which PVCs a run may name in spec.storage.claimName: {policy.LABELLED}, those labelled "
         f"{policy.CLAIM_LABEL}={policy.CLAIM_LABEL_VALUE}; {policy.ANY}, any of its namespace "
         f"(env {policy.CLAIMS.env}; default {policy.LABELLED})",
+    )  # fmt: skip
+    parser.add_argument(
+        f"--{policy.OBJECT_STORES.option}", metavar="ENDPOINTS",
+        help="object stores a run may name in spec.objectStore.endpoint, comma-separated scheme://host[:port] "
+        "endpoints compared exactly (the scheme's default port may be left out); empty: none "
+        f"(env {policy.OBJECT_STORES.env}; docs/object-storage.md)",
     )  # fmt: skip
     parser.add_argument(
         f"--{policy.MAX_STORAGE.option}", metavar="QUANTITY",

@@ -19,6 +19,7 @@ from typing import Any
 from . import fields, labels
 from .api import API_VERSION, HOSTNAME_LABEL, KIND
 from .fields import DEFAULT_TRAINER_IMAGE, NAME, SPEC, find
+from .objectstore import ObjectStoreSpec
 from .schema import INT_RANGE, Field, bounds_text, message, rules, walk
 
 # What the trainer must know too (tests/trainer/test_contract.py reads them here).
@@ -161,6 +162,8 @@ class RunSpec:
     scheduling_policy: SchedulingPolicy | None = None
     code: CodeSpec | None = None  # spec.training.code (a part of its own: the trainer's flags do not map it 1:1)
     watchdog: WatchdogSpec = field(default_factory=WatchdogSpec)
+    object_store: ObjectStoreSpec | None = None  # spec.objectStore (objectstore.py)
+    storage_uri: str | None = None  # spec.export.storageUri: model versions in the object store, not the volume
     uid: str | None = None
     generation: int | None = None
 
@@ -181,7 +184,7 @@ class RunSpec:
 # The parts of RunSpec that group fields (fields.py's attr "training.model" lives on RunSpec.training).
 PARTS: dict[str, type] = {"training": TrainingSpec, "storage": StorageSpec, "placement": Placement,
                           "scheduling_policy": SchedulingPolicy, "code": CodeSpec,
-                          "watchdog": WatchdogSpec}  # fmt: skip
+                          "watchdog": WatchdogSpec, "object_store": ObjectStoreSpec}  # fmt: skip
 
 
 def created_pvc_name(run_name: str) -> str:

@@ -11,6 +11,7 @@ import pytest
 from support.cluster import Cluster
 from support.runs import run_doc
 
+_STORE = {"endpoint": "http://s3.example:8333", "credentialsSecret": "s3-keys"}
 # (id, name, spec, words the API server's answer must contain: the field, then the reason)
 REJECTED = [
     ("name-uppercase", "Mnist", {}, ["metadata.name", "DNS-1035"]),
@@ -92,6 +93,24 @@ REJECTED = [
     ("dataset-absolute-with-code", "r", {"training": {"code": {"configMap": "c"}, "dataset": "/data/wine.csv"}},
      ["spec.training.dataset", "leading '/'"]),
     ("unknown-nested-field", "r", {"training": {"optimizer": "sgd"}}, ['unknown field "spec.training.optimizer"']),
+    # An object store (docs/object-storage.md): the CEL rules of fields_objectstore.py, as the parser words them.
+    ("s3-without-store", "r", {"training": {"dataset": "s3://data/x"}}, ["spec.objectStore", "is required"]),
+    ("uri-without-store", "r", {"export": {"storageUri": "s3://models/x"}}, ["spec.objectStore", "is required"]),
+    ("store-without-s3", "r", {"objectStore": _STORE}, ["spec.objectStore", "is only for a run"]),
+    ("uri-and-model-name", "r", {"objectStore": _STORE, "export": {"storageUri": "s3://models/x", "modelName": "m"}},
+     ["spec.export.modelName", "cannot be set with spec.export.storageUri"]),
+    ("endpoint-path", "r", {"objectStore": {**_STORE, "endpoint": "http://h/x"}, "training": {"dataset": "s3://d/x"}},
+     ["spec.objectStore.endpoint", "scheme://host[:port]"]),
+    ("endpoint-userinfo", "r", {"objectStore": {**_STORE, "endpoint": "http://k:s@h"},
+                                "training": {"dataset": "s3://data/x"}}, ["spec.objectStore.endpoint", "no path"]),
+    ("store-no-secret", "r", {"objectStore": {"endpoint": "http://h"}, "training": {"dataset": "s3://data/x"}},
+     ["spec.objectStore", "both endpoint and credentialsSecret"]),
+    ("s3-dot-segment", "r", {"objectStore": _STORE, "training": {"dataset": "s3://data/a/../b"}},
+     ["spec.training.dataset", "s3://"]),
+    ("uri-dot-segment", "r", {"objectStore": _STORE, "export": {"storageUri": "s3://models/./x"}},
+     ["spec.export.storageUri", "segment"]),
+    ("uri-trailing-slash", "r", {"objectStore": _STORE, "export": {"storageUri": "s3://models/x/"}},
+     ["spec.export.storageUri", "should match"]),
 ]
 
 
@@ -155,6 +174,26 @@ def test_a_dataset_source_is_accepted_and_reaches_the_trainer(control_plane: Clu
     assert stored["spec"]["training"]["datasetSource"] == source
     args = trainer_args(parse_run(stored))
     assert args[args.index(flags.DATASET_URL) + 1] == source["url"] and flags.DATASET not in args
+
+
+def test_an_object_store_is_accepted_and_stored_as_the_parser_admits_it(control_plane: Cluster, namespace: str):
+    from dtr_operator.builders import effective_spec
+    from dtr_operator.spec import parse_run
+
+    specs = {
+        "s3-data": {"objectStore": {**_STORE, "caConfigMap": "my-ca"}, "training": {"dataset": "s3://data/digits/"}},
+        "s3-model": {"objectStore": {**_STORE, "endpoint": "https://[fd00::1]:9000", "region": "eu-west-3"},
+                     "export": {"storageUri": "s3://models/a=1/digits"}},
+        "s3-code": {"objectStore": _STORE, "training": {"code": {"module": "m"}, "dataset": "s3://data/x.csv"}},
+    }  # fmt: skip
+    for name, spec in specs.items():
+        doc = run_doc(name, namespace, spec)
+        control_plane.create(doc)
+        stored = control_plane.kubectl_json("get", "dtr", name, "-n", namespace)
+        assert "region" not in spec["objectStore"] or stored["spec"]["objectStore"] == spec["objectStore"]
+        run = parse_run({**stored, "metadata": doc["metadata"]})
+        assert run == parse_run(doc)
+        control_plane.create(run_doc(f"{name}-again", namespace, effective_spec(run)))  # what the lineage records
 
 
 def test_code_and_metric_are_accepted_as_the_parser_admits_them(control_plane: Cluster, namespace: str) -> None:

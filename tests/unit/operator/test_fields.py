@@ -40,6 +40,7 @@ SAMPLES: dict[str, Any] = {
     "storage.storageClassName": "fast",
     "storage.accessMode": "ReadWriteMany",
     "export.modelName": "digits_v2",
+    "export.storageUri": "s3://models/digits",
     "resources": {"limits": {"cpu": "2"}, "requests": {"memory": "1Gi"}},
     "restartPolicy": "ExitCode",
     "backoffLimit": 9,
@@ -61,6 +62,10 @@ SAMPLES: dict[str, Any] = {
 }
 
 
+# spec.objectStore, for the fields that need one (an s3:// URI).
+STORE = {"endpoint": "http://s3.example:8333", "credentialsSecret": "s3-keys"}
+
+
 def _spec_with(path: str, value: Any) -> dict[str, Any]:
     """A spec with only the field at path (e.g. training.model) set."""
     spec: dict[str, Any] = {}
@@ -78,6 +83,8 @@ COMPANIONS: dict[str, dict[str, Any]] = {
     "training.datasetSource.url": _spec_with("training.datasetSource.sha256", "cd" * 32),
     "training.datasetSource.sha256": _spec_with("training.datasetSource.url", "https://data.example/d.npz"),
     "workloadPriorityClass": _spec_with("queueName", "team-a"),
+    "export.storageUri": {"objectStore": STORE},
+    "objectStore.region": {"objectStore": STORE, "training": {"dataset": "s3://data/digits"}},
 }
 
 

@@ -1,0 +1,182 @@
+"""spec.objectStore, s3:// datasets and spec.export.storageUri (docs/object-storage.md): what the parser admits and
+refuses (the API server's twin: tests/integration/test_operator_crd.py), what the workers get (the environment with
+the keys by reference only, the CA mounted read-only, the export dir), and the operator's --allowed-object-stores."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import pytest
+from dtr_contract import env, flags
+from dtr_operator import objectstore, settings
+from dtr_operator.builders import build_tfjob, effective_spec, trainer_args
+from dtr_operator.reasons import OBJECT_STORE_NOT_ALLOWED
+from dtr_operator.spec import SpecError, parse_run
+
+from support.runs import make_run
+
+ENDPOINT = "http://s3.example:8333"
+STORE = {"endpoint": ENDPOINT, "credentialsSecret": "s3-keys"}
+DATASET = "s3://data/digits/train"
+
+
+def _run(**spec: Any):
+    return parse_run(make_run(spec))
+
+
+def _container(run) -> dict[str, Any]:
+    return build_tfjob(run)["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+
+
+def _pod(run) -> dict[str, Any]:
+    return build_tfjob(run)["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+
+
+def test_an_s3_dataset_and_storage_uri_reach_the_trainer_as_given():
+    run = _run(objectStore=STORE, training={"dataset": DATASET}, export={"storageUri": "s3://models/digits"})
+    args = trainer_args(run)
+    assert args[args.index(flags.DATASET) + 1] == DATASET
+    assert args[args.index(flags.EXPORT_DIR) + 1] == "s3://models/digits"
+    assert run.object_store == objectstore.ObjectStoreSpec(ENDPOINT, "s3-keys", "us-east-1", None)
+
+
+def test_without_storage_uri_the_model_stays_on_the_volume():
+    run = _run(objectStore=STORE, training={"dataset": DATASET})
+    args = trainer_args(run)
+    assert args[args.index(flags.EXPORT_DIR) + 1] == "/mnt/dtr/models/mnist-cnn"
+
+
+def test_the_keys_come_from_the_secret_by_reference_only():
+    run = _run(objectStore={**STORE, "region": "eu-west-3"}, training={"dataset": DATASET})
+    variables = {v["name"]: v for v in _container(run)["env"]}
+    for key in (env.AWS_ACCESS_KEY_ID, env.AWS_SECRET_ACCESS_KEY):
+        assert variables[key] == {"name": key, "valueFrom": {"secretKeyRef": {"name": "s3-keys", "key": key}}}
+    assert variables[env.S3_ENDPOINT]["value"] == ENDPOINT  # with its scheme: tensorflow-io speaks HTTPS without
+    assert variables[env.AWS_REGION]["value"] == "eu-west-3"
+    assert variables[env.AWS_RETRY_MODE]["value"] == "standard"
+    assert int(variables[env.AWS_MAX_ATTEMPTS]["value"]) == env.MAX_ATTEMPTS
+    assert env.S3_CA_FILE not in variables and not any(v["name"] == objectstore.CA_VOLUME for v in _pod(run)["volumes"])
+
+
+def test_the_ca_is_mounted_read_only_and_named_to_the_trainer():
+    run = _run(objectStore={**STORE, "caConfigMap": "my-ca"}, training={"dataset": DATASET})
+    container, pod = _container(run), _pod(run)
+    mount = next(m for m in container["volumeMounts"] if m["name"] == objectstore.CA_VOLUME)
+    volume = next(v for v in pod["volumes"] if v["name"] == objectstore.CA_VOLUME)
+    assert mount["readOnly"] and volume["configMap"]["name"] == "my-ca"
+    assert [i["key"] for i in volume["configMap"]["items"]] == ["ca.crt"]
+    ca_file = next(v["value"] for v in container["env"] if v["name"] == env.S3_CA_FILE)
+    assert ca_file == f"{mount['mountPath']}/ca.crt"
+
+
+def test_a_run_without_an_object_store_gets_no_s3_environment():
+    names = {v["name"] for v in _container(_run())["env"]}
+    assert not names & set(env.OBJECT_STORE)
+
+
+def test_the_effective_spec_round_trips_and_names_no_key():
+    run = _run(objectStore={**STORE, "caConfigMap": "my-ca"}, training={"dataset": DATASET},
+               export={"storageUri": "s3://models/digits"})  # fmt: skip
+    spec = effective_spec(run)
+    assert spec["objectStore"]["region"] == "us-east-1" and "modelName" not in spec["export"]
+    assert parse_run(make_run(spec, uid=None)) == parse_run(make_run(spec))
+    assert parse_run(make_run(spec)) == run
+    assert "AKIA" not in json.dumps(build_tfjob(run))
+
+
+REFUSED = [
+    ("s3-dataset-without-store", {"training": {"dataset": DATASET}}, "spec.objectStore", "is required"),
+    ("storage-uri-without-store", {"export": {"storageUri": "s3://models/x"}}, "spec.objectStore", "is required"),
+    ("store-without-s3", {"objectStore": STORE}, "spec.objectStore", "only for a run"),
+    ("store-with-npz", {"objectStore": STORE, "training": {"dataset": "a.npz"}}, "spec.objectStore", "only for"),
+    ("model-name-and-uri", {"objectStore": STORE, "export": {"storageUri": "s3://models/x", "modelName": "m"}},
+     "spec.export.modelName", "cannot be set with spec.export.storageUri"),
+    ("endpoint-path", {"objectStore": {**STORE, "endpoint": "http://h:1/api"}, "training": {"dataset": DATASET}},
+     "spec.objectStore.endpoint", "scheme://host[:port]"),
+    ("endpoint-userinfo", {"objectStore": {**STORE, "endpoint": "http://k:s@h"}, "training": {"dataset": DATASET}},
+     "spec.objectStore.endpoint", "scheme://host[:port]"),
+    ("endpoint-scheme", {"objectStore": {**STORE, "endpoint": "ftp://h"}, "training": {"dataset": DATASET}},
+     "spec.objectStore.endpoint", "scheme://host[:port]"),
+    ("endpoint-no-scheme", {"objectStore": {**STORE, "endpoint": "h:8333"}, "training": {"dataset": DATASET}},
+     "spec.objectStore.endpoint", "scheme://host[:port]"),
+    ("no-secret", {"objectStore": {"endpoint": ENDPOINT}, "training": {"dataset": DATASET}},
+     "spec.objectStore", "both endpoint and credentialsSecret"),
+    ("secret-name", {"objectStore": {**STORE, "credentialsSecret": "S3_Keys"}, "training": {"dataset": DATASET}},
+     "spec.objectStore.credentialsSecret", "Secret name"),
+    ("dataset-dot-segment", {"objectStore": STORE, "training": {"dataset": "s3://data/a/../b"}},
+     "spec.training.dataset", "s3://"),
+    ("dataset-bucket-shape", {"objectStore": STORE, "training": {"dataset": "s3://Data_Set/x"}},
+     "spec.training.dataset", "s3://"),
+    ("uri-trailing-slash", {"objectStore": STORE, "export": {"storageUri": "s3://models/x/"}},
+     "spec.export.storageUri", "trailing"),
+    ("uri-dot-segment", {"objectStore": STORE, "export": {"storageUri": "s3://models/./x"}},
+     "spec.export.storageUri", "segment"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("spec", "field", "words"), [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED])
+def test_the_parser_refuses_with_the_field_named(spec: dict[str, Any], field: str, words: str):
+    with pytest.raises(SpecError) as err:
+        parse_run(make_run(spec))
+    assert any(e.startswith(f"{field}:") and words in e for e in err.value.errors), err.value.errors
+
+
+@pytest.mark.parametrize("dataset", ["s3://data", "s3://data/", "s3://data/digits/", "s3://data/d/train-0.tfrecord",
+                                     "s3://my.bucket-1/a=1/b+c/x.csv"])  # fmt: skip
+def test_s3_datasets_the_parser_admits(dataset: str):
+    assert _run(objectStore=STORE, training={"dataset": dataset}).training.dataset == dataset
+
+
+def test_an_s3_dataset_with_code_reaches_its_load_data():
+    run = _run(objectStore=STORE, training={"code": {"configMap": "c"}, "dataset": DATASET})
+    assert run.training.dataset == DATASET
+
+
+# ---- --allowed-object-stores ----
+
+
+def _settings(*argv: str, environ: dict[str, str] | None = None) -> settings.Settings:
+    parser = argparse.ArgumentParser()
+    settings.add_arguments(parser)
+    return settings.from_args(parser.parse_args(list(argv)), environ or {})
+
+
+def test_no_object_store_is_allowed_by_default():
+    refusal = _settings().run_refusal(_run(objectStore=STORE, training={"dataset": DATASET}))
+    assert refusal is not None and refusal.reason == OBJECT_STORE_NOT_ALLOWED
+    assert ENDPOINT in refusal.message and "--allowed-object-stores" in refusal.message and "none" in refusal.message
+
+
+@pytest.mark.parametrize("listed", [ENDPOINT, "HTTP://S3.Example:8333/", f"https://other,{ENDPOINT}"])
+def test_a_listed_endpoint_is_allowed(listed: str):
+    run = _run(objectStore=STORE, training={"dataset": DATASET})
+    assert _settings(f"--allowed-object-stores={listed}").run_refusal(run) is None
+    assert _settings(environ={"DTR_ALLOWED_OBJECT_STORES": listed}).run_refusal(run) is None
+
+
+@pytest.mark.parametrize(("endpoint", "listed"), [
+    ("http://s3.example:8333", "https://s3.example:8333"),  # another scheme
+    ("http://s3.example:8334", "http://s3.example:8333"),  # another port
+    ("http://s3.example", "http://s3.example:8333"),  # port 80 is not 8333
+    ("http://evil.s3.example:8333", "http://s3.example:8333"),  # not a suffix match
+])  # fmt: skip
+def test_an_endpoint_not_listed_is_refused(endpoint: str, listed: str):
+    run = _run(objectStore={**STORE, "endpoint": endpoint}, training={"dataset": DATASET})
+    refusal = _settings(f"--allowed-object-stores={listed}").run_refusal(run)
+    assert refusal is not None and refusal.reason == OBJECT_STORE_NOT_ALLOWED and listed in refusal.message
+
+
+def test_default_ports_are_the_same_endpoint():
+    assert objectstore.endpoint_allowed("http://s3", ["http://s3:80"])
+    assert objectstore.endpoint_allowed("https://s3:443", ["https://s3"])
+    assert not objectstore.endpoint_allowed("https://s3", ["http://s3:443"])
+
+
+@pytest.mark.parametrize("bad", ["s3.example:8333", "http://h/path", "http://u:p@h", "ftp://h", "http://h:99999"])
+def test_a_bad_allow_list_is_a_settings_error(bad: str):
+    with pytest.raises(settings.SettingsError, match="allowed-object-stores"):
+        _settings(f"--allowed-object-stores={bad}")
+    with pytest.raises(settings.SettingsError, match="DTR_ALLOWED_OBJECT_STORES"):
+        _settings(environ={"DTR_ALLOWED_OBJECT_STORES": bad})
