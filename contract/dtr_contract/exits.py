@@ -21,6 +21,19 @@ DIVERGED = 9
 # the run started. Permanent: the file stays what it is now, and running it would train code nobody recorded.
 CODE_CHANGED = 10
 
+# An s3:// dataset checked before training (dtr_trainer.preflight; docs/object-storage.md#when-it-fails), with a real
+# request: TensorFlow's s3:// lists nothing, silently, for wrong keys or an endpoint that does not answer.
+# Permanent: the Secret, the bucket, the data or the store's configuration must change.
+OBJECT_STORE_KEYS = 20  # the store refused the keys (InvalidAccessKeyId, SignatureDoesNotMatch, AccessDenied)
+OBJECT_STORE_NO_BUCKET = 21  # the bucket does not exist (NoSuchBucket)
+OBJECT_STORE_NO_DATA = 22  # nothing at the URI: no object of that key, none under that prefix
+OBJECT_STORE_REFUSED = 23  # anything else the store or the connection refused: its certificate, the region, ...
+# The endpoint did not answer, or answered 5xx, after the client's bounded tries with back-off. Retryable: a store
+# that is down or restarting comes back. 128 + 16 is SIGSTKFLT's code, a signal nothing sends (cf. 140's note).
+OBJECT_STORE_UNREACHABLE = 144
+OBJECT_STORE_CODES = (OBJECT_STORE_KEYS, OBJECT_STORE_NO_BUCKET, OBJECT_STORE_NO_DATA, OBJECT_STORE_REFUSED,
+                      OBJECT_STORE_UNREACHABLE)  # fmt: skip
+
 
 def is_retryable(code: int) -> bool:
     return code >= RETRYABLE_FROM
@@ -40,3 +53,8 @@ def is_diverged(code: int) -> bool:
 
 def is_code_changed(code: int) -> bool:
     return code == CODE_CHANGED
+
+
+def is_object_store_permanent(code: int) -> bool:
+    """A preflight failure that a restart would repeat: the keys, the bucket, the data, the configuration."""
+    return code in OBJECT_STORE_CODES and not is_retryable(code)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dtr_contract import exits, progress, summary
+from dtr_contract import env, exits, progress, summary
 from dtr_contract.container import PORT
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
@@ -181,6 +181,37 @@ CODE_CHANGED = _status("CodeChanged", FAILED, True,
     "is, so under `restartPolicy: OnFailure` the TFJob fails at the next restart after the operator sees the line, "
     "as for `UserCodeError`; create a new run to train the new code "
     "([own-model.md](own-model.md#sending-your-code-with-a-run))")  # fmt: skip
+_STORE = "([object-storage.md](object-storage.md#when-it-fails))"
+_PREFLIGHT = ("the trainer's check of its `s3://` dataset, before training (one listing with a client of its own: "
+              "TensorFlow's own s3:// lists nothing, silently, in these cases)")
+_PERMANENT = ("Permanent: the TFJob fails at the next restart after the operator sees the line, as for "
+              "`UserCodeError`; fix it, then create a new run")
+OBJECT_STORE_KEYS_REFUSED = _status("ObjectStoreKeysRefused", FAILED, True,
+    f"{_PREFLIGHT} found the store refusing the run's keys (`InvalidAccessKeyId`, `SignatureDoesNotMatch` or "
+    f"`AccessDenied`; exit code {exits.OBJECT_STORE_KEYS}): the Secret of `spec.objectStore.credentialsSecret` holds "
+    "wrong keys, or keys that may not list or read the bucket. The message is the worker's line, naming the URI, "
+    f"the endpoint and S3's code, never a key. {_PERMANENT} {_STORE}")  # fmt: skip
+BUCKET_NOT_FOUND = _status("BucketNotFound", FAILED, True,
+    f"{_PREFLIGHT} found no bucket of that name at the endpoint (`NoSuchBucket`; exit code "
+    f"{exits.OBJECT_STORE_NO_BUCKET}). {_PERMANENT} {_STORE}")  # fmt: skip
+DATASET_NOT_FOUND = _status("DatasetNotFound", FAILED, True,
+    f"{_PREFLIGHT} found no object at the dataset's key and none under it as a prefix (exit code "
+    f"{exits.OBJECT_STORE_NO_DATA}). {_PERMANENT} {_STORE}")  # fmt: skip
+OBJECT_STORE_REFUSED = _status("ObjectStoreRefused", FAILED, True,
+    f"{_PREFLIGHT} was refused for another reason (exit code {exits.OBJECT_STORE_REFUSED}): an `https` endpoint whose "
+    "certificate no CA the worker has signed (give it in `spec.objectStore.caConfigMap`), a region the store does "
+    f"not serve, another S3 error; the message names S3's code. {_PERMANENT} {_STORE}")  # fmt: skip
+OBJECT_STORE_UNREACHABLE = _status("ObjectStoreUnreachable", FAILED, True,
+    f"{_PREFLIGHT} got no answer from the endpoint, or only 5xx, after the client's bounded tries with back-off "
+    f"(`{env.AWS_MAX_ATTEMPTS}`; exit code {exits.OBJECT_STORE_UNREACHABLE}, retryable: the workers are restarted, "
+    "under `restartPolicy` OnFailure or ExitCode, until the store answers or `backoffLimit` is spent; then the run "
+    f"fails with this reason and the worker's line) {_STORE}")  # fmt: skip
+# The trainer's exit code -> the run's reason (status/compute.py).
+OBJECT_STORE_FAILURES = {
+    exits.OBJECT_STORE_KEYS: OBJECT_STORE_KEYS_REFUSED, exits.OBJECT_STORE_NO_BUCKET: BUCKET_NOT_FOUND,
+    exits.OBJECT_STORE_NO_DATA: DATASET_NOT_FOUND, exits.OBJECT_STORE_REFUSED: OBJECT_STORE_REFUSED,
+    exits.OBJECT_STORE_UNREACHABLE: OBJECT_STORE_UNREACHABLE,
+}  # fmt: skip
 IMAGE_NOT_ALLOWED = _status("ImageNotAllowed", FAILED, True,
     "`spec.image` is neither the operator's default trainer image nor matched by its `--allowed-images` "
     "patterns (both compared as normalized references), or is not a valid image reference; nothing was created "

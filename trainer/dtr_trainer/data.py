@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 import numpy as np
 from dtr_contract import flags, layout
@@ -156,8 +156,9 @@ def validate_dataset_name(name: str, data_dir: str) -> None:
 # ---------------------------------------------------------------- file I/O
 
 
-def read_npz(path: Path, seed: int, what: str) -> Splits:
-    """Keys: x_train, y_train and optionally x_test, y_test (else 20% is held out)."""
+def read_npz(path: Path | BinaryIO, seed: int, what: str) -> Splits:
+    """Keys: x_train, y_train and optionally x_test, y_test (else 20% is held out). path: a file, or one opened
+    (an object in a bucket, through tf.io.gfile: data_s3.py)."""
     try:
         with np.load(path, allow_pickle=False) as f:
             arrays: dict[str, np.ndarray] = {k: f[k] for k in f.files}
@@ -301,18 +302,41 @@ def steps_for(train_size: int, global_batch: int) -> int:
 
 def _source(split: userdata.Split):
     """A Dataset of the split's examples, its size known to tf.data (Keras' evaluate needs it with
-    steps_per_execution > 1; userdata counted what TensorFlow could not)."""
+    steps_per_execution > 1; userdata counted what TensorFlow could not). Not for a Dataset that shards itself
+    (own_policy): sharded by file, a worker's part is smaller than the size counted."""
     import tensorflow as tf
 
     if not split.is_dataset:
         return tf.data.Dataset.from_tensor_slices(split.data)
+    if own_policy(split) is not None:
+        return split.data
     return split.data.apply(tf.data.experimental.assert_cardinality(split.size))
+
+
+def own_policy(split: userdata.Split):
+    """The auto-shard policy a Dataset set itself (data_s3.py: FILE or DATA over files it streams), else None: such
+    a split keeps it and is never cached in memory, which could not hold it."""
+    import tensorflow as tf
+
+    if not split.is_dataset:
+        return None
+    policy = split.data.options().experimental_distribute.auto_shard_policy
+    return None if policy == tf.data.experimental.AutoShardPolicy.AUTO else policy
 
 
 def shuffle_buffer(split: userdata.Split) -> int:
     """NumPy data are shuffled whole; a Dataset (maybe larger than memory) through a bounded buffer."""
     size = split.size or userdata.SHUFFLE_BUFFER
     return min(size, userdata.SHUFFLE_BUFFER) if split.is_dataset else size
+
+
+def _options(policy):
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = policy
+    options.deterministic = True
+    return options
 
 
 def make_datasets(data: userdata.Data, global_batch: int, seed: int, cache: bool = True):
@@ -324,19 +348,19 @@ def make_datasets(data: userdata.Data, global_batch: int, seed: int, cache: bool
     """
     import tensorflow as tf
 
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    options.deterministic = True
+    options = _options(tf.data.experimental.AutoShardPolicy.DATA)
+    own = own_policy(data.train)
+    train_options = options if own is None else _options(own)
 
     train = _source(data.train)
-    if cache:
+    if cache and own is None:
         train = train.cache()
     train = (
         train.shuffle(shuffle_buffer(data.train), seed=seed, reshuffle_each_iteration=True)
         .repeat()
         .batch(global_batch, drop_remainder=True)
         .prefetch(tf.data.AUTOTUNE)
-        .with_options(options)
+        .with_options(train_options)
     )
     evaluation = (
         _source(data.eval)

@@ -6,6 +6,7 @@ the operator reads too). The table is documented in docs/trainer.md; keep the tw
 
 from __future__ import annotations
 
+from dtr_contract import exits
 from dtr_contract.exits import CODE_CHANGED, DIVERGED, PEER_LOST, USER_CODE
 
 EXIT_INTERNAL = 1  # a bug: unexpected exception
@@ -76,6 +77,34 @@ class DivergedError(TrainerError):
     """Training stopped itself: the loss is no longer a finite number (dtr_trainer.divergence)."""
 
     exit_code = EXIT_DIVERGED
+
+
+class ObjectStoreKeysError(TrainerError):
+    """An s3:// dataset's store refused the run's keys (dtr_trainer.preflight)."""
+
+    exit_code = exits.OBJECT_STORE_KEYS
+
+
+class BucketMissingError(TrainerError):
+    exit_code = exits.OBJECT_STORE_NO_BUCKET
+
+
+class NoDataError(TrainerError):
+    """Nothing at an s3:// dataset's key or under its prefix."""
+
+    exit_code = exits.OBJECT_STORE_NO_DATA
+
+
+class ObjectStoreRefusedError(TrainerError):
+    """The store or the connection refused the request for another reason: a certificate, a region, ..."""
+
+    exit_code = exits.OBJECT_STORE_REFUSED
+
+
+class ObjectStoreUnreachableError(TrainerError):
+    """The store did not answer (or answered 5xx) after the client's bounded tries: retryable."""
+
+    exit_code = exits.OBJECT_STORE_UNREACHABLE
 
 
 _NOISE = ("graph execution error", "detected at node", "file ", "node:", "[[", "function call stack", "for more")

@@ -16,19 +16,21 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from dtr_contract import flags, layout, summary
+from dtr_contract import env, flags, layout, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
 from dtr_contract.progress import HEARTBEAT, trainer_line
 
 from dtr_trainer import (
     cpus,
     data,
+    data_s3,
     divergence,
     export,
     fetch,
     iterators,
     lineage,
     memory,
+    preflight,
     rendezvous,
     user,
     userdata,
@@ -303,14 +305,27 @@ def meet_the_chief(cluster: ClusterInfo) -> None:
             "joining the cluster anyway")
 
 
-def load_code(args: argparse.Namespace) -> user.Code:
-    """The run's code, imported and its two functions checked (before the strategy: no TF op yet)."""
+def load_code(args: argparse.Namespace, s3_files: Sequence[str] | None = None) -> user.Code:
+    """The run's code, imported and its two functions checked (before the strategy: no TF op yet); s3_files: an
+    s3:// dataset's files, as the preflight listed them."""
     if args.code is not None:
         return user.load_file(args.code, args.code_sha256)
     if args.code_module is not None:
         return user.load_module(args.code_module)
+    if s3_files is not None:
+        return user.builtin(args.model, BUILT_IN[args.model], args.dataset, data_s3.loader(args.dataset, s3_files, log))
     data.validate_dataset_name(args.dataset, args.data_dir)
     return user.builtin(args.model, BUILT_IN[args.model], args.dataset, data.loader(args.dataset))
+
+
+def check_object_store(dataset: str | None) -> list[str] | None:
+    """An s3:// dataset's files, listed with a real request before anything else reads it (preflight.py); None for
+    any other dataset."""
+    if dataset is None or not dataset.startswith(preflight.s3.SCHEME):
+        return None
+    files = preflight.dataset_files(dataset, os.environ)
+    log(f"{dataset}: {len(files)} file(s) in the object store {os.environ.get(env.S3_ENDPOINT)}")
+    return files
 
 
 def context(args: argparse.Namespace, cluster: ClusterInfo) -> user.Context:
@@ -344,7 +359,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         log(note)
     stop_if_diverged_before(args.backup_dir)
     args.dataset = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path in the volume's cache
-    code = load_code(args)
+    code = load_code(args, check_object_store(args.dataset))
     volume.check_writable([d for d in (args.backup_dir, args.export_dir if cluster.is_chief else None) if d])
     ctx = context(args, cluster)
     loaded = user.load_data_before_strategy(code, ctx)  # NumPy data checked now; None: it needs TensorFlow

@@ -397,7 +397,7 @@ def load_data_before_strategy(code: Code, ctx: Context) -> userdata.Data | None:
     with tf_ops_refused() as refusal:
         try:
             result = call(code, code.load_data, ctx)
-        except UserCodeError:
+        except (UserCodeError, _TensorFlowOp):  # a built-in's op is not wrapped (call): it builds a Dataset too
             if refusal.stack is None:
                 raise
             result = None

@@ -13,7 +13,8 @@ from typing import Any
 
 # What a run kept in memory holds: metadata for the status write's guard and for events; the spec for the status.
 KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
-KEPT_SPEC = ("workers", "suspend", "queueName", "training", "storage", "resources", "watchdog")
+# objectStore and export with training: an s3:// URI parses only beside its store, and a store only beside a URI.
+KEPT_SPEC = ("workers", "suspend", "queueName", "training", "storage", "resources", "watchdog", "objectStore", "export")
 
 
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:

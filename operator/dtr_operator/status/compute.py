@@ -17,6 +17,7 @@ from ..reasons import (
     FAILED,
     METRICS_UNAVAILABLE,
     NETWORK_POLICY_NOT_HELD,
+    OBJECT_STORE_FAILURES,
     PENDING,
     PREEMPTED,
     QUEUED,
@@ -44,6 +45,7 @@ from .pods import (
     disrupted_workers,
     divergence,
     failed_workers,
+    object_store_failure,
     own_pods,
     termination_message,
     user_code_failure,
@@ -117,14 +119,17 @@ def _still_explained(state: State, previous: Mapping[str, Any], all_run: bool) -
 
 
 def _failure(state: State, pods: Sequence[Mapping[str, Any]], gone: Sequence[Mapping[str, Any]] = ()) -> State:
-    """A failed TFJob's state with who failed: the run's code file changed since it was recorded, its own code failed
-    or its loss diverged (the worker's one line), else each failed or disrupted worker, those already gone included."""
+    """A failed TFJob's state with who failed: the run's code file changed since it was recorded, its own code failed,
+    its loss diverged or its object store check failed (the worker's one line), else each failed or disrupted
+    worker, those already gone included."""
     if changed := code_changed(pods):  # first: code other than the recorded was about to run, whatever else failed
         return State(FAILED, CODE_CHANGED, changed, created=True)
     if user_code := user_code_failure(pods):
         return State(FAILED, USER_CODE_ERROR, user_code, created=True)
     if diverged := divergence(pods):
         return State(FAILED, DIVERGED, diverged, created=True)
+    if store := object_store_failure(pods):
+        return State(FAILED, OBJECT_STORE_FAILURES[store[0]], store[1], created=True)
     if why := [*disrupted_workers([*pods, *gone]), *failed_workers(pods)]:
         return State(FAILED, state.reason, clean_text(f"{state.message} {'; '.join(why)}"), created=True)
     return state

@@ -227,11 +227,22 @@ def code_changed(pods: Sequence[Mapping[str, Any]]) -> str | None:
     return _error_line(pods, exits.is_code_changed, "the run's code file is not the one recorded in status.code")
 
 
+def object_store_failure(pods: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
+    """The trainer's check of an s3:// dataset failed (dtr_contract.exits.OBJECT_STORE_CODES): (the exit code, the
+    first such worker's one line, which names the cause, then the worker); None when no worker exited so."""
+    code = next((e.code for e in worker_exits(pods) if e.code in exits.OBJECT_STORE_CODES), None)
+    if code is None:
+        return None
+    return code, str(_error_line(pods, lambda c: c == code, "the trainer's check of its object store failed"))
+
+
 def restart_cannot_help(code: int) -> bool:
-    """An exit that the same run would repeat after a restart: its code failed, its loss diverged, or its code file
-    is not the one recorded. Such a run is failed at once: the operator sets its TFJob's backoffLimit to 0
-    (reconcile.restart_no_more), `dtr run` does not restart the worker."""
-    return exits.is_user_code(code) or exits.is_diverged(code) or exits.is_code_changed(code)
+    """An exit that the same run would repeat after a restart: its code failed, its loss diverged, its code file
+    is not the one recorded, or its object store refused its keys, has no such bucket or no data there. Such a run
+    is failed at once: the operator sets its TFJob's backoffLimit to 0 (reconcile.restart_no_more), `dtr run` does
+    not restart the worker."""
+    return (exits.is_user_code(code) or exits.is_diverged(code) or exits.is_code_changed(code)
+            or exits.is_object_store_permanent(code))  # fmt: skip
 
 
 def logs_an_error(log_text: str) -> bool:

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from dtr_contract import env, flags
+from dtr_contract import env, exits, flags
 from dtr_operator import objectstore, settings
 from dtr_operator.builders import build_tfjob, effective_spec, trainer_args
 from dtr_operator.reasons import OBJECT_STORE_NOT_ALLOWED
@@ -180,3 +180,78 @@ def test_a_bad_allow_list_is_a_settings_error(bad: str):
         _settings(f"--allowed-object-stores={bad}")
     with pytest.raises(settings.SettingsError, match="DTR_ALLOWED_OBJECT_STORES"):
         _settings(environ={"DTR_ALLOWED_OBJECT_STORES": bad})
+
+
+# ---- the trainer's preflight exits, as the run's reasons (status/compute.py) ----
+
+KEYS_LINE = ("s3://data/digits/train: the object store http://s3.example:8333 refused the keys (InvalidAccessKeyId): "
+             "check the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY of spec.objectStore.credentialsSecret")
+
+
+def _worker_pod(index: int, exit_code: int, message: str = "", where: str = "state") -> dict[str, Any]:
+    from support.tfjobs import controlled_by
+
+    labels = {"training.kubeflow.org/job-name": "mnist-cnn", "training.kubeflow.org/replica-type": "worker",
+              "training.kubeflow.org/replica-index": str(index)}  # fmt: skip
+    cs = {"name": "tensorflow", where: {"terminated": {"exitCode": exit_code, "message": message}}}
+    return {"metadata": {"name": f"mnist-cnn-worker-{index}", "labels": labels, "ownerReferences": controlled_by()},
+            "status": {"containerStatuses": [cs]}}
+
+
+def _failed_status(pods: list[dict[str, Any]]) -> dict[str, Any]:
+    from dtr_operator.status.compute import tfjob_status
+
+    from support.tfjobs import TFJOB_UID
+
+    cond = {"type": "Failed", "status": "True", "reason": "TFJobFailed", "message": "TFJob ml/mnist-cnn has failed"}
+    tfjob = {"metadata": {"name": "mnist-cnn", "uid": TFJOB_UID}, "status": {"conditions": [cond]}}
+    run = parse_run(make_run({"objectStore": STORE, "training": {"dataset": DATASET}}, uid="u-1", generation=1))
+    return tfjob_status(run, tfjob, pods, {}, "t")
+
+
+@pytest.mark.parametrize(("code", "reason"), [
+    (exits.OBJECT_STORE_KEYS, "ObjectStoreKeysRefused"), (exits.OBJECT_STORE_NO_BUCKET, "BucketNotFound"),
+    (exits.OBJECT_STORE_NO_DATA, "DatasetNotFound"), (exits.OBJECT_STORE_REFUSED, "ObjectStoreRefused"),
+    (exits.OBJECT_STORE_UNREACHABLE, "ObjectStoreUnreachable"),
+])  # fmt: skip
+def test_each_preflight_exit_fails_the_run_with_its_reason_and_the_workers_line(code: int, reason: str):
+    pods = [_worker_pod(0, code, f"dtr_trainer[worker-0]: error: {KEYS_LINE}\n"), _worker_pod(1, exits.PEER_LOST)]
+    status = _failed_status(pods)
+    assert (status["phase"], status["reason"]) == ("Failed", reason)
+    assert status["message"] == f"{KEYS_LINE} (worker mnist-cnn-worker-0, exit code {code})"
+
+
+def test_a_preflight_exit_before_the_kill_at_the_backoff_limit_still_names_the_cause():
+    pods = [_worker_pod(0, exits.OBJECT_STORE_UNREACHABLE, "", where="lastState"), _worker_pod(1, 143)]
+    status = _failed_status(pods)
+    assert status["reason"] == "ObjectStoreUnreachable"
+    assert status["message"].startswith("the trainer's check of its object store failed (worker mnist-cnn-worker-0")
+
+
+def test_only_the_permanent_preflight_exits_end_the_restarts():
+    from dtr_operator.status.pods import restart_cannot_help
+
+    permanent = (exits.OBJECT_STORE_KEYS, exits.OBJECT_STORE_NO_BUCKET, exits.OBJECT_STORE_NO_DATA,
+                 exits.OBJECT_STORE_REFUSED)  # fmt: skip
+    assert all(restart_cannot_help(code) and not exits.is_retryable(code) for code in permanent)
+    assert exits.is_retryable(exits.OBJECT_STORE_UNREACHABLE)
+    assert not restart_cannot_help(exits.OBJECT_STORE_UNREACHABLE)
+    assert set(exits.OBJECT_STORE_CODES) == {20, 21, 22, 23, exits.OBJECT_STORE_UNREACHABLE}
+
+
+def test_every_preflight_reason_is_a_failed_warning():
+    from dtr_operator import reasons
+
+    names = set(reasons.OBJECT_STORE_FAILURES.values())
+    declared = {r.name: r for r in reasons.REASONS}
+    assert all((declared[n].phase, declared[n].warning) == (reasons.FAILED, True) for n in names) and len(names) == 5
+
+
+def test_a_kept_run_with_an_object_store_parses_as_the_whole_run():
+    # The operator keeps a slim copy of each run (runtime/kept.py); the TFJob events parse it to mirror the status.
+    from dtr_operator.runtime.kept import slim
+
+    spec = {"objectStore": STORE, "training": {"dataset": DATASET}, "export": {"storageUri": "s3://models/digits"}}
+    body = make_run({**spec, "podLabels": {"team": "ml"}}, uid="u-1")
+    full, kept = parse_run(body), parse_run(slim(body))
+    assert (kept.object_store, kept.storage_uri, kept.training) == (full.object_store, full.storage_uri, full.training)
