@@ -124,6 +124,61 @@ def test_the_harness_shares_training_files_out_by_file_across_two_mwms_workers(s
     assert all(g["size"] == 100 and not g["cached"] for g in got), "counted whole, streamed: never cached in memory"
 
 
+def test_two_workers_train_their_own_code_on_the_shards(tmp_path: Path, server: s3.State):
+    """The documented load_data (examples/own-model/s3/s3_digits_model.py): ctx.dataset is the URI as given."""
+    model = REPO / "examples" / "own-model" / "s3" / "s3_digits_model.py"
+    volume = Volume(tmp_path / "mnt-dtr")
+    args = ["--code", str(model), "--dataset", f"s3://{BUCKET}/digits/", "--epochs", "2", "--batch-size-per-worker",
+            "32", *volume.args()]  # fmt: skip
+    started = start_workers(volume, free_ports(2), args, env_extra=s3_env(server, TF_CPP_MIN_LOG_LEVEL="2"))
+    try:
+        codes = [w.wait() for w in started]
+    finally:
+        kill_all(started)
+    logs = [w.log() for w in started]
+    assert codes == [0, 0], "\n".join(log[-2000:] for log in logs)
+    summary = json.loads(next(line for line in logs[0].splitlines() if line.startswith("{")))
+    assert summary["accuracy"] >= 0.7 and "1438 train / 359 eval examples" in logs[0], summary
+
+
+def test_one_npz_object_trains_as_from_the_volume(tmp_path: Path, server: s3.State):
+    write = f"""
+        import io
+        import numpy as np
+        import tensorflow as tf
+        from dtr_trainer import data
+        d = data.load_arrays("digits", "", 1)
+        buffer = io.BytesIO()
+        np.savez(buffer, x_train=d.x_train, y_train=d.y_train, x_test=d.x_eval, y_test=d.y_eval)
+        with tf.io.gfile.GFile("s3://{BUCKET}/npz/digits.npz", "wb") as f:
+            f.write(buffer.getvalue())
+    """
+    env = s3_env(server, TF_CPP_MIN_LOG_LEVEL="2")
+    subprocess.run([sys.executable, "-c", textwrap.dedent(write)], env=env, cwd=REPO, check=True, timeout=180)
+    codes, logs = _train(tmp_path, server, f"s3://{BUCKET}/npz/digits.npz", workers=1)
+    assert codes == [0], logs[0][-2000:]
+    assert "1 file(s) in the object store" in logs[0] and "1438 train / 359 eval examples" in logs[0]
+
+
+def test_https_needs_the_ca_and_a_certificate_not_trusted_is_refused_naming_the_ca(tmp_path: Path):
+    from devcluster import controlplane as cp
+
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    cp.make_ca(pki, "ca", "dtr-test-ca")
+    srv = s3.S3Server(tmp_path / "tls", bucket=BUCKET, tls_ca_dir=pki)
+    try:
+        state = srv.start()
+        without = _refused(tmp_path / "a", state, f"s3://{BUCKET}/x", workers=1, S3_CA_FILE="")
+        with_ca = _refused(tmp_path / "b", state, f"s3://{BUCKET}/x", workers=1)  # s3_env names state.ca
+    finally:
+        srv.stop()
+    assert without[0] == [exits.OBJECT_STORE_REFUSED], without[1][0][-1500:]
+    assert "refused the request (CertificateRejected" in without[1][0] and "caConfigMap" in without[1][0]
+    # With the CA the listing succeeds, and finds nothing at that prefix: the check got past TLS.
+    assert with_ca[0] == [exits.OBJECT_STORE_NO_DATA], with_ca[1][0][-1500:]
+
+
 def _refused(tmp_path: Path, server: s3.State, dataset: str, **env: str) -> tuple[list[int], list[str], float]:
     start = time.monotonic()
     codes, logs = _train(tmp_path, server, dataset, **env)
