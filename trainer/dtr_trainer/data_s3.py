@@ -2,11 +2,11 @@
 of a run whose dataset is an s3:// URI, from the files its preflight listed (preflight.py).
 
 - TFRecord shards (records.py's schema): read through TensorFlow's s3:// (tensorflow-io registers it on `import
-  tensorflow`), never cached in memory by the harness (tensorflow-io's reads hold memory of their own:
-  docs/object-storage.md#memory). The training files are shared out by file when there are at least as many as
-  workers (worker i reads files[i::n] of the sorted list: tf.data's AutoShardPolicy.FILE), else by data (every
-  worker reads them all, and keeps its share of each batch); the evaluation files (names starting with `eval`) by
-  data.
+  tensorflow`), never cached in memory by the harness (tensorflow-io's reads seem to hold memory per open file in
+  proportion to its size: small shards, docs/object-storage.md#memory). The training files are shared out by file
+  when there are at least as many as workers (worker i reads files[i::n] of the sorted list: tf.data's
+  AutoShardPolicy.FILE), else by data (every worker reads them all, and keeps its share of each batch); the
+  evaluation files (names starting with `eval`) by data.
 - One .npz object: read whole, as from the volume (data.read_npz), through tf.io.gfile.
 """
 
