@@ -1,0 +1,39 @@
+"""The product's own S3 client (dtr_contract.objectstore) and environment for a test server (devcluster/s3.py),
+in either Python: no MinIO SDK here, which the trainer's environment does not have."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import pytest
+from dtr_contract import objectstore
+
+from devcluster import s3
+
+
+def require_weed() -> None:
+    """Skip, saying why, when `weed` was not built; fail instead under DTR_S3_REQUIRED=1 (make test-s3-local, CI)."""
+    try:
+        s3.binary()
+    except s3.S3Error as err:
+        if os.environ.get("DTR_S3_REQUIRED"):
+            pytest.fail(str(err), pytrace=False)
+        pytest.skip(f"{err} (under DTR_S3_REQUIRED=1 this fails)")
+
+
+def s3_env(state: s3.State, **extra: str) -> dict[str, str]:
+    """The environment the operator gives a trainer for this server (issue 40's interface), over os.environ
+    without any AWS_ or S3_ setting of the caller's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
+    env.update({objectstore.ENV_ENDPOINT: state.endpoint, objectstore.ENV_ACCESS_KEY: state.access_key,
+                objectstore.ENV_SECRET_KEY: state.secret_key, objectstore.ENV_REGION: s3.REGION,
+                "AWS_RETRY_MODE": "standard", objectstore.ENV_MAX_ATTEMPTS: "2", "AWS_EC2_METADATA_DISABLED": "true"})
+    if state.ca:
+        env[objectstore.ENV_CA_FILE] = state.ca
+    env.update(extra)
+    return env
+
+
+def store(state: s3.State, overrides: Mapping[str, str] | None = None, **kwargs) -> objectstore.ObjectStore:
+    return objectstore.ObjectStore(objectstore.config_from_env(s3_env(state, **dict(overrides or {}))), **kwargs)
