@@ -39,6 +39,16 @@ def test_a_claimed_version_without_manifest_goes_when_old_or_ours_and_an_unclaim
     assert export_s3.to_remove("m", objects, OURS, NOW) == ["m/2/variables/v.data", "m/7/variables/v.data"]
 
 
+def test_a_partial_version_waits_an_hour_and_staging_a_day():
+    hour = export_s3.STALE_PARTIAL_VERSION_SECONDS
+    objects = [
+        obj("m/.dtr-export/claim-2", 3 * hour), obj("m/2/variables/v.data", hour + 1),  # dead an hour: goes
+        obj("m/.dtr-export/claim-3", 3 * hour), obj("m/3/variables/v.data", hour - 1),  # not yet
+        obj("m/.dtr-export/staging-5-dead-cc/saved_model.pb", hour + 1),  # staging: a day
+    ]
+    assert export_s3.to_remove("m", objects, OURS, NOW) == ["m/2/variables/v.data"]
+
+
 def test_a_base_at_the_buckets_root_is_judged_alike():
     objects = [obj(".dtr-export/staging-7-tok-aa/saved_model.pb", 1), obj("7/saved_model.pb", 1),
                obj(".dtr-export/claim-7", 1), obj("1/saved_model.pb", 1), obj("1/dtr-manifest.json", 1)]

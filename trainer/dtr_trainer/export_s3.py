@@ -9,8 +9,9 @@ primitives. docs/models.md#versions-in-a-bucket tells a user; bench/s3/results-p
 - publish: upload to <base>/.dtr-export/staging-N-<token>-<attempt>/, server-side copies into <base>/<N>/ with
   saved_model.pb last (a TF Serving poller loads nothing before it), then <base>/<N>/dtr-manifest.json, written
   last of all; readers take a version only when its manifest is there and matches (dtr_contract.published).
-- cleanup: this claim's staging objects (a chief killed mid-upload), and any staging dir or manifest-less
-  version untouched for export.STALE_STAGING_SECONDS (a chief that died and never came back).
+- cleanup: this claim's staging objects and partial version (a chief killed mid-upload), any staging dir untouched
+  for export.STALE_STAGING_SECONDS and any claimed version without a manifest untouched for
+  STALE_PARTIAL_VERSION_SECONDS (a chief that died and never came back).
 
 The store is configured from the environment the operator gives the trainer (dtr_contract.objectstore).
 """
@@ -35,6 +36,10 @@ from dtr_trainer.errors import ExportError
 from dtr_trainer.lineage import RunIdentity, utc_now
 
 MAX_CLAIM_ATTEMPTS = 1000
+# A version dir without a manifest, of another run, is removed once untouched for this long: its copies are
+# server-side and take seconds, so by then its chief died; meanwhile a model server pointed at the base sees a
+# numbered dir it cannot load (staging, which a server never sees, waits export.STALE_STAGING_SECONDS).
+STALE_PARTIAL_VERSION_SECONDS = 3600
 
 
 # ---------------------------------------------------------------- decisions (pure)
@@ -80,30 +85,34 @@ def _groups(base_key: str, objects: Iterable[ObjectInfo]) -> dict[str, list[Obje
 
 
 def to_remove(base_key: str, objects: Iterable[ObjectInfo], claim: export.Claim, now: float,
-              max_age: float = export.STALE_STAGING_SECONDS) -> list[str]:  # fmt: skip
+              max_age: float = export.STALE_STAGING_SECONDS,
+              partial_max_age: float = STALE_PARTIAL_VERSION_SECONDS) -> list[str]:  # fmt: skip
     """The keys a chief removes before its export: its own claim's staging objects, every object of a staging dir
-    and of a version without a manifest whose newest object is older than max_age, and its own version's
-    objects when it has no manifest (a restarted chief's partial copy). A published version is never touched,
-    nor a version dir dtr did not claim (put there by hand or by another tool)."""
+    whose newest object is older than max_age and of a version without a manifest older than partial_max_age,
+    and its own version's objects when it has no manifest (a restarted chief's partial copy). A published version
+    is never touched, nor a version dir dtr did not claim (put there by hand or by another tool)."""
     objects = list(objects)
     claimed = {published.version_key(base_key, n)
                for n in published.claimed_numbers(base_key, (o.key for o in objects))}
     own = (staging_dir_key(base_key, claim, ""), published.version_key(base_key, claim.version))
     dtrs = (layout.bucket_bookkeeping_key(base_key) + "/", claimed)
     groups = _groups(base_key, objects)
-    doomed = [g for g, members in groups.items() if _removable(g, members, own, dtrs, now - max_age)]
+    before = (now - max_age, now - partial_max_age)
+    doomed = [g for g, members in groups.items() if _removable(g, members, own, dtrs, before)]
     return sorted(m.key for g in doomed for m in groups[g])
 
 
 def _removable(group: str, members: list[ObjectInfo], own: tuple[str, str], dtrs: tuple[str, set[str]],
-               stale_before: float) -> bool:  # fmt: skip
+               before: tuple[float, float]) -> bool:  # fmt: skip
     """Not published, dtr's own (under the bookkeeping prefix, or a version dtr claimed), and this claim's or
-    untouched since stale_before."""
+    untouched since before[0] (staging) or before[1] (a version)."""
     if any(m.key.endswith("/" + published.MANIFEST_NAME) for m in members):
         return False
-    if not (group.startswith(dtrs[0]) or group in dtrs[1]):
+    staging = group.startswith(dtrs[0])
+    if not (staging or group in dtrs[1]):
         return False
-    return group.startswith(own[0]) or group == own[1] or max(m.modified for m in members) < stale_before
+    newest = max(m.modified for m in members)
+    return group.startswith(own[0]) or group == own[1] or newest < before[0 if staging else 1]
 
 
 # ---------------------------------------------------------------- the --backup-dir record (the volume's)
