@@ -13,12 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from dtr_cli.cli import main
 from dtr_client import bucket, volume
 from dtr_client.transfer import TransferError
 from dtr_contract import layout, published
 from dtr_contract.objectstore import Location, ObjectStore
+from dtr_operator import kube
 
 from devcluster import s3
+from support.local_exec import VolumeKube
 from support.s3store import require_weed, s3_env, store
 
 BUCKET = "readers"
@@ -122,3 +125,28 @@ def test_dtr_model_get_reads_a_runs_version_from_its_bucket_with_no_pod(server: 
     assert line.startswith("r: got version 1 ") and (tmp_path / "m" / "lineage.json").exists()
     line = volume.get(OneRun(run), "ns", "r", tmp_path / "m2", 2, "unused-image", 1.0, reporter, s3_env(server))
     assert "s3://readers/m/run/2 into" in line
+
+
+def test_the_dtr_model_get_command_downloads_from_the_bucket_with_no_pod(server: s3.State, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch, capsys):
+    (tmp_path / "volume").mkdir()
+    fake = VolumeKube(tmp_path / "volume", "ml")
+    monkeypatch.setattr(kube.Kube, "for_cli", classmethod(lambda cls: fake))
+    c, base = store(server), Location(BUCKET, "m/cli")
+    publish_by_hand(c, base, 1, tmp_path)
+    publish_by_hand(c, base, 2, tmp_path, manifest=False)
+    fake.put({"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun",
+              "metadata": {"name": "r", "namespace": "ml"}, "spec": {"export": {"storageUri": "s3://readers/m/cli"}},
+              "status": {"model": {"path": "s3://readers/m/cli/1", "version": 1}}})  # fmt: skip
+    # The keys from the environment, the endpoint from the flag (the environment's is wrong).
+    for name, value in s3_env(server, S3_ENDPOINT="http://127.0.0.1:9").items():
+        monkeypatch.setenv(name, value)
+    assert main(["model", "get", "r", str(tmp_path / "got"), "-n", "ml", "-q", "--s3-endpoint", server.endpoint]) == 0
+    assert capsys.readouterr().out.startswith("r: got version 1 (3 file(s), 66 bytes) from s3://readers/m/cli/1")
+    assert (tmp_path / "got" / "saved_model.pb").read_bytes() == FILES["saved_model.pb"]
+    assert main(["model", "get", "r", str(tmp_path / "two"), "-n", "ml", "-q", "--version", "2",
+                 "--s3-endpoint", server.endpoint]) == 1  # fmt: skip
+    assert capsys.readouterr().err == ("dtr model get: s3://readers/m/cli/2 is not a published model version: it "
+                                       "has 3 object(s) but no dtr-manifest.json (an export that did not finish, or "
+                                       "one still under way; docs/models.md#versions-in-a-bucket); not copied\n")
+    assert not (tmp_path / "two").exists() and not fake.created
