@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dtr_contract import layout
+from dtr_contract import layout, objectstore
 
 from dtr_client import bucket, volume
 from dtr_client import transfer as tr
@@ -159,8 +159,9 @@ DEST must not exist, or be empty; it appears only once complete and checked.
 
 A run that exports to a bucket (spec.export.storageUri s3://...): the version is downloaded from there
 with no pod, and only if published (its dtr-manifest.json there and matching; every file's SHA-256
-checked). The store's endpoint and keys come from your environment: S3_ENDPOINT (with its scheme),
-AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, S3_CA_FILE; or --s3-endpoint and --s3-ca-file.
+checked). The store's endpoint and keys come from your environment: {objectstore.ENV_ENDPOINT} (with its
+scheme), {objectstore.ENV_ACCESS_KEY}, {objectstore.ENV_SECRET_KEY}, {objectstore.ENV_REGION},
+{objectstore.ENV_CA_FILE}; or --s3-endpoint and --s3-ca-file.
 
 {_pod_paragraph()}""",
     )  # fmt: skip
@@ -169,10 +170,10 @@ AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, S3_CA_FILE; or --s3-endpoi
     p.add_argument("--version", type=positive_int, metavar="N",
                    help="this version of the run's model (runs that share a model name number its versions)")
     p.add_argument("--s3-endpoint", metavar="URL", help="a model in a bucket: the S3 endpoint, with its scheme "
-                                                        "(default: $S3_ENDPOINT)")  # fmt: skip
+                                                        f"(default: ${objectstore.ENV_ENDPOINT})")  # fmt: skip
     p.add_argument("--s3-ca-file", metavar="PEM",
-                   help="a model in a bucket: the CA that signed the endpoint's certificate (default: $S3_CA_FILE, "
-                        "else the system's)")  # fmt: skip
+                   help="a model in a bucket: the CA that signed the endpoint's certificate "
+                        f"(default: ${objectstore.ENV_CA_FILE}, else the system's)")  # fmt: skip
     _common(p)
     p.set_defaults(func=_model_get, parser=p)
 
