@@ -105,8 +105,10 @@ def create_runs(
 
 
 def reasons(kubectl: Kubectl, ns: str = NS) -> dict[str, int]:
-    """How many runs have each status.reason (a list of every run: read once at the end, it is large)."""
-    out = kubectl("get", "disttrainingruns", "-n", ns, "-o", "jsonpath={range .items[*]}{.status.reason}{'\\n'}{end}")
+    """How many runs have each status.reason (a list of every run, in pages a loaded API server answers within its
+    timeout: read once at the end, it is large)."""
+    out = kubectl("get", "disttrainingruns", "-n", ns, "--chunk-size=50",
+                  "-o", "jsonpath={range .items[*]}{.status.reason}{'\\n'}{end}")
     found: dict[str, int] = {}
     for reason in out.splitlines():
         found[reason or "none"] = found.get(reason or "none", 0) + 1
