@@ -410,6 +410,12 @@ def test_counts(doc: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
+def slowest_tests(doc: dict[str, Any], count: int = 10) -> list[tuple[str, str, float]]:
+    """The `count` slowest tests across every tier: (tier, node id, seconds)."""
+    found = [(tier, test, seconds) for tier, t in doc["tiers"].items() for test, seconds in t.get("slowest", [])]
+    return sorted(found, key=lambda f: -f[2])[:count]
+
+
 def print_table(doc: dict[str, Any]) -> None:
     budgets = {s.name: s.budget for s in STEPS}
     lanes = {s.name: "side" if s.side else "main" for s in STEPS}
@@ -426,6 +432,10 @@ def print_table(doc: dict[str, Any]) -> None:
     print(f"{'total':22} {'':5} {doc['seconds']:8.0f}")
     if disk := doc.get("disk"):
         print(f"disk: {disk['free at start GB']} GB free at the start, at most {disk['used at most GB']} GB used")
+    if slow := slowest_tests(doc):
+        print("\nslowest tests (set-up, call, teardown; shared fixtures aside):")
+        for tier, test, seconds in slow:
+            print(f"{seconds:8.0f} s  {tier:14} {test}")
     counts = test_counts(doc)
     # The plain closing line CI reads: every tier's tests in one count.
     print(f"\ntests: {counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "

@@ -349,6 +349,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     for note in notes:
         log(note)
     stop_if_diverged_before(args.backup_dir)
+    if (line := export.exported_before(args.backup_dir, run_identity)) is not None:
+        log("this run has exported its model already: started again after it ended, nothing to train")
+        if cluster.is_chief:
+            export.report_summary(line, args.termination_message_path)
+        return 0
     args.dataset = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path in the volume's cache
     code = load_code(args)
     on_volume = cluster.is_chief and not objectstore.is_s3_uri(args.export_dir)
@@ -377,6 +382,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     line = summary.summary_json(outcome.evaluation, outcome.metric, args.epochs, outcome.examples_per_second,
                                str(path), claim.version)
     export.report_summary(line, args.termination_message_path)
+    export.record_exported(args.backup_dir, run_identity, line)
     export.clear_backup(args.backup_dir)
     log(f"model exported to {path}")
     return 0
