@@ -253,6 +253,12 @@ def exporter(export_dir: str):
     return export_s3 if objectstore.is_s3_uri(export_dir) else export
 
 
+def volume_dirs(args: argparse.Namespace, cluster: ClusterInfo) -> list[str]:
+    """The directories this worker writes on the volume: the backup dir; the chief's --export-dir unless a bucket."""
+    exports = cluster.is_chief and not objectstore.is_s3_uri(args.export_dir)
+    return [d for d in (args.backup_dir, args.export_dir if exports else None) if d]
+
+
 def claim_export_version(args: argparse.Namespace, run_identity: RunIdentity) -> export.Claim:
     """Chief only, before the strategy: a version of its own on the volume or in the bucket (docs/models.md)."""
     claim = exporter(args.export_dir).claim_version(args.export_dir, args.backup_dir, run_identity)
@@ -356,8 +362,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 0
     args.dataset = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path in the volume's cache
     code = load_code(args)
-    on_volume = cluster.is_chief and not objectstore.is_s3_uri(args.export_dir)
-    volume.check_writable([d for d in (args.backup_dir, args.export_dir if on_volume else None) if d])
+    volume.check_writable(volume_dirs(args, cluster))
     ctx = context(args, cluster)
     loaded = user.load_data_before_strategy(code, ctx)  # NumPy data checked now; None: it needs TensorFlow
     claim = claim_export_version(args, run_identity) if cluster.is_chief else None
