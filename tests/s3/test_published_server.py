@@ -150,3 +150,27 @@ def test_the_dtr_model_get_command_downloads_from_the_bucket_with_no_pod(server:
                                        "has 3 object(s) but no dtr-manifest.json (an export that did not finish, or "
                                        "one still under way; docs/models.md#versions-in-a-bucket); not copied\n")
     assert not (tmp_path / "two").exists() and not fake.created
+
+
+def test_the_python_clients_fetch_model_of_a_local_run_reads_its_bucket(server: s3.State, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    import json
+
+    from dtr_client import TrainingClient
+    from dtr_client.local import runner
+
+    c, base = store(server), Location(BUCKET, "m/local")
+    publish_by_hand(c, base, 1, tmp_path)
+    publish_by_hand(c, base, 2, tmp_path, manifest=False)
+    for name, version in (("done", 1), ("cut", 2)):
+        (tmp_path / ".dtr" / "runs" / name).mkdir(parents=True)
+        status = {"phase": "Succeeded", "model": {"claim": f"{name}-data", "path": f"s3://readers/m/local/{version}"}}
+        (tmp_path / ".dtr" / "runs" / name / runner.STATUS_FILE).write_text(json.dumps(status))
+    for key, value in s3_env(server).items():
+        monkeypatch.setenv(key, value)
+    client = TrainingClient("local", local_dir=tmp_path / ".dtr")
+    assert client.fetch_model("done", tmp_path / "got") == tmp_path / "got"
+    assert (tmp_path / "got" / "variables" / "variables.index").read_bytes() == FILES["variables/variables.index"]
+    with pytest.raises(TransferError, match="is not a published model version"):
+        client.fetch_model("cut", tmp_path / "cut")
+    assert not (tmp_path / "cut").exists()
