@@ -113,11 +113,20 @@ def create_runs(
     return _chars(spec), time.monotonic() - t0
 
 
-def reasons(kubectl: Kubectl, ns: str = NS) -> dict[str, int]:
+def reasons(kubectl: Kubectl, ns: str = NS, tries: int = 5) -> dict[str, int]:
     """How many runs have each status.reason (a list of every run, in pages a loaded API server answers within its
-    timeout: read once at the end, it is large)."""
-    out = kubectl("get", "disttrainingruns", "-n", ns, "--chunk-size=50",
-                  "-o", "jsonpath={range .items[*]}{.status.reason}{'\\n'}{end}")
+    timeout: read once at the end, it is large). A loaded API server may refuse a page ("Too large resource
+    version"): tried again, and at worst the figure says it could not be read instead of losing the others."""
+    for attempt in range(tries):
+        try:
+            out = kubectl("get", "disttrainingruns", "-n", ns, "--chunk-size=50",
+                          "-o", "jsonpath={range .items[*]}{.status.reason}{'\\n'}{end}")
+            break
+        except RuntimeError as exc:
+            log(f"listing the runs failed ({exc}); again in 10 s")
+            if attempt == tries - 1:
+                return {"unread": 1}
+            time.sleep(10)
     found: dict[str, int] = {}
     for reason in out.splitlines():
         found[reason or "none"] = found.get(reason or "none", 0) + 1
