@@ -134,8 +134,11 @@ STEPS: tuple[Step, ...] = (
     # (cold ~10 min, warm seconds) and its tests against it as a local process (the pod's: docs/cluster.md).
     Step("s3 build", make("s3-build"), "SeaweedFS's weed and its image from source", side=True,
          after=("node build",)),
+    # Most of it is the trainer exporting to the bucket (tests/s3/test_export_s3.py: 7 trainer processes, about
+    # 150 s warm on a loaded 2-CPU machine).
     Step("s3", make("test-s3-local"),
-         "a real S3 server (SeaweedFS) as a local process, through a client and TensorFlow's s3://", budget=120,
+         "a real S3 server (SeaweedFS) as a local process, through a client and TensorFlow's s3://; the trainer "
+         "publishing model versions to it", budget=300,
          tier=True,
          side=True, after=("s3 build",)),
 )
@@ -407,6 +410,12 @@ def test_counts(doc: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
+def slowest_tests(doc: dict[str, Any], count: int = 10) -> list[tuple[str, str, float]]:
+    """The `count` slowest tests across every tier: (tier, node id, seconds)."""
+    found = [(tier, test, seconds) for tier, t in doc["tiers"].items() for test, seconds in t.get("slowest", [])]
+    return sorted(found, key=lambda f: -f[2])[:count]
+
+
 def print_table(doc: dict[str, Any]) -> None:
     budgets = {s.name: s.budget for s in STEPS}
     lanes = {s.name: "side" if s.side else "main" for s in STEPS}
@@ -423,6 +432,10 @@ def print_table(doc: dict[str, Any]) -> None:
     print(f"{'total':22} {'':5} {doc['seconds']:8.0f}")
     if disk := doc.get("disk"):
         print(f"disk: {disk['free at start GB']} GB free at the start, at most {disk['used at most GB']} GB used")
+    if slow := slowest_tests(doc):
+        print("\nslowest tests (set-up, call, teardown; shared fixtures aside):")
+        for tier, test, seconds in slow:
+            print(f"{seconds:8.0f} s  {tier:14} {test}")
     counts = test_counts(doc)
     # The plain closing line CI reads: every tier's tests in one count.
     print(f"\ntests: {counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "

@@ -5,6 +5,10 @@
                                       data/cache/sha256/<digest>/<file> the --dataset-url downloads
       models/<modelName>/<version>/   --export-dir is models/<modelName>; each version a SavedModel
       models/.dtr-export/<modelName>/claim-<version>   who owns each version number
+
+    s3://bucket/<base>/<version>/     --export-dir s3://bucket/<base>: each version a SavedModel and its
+                                      dtr-manifest.json, written last (dtr_contract.published)
+    s3://bucket/<base>/.dtr-export/claim-<version>   who owns each version number there
       backup/<run>/<uid>/             --backup-dir (BackupAndRestore)
       logs/<run>/                     --log-dir and --tensorboard-dir; worker-<i>.log per worker,
                                       history.jsonl: the chief's line per finished epoch (history.py)
@@ -67,6 +71,17 @@ def bookkeeping_dir(export_dir: str) -> str:
 
 def claim_file(export_dir: str, version: int) -> str:
     return posixpath.join(bookkeeping_dir(export_dir), f"{_CLAIM_PREFIX}{version}")
+
+
+def bucket_bookkeeping_key(base_key: str) -> str:
+    """In a bucket (--export-dir s3://bucket/<base>), the claims and staging objects live inside the base:
+    <base>/.dtr-export/. A model server takes only numbered names there; a bucket has no rename to keep atomic,
+    so nothing needs a sibling, and a base at the bucket's root works too (docs/models.md#versions-in-a-bucket)."""
+    return posixpath.join(base_key, _BOOKKEEPING) if base_key else _BOOKKEEPING
+
+
+def bucket_claim_key(base_key: str, version: int) -> str:
+    return posixpath.join(bucket_bookkeeping_key(base_key), f"{_CLAIM_PREFIX}{version}")
 
 
 def claimed_version(name: str) -> int | None:

@@ -18,6 +18,7 @@ status; no message ever holds the secret key.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import email.utils
 import hashlib
@@ -479,28 +480,16 @@ class ObjectStore:
         return text.replace(self.config.secret_key, "***") if self.config.secret_key else text
 
 
-class _opened:
+@contextlib.contextmanager
+def _opened(body: Body) -> Iterator[bytes | BinaryIO | None]:
     """The body as http.client sends it: bytes as they are (None when empty), a file opened for this try."""
-
-    def __init__(self, body: Body) -> None:
-        self._body = body
-        self._file: BinaryIO | None = None
-
-    def __enter__(self) -> bytes | BinaryIO | None:
-        if isinstance(self._body, Path):
-            self._file = open(self._body, "rb")
-            return self._file
-        return self._body or None
-
-    def __exit__(self, *exc: object) -> None:
-        if self._file is not None:
-            self._file.close()
+    if not isinstance(body, Path):
+        yield body or None
+        return
+    with open(body, "rb") as f:
+        yield f
 
 
 def connect(environ: Mapping[str, str], sleep: Callable[[float], None] = time.sleep) -> ObjectStore:
     """An ObjectStore configured from environ (config_from_env)."""
     return ObjectStore(config_from_env(environ), sleep)
-
-
-__all__ = ["Config", "Location", "ObjectInfo", "ObjectStore", "ObjectStoreError", "config_from_env", "connect",
-           "is_s3_uri", "parse_uri", "sign"]

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dtr_contract import layout
+from dtr_contract import layout, objectstore
 
+from dtr_client import bucket, volume
 from dtr_client import transfer as tr
-from dtr_client import volume
 from dtr_client.copier import CopyError
 from dtr_operator.api import KIND
 from dtr_operator.builders import RUN_AS
@@ -62,7 +62,9 @@ def _model_get(args: argparse.Namespace) -> None:
     reporter = volume.Reporter(f"get {args.run}", args.quiet)
     with sigterm_interrupts():  # the pod is deleted on the way out, as on Ctrl-C
         kube, namespace = _kube_and_namespace(args)
-        summary = volume.get(kube, namespace, args.run, dest, args.version, args.image, args.timeout, reporter)
+        environ = bucket.with_overrides(os.environ, args.s3_endpoint, args.s3_ca_file)
+        summary = volume.get(kube, namespace, args.run, dest, args.version, args.image, args.timeout, reporter,
+                             environ)
     print(summary)
 
 
@@ -155,12 +157,23 @@ lineage.json), into the local directory DEST:
 Without --version and without an exported version in its status, the latest version on the volume.
 DEST must not exist, or be empty; it appears only once complete and checked.
 
+A run that exports to a bucket (spec.export.storageUri s3://...): the version is downloaded from there
+with no pod, and only if published (its dtr-manifest.json there and matching; every file's SHA-256
+checked). The store's endpoint and keys come from your environment: {objectstore.ENV_ENDPOINT} (with its
+scheme), {objectstore.ENV_ACCESS_KEY}, {objectstore.ENV_SECRET_KEY}, {objectstore.ENV_REGION},
+{objectstore.ENV_CA_FILE}; or --s3-endpoint and --s3-ca-file.
+
 {_pod_paragraph()}""",
     )  # fmt: skip
     p.add_argument("run", metavar="RUN", help=f"the {KIND}")
     p.add_argument("dest", metavar="DEST", help="a local directory to create (or an empty one)")
     p.add_argument("--version", type=positive_int, metavar="N",
                    help="this version of the run's model (runs that share a model name number its versions)")
+    p.add_argument("--s3-endpoint", metavar="URL", help="a model in a bucket: the S3 endpoint, with its scheme "
+                                                        f"(default: ${objectstore.ENV_ENDPOINT})")  # fmt: skip
+    p.add_argument("--s3-ca-file", metavar="PEM",
+                   help="a model in a bucket: the CA that signed the endpoint's certificate "
+                        f"(default: ${objectstore.ENV_CA_FILE}, else the system's)")  # fmt: skip
     _common(p)
     p.set_defaults(func=_model_get, parser=p)
 

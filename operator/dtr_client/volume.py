@@ -18,14 +18,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from dtr_operator.api import KIND
 from dtr_operator.spec import SpecError, parse_run
 
-from . import copier
+from . import bucket, copier
 from . import transfer as tr
 
 PROGRAM = Path(copier.__file__).read_bytes()
@@ -358,12 +358,16 @@ def _into(dest: Path, fill: Callable[[str], None]) -> None:
 
 
 def get(kube: Any, namespace: str, run_name: str, dest: Path, version: int | None, image: str, timeout: float,
-        reporter: Reporter) -> str:  # fmt: skip
-    """Copy a version of the run's model into DEST; the one-line summary."""
+        reporter: Reporter, environ: Mapping[str, str] | None = None) -> str:  # fmt: skip
+    """Copy a version of the run's model into DEST; the one-line summary. A model published in a bucket comes
+    from there (dtr_client.bucket, the store's settings from environ), with no pod."""
     check_dest(dest)
     run = kube.get_run(namespace, run_name)
     if run is None:
         raise tr.TransferError(f"no {KIND} {run_name} in namespace {namespace}")
+    in_bucket = bucket.bucket_source(run, version)
+    if in_bucket is not None:
+        return f"{run_name}: " + bucket.get(*in_bucket, dest, os.environ if environ is None else environ)
     try:
         source = tr.model_source(run, version)
     except SpecError as err:

@@ -7,7 +7,9 @@ directory. At the end of the session it writes DTR_TIMINGS/<DTR_TIER>.json:
 - `modules`: each test module's seconds (setup, call and teardown of its tests), without
 - `fixtures`: the set-up of session-, package- and module-scoped fixtures that took a second or more
   (a control plane, a node, an operator), under their own names, so a shared start is counted once
-  and not in whichever module happened to come first.
+  and not in whichever module happened to come first;
+- `slowest`: the SLOWEST tests of the tier, [node id, seconds] (set-up, call and teardown, shared
+  fixtures aside), for the table's list of the slowest ten across tiers.
 
 Python 3.9 compatible: the trainer tier loads it too.
 """
@@ -25,6 +27,7 @@ import pytest
 
 SHARED_SCOPES = ("session", "package", "module")
 WORTH_A_ROW = 1.0  # seconds: shorter fixture set-ups stay in their module's figure
+SLOWEST = 10
 
 
 class TierTimings:
@@ -36,6 +39,9 @@ class TierTimings:
         self.tests: dict[str, int] = defaultdict(int)
         self.outcomes: dict[str, int] = defaultdict(int)
         self.fixtures: dict[str, float] = defaultdict(float)
+        self.test_seconds: dict[str, float] = defaultdict(float)
+        self._in_test: dict[str, float] = defaultdict(float)  # shared fixture set-up inside a test's reports
+        self._test = ""
         self._in_module: dict[str, float] = defaultdict(float)  # fixture set-up seconds inside a module's reports
         self._module = ""
 
@@ -47,13 +53,16 @@ class TierTimings:
         if fixturedef.scope in SHARED_SCOPES and took >= WORTH_A_ROW:
             self.fixtures[f"{fixturedef.argname} ({fixturedef.scope})"] += took
             self._in_module[self._module] += took
+            self._in_test[self._test] += took
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         self._module = module_of(nodeid)
+        self._test = nodeid
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         module = module_of(report.nodeid)
         self.modules[module] += report.duration
+        self.test_seconds[report.nodeid] += report.duration
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             self.tests[module] += 1
             self.outcomes[report.outcome] += 1
@@ -67,9 +76,16 @@ class TierTimings:
             "outcomes": dict(self.outcomes),
             "modules": {m: {"seconds": modules[m], "tests": self.tests.get(m, 0)} for m in sorted(modules)},
             "fixtures": {f: round(s, 1) for f, s in sorted(self.fixtures.items())},
+            "slowest": slowest(self.test_seconds, self._in_test),
         }
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / f"{self.tier}.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def slowest(seconds: dict[str, float], shared: dict[str, float], count: int = SLOWEST) -> list[list[Any]]:
+    """The `count` slowest tests, [node id, seconds], without the shared fixtures' set-up they happened to pay."""
+    own = {t: max(0.0, s - shared.get(t, 0.0)) for t, s in seconds.items()}
+    return [[t, round(s, 1)] for t, s in sorted(own.items(), key=lambda ts: -ts[1])[:count]]
 
 
 def module_of(nodeid: str) -> str:

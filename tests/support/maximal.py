@@ -174,3 +174,31 @@ EXPANDING_ARGS = (
 
 def max_name() -> str:
     return "r" * fields.MAX_NAME_LENGTH
+
+
+KOPF_PREFIX = "kopf.zalando.org/"
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+# deploy/base/admission.yaml's bounds on a run's own metadata (tests/integration/test_operator_crd_bounds.py holds
+# the policy to them on the real API server)
+MAX_LABELS, MAX_OWN_ANNOTATION_BYTES, MAX_KOPF_BYTES, MAX_LAST_APPLIED = 32, 16384, 8192, 98304
+MAX_FINALIZERS = MAX_OWNER_REFERENCES = 8
+
+
+def _fill(prefix: str, count: int, budget: int) -> dict[str, str]:
+    """count annotations whose keys and values add up to budget characters."""
+    keys = [f"{prefix}{key(i, 60)}" for i in range(count)]
+    each = budget // count
+    return {k: "v" * (each - len(k)) for k in keys}
+
+
+def largest_metadata(owners: list[dict[str, str]]) -> dict[str, Any]:
+    """The largest metadata the admission policy admits for a run: every label at the longest key and value, every
+    annotation budget full (its own, kopf's, kubectl's last-applied), 8 finalizers, and an owner reference to each
+    of `owners` (objects that exist: the garbage collector deletes a run whose owners are all gone)."""
+    return {
+        "labels": {key(i): "v" * 63 for i in range(MAX_LABELS)},
+        "annotations": {**_fill("", 16, MAX_OWN_ANNOTATION_BYTES), **_fill(KOPF_PREFIX, 4, MAX_KOPF_BYTES),
+                        LAST_APPLIED: "v" * MAX_LAST_APPLIED},
+        "finalizers": [f"{_PREFIX}/{'f' * 60}{i:02d}" for i in range(MAX_FINALIZERS)],
+        "ownerReferences": owners[:MAX_OWNER_REFERENCES],
+    }

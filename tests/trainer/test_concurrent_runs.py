@@ -114,3 +114,22 @@ def test_an_unwritable_log_dir_is_one_warning_not_a_failure(two_runs):
     assert len(history_warnings) == 1, worker.log()[-2000:]
     assert codes["run-b"] == [0]
     assert "===== container start: worker-0 of ml/run-a (uid uid-run-a)" in worker_log_file(volume, 0, "run-a")
+
+
+def test_a_run_started_again_after_its_export_exits_without_training(two_runs):
+    """As when containerd restarts and the kubelet, having lost the exit code, restarts a finished run's
+    containers (OnFailure): each exits 0 at once, the chief repeats its summary, and no version is added."""
+    volume, jobs, _ = two_runs
+    first = summaries(jobs)["run-a"]
+    args = ARGS + volume.args(model_name=MODEL_NAME, run="run-a")
+    again = start_workers(volume, free_ports(RUNS["run-a"]), args, attempt="again", env_extra=run_env("run-a"))
+    try:
+        codes = [w.wait() for w in again]
+    finally:
+        kill_all(again)
+    logs = "\n".join(w.log()[-2000:] for w in again)
+    assert codes == [0, 0], logs
+    assert all("nothing to train" in w.log() and "epoch 1/" not in w.log() for w in again), logs
+    assert json.loads(again[0].stdout_lines()[-1]) == first
+    assert json.loads(again[0].termination_path.read_text()) == first
+    assert integer_dirs(volume.root / "models" / MODEL_NAME) == ["1", "2"]

@@ -405,3 +405,19 @@ def test_answers_is_a_tcp_connection():
         assert rendezvous.answers(address)
     assert not rendezvous.answers(address)  # closed now
     assert not rendezvous.answers("127.0.0.1:not-a-port") and not rendezvous.answers("nonsense")
+
+
+def test_the_export_record_is_kept_by_clear_backup_and_read_only_for_the_same_run(tmp_path):
+    backup = tmp_path / "backup"
+    (backup / "chief").mkdir(parents=True)
+    run = RunIdentity(name="r", uid="u1")
+    export.record_exported(str(backup), run, '{"modelVersion": 1}')
+    export.clear_backup(str(backup))
+    assert [p.name for p in backup.iterdir()] == [export.EXPORTED_RECORD]
+    assert export.exported_before(str(backup), run) == '{"modelVersion": 1}'
+    assert export.exported_before(str(backup), RunIdentity(name="r", uid="u2")) is None  # a new run of that name
+    assert export.exported_before(str(backup), RunIdentity(name="r")) is None  # a local run has no uid
+    export.record_exported(str(tmp_path / "local"), RunIdentity(name="r"), "{}")
+    assert not (tmp_path / "local").exists()  # locally each dtr run trains
+    (backup / export.EXPORTED_RECORD).write_text("not json")
+    assert export.exported_before(str(backup), run) is None

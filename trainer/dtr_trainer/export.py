@@ -32,6 +32,10 @@ from dtr_trainer.errors import ExportError, VolumeError
 from dtr_trainer.lineage import RunIdentity, utc_now
 
 VERSION_RECORD = "export-version"  # in --backup-dir: the claim this run exports to
+# In --backup-dir once the run has exported: its summary line. A container of the run started again after that
+# (a kubelet that lost the exit code when containerd restarted reports it as 255, and OnFailure restarts it)
+# exits at once instead of training a second time into a second version.
+EXPORTED_RECORD = "exported"
 STAGING_PREFIX = "staging-"  # a chief's partial export, renamed into place when complete
 LEGACY_STAGING_PREFIX = ".staging-"  # inside <export-dir>, left by trainers from before claims
 # A staging dir of another claim is removed only when nothing touched it for this long: a live save
@@ -193,13 +197,39 @@ def claim_version(export_dir: str, backup_dir: str | None, run: RunIdentity) -> 
     return claim
 
 
+def record_exported(backup_dir: str | None, run: RunIdentity, line: str) -> None:
+    """After the export (chief), before the backup goes: the summary line, for this run's uid only (a local
+    run has none: each `dtr run` trains). Written first, so a chief killed while clearing still finds it."""
+    if not backup_dir or not run.uid:
+        return
+    try:
+        Path(backup_dir).mkdir(parents=True, exist_ok=True)
+        _write_atomic(Path(backup_dir) / EXPORTED_RECORD, json.dumps({"runUid": run.uid, "summary": line}) + "\n")
+    except OSError as exc:
+        print(f"dtr_trainer: warning: cannot record the export in {backup_dir}: {exc.strerror}",
+              file=sys.stderr, flush=True)
+
+
+def exported_before(backup_dir: str | None, run: RunIdentity) -> str | None:
+    """The summary line of this run's export when it has exported already (record_exported), else None."""
+    if not backup_dir or not run.uid:
+        return None
+    try:
+        record = json.loads((Path(backup_dir) / EXPORTED_RECORD).read_text())
+        return str(record["summary"]) if record.get("runUid") == run.uid else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def clear_backup(backup_dir: str | None) -> None:
-    """After the export (chief): the run's backup and version record go. Kept until then, not deleted by
-    Keras at the end of fit, so a run stopped during its evaluation or export (a suspend, a preemption)
-    resumes after its last epoch instead of training again from epoch 1."""
+    """After the export (chief): the run's backup and version record go (the export's record stays). Kept until
+    then, not deleted by Keras at the end of fit, so a run stopped during its evaluation or export (a suspend,
+    a preemption) resumes after its last epoch instead of training again from epoch 1."""
     if not backup_dir or not Path(backup_dir).is_dir():
         return
     for entry in Path(backup_dir).iterdir():
+        if entry.name == EXPORTED_RECORD:
+            continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
         else:

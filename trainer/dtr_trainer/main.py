@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from dtr_contract import env, flags, layout, summary
+from dtr_contract import env, flags, layout, objectstore, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
 from dtr_contract.progress import HEARTBEAT, trainer_line
 
@@ -26,6 +26,7 @@ from dtr_trainer import (
     data_s3,
     divergence,
     export,
+    export_s3,
     fetch,
     iterators,
     lineage,
@@ -249,10 +250,21 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
 # ---------------------------------------------------------------- the whole run
 
 
+def exporter(export_dir: str):
+    """Where versions go: export_s3 for a bucket (--export-dir s3://...), export for the volume."""
+    return export_s3 if objectstore.is_s3_uri(export_dir) else export
+
+
+def volume_dirs(args: argparse.Namespace, cluster: ClusterInfo) -> list[str]:
+    """The directories this worker writes on the volume: the backup dir; the chief's --export-dir unless a bucket."""
+    exports = cluster.is_chief and not objectstore.is_s3_uri(args.export_dir)
+    return [d for d in (args.backup_dir, args.export_dir if exports else None) if d]
+
+
 def claim_export_version(args: argparse.Namespace, run_identity: RunIdentity) -> export.Claim:
-    """Chief only, before the strategy: a version of its own on the volume (docs/models.md)."""
-    claim = export.claim_version(args.export_dir, args.backup_dir, run_identity)
-    removed = export.remove_stale_staging(args.export_dir, claim)
+    """Chief only, before the strategy: a version of its own on the volume or in the bucket (docs/models.md)."""
+    claim = exporter(args.export_dir).claim_version(args.export_dir, args.backup_dir, run_identity)
+    removed = exporter(args.export_dir).remove_stale_staging(args.export_dir, claim)
     log(f"model version {claim.version} claimed in {args.export_dir}"
         + (f" (removed stale {', '.join(sorted(removed))})" if removed else ""))
     return claim
@@ -358,9 +370,14 @@ def run(argv: Sequence[str] | None = None) -> int:
     for note in notes:
         log(note)
     stop_if_diverged_before(args.backup_dir)
+    if (line := export.exported_before(args.backup_dir, run_identity)) is not None:
+        log("this run has exported its model already: started again after it ended, nothing to train")
+        if cluster.is_chief:
+            export.report_summary(line, args.termination_message_path)
+        return 0
     args.dataset = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path in the volume's cache
     code = load_code(args, check_object_store(args.dataset))
-    volume.check_writable([d for d in (args.backup_dir, args.export_dir if cluster.is_chief else None) if d])
+    volume.check_writable(volume_dirs(args, cluster))
     ctx = context(args, cluster)
     loaded = user.load_data_before_strategy(code, ctx)  # NumPy data checked now; None: it needs TensorFlow
     claim = claim_export_version(args, run_identity) if cluster.is_chief else None
@@ -377,14 +394,15 @@ def run(argv: Sequence[str] | None = None) -> int:
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary, whatever the code prints
             outcome = train_or_record_divergence(args, cluster, strategy, code, ctx, loaded)
         extra = lineage_file(args, cluster, run_identity, code.origin, outcome, claim) if claim else None
-        path = export.save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief, extra,
-                                      layer_traces=not code.builtin)  # a built-in is Keras layers only
+        path = exporter(args.export_dir).save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief,
+                                                         extra, layer_traces=not code.builtin)  # built-in: Keras only
     if claim is None:
         log(f"done: {outcome.metric}={outcome.evaluation[outcome.metric]:.4f} (the chief exports the model)")
         return 0
     line = summary.summary_json(outcome.evaluation, outcome.metric, args.epochs, outcome.examples_per_second,
                                str(path), claim.version)
     export.report_summary(line, args.termination_message_path)
+    export.record_exported(args.backup_dir, run_identity, line)
     export.clear_backup(args.backup_dir)
     log(f"model exported to {path}")
     return 0

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
-from dtr_contract import flags, layout
+from dtr_contract import flags, layout, objectstore, published
 from dtr_contract.history import MAX_FILE
 from dtr_contract.progress import parse_epoch_end_line
 
@@ -31,7 +31,7 @@ from dtr_operator.reasons import FAILED, PENDING, SUSPENDED, TERMINAL
 from dtr_operator.spec import SpecError, created_pvc_name, parse_run
 from dtr_operator.status.progress import progress_of
 
-from .. import models, submit
+from .. import bucket, models, submit
 from .. import tensorboard as board
 from ..curves import history_of
 from ..results import InvalidRun, NoModel, Progress, RunNotFound, RunStatus
@@ -204,6 +204,11 @@ class LocalBackend:
 
     def fetch_model(self, name: str, dest: Path) -> Path:
         found = self.get(name)
+        if found.model_path and objectstore.is_s3_uri(found.model_path):  # published in a bucket
+            models.empty_destination(dest)
+            base, version = published.split_version_uri(found.model_path)
+            bucket.get(base, version, dest, os.environ)
+            return dest
         if found.local_model_path is None or not Path(found.local_model_path).is_dir():
             raise NoModel(f"{KIND} {name} has exported no model (yet): it is {found.phase}")
         return models.copy_model(Path(found.local_model_path), dest)

@@ -29,9 +29,16 @@ from .kept import KEPT_SPEC
 Slimmer = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 # ---- the watch ------------------------------------------------------------------------------------
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"  # the applied object again (96 KiB: admission.yaml)
+
+
 def _metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """All of it but managedFields, which no handler reads (kopf reads annotations, labels, finalizers and the rest)."""
-    return {key: value for key, value in (obj.get("metadata") or {}).items() if key != "managedFields"}
+    """All of it but managedFields and kubectl's last-applied-configuration, which neither kopf nor a handler reads
+    (kopf reads its own annotations, labels, finalizers and the rest; all bounded: deploy/base/admission.yaml)."""
+    meta = {key: value for key, value in (obj.get("metadata") or {}).items() if key != "managedFields"}
+    if LAST_APPLIED in (meta.get("annotations") or {}):
+        meta["annotations"] = {k: v for k, v in meta["annotations"].items() if k != LAST_APPLIED}
+    return meta
 
 
 def _cut(obj: Mapping[str, Any], spec: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dtr_contract import layout
+from dtr_contract import layout, objectstore, published
 from dtr_contract import summary as chief_summary
 
 from .state import clean_text
@@ -62,7 +62,14 @@ def _summary_model(found: chief_summary.Summary, claim: str) -> dict[str, Any] |
 
 
 def storage_uri(claim: str, model_path: str) -> str | None:
-    """KServe's storageUri of the model: pvc://<claim>/<its base directory inside the volume>, the directory
-    of numbered versions that TF Serving (and KServe's TensorFlow runtime) watches; None outside the volume."""
+    """KServe's storageUri of the model: the directory of numbered versions that TF Serving (and KServe's
+    TensorFlow runtime) watches. pvc://<claim>/<its base directory inside the volume> for a version on the
+    volume; s3://bucket/<base> for a version published in a bucket (s3://bucket/<base>/<N>,
+    docs/models.md#versions-in-a-bucket); None for anything else."""
+    if objectstore.is_s3_uri(model_path):
+        try:
+            return published.split_version_uri(model_path)[0].uri
+        except ValueError:
+            return None
     base = layout.model_base(model_path)
     return None if base is None else f"pvc://{claim}/{base}"

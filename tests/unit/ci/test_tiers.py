@@ -145,6 +145,18 @@ def test_the_timings_plugin_counts_a_shared_start_once_and_outside_its_module(tm
     assert list(doc["fixtures"]) == ["slow (module)"] and doc["fixtures"]["slow (module)"] >= 1.2
     module = doc["modules"]["test_a.py"]
     assert module["tests"] == 3 and 0.3 <= module["seconds"] < 1.2, module
+    (first, took), *rest = doc["slowest"]
+    assert first.endswith("test_a.py::test_two") and 0.3 <= took < 1.2, doc["slowest"]  # the shared start aside
+    assert len(rest) == 2 and all(seconds < 0.3 for _, seconds in rest), doc["slowest"]
+
+
+def test_the_table_lists_the_slowest_ten_tests_across_tiers(capsys: pytest.CaptureFixture[str]) -> None:
+    tiers_of = {f"tier{t}": {"slowest": [[f"t{t}.py::test_{i}", float(t * 10 + i)] for i in range(10)]}
+                for t in range(3)}  # fmt: skip
+    assert [f[1] for f in tiers.slowest_tests({"tiers": tiers_of})] == [f"t2.py::test_{i}" for i in range(9, -1, -1)]
+    tiers.print_table({"warm": True, "seconds": 1.0, "steps": [], "tiers": tiers_of})
+    out = capsys.readouterr().out
+    assert "slowest tests" in out and "t2.py::test_9" in out and "t1.py::test_9" not in out
 
 
 def test_a_steps_parts_are_read_from_what_its_scripts_say_of_themselves() -> None:

@@ -134,9 +134,14 @@ def test_a_watched_run_keeps_what_kopf_and_the_handlers_read_and_little_else():
 
     body = _largest_run()
     body["metadata"].update(finalizers=["f"], ownerReferences=[{"uid": "o"}], deletionTimestamp="2026-12-02T00:00:00Z")
+    kopf_own = {"kopf.zalando.org/last-handled-configuration": '{"spec": {"suspend": true}}'}
+    body["metadata"]["annotations"] = {**kopf_own, "kubectl.kubernetes.io/last-applied-configuration": "x" * 90_000}
     watched = run_object(body)
-    assert _chars(watched) <= MAX_KEPT_CHARS + _chars(body["metadata"]) - _chars(body["metadata"]["managedFields"])
-    assert watched["metadata"] == {k: v for k, v in body["metadata"].items() if k != "managedFields"}
+    assert _chars(watched) <= MAX_KEPT_CHARS + _chars(body["metadata"]) - _chars(body["metadata"]["managedFields"]) \
+        - 90_000
+    assert watched["metadata"] == {**{k: v for k, v in body["metadata"].items() if k != "managedFields"},
+                                   "annotations": kopf_own}
+    assert "kubectl.kubernetes.io/last-applied-configuration" in body["metadata"]["annotations"]  # a copy, not cut
     assert slim(watched) == slim(body)  # the index of runs and the Running runs keep the same
     assert watched["spec"]["suspend"] is True and "affinity" not in watched["spec"]
 

@@ -127,6 +127,14 @@ def test_summary_ignores_wrongly_typed_values():
     assert summary.model == {"path": SUMMARY["modelPath"], "claim": "c", "storageUri": "pvc://c/models/mnist-cnn"}
 
 
+def test_a_version_published_in_a_bucket_gives_its_uri_and_the_versions_directory():
+    message = json.dumps({**SUMMARY, "modelPath": "s3://models/team/mnist-cnn/4", "modelVersion": 4})
+    summary = parse_summary(message, "c")
+    assert summary.problem is None
+    assert summary.model == {"path": "s3://models/team/mnist-cnn/4", "claim": "c", "version": 4,
+                             "storageUri": "s3://models/team/mnist-cnn"}  # fmt: skip
+
+
 def test_failure_names_the_failed_workers():
     pods = [
         pod(0, running=True, last_exit=137, last_message="Killed"),
@@ -443,6 +451,12 @@ def test_a_finished_run_never_goes_back_to_waiting_for_a_worker():
         ("/elsewhere/models/m/1", None),
         ("/mnt/dtr/models/m/latest", None),
         ("/mnt/dtrx/models/m/1", None),
+        # published in a bucket: the versions' directory there, as for the volume
+        ("s3://models/team/digits-cnn/3", "s3://models/team/digits-cnn"),
+        ("s3://models/3", "s3://models"),
+        ("s3://models/team/digits-cnn", None),
+        ("s3://models/team/digits-cnn/latest", None),
+        ("s3://x/team/1", None),
     ],
 )
 def test_storage_uri_is_the_versions_base_directory_on_the_claim(path, uri):
