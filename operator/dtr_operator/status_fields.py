@@ -95,12 +95,13 @@ WATCHDOG = StatusField("watchdog", "object",
 
 MODEL = StatusField("model", "object", "The exported model, once the run has succeeded.",
     by=("status.compute.tfjob_status",), fields=(
-    StatusField("path", "string", "Path of the model directory inside the volume mount."),
-    StatusField("claim", "string", "The PVC that holds it."),
+    StatusField("path", "string", "Path of the model directory inside the volume mount, or its s3:// URI."),
+    StatusField("claim", "string", "The PVC that holds it (none for a model in a bucket)."),
     StatusField("version", "integer", "The model version (the last directory of path)."),
     StatusField("storageUri", "string",
-                "pvc://<claim>/<directory of the model's versions>, as KServe's storageUri reads it (TF Serving "
-                "serves the highest version there); docs/models.md."),
+                "pvc://<claim>/<directory of the model's versions>, or s3://<bucket>/<base> for "
+                "spec.export.storageUri, as KServe's storageUri reads it (TF Serving serves the highest version "
+                "there); docs/models.md."),
 ))  # fmt: skip
 
 PROGRESS = StatusField("progress", "object",
