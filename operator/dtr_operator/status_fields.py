@@ -96,7 +96,7 @@ WATCHDOG = StatusField("watchdog", "object",
 MODEL = StatusField("model", "object", "The exported model, once the run has succeeded.",
     by=("status.compute.tfjob_status",), fields=(
     StatusField("path", "string", "Path of the model directory inside the volume mount, or its s3:// URI."),
-    StatusField("claim", "string", "The PVC that holds it (none for a model in a bucket)."),
+    StatusField("claim", "string", "The run's PVC: it holds the model unless path is an s3:// URI."),
     StatusField("version", "integer", "The model version (the last directory of path)."),
     StatusField("storageUri", "string",
                 "pvc://<claim>/<directory of the model's versions>, or s3://<bucket>/<base> for "
