@@ -35,16 +35,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Union
 
-# The environment the trainer's container gets (issue 40's interface). The same names as tensorflow-io's S3
-# plugin reads, so the trainer's data (TensorFlow) and its publishing (this client) see one configuration.
-# TODO(merge): dtr_contract.env gains these names on the s3-data branch; use them from there.
-ENV_ENDPOINT = "S3_ENDPOINT"
-ENV_ACCESS_KEY = "AWS_ACCESS_KEY_ID"
-ENV_SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
-ENV_REGION = "AWS_REGION"
-ENV_DEFAULT_REGION = "AWS_DEFAULT_REGION"
-ENV_CA_FILE = "S3_CA_FILE"
-ENV_MAX_ATTEMPTS = "AWS_MAX_ATTEMPTS"
+from dtr_contract import env
+
+# The environment the trainer's container gets (dtr_contract.env, the names' one home): the same names as
+# tensorflow-io's S3 plugin reads, so the trainer's data (TensorFlow) and its publishing (this client) see one
+# configuration.
+ENV_ENDPOINT = env.S3_ENDPOINT
+ENV_ACCESS_KEY = env.AWS_ACCESS_KEY_ID
+ENV_SECRET_KEY = env.AWS_SECRET_ACCESS_KEY
+ENV_REGION = env.AWS_REGION
+ENV_DEFAULT_REGION = "AWS_DEFAULT_REGION"  # read as a fallback (the AWS SDKs' name); the operator never sets it
+ENV_CA_FILE = env.S3_CA_FILE
+ENV_MAX_ATTEMPTS = env.AWS_MAX_ATTEMPTS
 
 SCHEME = "s3://"
 DEFAULT_REGION = "us-east-1"
