@@ -139,8 +139,10 @@ def test_a_watched_run_keeps_what_kopf_and_the_handlers_read_and_little_else():
     watched = run_object(body)
     assert _chars(watched) <= MAX_KEPT_CHARS + _chars(body["metadata"]) - _chars(body["metadata"]["managedFields"]) \
         - 90_000
-    assert watched["metadata"] == {**{k: v for k, v in body["metadata"].items() if k != "managedFields"},
-                                   "annotations": kopf_own}
+    body["metadata"]["labels"] = {f"l{i}": "v" * 63 for i in range(32)}
+    watched = run_object(body)
+    kept = ("name", "namespace", "uid", "resourceVersion", "generation", "finalizers", "deletionTimestamp")
+    assert watched["metadata"] == {**{k: body["metadata"][k] for k in kept}, "annotations": kopf_own}
     assert "kubectl.kubernetes.io/last-applied-configuration" in body["metadata"]["annotations"]  # a copy, not cut
     assert slim(watched) == slim(body)  # the index of runs and the Running runs keep the same
     assert watched["spec"]["suspend"] is True and "affinity" not in watched["spec"]
