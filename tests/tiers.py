@@ -138,7 +138,7 @@ STEPS: tuple[Step, ...] = (
     # 150 s warm on a loaded 2-CPU machine).
     Step("s3", make("test-s3-local"),
          "a real S3 server (SeaweedFS) as a local process, through a client and TensorFlow's s3://; the trainer "
-         "publishing model versions to it", budget=300,
+         "publishing model versions to it and training on data read from it", budget=600,
          tier=True,
          side=True, after=("s3 build",)),
 )
