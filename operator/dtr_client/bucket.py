@@ -10,8 +10,6 @@ scheme, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, S3_CA_FILE), or `d
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +17,7 @@ from typing import Any, TypeVar
 from dtr_contract import objectstore, published
 from dtr_contract.objectstore import Location, ObjectStoreError
 
+from dtr_client.models import fill_atomically
 from dtr_client.transfer import TransferError
 
 T = TypeVar("T")
@@ -64,19 +63,14 @@ def _latest(store: objectstore.ObjectStore, base: Location) -> int:
 
 
 def _download(store: objectstore.ObjectStore, uri: str, dest: Path) -> published.Manifest:
-    """DEST complete or not at all: filled in a temporary directory beside it, renamed at the end."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(prefix=f".{dest.name}.dtr-partial-", dir=dest.parent))
-    try:
+    """DEST complete or not at all (models.fill_atomically)."""
+
+    def fill(temporary: Path) -> published.Manifest:
         manifest = published.download_version(store, uri, temporary)
-        os.chmod(temporary, 0o755)
-        if dest.exists():
-            dest.rmdir()
-        temporary.rename(dest)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
-    return manifest
+        os.chmod(temporary, 0o755)  # mkdtemp's 0700, as a copied directory would not be
+        return manifest
+
+    return fill_atomically(dest, fill)
 
 
 def get(base: Location, version: int | None, dest: Path, environ: Mapping[str, str]) -> str:

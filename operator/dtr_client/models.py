@@ -12,12 +12,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dtr_contract import flags
 
 SCORER = "dtr_trainer.score"
+T = TypeVar("T")
 SCORE_TIMEOUT = 600.0  # seconds: TensorFlow's start and one pass over a held-out split, on a loaded machine
 
 
@@ -32,19 +34,26 @@ def empty_destination(dest: Path) -> None:
 
 
 def copy_model(source: Path, dest: Path) -> Path:
-    """The model directory copied to DEST, complete or not at all (a temporary directory beside it, renamed)."""
+    """The model directory copied to DEST, complete or not at all (fill_atomically)."""
     empty_destination(dest)
+    fill_atomically(dest, lambda temporary: shutil.copytree(source, temporary, dirs_exist_ok=True))
+    return dest
+
+
+def fill_atomically(dest: Path, fill: Callable[[Path], T]) -> T:
+    """DEST complete or not at all: `fill` writes a temporary directory beside it, renamed to DEST at the end (an
+    empty DEST is replaced); on any error the temporary directory goes and DEST stays as it was."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     temporary = Path(tempfile.mkdtemp(prefix=f".{dest.name}.dtr-partial-", dir=dest.parent))
     try:
-        shutil.copytree(source, temporary, dirs_exist_ok=True)
+        result = fill(temporary)
         if dest.exists():
             dest.rmdir()
         temporary.rename(dest)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
-    return dest
+    return result
 
 
 def scorer_argv(python: str, model_dir: Path, dataset: str | None, seed: int | None,

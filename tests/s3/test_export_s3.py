@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from dtr_contract.objectstore import Location, ObjectStore
 
 from devcluster import s3
 from devcluster.controlplane import free_ports
-from support.s3store import require_weed, s3_env, store
+from support.s3store import s3_env, server_fixture, store
 from support.trainer import Volume, Worker, kill_all, start_workers
 
 BUCKET = "models"
@@ -54,14 +53,7 @@ def build_model(ctx):
 '''
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3.State]:
-    require_weed()
-    srv = s3.S3Server(tmp_path_factory.mktemp("s3"), bucket=BUCKET)
-    try:
-        yield srv.start()
-    finally:
-        srv.stop()
+server = server_fixture(BUCKET)
 
 
 def args_for(volume: Volume, base: Location, run: str) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,19 +18,12 @@ from dtr_contract import objectstore as o
 
 from devcluster import controlplane as cp
 from devcluster import s3
-from support.s3store import require_weed, store
+from support.s3store import require_weed, server_fixture, store
 
 BUCKET = "store"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3.State]:
-    require_weed()
-    srv = s3.S3Server(tmp_path_factory.mktemp("s3"), bucket=BUCKET)
-    try:
-        yield srv.start()
-    finally:
-        srv.stop()
+server = server_fixture(BUCKET)
 
 
 def test_put_head_get_copy_delete_an_object(server: s3.State, tmp_path: Path):

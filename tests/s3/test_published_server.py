@@ -9,7 +9,6 @@ environment, where dtr_client is (make test-s3-local).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,20 +21,13 @@ from dtr_operator import kube
 
 from devcluster import s3
 from support.local_exec import VolumeKube
-from support.s3store import require_weed, s3_env, store
+from support.s3store import s3_env, server_fixture, store
 
 BUCKET = "readers"
 FILES = {"saved_model.pb": b"graph" * 10, "variables/variables.index": b"index", "lineage.json": b'{"run": {}}'}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3.State]:
-    require_weed()
-    srv = s3.S3Server(tmp_path_factory.mktemp("s3"), bucket=BUCKET)
-    try:
-        yield srv.start()
-    finally:
-        srv.stop()
+server = server_fixture(BUCKET)
 
 
 def publish_by_hand(c: ObjectStore, base: Location, version: int, tmp: Path, manifest: bool = True) -> None:

@@ -20,19 +20,21 @@ CI's s3 tier): the plugin reads its settings once per process. Skipped, saying w
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from dtr_contract import env
 
 from devcluster import controlplane as cp
 from devcluster import s3
 from devcluster.controlplane import free_ports
 from support.repo import REPO
+from support.s3store import s3_env as store_env
+from support.s3store import server_fixture
 from support.trainer import tf_config
 
 BUCKET = "trainer"
@@ -41,24 +43,13 @@ pytestmark = pytest.mark.skipif(sys.version_info[:2] != (3, 9), reason="runs in 
                                 "(.venv/trainer: make test-s3-local)")
 
 
-def require_weed() -> None:
-    try:
-        s3.binary()
-    except s3.S3Error as err:
-        if os.environ.get("DTR_S3_REQUIRED"):
-            pytest.fail(str(err), pytrace=False)
-        pytest.skip(f"{err} (under DTR_S3_REQUIRED=1 this fails)")
-
-
 def s3_env(state: s3.State, **extra: str) -> dict[str, str]:
-    """What tensorflow-io's S3 plugin reads, and a retry mode that fails within seconds (its default, 'legacy',
-    ignores AWS_MAX_ATTEMPTS: a refused connection took 102 s)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
-    env.update({"S3_ENDPOINT": state.endpoint, "AWS_ACCESS_KEY_ID": state.access_key,
-                "AWS_SECRET_ACCESS_KEY": state.secret_key, "AWS_REGION": s3.REGION, "AWS_EC2_METADATA_DISABLED": "true",
-                "AWS_RETRY_MODE": "standard", "AWS_MAX_ATTEMPTS": "2", "TF_CPP_MIN_LOG_LEVEL": "2"})  # fmt: skip
-    env.update(extra)
-    return env
+    """The trainer's environment for this server (support.s3store: what tensorflow-io's S3 plugin reads, and a retry
+    mode that fails within seconds: its default, 'legacy', ignores AWS_MAX_ATTEMPTS, a refused connection took
+    102 s), TensorFlow's C++ logs quiet; no CA unless `extra` names one (these tests ask which variable it reads)."""
+    environ = store_env(state, TF_CPP_MIN_LOG_LEVEL="2")
+    environ.pop(env.S3_CA_FILE, None)
+    return {**environ, **extra}
 
 
 def run_python(code: str, env: Mapping[str, str], timeout: float = 180) -> dict:
@@ -69,14 +60,7 @@ def run_python(code: str, env: Mapping[str, str], timeout: float = 180) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3.State]:
-    require_weed()
-    srv = s3.S3Server(tmp_path_factory.mktemp("s3"), bucket=BUCKET)
-    try:
-        yield srv.start()
-    finally:
-        srv.stop()
+server = server_fixture(BUCKET)
 
 
 def test_tfrecords_through_s3_listed_and_shared_out_by_file(server: s3.State):

@@ -4,7 +4,8 @@ in either Python: no MinIO SDK here, which the trainer's environment does not ha
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 from dtr_contract import objectstore
@@ -20,6 +21,21 @@ def require_weed() -> None:
         if os.environ.get("DTR_S3_REQUIRED"):
             pytest.fail(str(err), pytrace=False)
         pytest.skip(f"{err} (under DTR_S3_REQUIRED=1 this fails)")
+
+
+def server_fixture(bucket: str) -> Any:
+    """A module's `server` fixture: the built server as a local process with `bucket`, for the module's tests."""
+
+    @pytest.fixture(scope="module")
+    def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3.State]:
+        require_weed()
+        srv = s3.S3Server(tmp_path_factory.mktemp("s3"), bucket=bucket)
+        try:
+            yield srv.start()
+        finally:
+            srv.stop()
+
+    return server
 
 
 def s3_env(state: s3.State, **extra: str) -> dict[str, str]:
