@@ -10,7 +10,6 @@ No kubelet runs here: where a test needs a worker to finish it writes the pod's 
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +19,7 @@ from dtr_contract import env, exits, flags
 from operator_support import create_run, get, items, set_pod_state, wait_status, worker_pods
 
 from support.cluster import Cluster
-from support.operator import Operator
+from support.operator import Operator, operator_with
 
 ENDPOINT = "http://s3.example.svc:8333"
 DATASET = "s3://datasets/digits"
@@ -35,14 +34,8 @@ def _spec(**store: Any) -> dict[str, Any]:
 @pytest.fixture
 def allowed(control_plane: Cluster, namespace: str) -> Iterator[Operator]:
     """The operator with --allowed-object-stores listing ENDPOINT (its env twin: `kopf run` reads the environment)."""
-    os.environ["DTR_ALLOWED_OBJECT_STORES"] = f"https://other.example,{ENDPOINT}"
-    op = Operator(namespace)
-    try:
-        op.start()
+    with operator_with(namespace, DTR_ALLOWED_OBJECT_STORES=f"https://other.example,{ENDPOINT}") as op:
         yield op
-    finally:
-        op.stop()
-        os.environ.pop("DTR_ALLOWED_OBJECT_STORES", None)
 
 
 def test_an_endpoint_not_allowed_fails_the_run_before_anything_is_created(

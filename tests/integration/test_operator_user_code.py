@@ -29,7 +29,7 @@ from operator_support import (
 )
 
 from support.cluster import Cluster
-from support.operator import Operator
+from support.operator import Operator, operator_with
 from support.wait import wait_for
 
 SOURCE = "def build_model(ctx):\n    return None\n\n\ndef load_data(ctx):\n    return None\n"
@@ -141,14 +141,8 @@ def test_a_regression_runs_metrics_and_headline(control_plane: Cluster, namespac
 @pytest.fixture
 def no_user_code(control_plane: Cluster, namespace: str) -> Iterator[Operator]:
     """The operator with --user-code=disallowed (its env twin: `kopf run` reads settings from the environment)."""
-    os.environ["DTR_USER_CODE"] = "disallowed"
-    op = Operator(namespace)
-    try:
-        op.start()
+    with operator_with(namespace, DTR_USER_CODE="disallowed") as op:
         yield op
-    finally:
-        op.stop()
-        os.environ.pop("DTR_USER_CODE", None)
 
 
 def test_code_in_a_configmap_is_refused_when_the_operator_disallows_it(

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,3 +147,19 @@ class OperatorProcess:
             return self.log.read_text(errors="replace")
         except OSError:
             return ""
+
+
+@contextlib.contextmanager
+def operator_with(namespace: str, **settings: str) -> Iterator[Operator]:
+    """An operator serving `namespace` with settings given as their environment twins (`kopf run` reads settings
+    from the environment, e.g. DTR_USER_CODE), set for its life only."""
+    os.environ.update(settings)
+    op = Operator(namespace)
+    try:
+        op.start()
+        yield op
+    finally:
+        op.stop()
+        for key in settings:
+            os.environ.pop(key, None)
+
