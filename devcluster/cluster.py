@@ -32,6 +32,7 @@ from pathlib import Path
 
 from devcluster import controlplane as cp
 from devcluster import node as nd
+from devcluster import s3
 
 DEFAULT_DIR = cp.REPO / ".dtr" / "cluster"
 BRIDGE = "dtrn0"
@@ -103,6 +104,14 @@ def shared_storage_class() -> dict[str, object]:
         "volumeBindingMode": "WaitForFirstConsumer",
         "reclaimPolicy": "Delete",
     }
+
+
+def widened_setting(listing: str, name: str, value: str) -> str | None:
+    """The operator's comma-separated allow-list setting `name` with `value` added, as `kubectl set env` takes it
+    (NAME=a,b), from `kubectl set env --list`'s lines; None when it lists `value` already."""
+    current = next((line.split("=", 1)[1] for line in listing.splitlines() if line.startswith(f"{name}=")), "")
+    items = [item.strip() for item in current.split(",") if item.strip()]
+    return None if value in items else f"{name}={','.join([*items, value])}"
 
 
 # ---------------------------------------------------------------- host I/O
@@ -333,38 +342,77 @@ class Cluster:
             nd.run(["docker", "save", "-o", str(tar), *nd.image_names()], timeout=900)
             stamp.write_text(ids)
             self.log(f"docker save in {time.monotonic() - t0:.0f} s")
-        t0 = time.monotonic()
-        imports = self._imports(tar, ids)
-        for node, proc in imports:
-            _, err = proc.communicate(timeout=1200)
-            if proc.returncode != 0:
-                raise ClusterError(f"ctr import into {node.spec.name} failed: {err.strip()[-400:]}")
+        stale = [node for node in self.nodes if not self._has_images(node, ids)]
+        seconds = self._import(tar, stale)
+        for node in stale:
             (node.layout.root / "imported-images").write_text(ids)
-        self.log(f"images imported into {len(imports)} node(s) in {time.monotonic() - t0:.0f} s")
+        self.log(f"images imported into {len(stale)} node(s) in {seconds:.0f} s")
         installed = self.nodes[0].install({"DTR_IMPORT": "none", "DTR_HOST_DIR": str(self.shared), **(settings or {})})
         # Runs may ask for the class every node mounts, the one that lets their workers spread: the operator's
         # setting, as a cluster admin makes it (docs/operator.md#what-a-run-may-ask-of-the-cluster).
-        operator = ("-n", "dtr-system")
-        setting = f"DTR_ALLOWED_STORAGE_CLASSES={SHARED_CLASS}"
-        env = self.nodes[0].kubectl(*operator, "set", "env", "deploy/dtr-operator", "--list")
-        if setting not in env.splitlines():
-            self.nodes[0].kubectl(*operator, "set", "env", "deploy/dtr-operator", setting)
-            self.nodes[0].kubectl(*operator, "rollout", "status", "deploy/dtr-operator", "--timeout=300s", timeout=320)
+        self.allow("DTR_ALLOWED_STORAGE_CLASSES", SHARED_CLASS)
         return installed
 
-    def _imports(self, tar: Path, ids: str) -> list[tuple[nd.Node, subprocess.Popen[str]]]:
-        started = []
-        for node in self.nodes:
-            marker = node.layout.root / "imported-images"
-            if marker.exists() and marker.read_text() == ids and node.has_images():
-                continue  # a node's start empties its containerd: the marker alone is not enough
-            argv = [str(self.plane.bin / "ctr"), "--address", str(node.layout.socket), "-n", "k8s.io",
-                    "images", "import", str(tar)]  # fmt: skip
-            started.append((node, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
-        return started
+    def allow(self, setting: str, value: str) -> None:
+        """Add `value` to one of the installed operator's allow-lists (its environment twin, e.g.
+        DTR_ALLOWED_OBJECT_STORES), as a cluster admin would, and wait for the operator's new pod."""
+        operator = ("-n", "dtr-system")
+        listing = self.nodes[0].kubectl(*operator, "set", "env", "deploy/dtr-operator", "--list")
+        widened = widened_setting(listing, setting, value)
+        if widened is not None:
+            self.nodes[0].kubectl(*operator, "set", "env", "deploy/dtr-operator", widened)
+            self.nodes[0].kubectl(*operator, "rollout", "status", "deploy/dtr-operator", "--timeout=300s", timeout=320)
+
+    def install_s3(self, bucket: str = s3.DEFAULT_BUCKET) -> Path:
+        """The S3 server as a pod (devcluster/s3.py's manifests, as node.Node.install_s3: nd.deploy_s3) with new
+        keys, its image imported into every node at once (`make s3-build`), and its Service's endpoint
+        (s3.service_endpoint()) allowed by the operator (install() first). Returns an env file for this machine's
+        tools (DIR/s3.env): the pod's own address as endpoint (the host routes to every node's pods; the
+        Service's cluster IP exists only inside the nodes' network namespaces); pods use the Service's name."""
+        seconds = self._import(nd.s3_image(self.plane.cache), self.nodes)
+        self.log(f"S3 server's image imported into {len(self.nodes)} node(s) in {seconds:.0f} s")
+        creds = nd.deploy_s3(self.nodes[0].kubectl, bucket, self.log)
+        pods = self.nodes[0].kubectl("-n", s3.NAMESPACE, "get", "pods", "-l", f"app.kubernetes.io/name={s3.NAME}",
+                                     "--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].status.podIP}")
+        ip = pods.split()[0]
+        self.allow("DTR_ALLOWED_OBJECT_STORES", s3.service_endpoint())
+        env = self.root / "s3.env"
+        s3.write_private(env, s3.env_file(s3.endpoint(ip, s3.POD_S3_PORT, tls=False), creds, bucket))
+        return env
+
+    def _has_images(self, node: nd.Node, ids: str) -> bool:
+        marker = node.layout.root / "imported-images"
+        # A node's start empties its containerd: the marker alone is not enough.
+        return marker.exists() and marker.read_text() == ids and node.has_images()
+
+    def _import(self, tar: Path, nodes: Sequence[nd.Node]) -> float:
+        """One `ctr import` of `tar` per node, all at once; the seconds they took together."""
+        t0 = time.monotonic()
+        started = [(node, subprocess.Popen(node.import_argv(tar), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                           text=True)) for node in nodes]  # fmt: skip
+        for node, proc in started:
+            _, err = proc.communicate(timeout=1200)
+            if proc.returncode != 0:
+                raise ClusterError(f"ctr import of {tar.name} into {node.spec.name} failed: {err.strip()[-400:]}")
+        return time.monotonic() - t0
 
 
 # ---------------------------------------------------------------- CLI
+
+
+def up(cluster: Cluster, install: bool, with_s3: bool, say: Callable[[str], None]) -> None:
+    seconds = cluster.start()
+    say(f"{len(cluster.nodes)} node(s) up in {seconds} s")
+    if install:
+        t1 = time.monotonic()
+        installed = cluster.install()
+        print(installed.stdout, file=sys.stderr)
+        say(f"training-operator and the operator installed in {time.monotonic() - t1:.0f}s")
+    if with_s3:
+        t1 = time.monotonic()
+        env = cluster.install_s3()
+        say(f"S3 server installed in {time.monotonic() - t1:.0f}s; for this machine's tools: {env}")
+    print(f"export KUBECONFIG={cluster.kubeconfig}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -374,9 +422,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=3, help="how many nodes (default 3)")
     parser.add_argument("--install", action="store_true",
                         help="then deploy/install.sh: images (built), training-operator, the operator (deploy/)")
+    parser.add_argument("--s3", action="store_true",
+                        help="up --install: and an S3 server as a pod in dtr-s3, its endpoint allowed by the operator "
+                             "(`make s3-build` first; devcluster/s3.py)")
     parser.add_argument("--purge", action="store_true",
                         help="down: then remove the nodes' images, pods and volumes (about 4 GB a node); logs stay")
     args = parser.parse_args(argv)
+    if args.s3 and not args.install:
+        parser.error("--s3 needs --install (the operator must allow the S3 server's endpoint)")
     t0 = time.monotonic()
 
     def say(msg: str) -> None:
@@ -389,24 +442,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cluster = Cluster(root, nodes, stop_at_exit=False, log=say)
         if args.command == "up":
-            seconds = cluster.start()
-            say(f"{nodes} node(s) up in {seconds} s")
-            if args.install:
-                t1 = time.monotonic()
-                installed = cluster.install()
-                print(installed.stdout, file=sys.stderr)
-                say(f"training-operator and the operator installed in {time.monotonic() - t1:.0f}s")
-            print(f"export KUBECONFIG={cluster.kubeconfig}")
+            up(cluster, args.install, args.s3, say)
             return 0
         if args.command == "down":
             cluster.stop()
+            (root / "s3.env").unlink(missing_ok=True)  # install_s3's: its keys went with the cluster's etcd
             if args.purge:
                 cluster.purge()
             say("down, images and volumes removed" if args.purge else "down")
             return 0
         running = cluster.running()
-        for component, up in running.items():
-            print(f"{component:40} {'running' if up else 'stopped'}")
+        for component, runs in running.items():
+            print(f"{component:40} {'running' if runs else 'stopped'}")
         return 0 if all(running.values()) else 1
     except cp.ControlPlaneError as err:
         say(f"error: {err}")

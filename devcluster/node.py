@@ -540,12 +540,19 @@ class Node:
     def log_file(self, component: str) -> Path:
         return self._procs.log_file(component)
 
+    def ctr_argv(self, *args: str) -> list[str]:
+        """ctr's command line against the node's containerd, in Kubernetes' namespace."""
+        return [str(self.bin / "ctr"), "--address", str(self.layout.socket), "-n", "k8s.io", *args]
+
     def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return run([str(self.bin / "ctr"), "--address", str(self.layout.socket), "-n", "k8s.io", *args],
-                   check=check, timeout=timeout)  # fmt: skip
+        return run(self.ctr_argv(*args), check=check, timeout=timeout)
+
+    def import_argv(self, tar: Path) -> list[str]:
+        """ctr's command line that imports an image tar into the node's containerd, unpacked."""
+        return self.ctr_argv("images", "import", "--no-unpack=false", str(tar))
 
     def import_image(self, tar: Path) -> None:
-        self.ctr("images", "import", "--no-unpack=false", str(tar))
+        run(self.import_argv(tar), timeout=300)
 
     # -- faults (tests/reliability/test_node_faults.py)
 
@@ -830,17 +837,8 @@ class Node:
         """The S3 server as a pod (devcluster/s3.py's manifests) with new keys, its image imported (`make s3-build`);
         returns an env file for this machine's tools, the Service's cluster IP as endpoint (kube-proxy's rules
         take the host there too; pods use the Service's name and the Secret)."""
-        tar = self.plane.cache / "images" / "optional" / "seaweedfs.tar"
-        if not tar.exists():
-            raise NodeError(f"{tar} is missing; run `make s3-build`")
-        self.import_image(tar)
-        creds = s3.new_credentials()
-        image = pinned(HERE / "versions.env")["SEAWEEDFS_IMAGE"]
-        objects = {"apiVersion": "v1", "kind": "List", "items": s3.manifests(creds, bucket, image)}
-        self.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(objects))
-        t0 = time.monotonic()
-        self.kubectl("-n", s3.NAMESPACE, "rollout", "status", f"deployment/{s3.NAME}", "--timeout=180s", timeout=200)
-        self.log(f"{s3.NAMESPACE}/{s3.NAME} available ({time.monotonic() - t0:.0f} s)")
+        self.import_image(s3_image(self.plane.cache))
+        creds = deploy_s3(self.kubectl, bucket, self.log)
         ip = self.kubectl("-n", s3.NAMESPACE, "get", "service", s3.NAME, "-o", "jsonpath={.spec.clusterIP}").strip()
         env = self.layout.root.parent / "s3.env"
         s3.write_private(env, s3.env_file(s3.endpoint(ip, s3.POD_S3_PORT, tls=False), creds, bucket))
@@ -863,6 +861,28 @@ def built_image_ids() -> str:
     proc = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", *image_names()],
                           capture_output=True, text=True, check=False)  # fmt: skip
     return proc.stdout if proc.returncode == 0 else ""
+
+
+def s3_image(cache: Path) -> Path:
+    """The S3 server's image tar (`make s3-build`), or NodeError saying how to build it."""
+    tar = cache / "images" / "optional" / "seaweedfs.tar"
+    if not tar.exists():
+        raise NodeError(f"{tar} is missing; run `make s3-build`")
+    return tar
+
+
+def deploy_s3(kubectl: Callable[..., str], bucket: str, log: Callable[[str], None]) -> s3.Credentials:
+    """The S3 server's objects (devcluster/s3.py's manifests) applied with new keys, and its Deployment rolled out;
+    its image must be on the nodes already (s3_image). One node's (Node.install_s3) and several nodes'
+    (cluster.Cluster.install_s3) alike; returns the keys."""
+    creds = s3.new_credentials()
+    image = pinned(HERE / "versions.env")["SEAWEEDFS_IMAGE"]
+    objects = {"apiVersion": "v1", "kind": "List", "items": s3.manifests(creds, bucket, image)}
+    kubectl("apply", "--server-side", "-f", "-", input=json.dumps(objects))
+    t0 = time.monotonic()
+    kubectl("-n", s3.NAMESPACE, "rollout", "status", f"deployment/{s3.NAME}", "--timeout=180s", timeout=200)
+    log(f"{s3.NAMESPACE}/{s3.NAME} available ({time.monotonic() - t0:.0f} s)")
+    return creds
 
 
 def training_operator_overlay(cache: Path) -> Path:

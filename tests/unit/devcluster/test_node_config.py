@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devcluster import cluster, node
+from devcluster import cluster, node, s3
+from devcluster import controlplane as cp
 
 LAYOUT = node.NodeLayout(Path("/srv/dtr/node"))
 PINS = node.pinned(node.HERE / "versions.env")
@@ -167,8 +168,6 @@ def test_local_path_keeps_readwriteonce_on_a_node_and_shares_one_directory():
 
 
 def test_only_a_cluster_of_several_nodes_gets_pod_subnets_and_quick_node_faults():
-    from devcluster import controlplane as cp
-
     layout, ports = cp.Layout(Path("/c/cp")), cp.Ports(*range(1, 8))
     one = cp.controller_manager_args(Path("kcm"), layout, ports, node=True)
     several = cp.controller_manager_args(Path("kcm"), layout, ports, node=True, pod_network=cluster.POD_NETWORK)
@@ -179,6 +178,34 @@ def test_only_a_cluster_of_several_nodes_gets_pod_subnets_and_quick_node_faults(
     api = cp.apiserver_args(Path("api"), layout, ports, node_ip=cluster.HOST_IP, pod_network=cluster.POD_NETWORK)
     assert "--enable-aggregator-routing=true" in api  # no kube-proxy on the host: webhooks at their pods
     assert "--enable-aggregator-routing=true" not in cp.apiserver_args(Path("api"), layout, ports, node_ip="10.42.0.1")
+
+
+def test_an_allow_list_setting_gains_a_value_once_and_keeps_what_it_listed():
+    listing = "DTR_ALLOWED_STORAGE_CLASSES=shared-path\nDTR_ALLOWED_OBJECT_STORES=https://a:443, http://b:80\n"
+    endpoint = s3.service_endpoint()
+    assert cluster.widened_setting(listing, "DTR_ALLOWED_OBJECT_STORES", endpoint) == \
+        f"DTR_ALLOWED_OBJECT_STORES=https://a:443,http://b:80,{endpoint}"  # fmt: skip
+    assert cluster.widened_setting("", "DTR_ALLOWED_OBJECT_STORES", endpoint) == f"DTR_ALLOWED_OBJECT_STORES={endpoint}"
+    assert cluster.widened_setting(listing, "DTR_ALLOWED_STORAGE_CLASSES", "shared-path") is None
+    assert cluster.widened_setting(listing, "DTR_ALLOWED_STORAGE", "x") == "DTR_ALLOWED_STORAGE=x"  # a prefix is not it
+
+
+def test_the_s3_servers_image_is_the_one_make_s3_build_makes_or_a_line_saying_so(tmp_path: Path) -> None:
+    with pytest.raises(node.NodeError, match=r"optional/seaweedfs.tar is missing; run `make s3-build`"):
+        node.s3_image(tmp_path)
+    tar = tmp_path / "images" / "optional" / "seaweedfs.tar"
+    tar.parent.mkdir(parents=True)
+    tar.write_bytes(b"")
+    assert node.s3_image(tmp_path) == tar
+
+
+def test_every_nodes_import_reaches_its_own_containerd_in_kubernetes_namespace():
+    plane = cp.ControlPlane(Path("/c/control-plane"), stop_at_exit=False)
+    nodes = [node.Node(plane, Path(f"/c/nodes/n{i}"), build=False, stop_at_exit=False, spec=cluster.node_spec(i))
+             for i in (1, 2)]  # fmt: skip
+    argvs = [n.import_argv(Path("/cache/x.tar")) for n in nodes]
+    assert [a[a.index("--address") + 1] for a in argvs] == [str(n.layout.socket) for n in nodes]
+    assert all(a[-5:] == ["k8s.io", "images", "import", "--no-unpack=false", "/cache/x.tar"] for a in argvs)
 
 
 def test_purge_removes_a_stopped_nodes_images_pods_and_volumes_keeps_its_logs_and_refuses_while_mounted(
