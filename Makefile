@@ -116,7 +116,7 @@ test-node: setup images node-build ## both images as pods on a real node: kubect
 multinode-build: node-build ## several nodes' extra part: flanneld and its CNI plugin (cached)
 	bash devcluster/build_node.sh flannel
 
-test-multinode: setup images multinode-build ## several real nodes: pods, policies and a run across nodes, node faults
+test-multinode: setup images multinode-build ## several real nodes: pods, policies, a run across nodes, one with no volume (S3: s3-build), node faults
 	$(OP)/pytest -q tests/multinode
 
 # A real S3 server (SeaweedFS, devcluster/s3.py; docs/cluster.md#an-s3-server): not in node-build, 6-10 min cold.

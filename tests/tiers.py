@@ -70,6 +70,7 @@ class Step:
     # The other lane may take it when it would otherwise sit waiting: cold, the main lane is idle for minutes
     # while the side lane builds the node, and runs it then; warm, its own lane reaches it first.
     either: bool = False
+    env: tuple[tuple[str, str], ...] = ()  # more of the step's environment
 
 
 def make(target: str) -> tuple[str, ...]:
@@ -108,8 +109,12 @@ STEPS: tuple[Step, ...] = (
          budget=520, tier=True, node=True, after=("reliability",)),
     # The single node's work is done: its CPU goes to the several nodes' tier.
     Step("node stop", NODE_DOWN, "the shared node stopped, its images and volumes removed", after=("node faults",)),
-    Step("multinode", make("test-multinode"), "three nodes: pods, policies and a run across nodes, node faults",
-         budget=480, tier=True, multinode=True, after=("multinode start",)),
+    # After the S3 server's build too: a run with no volume trains from, backs up into and exports to the server as
+    # a pod on the three nodes (tests/multinode/test_object_store.py), which fails rather than skips without it.
+    Step("multinode", make("test-multinode"),
+         "three nodes: pods, policies, a run across nodes, one with no volume (S3), node faults",
+         budget=480, tier=True, multinode=True, after=("multinode start", "s3 build"),
+         env=(("DTR_S3_REQUIRED", "1"),)),
     Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from every part"),
     # side lane
     Step("images", make("images"), "Docker engine, base images, both images", side=True),
@@ -215,6 +220,7 @@ def step_env(step: Step, shared_node: bool, shared_cluster: bool = False) -> dic
         env["DTR_NODE_DIR"] = str(NODE_DIR)
     if step.multinode and shared_cluster:
         env["DTR_CLUSTER_DIR"] = str(CLUSTER_DIR)
+    env.update(step.env)
     return env
 
 

@@ -5,6 +5,9 @@ and this project's operator installed as on any cluster.
 - `multinode` (session, support.multinode): starts the cluster in a temp dir, or, with
   DTR_CLUSTER_DIR=<dir of `python -m devcluster.cluster up --dir DIR`>, uses that one (tests/tiers.py does).
 - `namespace` (per test): Pod Security `restricted`, as a run's; `plain_namespace`: none, for busybox probes.
+- `s3_server` (per module, support.multinode.S3): the S3 server as a pod (Cluster.install_s3), its endpoint allowed
+  by the operator; skipped, saying why, without its image (`make s3-build`), failed instead under DTR_S3_REQUIRED=1.
+  `s3_keys` (per test): its keys in a Secret of the test's namespace.
 """
 
 from __future__ import annotations
@@ -13,7 +16,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.multinode import MultiNode, multinode, namespace, plain_namespace  # noqa: F401  (the tier's fixtures)
+from support.multinode import (  # noqa: F401  (the tier's fixtures)
+    MultiNode,
+    multinode,
+    namespace,
+    plain_namespace,
+    s3_keys,
+    s3_server,
+)
 
 
 @pytest.hookimpl(hookwrapper=True)

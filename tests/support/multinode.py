@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from minio import Minio
 
 from devcluster import cluster as dc
 from devcluster import controlplane as cp
 from devcluster import node as realnode
+from devcluster import s3
 
+from . import s3 as support_s3
 from .cluster import Cluster, kubeconfig_set, namespace_name
 from .node import RealNode
 from .wait import wait_for
@@ -124,6 +127,59 @@ def namespace(multinode: MultiNode, request: pytest.FixtureRequest) -> Iterator[
 
     with restricted_namespace(multinode.real, request.node.name) as name:
         yield name
+
+
+@dataclass(frozen=True)
+class S3:
+    """The S3 server on the several nodes (Cluster.install_s3): its keys and bucket, `endpoint` as pods reach it
+    (the Service's name, the one the operator allows), `local` as this machine does (the pod's address)."""
+
+    endpoint: str
+    local: str
+    access_key: str
+    secret_key: str
+    bucket: str
+
+    def client(self) -> Minio:
+        return support_s3.client(self.local, self.access_key, self.secret_key)
+
+
+@pytest.fixture(scope="module")
+def s3_server(multinode: MultiNode) -> Iterator[S3]:
+    """The S3 server as a pod (devcluster/cluster.py install_s3), installed for the module and removed after it.
+    Skipped, saying why, when its image was not built (`make s3-build`); DTR_S3_REQUIRED=1 (CI) fails instead."""
+    support_s3.require(multinode.nodes.plane.cache / "images" / "optional" / "seaweedfs.tar")
+    t0 = time.monotonic()
+    try:
+        env_file = multinode.nodes.install_s3()
+    except cp.ControlPlaneError as err:
+        pytest.fail(f"the S3 server did not install: {err}", pytrace=False)
+    print(f"S3 server installed on {len(multinode.nodes.nodes)} nodes in {time.monotonic() - t0:.0f} s")
+    env = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+    try:
+        yield S3(s3.service_endpoint(), env["AWS_ENDPOINT_URL"], env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"],
+                 env["S3_BUCKET"])  # fmt: skip
+    finally:
+        multinode.cluster.kubectl("delete", "namespace", s3.NAMESPACE, "--timeout=120s", check=False, timeout=150)
+        env_file.unlink(missing_ok=True)
+
+
+S3_SECRET = "s3-keys"
+
+
+def s3_secret(multinode: MultiNode, namespace: str, access_key: str, secret_key: str, name: str = S3_SECRET) -> str:
+    """A Secret with the keys as spec.objectStore.credentialsSecret reads them; its name."""
+    multinode.cluster.create({
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": {"name": name, "namespace": namespace},
+        "stringData": {"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key},
+    })  # fmt: skip
+    return name
+
+
+@pytest.fixture
+def s3_keys(multinode: MultiNode, namespace: str, s3_server: S3) -> str:
+    """The S3 server's keys in a Secret of the test's namespace (S3_SECRET); its name."""
+    return s3_secret(multinode, namespace, s3_server.access_key, s3_server.secret_key)
 
 
 def wait_node_ready(multinode: MultiNode, name: str, want: str, timeout: float = 120) -> float:

@@ -66,6 +66,15 @@ def test_the_node_tiers_wait_for_the_node_start() -> None:
         assert waits_for(step, "node start"), step
 
 
+def test_the_multinode_tier_waits_for_the_s3_servers_build_and_fails_rather_than_skips_without_it() -> None:
+    step = next(s for s in tiers.STEPS if s.name == "multinode")
+    assert {"multinode start", "s3 build"} <= set(step.after)
+    env = tiers.step_env(step, shared_node=False, shared_cluster=True)
+    assert env["DTR_S3_REQUIRED"] == "1" and env["DTR_CLUSTER_DIR"] == str(tiers.CLUSTER_DIR)
+    assert "DTR_S3_REQUIRED" not in tiers.step_env(next(s for s in tiers.STEPS if s.name == "node"), True, True) \
+        or os.environ.get("DTR_S3_REQUIRED")  # fmt: skip
+
+
 def lanes_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, side_build: float) -> dict[str, str]:
     """A small run of real commands: the main lane waits for a side-lane build, an `either` step of the side
     lane could run meanwhile. Returns each step's lane."""
