@@ -17,6 +17,8 @@ SEED = "--seed"
 DATA_DIR = "--data-dir"
 EXPORT_DIR = "--export-dir"
 BACKUP_DIR = "--backup-dir"
+# With BACKUP_DIR: the backup kept in a bucket too (s3://bucket/prefix); BACKUP_DIR is then each pod's own copy.
+BACKUP_URI = "--backup-uri"
 TENSORBOARD_DIR = "--tensorboard-dir"
 LOG_DIR = "--log-dir"
 TERMINATION_MESSAGE_PATH = "--termination-message-path"

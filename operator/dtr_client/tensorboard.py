@@ -331,6 +331,9 @@ def start_in_cluster(kube: Any, namespace: str, name: str, port: int | None, tim
     from dtr_operator.kube import ApiError
 
     run = _run_spec(kube, namespace, name)
+    if not run.has_volume:
+        raise TensorBoardError(f"{name} has no volume (spec.storage.volume false): its TensorBoard logs are not kept "
+                               "(docs/object-storage.md#a-run-with-no-volume)")  # fmt: skip
     node = _placed(kube, namespace, name, run.pvc_name)
     pod = tr.pod_name(tr.TENSORBOARD, name, secrets.token_hex(3))
     forwarder = Forwarder(kube, namespace, pod, port or free_port())

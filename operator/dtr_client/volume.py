@@ -288,9 +288,13 @@ def _claim(kube: Any, namespace: str, name: str) -> dict[str, Any]:
 
 def _claim_name(target: str, run: dict[str, Any]) -> str:
     try:
-        return parse_run(run).pvc_name
+        spec = parse_run(run)
     except SpecError as err:
         raise tr.TransferError(f"{KIND} {target} is not valid: {err}") from None
+    if not spec.has_volume:
+        raise tr.TransferError(f"{KIND} {target} has no volume (spec.storage.volume false): its data, backups and "
+                               "model live in its bucket (docs/object-storage.md#a-run-with-no-volume)")  # fmt: skip
+    return spec.pvc_name
 
 
 def _runs_claim(kube: Any, namespace: str, target: str, run: dict[str, Any]) -> dict[str, Any]:

@@ -95,6 +95,7 @@ def trainer_args(run: RunSpec, code_sha256: str | None = None) -> list[str]:
         flags.DATA_DIR, layout.data_dir(),
         flags.EXPORT_DIR, export_dir(run),
         flags.BACKUP_DIR, backup_dir(run),
+        *([flags.BACKUP_URI, run.storage.backup_uri] if run.storage.backup_uri else []),
         flags.TENSORBOARD_DIR, logs_dir(run),
         flags.LOG_DIR, logs_dir(run),
         flags.TERMINATION_MESSAGE_PATH, TERMINATION_MESSAGE_PATH,
@@ -286,13 +287,21 @@ def _pod_spec(run: RunSpec, code_sha256: str | None) -> dict[str, Any]:
         },
         "containers": [_container(run, code_sha256)],
         "volumes": [
-            {"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": run.pvc_name}},
+            run_volume(run),
             {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE}},
             *code_volumes(run),
             *objectstore.volumes(run.object_store),
         ],
     }
     return {**spec, **_placement_fields(run)}
+
+
+def run_volume(run: RunSpec) -> dict[str, Any]:
+    """What the workers mount at the volume's path: the run's claim, or without one (spec.storage.volume false) a
+    directory of each pod's own, as large as spec.storage.size (the backups then go to the bucket)."""
+    if not run.has_volume:
+        return {"name": VOLUME_NAME, "emptyDir": {"sizeLimit": run.storage.size}}
+    return {"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": run.pvc_name}}
 
 
 def build_tfjob(run: RunSpec, code_sha256: str | None = None) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from dtr_contract import flags, layout
 
 from . import grammar
 from .fields_objectstore import OBJECT_STORE, SPEC_RULES, STORAGE_URI, STORAGE_URI_RULE, is_s3, s3_uri_cel
+from .fields_storage import STORAGE, no_volume_rule
 from .schema import MAX_KEY_LENGTH, Field, Pattern, Rule, To, cel_regex
 
 DEFAULT_TRAINER_IMAGE = "localhost/distml/trainer:0.1.0"  # --trainer-image's default (docs/images.md#names)
@@ -243,53 +244,6 @@ TRAINING = Field("training", "object", "The model, the data and the optimisation
          _dataset_allowed, subject="dataset", field_path=True),
 ))  # fmt: skip
 
-STORAGE = Field("storage", "object",
-                f"The volume mounted at {layout.MOUNT_PATH} in every worker (data cache, backups, TensorBoard logs, "
-                "exported models). Either an existing PVC (claimName) or one the operator creates, named "
-                "\"<name>-data\".",
-                attr="storage", default={}, fields=(
-    Field("claimName", "string",
-          "Name of an existing PersistentVolumeClaim in the run's namespace to use. Unset: the operator creates "
-          "\"<name>-data\".",
-          attr="storage.claim_name", min_length=1, max_length=253,
-          to=To("pod", "spec.volumes.0.persistentVolumeClaim.claimName"),
-          pattern=Pattern(grammar.PVC_NAME, "must be a PVC name: lower-case letters, digits, '-' and '.', starting and "
-                          "ending with a letter or digit", cel=True),
-          doc_default="unset: the operator creates `<name>-data`",
-          doc="Never created, owned or deleted by the operator."),
-    Field("size", "string",
-          "Size of the PVC the operator creates, a Kubernetes quantity such as 1Gi (default {default}). Not "
-          "allowed with claimName.",
-          attr="storage.size", default="1Gi", schema_default=False, max_length=64,
-          to=To("pvc", "spec.resources.requests.storage"),
-          not_with=("claimName", "is only for the PVC the operator creates"),
-          rules=(Rule("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
-                      "must be a positive Kubernetes quantity, such as 500Mi or 1Gi", grammar.positive_quantity),),
-          doc="Defaulted by the operator rather than the schema, so that the API server can refuse it with "
-              "`claimName`."),
-    Field("storageClassName", "string",
-          "StorageClass of the PVC the operator creates (default: the cluster's default class). Not allowed with "
-          "claimName.",
-          attr="storage.storage_class_name", min_length=1, max_length=253, to=To("pvc", "spec.storageClassName"),
-          not_with=("claimName", "is only for the PVC the operator creates"), doc_default="the cluster's default"),
-    Field("accessMode", "string",
-          "Access mode of the PVC the operator creates: ReadWriteOnce (one node) or ReadWriteMany (workers on "
-          "several nodes). Ignored with claimName.",
-          attr="storage.access_mode", default="ReadWriteOnce", enum=("ReadWriteOnce", "ReadWriteMany"),
-          to=To("pvc", "spec.accessModes.0"),
-          doc="Not with a required anti-affinity term that puts the workers on separate nodes: "
-              "[below](#storage-and-pod-anti-affinity)."),
-    Field("reclaimPolicy", "string",
-          "What happens to the PVC the operator created when the run is deleted: Retain keeps it (and the model on "
-          "it); Delete removes it with the run.",
-          attr="storage.reclaim_policy", default="Retain", enum=("Retain", "Delete")),
-), rules=(
-    Rule("!has(self.claimName) || self.reclaimPolicy != 'Delete'",
-         "Delete cannot be set with spec.storage.claimName: the operator never deletes a PVC it did not create",
-         lambda s: "claimName" not in s or s.get("reclaimPolicy") != "Delete", subject="reclaimPolicy",
-         field_path=True),
-))  # fmt: skip
-
 EXPORT = Field("export", "object", "Where the trained model goes.", default={}, rules=(STORAGE_URI_RULE,), fields=(
     STORAGE_URI,
     Field("modelName", "string",
@@ -466,6 +420,7 @@ SPEC = Field("spec", "object",
     OBJECT_STORE,
 ), rules=(
     *SPEC_RULES,
+    no_volume_rule(BUILTIN_DATASETS),
     Rule("!has(self.queueName) || !self.suspend",
          "cannot be true with spec.queueName: Kueue suspends and resumes queued runs (docs/scheduling.md)",
          lambda s: "queueName" not in s or not s.get("suspend"), subject="suspend"),

@@ -21,8 +21,8 @@ from .schema import Field, Pattern, Rule, To, cel_regex
 DEFAULT_REGION = "us-east-1"  # what S3 clients assume without one; SeaweedFS and MinIO accept any
 S3_SCHEME = "s3://"
 _DNS_SUBDOMAIN = "a DNS subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
-_URI_WHY = ("must be an s3:// URI: s3://<bucket>[/<key or prefix>], a bucket name of 3..63 lower-case letters, "
-            "digits, '-' and '.', keys of letters, digits and '._=+-' joined by single '/', no '.' or '..' segment")
+URI_WHY = ("must be an s3:// URI: s3://<bucket>[/<key or prefix>], a bucket name of 3..63 lower-case letters, "
+           "digits, '-' and '.', keys of letters, digits and '._=+-' joined by single '/', no '.' or '..' segment")
 
 
 def s3_uri_cel(of: str) -> str:
@@ -71,7 +71,7 @@ STORAGE_URI = Field("storageUri", "string",
     "Where model versions go instead of the volume: an s3:// prefix in spec.objectStore, each version at "
     "<storageUri>/<N>/ (TF Serving's layout). Not with modelName.",
     attr="storage_uri", min_length=1, max_length=1024, to=To("trainer", flags.EXPORT_DIR),
-    pattern=Pattern(grammar.S3_URI.removesuffix("/?"), _URI_WHY + ", no trailing '/'"),
+    pattern=Pattern(grammar.S3_URI.removesuffix("/?"), URI_WHY + ", no trailing '/'"),
     doc="[models.md](models.md)")  # fmt: skip
 # The schema's pattern cannot say "no dot segment": a rule on export does.
 STORAGE_URI_RULE = Rule(f"!has(self.storageUri) || !self.storageUri.matches('{cel_regex(grammar.S3_DOT_SEGMENT)}')",
@@ -81,18 +81,26 @@ STORAGE_URI_RULE = Rule(f"!has(self.storageUri) || !self.storageUri.matches('{ce
 
 
 def _uses_s3(spec: Mapping[str, Any]) -> bool:
-    return is_s3((spec.get("training") or {}).get("dataset")) or "storageUri" in (spec.get("export") or {})
+    return (
+        is_s3((spec.get("training") or {}).get("dataset"))
+        or "storageUri" in (spec.get("export") or {})
+        or "backupUri" in (spec.get("storage") or {})
+    )
 
 
-_USES_S3_CEL = ("((has(self.training) && has(self.training.dataset) && self.training.dataset.startsWith('s3://')) "
-                "|| (has(self.export) && has(self.export.storageUri)))")
+_USES_S3_CEL = (
+    "((has(self.training) && has(self.training.dataset) && self.training.dataset.startsWith('s3://')) "
+    "|| (has(self.export) && has(self.export.storageUri)) "
+    "|| (has(self.storage) && has(self.storage.backupUri)))"
+)
 # spec's rules: an s3:// URI needs the store it is in, and a store is given only to a run that names something there.
 SPEC_RULES = (
     Rule(f"has(self.objectStore) || !{_USES_S3_CEL}",
-         "is required with an s3:// URI in spec.training.dataset or spec.export.storageUri: it says which store "
-         "and which Secret holds its keys",
+         "is required with an s3:// URI in spec.training.dataset, spec.export.storageUri or "
+         "spec.storage.backupUri: it says which store and which Secret holds its keys",
          lambda s: "objectStore" in s or not _uses_s3(s), subject="objectStore"),
     Rule(f"!has(self.objectStore) || {_USES_S3_CEL}",
-         "is only for a run that names an s3:// URI in spec.training.dataset or spec.export.storageUri",
+         "is only for a run that names an s3:// URI in spec.training.dataset, spec.export.storageUri or "
+         "spec.storage.backupUri",
          lambda s: "objectStore" not in s or _uses_s3(s), subject="objectStore"),
 )  # fmt: skip

@@ -311,9 +311,10 @@ def quantity(value: str | int) -> Decimal | None:
 
 
 def _storage(run: RunSpec, policy: Policy) -> Refusal | None:
-    """The PVC the operator creates: at most --max-storage, of a class the admin listed (security review L6).
-    A claim named in spec.storage.claimName is claim_refusal's: it exists already."""
-    if not run.creates_pvc:
+    """The PVC the operator creates, or each worker's emptyDir without a volume: at most --max-storage, of a class
+    the admin listed (security review L6). A claim named in spec.storage.claimName is claim_refusal's: it exists
+    already."""
+    if run.storage.claim_name is not None:
         return None
     size, limit = quantity(run.storage.size), quantity(policy.max_storage)
     if size is None or limit is None or size > limit:

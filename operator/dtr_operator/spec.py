@@ -103,6 +103,8 @@ class StorageSpec:
     storage_class_name: str | None = None
     access_mode: str = _default("storage.accessMode")
     reclaim_policy: str = _default("storage.reclaimPolicy")
+    volume: bool = _default("storage.volume")  # false: no claim; an emptyDir per pod, the backups in backup_uri
+    backup_uri: str | None = None  # spec.storage.backupUri: the epoch backups in the object store
 
 
 @dataclass(frozen=True)
@@ -169,12 +171,18 @@ class RunSpec:
 
     @property
     def pvc_name(self) -> str:
-        """The claim the workers mount: the user's, or the one the operator creates."""
+        """The claim the workers mount: the user's, or the one the operator creates (meaningless without a volume:
+        see has_volume)."""
         return self.storage.claim_name or created_pvc_name(self.name)
 
     @property
+    def has_volume(self) -> bool:
+        """Whether the workers mount a claim (spec.storage.volume), or each its own emptyDir."""
+        return self.storage.volume
+
+    @property
     def creates_pvc(self) -> bool:
-        return self.storage.claim_name is None
+        return self.has_volume and self.storage.claim_name is None
 
     @property
     def tfjob_name(self) -> str:

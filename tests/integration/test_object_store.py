@@ -100,3 +100,18 @@ def test_a_workers_preflight_exit_is_the_runs_reason(
     assert st["reason"] == "ObjectStoreKeysRefused", st
     assert st["message"].startswith(line) and f"exit code {exits.OBJECT_STORE_KEYS})" in st["message"], st
     assert "not-the-key" not in _everything(control_plane, namespace, "s3-keys"), "a key is spelled out"
+
+
+def test_a_run_with_no_volume_gets_no_claim_and_its_workers_an_empty_dir_and_the_backup_uri(
+    control_plane: Cluster, namespace: str, allowed: Operator
+) -> None:
+    spec = {**_spec(), "storage": {"volume": False, "size": "300Mi", "backupUri": "s3://runs/backups/nv"}}
+    create_run(control_plane, namespace, "s3-nv", spec)
+    [pod, _] = worker_pods(control_plane, namespace, "s3-nv", 2)
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "dtr-data")
+    assert volume == {"name": "dtr-data", "emptyDir": {"sizeLimit": "300Mi"}}
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[args.index(flags.BACKUP_URI) + 1] == "s3://runs/backups/nv"
+    assert not items(control_plane, namespace, "pvc", "distml.dev/run=s3-nv"), "a run with no volume has no claim"
+    st = wait_status(control_plane, namespace, "s3-nv", "its TFJob created", tfJob="s3-nv")
+    assert "pvc" not in st and "PVC" not in st["message"], st

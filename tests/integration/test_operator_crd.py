@@ -12,6 +12,8 @@ from support.cluster import Cluster
 from support.runs import run_doc
 
 _STORE = {"endpoint": "http://s3.example:8333", "credentialsSecret": "s3-keys"}
+_NO_VOLUME = {"objectStore": _STORE, "training": {"dataset": "s3://data/x"}, "export": {"storageUri": "s3://m/x"},
+              "storage": {"volume": False, "backupUri": "s3://runs/backups/x"}}  # fmt: skip
 # (id, name, spec, words the API server's answer must contain: the field, then the reason)
 REJECTED = [
     ("name-uppercase", "Mnist", {}, ["metadata.name", "DNS-1035"]),
@@ -111,6 +113,19 @@ REJECTED = [
      ["spec.export.storageUri", "segment"]),
     ("uri-trailing-slash", "r", {"objectStore": _STORE, "export": {"storageUri": "s3://models/x/"}},
      ["spec.export.storageUri", "should match"]),
+    # A run with no volume (fields_storage.py).
+    ("no-volume-no-backup", "r", {**_NO_VOLUME, "storage": {"volume": False}},
+     ["spec.storage.backupUri", "go together"]),
+    ("backup-with-volume", "r", {**_NO_VOLUME, "storage": {"backupUri": "s3://runs/b"}},
+     ["spec.storage.backupUri", "go together"]),
+    ("no-volume-claim", "r", {**_NO_VOLUME, "storage": {**_NO_VOLUME["storage"], "claimName": "c"}},
+     ["spec.storage.volume", "are for a volume"]),
+    ("no-volume-model-on-volume", "r", {k: v for k, v in _NO_VOLUME.items() if k != "export"},
+     ["spec.storage.volume", "needs spec.export.storageUri"]),
+    ("no-volume-npz", "r", {**_NO_VOLUME, "training": {"dataset": "d/x.npz"}},
+     ["spec.storage.volume", "an s3:// URI or one of mnist"]),
+    ("backup-dot-segment", "r", {**_NO_VOLUME, "storage": {"volume": False, "backupUri": "s3://runs/a/../b"}},
+     ["spec.storage.backupUri", "segment"]),
 ]
 
 

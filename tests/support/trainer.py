@@ -81,10 +81,11 @@ class Worker:
 
 
 def start_workers(volume: Volume, ports: Sequence[int], args: Sequence[str], attempt: str = "a",
-                  env_extra: Mapping[str, str] | None = None) -> list[Worker]:
-    """One process per port; env_extra is what the operator's builder would add to the pod's env."""
+                  env_extra: Mapping[str, str] | None = None, indices: Sequence[int] | None = None) -> list[Worker]:
+    """One process per port (or only those of `indices`: a pod each, with a volume of its own); env_extra is what
+    the operator's builder would add to the pod's env."""
     workers = []
-    for i in range(len(ports)):
+    for i in range(len(ports)) if indices is None else indices:
         log_path = volume.root.parent / f"worker{i}-{attempt}.log"
         term = volume.root.parent / f"termination{i}-{attempt}"
         cmd = [sys.executable, "-m", "dtr_trainer", *args, "--termination-message-path", str(term)]

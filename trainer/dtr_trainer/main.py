@@ -13,14 +13,15 @@ import atexit
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from dtr_contract import env, flags, layout, objectstore, summary
+from dtr_contract import flags, layout, objectstore, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
 from dtr_contract.progress import HEARTBEAT, trainer_line
 
 from dtr_trainer import (
+    backup_s3,
     cpus,
     data,
     data_s3,
@@ -151,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(flags.DATA_DIR, default=layout.data_dir())
     p.add_argument(flags.EXPORT_DIR, required=True, help="the model lands in <export-dir>/<version>/")
     p.add_argument(flags.BACKUP_DIR, default=None, help="BackupAndRestore state (fault tolerance)")
+    p.add_argument(flags.BACKUP_URI, default=None, help="s3://bucket/prefix: the backup dir kept there (backup_s3.py)")
     p.add_argument(flags.TENSORBOARD_DIR, default=None, help="TensorBoard logs (chief only)")
     p.add_argument(flags.TERMINATION_MESSAGE_PATH, default=TERMINATION_MESSAGE_PATH)
     p.add_argument(flags.LOG_DIR, default=None,
@@ -218,7 +220,7 @@ def with_data(ctx: user.Context, loaded: userdata.Data) -> user.Context:
 
 
 def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.Code, ctx: user.Context,
-          loaded: userdata.Data) -> TrainOutcome:
+          loaded: userdata.Data, after_backup: Callable[[], object] | None = None) -> TrainOutcome:
     import tensorflow as tf
 
     from dtr_trainer.compiling import prepare
@@ -237,7 +239,8 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
 
     history = History(layout.history_file(args.log_dir), log) if cluster.is_chief and args.log_dir else None
     progress = Progress(args.epochs, steps * global_batch, log, history)
-    callbacks = epoch_callbacks(StopOnDivergence(args.epochs, steps, args.learning_rate), progress, args.backup_dir)
+    callbacks = epoch_callbacks(StopOnDivergence(args.epochs, steps, args.learning_rate), progress, args.backup_dir,
+                                after_backup)
     if cluster.is_chief and args.tensorboard_dir:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=args.tensorboard_dir, profile_batch=0,
                                                         write_graph=False, update_freq="epoch"))
@@ -294,11 +297,13 @@ def stop_if_diverged_before(backup_dir: str | None) -> None:
 
 
 def train_or_record_divergence(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.Code,
-                               ctx: user.Context, loaded: userdata.Data) -> TrainOutcome:
+                               ctx: user.Context, loaded: userdata.Data,
+                               bucket: backup_s3.BucketBackup | backup_s3.NoCopy) -> TrainOutcome:
     try:
-        return train(args, cluster, strategy, code, ctx, loaded)
+        return train(args, cluster, strategy, code, ctx, loaded, bucket.push)
     except DivergedError as exc:
         divergence.record(args.backup_dir, str(exc))
+        bucket.push()
         raise
 
 
@@ -330,16 +335,6 @@ def load_code(args: argparse.Namespace, s3_files: Sequence[str] | None = None) -
     return user.builtin(args.model, BUILT_IN[args.model], args.dataset, data.loader(args.dataset))
 
 
-def check_object_store(dataset: str | None) -> list[str] | None:
-    """An s3:// dataset's files, listed with a real request before anything else reads it (preflight.py); None for
-    any other dataset."""
-    if dataset is None or not dataset.startswith(preflight.s3.SCHEME):
-        return None
-    files = preflight.dataset_files(dataset, os.environ)
-    log(f"{dataset}: {len(files)} file(s) in the object store {os.environ.get(env.S3_ENDPOINT)}")
-    return files
-
-
 def context(args: argparse.Namespace, cluster: ClusterInfo) -> user.Context:
     return user.Context(
         worker_index=cluster.worker_index, num_workers=cluster.num_workers, is_chief=cluster.is_chief,
@@ -369,6 +364,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     worker_log.start(args.log_dir, cluster.name, run_identity, warn=log)
     for note in notes:
         log(note)
+    bucket = backup_s3.pulled(args.backup_uri, args.backup_dir, cluster.is_chief, log)
     stop_if_diverged_before(args.backup_dir)
     if (line := export.exported_before(args.backup_dir, run_identity)) is not None:
         log("this run has exported its model already: started again after it ended, nothing to train")
@@ -376,11 +372,12 @@ def run(argv: Sequence[str] | None = None) -> int:
             export.report_summary(line, args.termination_message_path)
         return 0
     args.dataset = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path in the volume's cache
-    code = load_code(args, check_object_store(args.dataset))
+    code = load_code(args, preflight.checked_files(args.dataset, log))
     volume.check_writable(volume_dirs(args, cluster))
     ctx = context(args, cluster)
     loaded = user.load_data_before_strategy(code, ctx)  # NumPy data checked now; None: it needs TensorFlow
     claim = claim_export_version(args, run_identity) if cluster.is_chief else None
+    bucket.push()  # the claim's record: a chief started again elsewhere publishes the same version
 
     from dtr_trainer.progress import Heartbeat
 
@@ -392,7 +389,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         if loaded is None:
             loaded = user.load_data_after_strategy(code, ctx)
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary, whatever the code prints
-            outcome = train_or_record_divergence(args, cluster, strategy, code, ctx, loaded)
+            outcome = train_or_record_divergence(args, cluster, strategy, code, ctx, loaded, bucket)
         extra = lineage_file(args, cluster, run_identity, code.origin, outcome, claim) if claim else None
         path = exporter(args.export_dir).save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief,
                                                          extra, layer_traces=not code.builtin)  # built-in: Keras only
@@ -404,6 +401,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     export.report_summary(line, args.termination_message_path)
     export.record_exported(args.backup_dir, run_identity, line)
     export.clear_backup(args.backup_dir)
+    bucket.push()
     log(f"model exported to {path}")
     return 0
 

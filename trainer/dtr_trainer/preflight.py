@@ -11,7 +11,8 @@ read from (data_s3.py), so it is made once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 
 from dtr_contract import env
 from dtr_contract import objectstore as s3
@@ -70,6 +71,15 @@ def data_keys(objects: Iterable[ObjectInfo], key: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- I/O
+
+
+def checked_files(dataset: str | None, log: Callable[[str], None]) -> list[str] | None:
+    """An s3:// dataset's files, listed with a real request before anything else reads it; None for any other."""
+    if dataset is None or not dataset.startswith(s3.SCHEME):
+        return None
+    files = dataset_files(dataset, os.environ)
+    log(f"{dataset}: {len(files)} file(s) in the object store {os.environ.get(env.S3_ENDPOINT)}")
+    return files
 
 
 def dataset_files(uri: str, environ: Mapping[str, str]) -> list[str]:

@@ -132,13 +132,26 @@ class _EpochEndLine(tf.keras.callbacks.Callback):
         TERMINATION.epoch_end_done()
 
 
-def epoch_callbacks(stop: StopOnDivergence, progress: Progress,
-                    backup_dir: str | None) -> list[tf.keras.callbacks.Callback]:
+class AfterBackup(tf.keras.callbacks.Callback):
+    """Calls `then` at each epoch's end, after BackupAndRestore saved it (the chief's copy into a bucket)."""
+
+    def __init__(self, then: Callable[[], object]):
+        super().__init__()
+        self.then = then
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.then()
+
+
+def epoch_callbacks(stop: StopOnDivergence, progress: Progress, backup_dir: str | None,
+                    after_backup: Callable[[], object] | None = None) -> list[tf.keras.callbacks.Callback]:
     """fit's callbacks, in the order each epoch's end needs: the divergence check (a diverged epoch is neither
     backed up nor reported), Progress (timing, the history), BackupAndRestore (weights, optimizer and epoch after
-    a restart; kept until the chief has exported), then the epoch-end line (a line means a backed-up epoch)."""
+    a restart; kept until the chief has exported), `after_backup` (the backup's copy in a bucket), then the
+    epoch-end line (a line means a backed-up epoch)."""
     backup = [] if not backup_dir else [tf.keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False)]
-    return [stop, progress, *backup, progress.end_line]
+    copy = [AfterBackup(after_backup)] if backup and after_backup is not None else []
+    return [stop, progress, *backup, *copy, progress.end_line]
 
 
 def learning_rate_of(model: tf.keras.Model, default: float) -> float | None:

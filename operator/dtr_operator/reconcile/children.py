@@ -151,7 +151,7 @@ class Children:
         config_map = UNREAD
         if read_code and run.code is not None and run.code.config_map is not None:
             config_map = self.ctx.kube.get_configmap(run.namespace, run.code.config_map)
-        if tfjob is not None or (run.creates_pvc and not read_pvc):
+        if tfjob is not None or not run.has_volume or (run.creates_pvc and not read_pvc):
             return Observed(tfjob, config_map=config_map)
         return Observed(tfjob, self.ctx.kube.get_pvc(run.namespace, run.pvc_name), config_map)
 
@@ -185,7 +185,7 @@ class Children:
 
     def _claim(self, spec: RunSpec, seen: Observed) -> Refusal | None:
         """Why the run may not mount the claim it names, once that PVC has been read."""
-        claimed = not spec.creates_pvc and isinstance(seen.pvc, Mapping)
+        claimed = spec.has_volume and not spec.creates_pvc and isinstance(seen.pvc, Mapping)
         return self.checks.claim(spec, seen.pvc) if claimed else None
 
     def _guarded(self, run: ObservedRun, action: Action) -> Action:

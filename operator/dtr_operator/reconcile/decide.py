@@ -166,6 +166,8 @@ def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed, image_refusa
     if refused is not None:
         return refused
     code = code or _recorded_code(run, status)  # the TFJob is made with the digest the status says, if it says one
+    if not run.has_volume:
+        return _with_code(Create(pvc=False), code)
     if run.creates_pvc:
         return _with_code(_with_own_pvc(run, seen.pvc), code)
     return _with_code(_with_claimed_pvc(run, seen.pvc, claim_refusal), code)

@@ -57,14 +57,15 @@ from .summary import Summary, headline_text, parse_summary
 
 
 def _base(run: RunSpec, state: State, previous: Mapping[str, Any], now: str) -> dict[str, Any]:
-    children = f"TFJob {run.tfjob_name} and PVC {run.pvc_name} exist"
+    children = f"TFJob {run.tfjob_name} and PVC {run.pvc_name} exist" if run.has_volume else \
+        f"TFJob {run.tfjob_name} exists"  # fmt: skip
     return {
         "phase": state.phase,
         "reason": state.reason,
         "message": state.message,
         "observedGeneration": run.generation,
         "tfJob": run.tfjob_name,
-        "pvc": run.pvc_name,
+        **({"pvc": run.pvc_name} if run.has_volume else {}),
         "conditions": conditions_for(state, previous.get("conditions") or [], now, run.generation, children),
     }
 
@@ -96,7 +97,7 @@ def _explained(
     """The TFJob's state with what the pods add: the chief's summary, who failed (`gone`: workers already deleted),
     why none or not all start (`all_run`: every worker runs or has succeeded, as the TFJob counts them)."""
     if state.phase == SUCCEEDED:
-        summary = parse_summary(termination_message(chief_pod(pods)), run.pvc_name)
+        summary = parse_summary(termination_message(chief_pod(pods)), run.pvc_name if run.has_volume else None)
         if summary.model and summary.headline and summary.problem is None:
             name, value = summary.headline
             done = f"{name} {value:.4f}, model exported to {summary.model['path']}"

@@ -21,7 +21,7 @@ class Summary:
     headline: tuple[str, float] | None = None  # the run's headline metric: (name, value)
 
 
-def parse_summary(message: str | None, claim: str) -> Summary:
+def parse_summary(message: str | None, claim: str | None) -> Summary:
     """The trainer's termination message (dtr_contract.summary) -> metrics, the headline and the model."""
     if not message or not message.strip():
         return Summary(None, None, "the chief worker left no termination message, so no metrics")
@@ -49,11 +49,11 @@ def headline_text(headline: tuple[str, float]) -> str:
 MAX_MODEL_PATH = 1024
 
 
-def _summary_model(found: chief_summary.Summary, claim: str) -> dict[str, Any] | None:
+def _summary_model(found: chief_summary.Summary, claim: str | None) -> dict[str, Any] | None:
     """status.model, or None: no model path, or one that is not a clean line (clean_text) of MAX_MODEL_PATH."""
     if found.model_path is None or clean_text(found.model_path, MAX_MODEL_PATH) != found.model_path:
         return None
-    model: dict[str, Any] = {"path": found.model_path, "claim": claim}
+    model: dict[str, Any] = {"path": found.model_path, **({"claim": claim} if claim else {})}
     if found.model_version is not None:
         model["version"] = found.model_version
     if uri := storage_uri(claim, found.model_path):
@@ -61,7 +61,7 @@ def _summary_model(found: chief_summary.Summary, claim: str) -> dict[str, Any] |
     return model
 
 
-def storage_uri(claim: str, model_path: str) -> str | None:
+def storage_uri(claim: str | None, model_path: str) -> str | None:
     """KServe's storageUri of the model: the directory of numbered versions that TF Serving (and KServe's
     TensorFlow runtime) watches. pvc://<claim>/<its base directory inside the volume> for a version on the
     volume; s3://bucket/<base> for a version published in a bucket (s3://bucket/<base>/<N>,
@@ -72,4 +72,4 @@ def storage_uri(claim: str, model_path: str) -> str | None:
         except ValueError:
             return None
     base = layout.model_base(model_path)
-    return None if base is None else f"pvc://{claim}/{base}"
+    return None if base is None or claim is None else f"pvc://{claim}/{base}"

@@ -302,3 +302,14 @@ def test_the_clients_claim_of_takes_the_kind_too(cluster):
     assert volume.claim_of(cluster, NS, "c")["metadata"]["name"] == "c", "no run to be seen: the claim"
     with pytest.raises(kube.ApiError):
         volume.claim_of(cluster, NS, "c", transfer.RUN)
+
+
+def test_a_run_with_no_volume_has_no_claim_to_copy_to(cluster, tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    store = {"endpoint": "http://s3.example:8333", "credentialsSecret": "k"}
+    cluster.put(run("nv", {"objectStore": store, "training": {"dataset": "s3://data/x"},
+                           "export": {"storageUri": "s3://models/nv"},
+                           "storage": {"volume": False, "backupUri": "s3://runs/nv"}}))
+    assert dtr("data", "put", "--run", "nv", str(tmp_path / "f")) == 1
+    assert "nv has no volume (spec.storage.volume false)" in capsys.readouterr().err
+    assert not cluster.created

@@ -37,7 +37,7 @@ def test_the_pod_says_which_run_it_trains_for():
         "imagePullPolicy": "IfNotPresent",
         "training": {"model": "cnn", "dataset": "digits", "epochs": 3, "batchSizePerWorker": 64,
                      "learningRate": 0.001, "seed": 42},
-        "storage": {"size": "1Gi", "accessMode": "ReadWriteOnce", "reclaimPolicy": "Retain"},
+        "storage": {"size": "1Gi", "accessMode": "ReadWriteOnce", "reclaimPolicy": "Retain", "volume": True},
         "export": {"modelName": "mnist-cnn"},
         "restartPolicy": "OnFailure",
         "backoffLimit": 3,
@@ -53,7 +53,8 @@ def test_a_run_without_uid_has_no_uid_variable():
 
 def test_a_claimed_volume_spec_has_no_size():
     spec = effective_spec(parse_run(make_run({"storage": {"claimName": "shared"}})))
-    assert spec["storage"] == {"claimName": "shared", "accessMode": "ReadWriteOnce", "reclaimPolicy": "Retain"}
+    assert spec["storage"] == {"claimName": "shared", "accessMode": "ReadWriteOnce", "reclaimPolicy": "Retain",
+                               "volume": True}
 
 
 def test_worker_logs_go_beside_tensorboards_on_the_volume():

@@ -41,6 +41,7 @@ SAMPLES: dict[str, Any] = {
     "storage.accessMode": "ReadWriteMany",
     "export.modelName": "digits_v2",
     "export.storageUri": "s3://models/digits",
+    "storage.backupUri": "s3://runs/backups/digits",
     "resources": {"limits": {"cpu": "2"}, "requests": {"memory": "1Gi"}},
     "restartPolicy": "ExitCode",
     "backoffLimit": 9,
@@ -84,6 +85,8 @@ COMPANIONS: dict[str, dict[str, Any]] = {
     "training.datasetSource.sha256": _spec_with("training.datasetSource.url", "https://data.example/d.npz"),
     "workloadPriorityClass": _spec_with("queueName", "team-a"),
     "export.storageUri": {"objectStore": STORE},
+    "storage.backupUri": {"objectStore": STORE, "storage": {"volume": False},
+                          "export": {"storageUri": "s3://models/digits"}},
     "objectStore.region": {"objectStore": STORE, "training": {"dataset": "s3://data/digits"}},
 }
 

@@ -11,9 +11,14 @@ from typing import Any
 import pytest
 from dtr_contract import env, exits, flags
 from dtr_operator import objectstore, settings
-from dtr_operator.builders import build_tfjob, effective_spec, trainer_args
-from dtr_operator.reasons import OBJECT_STORE_NOT_ALLOWED
+from dtr_operator.builders import VOLUME_NAME, build_tfjob, children, effective_spec, trainer_args
+from dtr_operator.policy import Policy, run_refusal
+from dtr_operator.reasons import OBJECT_STORE_NOT_ALLOWED, STORAGE_TOO_LARGE
+from dtr_operator.reconcile.decide import Create, Observed, decide
 from dtr_operator.spec import SpecError, parse_run
+from dtr_operator.status.compute import state_status
+from dtr_operator.status.state import State
+from dtr_operator.status.summary import parse_summary
 
 from support.runs import make_run
 
@@ -86,6 +91,47 @@ def test_the_effective_spec_round_trips_and_names_no_key():
     assert "AKIA" not in json.dumps(build_tfjob(run))
 
 
+BACKUP = "s3://runs/backups/digits"
+NO_VOLUME = {"objectStore": STORE, "training": {"dataset": DATASET}, "export": {"storageUri": "s3://models/digits"},
+             "storage": {"volume": False, "backupUri": BACKUP}}  # fmt: skip
+
+
+def test_a_run_with_no_volume_mounts_an_empty_dir_and_keeps_its_backups_in_the_bucket():
+    run = parse_run(make_run({**NO_VOLUME, "storage": {**NO_VOLUME["storage"], "size": "3Gi"}}, uid="u-1"))
+    assert not run.has_volume and not run.creates_pvc
+    pvc, tfjob = children(run)
+    assert pvc is None
+    pod = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == VOLUME_NAME)
+    assert volume == {"name": VOLUME_NAME, "emptyDir": {"sizeLimit": "3Gi"}}
+    assert not any("persistentVolumeClaim" in v for v in pod["volumes"])
+    args = trainer_args(run)
+    assert args[args.index(flags.BACKUP_URI) + 1] == BACKUP
+    assert args[args.index(flags.BACKUP_DIR) + 1].startswith("/mnt/dtr/")  # the pod's own copy, on the emptyDir
+    assert flags.BACKUP_URI not in trainer_args(_run(objectStore=STORE, training={"dataset": DATASET}))
+
+
+def test_a_run_with_no_volume_is_created_without_reading_a_claim_and_its_status_names_none():
+    run = _run(**NO_VOLUME)
+    assert decide(run, {}, Observed(None), None, None) == Create(pvc=False)
+    status = state_status(run, State("Pending", "Creating", "creating"), {}, "2026-12-04T00:00:00Z")
+    assert "pvc" not in status
+    summary = parse_summary(json.dumps({"accuracy": 0.9, "metric": "accuracy", "modelPath": "s3://models/digits/1",
+                                        "modelVersion": 1}), None)  # fmt: skip
+    assert summary.model == {"path": "s3://models/digits/1", "version": 1, "storageUri": "s3://models/digits"}
+
+
+def test_the_empty_dir_of_a_run_with_no_volume_is_bounded_by_max_storage():
+    run = _run(**{**NO_VOLUME, "storage": {**NO_VOLUME["storage"], "size": "3Gi"}})
+    refusal = run_refusal(run, Policy(max_storage="2Gi"))
+    assert refusal is not None and refusal.reason == STORAGE_TOO_LARGE and "spec.storage.size 3Gi" in refusal.message
+
+
+def test_a_run_with_no_volume_round_trips():
+    run = _run(**NO_VOLUME)
+    assert parse_run(make_run(effective_spec(run))) == run
+
+
 REFUSED = [
     ("s3-dataset-without-store", {"training": {"dataset": DATASET}}, "spec.objectStore", "is required"),
     ("storage-uri-without-store", {"export": {"storageUri": "s3://models/x"}}, "spec.objectStore", "is required"),
@@ -113,6 +159,23 @@ REFUSED = [
      "spec.export.storageUri", "trailing"),
     ("uri-dot-segment", {"objectStore": STORE, "export": {"storageUri": "s3://models/./x"}},
      "spec.export.storageUri", "segment"),
+    ("no-volume-without-backup", {**{k: v for k, v in NO_VOLUME.items() if k != "storage"},
+                                  "storage": {"volume": False}}, "spec.storage.backupUri", "go together"),
+    ("backup-with-a-volume", {**NO_VOLUME, "storage": {"backupUri": BACKUP}}, "spec.storage.backupUri",
+     "go together"),
+    ("backup-without-store", {"storage": {"volume": False, "backupUri": BACKUP}}, "spec.objectStore", "is required"),
+    ("no-volume-with-claim", {**NO_VOLUME, "storage": {**NO_VOLUME["storage"], "claimName": "c"}},
+     "spec.storage.volume", "claimName and storageClassName are for a volume"),
+    ("no-volume-with-class", {**NO_VOLUME, "storage": {**NO_VOLUME["storage"], "storageClassName": "fast"}},
+     "spec.storage.volume", "claimName and storageClassName are for a volume"),
+    ("no-volume-model-on-volume", {k: v for k, v in NO_VOLUME.items() if k != "export"}, "spec.storage.volume",
+     "needs spec.export.storageUri"),
+    ("no-volume-npz", {**NO_VOLUME, "training": {"dataset": "d/train.npz"}}, "spec.storage.volume",
+     "an s3:// URI or one of mnist"),
+    ("backup-dot-segment", {**NO_VOLUME, "storage": {"volume": False, "backupUri": "s3://b/a/../c"}},
+     "spec.storage.backupUri", "segment"),
+    ("backup-trailing-slash", {**NO_VOLUME, "storage": {"volume": False, "backupUri": "s3://b/a/"}},
+     "spec.storage.backupUri", "trailing"),
 ]  # fmt: skip
 
 
