@@ -347,21 +347,34 @@ class Cluster:
         for node in stale:
             (node.layout.root / "imported-images").write_text(ids)
         self.log(f"images imported into {len(stale)} node(s) in {seconds:.0f} s")
+        existed = self._operator_exists()
         installed = self.nodes[0].install({"DTR_IMPORT": "none", "DTR_HOST_DIR": str(self.shared), **(settings or {})})
+        if stale and existed and installed.returncode == 0:
+            # The tag stays 0.1.0 when the images are rebuilt, and DTR_IMPORT=none keeps install.sh from restarting
+            # the operator (it imported nothing): the operator kept running the old image, old CRD fields unknown.
+            self._operator("rollout", "restart", "deploy/dtr-operator")
+            self._operator("rollout", "status", "deploy/dtr-operator", "--timeout=300s", timeout=320)
         # Runs may ask for the class every node mounts, the one that lets their workers spread: the operator's
         # setting, as a cluster admin makes it (docs/operator.md#what-a-run-may-ask-of-the-cluster).
         self.allow("DTR_ALLOWED_STORAGE_CLASSES", SHARED_CLASS)
         return installed
 
+    def _operator(self, *args: str, timeout: float = 300) -> str:
+        return self.nodes[0].kubectl("-n", "dtr-system", *args, timeout=timeout)
+
+    def _operator_exists(self) -> bool:
+        try:
+            return bool(self._operator("get", "deploy", "--ignore-not-found", "-o", "name").strip())
+        except cp.ControlPlaneError:  # no namespace yet
+            return False
+
     def allow(self, setting: str, value: str) -> None:
         """Add `value` to one of the installed operator's allow-lists (its environment twin, e.g.
         DTR_ALLOWED_OBJECT_STORES), as a cluster admin would, and wait for the operator's new pod."""
-        operator = ("-n", "dtr-system")
-        listing = self.nodes[0].kubectl(*operator, "set", "env", "deploy/dtr-operator", "--list")
-        widened = widened_setting(listing, setting, value)
+        widened = widened_setting(self._operator("set", "env", "deploy/dtr-operator", "--list"), setting, value)
         if widened is not None:
-            self.nodes[0].kubectl(*operator, "set", "env", "deploy/dtr-operator", widened)
-            self.nodes[0].kubectl(*operator, "rollout", "status", "deploy/dtr-operator", "--timeout=300s", timeout=320)
+            self._operator("set", "env", "deploy/dtr-operator", widened)
+            self._operator("rollout", "status", "deploy/dtr-operator", "--timeout=300s", timeout=320)
 
     def install_s3(self, bucket: str = s3.DEFAULT_BUCKET) -> Path:
         """The S3 server as a pod (devcluster/s3.py's manifests, as node.Node.install_s3: nd.deploy_s3) with new
