@@ -173,7 +173,7 @@ ifeq ($(NODES),1)
 	$(OP)/python -m devcluster.node up --install $(if $(S3),--s3) --dir $(DEV_CLUSTER)
 else
 	$(MAKE) --no-print-directory multinode-build
-	$(OP)/python -m devcluster.cluster up --install --nodes $(NODES) --dir $(DEV_CLUSTER)
+	$(OP)/python -m devcluster.cluster up --install $(if $(S3),--s3) --nodes $(NODES) --dir $(DEV_CLUSTER)
 endif
 
 dev-cluster-kueue: ## install Kueue (built here, upstream's manifests) into the running dev-cluster (docs/scheduling.md)
