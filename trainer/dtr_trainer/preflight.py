@@ -12,6 +12,7 @@ read from (data_s3.py), so it is made once.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 
 from dtr_contract import env
@@ -32,10 +33,23 @@ NO_BUCKET = ("NoSuchBucket",)
 # No answer, or only the server's own trouble, after every try: a store that is down comes back.
 UNREACHABLE = (s3.CONNECTION_FAILED, s3.INCOMPLETE_BODY, "InternalError", "SlowDown", "ServiceUnavailable",
                "RequestTimeout")  # fmt: skip
+# curl's codes: 6 host not resolved, 7 no connection, 28 timed out, 52 empty reply, 55 send failed, 56 receive failed.
+CURL_UNREACHABLE = (6, 7, 28, 52, 55, 56)
 SECRET_HINT = f"the keys {env.AWS_ACCESS_KEY_ID} and {env.AWS_SECRET_ACCESS_KEY} of spec.objectStore.credentialsSecret"
 
 
 # ---------------------------------------------------------------- pure
+
+
+def unreachable(err: ObjectStoreError) -> bool:
+    """No answer, or only the server's own trouble, after the client's tries: a store that comes back."""
+    return err.code in UNREACHABLE or (err.status >= 500 and err.code not in KEYS_REFUSED)
+
+
+def tf_unreachable(message: str) -> bool:
+    """Whether a TensorFlow error is tensorflow-io's S3 file system finding no store (curl's codes for no host, no
+    connection, a timeout, a connection cut): reading data or writing through s3:// while the store is away."""
+    return any(int(code) in CURL_UNREACHABLE for code in re.findall(r"curlCode: (\d+)", message))
 
 
 def failure(err: ObjectStoreError, uri: str, endpoint: str) -> TrainerError:
@@ -47,7 +61,7 @@ def failure(err: ObjectStoreError, uri: str, endpoint: str) -> TrainerError:
     if code in NO_BUCKET:
         return BucketMissingError(f"{uri}: the bucket {s3.parse_uri(uri).bucket} does not exist at {endpoint} "
                                   f"({code})")  # fmt: skip
-    if code in UNREACHABLE or (err.status >= 500 and code not in KEYS_REFUSED):
+    if unreachable(err):
         return ObjectStoreUnreachableError(f"{uri}: the object store {endpoint} does not answer ({code}: "
                                            f"{err.detail or 'no detail'}); the run tries again")  # fmt: skip
     hint = ": give the CA in spec.objectStore.caConfigMap" if code == s3.CERTIFICATE_REJECTED else ""
