@@ -135,7 +135,7 @@ test-s3: setup s3-build ## a real S3 server as a local process (and with DTR_NOD
 
 .PHONY: test-s3-local
 test-s3-local: setup s3-build ## the S3 server as a local process only, through a client and through TensorFlow's s3:// (what CI runs: tests/tiers.py)
-	DTR_S3_REQUIRED=1 $(OP)/pytest -q tests/s3/test_s3_server.py tests/s3/test_published_server.py $(S3_BOTH_TESTS)
+	DTR_S3_REQUIRED=1 $(OP)/pytest -q tests/s3/test_s3_server.py tests/s3/test_published_server.py tests/s3/test_dtr_run_s3.py $(S3_BOTH_TESTS)
 	DTR_S3_REQUIRED=1 $(TR)/pytest -q $(S3_TF_TESTS) $(S3_BOTH_TESTS)
 
 test-fast: lint test-unit ## lint and unit tests only
