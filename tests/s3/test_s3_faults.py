@@ -68,7 +68,7 @@ def pods(state: s3.State, tmp: Path, attempt: str) -> list[Worker]:
     return workers
 
 
-def exits_of(workers: list[Worker], timeout: float = 300) -> list[int]:
+def exits_of(workers: list[Worker], timeout: float = 600) -> list[int]:
     try:
         return [w.wait(timeout) for w in workers]
     finally:
@@ -79,7 +79,7 @@ def test_the_store_going_away_mid_training_fails_retryably_and_the_run_resumes_w
         server: s3.S3Server, tmp_path: Path):  # fmt: skip
     first = pods(server.state(), tmp_path, "a")
     try:
-        wait_for_line(first[0], f"epoch 2/{EPOCHS} end")
+        wait_for_line(first[0], f"epoch 2/{EPOCHS} end", timeout=600)  # a loaded machine: minutes
         server.stop()
         codes = exits_of(first)
     finally:
@@ -104,7 +104,7 @@ def test_the_store_going_away_mid_training_fails_retryably_and_the_run_resumes_w
 def test_the_store_going_away_mid_export_publishes_nothing_until_it_is_back(server: s3.S3Server, tmp_path: Path):
     first = pods(server.state(), tmp_path, "a")
     try:
-        wait_for_line(first[0], f"epoch {EPOCHS}/{EPOCHS} end")
+        wait_for_line(first[0], f"epoch {EPOCHS}/{EPOCHS} end", timeout=600)
         server.stop()  # the chief now evaluates and exports: its upload finds no store
         codes = exits_of(first)
     finally:
