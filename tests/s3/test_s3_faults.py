@@ -18,7 +18,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,7 +118,6 @@ def test_the_store_going_away_mid_export_publishes_nothing_until_it_is_back(serv
     with pytest.raises(published.UnpublishedVersion):
         published.download_version(c, f"s3://{BUCKET}/models/faulty/1", tmp_path / "got")
 
-    started = time.monotonic()
     again = pods(state, tmp_path, "b")
     codes = exits_of(again)
     assert codes == [0, 0], [w.log()[-3000:] for w in again]
@@ -127,4 +125,3 @@ def test_the_store_going_away_mid_export_publishes_nothing_until_it_is_back(serv
     summary = json.loads(again[0].stdout_lines()[-1])
     assert summary["modelPath"] == f"s3://{BUCKET}/models/faulty/1", summary  # the claimed version, once
     assert published.published_versions(c, base) == [1]
-    assert time.monotonic() - started < 300
