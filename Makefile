@@ -127,7 +127,7 @@ s3-build: ## build SeaweedFS's weed and its image from source, an S3 server for 
 # DTR_S3_REQUIRED: here a server that was not built fails the tier instead of skipping it.
 # The trainer's Python runs S3_TF_TESTS (TensorFlow); both Pythons run S3_BOTH_TESTS (the product's S3 client,
 # dtr_contract.objectstore, which the trainer's 3.9 and the operator's 3.11 import).
-S3_TF_TESTS := tests/s3/test_s3_tensorflow.py tests/s3/test_export_s3.py tests/s3/test_s3_dataset.py tests/s3/test_backup_s3.py
+S3_TF_TESTS := tests/s3/test_s3_tensorflow.py tests/s3/test_export_s3.py tests/s3/test_s3_dataset.py tests/s3/test_backup_s3.py tests/s3/test_s3_faults.py
 S3_BOTH_TESTS := tests/s3/test_objectstore_server.py
 test-s3: setup s3-build ## a real S3 server as a local process (and with DTR_NODE_DIR as a pod on that node): put, get, list, delete; TensorFlow's s3://
 	DTR_S3_REQUIRED=1 $(OP)/pytest -q tests/s3 $(addprefix --ignore=,$(S3_TF_TESTS))
@@ -135,7 +135,7 @@ test-s3: setup s3-build ## a real S3 server as a local process (and with DTR_NOD
 
 .PHONY: test-s3-local
 test-s3-local: setup s3-build ## the S3 server as a local process only, through a client and through TensorFlow's s3:// (what CI runs: tests/tiers.py)
-	DTR_S3_REQUIRED=1 $(OP)/pytest -q tests/s3/test_s3_server.py tests/s3/test_published_server.py $(S3_BOTH_TESTS)
+	DTR_S3_REQUIRED=1 $(OP)/pytest -q tests/s3/test_s3_server.py tests/s3/test_published_server.py tests/s3/test_dtr_run_s3.py $(S3_BOTH_TESTS)
 	DTR_S3_REQUIRED=1 $(TR)/pytest -q $(S3_TF_TESTS) $(S3_BOTH_TESTS)
 
 test-fast: lint test-unit ## lint and unit tests only

@@ -56,6 +56,7 @@ JOURNEYS: dict[str, tuple[str, str]] = {
     "local": ("Try it locally: `make run`", "docs/local.md"),
     "own-model": ("Your own model on your own data", "docs/own-model.md"),
     "why-failed": ("Why a run failed, locally", "docs/own-model.md#when-your-code-fails"),
+    "bucket": ("Data, backups and model in a bucket", "docs/object-storage.md#dtr-run"),
     "dev-cluster": ("A real node on this machine: `make dev-cluster`", "docs/local.md#the-dev-cluster"),
     "cluster": ("`kubectl apply` to a model", "docs/k3d.md#5-train-apply-an-example-and-wait-for-it"),
     "why-failed-cluster": ("Why a run failed, on a cluster", "docs/clusters.md#3-a-run-that-cannot-start-says-why"),
@@ -68,6 +69,7 @@ FIRST_TIME: dict[str, tuple[str, ...]] = {
     "local": ("setup",),
     "own-model": ("setup",),
     "why-failed": ("setup",),
+    "bucket": ("setup", "s3 build"),
     "dev-cluster": ("setup", "control-plane build", "images", "node build"),
 }
 

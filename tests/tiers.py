@@ -139,11 +139,13 @@ STEPS: tuple[Step, ...] = (
     # (cold ~10 min, warm seconds) and its tests against it as a local process (the pod's: docs/cluster.md).
     Step("s3 build", make("s3-build"), "SeaweedFS's weed and its image from source", side=True,
          after=("node build",)),
-    # Most of it is the trainer exporting to the bucket (tests/s3/test_export_s3.py: 7 trainer processes, about
-    # 150 s warm on a loaded 2-CPU machine).
+    # Most of it is trainer processes: exporting to the bucket (tests/s3/test_export_s3.py: 7, about 150 s warm
+    # on a loaded 2-CPU machine), backups there and the server stopped under them (test_backup_s3.py,
+    # test_s3_faults.py: 50 s and 100-250 s), dtr run (test_dtr_run_s3.py: 40 s).
     Step("s3", make("test-s3-local"),
          "a real S3 server (SeaweedFS) as a local process, through a client and TensorFlow's s3://; the trainer "
-         "publishing model versions to it and training on data read from it", budget=600,
+         "publishing model versions to it, training on data read from it, its backups there, the server stopped "
+         "under it; dtr run", budget=900,
          tier=True,
          side=True, after=("s3 build",)),
 )

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from devcluster import s3
 from devcluster.controlplane import KUBECTL
 from devcluster.node import built_image_ids
 from tests.support.node import TRAINER_PYTHON, RealNode, dtr, restricted_namespace, score_model, start_real_node
@@ -98,6 +99,31 @@ def local_journeys(tmp: Path) -> Iterator[Step]:
     seconds, _ = timed("dtr run broken_model.py", [str(DTR), "run", str(broken), "--dir", str(run_dir)], expect=1)
     yield Step("why-failed", "`dtr run broken_model.py` to `Failed` with the line that failed", seconds,
                local_outcome(run_dir, "broken-model"))  # fmt: skip
+    yield bucket_journey(tmp, run_dir)
+
+
+def bucket_journey(tmp: Path, run_dir: Path) -> Step:
+    """examples/s3-no-volume.yaml with `dtr run --host-network` against the S3 server of `make s3-build`, started
+    here as docs/cluster.md#an-s3-server says; the digits put in its bucket as TFRecord shards first."""
+    server = s3.S3Server(tmp / "s3", bucket="journey")
+    state = server.start()
+    try:
+        env = {"AWS_ACCESS_KEY_ID": state.access_key, "AWS_SECRET_ACCESS_KEY": state.secret_key,
+               "S3_ENDPOINT": state.endpoint, "TF_CPP_MIN_LOG_LEVEL": "2"}  # fmt: skip
+        seconds_data, _ = timed("records digits", [TRAINER_PYTHON, "-m", "dtr_trainer.records", "digits",
+                                                   "s3://journey/digits", "--shards", "4"], env=env)  # fmt: skip
+        text = (REPO / "examples" / "s3-no-volume.yaml").read_text()
+        run_file = tmp / "s3-no-volume.yaml"
+        run_file.write_text(text.replace("http://s3.example.com:8333", state.endpoint)
+                            .replace("s3://datasets/", "s3://journey/").replace("s3://runs/", "s3://journey/")
+                            .replace("s3://models/", "s3://journey/"))  # fmt: skip
+        seconds, _ = timed("dtr run --host-network s3-no-volume.yaml",
+                           [str(DTR), "run", "--host-network", str(run_file), "--dir", str(run_dir)], env=env)
+    finally:
+        server.stop()
+    what = (f"`dtr run --host-network examples/s3-no-volume.yaml` (after the shards went up, {seconds_data:.0f} s): "
+            "2 workers, 8 epochs, data, backups and model in a bucket")
+    return Step("bucket", what, seconds, local_outcome(run_dir, "s3-no-volume"))
 
 
 @contextmanager

@@ -20,7 +20,8 @@ def _run(args: argparse.Namespace) -> int:
     python = args.python if args.python is not None else runner.default_python()
     given = {dest: getattr(args, dest) for dest, *_ in submit.OPTIONS} | {"name": args.name}
     network = netns.host_network if args.host_network else netns.private_network
-    return runner.run_file(args.file, base_dir=base_dir, python=python, code=args.code, given=given, network=network)
+    return runner.run_file(args.file, base_dir=base_dir, python=python, code=args.code, given=given, network=network,
+                           loopback_only=not args.host_network)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,5 +45,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the trainer's Python 3.9 [env DTR_TRAINER_PYTHON, else .venv/trainer/bin/python]")  # fmt: skip
     p.add_argument("--host-network", action="store_true",
                    help="run the workers in this machine's network, not on a loopback of their own: for a run that "
-                   "downloads its data (their TensorFlow port is then open to the network: docs/local.md#network)")
+                   "downloads its data or names an object store (their TensorFlow port is then open to the network: "
+                   "docs/local.md#network)")
     p.set_defaults(func=_run)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from dtr_contract import exits, layout, summary
-from dtr_trainer import compiling, data, divergence, errors, export, main, models, user, userdata
+from dtr_trainer import compiling, data, divergence, errors, export, failures, main, models, user, userdata
 from dtr_trainer.cluster import LOCAL, parse_tf_config
 from dtr_trainer.errors import ConfigError, DataError
 from dtr_trainer.lineage import RunIdentity
@@ -293,14 +293,29 @@ def test_the_trainers_exit_codes_fall_in_the_classes_the_operator_acts_on():
     ("ValueError", "unavailable", False),
 ])
 def test_is_peer_failure(type_name, message, retryable):
-    assert main.is_peer_failure(type_name, message) is retryable
+    assert failures.is_peer_failure(type_name, message) is retryable
+
+
+@pytest.mark.parametrize(("message", "code"), [
+    ("UnknownError: : curlCode: 7, Couldn't connect to server", exits.OBJECT_STORE_UNREACHABLE),
+    ("Graph execution error:\n\nUnknownError: curlCode: 28, Timeout was reached", exits.OBJECT_STORE_UNREACHABLE),
+    ("PermissionDenied: AccessDenied: curlCode: 0", errors.EXIT_INTERNAL),  # the keys: not a store away
+    ("Connection reset by peer", errors.EXIT_PEER_LOST),
+])
+def test_a_store_away_under_tensorflow_is_retryable_and_says_so(message: str, code: int, monkeypatch):
+    monkeypatch.setenv("S3_ENDPOINT", "http://s3.example:8333")
+    line, got = failures.classified(RuntimeError(message) if code != errors.EXIT_PEER_LOST else
+                                    type("InternalError", (Exception,), {})(message))  # fmt: skip
+    assert got == code, line
+    if code == exits.OBJECT_STORE_UNREACHABLE:
+        assert line.startswith("the object store http://s3.example:8333 does not answer") and "tries again" in line
 
 
 def test_one_line_skips_the_node_trace():
     message = ("Graph execution error:\n\nDetected at node 'x' defined at (most recent call last):\n"
                "    File \"a.py\", line 1\nNode: 'x'\nConnection reset by peer\n\t [[{{node x}}]]")
-    assert main.one_line(message, "UnavailableError") == "Connection reset by peer"
-    assert main.one_line("Graph execution error:\n", "UnavailableError") == "UnavailableError"
+    assert errors.one_line(message, "UnavailableError") == "Connection reset by peer"
+    assert errors.one_line("Graph execution error:\n", "UnavailableError") == "UnavailableError"
 
 
 @pytest.mark.parametrize("logs, loss", [
@@ -421,3 +436,12 @@ def test_the_export_record_is_kept_by_clear_backup_and_read_only_for_the_same_ru
     assert not (tmp_path / "local").exists()  # locally each dtr run trains
     (backup / export.EXPORTED_RECORD).write_text("not json")
     assert export.exported_before(str(backup), run) is None
+
+
+def test_files_larger_than_64_mib_warn_once_naming_the_largest():
+    from dtr_trainer import preflight
+
+    assert preflight.large_files_warning([8 * 2**20] * 100) is None
+    warning = preflight.large_files_warning([8 * 2**20, 65 * 2**20, 150 * 2**20])
+    assert warning is not None and warning.startswith("warning: 2 file(s) over 64 MiB (the largest 150 MiB)")
+    assert "docs/object-storage.md#memory" in warning

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,16 +89,18 @@ def stale_keys(keys: Iterable[str], prefix: str, newest: int) -> list[str]:
 class BucketBackup:
     """The backup dir's copies under one s3:// prefix; `generation` is the last one pulled or pushed."""
 
-    def __init__(self, uri: str, backup_dir: str, store: ObjectStore, endpoint: str) -> None:
+    def __init__(self, uri: str, backup_dir: str, store: ObjectStore, endpoint: str,
+                 log: Callable[[str], None] = lambda line: None) -> None:  # fmt: skip
         self.uri, self.location, self.root = uri, s3.parse_uri(uri), Path(backup_dir)
-        self.store, self.endpoint = store, endpoint
+        self.store, self.endpoint, self.log = store, endpoint, log
         self.generation = 0
 
     @classmethod
-    def from_env(cls, uri: str, backup_dir: str, environ: Mapping[str, str]) -> BucketBackup:
+    def from_env(cls, uri: str, backup_dir: str, environ: Mapping[str, str],
+                 log: Callable[[str], None] = lambda line: None) -> BucketBackup:  # fmt: skip
         endpoint = environ.get(env.S3_ENDPOINT, f"({env.S3_ENDPOINT} not set)")
         try:
-            return cls(uri, backup_dir, s3.connect(environ), endpoint)
+            return cls(uri, backup_dir, s3.connect(environ), endpoint, log)
         except ObjectStoreError as err:
             raise preflight.failure(err, uri, endpoint) from None
 
@@ -128,7 +131,8 @@ class BucketBackup:
         return len(current.files)
 
     def push(self) -> int:
-        """Copy the dir into a new generation and make it current; its number."""
+        """Copy the dir into a new generation and make it current; its number. Logs what it took."""
+        began = time.perf_counter()
         number = self.generation + 1
         files = backed_up_files(self.root)
         base = generation_prefix(number)
@@ -143,6 +147,9 @@ class BucketBackup:
                 self.store.delete(self.location.bucket, key)
         except ObjectStoreError as err:
             raise self._failure(err) from None
+        size = sum((self.root / name).stat().st_size for name in files)
+        self.log(f"backup: generation {number} to {self.uri}, {len(files)} file(s), {size / 2**20:.1f} MiB in "
+                 f"{time.perf_counter() - began:.2f} s")
         return number
 
 
@@ -161,7 +168,7 @@ def pulled(uri: str | None, backup_dir: str | None, is_chief: bool,
         return NoCopy()
     if not backup_dir:
         raise UsageError(f"{flags.BACKUP_URI} needs {flags.BACKUP_DIR}: the local directory it is a copy of")
-    bucket = BucketBackup.from_env(uri, backup_dir, os.environ)
+    bucket = BucketBackup.from_env(uri, backup_dir, os.environ, log)
     files = bucket.pull()
     log(f"backup: generation {bucket.generation} of {uri}, {files} file(s)" if files else f"backup: none in {uri} yet")
     return bucket if is_chief else NoCopy()

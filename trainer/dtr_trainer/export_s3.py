@@ -31,8 +31,8 @@ from pathlib import Path
 from dtr_contract import flags, layout, published
 from dtr_contract.objectstore import Location, ObjectInfo, ObjectStore, ObjectStoreError, connect, parse_uri
 
-from dtr_trainer import export
-from dtr_trainer.errors import ExportError
+from dtr_trainer import export, preflight
+from dtr_trainer.errors import ExportError, ObjectStoreUnreachableError, TrainerError
 from dtr_trainer.lineage import RunIdentity, utc_now
 
 MAX_CLAIM_ATTEMPTS = 1000
@@ -192,6 +192,13 @@ def _claim(store: ObjectStore, base: Location, backup_dir: str | None, run: RunI
     return claim
 
 
+def failed(err: ObjectStoreError, what: str) -> TrainerError:
+    """A store that does not answer is retryable (exit 144: the run exports when it is back, nothing published
+    meanwhile); any other refusal fails the export (exit 6)."""
+    kind = ObjectStoreUnreachableError if preflight.unreachable(err) else ExportError
+    return kind(f"{what}: {err}" + ("; the run tries again" if kind is ObjectStoreUnreachableError else ""))
+
+
 def claim_version(export_dir: str, backup_dir: str | None, run: RunIdentity,
                   store: ObjectStore | None = None) -> export.Claim:  # fmt: skip
     """Chief only, before training: as export.claim_version, in the bucket. Its first requests to the store, so
@@ -199,7 +206,7 @@ def claim_version(export_dir: str, backup_dir: str | None, run: RunIdentity,
     try:
         return _claim(store or connect(os.environ), parse_uri(export_dir), backup_dir, run)
     except ObjectStoreError as err:
-        raise ExportError(f"cannot claim a model version in {flags.EXPORT_DIR} {export_dir}: {err}") from None
+        raise failed(err, f"cannot claim a model version in {flags.EXPORT_DIR} {export_dir}") from None
     except OSError as exc:
         raise ExportError(f"cannot record the claimed version in {backup_dir}: {exc.strerror or exc}") from None
 
@@ -214,7 +221,7 @@ def remove_stale_staging(export_dir: str, claim: export.Claim, now: float | None
         for key in keys:
             store.delete(base.bucket, key)
     except ObjectStoreError as err:
-        raise ExportError(f"cannot clean up {flags.EXPORT_DIR} {export_dir}: {err}") from None
+        raise failed(err, f"cannot clean up {flags.EXPORT_DIR} {export_dir}") from None
     return keys
 
 
@@ -263,6 +270,6 @@ def save_everywhere(model, export_dir: str, claim: export.Claim | None, is_chief
         return publish(store or connect(os.environ), parse_uri(export_dir), claim, saved,
                        run or RunIdentity.from_env(os.environ))
     except ObjectStoreError as err:
-        raise ExportError(f"cannot publish version {claim.version} to {export_dir}: {err}") from None
+        raise failed(err, f"cannot publish version {claim.version} to {export_dir}") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

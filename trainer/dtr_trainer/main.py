@@ -28,6 +28,7 @@ from dtr_trainer import (
     divergence,
     export,
     export_s3,
+    failures,
     fetch,
     iterators,
     lineage,
@@ -42,13 +43,9 @@ from dtr_trainer import (
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
 from dtr_trainer.errors import (
     EXIT_CODE_CHANGED,
-    EXIT_INTERNAL,
-    EXIT_PEER_LOST,
-    EXIT_VOLUME,
     DivergedError,
     TrainerError,
     UsageError,
-    one_line,
 )
 from dtr_trainer.lineage import RunIdentity
 from dtr_trainer.models import BUILT_IN, MODELS
@@ -406,23 +403,6 @@ def run(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-PEER_WORDS = ("connection reset", "socket closed", "failed to connect", "connection refused", "heartbeat",
-              "coordination service", "unavailable")
-
-
-def is_peer_failure(type_name: str, message: str) -> bool:
-    """A lost peer or a collective timeout, which restarting every worker fixes.
-
-    TF raises these as UnavailableError/DeadlineExceededError/AbortedError/CancelledError, and
-    sometimes as InternalError/UnknownError carrying the gRPC status in the text. Anything else
-    (InvalidArgumentError, ...) is a real error: retrying would fail the same way.
-    """
-    if type_name in ("UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"):
-        return True
-    text = message.lower()
-    return type_name in ("InternalError", "UnknownError") and any(word in text for word in PEER_WORDS)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's INFO chatter out of pod logs
     try:
@@ -457,22 +437,14 @@ def _run_reporting_errors(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         log("interrupted")
         return 130
-    except Exception as exc:  # classified below; never a stack trace for the user
-        name = type(exc).__name__
-        what = one_line(getattr(exc, "message", None) or str(exc), name)
-        if volume.is_full(exc):
-            report_error(volume.full_message(f"training ({name}: {what})"))
-            return EXIT_VOLUME
+    except Exception as exc:  # classified: never a stack trace for the user
         if os.environ.get("DTR_TRACEBACK"):
             import traceback
 
             traceback.print_exc()
-        if is_peer_failure(name, str(exc)):
-            report_error(f"lost a peer or a collective timed out ({name}: {what}); "
-                         "restart all workers to resume from the backup")
-            return EXIT_PEER_LOST
-        report_error(f"{name}: {what}")
-        return EXIT_INTERNAL
+        message, code = failures.classified(exc)
+        report_error(message)
+        return code
 
 
 def leave(code: int) -> None:

@@ -144,10 +144,10 @@ class LocalRun:
         cfg = translate.tf_config_for(
             self.run.tfjob_name, self.run.namespace, {self.rtype: count}, self.rtype, index, port
         )
-        env = [e for e in container.get("env") or [] if e.get("name") != "TF_CONFIG"]
+        variables = [e for e in container.get("env") or [] if e.get("name") != "TF_CONFIG"]
         if cfg is not None:
-            env.append({"name": "TF_CONFIG", "value": json.dumps(cfg, separators=(",", ":"))})
-        return {**container, "env": env}
+            variables.append({"name": "TF_CONFIG", "value": json.dumps(cfg, separators=(",", ":"))})
+        return {**container, "env": variables}
 
     @property
     def status_path(self) -> Path:
@@ -203,6 +203,7 @@ class LocalRun:
             fields={"metadata.name": r.pod, "metadata.namespace": self.run.namespace},
             base_env=translate.base_env(os.environ, r.pod),
             config_maps=self.config_maps(),
+            secret_keys=translate.secret_keys_from(os.environ),
         )
         scratch = str(r.dir / f"{r.label}-volumes")
         for local in translate.volume_dirs(volumes, self.claim_dir, scratch, self.config_maps()).values():
@@ -398,13 +399,18 @@ def run_file(
     code: str | None = None,
     given: Mapping[str, Any] | None = None,
     network: Callable[[], str | None] = lambda: None,
+    loopback_only: bool = False,
 ) -> int:
     """`dtr run FILE` (a run file, with --code its code's file) or `dtr run FILE.py` (the run `dtr submit FILE.py`
     would send, `given` its options): exit 0 when the run Succeeded, 1 when it Failed, 130 interrupted; bad input
     is a RunError, or a translate.TranslateError for a pod a local process cannot play (both one line, exit 2 in
     dtr_cli). network() readies the network the workers will share, once the input is good: None, or a warning to
-    print (netns.py)."""
+    print (netns.py); loopback_only: it gives them loopback only, where no object store answers."""
     local = _prepare_run(path, base_dir, python, Console(out), code, given or {})
+    if loopback_only and local.run.object_store is not None:
+        raise RunError(f"{local.run.name} reads or writes the object store {local.run.object_store.endpoint} "
+                       "(spec.objectStore), which workers on a loopback of their own cannot reach: dtr run "
+                       "--host-network (docs/local.md#network)")  # fmt: skip
     if (warning := network()) is not None:
         print(warning, file=sys.stderr, flush=True)
 
@@ -414,10 +420,11 @@ def run_file(
 
     run, console = local.run, local.console
     previous = {s: on_signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM, SUSPEND_SIGNAL)}
-    claim = local.claim_dir(run.pvc_name)
+    volume = f"volume {run.pvc_name} -> {local.claim_dir(run.pvc_name)}" if run.has_volume else \
+        f"no volume: each worker its own directory, backups in {run.storage.backup_uri}"  # fmt: skip
     console.say(
         f"[dtr] run {run.name}: {len(local.replicas)} {local.rtype.lower()}(s), restartPolicy {local.policy}; "
-        f"volume {run.pvc_name} -> {claim}; logs in {local.run_dir}"
+        f"{volume}; logs in {local.run_dir}"
     )
     if recorded := local.code_status().get("code"):
         console.say(f"[dtr] code {recorded['key']} (sha256 {recorded['sha256']}) -> {local.code_dir}")
@@ -429,7 +436,7 @@ def run_file(
     finally:
         for s, handler in previous.items():
             on_signal(s, handler)
-    return _report_end(local, local.record(phase, reason, message), claim)
+    return _report_end(local, local.record(phase, reason, message), local.claim_dir(run.pvc_name))
 
 
 def _prepare_run(
@@ -465,6 +472,8 @@ def _report_end(local: LocalRun, final: Mapping[str, Any], claim: str) -> int:
     model = final.get("model") or {}
     if (inside := layout.in_volume(model.get("path", ""))) is not None:
         local.console.say(f"[dtr] model on disk: {claim}/{inside}")
+    elif model.get("path"):
+        local.console.say(f"[dtr] model published at {model['path']}")
     if local.interrupted:
         return 130
     return 0 if final.get("phase") == reasons.SUCCEEDED else 1

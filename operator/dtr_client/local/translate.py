@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dtr_contract import env as env_names
 from dtr_contract.container import PORT, TERMINATION_MESSAGE_PATH
 
 LOOPBACK = "127.0.0.1"
@@ -179,25 +180,34 @@ def local_argv(command: Sequence[str], args: Sequence[str], python: str, path_ma
     return [argv[0], *(rewrite_value(a, path_map) for a in argv[1:])]
 
 
-def resolve_env(env: Sequence[Mapping[str, Any]], fields: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """Container env -> (values, names left unresolved); fieldRef values come from `fields`."""
+def resolve_env(env: Sequence[Mapping[str, Any]], fields: Mapping[str, str],
+                secret_keys: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:  # fmt: skip
+    """Container env -> (values, names left unresolved); fieldRef values come from `fields`, a Secret's key
+    (secretKeyRef) from `secret_keys` by the key's name, whatever the Secret: a local run has no Secrets."""
     out: dict[str, str] = {}
     missing: list[str] = []
     for var in env:
         name = var["name"]
         if "value" in var:
             out[name] = _expand(str(var["value"]), out)
-        elif "valueFrom" in var and "fieldRef" in var["valueFrom"]:
-            path = var["valueFrom"]["fieldRef"].get("fieldPath", "")
-            if path in fields:
-                out[name] = fields[path]
-            else:
-                missing.append(name)
         elif "valueFrom" in var:
-            missing.append(name)
+            value = _value_from(var["valueFrom"], fields, secret_keys or {})
+            if value is None:
+                missing.append(name)
+            else:
+                out[name] = value
         else:
             out[name] = ""
     return out, missing
+
+
+def _value_from(source: Mapping[str, Any], fields: Mapping[str, str], secret_keys: Mapping[str, str]) -> str | None:
+    """A valueFrom's value where a local process can have it: a field of `fields`, a key of `secret_keys`."""
+    if "fieldRef" in source:
+        return fields.get(source["fieldRef"].get("fieldPath", ""))
+    if "secretKeyRef" in source:
+        return secret_keys.get(source["secretKeyRef"].get("key", ""))
+    return None
 
 
 def _expand(value: str, defined: Mapping[str, str]) -> str:
@@ -207,6 +217,24 @@ def _expand(value: str, defined: Mapping[str, str]) -> str:
         lambda m: "$" if m.group(0) == "$$" else defined.get(m.group(1), m.group(0)),
         value,
     )
+
+
+# The object store's keys (spec.objectStore.credentialsSecret): a local run has no Secret, so its workers get these
+# from the environment dtr run was started in (docs/object-storage.md#dtr-run).
+OBJECT_STORE_KEYS = (env_names.AWS_ACCESS_KEY_ID, env_names.AWS_SECRET_ACCESS_KEY)
+def secret_keys_from(environ: Mapping[str, str]) -> dict[str, str]:
+    """The object store's keys a local run's workers get: those set in `environ`."""
+    return {key: environ[key] for key in OBJECT_STORE_KEYS if key in environ}
+
+
+def unresolved(env: Sequence[Mapping[str, Any]], missing: Sequence[str]) -> str:
+    """Why a local process cannot have these variables: without a cluster there is no Secret, ConfigMap or resource
+    field to read (said, never dropped); for the store's keys, where a local run takes them."""
+    keys = [var["valueFrom"]["secretKeyRef"]["key"] for var in env
+            if var["name"] in missing and (var.get("valueFrom") or {}).get("secretKeyRef", {}).get("key")
+            in OBJECT_STORE_KEYS]  # fmt: skip
+    hint = f"; a local run takes a Secret's keys from its own environment: export {' '.join(keys)}" if keys else ""
+    return f"env {', '.join(missing)}: its valueFrom cannot be resolved without a cluster{hint}"
 
 
 PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER")
@@ -245,18 +273,19 @@ def translate_container(
     fields: Mapping[str, str],
     base_env: Mapping[str, str],
     config_maps: Mapping[str, str] | None = None,
+    secret_keys: Mapping[str, str] | None = None,
 ) -> LocalProcess:
-    """A pod's container -> argv, env and paths of the local process that plays it."""
+    """A pod's container -> argv, env and paths of the local process that plays it; secret_keys: resolve_env's."""
     dirs = volume_dirs(volumes, claim_dir, scratch_dir, config_maps)
     # Kubernetes' default, which is also the trainer's: the same path (dtr_contract.container).
     inside_term = container.get("terminationMessagePath") or TERMINATION_MESSAGE_PATH
     path_map = sort_path_map(
         [*mount_path_map(container.get("volumeMounts") or [], dirs), (inside_term, termination_path)]
     )
-    env, missing = resolve_env(container.get("env") or [], fields)
+    variables = container.get("env") or []
+    env, missing = resolve_env(variables, fields, secret_keys)
     if missing:
-        # Without a cluster there is no Secret, ConfigMap or resource field to read: say so, do not drop it.
-        raise TranslateError(f"env {', '.join(missing)}: its valueFrom cannot be resolved without a cluster")
+        raise TranslateError(unresolved(variables, missing))
     tf_config = parse_tf_config(env.get("TF_CONFIG"))
     if tf_config is not None:
         env["TF_CONFIG"] = json.dumps(rewrite_tf_config(tf_config, ports), separators=(",", ":"))

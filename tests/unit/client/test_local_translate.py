@@ -276,3 +276,18 @@ def test_an_env_var_that_needs_a_cluster_is_refused_not_dropped():
             container(env=[secret]), [], python="/py", ports={}, claim_dir=lambda c: f"/v/{c}", scratch_dir="/s",
             termination_path="/t", fields={}, base_env={},
         )  # fmt: skip
+
+
+def test_the_object_stores_keys_come_from_the_local_environment_or_the_refusal_says_to_export_them():
+    keys = [{"name": key, "valueFrom": {"secretKeyRef": {"name": "s3-keys", "key": key}}}
+            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")]  # fmt: skip
+    args = {"python": "/py", "ports": {}, "claim_dir": lambda c: f"/v/{c}", "scratch_dir": "/s",
+            "termination_path": "/t", "fields": {}, "base_env": {}}  # fmt: skip
+    got = t.translate_container(container(env=keys), [], **args,
+                                secret_keys={"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"})  # fmt: skip
+    assert (got.env["AWS_ACCESS_KEY_ID"], got.env["AWS_SECRET_ACCESS_KEY"]) == ("AK", "SK")
+    with pytest.raises(t.TranslateError) as refused:
+        t.translate_container(container(env=keys), [], **args, secret_keys={"AWS_ACCESS_KEY_ID": "AK"})
+    assert str(refused.value) == ("env AWS_SECRET_ACCESS_KEY: its valueFrom cannot be resolved without a cluster; a "
+                                  "local run takes a Secret's keys from its own environment: export "
+                                  "AWS_SECRET_ACCESS_KEY")
