@@ -13,17 +13,21 @@ operator's environment), put into the bucket through the pod's address."""
 from __future__ import annotations
 
 import io
+import json
 import re
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
+import pytest
 from dtr_contract import env as contract_env
 from dtr_contract import exits, published
 from dtr_contract.objectstore import connect, parse_uri
 
 from support import tfrecord
 from support.multinode import S3, MultiNode, s3_secret, spread_run, worker_nodes
-from support.node import RealNode
+from support.node import TRAINER_PYTHON, RealNode, dtr
 from support.wait import wait_for
 
 EPOCHS = 10
@@ -31,6 +35,20 @@ TRAIN, EVAL, SHARDS = 3000, 600, 2  # 47 steps of 64 an epoch: seconds each here
 KILL_AFTER = 2  # epochs ended (and backed up) before the chief's container is killed
 RESUMED = re.compile(r"resumed from backup at epoch (\d+)/(\d+)")
 PULLED = re.compile(r"backup: generation (\d+) of (s3://\S+), (\d+) file")
+
+
+# The published model as a user checks it: loaded with the trainer's TensorFlow and scored on the run's own held-out
+# shard (the run trains on support.tfrecord's synthetic data, not the digits of tests/node/score_model.py).
+SCORE = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+from dtr_trainer import records
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+images, labels = zip(*tf.data.TFRecordDataset(sys.argv[2]).map(records.parse).as_numpy_iterator())
+probs = serve(images=tf.constant(np.stack(images)))["probabilities"].numpy()
+print(json.dumps({"accuracy": float(np.mean(probs.argmax(axis=1) == np.array(labels)))}))
+"""
 
 
 def put_dataset(s3: S3, prefix: str) -> list[str]:
@@ -60,7 +78,7 @@ def keys_under(s3: S3, prefix: str) -> list[str]:
 
 
 def test_a_run_with_no_volume_across_two_nodes_resumes_from_the_buckets_backup_and_publishes_one_version(
-    multinode: MultiNode, namespace: str, s3_server: S3, s3_keys: str
+    multinode: MultiNode, namespace: str, s3_server: S3, s3_keys: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name = "no-volume"
     put_dataset(s3_server, f"data/{name}")
@@ -114,6 +132,20 @@ def test_a_run_with_no_volume_across_two_nodes_resumes_from_the_buckets_backup_a
     assert published.version_numbers(location.key, keys) == {1}, keys  # exactly one version, whatever was claimed
     assert published.published_versions(store, location) == [1], keys
     assert published.verified_manifest(store, location, 1).files, keys
+    # `dtr model get` takes it from the bucket (the keys from this machine's environment, the endpoint it reaches),
+    # and it loads and scores as the run reported.
+    monkeypatch.setenv(contract_env.AWS_ACCESS_KEY_ID, s3_server.access_key)
+    monkeypatch.setenv(contract_env.AWS_SECRET_ACCESS_KEY, s3_server.secret_key)
+    got = dtr(multinode.real, namespace, "model", "get", name, str(tmp_path / "model"), "-q",
+              "--s3-endpoint", s3_server.local)  # fmt: skip
+    assert got.returncode == 0 and f"from {base}/1" in got.stdout, got.stdout + got.stderr
+    held_out = tmp_path / "eval.tfrecord"
+    held_out.write_bytes(tfrecord.dataset(TRAIN, EVAL, SHARDS)["eval-00000-of-00001.tfrecord"])
+    scored = subprocess.run([TRAINER_PYTHON, "-c", SCORE, str(tmp_path / "model"), str(held_out)],
+                            capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    accuracy = json.loads(scored.stdout.splitlines()[-1])["accuracy"]
+    assert abs(accuracy - st["metrics"]["accuracy"]) <= 0.02, (accuracy, st["metrics"])
 
 
 def test_the_same_run_with_a_wrong_key_fails_naming_the_keys_before_any_training_step(
