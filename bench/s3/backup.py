@@ -24,35 +24,17 @@ import time
 from pathlib import Path
 
 from bench.s3.common import HERE, REPO, server
+from tests.support.big_model import BIG_MODEL
 
-DENSE = '''
-import numpy as np
-import tensorflow as tf
-
-
-def load_data(ctx):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(256, 8)).astype("float32")
-    y = (x[:, 0] > 0).astype("int64")
-    return (x, y), (x[:64], y[:64])
-
-
-def build_model(ctx):
-    inputs = tf.keras.Input(shape=ctx.input_shape, name="features")
-    x = tf.keras.layers.Dense(4096, activation="relu")(inputs)
-    x = tf.keras.layers.Dense(4096, activation="relu")(x)
-    outputs = tf.keras.layers.Dense(ctx.num_classes, activation="softmax", name="probabilities")(x)
-    return tf.keras.Model(inputs, outputs)
-'''
 WINDOW = re.compile(r"window epochs=(\d+) examples=\d+ wall_s=([\d.]+)")
 PUSH = re.compile(r"backup: generation \d+ to \S+, \d+ file\(s\), ([\d.]+) MiB in ([\d.]+) s")
 
 
 def models(tmp: Path) -> dict[str, list[str]]:
     code = tmp / "dense.py"
-    code.write_text(DENSE)
+    code.write_text(BIG_MODEL)
     return {"cnn": ["--model", "cnn", "--dataset", "digits", "--batch-size-per-worker", "64"],
-            "dense-16.8M": ["--code", str(code), "--batch-size-per-worker", "16", "--steps-per-epoch", "8"]}
+            "dense-16.8M": ["--code", str(code), "--batch-size-per-worker", "16", "--steps-per-epoch", "4"]}
 
 
 def one_run(srv, tmp: Path, flags: list[str], epochs: int, bucket: bool, tag: str) -> dict[str, float]:

@@ -20,7 +20,7 @@ from dtr_contract.objectstore import Location
 
 from devcluster import s3
 from support.repo import REPO
-from support.s3store import s3_env, server_fixture, store
+from support.s3store import put_digits, s3_env, server_fixture, store
 
 BUCKET = "local-runs"
 server = server_fixture(BUCKET)
@@ -52,10 +52,7 @@ def dtr_run(path: Path, tmp: Path, env: dict[str, str], *flags: str) -> subproce
 
 def test_dtr_run_trains_on_a_bucket_and_publishes_there_with_the_keys_of_its_environment(
         server: s3.State, tmp_path: Path):  # fmt: skip
-    shards = subprocess.run([trainer_python(), "-m", "dtr_trainer.records", "digits", f"s3://{BUCKET}/digits",
-                             "--shards", "4"], env=s3_env(server, TF_CPP_MIN_LOG_LEVEL="2"), cwd=REPO,
-                            capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
-    assert shards.returncode == 0, shards.stderr[-2000:]
+    put_digits(server, f"s3://{BUCKET}/digits", python=trainer_python())
     proc = dtr_run(run_file(tmp_path, server.endpoint), tmp_path, s3_env(server), "--host-network")
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
     out = proc.stdout

@@ -22,6 +22,7 @@ from dtr_contract.objectstore import Location, ObjectStore
 
 from devcluster import s3
 from devcluster.controlplane import free_ports
+from support.big_model import BIG_MODEL
 from support.s3store import s3_env, server_fixture, store
 from support.trainer import Volume, Worker, kill_all, start_workers
 
@@ -30,27 +31,6 @@ pytestmark = pytest.mark.skipif(sys.version_info[:2] != (3, 9), reason="runs in 
                                 "(.venv/trainer: make test-s3-local)")
 CNN = ["--model", "cnn", "--dataset", "digits", "--batch-size-per-worker", "32", "--learning-rate", "0.002",
        "--seed", "7"]  # fmt: skip
-# A model of 16.8 M parameters (67 MB of variables): its upload and copies last long enough (about a second) for
-# a watcher polling the bucket to kill the chief inside them.
-BIG_MODEL = '''
-import numpy as np
-import tensorflow as tf
-
-
-def load_data(ctx):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(64, 8)).astype("float32")
-    y = (x[:, 0] > 0).astype("int64")
-    return (x, y), (x[:32], y[:32])
-
-
-def build_model(ctx):
-    inputs = tf.keras.Input(shape=ctx.input_shape, name="features")
-    x = tf.keras.layers.Dense(4096, activation="relu")(inputs)
-    x = tf.keras.layers.Dense(4096, activation="relu")(x)
-    outputs = tf.keras.layers.Dense(ctx.num_classes, activation="softmax", name="probabilities")(x)
-    return tf.keras.Model(inputs, outputs)
-'''
 
 
 server = server_fixture(BUCKET)

@@ -24,7 +24,7 @@ from dtr_contract import exits
 from devcluster import s3
 from devcluster.controlplane import free_ports
 from support.repo import REPO
-from support.s3store import require_weed, s3_env
+from support.s3store import put_digits, require_weed, s3_env
 from support.trainer import Volume, kill_all, start_workers, tf_config
 
 BUCKET = "datasets"
@@ -39,11 +39,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3.State]:
     srv = s3.S3Server(tmp_path_factory.mktemp("s3"), bucket=BUCKET)
     try:
         state = srv.start()
-        # The digits as the built-in schema's shards: 4 training files and 1 evaluation file (records.py).
-        proc = subprocess.run([sys.executable, "-m", "dtr_trainer.records", "digits", f"s3://{BUCKET}/digits",
-                               "--shards", "4"], env=s3_env(state, TF_CPP_MIN_LOG_LEVEL="2"), cwd=REPO,
-                              capture_output=True, text=True, timeout=180)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        put_digits(state, f"s3://{BUCKET}/digits")
         yield state
     finally:
         srv.stop()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +26,7 @@ from dtr_contract.objectstore import Location
 
 from devcluster import s3
 from devcluster.controlplane import free_ports
-from support.repo import REPO
-from support.s3store import require_weed, s3_env, store
+from support.s3store import put_digits, require_weed, s3_env, store
 from support.trainer import Volume, Worker, kill_all, start_workers, wait_for_line
 
 pytestmark = pytest.mark.skipif(sys.version_info[:2] != (3, 9), reason="runs in the trainer's environment "
@@ -45,11 +43,7 @@ def server(tmp_path: Path) -> Iterator[s3.S3Server]:
     require_weed()
     srv = s3.S3Server(tmp_path / "s3", bucket=BUCKET)
     try:
-        state = srv.start()
-        proc = subprocess.run([sys.executable, "-m", "dtr_trainer.records", "digits", f"s3://{BUCKET}/digits",
-                               "--shards", "4"], env=s3_env(state, TF_CPP_MIN_LOG_LEVEL="2"), cwd=REPO,
-                              capture_output=True, text=True, timeout=180)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        put_digits(srv.start(), f"s3://{BUCKET}/digits")
         yield srv
     finally:
         srv.stop()

@@ -4,6 +4,8 @@ in either Python: no MinIO SDK here, which the trainer's environment does not ha
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 from dtr_contract import objectstore
 
 from devcluster import s3
+from support.repo import REPO
 
 
 def require_weed() -> None:
@@ -53,3 +56,12 @@ def s3_env(state: s3.State, **extra: str) -> dict[str, str]:
 
 def store(state: s3.State, overrides: Mapping[str, str] | None = None, **kwargs) -> objectstore.ObjectStore:
     return objectstore.ObjectStore(objectstore.config_from_env(s3_env(state, **dict(overrides or {}))), **kwargs)
+
+
+def put_digits(state: s3.State, uri: str, python: str = sys.executable, shards: int = 4) -> None:
+    """The digits as the built-in schema's TFRecord shards under uri: `shards` training files and 1 evaluation file
+    (records.py), written by the trainer's Python (TensorFlow's s3://)."""
+    proc = subprocess.run([python, "-m", "dtr_trainer.records", "digits", uri, "--shards", str(shards)],
+                          env=s3_env(state, TF_CPP_MIN_LOG_LEVEL="2"), cwd=REPO, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
