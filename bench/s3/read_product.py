@@ -1,7 +1,7 @@
 """The trainer itself (`python -m dtr_trainer`) reading TFRecord shards from S3 against local disk (issue 40 item 6).
 
     .venv/trainer/bin/python -m bench.s3.read_product [--env-file DIR/s3.env] [--shards 24] [--rounds 4]
-        [--limit-mb 1024] [--skip-memory]
+        [--limit-mb 1024] [--skip-memory] [--results NAME]
 
 The same TFRecord shards of the built-in schema (dtr_trainer.records: 784 floats and a label, about 8 MB a shard,
 synthesized here) go to a local directory and into the bucket (its own server unless --env-file). Then, alternating
@@ -329,6 +329,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--limit-mb", type=int, default=1024)
     p.add_argument("--skip-memory", action="store_true")
+    p.add_argument("--results", default="results-read-product", help="the results files' name (a repeat's own)")
     args = p.parse_args()
     with common.server(args.env_file) as srv, tempfile.TemporaryDirectory(prefix="dtr-s3-product-") as tmp:
         common.use_s3(srv)
@@ -339,7 +340,7 @@ def main() -> int:
         runs = compare(srv, local, args.rounds)
         mem = [] if args.skip_memory else memory(srv, local, args.limit_mb, data["train_bytes"])
         results = {"machine": common.machine(), "data": data, "rounds": args.rounds, "runs": runs, "memory": mem}
-        common.write_results("results-read-product", results, markdown(results))
+        common.write_results(args.results, results, markdown(results))
         print(markdown(results))
     return 0
 
