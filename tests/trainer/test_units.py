@@ -438,10 +438,10 @@ def test_the_export_record_is_kept_by_clear_backup_and_read_only_for_the_same_ru
     assert export.exported_before(str(backup), run) is None
 
 
-def test_files_larger_than_64_mib_warn_once_naming_the_largest():
+def test_files_larger_than_32_mib_warn_once_naming_the_largest():
     from dtr_trainer import preflight
 
     assert preflight.large_files_warning([8 * 2**20] * 100) is None
-    warning = preflight.large_files_warning([8 * 2**20, 65 * 2**20, 150 * 2**20])
-    assert warning is not None and warning.startswith("warning: 2 file(s) over 64 MiB (the largest 150 MiB)")
+    warning = preflight.large_files_warning([8 * 2**20, 33 * 2**20, 150 * 2**20])
+    assert warning is not None and warning.startswith("warning: 2 file(s) over 32 MiB (the largest 150 MiB)")
     assert "docs/object-storage.md#memory" in warning

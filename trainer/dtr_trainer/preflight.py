@@ -35,8 +35,9 @@ UNREACHABLE = (s3.CONNECTION_FAILED, s3.INCOMPLETE_BODY, "InternalError", "SlowD
                "RequestTimeout")  # fmt: skip
 # curl's codes: 6 host not resolved, 7 no connection, 28 timed out, 52 empty reply, 55 send failed, 56 receive failed.
 CURL_UNREACHABLE = (6, 7, 28, 52, 55, 56)
-# Past this a file's reads hold noticeably more memory than its shard of the pipeline needs (8 open at once).
-LARGE_FILE = 64 * 2**20
+# Past this a file's reads hold noticeably more memory (bench/s3/results-read-product.md: 64 MB shards took 500 MB
+# more than 8 MB ones, 8 files open at once).
+LARGE_FILE = 32 * 2**20
 SECRET_HINT = f"the keys {env.AWS_ACCESS_KEY_ID} and {env.AWS_SECRET_ACCESS_KEY} of spec.objectStore.credentialsSecret"
 
 
