@@ -76,7 +76,8 @@ def no_volume_rule(builtins: tuple[str, ...]) -> Rule:
 STORAGE = Field("storage", "object",
                 f"The volume mounted at {layout.MOUNT_PATH} in every worker (data cache, backups, TensorBoard logs, "
                 "exported models). Either an existing PVC (claimName) or one the operator creates, named "
-                "\"<name>-data\".",
+                "\"<name>-data\"; or, with volume false, none: each worker its own emptyDir, the backups in the "
+                "bucket.",
                 attr="storage", default={}, fields=(
     Field("claimName", "string",
           "Name of an existing PersistentVolumeClaim in the run's namespace to use. Unset: the operator creates "
