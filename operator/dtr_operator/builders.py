@@ -95,7 +95,7 @@ def trainer_args(run: RunSpec, code_sha256: str | None = None) -> list[str]:
         flags.DATA_DIR, layout.data_dir(),
         flags.EXPORT_DIR, export_dir(run),
         flags.BACKUP_DIR, backup_dir(run),
-        *([flags.BACKUP_URI, run.storage.backup_uri] if run.storage.backup_uri else []),
+        *([flags.BACKUP_URI, uri] if (uri := backup_uri(run)) else []),
         flags.TENSORBOARD_DIR, logs_dir(run),
         flags.LOG_DIR, logs_dir(run),
         flags.TERMINATION_MESSAGE_PATH, TERMINATION_MESSAGE_PATH,
@@ -116,6 +116,15 @@ def backup_dir(run: RunSpec) -> str:
     name on a kept volume starts afresh instead of resuming the old run's epochs. Without a uid (dtr run,
     dtr render): per name."""
     return layout.backup_dir(run.name, run.uid)
+
+
+def backup_uri(run: RunSpec) -> str | None:
+    """spec.storage.backupUri per run object, as backup_dir is on a volume: <backupUri>/<name>/<uid>. Two runs naming
+    one prefix, or a run deleted and made again from the same file, never resume (nor clean up) each other's
+    generations. Without a uid (dtr run, dtr render): per name."""
+    if run.storage.backup_uri is None:
+        return None
+    return "/".join(part for part in (run.storage.backup_uri, run.name, run.uid) if part)
 
 
 def _attr(run: RunSpec, attr: str) -> Any:

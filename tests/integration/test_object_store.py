@@ -111,7 +111,8 @@ def test_a_run_with_no_volume_gets_no_claim_and_its_workers_an_empty_dir_and_the
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "dtr-data")
     assert volume == {"name": "dtr-data", "emptyDir": {"sizeLimit": "300Mi"}}
     args = pod["spec"]["containers"][0]["args"]
-    assert args[args.index(flags.BACKUP_URI) + 1] == "s3://runs/backups/nv"
+    uid = get(control_plane, namespace, "dtr", "s3-nv")["metadata"]["uid"]
+    assert args[args.index(flags.BACKUP_URI) + 1] == f"s3://runs/backups/nv/s3-nv/{uid}"  # per run object
     assert not items(control_plane, namespace, "pvc", "distml.dev/run=s3-nv"), "a run with no volume has no claim"
     st = wait_status(control_plane, namespace, "s3-nv", "its TFJob created", tfJob="s3-nv")
     assert "pvc" not in st and "PVC" not in st["message"], st

@@ -92,7 +92,7 @@ def test_a_run_with_no_volume_across_two_nodes_resumes_from_the_buckets_backup_a
     def backed_up() -> str | None:
         if multinode.real.run_status(namespace, name).get("phase") in ("Succeeded", "Failed"):
             return "finished"
-        current = f"backups/{name}/current" in keys_under(s3_server, f"backups/{name}")
+        current = any(k.endswith("/current") for k in keys_under(s3_server, f"backups/{name}"))
         return "due" if current and line in multinode.real.logs(namespace, chief) else None
 
     assert wait_for(backed_up, timeout=600, interval=1, what=f"{line!r} and a backup in the bucket") == "due", \
@@ -118,7 +118,8 @@ def test_a_run_with_no_volume_across_two_nodes_resumes_from_the_buckets_backup_a
           f"after; {st['phase']} {took:.0f} s after kubectl apply, accuracy {st.get('metrics', {}).get('accuracy')}")
     assert st["phase"] == "Succeeded", st
     assert epoch > 1, epoch
-    assert f"of s3://{s3_server.bucket}/backups/{name}," in pulled, pulled
+    uid = multinode.cluster.kubectl_json("get", "dtr", name, "-n", namespace)["metadata"]["uid"]
+    assert f"of s3://{s3_server.bucket}/backups/{name}/{name}/{uid}," in pulled, pulled  # the run object's own
     assert (st.get("progress") or {}).get("epoch") == EPOCHS, st.get("progress")
     claims = multinode.cluster.kubectl("get", "pvc", "-n", namespace, "-o", "name").stdout.split()
     assert claims == [], claims

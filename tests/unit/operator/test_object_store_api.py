@@ -106,7 +106,9 @@ def test_a_run_with_no_volume_mounts_an_empty_dir_and_keeps_its_backups_in_the_b
     assert volume == {"name": VOLUME_NAME, "emptyDir": {"sizeLimit": "3Gi"}}
     assert not any("persistentVolumeClaim" in v for v in pod["volumes"])
     args = trainer_args(run)
-    assert args[args.index(flags.BACKUP_URI) + 1] == BACKUP
+    assert args[args.index(flags.BACKUP_URI) + 1] == f"{BACKUP}/mnist-cnn/u-1"  # per run object, as on a volume
+    local = trainer_args(_run(**NO_VOLUME))
+    assert local[local.index(flags.BACKUP_URI) + 1] == f"{BACKUP}/mnist-cnn"  # no uid (dtr run): per name
     assert args[args.index(flags.BACKUP_DIR) + 1].startswith("/mnt/dtr/")  # the pod's own copy, on the emptyDir
     assert flags.BACKUP_URI not in trainer_args(_run(objectStore=STORE, training={"dataset": DATASET}))
 
