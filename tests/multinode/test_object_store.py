@@ -163,7 +163,7 @@ def test_the_same_run_with_a_wrong_key_fails_naming_the_keys_before_any_training
     assert (st["phase"], st.get("reason")) == ("Failed", "ObjectStoreKeysRefused"), st
     message = st["message"]
     # The first request with the keys: the backup's pull (every worker, first thing), else the dataset's listing.
-    uri = f"s3://{s3_server.bucket}/(backups|data)/{name}"
+    uri = f"s3://{s3_server.bucket}/(backups/{name}/{name}/[0-9a-f-]+|data/{name})"  # the backup's: per run object
     assert re.match(rf"{uri}: the object store {re.escape(s3_server.endpoint)} refused the keys", message), message
     assert f"{contract_env.AWS_ACCESS_KEY_ID} and {contract_env.AWS_SECRET_ACCESS_KEY} of " \
         "spec.objectStore.credentialsSecret" in message, message  # fmt: skip
