@@ -13,15 +13,15 @@ version and export records, divergence.py's) write files there. The bucket holds
   bucket has none): a dir left on a pod's emptyDir by an earlier container may hold an epoch the bucket never
   got, and the workers must all resume from the same one.
 
-Pushed after each epoch's backup (BucketBackup, between BackupAndRestore and the epoch's end line: a line means an
-epoch in the bucket), after the version claim, and after the export's record. docs/object-storage.md#backups.
+Pushed after each epoch's backup (progress.AfterBackup, between BackupAndRestore and the epoch's end line: a line
+means an epoch in the bucket), after the version claim, and after the export's record.
+docs/object-storage.md#backups-in-a-bucket.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -31,7 +31,7 @@ from dtr_contract import env, flags
 from dtr_contract import objectstore as s3
 from dtr_contract.objectstore import ObjectStore, ObjectStoreError
 
-from dtr_trainer import preflight
+from dtr_trainer import export, preflight
 from dtr_trainer.errors import TrainerError, UsageError
 
 CURRENT = "current"
@@ -119,7 +119,8 @@ class BucketBackup:
                 if err.status != 404 or err.code == "NoSuchBucket":
                     raise
                 current = Generation(0, ())
-            _empty(self.root)
+            self.root.mkdir(parents=True, exist_ok=True)
+            export.empty_dir(self.root)
             base = generation_prefix(current.number)
             for name in current.files:
                 self.store.get(self.location.bucket, self._key(base, name), self.root / name)
@@ -172,12 +173,3 @@ def pulled(uri: str | None, backup_dir: str | None, is_chief: bool,
     files = bucket.pull()
     log(f"backup: generation {bucket.generation} of {uri}, {files} file(s)" if files else f"backup: none in {uri} yet")
     return bucket if is_chief else NoCopy()
-
-
-def _empty(root: Path) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    for entry in root.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)

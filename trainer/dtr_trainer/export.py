@@ -227,8 +227,13 @@ def clear_backup(backup_dir: str | None) -> None:
     a preemption) resumes after its last epoch instead of training again from epoch 1."""
     if not backup_dir or not Path(backup_dir).is_dir():
         return
-    for entry in Path(backup_dir).iterdir():
-        if entry.name == EXPORTED_RECORD:
+    empty_dir(Path(backup_dir), keep=(EXPORTED_RECORD,))
+
+
+def empty_dir(root: Path, keep: tuple[str, ...] = ()) -> None:
+    """Everything in root goes but the entries named in keep (a symlink as itself, never what it points to)."""
+    for entry in root.iterdir():
+        if entry.name in keep:
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
