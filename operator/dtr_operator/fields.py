@@ -26,6 +26,7 @@ from typing import Any
 from dtr_contract import flags, layout
 
 from . import grammar
+from .fields_disruption import DISRUPTION
 from .fields_objectstore import OBJECT_STORE, SPEC_RULES, STORAGE_URI, STORAGE_URI_RULE, is_s3, s3_uri_cel
 from .fields_storage import STORAGE, no_volume_rule
 from .schema import MAX_KEY_LENGTH, Field, Pattern, Rule, To, cel_regex
@@ -417,6 +418,7 @@ SPEC = Field("spec", "object",
           doc="[scheduling.md](scheduling.md#priority-and-preemption)"),
     SCHEDULING_POLICY,
     WATCHDOG,
+    DISRUPTION,
     OBJECT_STORE,
 ), rules=(
     *SPEC_RULES,

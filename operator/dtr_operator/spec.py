@@ -141,6 +141,14 @@ class WatchdogSpec:
 
 
 @dataclass(frozen=True)
+class DisruptionSpec:
+    """spec.disruption: whether a run Kubernetes took workers away from starts again, and how often (disruption.py)."""
+
+    resume: bool = _default("disruption.resume")
+    max_resumes: int = _default("disruption.maxResumes")
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """A DistTrainingRun with every default applied."""
 
@@ -164,6 +172,7 @@ class RunSpec:
     scheduling_policy: SchedulingPolicy | None = None
     code: CodeSpec | None = None  # spec.training.code (a part of its own: the trainer's flags do not map it 1:1)
     watchdog: WatchdogSpec = field(default_factory=WatchdogSpec)
+    disruption: DisruptionSpec = field(default_factory=DisruptionSpec)
     object_store: ObjectStoreSpec | None = None  # spec.objectStore (objectstore.py)
     storage_uri: str | None = None  # spec.export.storageUri: model versions in the object store, not the volume
     uid: str | None = None
@@ -192,7 +201,8 @@ class RunSpec:
 # The parts of RunSpec that group fields (fields.py's attr "training.model" lives on RunSpec.training).
 PARTS: dict[str, type] = {"training": TrainingSpec, "storage": StorageSpec, "placement": Placement,
                           "scheduling_policy": SchedulingPolicy, "code": CodeSpec,
-                          "watchdog": WatchdogSpec, "object_store": ObjectStoreSpec}  # fmt: skip
+                          "watchdog": WatchdogSpec, "disruption": DisruptionSpec,
+                          "object_store": ObjectStoreSpec}  # fmt: skip
 
 
 def created_pvc_name(run_name: str) -> str:

@@ -1,0 +1,25 @@
+"""spec.disruption, declared as fields.py declares the rest (fields.py imports it into SPEC). Pure data.
+
+What a run does when Kubernetes takes its workers away (a drain, an eviction, a node lost or declared out of
+service, a preemption): start again from its last finished epoch (resume), or keep the drain waiting (protect).
+docs/clusters.md#when-kubernetes-takes-a-worker-away.
+"""
+
+from __future__ import annotations
+
+from .schema import Field
+
+DISRUPTION = Field("disruption", "object",
+    "What the run does when Kubernetes takes a worker away: a drain or another eviction, its node lost or declared "
+    "out of service, a preemption.",
+    attr="disruption", default={}, doc="[clusters.md](clusters.md#when-kubernetes-takes-a-worker-away)",
+    fields=(
+    Field("resume", "boolean",
+          "true: a run whose TFJob failed only because workers were taken away (or lost a peer to that) is started "
+          "again by the operator from its last finished epoch, on the nodes that are left or come back; false: it "
+          "fails, naming the workers and their nodes (default true).",
+          attr="disruption.resume", default=True),
+    Field("maxResumes", "integer",
+          "Resumes after disruptions before the run fails as the TFJob did ({bounds}, default {default}).",
+          attr="disruption.max_resumes", default=3, format="int32", minimum=0, maximum=20),
+))  # fmt: skip
