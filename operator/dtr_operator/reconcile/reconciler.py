@@ -124,11 +124,12 @@ class Reconciler:
         run = self.mirror.owner(meta(tfjob).get("namespace", ""), owner, cached_run)
         if run is None:
             return
-        if event_type == "DELETED":
-            # The children's attempt decides: a resuming run's failed TFJob is gone, so it is made again; one deleted
-            # by someone else fails the run (TFJobDeleted); an older TFJob's deletion changes nothing.
+        if event_type == "DELETED" or _resumed_from(run.status, tfjob):
+            # The children's attempt decides: a resuming run's failed TFJob going says what it waits for (and is
+            # looked at again with the backoff), gone is made again; one deleted by someone else fails the run
+            # (TFJobDeleted); an older TFJob's deletion changes nothing.
             self.attempt_run((run.spec.namespace, run.spec.name, run.spec.uid or ""), 0, time.monotonic)
-        elif not _resumed_from(run.status, tfjob):  # the failed TFJob a run resumes from is going: nothing to say
+        else:
             self._changed(run, tfjob)
 
     def _changed(self, run: ObservedRun, tfjob: Mapping[str, Any]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from dtr_operator import disruption
 from dtr_operator.api import KIND, TFJOB_API_VERSION
+from dtr_operator.runtime.kept import slim
 from dtr_operator.spec import parse_run
 
 from support.fake_kube import FakeKube
@@ -155,7 +156,7 @@ def test_a_failed_tfjob_being_deleted_with_a_pod_left_waits_naming_it():
     rec.tfjob_event("MODIFIED", failed)
     going = {**failed, "metadata": {**failed["metadata"], "deletionTimestamp": T2}}
     kube.put(going, "TFJob")  # a foreground deletion, its pod of a lost node still there
-    rec.tfjob_event("MODIFIED", going)  # ignored: on its way out
+    rec.tfjob_event("MODIFIED", going)  # on its way out: the attempt says what it waits for, then the backoff
     assert rec.reconcile_run(kube.stored(KIND, "mnist-cnn")) is not None  # waits, and is tried again
     message = kube.stored(KIND, "mnist-cnn")["status"]["message"]
     assert "waiting for the failed TFJob's pods to go: mnist-cnn-worker-0, mnist-cnn-worker-1 on node dtr-n2" in message
@@ -180,3 +181,11 @@ def test_with_resume_false_the_run_fails_naming_the_drain_and_why_it_did_not_res
     assert status["phase"] == "Failed" and "evicted through the Eviction API" in status["message"]
     assert status["message"].endswith("(not resumed: spec.disruption.resume is false)")
     assert kube.succeeded("delete_tfjob") == []
+
+
+def test_the_run_the_operator_keeps_in_memory_keeps_its_disruption_spec():
+    """The mirror decides from the run its watch keeps (runtime/kept.slim): found missing on the real API server,
+    where a run with resume false was resumed."""
+    body = make_run({"workers": 2, "disruption": {"resume": False, "maxResumes": 5}}, uid="u-1")
+    kept = parse_run(slim(body)).disruption
+    assert (kept.resume, kept.max_resumes) == (False, 5)
