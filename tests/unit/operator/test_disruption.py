@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from dtr_operator import disruption
 from dtr_operator.api import KIND, TFJOB_API_VERSION
+from dtr_operator.reconcile.context import ObservedRun
 from dtr_operator.runtime.kept import slim
 from dtr_operator.spec import parse_run
 
 from support.fake_kube import FakeKube
-from support.reconciler import TFJOB, reconciler
+from support.reconciler import IMAGE, TFJOB, reconciler
 from support.runs import make_run
 from support.tfjobs import RUN, T0, T2, cond, disrupted, pod, tfjob
 
@@ -206,3 +207,20 @@ def test_the_run_the_operator_keeps_in_memory_keeps_its_disruption_spec():
     body = make_run({"workers": 2, "disruption": {"resume": False, "maxResumes": 5}}, uid="u-1")
     kept = parse_run(slim(body)).disruption
     assert (kept.resume, kept.max_resumes) == (False, 5)
+
+
+def test_a_writer_that_read_the_run_before_it_was_resumed_does_not_fail_it():
+    """Found on three nodes: two TFJob events at once; one resumed the run and deleted its TFJob, the other, with the
+    run as read before, then saw the failed TFJob going and wrote the failure over the resume."""
+    kube = world(RUNNING, DRAINED)
+    rec, _ = reconciler(kube)
+    failed = stored_tfjob(kube)
+    stale = ObservedRun.parse(copy.deepcopy(kube.stored(KIND, "mnist-cnn")), IMAGE)
+    rec.tfjob_event("MODIFIED", failed)
+    going = {**failed, "metadata": {**failed["metadata"], "deletionTimestamp": T2}}
+    kube.put(going, "TFJob")  # as the API keeps it while its pods go (the fake deleted it at once)
+    rec.mirror.sync_status(stale, going)
+    rec.mirror.sync_status(stale, failed)  # not going yet, as read before the delete
+    status = kube.stored(KIND, "mnist-cnn")["status"]
+    assert (status["reason"], status["resumes"]) == ("ResumingAfterDisruption", 1), status
+    assert kube.succeeded("patch_tfjob_run_policy") == [], "no pods released: the resume deletes them"
