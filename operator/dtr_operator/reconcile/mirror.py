@@ -64,7 +64,7 @@ class Mirror:
         resuming: list[bool] = []
 
         def mirrored(prev: Mapping[str, Any]) -> dict[str, Any]:
-            if disruption.resuming_from(prev) == meta(latest[0]).get("uid"):  # resumed by a concurrent writer
+            if (uid := meta(latest[0]).get("uid")) and disruption.resuming_from(prev) == uid:  # resumed meanwhile
                 resuming.append(True)
                 return dict(prev)
             status = tfjob_status(spec, latest[0], pods, prev, at, gone)
