@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import disruption, metrics, netpolicy, watchdog
+from .. import metrics, netpolicy, watchdog
 from ..kube import ApiError
 from ..kube_api import KubeApi
 from ..reasons import TFJOB_SUSPENDED
@@ -49,11 +49,6 @@ from .waiting import WaitingPods
 
 log = logging.getLogger(__name__)
 WAITS_LOG = "run %s/%s waits (attempt %d); the next attempt in %.0f s"  # one line per attempt that ends waiting
-
-
-def _resumed_from(status: Mapping[str, Any], tfjob: Mapping[str, Any]) -> bool:
-    """Whether the TFJob is the failed one a run resumes from (disruption.py), being deleted."""
-    return disruption.resuming_from(status) == meta(tfjob).get("uid") and is_going(tfjob)
 
 
 def never_done(body: Mapping[str, Any]) -> bool:
@@ -124,10 +119,12 @@ class Reconciler:
         run = self.mirror.owner(meta(tfjob).get("namespace", ""), owner, cached_run)
         if run is None:
             return
-        if event_type == "DELETED" or _resumed_from(run.status, tfjob):
-            # The children's attempt decides: a resuming run's failed TFJob going says what it waits for (and is
-            # looked at again with the backoff), gone is made again; one deleted by someone else fails the run
-            # (TFJobDeleted); an older TFJob's deletion changes nothing.
+        if event_type == "DELETED" or is_going(tfjob):
+            # The children's attempt decides, from the run read anew (the watch's copy may not show a resume yet:
+            # found on three nodes, where the restarted operator's copy was older than its own resume): a resuming
+            # run's failed TFJob going says what it waits for (and is looked at again with the backoff), gone is made
+            # again; one deleted by someone else fails the run (TFJobDeleted); an older TFJob's deletion changes
+            # nothing.
             self.attempt_run((run.spec.namespace, run.spec.name, run.spec.uid or ""), 0, time.monotonic)
         else:
             self._changed(run, tfjob)

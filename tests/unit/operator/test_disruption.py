@@ -224,3 +224,18 @@ def test_a_writer_that_read_the_run_before_it_was_resumed_does_not_fail_it():
     status = kube.stored(KIND, "mnist-cnn")["status"]
     assert (status["reason"], status["resumes"]) == ("ResumingAfterDisruption", 1), status
     assert kube.succeeded("patch_tfjob_run_policy") == [], "no pods released: the resume deletes them"
+
+
+def test_a_going_tfjob_seen_with_a_stale_copy_of_the_run_still_says_what_it_waits_for():
+    """Found on three nodes: the operator restarted on another node resumed the run, and the next event of its going
+    TFJob came with the watch's copy of the run from before that resume: the run is read anew."""
+    kube = world(RUNNING, DRAINED)
+    rec, _ = reconciler(kube)
+    failed = stored_tfjob(kube)
+    stale = copy.deepcopy(kube.stored(KIND, "mnist-cnn"))
+    rec.tfjob_event("MODIFIED", failed)
+    going = {**failed, "metadata": {**failed["metadata"], "deletionTimestamp": T2}}
+    kube.put(going, "TFJob")
+    rec.tfjob_event("MODIFIED", going, cached_run=lambda namespace, name: stale)
+    message = kube.stored(KIND, "mnist-cnn")["status"]["message"]
+    assert "waiting for the failed TFJob's pods to go: mnist-cnn-worker-0, mnist-cnn-worker-1 on node dtr-n2" in message
