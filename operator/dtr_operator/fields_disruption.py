@@ -22,4 +22,9 @@ DISRUPTION = Field("disruption", "object",
     Field("maxResumes", "integer",
           "Resumes after disruptions before the run fails as the TFJob did ({bounds}, default {default}).",
           attr="disruption.max_resumes", default=3, format="int32", minimum=0, maximum=20),
+    Field("protect", "boolean",
+          "true: the operator makes a PodDisruptionBudget over the run's workers (named like the run, owned by it), so "
+          "that a drain or another eviction of them waits (the Eviction API answers 429) while the run trains; a node "
+          "lost or a preemption still takes workers (resume says what follows); false: no budget (default false).",
+          attr="disruption.protect", default=False),
 ))  # fmt: skip
