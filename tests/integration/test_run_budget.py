@@ -1,8 +1,8 @@
 """A protected run's PodDisruptionBudget (spec.disruption.protect) on a real API server, with kube-controller-manager's
 disruption controller computing its status: made with the run's children and owned by the run; while its workers run,
-the Eviction API (what `kubectl drain` calls) refuses to evict one, 429; once the run has finished the budget allows
-every eviction, and it goes with the run. No kubelet runs here: the workers' statuses are written as a kubelet would
-(Running and Ready, then Succeeded)."""
+the Eviction API refuses to evict one (429) and `kubectl drain` of their node waits; once the run has finished the
+budget allows every eviction, and it goes with the run. No kubelet or scheduler runs here: the workers are bound to a
+Node object made for the test, and their statuses written as a kubelet would (Running and Ready, then Succeeded)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,14 @@ def _running_and_ready(cluster: Cluster, namespace: str, pod: dict[str, Any]) ->
     body = {"status": {"phase": "Running", "startTime": at, "conditions": conditions, "containerStatuses": [container]}}
     cluster.kubectl("patch", "pod", pod["metadata"]["name"], "-n", namespace, "--subresource=status", "--type=merge",
                     "-p", json.dumps(body))  # fmt: skip
+
+
+def _bind(cluster: Cluster, namespace: str, pod: str, node: str) -> None:
+    """Place the pod on the node, as the scheduler does (pods/binding)."""
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": node}}  # fmt: skip
+    cluster.kubectl("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", "-f", "-",
+                    input=json.dumps(binding))  # fmt: skip
 
 
 def _evict(namespace: str, pod: str) -> tuple[int, str]:
@@ -76,15 +84,15 @@ def test_a_protected_runs_workers_are_not_evicted_while_it_runs_and_are_once_it_
     pods = worker_pods(control_plane, namespace, "kept", 2)
     assert all(selects(pdb["spec"]["selector"], p["metadata"]["labels"]) for p in pods)
 
-    for pod in pods:
-        _running_and_ready(control_plane, namespace, pod)
-    _computed(control_plane, namespace, "kept", currentHealthy=2, desiredHealthy=2, disruptionsAllowed=0)
-    status, answer = _evict(namespace, "kept-worker-1")
-    assert status == 429, answer
-    assert "Cannot evict pod as it would violate the pod's disruption budget" in answer
-    assert "The disruption budget kept needs 2 healthy pods and has 2 currently" in answer
-    worker = get(control_plane, namespace, "pod", "kept-worker-1")
-    assert worker is not None and not worker["metadata"].get("deletionTimestamp")
+    node = namespace  # a name no other test's node has
+    control_plane.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    try:
+        for pod in pods:
+            _bind(control_plane, namespace, pod["metadata"]["name"], node)
+            _running_and_ready(control_plane, namespace, pod)
+        _refused_while_it_runs(control_plane, namespace, node)
+    finally:
+        control_plane.kubectl("delete", "node", node, "--ignore-not-found", "--wait=false", check=False)
 
     # The run ends while its workers still run: its TFJob deleted, the pods left behind (orphaned) still Ready.
     control_plane.kubectl("delete", "tfjob", "kept", "-n", namespace, "--cascade=orphan", "--wait=true")
@@ -96,6 +104,26 @@ def test_a_protected_runs_workers_are_not_evicted_while_it_runs_and_are_once_it_
     control_plane.kubectl("delete", "dtr", "kept", "-n", namespace, "--wait=true")
     wait_for(lambda: get(control_plane, namespace, "poddisruptionbudget", "kept") is None,
              "the PodDisruptionBudget to be garbage-collected with the run")  # fmt: skip
+
+
+def _refused_while_it_runs(cluster: Cluster, namespace: str, node: str) -> None:
+    """Both workers run, ready, on `node`: a drain of it cordons it, then waits on the budget until its own timeout,
+    and an eviction of either worker is refused; neither is deleted."""
+    _computed(cluster, namespace, "kept", currentHealthy=2, desiredHealthy=2, disruptionsAllowed=0)
+    # The workers' scratch dir is an emptyDir: without --delete-emptydir-data a drain refuses them outright.
+    drain = cluster.kubectl("drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=12s",
+                            check=False, timeout=60)  # fmt: skip
+    said = drain.stdout + drain.stderr
+    assert drain.returncode != 0, said
+    assert "Cannot evict pod as it would violate the pod's disruption budget" in said and "will retry after" in said
+    assert cluster.kubectl_json("get", "node", node)["spec"].get("unschedulable") is True, "cordoned"
+    status, answer = _evict(namespace, "kept-worker-1")
+    assert status == 429, answer
+    assert "Cannot evict pod as it would violate the pod's disruption budget" in answer
+    assert "The disruption budget kept needs 2 healthy pods and has 2 currently" in answer
+    for index in (0, 1):
+        worker = get(cluster, namespace, "pod", f"kept-worker-{index}")
+        assert worker is not None and not worker["metadata"].get("deletionTimestamp"), f"worker {index} deleted"
 
 
 def test_a_protected_run_that_succeeded_lets_its_budget_go(control_plane: Cluster, namespace: str, operator: Operator):
