@@ -107,7 +107,7 @@ class Children:
     def reconcile_run(self, body: Mapping[str, Any], retry: int = 0) -> float | None:
         """Make sure the run's PVC and TFJob exist. Returns seconds until a retry is due, or None when done."""
         if is_terminal(body.get("status")):
-            self.ctx.let_go(body)  # once more, should the write that finished it have failed to (the operator's start)
+            self.ctx.let_go(body)  # its budget again, had the write that finished it failed to (the operator's start)
             return None
         try:
             run = ObservedRun.parse(body, self.ctx.default_image)

@@ -102,7 +102,8 @@ class Context:
 
         Returns the patch written (None if none). An event goes out when the phase or reason changes,
         unless `quiet` (an event already said it). On a conflict the run is read again, and so is what
-        `compute` reads when `reread` is given: whoever wrote meanwhile may have seen a newer TFJob.
+        `compute` reads when `reread` is given: whoever wrote meanwhile may have seen a newer TFJob. The write that
+        finishes the run lets its PodDisruptionBudget go (let_go).
         """
         found = meta(body)
         namespace, name, uid = found.get("namespace", ""), found.get("name", ""), found.get("uid")
