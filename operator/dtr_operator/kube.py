@@ -242,6 +242,12 @@ class Kube:
     def get_tfjob(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.get(TFJOB_API_VERSION, "TFJob", namespace, name)
 
+    def delete_tfjob(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the TFJob of this uid once its pods and services are gone (foreground); gone or replaced is fine."""
+        options = {"propagationPolicy": "Foreground", "preconditions": {"uid": uid}}
+        with contextlib.suppress(NotFound, Conflict):
+            self.request("DELETE", _path(TFJOB_API_VERSION, namespace, "tfjobs", name), options)
+
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A run's code (spec.training.code.configMap); the operator's RBAC has get on configmaps, nothing more."""
         return self.get("v1", "ConfigMap", namespace, name)
@@ -292,8 +298,7 @@ class Kube:
         since_seconds: int | None = None,
     ) -> str | None:
         """A container's log (its end, with tail_lines/limit_bytes; its last since_seconds), or None when there is
-        none to read: no such pod, the container has not started, or (previous) it has not restarted; the API
-        says 400."""
+        none to read (400): no such pod, the container has not started, or (previous) it has not restarted."""
         query = _log_query(container, tail_lines, limit_bytes, previous, timestamps, follow=False)
         if since_seconds is not None:
             query.append(("sinceSeconds", str(since_seconds)))

@@ -39,6 +39,9 @@ RUN_GAUGES = {
     "workerRestarts": Gauge(
         "dtr_run_worker_restarts", "Restarts of the run's worker containers (known when the run finishes)", RUN_LABELS
     ),
+    "resumes": Gauge(
+        "dtr_run_resumes", "Times the run was started again after Kubernetes took workers away", RUN_LABELS
+    ),
     "accuracy": Gauge("dtr_run_accuracy", "The run's final evaluation accuracy (succeeded runs)", RUN_LABELS),
     "examplesPerSecond": Gauge(
         "dtr_run_examples_per_second",
@@ -134,6 +137,7 @@ def run_figures(body: Mapping[str, Any]) -> dict[str, float]:
         "timeToRunningSeconds": _seconds_between(created, status.get("startTime")),
         "durationSeconds": _seconds_between(created, _ended_at(status)) if finished else None,
         "workerRestarts": _number(status.get("workerRestarts")),
+        "resumes": _number(status.get("resumes")),
         "accuracy": _number(metrics.get("accuracy")),
         "examplesPerSecond": _number(rate),
         "progressPercentage": _number(progress.get("progressPercentage")),

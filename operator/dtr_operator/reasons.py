@@ -106,6 +106,13 @@ PREEMPTED = _status("Preempted", SUSPENDED, False,
     "([scheduling.md](scheduling.md#priority-and-preemption))")  # fmt: skip
 RESUMING = _status("Resuming", PENDING, False,
     "`spec.suspend` went back to `false`; the TFJob is being unsuspended and its pods made again")  # fmt: skip
+RESUMING_AFTER_DISRUPTION = _status("ResumingAfterDisruption", PENDING, True,
+    "the TFJob failed only because Kubernetes took workers away (a drain or another eviction, a node lost or "
+    "declared out of service, a preemption) or because their peers lost them, and `spec.disruption.resume` is "
+    "`true` with resumes left: the operator deletes the failed TFJob, waits for its pods to go, and creates it "
+    "again; the workers continue from the last finished epoch. The message names the workers, their nodes and "
+    "why, the epoch and the attempt; `status.disruptions` keeps each "
+    "([clusters.md](clusters.md#when-kubernetes-takes-a-worker-away))")  # fmt: skip
 SUSPENDING = _status("Suspending", SUSPENDED, False,
     "`spec.suspend` is `true`; the TFJob's pods are going")  # fmt: skip
 RUN_SUSPENDED = _status("RunSuspended", SUSPENDED, False,

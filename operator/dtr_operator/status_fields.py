@@ -61,6 +61,7 @@ WRITERS: dict[str, tuple[str, ...]] = {
     "watchdog.restarted_status": ("dtr_operator/reconcile/stall",),
     "watchdog.settled": ("dtr_operator/reconcile/mirror",),
     "netpolicy.exposed_status": ("dtr_operator/reconcile/guard",),
+    "disruption.resuming_status": ("dtr_operator/reconcile/mirror",),
 }
 # A field's writers are those that set its value; one that only carries a key over from the previous status, or
 # repeats its value, is not named (waiting_status repeats tfJob and pvc: a run's children keep their names).
@@ -141,7 +142,8 @@ CONDITIONS = StatusField("conditions", "array",
     f"{ISOLATION_CONDITION} once another NetworkPolicy of the namespace was found admitting the workers' TensorFlow "
     "port from elsewhere (True) or none does any more (False).",
     # status: the five of CONDITION_TYPES; watchdog: Stalled; netpolicy: IsolationWeakened.
-    by=(*_STATE, "watchdog.flagged_status", "watchdog.cleared_status", "watchdog.settled", "netpolicy.exposed_status"),
+    by=(*_STATE, "watchdog.flagged_status", "watchdog.cleared_status", "watchdog.settled", "netpolicy.exposed_status",
+        "disruption.resuming_status"),
     extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     items=StatusField("condition", "object", fields=(
     StatusField("type", "string", "Condition type.", required=True),
@@ -159,13 +161,15 @@ STATUS = StatusField("status", "object", "Observed state, written by the operato
     extra={"x-kubernetes-preserve-unknown-fields": True}, fields=(
     StatusField("phase", "string", "Pending, Running, Suspended (spec.suspend), Succeeded or Failed.",
                 # waiting_status explains a phase (Pending, Running), it never moves it.
-                by=("status.compute.state_status", "status.compute.unparsed_status", "status.compute.tfjob_status")),
+                by=("status.compute.state_status", "status.compute.unparsed_status", "status.compute.tfjob_status",
+                    "disruption.resuming_status")),
     StatusField("reason", "string",
                 "CamelCase reason for the phase (e.g. WaitingForPVC, TFJobRunning, TrainingSucceeded, NameConflict, "
-                "TFJobDeleted); docs/api.md lists them.", by=_STATE),
+                "TFJobDeleted); docs/api.md lists them.", by=(*_STATE, "disruption.resuming_status")),
     StatusField("message", "string", "One human-readable line about the current state.",
                 # watchdog: "Stalled: ..." while the Stalled condition holds.
-                by=(*_STATE, "watchdog.flagged_status", "watchdog.cleared_status", "watchdog.reminded_status")),
+                by=(*_STATE, "watchdog.flagged_status", "watchdog.cleared_status", "watchdog.reminded_status",
+                    "disruption.resuming_status")),
     StatusField("observedGeneration", "integer", "The metadata.generation this status was computed for.",
                 by=_STATE, format="int64"),
     StatusField("tfJob", "string", "Name of the TFJob the operator created.", by=_NAMES),
@@ -181,6 +185,19 @@ STATUS = StatusField("status", "object", "Observed state, written by the operato
                 "Restarts of the workers' containers, all workers together (the kubelet's restartCount), counted "
                 "from the pods when the run finishes.", by=("status.compute.tfjob_status",)),
     WATCHDOG,
+    StatusField("resumes", "integer",
+                "Times the operator started the run again after Kubernetes took workers away (spec.disruption).",
+                by=("disruption.resuming_status",), minimum=0),
+    StatusField("disruptions", "array",
+                "Each resume after a disruption, oldest first (the newest 10): what was taken away and from which "
+                "epoch the run went on.", by=("disruption.resuming_status",), extra=_ATOMIC,
+                items=StatusField("disruption", "object", fields=(
+        StatusField("attempt", "integer", "The attempt that started (2 for the first resume).", required=True),
+        _time("at", "When the operator found the TFJob failed by the disruption."),
+        StatusField("epoch", "integer", "The last finished epoch the operator had seen then (0: none)."),
+        StatusField("message", "string", "The workers taken away: each one's node and why."),
+        StatusField("tfJobUID", "string", "The uid of the failed TFJob the run was resumed from."),
+    ))),
     _time("startTime", "When the TFJob started running.", ("status.compute.tfjob_status",)),
     _time("completionTime", "When the TFJob finished (succeeded or failed).", ("status.compute.tfjob_status",)),
     MODEL,

@@ -280,6 +280,13 @@ class FakeKube:
         return copy.deepcopy(self.objects.get(self._served((TFJOB_API_VERSION, TFJOB_KIND, namespace, name))))
 
     @api
+    def delete_tfjob(self, namespace: str, name: str, uid: str) -> None:
+        # Immediate, as every delete here (no foreground wait for the pods); a uid that differs leaves it, as in Kube.
+        key = (TFJOB_API_VERSION, TFJOB_KIND, namespace, name)
+        if (self.objects.get(key) or {}).get("metadata", {}).get("uid") == uid:
+            del self.objects[key]
+
+    @api
     def patch_tfjob_run_policy(self, namespace: str, name: str, annotations: Mapping[str, str | None] | None = None,
                                **fields: Any) -> dict[str, Any]:  # fmt: skip
         body: dict[str, Any] = {"spec": {"runPolicy": fields}}

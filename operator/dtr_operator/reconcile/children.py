@@ -39,6 +39,7 @@ from .decide import (
     Suspend,
     Sync,
     decide,
+    is_going,
     network_policy_taken,
     policy_not_held,
 )
@@ -79,8 +80,6 @@ def any_image(image: str) -> str | None:
 def any_code(config_map: str | None) -> str | None:
     """A CodeCheck that refuses none."""
     return None
-
-
 
 
 @dataclass(frozen=True)
@@ -149,6 +148,8 @@ class Children:
         """The TFJob, and the PVC when it matters: a claimName run's, or ours after a create clashed; the code's
         ConfigMap when read_code."""
         tfjob = self.ctx.kube.get_tfjob(run.namespace, run.tfjob_name)
+        if tfjob is not None and is_going(tfjob):
+            return Observed(tfjob, pods=self.ctx.kube.list_job_pods(run.namespace, run.tfjob_name))
         config_map = UNREAD
         if read_code and run.code is not None and run.code.config_map is not None:
             config_map = self.ctx.kube.get_configmap(run.namespace, run.code.config_map)
@@ -166,8 +167,9 @@ class Children:
         request_refusal = self.checks.request(spec)
         for _ in range(self.ctx.retries.observations):
             seen = self.observe(spec, read_pvc, read_code)
-            action = self._guarded(run, decide(spec, run.status, seen, refusal, code_refusal, request_refusal,
-                                                self._claim(spec, seen)))
+            action = self._guarded(
+                run, decide(spec, run.status, seen, refusal, code_refusal, request_refusal, self._claim(spec, seen))
+            )
             if not isinstance(action, Create):
                 return self._act(run, action, created, retry)
             # The TFJob carries the digest the status records with it: its workers run no other file (builders).
@@ -269,4 +271,3 @@ class Children:
             self.mirror.sync_status(run, tfjob, quiet=True, code=code)
         else:
             self.mirror.sync_status(run, tfjob, code=code)
-

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import watchdog
+from .. import disruption, watchdog
 from ..api import GROUP, KEEP_PODS, KIND, NETWORK_POLICY_KIND, PDB_KIND
 from ..builders import is_owned_by, is_reusable_pvc, left_by_earlier_run, pinned_code_sha256
 from ..policy import Refusal
@@ -47,7 +47,6 @@ def _name_conflict(kind: str, name: str) -> str:
     )
 
 
-
 # ---- creating the children: observe -> decide (pure) -> act ------------------------------------
 
 UNREAD: Any = object()  # an object not read yet (the PVC of a run that creates its own is read only on a clash)
@@ -61,6 +60,7 @@ class Observed:
     tfjob: Mapping[str, Any] | None
     pvc: Mapping[str, Any] | None = UNREAD
     config_map: Mapping[str, Any] | None = UNREAD
+    pods: Sequence[Mapping[str, Any]] = ()  # a TFJob's being deleted, read only then: what it waits for
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,11 @@ class FailClosed:
 Action = Create | Sync | Record | Suspend | FailClosed
 
 
+def is_going(obj: Mapping[str, Any]) -> bool:
+    """Whether the object is being deleted (a foreground deletion waits for its dependents)."""
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
 def tfjob_suspended(tfjob: Mapping[str, Any]) -> bool:
     return bool(((tfjob.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
 
@@ -156,11 +161,9 @@ def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed, image_refusa
     code = _code_record(run, seen)
     if tfjob is not None:
         if is_owned_by(tfjob, run.uid):
-            # Created earlier (a restart, a retry, spec.suspend changed): nothing to create; catch up.
-            refused = _refused(image_refusal, None, policy_refusal)
-            return _with_code(_suspend_action(run, status, tfjob, refused), code)
+            return _with_code(_owned(run, status, seen, _refused(image_refusal, None, policy_refusal)), code)
         return _clash("TFJob", run.tfjob_name, tfjob, run)
-    if _was_created(status):
+    if _was_created(status) and disruption.resuming_from(status) is None:  # resuming: its failed TFJob is gone
         return Record(State(FAILED, TFJOB_DELETED, tfjob_deleted_message(run)), retry=False)
     refused = _refused(image_refusal, code_refusal, policy_refusal) or _code_missing(run, seen.config_map)
     if refused is not None:
@@ -171,6 +174,15 @@ def decide(run: RunSpec, status: Mapping[str, Any], seen: Observed, image_refusa
     if run.creates_pvc:
         return _with_code(_with_own_pvc(run, seen.pvc), code)
     return _with_code(_with_claimed_pvc(run, seen.pvc, claim_refusal), code)
+
+
+def _owned(run: RunSpec, status: Mapping[str, Any], seen: Observed, refused: Record | None) -> Action:
+    """The run's own TFJob, created earlier (a restart, a retry, spec.suspend changed): nothing to create; catch up.
+    The failed one a run resumes from, being deleted: wait for its pods to go (disruption.py)."""
+    tfjob = seen.tfjob or {}
+    if is_going(tfjob) and disruption.resuming_from(status) == (tfjob.get("metadata") or {}).get("uid"):
+        return Record(disruption.waiting_for_pods(run, status, seen.pods), retry=True)
+    return _suspend_action(run, status, tfjob, refused)
 
 
 def _refused(image_refusal: str | None, code_refusal: str | None,
@@ -220,9 +232,11 @@ def _code_missing(run: RunSpec, config_map: Mapping[str, Any] | None) -> Record 
         return None
     if configmap_content(config_map, code.file_key) is not None:
         return None
-    message = (f"waiting for ConfigMap {code.config_map} (spec.training.code.configMap) in namespace {run.namespace} "
-               f"with the key {code.file_key} (spec.training.code.key): not found, or it has no key {code.file_key}; "
-               "create it (`dtr submit FILE.py` does), or fix the run; checked again with backoff")
+    message = (
+        f"waiting for ConfigMap {code.config_map} (spec.training.code.configMap) in namespace {run.namespace} "
+        f"with the key {code.file_key} (spec.training.code.key): not found, or it has no key {code.file_key}; "
+        "create it (`dtr submit FILE.py` does), or fix the run; checked again with backoff"
+    )
     return Record(State(PENDING, CODE_NOT_FOUND, message), retry=True)
 
 
@@ -345,5 +359,3 @@ def has_news(tfjob: Mapping[str, Any]) -> bool:
     handler, which retries until it is) or one the training-operator has not looked at yet.
     """
     return bool((tfjob.get("status") or {}).get("conditions"))
-
-

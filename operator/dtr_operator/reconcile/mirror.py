@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import watchdog
+from .. import disruption, watchdog
 from ..api import RELEASE_RUNNING_PODS
 from ..builders import logs_dir, worker_pod_name
 from ..kube import ApiError
@@ -16,7 +16,7 @@ from ..reasons import FAILED, TERMINAL, WORKER_PODS_RELEASED
 from ..spec import RunSpec
 from ..status.compute import tfjob_status
 from ..status.pods import gone_worker, own_pods
-from ..status.state import is_terminal, tfjob_state
+from ..status.state import MAX_STATE_MESSAGE, clean_text, is_terminal, tfjob_state
 from . import writes
 from .context import Context, ObservedRun, is_live, meta
 from .decide import pods_to_release
@@ -57,11 +57,15 @@ class Mirror:
                     gone.extend(self._gone_workers(spec, pods))
 
         read_pods_when_finished()
-        recorded = {"code": dict(code)} if code else {}
         at = self.ctx.now()
+        if self._resumed(run, latest[0], pods, gone, at, quiet):
+            return
+        recorded = {"code": dict(code)} if code else {}
 
         def mirrored(prev: Mapping[str, Any]) -> dict[str, Any]:
             status = tfjob_status(spec, latest[0], pods, prev, at, gone)
+            if status["phase"] == FAILED and (why := disruption.not_resumed(spec, prev, pods, gone)):
+                status["message"] = clean_text(f"{status['message']} ({why})", MAX_STATE_MESSAGE)
             return watchdog.settled({**status, **recorded}, at, spec.generation)
 
         def reread() -> None:
@@ -74,6 +78,31 @@ class Mirror:
         self.ctx.record(run.body, mirrored, quiet, reread)
         if holding := pods_to_release(latest[0], pods):
             self._release(run, holding, quiet)
+
+    def _resumed(self, run: ObservedRun, tfjob: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
+                 gone: Sequence[Mapping[str, Any]], at: str, quiet: bool) -> bool:  # fmt: skip
+        """Whether the failed TFJob is one the run resumes from (disruption.py): then the status says so, and the
+        TFJob is deleted (its pods first: children.py creates it again once it is gone). A TFJob being deleted
+        already is left to go."""
+        if tfjob_state(tfjob).phase != FAILED:
+            return False
+        uid = meta(tfjob).get("uid")
+        if disruption.resuming_from(run.status) == uid:
+            if not meta(tfjob).get("deletionTimestamp"):  # the status was written, the delete was not
+                self.ctx.kube.delete_tfjob(run.spec.namespace, run.spec.tfjob_name, uid)
+            return True
+        plan = disruption.resume(run.spec, run.status, tfjob, pods, gone, at)
+        if plan is None or meta(tfjob).get("deletionTimestamp"):
+            return False
+
+        def resuming(prev: Mapping[str, Any]) -> dict[str, Any]:
+            if disruption.resuming_from(prev) == plan.uid:  # another writer decided it meanwhile
+                return dict(prev)
+            return disruption.resuming_status(run.spec, plan, prev, at)
+
+        self.ctx.record(run.body, resuming, quiet)
+        self.ctx.kube.delete_tfjob(run.spec.namespace, run.spec.tfjob_name, plan.uid)
+        return True
 
     def _release(self, run: ObservedRun, holding: list[str], quiet: bool) -> None:
         spec = run.spec
@@ -88,7 +117,6 @@ class Mirror:
                       f"cleanPodPolicy {RELEASE_RUNNING_PODS}); each worker's log stays on the run's volume, "
                       f"{logs_dir(spec)}/")  # fmt: skip
 
-
     def owner(self, namespace: str, owner: Mapping[str, Any], cached_run: CachedRun) -> ObservedRun | None:
         """The run an ownerReference names, if it is still there, not being deleted and not finished."""
         body = cached_run(namespace, owner["name"])
@@ -99,7 +127,6 @@ class Mirror:
         if is_terminal(body.get("status")):
             return None
         return self.ctx.parsed(body)
-
 
     def _gone_workers(self, spec: RunSpec, pods: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """The failed run's worker pods already deleted, as their events remember them (status.gone_worker). An
@@ -117,4 +144,3 @@ class Mirror:
             if (pod := gone_worker(name, events)) is not None:
                 gone.append(pod)
         return gone
-

@@ -15,17 +15,18 @@ Each entry point is idempotent and safe to run concurrently for one run; each re
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import metrics, netpolicy, watchdog
+from .. import disruption, metrics, netpolicy, watchdog
 from ..kube import ApiError
 from ..kube_api import KubeApi
-from ..reasons import FAILED, TFJOB_DELETED, TFJOB_SUSPENDED
+from ..reasons import TFJOB_SUSPENDED
 from ..runtime.kept import slim
 from ..runtime.trackers import POD_CHECK_SECONDS, RetryingRuns, RunningRuns, RunRef, WaitingRuns
-from ..status.state import State, tfjob_state
+from ..status.state import tfjob_state
 from .children import (
     Checks,
     Children,
@@ -38,8 +39,8 @@ from .children import (
     any_image,
     any_request,
 )
-from .context import Clock, Context, Emit, Retries, is_live, meta, utc_now
-from .decide import controller_run, has_news, tfjob_deleted_message
+from .context import Clock, Context, Emit, ObservedRun, Retries, is_live, meta, utc_now
+from .decide import controller_run, has_news, is_going
 from .guard import Guard
 from .mirror import CachedRun, Mirror, no_cache
 from .progress import Progress
@@ -48,6 +49,11 @@ from .waiting import WaitingPods
 
 log = logging.getLogger(__name__)
 WAITS_LOG = "run %s/%s waits (attempt %d); the next attempt in %.0f s"  # one line per attempt that ends waiting
+
+
+def _resumed_from(status: Mapping[str, Any], tfjob: Mapping[str, Any]) -> bool:
+    """Whether the TFJob is the failed one a run resumes from (disruption.py), being deleted."""
+    return disruption.resuming_from(status) == meta(tfjob).get("uid") and is_going(tfjob)
 
 
 def never_done(body: Mapping[str, Any]) -> bool:
@@ -118,9 +124,17 @@ class Reconciler:
         run = self.mirror.owner(meta(tfjob).get("namespace", ""), owner, cached_run)
         if run is None:
             return
-        if event_type == "DELETED":
-            self.ctx.put(run, State(FAILED, TFJOB_DELETED, tfjob_deleted_message(run.spec)))
-        elif watchdog.restarting(run.status) and not run.spec.suspend and tfjob_state(tfjob).reason == TFJOB_SUSPENDED:
+        if event_type == "DELETED" or _resumed_from(run.status, tfjob):
+            # The children's attempt decides: a resuming run's failed TFJob going says what it waits for (and is
+            # looked at again with the backoff), gone is made again; one deleted by someone else fails the run
+            # (TFJobDeleted); an older TFJob's deletion changes nothing.
+            self.attempt_run((run.spec.namespace, run.spec.name, run.spec.uid or ""), 0, time.monotonic)
+        else:
+            self._changed(run, tfjob)
+
+    def _changed(self, run: ObservedRun, tfjob: Mapping[str, Any]) -> None:
+        """The run's TFJob changed: the stall watchdog resumes it after a restart, else its status is mirrored."""
+        if watchdog.restarting(run.status) and not run.spec.suspend and tfjob_state(tfjob).reason == TFJOB_SUSPENDED:
             self.stall.resume_after_stall(run, tfjob)
         else:
             self.mirror.sync_status(run, tfjob)
@@ -228,4 +242,3 @@ class Reconciler:
         except ApiError as err:
             log.warning("other NetworkPolicies of run %s/%s not reported: %s", run.spec.namespace, run.spec.name, err)
         return status
-

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from dtr_client.results import RunStatus
-from dtr_operator import metrics, netpolicy, progress_schedule, reasons, status_fields, watchdog
+from dtr_operator import disruption, metrics, netpolicy, progress_schedule, reasons, status_fields, watchdog
 from dtr_operator.spec import RunSpec, WatchdogSpec, parse_run
 from dtr_operator.status.code import code_status
 from dtr_operator.status.compute import next_status, state_status, tfjob_status, unparsed_status
@@ -316,10 +316,24 @@ def isolation() -> list[Life]:
     return [exposed, held]
 
 
+def resumed_after_a_drain() -> Life:
+    """A worker drained away at epoch 2: the run resumes (disruption.resuming_status), its TFJob made again runs."""
+    life = running_life()
+    epoch(life, 2, 30)
+    failed = tfjob([cond("Created"), cond("Failed", message="1 Worker replica(s) failed.")], active=1, failed=1)
+    pods = [pod(0, 138, "lost a peer"), disrupted(1, "EvictionByEvictionAPI", "drained", running=True)]
+    plan = disruption.resume(RUN, life.status, failed, pods, [], T2)
+    assert plan is not None
+    life.step("disruption.resuming_status", lambda prev: disruption.resuming_status(RUN, plan, prev, T2))
+    for job in (tfjob([cond("Created")]), running_job()):
+        tfjob_step(life, RUN, job, [], T2)
+    return life
+
+
 @pytest.fixture(scope="module")
 def lives() -> list[Life]:
     return [stalled_and_succeeded(), restarted_then_failed(), *failures(), *suspended_and_queued(),
-            *every_tfjob_condition(), *isolation()]  # fmt: skip
+            *every_tfjob_condition(), *isolation(), resumed_after_a_drain()]  # fmt: skip
 
 
 # ---- the checks --------------------------------------------------------------------------------------------------
