@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 import pytest
-from dtr_operator.api import RUN_LABEL
+from dtr_operator.api import KIND, RUN_LABEL
 from dtr_operator.builders import build_network_policy, build_pdb, build_tfjob, owned_by
 from dtr_operator.kube import AlreadyExists, ApiError
 from dtr_operator.labels import selects, worker_labels
@@ -21,6 +21,7 @@ from dtr_operator.spec import parse_run
 from support.fake_kube import FakeKube
 from support.reconciler import TFJOB, reconciler, status_writes
 from support.runs import make_run
+from support.tfjobs import T0, cond, disrupted, pod, tfjob
 
 UID = "u-1"  # support.reconciler.TFJOB's owner
 PROTECT = {"workers": 3, "disruption": {"protect": True}}
@@ -240,3 +241,33 @@ def test_the_network_policy_is_still_made_first():
     kube = _api(existing={**build_network_policy(run), "metadata": {"name": "mnist-cnn", "namespace": "ml"}})
     _reconcile(kube)
     assert _created(kube) == [] and status_writes(kube)[-1]["reason"] == "NameConflict"
+
+
+def test_a_protected_run_resumed_after_a_disruption_keeps_its_budget_until_it_ends():
+    """A resume (disruption.py) makes the TFJob again: the budget made with the first one is the run's and stays,
+    neither made again nor let go, for the resumed workers too."""
+    run_spec = {"workers": 2, "disruption": {"protect": True}}
+    run = run_of(run_spec)
+    kube = FakeKube()
+    body = make_run(run_spec, uid=UID, generation=1, resourceVersion="1")
+    body["status"] = {"phase": "Running", "reason": "TFJobRunning", "message": "running",
+                      "conditions": [{"type": t, "status": "True", "lastTransitionTime": T0}
+                                     for t in ("Created", "Running")]}  # fmt: skip
+    kube.put(body)
+    failed_job = tfjob([cond("Created"), cond("Failed", message="1 Worker replica(s) failed.")], active=1, failed=1)
+    kube.put({**TFJOB, "status": failed_job["status"]}, "TFJob")
+    for worker in (pod(0, 138, "dtr_trainer[worker-0]: error: lost a peer"),
+                   disrupted(1, "EvictionByEvictionAPI", "drained", node="dtr-n2", running=True)):  # fmt: skip
+        kube.put(worker, "Pod")
+    kube.put(owned_by(build_pdb(run), run))  # type: ignore[arg-type]
+    rec, _ = reconciler(kube)
+    failed = kube.stored("TFJob", "mnist-cnn")
+    rec.tfjob_event("MODIFIED", failed)
+    rec.tfjob_event("DELETED", failed)  # the fake deletes at once
+    again = kube.stored("TFJob", "mnist-cnn")
+    assert again is not None and again["metadata"]["uid"] != failed["metadata"]["uid"]  # type: ignore[index]
+    assert kube.stored(KIND, "mnist-cnn")["status"]["phase"] == "Pending"  # type: ignore[index]
+    asked = [c for c in kube.calls if c.method == "create" and c.args["manifest"]["kind"] == "PodDisruptionBudget"]
+    assert [type(c.error) for c in asked] == [AlreadyExists], "made again with the TFJob: the run's own was there"
+    assert _budget_patches(kube) == []
+    assert kube.stored("PodDisruptionBudget", "mnist-cnn")["spec"]["minAvailable"] == 2  # type: ignore[index]
