@@ -2,8 +2,8 @@
 NetworkPolicy is, so that a drain or another eviction of its workers waits (the Eviction API answers 429) while the
 run trains; and let go once the run has finished (release), so that it never holds a node back.
 
-Let go, not deleted: its minAvailable set to 0, which allows every eviction. The operator deletes nothing (its RBAC has
-no delete: a run's children go with it, by owner references), and `kubectl get pdb` still shows the run's budget, with
+Let go, not deleted: its minAvailable set to 0, which allows every eviction. The operator's RBAC has no delete on
+budgets (a run's children go with it, by owner references), and `kubectl get pdb` still shows the run's budget, with
 every disruption allowed, until the run is deleted. Most of a finished run's workers would not hold a drain anyway
 (the Eviction API ignores budgets for pods that have Succeeded or Failed), but a failed run's workers may still run
 until the operator releases them (mirror.py), and a budget that allows nothing says so to every tool that reads it.
