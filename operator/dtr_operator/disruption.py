@@ -18,9 +18,9 @@ from typing import Any
 
 from dtr_contract import exits
 
-from .reasons import PENDING, PREEMPTED, RESUMING_AFTER_DISRUPTION
+from .reasons import FAILED, PENDING, PREEMPTED, RESUME_TIMED_OUT, RESUMING_AFTER_DISRUPTION, WORKERS_NOT_STARTING
 from .spec import RunSpec
-from .status.compute import state_status
+from .status.compute import _base, state_status
 from .status.pods import (
     WorkerExit,
     code_changed,
@@ -31,6 +31,7 @@ from .status.pods import (
     worker_exits,
 )
 from .status.state import State, clean_text
+from .watchdog import parse_time
 
 STOPPED = frozenset({exits.PEER_LOST, 143, 137})  # a lost peer, SIGTERM, SIGKILL at the end of the grace period
 KEPT_DISRUPTIONS = 10  # status.disruptions keeps the newest (maxResumes is at most 20: the count is status.resumes)
@@ -114,7 +115,8 @@ def resume(run: RunSpec, previous: Mapping[str, Any], tfjob: Mapping[str, Any], 
     message = (f"{why}; resuming {where} as attempt {attempt} ({done + 1} of {run.disruption.max_resumes} "
                f"resumes, spec.disruption.maxResumes): TFJob {run.tfjob_name} is made again once the failed one's "
                "pods are gone")  # fmt: skip
-    entry = {"attempt": attempt, "at": now, "epoch": epoch, "message": why, "tfJobUID": uid}
+    entry = {"attempt": attempt, "at": now, "epoch": epoch, "message": why, "nodes": _nodes([*pods, *gone]),
+             "tfJobUID": uid}
     return Resume(uid, State(PENDING, RESUMING_AFTER_DISRUPTION, message, created=True), entry, done + 1)
 
 
@@ -138,11 +140,12 @@ def resuming_status(run: RunSpec, plan: Resume, previous: Mapping[str, Any], now
     return {**status, "resumes": plan.resumes, "disruptions": [*kept, dict(plan.entry)][-KEPT_DISRUPTIONS:]}
 
 
-def waiting_for_pods(run: RunSpec, previous: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> State:
+def waiting_for_pods(run: RunSpec, previous: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
+                     now: str) -> State:  # fmt: skip
     """The state of a resuming run whose failed TFJob is still being deleted: which of its pods are left, on which
     node. A pod whose node was lost stays Terminating until the node comes back or an admin declares it out of
     service (Kubernetes' non-graceful node shutdown); the operator never force-deletes it (a node cut off from the
-    API server may still run it)."""
+    API server may still run it). Failed once it has waited too long (waited_too_long)."""
     ordered = sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", ""))
     left = [_where(pod) for pod in ordered]
     head = previous.get("message") or f"resuming TFJob {run.tfjob_name}"
@@ -152,7 +155,51 @@ def waiting_for_pods(run: RunSpec, previous: Mapping[str, Any], pods: Sequence[M
     message = (f"{head.split('; waiting for ')[0]}; waiting for the failed TFJob's pods to go: {', '.join(left)} "
                f"(a pod of a lost node goes once the node is back, or once an admin declares it out of service: "
                f"kubectl taint node {nodes[0]} {OUT_OF_SERVICE})")  # fmt: skip
-    return State(PENDING, RESUMING_AFTER_DISRUPTION, message, created=True)
+    waiting = f"waiting for the failed TFJob's pods to go: {', '.join(left)}"
+    return waited_too_long(run, previous, now, waiting) or State(PENDING, RESUMING_AFTER_DISRUPTION, message,
+                                                                  created=True)  # fmt: skip
+
+
+def _nodes(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The nodes of the workers taken away (their DisruptionTarget), sorted."""
+    taken = [p for p in pods if any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+                                    for c in (p.get("status") or {}).get("conditions") or [])]  # fmt: skip
+    return sorted({n for p in taken if (n := (p.get("spec") or {}).get("nodeName"))})
+
+
+def _waited(run: RunSpec, previous: Mapping[str, Any], now: str) -> Mapping[str, Any] | None:
+    """The last disruption of a resumed run, once spec.disruption.waitSeconds have passed since it; else None."""
+    kept = [d for d in previous.get("disruptions") or [] if isinstance(d, Mapping)]
+    if not kept or not resumes(previous):
+        return None
+    at, then = parse_time(kept[-1].get("at")), parse_time(now)
+    if at is None or then is None or (then - at).total_seconds() < run.disruption.wait_seconds:
+        return None
+    return kept[-1]
+
+
+def waited_too_long(run: RunSpec, previous: Mapping[str, Any], now: str, why: str) -> State | None:
+    """A resumed run whose workers still do not start (`why`) spec.disruption.waitSeconds after the disruption: it
+    fails, naming the nodes it lost (the node of a ReadWriteOnce volume holds its backup). None within the bound."""
+    last = _waited(run, previous, now)
+    if last is None:
+        return None
+    nodes = ", ".join(n for n in last.get("nodes") or [] if isinstance(n, str)) or "unknown"
+    rwo = run.has_volume and run.storage.access_mode == "ReadWriteOnce"
+    volume = " (the node of its ReadWriteOnce volume, which holds the backup)" if rwo else ""
+    message = (f"resumed after a disruption at {last.get('at')}, its workers did not start again within "
+               f"{run.disruption.wait_seconds} s (spec.disruption.waitSeconds): it lost node(s) {nodes}{volume}; "
+               f"{why}")  # fmt: skip
+    return State(FAILED, RESUME_TIMED_OUT, message, created=True)
+
+
+def waited_status(run: RunSpec, status: Mapping[str, Any], previous: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """The waiting loop's status (status.waiting.waiting_status) of a resumed run whose workers cannot start, failed
+    once it has waited too long (waited_too_long); else as it is."""
+    if status.get("reason") != WORKERS_NOT_STARTING:
+        return dict(status)
+    state = waited_too_long(run, previous, now, str(status.get("message") or ""))
+    return dict(status) if state is None else {**status, **_base(run, state, previous, now)}
 
 
 def _where(pod: Mapping[str, Any]) -> str:

@@ -22,6 +22,11 @@ DISRUPTION = Field("disruption", "object",
     Field("maxResumes", "integer",
           "Resumes after disruptions before the run fails as the TFJob did ({bounds}, default {default}).",
           attr="disruption.max_resumes", default=3, format="int32", minimum=0, maximum=20),
+    Field("waitSeconds", "integer",
+          "How long a resumed run may wait for its workers to start again (the node of its ReadWriteOnce volume gone, "
+          "a pod of a lost node not gone, no room left) before it fails naming the nodes it lost ({bounds}, default "
+          "{default}).",
+          attr="disruption.wait_seconds", default=900, format="int32", minimum=60, maximum=604800),
     Field("protect", "boolean",
           "true: the operator makes a PodDisruptionBudget over the run's workers (named like the run, owned by it), so "
           "that a drain or another eviction of them waits (the Eviction API answers 429) while the run trains; a node "

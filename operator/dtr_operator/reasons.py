@@ -113,6 +113,11 @@ RESUMING_AFTER_DISRUPTION = _status("ResumingAfterDisruption", PENDING, True,
     "again; the workers continue from the last finished epoch. The message names the workers, their nodes and "
     "why, the epoch and the attempt; `status.disruptions` keeps each "
     "([clusters.md](clusters.md#when-kubernetes-takes-a-worker-away))")  # fmt: skip
+RESUME_TIMED_OUT = _status("ResumeTimedOut", FAILED, True,
+    "a run resumed after a disruption whose workers did not start again within `spec.disruption.waitSeconds`: "
+    "the node of its ReadWriteOnce volume (and backup) did not come back, a pod of a lost node never went, or no "
+    "node has room; the message names the nodes the run lost and what the workers wait for "
+    "([clusters.md](clusters.md#when-kubernetes-takes-a-worker-away))")  # fmt: skip
 SUSPENDING = _status("Suspending", SUSPENDED, False,
     "`spec.suspend` is `true`; the TFJob's pods are going")  # fmt: skip
 RUN_SUSPENDED = _status("RunSuspended", SUSPENDED, False,
@@ -156,7 +161,7 @@ TFJOB_FAILED = _status("TFJobFailed", FAILED, True,
     "by its events): `worker digits-worker-1 on node dtr-n2 evicted through the "
     "Eviction API (kubectl drain, or another eviction)`, or `... deleted by the taint manager: its node has a "
     "NoExecute taint (NotReady, unreachable or out of service)` "
-    "([clusters.md](clusters.md#4-several-nodes-storage-spreading-and-a-node-that-goes-away)). "
+    "([clusters.md](clusters.md#when-kubernetes-takes-a-worker-away)). "
     "The reason is the TFJob's own failure reason when it gives one")  # fmt: skip
 USER_CODE_ERROR = _status("UserCodeError", FAILED, True,
     f"a worker exited with the user-code exit code ({exits.USER_CODE}): the run's own code "

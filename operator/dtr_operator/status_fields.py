@@ -62,6 +62,7 @@ WRITERS: dict[str, tuple[str, ...]] = {
     "watchdog.settled": ("dtr_operator/reconcile/mirror",),
     "netpolicy.exposed_status": ("dtr_operator/reconcile/guard",),
     "disruption.resuming_status": ("dtr_operator/reconcile/mirror",),
+    "disruption.waited_status": ("dtr_operator/reconcile/waiting",),
 }
 # A field's writers are those that set its value; one that only carries a key over from the previous status, or
 # repeats its value, is not named (waiting_status repeats tfJob and pvc: a run's children keep their names).
@@ -143,7 +144,7 @@ CONDITIONS = StatusField("conditions", "array",
     "port from elsewhere (True) or none does any more (False).",
     # status: the five of CONDITION_TYPES; watchdog: Stalled; netpolicy: IsolationWeakened.
     by=(*_STATE, "watchdog.flagged_status", "watchdog.cleared_status", "watchdog.settled", "netpolicy.exposed_status",
-        "disruption.resuming_status"),
+        "disruption.resuming_status", "disruption.waited_status"),
     extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     items=StatusField("condition", "object", fields=(
     StatusField("type", "string", "Condition type.", required=True),
@@ -162,14 +163,15 @@ STATUS = StatusField("status", "object", "Observed state, written by the operato
     StatusField("phase", "string", "Pending, Running, Suspended (spec.suspend), Succeeded or Failed.",
                 # waiting_status explains a phase (Pending, Running), it never moves it.
                 by=("status.compute.state_status", "status.compute.unparsed_status", "status.compute.tfjob_status",
-                    "disruption.resuming_status")),
+                    "disruption.resuming_status", "disruption.waited_status")),
     StatusField("reason", "string",
                 "CamelCase reason for the phase (e.g. WaitingForPVC, TFJobRunning, TrainingSucceeded, NameConflict, "
-                "TFJobDeleted); docs/api.md lists them.", by=(*_STATE, "disruption.resuming_status")),
+                "TFJobDeleted); docs/api.md lists them.", by=(*_STATE, "disruption.resuming_status",
+                                                                  "disruption.waited_status")),
     StatusField("message", "string", "One human-readable line about the current state.",
                 # watchdog: "Stalled: ..." while the Stalled condition holds.
                 by=(*_STATE, "watchdog.flagged_status", "watchdog.cleared_status", "watchdog.reminded_status",
-                    "disruption.resuming_status")),
+                    "disruption.resuming_status", "disruption.waited_status")),
     StatusField("observedGeneration", "integer", "The metadata.generation this status was computed for.",
                 by=_STATE, format="int64"),
     StatusField("tfJob", "string", "Name of the TFJob the operator created.", by=_NAMES),
@@ -196,6 +198,8 @@ STATUS = StatusField("status", "object", "Observed state, written by the operato
         _time("at", "When the operator found the TFJob failed by the disruption."),
         StatusField("epoch", "integer", "The last finished epoch the operator had seen then (0: none)."),
         StatusField("message", "string", "The workers taken away: each one's node and why."),
+        StatusField("nodes", "array", "The nodes of the workers taken away.", extra=_ATOMIC,
+                    items=StatusField("node", "string")),
         StatusField("tfJobUID", "string", "The uid of the failed TFJob the run was resumed from."),
     ))),
     _time("startTime", "When the TFJob started running.", ("status.compute.tfjob_status",)),

@@ -133,3 +133,22 @@ def test_with_resume_false_a_drain_fails_the_run_saying_why_it_did_not_resume(
     assert "evicted through the Eviction API" in st["message"]
     assert st["message"].endswith("(not resumed: spec.disruption.resume is false)"), st["message"]
     assert "resumes" not in st and tfjob_uid(control_plane, namespace, "kept") == first
+
+
+def test_a_resumed_run_whose_pod_never_goes_fails_after_its_wait_naming_it(
+    control_plane: Cluster, namespace: str, operator: Operator
+):
+    """spec.disruption.waitSeconds at its least (60 s): the held pod never goes, the run fails ResumeTimedOut."""
+    pods = start_training(control_plane, namespace, "stuck", {"disruption": {"waitSeconds": 60}})
+    held = pods[1]["metadata"]["name"]
+    control_plane.kubectl("patch", "pod", held, "-n", namespace, "--type=merge",
+                          "-p", json.dumps({"metadata": {"finalizers": [HOLD]}}))  # fmt: skip
+    try:
+        drain(control_plane, namespace, pods)
+        st = wait_status(control_plane, namespace, "stuck", "timed out", timeout=150, phase="Failed")
+        assert st["reason"] == "ResumeTimedOut", st
+        assert "did not start again within 60 s (spec.disruption.waitSeconds)" in st["message"], st["message"]
+        assert f"waiting for the failed TFJob's pods to go: {held}" in st["message"], st["message"]
+    finally:
+        control_plane.kubectl("patch", "pod", held, "-n", namespace, "--type=merge",
+                              "-p", json.dumps({"metadata": {"finalizers": None}}), check=False)  # fmt: skip

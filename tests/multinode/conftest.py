@@ -21,6 +21,7 @@ from support.multinode import (  # noqa: F401  (the tier's fixtures)
     multinode,
     namespace,
     plain_namespace,
+    powered_back,
     s3_keys,
     s3_server,
 )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dtr_contract.progress import parse_epoch_end_line
 from minio import Minio
 
 from devcluster import cluster as dc
@@ -22,7 +23,8 @@ from devcluster import s3
 
 from . import s3 as support_s3
 from .cluster import Cluster, kubeconfig_set, namespace_name
-from .node import RealNode
+from .node import RealNode, score_model
+from .runs import saved_models
 from .wait import wait_for
 
 NODES = 3
@@ -239,3 +241,32 @@ def claim_dir(multinode: MultiNode, namespace: str, claim: str) -> Path:
 def pv_node(multinode: MultiNode, pv: str) -> str:
     terms = multinode.cluster.kubectl_json("get", "pv", pv)["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
     return terms[0]["matchExpressions"][0]["values"][0]
+
+
+OUT_OF_SERVICE = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"  # an admin's: the node is down
+
+
+def finish(multinode: MultiNode, namespace: str, name: str) -> tuple[dict[str, Any], int, bool | None]:
+    """The run's final status, how many models it left, and whether they load and score."""
+    st = multinode.real.wait_terminal(namespace, name, timeout=600)
+    claim = st.get("pvc") or f"{name}-data"
+    models = saved_models(claim_dir(multinode, namespace, claim) / "models")
+    return st, len(models), (all(score_model(m) > 0.5 for m in models) if models else None)
+
+
+def epochs_ended(multinode: MultiNode, namespace: str, name: str, claim: str | None = None) -> list[int]:
+    """Each epoch-end line of the chief's log on the run's volume, across every attempt, in order."""
+    log = claim_dir(multinode, namespace, claim or f"{name}-data") / "logs" / name / "worker-0.log"
+    lines = [line.split(" ", 1)[-1] for line in log.read_text().splitlines()]
+    return [end.epoch for line in lines if (end := parse_epoch_end_line(line)) is not None]
+
+
+@pytest.fixture
+def powered_back(multinode: MultiNode) -> Iterator[list[str]]:
+    """The nodes a test powers off: powered on, untainted and Ready again after it."""
+    off: list[str] = []
+    yield off
+    for name in off:
+        multinode.nodes.node(name).power_on()
+        multinode.cluster.kubectl("taint", "node", name, "node.kubernetes.io/out-of-service-", check=False)
+        wait_node_ready(multinode, name, "True")

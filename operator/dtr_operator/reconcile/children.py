@@ -149,7 +149,7 @@ class Children:
         ConfigMap when read_code."""
         tfjob = self.ctx.kube.get_tfjob(run.namespace, run.tfjob_name)
         if tfjob is not None and is_going(tfjob):
-            return Observed(tfjob, pods=self.ctx.kube.list_job_pods(run.namespace, run.tfjob_name))
+            return Observed(tfjob, pods=self.ctx.kube.list_job_pods(run.namespace, run.tfjob_name), at=self.ctx.now())
         config_map = UNREAD
         if read_code and run.code is not None and run.code.config_map is not None:
             config_map = self.ctx.kube.get_configmap(run.namespace, run.code.config_map)

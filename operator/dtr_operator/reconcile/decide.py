@@ -61,6 +61,7 @@ class Observed:
     pvc: Mapping[str, Any] | None = UNREAD
     config_map: Mapping[str, Any] | None = UNREAD
     pods: Sequence[Mapping[str, Any]] = ()  # a TFJob's being deleted, read only then: what it waits for
+    at: str = ""  # when those pods were read (how long a resumed run has waited: disruption.waited_too_long)
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,8 @@ def _owned(run: RunSpec, status: Mapping[str, Any], seen: Observed, refused: Rec
     The failed one a run resumes from, being deleted: wait for its pods to go (disruption.py)."""
     tfjob = seen.tfjob or {}
     if is_going(tfjob) and disruption.resuming_from(status) == (tfjob.get("metadata") or {}).get("uid"):
-        return Record(disruption.waiting_for_pods(run, status, seen.pods), retry=True)
+        state = disruption.waiting_for_pods(run, status, seen.pods, seen.at)
+        return Record(state, retry=state.phase != FAILED)
     return _suspend_action(run, status, tfjob, refused)
 
 

@@ -61,8 +61,12 @@ class Mirror:
         if self._resumed(run, latest[0], pods, gone, at, quiet):
             return
         recorded = {"code": dict(code)} if code else {}
+        resuming: list[bool] = []
 
         def mirrored(prev: Mapping[str, Any]) -> dict[str, Any]:
+            if (uid := meta(latest[0]).get("uid")) and disruption.resuming_from(prev) == uid:  # resumed meanwhile
+                resuming.append(True)
+                return dict(prev)
             status = tfjob_status(spec, latest[0], pods, prev, at, gone)
             if status["phase"] == FAILED and (why := disruption.not_resumed(spec, prev, pods, gone)):
                 status["message"] = clean_text(f"{status['message']} ({why})", MAX_STATE_MESSAGE)
@@ -76,14 +80,15 @@ class Mirror:
             read_pods_when_finished()
 
         self.ctx.record(run.body, mirrored, quiet, reread)
-        if holding := pods_to_release(latest[0], pods):
+        if not resuming and (holding := pods_to_release(latest[0], pods)):
             self._release(run, holding, quiet)
 
     def _resumed(self, run: ObservedRun, tfjob: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
                  gone: Sequence[Mapping[str, Any]], at: str, quiet: bool) -> bool:  # fmt: skip
         """Whether the failed TFJob is one the run resumes from (disruption.py): then the status says so, and the
         TFJob is deleted (its pods first: children.py creates it again once it is gone). A TFJob being deleted
-        already is left to go."""
+        already is left to go: a writer that read the run before another resumed it must not fail it (found on three
+        nodes: two TFJob events, one resumed and deleted the TFJob, the other then mirrored the failure)."""
         if tfjob_state(tfjob).phase != FAILED:
             return False
         uid = meta(tfjob).get("uid")
@@ -92,8 +97,10 @@ class Mirror:
                 self.ctx.kube.delete_tfjob(run.spec.namespace, run.spec.tfjob_name, uid)
             return True
         plan = disruption.resume(run.spec, run.status, tfjob, pods, gone, at)
-        if plan is None or meta(tfjob).get("deletionTimestamp"):
+        if plan is None:
             return False
+        if meta(tfjob).get("deletionTimestamp"):  # deleted by a concurrent resume (or by someone: then TFJobDeleted)
+            return True
 
         def resuming(prev: Mapping[str, Any]) -> dict[str, Any]:
             if disruption.resuming_from(prev) == plan.uid:  # another writer decided it meanwhile

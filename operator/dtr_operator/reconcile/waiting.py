@@ -4,8 +4,11 @@ cannot start (status.waiting_status). No TFJob event tells of a pod stuck in Ima
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from .. import disruption
 from ..kube import ApiError
 from ..runtime.trackers import RunRef
 from ..status.pods import own_pods
@@ -47,5 +50,10 @@ class WaitingPods:
         refused: list[str] = []
         if len(pods) < run.spec.workers:  # pods missing: the API server may have refused them (review L4)
             refused = refused_pods(self.ctx.kube.object_events(run.spec.namespace, "TFJob", run.spec.tfjob_name))
-        self.ctx.record(run.body, lambda prev: waiting_status(run.spec, pods, prev, self.ctx.now(), refused))
+        now = self.ctx.now()
+
+        def waited(prev: Mapping[str, Any]) -> dict[str, Any]:  # a resumed run may wait only so long
+            return disruption.waited_status(run.spec, waiting_status(run.spec, pods, prev, now, refused), prev, now)
+
+        self.ctx.record(run.body, waited)
 

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from dtr_operator import disruption
 from dtr_operator.api import KIND, TFJOB_API_VERSION
+from dtr_operator.reconcile.context import ObservedRun
 from dtr_operator.runtime.kept import slim
 from dtr_operator.spec import parse_run
 
 from support.fake_kube import FakeKube
-from support.reconciler import TFJOB, reconciler
+from support.reconciler import IMAGE, TFJOB, reconciler
 from support.runs import make_run
 from support.tfjobs import RUN, T0, T2, cond, disrupted, pod, tfjob
 
@@ -39,7 +40,7 @@ def test_a_drained_worker_and_its_peer_that_lost_it_resume_from_the_next_epoch()
     assert plan.state.reason == "ResumingAfterDisruption" and plan.state.phase == "Pending"
     assert plan.state.message.startswith("worker mnist-cnn-worker-1 on node dtr-n2 evicted through the Eviction API")
     assert "resuming from epoch 7 as attempt 2 (1 of 3 resumes, spec.disruption.maxResumes)" in plan.state.message
-    assert plan.entry == {"attempt": 2, "at": T2, "epoch": 6, "message": plan.entry["message"],
+    assert plan.entry == {"attempt": 2, "at": T2, "epoch": 6, "message": plan.entry["message"], "nodes": ["dtr-n2"],
                           "tfJobUID": "tfjob-uid-1"}  # fmt: skip
 
 
@@ -95,9 +96,26 @@ def test_the_status_counts_resumes_and_keeps_the_newest_disruptions():
 
 def test_waiting_for_a_pod_of_a_lost_node_names_it_and_the_admins_taint():
     state = disruption.waiting_for_pods(RUN, {"message": "worker x drained; resuming from epoch 7 as attempt 2"},
-                                        [{**pod(1), "spec": {"nodeName": "dtr-n2"}}])  # fmt: skip
+                                        [{**pod(1), "spec": {"nodeName": "dtr-n2"}}], T2)  # fmt: skip
     assert "waiting for the failed TFJob's pods to go: mnist-cnn-worker-1 on node dtr-n2" in state.message
     assert "kubectl taint node dtr-n2 node.kubernetes.io/out-of-service=nodeshutdown:NoExecute" in state.message
+
+
+def test_a_resumed_run_waits_only_so_long_then_fails_naming_the_lost_node():
+    lost = [disrupted(0, "DeletionByTaintManager", "", node="dtr-n1"), disrupted(1, "DeletionByTaintManager", "",
+                                                                                  node="dtr-n1")]  # fmt: skip
+    plan = disruption.resume(RUN, RUNNING, FAILED, lost, [], T0)
+    assert plan is not None and plan.entry["nodes"] == ["dtr-n1"]
+    resumed = disruption.resuming_status(RUN, plan, RUNNING, T0)
+    stuck = {**resumed, "reason": "WorkerPodsNotStarting", "message": "worker pods cannot start: volume node affinity"}
+    assert disruption.waited_status(RUN, stuck, resumed, "2026-11-29T18:14:59Z") == stuck  # 899 s: within the bound
+    failed = disruption.waited_status(RUN, stuck, resumed, "2026-11-29T18:15:00Z")
+    assert (failed["phase"], failed["reason"]) == ("Failed", "ResumeTimedOut")
+    assert "within 900 s (spec.disruption.waitSeconds): it lost node(s) dtr-n1 (the node of its ReadWriteOnce " \
+           "volume, which holds the backup); worker pods cannot start: volume node affinity" in failed["message"]
+    gone = disruption.waiting_for_pods(RUN, resumed, [{**pod(1), "spec": {"nodeName": "dtr-n1"}}],
+                                       "2026-11-29T18:20:00Z")  # fmt: skip
+    assert gone.reason == "ResumeTimedOut" and "waiting for the failed TFJob's pods to go" in gone.message
 
 
 # ---- the reconciler over the fake API ----------------------------------------------------------------------------
@@ -189,3 +207,20 @@ def test_the_run_the_operator_keeps_in_memory_keeps_its_disruption_spec():
     body = make_run({"workers": 2, "disruption": {"resume": False, "maxResumes": 5}}, uid="u-1")
     kept = parse_run(slim(body)).disruption
     assert (kept.resume, kept.max_resumes) == (False, 5)
+
+
+def test_a_writer_that_read_the_run_before_it_was_resumed_does_not_fail_it():
+    """Found on three nodes: two TFJob events at once; one resumed the run and deleted its TFJob, the other, with the
+    run as read before, then saw the failed TFJob going and wrote the failure over the resume."""
+    kube = world(RUNNING, DRAINED)
+    rec, _ = reconciler(kube)
+    failed = stored_tfjob(kube)
+    stale = ObservedRun.parse(copy.deepcopy(kube.stored(KIND, "mnist-cnn")), IMAGE)
+    rec.tfjob_event("MODIFIED", failed)
+    going = {**failed, "metadata": {**failed["metadata"], "deletionTimestamp": T2}}
+    kube.put(going, "TFJob")  # as the API keeps it while its pods go (the fake deleted it at once)
+    rec.mirror.sync_status(stale, going)
+    rec.mirror.sync_status(stale, failed)  # not going yet, as read before the delete
+    status = kube.stored(KIND, "mnist-cnn")["status"]
+    assert (status["reason"], status["resumes"]) == ("ResumingAfterDisruption", 1), status
+    assert kube.succeeded("patch_tfjob_run_policy") == [], "no pods released: the resume deletes them"

@@ -330,10 +330,28 @@ def resumed_after_a_drain() -> Life:
     return life
 
 
+def resumed_and_never_started() -> Life:
+    """Resumed after its node was lost, its workers never scheduled again: failed past spec.disruption.waitSeconds."""
+    life = running_life()
+    failed = tfjob([cond("Created"), cond("Failed", message="2 Worker replica(s) failed.")], failed=2)
+    pods = [disrupted(0, "DeletionByTaintManager", "", node="dtr-n1"), disrupted(1, "DeletionByTaintManager", "")]
+    plan = disruption.resume(RUN, life.status, failed, pods, [], T2)
+    assert plan is not None
+    life.step("disruption.resuming_status", lambda prev: disruption.resuming_status(RUN, plan, prev, T2))
+    tfjob_step(life, RUN, tfjob([cond("Created")]), [], T2)
+    stuck = [waiting_pod(i, unschedulable="0/3 nodes are available: volume node affinity conflict") for i in (0, 1)]
+    late = "2026-11-29T19:00:00Z"
+    life.step("disruption.waited_status",
+              lambda prev: disruption.waited_status(RUN, waiting_status(RUN, stuck, prev, late), prev, late))
+    assert life.status["reason"] == "ResumeTimedOut", life.status
+    return life
+
+
 @pytest.fixture(scope="module")
 def lives() -> list[Life]:
     return [stalled_and_succeeded(), restarted_then_failed(), *failures(), *suspended_and_queued(),
-            *every_tfjob_condition(), *isolation(), resumed_after_a_drain()]  # fmt: skip
+            *every_tfjob_condition(), *isolation(), resumed_after_a_drain(),
+            resumed_and_never_started()]  # fmt: skip
 
 
 # ---- the checks --------------------------------------------------------------------------------------------------

@@ -1,0 +1,74 @@
+"""Issue 41's measure, on three real nodes: a run training 20 epochs, the node of a worker drained at epoch 5 (and
+uncordoned after, as an upgrade does), then the node of a worker powered off at epoch 12 (declared out of service by
+an admin once NotReady), ends Succeeded, every epoch ended once across its attempts, its model loading and scoring
+as the run reported; its status names what happened when the operator resumed it (status.disruptions)."""
+
+from __future__ import annotations
+
+import time
+
+from reliability.ledger import Ledger, Record, results_path
+from support.multinode import (
+    OUT_OF_SERVICE,
+    MultiNode,
+    epochs_ended,
+    finish,
+    spread_run,
+    wait_node_ready,
+    worker_nodes,
+)
+from support.wait import wait_for
+
+EPOCHS = 20
+
+
+def at_epoch(multinode: MultiNode, namespace: str, name: str, epoch: int) -> None:
+    def reached() -> bool:
+        return ((multinode.real.run_status(namespace, name).get("progress") or {}).get("epoch") or 0) >= epoch
+
+    wait_for(reached, timeout=600, interval=0.25, what=f"{name} at epoch {epoch}")
+
+
+def test_a_drain_then_a_lost_node_end_in_one_model_every_epoch_once(
+    multinode: MultiNode, namespace: str, powered_back: list[str]
+) -> None:
+    name = "twice"
+    multinode.real.apply(namespace, spread_run(name, epochs=EPOCHS))
+    t0 = time.monotonic()
+    _, drained = worker_nodes(multinode, namespace, name)
+    at_epoch(multinode, namespace, name, 5)
+    try:
+        multinode.cluster.kubectl("drain", drained, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s",
+                                  timeout=200)  # fmt: skip
+    finally:
+        multinode.cluster.kubectl("uncordon", drained, check=False)
+    drain_done = time.monotonic() - t0
+
+    at_epoch(multinode, namespace, name, 12)
+    _, lost = worker_nodes(multinode, namespace, name)
+    cut = time.monotonic()
+    multinode.nodes.node(lost).power_off()
+    powered_back.append(lost)
+    wait_node_ready(multinode, lost, "Unknown", timeout=120)
+    multinode.cluster.kubectl("taint", "node", lost, OUT_OF_SERVICE)
+
+    st, models, loads = finish(multinode, namespace, name)
+    took = time.monotonic() - t0
+    ended = epochs_ended(multinode, namespace, name)
+    said = [d.get("message") or "" for d in st.get("disruptions") or []]
+    print(f"drain of {drained} done {drain_done:.0f} s in, {lost} cut {cut - t0:.0f} s in; {st.get('phase')} after "
+          f"{took:.0f} s, resumes {st.get('resumes') or 0}: {said}; epochs ended {ended}")  # fmt: skip
+    assert st.get("phase") == "Succeeded", st
+    assert ended == list(range(1, EPOCHS + 1)), f"each epoch once across the attempts: {ended}"
+    assert models == 1 and loads, (models, loads)
+    assert all(f" on node {drained} " in m or f" on node {lost} " in m for m in said), said
+    book = Ledger()
+    book.add(Record(
+        area="fault", case="a worker's node drained at epoch 5 of 20, then a worker's node powered off at epoch 12 "
+        "and declared out of service (several nodes)", tried=1, correct=1, duplicated=0,
+        user_sees=f"Succeeded {took:.0f} s after apply, {st.get('resumes') or 0} resume(s) by the operator "
+        f"(the others in place by the training-operator), epochs 1-{EPOCHS} once each, one model",
+        detail={"seconds": round(took, 1), "resumes": st.get("resumes") or 0, "disruptions": said},
+    ))  # fmt: skip
+    book.save(results_path())
+
