@@ -63,6 +63,9 @@ CONTROLLERS = (
     "persistentvolumeclaim-protection-controller",
     # Quota admission enforces only what this controller has written into a quota's status.
     "resourcequota-controller",
+    # The Eviction API decides from what this controller writes into a PodDisruptionBudget's status (a protected
+    # run's, spec.disruption.protect); without it every eviction of a pod a budget selects is refused for good.
+    "disruption-controller",
 )
 # With a real node (devcluster/node.py), what it and its pods need: its taints managed,
 # Deployments (the operator, CoreDNS, local-path, training-operator), EndpointSlices (kube-proxy,

@@ -31,6 +31,10 @@ NETWORK_POLICY_API_VERSION = f"{NETWORK_POLICY_GROUP}/v1"
 NETWORK_POLICY_KIND = "NetworkPolicy"
 NETWORK_POLICY_PLURAL = "networkpolicies"
 
+# A run's PodDisruptionBudget (spec.disruption.protect).
+PDB_API_VERSION = "policy/v1"
+PDB_KIND = "PodDisruptionBudget"
+
 # (apiVersion, kind) -> plural, for every kind the operator reads or writes by name.
 PLURALS: dict[tuple[str, str], str] = {
     ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
@@ -39,6 +43,7 @@ PLURALS: dict[tuple[str, str], str] = {
     (TFJOB_API_VERSION, TFJOB_KIND): TFJOB_PLURAL,
     (API_VERSION, KIND): PLURAL,
     (NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND): NETWORK_POLICY_PLURAL,
+    (PDB_API_VERSION, PDB_KIND): "poddisruptionbudgets",
 }
 
 # ---- labels -----------------------------------------------------------------------------------

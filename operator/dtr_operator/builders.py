@@ -1,4 +1,5 @@
-"""RunSpec -> the manifests the operator creates: a Kubeflow TFJob, (maybe) a PVC, a NetworkPolicy. Pure.
+"""RunSpec -> the manifests the operator creates: a Kubeflow TFJob, (maybe) a PVC, a NetworkPolicy, (maybe) a
+PodDisruptionBudget. Pure.
 
 The same builders serve the operator and `dtr run` (which runs the TFJob's workers as local
 processes), so a run behaves the same with or without a cluster.
@@ -25,6 +26,8 @@ from .api import (
     MANAGED_BY,
     NETWORK_POLICY_API_VERSION,
     NETWORK_POLICY_KIND,
+    PDB_API_VERSION,
+    PDB_KIND,
     PORT_NAME,
     RUN_LABEL,
     SUSPENDED_BY,
@@ -32,7 +35,7 @@ from .api import (
     TFJOB_API_VERSION,
 )
 from .fields import SPEC
-from .labels import template_labels
+from .labels import template_labels, workers_selector
 from .schema import Field
 from .spec import RunSpec, SchedulingPolicy
 
@@ -381,6 +384,22 @@ def network_policy_spec(run_name: str) -> dict[str, Any]:
         "podSelector": run_pods,
         "policyTypes": ["Ingress"],
         "ingress": [{"from": [{"podSelector": run_pods}], "ports": [{"protocol": "TCP", "port": PORT}]}],
+    }
+
+
+def build_pdb(run: RunSpec) -> dict[str, Any] | None:
+    """The PodDisruptionBudget over the run's workers (spec.disruption.protect), or None (no owner reference; see
+    owned_by). While every worker is there and ready, the Eviction API refuses to evict any of them (429), so a drain
+    waits. minAvailable is every worker rather than maxUnavailable 0: with an integer minAvailable the disruption
+    controller counts the pods the selector picks, with maxUnavailable it needs the scale subresource of their
+    controller, which a TFJob has not (the budget's status would say SyncFailed)."""
+    if not run.disruption.protect:
+        return None
+    return {
+        "apiVersion": PDB_API_VERSION,
+        "kind": PDB_KIND,
+        "metadata": {"name": run.name, "namespace": run.namespace, "labels": run_labels(run)},
+        "spec": {"minAvailable": run.workers, "selector": workers_selector(run.tfjob_name)},
     }
 
 

@@ -27,4 +27,9 @@ DISRUPTION = Field("disruption", "object",
           "a pod of a lost node not gone, no room left) before it fails naming the nodes it lost ({bounds}, default "
           "{default}).",
           attr="disruption.wait_seconds", default=900, format="int32", minimum=60, maximum=604800),
+    Field("protect", "boolean",
+          "true: the operator makes a PodDisruptionBudget over the run's workers (named like the run, owned by it), so "
+          "that a drain or another eviction of them waits (the Eviction API answers 429) while the run trains; a node "
+          "lost or a preemption still takes workers (resume says what follows); false: no budget (default false).",
+          attr="disruption.protect", default=False),
 ))  # fmt: skip

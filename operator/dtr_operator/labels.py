@@ -41,6 +41,13 @@ def worker_labels(run_name: str, job_name: str, pod_labels: Mapping[str, str], i
     return {**template_labels(run_name, pod_labels), **made}
 
 
+def workers_selector(job_name: str) -> dict[str, Any]:
+    """A label selector that picks every worker of the TFJob `job_name` and nothing else: the labels the
+    training-operator gives each of them (worker_labels) but the index. The run's PodDisruptionBudget selects by it."""
+    return {"matchLabels": {OPERATOR_NAME_LABEL: TFJOB_CONTROLLER, JOB_NAME_LABEL: job_name,
+                            REPLICA_TYPE_LABEL: WORKER}}  # fmt: skip
+
+
 def _meets(requirement: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     """One matchExpressions requirement (In, NotIn, Exists, DoesNotExist) against the labels; any other operator
     meets nothing (the API server refuses it in a pod's label selector)."""

@@ -147,6 +147,7 @@ class DisruptionSpec:
     resume: bool = _default("disruption.resume")
     max_resumes: int = _default("disruption.maxResumes")
     wait_seconds: int = _default("disruption.waitSeconds")
+    protect: bool = _default("disruption.protect")  # a PodDisruptionBudget over the workers (reconcile/budget.py)
 
 
 @dataclass(frozen=True)

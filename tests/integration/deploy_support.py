@@ -430,7 +430,8 @@ def operator_completes_a_run(
 
         run_doc = {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun",
                    "metadata": {"name": name, "namespace": run_ns},
-                   "spec": {"workers": 2, "training": {"dataset": "digits", "epochs": 2}}}  # fmt: skip
+                   "spec": {"workers": 2, "training": {"dataset": "digits", "epochs": 2},
+                            "disruption": {"protect": True}}}  # fmt: skip
         cluster.create(run_doc)
         uid = k("get", "dtr", name, "-n", run_ns, "-o", "jsonpath={.metadata.uid}").stdout
 
@@ -463,6 +464,11 @@ def operator_completes_a_run(
         assert status["metrics"]["accuracy"] == SUMMARY["accuracy"]
         assert status["model"]["path"] == f"/mnt/dtr/models/{name}/1"
         assert status["tfJob"] == name and status["pvc"] == f"{name}-data"
+        # Its PodDisruptionBudget (spec.disruption.protect), made and then let go as the ServiceAccount.
+        budget = json.loads(k("get", "pdb", name, "-n", run_ns, "-o", "json").stdout)
+        assert budget["metadata"]["ownerReferences"][0]["uid"] == uid
+        wait_for(lambda: json.loads(k("get", "pdb", name, "-n", run_ns, "-o", "json").stdout)["spec"]["minAvailable"]
+                 == 0, f"the budget of finished run {name} let go", timeout=30)  # fmt: skip
         reasons = k("get", "events", "-n", run_ns, "--field-selector", f"involvedObject.name={name}",
                     "-o", "jsonpath={.items[*].reason}").stdout.split()  # fmt: skip
         assert "Created" in reasons, f"no Created event on the run (the operator posts events): {reasons}"

@@ -64,8 +64,8 @@ def architecture_triples(markdown: str) -> set[Triple]:
     """The permission list of docs/architecture.md ("What the operator needs from the API").
 
     Bullets look like: - `distml.dev` `disttrainingruns`: get, list; `disttrainingruns/status`: get
-    A backticked token with a dot (or `""`, the core group) is a group; any other is a resource
-    in the group named last. Parenthesised remarks are ignored.
+    The first backticked token is a group (`policy` too, which has no dot), and so is a later one with a dot (or
+    `""`, the core group); any other is a resource in the group named last. Parenthesised remarks are ignored.
     """
     section = re.search(r"^## What the operator needs from the API.*?\n(.*?)(?=^## |\Z)", markdown,
                         re.MULTILINE | re.DOTALL)
@@ -79,10 +79,9 @@ def architecture_triples(markdown: str) -> set[Triple]:
             names, _, verbs_text = part.partition(":")
             resources: list[tuple[str, str]] = []
             for token in re.findall(r"`([^`]*)`", names):
-                if token == '""' or "." in token:
+                if group is None or token == '""' or "." in token:
                     group = "" if token == '""' else token
                 else:
-                    assert group is not None, f"resource {token!r} before any group in: {line}"
                     resources.append((group, token))
             verbs = [v.strip() for v in verbs_text.split(",") if v.strip()]
             assert resources and verbs, f"cannot read this permission bullet: {line}"
@@ -355,6 +354,8 @@ NEEDED = [
     ("get", "configmaps", ""),  # a run's code (spec.training.code.configMap): its SHA-256 in status.code
     ("create", "events", ""),
     ("list", "events", ""),  # a TFJob's FailedCreatePod events: pods the API server refused
+    ("create", "poddisruptionbudgets.policy", ""),  # spec.disruption.protect
+    ("patch", "poddisruptionbudgets.policy", ""),  # let go once the run has finished
 ]
 # What it must never be able to do, anywhere.
 FORBIDDEN = [
@@ -365,6 +366,8 @@ FORBIDDEN = [
     ("delete", "disttrainingruns.distml.dev", ""),
     ("update", "disttrainingruns.distml.dev", ""),
     ("delete", "persistentvolumeclaims", ""),
+    ("delete", "poddisruptionbudgets.policy", ""),
+    ("list", "poddisruptionbudgets.policy", ""),
     ("list", "persistentvolumeclaims", ""),
     ("watch", "persistentvolumeclaims", ""),
     ("patch", "events", ""),

@@ -11,6 +11,7 @@ from typing import Any
 
 from operator_support import create_run, events, get, set_pod_state, status, wait_status, worker_pods
 
+from support.api import now
 from support.cluster import Cluster
 from support.operator import Operator
 from support.wait import wait_for
@@ -23,8 +24,10 @@ SUMMARY = {"loss": 0.07, "accuracy": 0.98, "epochs": 3, "examplesPerSecond": 540
 def evict(cluster: Cluster, namespace: str, pod: dict[str, Any]) -> None:
     """The pod as a drain leaves it: DisruptionTarget (EvictionByEvictionAPI, which the eviction API sets before the
     pod is deleted), then its trainer stopped by SIGTERM."""
+    # Set now: kube-controller-manager's disruption controller turns a DisruptionTarget older than 2 minutes on a pod
+    # that is not being deleted to False, as stale (the pod here is never deleted by the eviction).
     condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
-                 "message": "Eviction API: evicting", "lastTransitionTime": "2026-12-05T00:00:00Z"}  # fmt: skip
+                 "message": "Eviction API: evicting", "lastTransitionTime": now()}  # fmt: skip
     cluster.kubectl("patch", "pod", pod["metadata"]["name"], "-n", namespace, "--subresource=status",
                     "--type=merge", "-p", json.dumps({"status": {"conditions": [condition]}}))  # fmt: skip
     set_pod_state(cluster, namespace, pod, "Failed", exit_code=143, message="terminated (SIGTERM)")

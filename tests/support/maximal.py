@@ -137,6 +137,7 @@ def maximal_spec(claim: str = "missing") -> dict[str, Any]:
                              "scheduleTimeoutSeconds": 2**31 - 1},
         "watchdog": {"enabled": True, "stallFactor": 99.99999999999999, "minStallSeconds": 604800,
                      "onStall": "Restart", "maxRestarts": 20},
+        "disruption": {"resume": False, "maxResumes": 20, "waitSeconds": 604800, "protect": True},
     }
 
 

@@ -4,6 +4,7 @@
     decide.py      what exists -> one action (pure): Create, Sync, Record, Suspend, FailClosed
     children.py    a run created or resumed: its NetworkPolicy, PVC and TFJob (observe -> decide -> act)
     guard.py       the run's NetworkPolicy held (netpolicy.py decides), the namespace's other policies reported
+    budget.py      the run's PodDisruptionBudget (spec.disruption.protect): made before its TFJob, let go once it ends
     mirror.py      TFJob (+ pods once finished) -> the run's status
     progress.py    a running run's chief log -> status.progress
     stall.py       the stall watchdog's actions (its decisions: watchdog.py)

@@ -27,7 +27,7 @@ from ..reasons import (
 from ..spec import RunSpec, SpecError
 from ..status.compute import unparsed_status
 from ..status.state import State, is_terminal
-from . import writes
+from . import budget, writes
 from .context import Context, ObservedRun, meta
 from .decide import (
     UNREAD,
@@ -106,6 +106,7 @@ class Children:
     def reconcile_run(self, body: Mapping[str, Any], retry: int = 0) -> float | None:
         """Make sure the run's PVC and TFJob exist. Returns seconds until a retry is due, or None when done."""
         if is_terminal(body.get("status")):
+            self.ctx.let_go(body)  # its budget again, had the write that finished it failed to (the operator's start)
             return None
         try:
             run = ObservedRun.parse(body, self.ctx.default_image)
@@ -203,7 +204,7 @@ class Children:
             if taken is not None:
                 return network_policy_taken(spec, taken) or action
             self.guard.report(run)
-            return action
+            return budget.make(self.ctx.kube, spec) or action  # spec.disruption.protect: before the workers too
         if (why := self.guard.why_not_held(run)) is None:
             self.guard.report(run)
             return action

@@ -7,6 +7,7 @@ the run has finished, so two writers cannot regress a run and a Succeeded run st
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,8 +18,10 @@ from ..kube_api import KubeApi
 from ..reasons import FAILED, WARNING_REASONS
 from ..spec import RunSpec, SpecError, parse_run
 from ..status.compute import next_status, state_status
-from ..status.state import State
+from ..status.state import State, is_terminal
+from . import budget
 
+log = logging.getLogger(__name__)
 MAX_BACKOFF = 300.0
 WRITE_ATTEMPTS = 5
 
@@ -99,7 +102,8 @@ class Context:
 
         Returns the patch written (None if none). An event goes out when the phase or reason changes,
         unless `quiet` (an event already said it). On a conflict the run is read again, and so is what
-        `compute` reads when `reread` is given: whoever wrote meanwhile may have seen a newer TFJob.
+        `compute` reads when `reread` is given: whoever wrote meanwhile may have seen a newer TFJob. The write that
+        finishes the run lets its PodDisruptionBudget go (let_go).
         """
         found = meta(body)
         namespace, name, uid = found.get("namespace", ""), found.get("name", ""), found.get("uid")
@@ -123,6 +127,8 @@ class Context:
                 continue
             if not quiet:
                 self._say_change(body, previous, proposed)
+            if is_terminal(patch):
+                self.let_go(body)
             return patch
         raise ApiError(409, "Conflict", f"status of {namespace}/{name} kept changing; will retry")
 
@@ -133,6 +139,18 @@ class Context:
         warn = proposed["phase"] == FAILED or proposed.get("reason") in WARNING_REASONS
         event_type = "Warning" if warn else "Normal"
         self.emit(body, event_type, proposed.get("reason") or proposed["phase"], proposed.get("message") or "")
+
+    def let_go(self, body: Mapping[str, Any]) -> None:
+        """A finished run lets go of what it held only while it trained: its PodDisruptionBudget allows every eviction
+        (budget.release). A refusal is logged; the run's next attempt (the operator's start) tries again."""
+        run = self.parsed(body)
+        if run is None or not run.spec.disruption.protect:
+            return
+        try:
+            budget.release(self.kube, run.spec)
+        except ApiError as err:
+            log.warning("the PodDisruptionBudget of finished run %s/%s not let go: %s", run.spec.namespace,
+                        run.spec.name, err)  # fmt: skip
 
     def put(self, run: ObservedRun, state: State) -> None:
         """The run's status says this state."""

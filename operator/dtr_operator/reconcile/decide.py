@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import disruption, watchdog
-from ..api import GROUP, KEEP_PODS, KIND, NETWORK_POLICY_KIND
+from ..api import GROUP, KEEP_PODS, KIND, NETWORK_POLICY_KIND, PDB_KIND
 from ..builders import is_owned_by, is_reusable_pvc, left_by_earlier_run, pinned_code_sha256
 from ..policy import Refusal
 from ..reasons import (
@@ -295,6 +295,13 @@ def network_policy_taken(run: RunSpec, policy: Mapping[str, Any]) -> Record | No
     if is_owned_by(policy, run.uid):
         return None
     return _clash(NETWORK_POLICY_KIND, run.name, policy, run)
+
+
+def budget_taken(run: RunSpec, budget: Mapping[str, Any]) -> Record | None:
+    """The same for the run's PodDisruptionBudget (spec.disruption.protect): another's never protects its workers."""
+    if is_owned_by(budget, run.uid):
+        return None
+    return _clash(PDB_KIND, run.name, budget, run)
 
 
 def policy_not_held(run: RunSpec, status: Mapping[str, Any], tfjob: Mapping[str, Any], why: str) -> FailClosed | None:

@@ -14,7 +14,8 @@ from typing import Any
 # What a run kept in memory holds: metadata for the status write's guard and for events; the spec for the status.
 KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
 # objectStore and export with training: an s3:// URI parses only beside its store, and a store only beside a URI.
-# disruption: the mirror decides a failed TFJob's resume from the run it keeps.
+# disruption: the mirror decides a failed TFJob's resume from the run it keeps, and the TFJob's event that finishes a
+# run lets go of its PodDisruptionBudget (Context.let_go).
 KEPT_SPEC = ("workers", "suspend", "queueName", "training", "storage", "resources", "watchdog", "disruption",
              "objectStore", "export")
 

@@ -40,7 +40,7 @@ def test_a_kept_run_parses_to_what_its_readers_use():
     body = _largest_run()
     full, kept = parse_run(body), parse_run(slim(body))
     read = ("name", "namespace", "uid", "generation", "workers", "suspend", "queue_name", "training", "code",
-            "storage", "resources", "pvc_name", "tfjob_name")  # fmt: skip
+            "storage", "resources", "pvc_name", "tfjob_name", "disruption")  # fmt: skip
     assert {a: getattr(kept, a) for a in read} == {a: getattr(full, a) for a in read}
 
 
