@@ -30,28 +30,30 @@ def test_the_save_point_is_the_next_executions_end_never_an_epochs_last() -> Non
     assert next_save_point(0, 49, 44, 50) is None  # one execution per epoch: no point inside it
 
 
-@pytest.mark.parametrize("signalled", [1, 0], ids=["worker", "chief"])
+@pytest.mark.parametrize("signalled", [(1,), (0,), (0, 1)], ids=["worker", "chief", "both"])
 def test_a_worker_told_to_stop_mid_epoch_saves_with_its_peer_and_the_restart_resumes_inside_the_epoch(
-    tmp_path, signalled: int
+    tmp_path, signalled: tuple[int, ...]
 ) -> None:
+    """Both: a suspend deletes every pod at once; the first worker to name a save point wins, both save there."""
     volume = Volume(tmp_path / "mnt-dtr")
     ports = free_ports(2)
     args = ARGS + volume.args()
     first = start_workers(volume, ports, args, attempt="a")
     try:
-        wait_for_line(first[signalled], f"epoch 2/{EPOCHS} begin")
+        wait_for_line(first[signalled[0]], f"epoch 2/{EPOCHS} begin")
         time.sleep(0.3)  # inside epoch 2 (about 2 s of 200 steps here)
-        first[signalled].proc.send_signal(signal.SIGTERM)
+        for i in signalled:
+            first[i].proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
         codes = [w.wait(timeout=60) for w in first]
         stopped_in = time.monotonic() - sent
     finally:
         kill_all(first)
     logs = [w.log() for w in first]
-    peer = 1 - signalled
-    assert (codes[signalled], codes[peer]) == (143, 138), "\n".join(log[-2000:] for log in logs)
-    assert "terminated (SIGTERM): saved the training state at epoch 2, step" in logs[signalled], logs[signalled][-2000:]
-    assert "a peer was told to stop (SIGTERM): saved the training state at epoch 2, step" in logs[peer], logs[peer]
+    assert codes == [143 if i in signalled else 138 for i in range(2)], "\n".join(log[-2000:] for log in logs)
+    for i, log in enumerate(logs):
+        said = "terminated (SIGTERM)" if i in signalled else "a peer was told to stop (SIGTERM)"
+        assert f"{said}: saved the training state at epoch 2, step" in log, log[-2000:]
     points = {SAVED.search(log).groups() for log in logs}
     assert len(points) == 1, points  # both saved at the same step
     epoch, step, steps = (int(n) for n in points.pop())
@@ -79,3 +81,24 @@ def test_a_worker_told_to_stop_mid_epoch_saves_with_its_peer_and_the_restart_res
     assert summary["epochs"] == EPOCHS and summary["modelVersion"] == 1 and summary["accuracy"] >= 0.9, summary
     assert all_entries(volume.root / "models" / "digits-cnn") == ["1"]
     assert len(list((volume.root / "models").rglob("saved_model.pb"))) == 1
+
+
+def test_a_worker_told_to_stop_whose_peer_is_gone_stops_without_the_save(tmp_path) -> None:
+    """The peer SIGKILLed (a node lost) as the other is told to stop: no save can be made; the signalled worker
+    stops as terminated (143) within sigterm.SAVE_WAIT_SECONDS, and the last epoch's backup stays."""
+    volume = Volume(tmp_path / "mnt-dtr")
+    workers = start_workers(volume, free_ports(2), ARGS + volume.args(), attempt="a")
+    try:
+        wait_for_line(workers[0], f"epoch 2/{EPOCHS} begin")
+        workers[1].proc.send_signal(signal.SIGKILL)
+        workers[0].proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        code = workers[0].wait(timeout=60)
+        stopped_in = time.monotonic() - sent
+    finally:
+        kill_all(workers)
+    log = workers[0].log()
+    assert code == 143 and stopped_in < 25, (stopped_in, log[-2000:])
+    assert re.search(r"terminated \(SIGTERM\)[^\n]*: stopping now", log), log[-2000:]
+    assert "saved the training state" not in log
+    assert any(p.name.startswith("ckpt-") for p in (volume.root / "backup" / "run1" / "chief").iterdir())

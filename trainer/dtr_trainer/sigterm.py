@@ -92,7 +92,9 @@ class Termination:
             self.stop("terminated (SIGTERM) during the epoch's backup: stopping now that it is saved and logged")
 
     def stop_if_requested(self) -> None:
-        """Before a training error is reported: a SIGTERM put off by the epoch's end wins (its peers left)."""
+        """Before a training error is reported: a SIGTERM put off by the epoch's end or the save wins (peers left)."""
+        if self._requested and self._armed:
+            self.stop("terminated (SIGTERM): stopping now, a peer left before the save; the last backup stays")
         if self._requested:
             self.stop("terminated (SIGTERM) during the epoch's backup: stopping now (the backup did not finish)")
 
