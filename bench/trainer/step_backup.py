@@ -1,0 +1,203 @@
+"""What --backup-on-sigterm (dtr_trainer.step_backup) costs per training step, and what a SIGTERM then keeps.
+
+Per-step time: two local MWMS workers train digits (--steps-per-epoch 200, 5 epochs) with and without the flag;
+worker-0's `window` line (epochs 2..N: no tracing) gives the wall seconds per step. The two run alternately in
+ABBA order within each pair of rounds, at --steps-per-execution 50 (the default: the flag's work is once per
+execution) and 5 (ten times as often, the worst case measured), so both see the same load; the ratio is on/off
+of the medians, and the median of each round's own on/off.
+
+SIGTERM: once per round and steps-per-execution, worker 1 is told to stop 0.5 s into epoch 2 (with the flag):
+the seconds until both workers left, the step both saved at (the steps of epoch 2 that the restart keeps; without
+the flag it redoes them all) and, after a restart, the step it resumed at (steps redone = resumed - saved - 1).
+
+    .venv/trainer/bin/python -m bench.trainer.step_backup --rounds 4   (from the repository root)
+
+Writes results-step-backup.json and results-step-backup.md here (--out for another prefix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from devcluster.controlplane import free_ports
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+EPOCHS, STEPS = 5, 200
+TIMEOUT = 600
+WINDOW = re.compile(r"window epochs=(\d+) examples=\d+ wall_s=([\d.]+)")
+SAVED = re.compile(r"saved the training state at epoch \d+, step (\d+)/")
+RESUMED = re.compile(r"resumed from backup at epoch \d+/\d+, step (\d+)/")
+
+
+def args_for(root: Path, per_execution: int, on: bool) -> list[str]:
+    return ["--dataset", "digits", "--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS),
+            "--batch-size-per-worker", "16", "--steps-per-execution", str(per_execution), "--seed", "3",
+            "--data-dir", str(root / "data"), "--export-dir", str(root / "models" / "bench"),
+            "--backup-dir", str(root / "backup"), "--log-dir", str(root / "logs"),
+            "--termination-message-path", ""] + (["--backup-on-sigterm"] if on else [])  # fmt: skip
+
+
+def start(root: Path, ports: list[int], argv: list[str], attempt: str) -> list[tuple[subprocess.Popen, Path]]:
+    procs = []
+    for i in range(len(ports)):
+        tf_config = {"cluster": {"worker": [f"localhost:{p}" for p in ports]}, "task": {"type": "worker", "index": i}}
+        env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "2",
+               "PYTHONPATH": os.pathsep.join(str(REPO / d) for d in ("trainer", "contract")),
+               "no_proxy": "localhost,127.0.0.1", "NO_PROXY": "localhost,127.0.0.1"}  # fmt: skip
+        log = root / f"worker{i}-{attempt}.log"
+        with open(log, "w") as out:
+            procs.append((subprocess.Popen([sys.executable, "-m", "dtr_trainer", *argv], env=env, stdout=out,
+                                           stderr=subprocess.STDOUT), log))  # fmt: skip
+    return procs
+
+
+def finish(procs: list[tuple[subprocess.Popen, Path]]) -> list[int]:
+    try:
+        return [p.wait(timeout=TIMEOUT) for p, _ in procs]
+    finally:
+        for p, _ in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def fresh_root(parent: Path, name: str) -> Path:
+    root = parent / name
+    shutil.rmtree(root, ignore_errors=True)
+    for sub in ("data", "models", "backup", "logs"):
+        (root / sub).mkdir(parents=True)
+    return root
+
+
+def per_step_ms(parent: Path, per_execution: int, on: bool) -> float:
+    root = fresh_root(parent, "steady")
+    procs = start(root, free_ports(2), args_for(root, per_execution, on), "a")
+    codes = finish(procs)
+    text = procs[0][1].read_text()
+    window = WINDOW.search(text)
+    if codes != [0, 0] or window is None:
+        raise SystemExit(f"a run failed ({codes}):\n{text[-3000:]}")
+    return float(window.group(2)) / (int(window.group(1)) * STEPS) * 1e3
+
+
+def sigterm_run(parent: Path, per_execution: int) -> dict:
+    """Worker 1 told to stop 0.5 s into epoch 2, with the flag; both restarted."""
+    root = fresh_root(parent, "sigterm")
+    ports = free_ports(2)
+    argv = args_for(root, per_execution, True)
+    procs = start(root, ports, argv, "a")
+    deadline = time.monotonic() + TIMEOUT
+    while f"epoch 2/{EPOCHS} begin" not in procs[1][1].read_text():
+        if time.monotonic() > deadline or procs[1][0].poll() is not None:
+            finish(procs)
+            raise SystemExit(f"no epoch 2:\n{procs[1][1].read_text()[-3000:]}")
+        time.sleep(0.05)
+    time.sleep(0.5)
+    procs[1][0].send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    codes = finish(procs)
+    stop_seconds = time.monotonic() - sent
+    saved = SAVED.search(procs[1][1].read_text())
+    again = start(root, ports, argv, "b")
+    again_codes = finish(again)
+    resumed = RESUMED.search(again[0][1].read_text())
+    saved_step = int(saved.group(1)) if saved else 0  # steps of epoch 2 done and saved
+    resumed_step = int(resumed.group(1)) if resumed else 1
+    return {"codes": codes, "restart_codes": again_codes, "stop_seconds": round(stop_seconds, 3),
+            "saved_after_step": saved_step, "resumed_at_step": resumed_step,
+            "steps_redone": resumed_step - 1 - saved_step if saved else None}  # fmt: skip
+
+
+def summary(values: list[float]) -> dict:
+    return {"median": round(statistics.median(values), 4), "min": round(min(values), 4),
+            "max": round(max(values), 4), "values": [round(v, 4) for v in values]}  # fmt: skip
+
+
+def measure(rounds: int, per_execution: int, parent: Path) -> dict:
+    runs: dict[str, list[float]] = {"off": [], "on": []}
+    paired, sigterms = [], []
+    for r in range(rounds):
+        order = ("off", "on") if r % 2 == 0 else ("on", "off")
+        got = {name: per_step_ms(parent, per_execution, name == "on") for name in order}
+        for name, ms in got.items():
+            runs[name].append(ms)
+        paired.append(got["on"] / got["off"])
+        sigterms.append(sigterm_run(parent, per_execution))
+        print(f"spe {per_execution} round {r + 1}: off {got['off']:.3f} ms/step, on {got['on']:.3f} ms/step; "
+              f"SIGTERM {sigterms[-1]}", flush=True)  # fmt: skip
+    return {
+        "steps_per_execution": per_execution,
+        "ms_per_step_off": summary(runs["off"]),
+        "ms_per_step_on": summary(runs["on"]),
+        "ratio_of_medians": round(statistics.median(runs["on"]) / statistics.median(runs["off"]), 4),
+        "median_paired_ratio": round(statistics.median(paired), 4),
+        "paired_ratios": [round(p, 4) for p in paired],
+        "sigterm": sigterms,
+    }
+
+
+def markdown(doc: dict) -> str:
+    lines = [
+        "# --backup-on-sigterm: cost per step, and what a SIGTERM keeps",
+        "",
+        f"`{doc['command']}`, {doc['time']}, `{doc['commit']}`, {doc['cpus']} CPUs, {doc['rounds']} rounds "
+        f"(1-min load average {doc['loadavg_before']} at start, {doc['loadavg_after']} at end). Two local MWMS "
+        f"workers, digits, {STEPS} steps/epoch, {EPOCHS} epochs, global batch 32; per step: worker-0's epochs "
+        "2..N. Off and on alternate (ABBA).",
+        "",
+        "| steps/execution | ms/step off, median (min..max) | ms/step on | on/off, medians | on/off, median of "
+        "rounds |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for m in doc["results"]:
+        off, on = m["ms_per_step_off"], m["ms_per_step_on"]
+        lines.append(f"| {m['steps_per_execution']} | {off['median']} ({off['min']}..{off['max']}) | "
+                     f"{on['median']} ({on['min']}..{on['max']}) | {m['ratio_of_medians']} | "
+                     f"{m['median_paired_ratio']} |")  # fmt: skip
+    lines += ["", "SIGTERM to worker 1, 0.5 s into epoch 2, with the flag (each round):", "",
+              "| steps/execution | both left after, s | saved after step (kept) | resumed at step | steps redone |",
+              "|---:|---|---|---|---|"]  # fmt: skip
+    for m in doc["results"]:
+        s = m["sigterm"]
+        lines.append(f"| {m['steps_per_execution']} | {', '.join(str(x['stop_seconds']) for x in s)} | "
+                     f"{', '.join(str(x['saved_after_step']) for x in s)} | "
+                     f"{', '.join(str(x['resumed_at_step']) for x in s)} | "
+                     f"{', '.join(str(x['steps_redone']) for x in s)} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--steps-per-execution", type=int, nargs="+", default=[50, 5])
+    p.add_argument("--out", default=str(HERE / "results-step-backup"))
+    args = p.parse_args()
+    before = os.getloadavg()[0]
+    started = datetime.now(timezone.utc)
+    with tempfile.TemporaryDirectory(prefix="dtr-step-backup-") as tmp:
+        results = [measure(args.rounds, spe, Path(tmp)) for spe in args.steps_per_execution]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    doc = {"command": "python -m bench.trainer.step_backup " + " ".join(sys.argv[1:]),
+           "time": started.strftime("%Y-%m-%d %H:%M UTC"), "commit": commit.strip(), "cpus": os.cpu_count(),
+           "rounds": args.rounds, "loadavg_before": round(before, 2), "loadavg_after": round(os.getloadavg()[0], 2),
+           "results": results}  # fmt: skip
+    Path(args.out + ".json").write_text(json.dumps(doc, indent=2) + "\n")
+    Path(args.out + ".md").write_text(markdown(doc))
+    print(markdown(doc))
+
+
+if __name__ == "__main__":
+    main()
