@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 from dtr_trainer.step_backup import next_save_point
 
 from devcluster.controlplane import free_ports
-from support.trainer import Volume, all_entries, kill_all, start_workers, wait_for_line
+from support.trainer import Volume, all_entries, kill_all, run_trainer, start_workers, trainer_env, wait_for_line
 
 EPOCHS, STEPS, PER_EXECUTION = 3, 200, 5
 ARGS = ["--dataset", "digits", "--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--batch-size-per-worker",
@@ -102,3 +104,34 @@ def test_a_worker_told_to_stop_whose_peer_is_gone_stops_without_the_save(tmp_pat
     assert re.search(r"terminated \(SIGTERM\)[^\n]*: stopping now", log), log[-2000:]
     assert "saved the training state" not in log
     assert any(p.name.startswith("ckpt-") for p in (volume.root / "backup" / "run1" / "chief").iterdir())
+
+
+def test_one_worker_without_tf_config_saves_alone_and_resumes_inside_the_epoch(tmp_path) -> None:
+    """No TF_CONFIG (`dtr run` with one worker, a notebook): no peers, no coordination service; the save point is
+    the next execution's end all the same."""
+    volume = Volume(tmp_path / "mnt-dtr")
+    log = tmp_path / "first.log"
+    cmd = [sys.executable, "-m", "dtr_trainer", *ARGS, *volume.args()]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=trainer_env(volume, None), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while f"epoch 2/{EPOCHS} begin" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert code == 143, text[-3000:]
+    step = int(SAVED.search(text).group(2))
+    again = run_trainer(ARGS + volume.args(), volume)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed from backup at epoch 2/{EPOCHS}, step {step + 1}/{STEPS} (saved on SIGTERM)" in again.stderr
+    history = (volume.root / "logs" / "run1" / "history.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in history] == [1, 2, 3]
+    assert all_entries(volume.root / "models" / "digits-cnn") == ["1"]
