@@ -123,17 +123,17 @@ def sigterm_run(parent: Path, per_execution: int) -> dict:
 
 def callback_us(calls: int = 20_000) -> dict:
     """In this process, no strategy, a tiny model: microseconds per execution in the batch hooks of fit's default
-    BackupAndRestore (a variable written per execution) and of SigtermBackup (a flag and a tuple compared)."""
+    BackupAndRestore (a variable written per execution) and of StepBackup (a flag and a tuple compared)."""
     import tensorflow as tf
-    from dtr_trainer.step_backup import SigtermBackup
+    from dtr_trainer.step_backup import StepBackup
 
     model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])
     model.compile(optimizer="sgd", loss="mse")
     out = {}
     with tempfile.TemporaryDirectory(prefix="dtr-step-backup-cb-") as tmp:
         default = tf.keras.callbacks.BackupAndRestore(f"{tmp}/a", delete_checkpoint=False)
-        sigterm = SigtermBackup(f"{tmp}/b", 10**9, 50, 1, 0, lambda line: None)
-        for name, callback in (("BackupAndRestore", default), ("SigtermBackup", sigterm)):
+        step = StepBackup(f"{tmp}/b", 10**9, 50, 1, 0, lambda line: None)
+        for name, callback in (("BackupAndRestore", default), ("StepBackup", step)):
             callback.set_model(model)
             callback.on_train_begin()
             callback.on_epoch_begin(0)
@@ -194,8 +194,8 @@ def markdown(doc: dict) -> str:
                      f"{m['median_paired_ratio']} |")  # fmt: skip
     hooks = doc["batch_hooks_us_per_execution"]
     lines += ["", "The callbacks' own batch hooks, per execution, in one process (no strategy, 20,000 calls): "
-              f"fit's default BackupAndRestore {hooks['BackupAndRestore']} µs (it writes a variable), SigtermBackup "
-              f"{hooks['SigtermBackup']} µs (it replaces it)."]  # fmt: skip
+              f"fit's default BackupAndRestore {hooks['BackupAndRestore']} µs (it writes a variable), StepBackup "
+              f"{hooks['StepBackup']} µs (it replaces it)."]  # fmt: skip
     lines += ["", "SIGTERM to worker 1, 0.5 s into epoch 2, with the flag (each round):", "",
               "| steps/execution | both left after, s | saved after step (kept) | resumed at step | steps redone |",
               "|---:|---|---|---|---|"]  # fmt: skip

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from dtr_trainer.step_backup import next_save_point
+from dtr_trainer.step_backup import crosses, next_save_point
 
 from devcluster.controlplane import free_ports
 from support.trainer import Volume, all_entries, kill_all, run_trainer, start_workers, trainer_env, wait_for_line
@@ -30,6 +30,12 @@ def test_the_save_point_is_the_next_executions_end_never_an_epochs_last() -> Non
     assert next_save_point(1, 194, 200, 5) is None  # the next execution ends the epoch: its own backup comes there
     assert next_save_point(0, 39, 44, 5) is None  # Keras shortens the one that would cross the end
     assert next_save_point(0, 49, 44, 50) is None  # one execution per epoch: no point inside it
+
+
+def test_every_n_steps_is_the_end_of_the_execution_that_reached_a_multiple_of_n() -> None:
+    assert [end for end in range(4, 200, 5) if crosses(end - 5, end, 50)] == [49, 99, 149, 199]
+    assert [end for end in range(49, 200, 50) if crosses(end - 50, end, 30)] == [49, 99, 149, 199]
+    assert not crosses(44, 47, 50) and crosses(47, 51, 50)  # a resumed epoch's first execution may end anywhere
 
 
 @pytest.mark.parametrize("signalled", [(1,), (0,), (0, 1)], ids=["worker", "chief", "both"])
@@ -74,7 +80,7 @@ def test_a_worker_told_to_stop_mid_epoch_saves_with_its_peer_and_the_restart_res
     assert codes == [0, 0], "\n".join(w.log()[-2000:] for w in second)
     for w in second:
         # Resumed at the step after the save: none of the interrupted epoch's saved steps is done again.
-        assert f"resumed from backup at epoch 2/{EPOCHS}, step {step + 1}/{STEPS} (saved on SIGTERM)" in w.log()
+        assert f"resumed from backup at epoch 2/{EPOCHS}, step {step + 1}/{STEPS}" in w.log()
         assert f"epoch 1/{EPOCHS} begin" not in w.log()
     # Each epoch ended once across both attempts: no line in the history twice, none missing.
     written = [json.loads(line)["epoch"] for line in history_file.read_text().splitlines()]
@@ -131,7 +137,39 @@ def test_one_worker_without_tf_config_saves_alone_and_resumes_inside_the_epoch(t
     step = int(SAVED.search(text).group(2))
     again = run_trainer(ARGS + volume.args(), volume)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert f"resumed from backup at epoch 2/{EPOCHS}, step {step + 1}/{STEPS} (saved on SIGTERM)" in again.stderr
+    assert f"resumed from backup at epoch 2/{EPOCHS}, step {step + 1}/{STEPS}" in again.stderr
+    history = (volume.root / "logs" / "run1" / "history.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in history] == [1, 2, 3]
+    assert all_entries(volume.root / "models" / "digits-cnn") == ["1"]
+
+
+def test_backup_every_steps_lets_a_restart_after_a_sigkill_resume_inside_the_epoch(tmp_path) -> None:
+    """--backup-every-steps 50 without --backup-on-sigterm: a worker SIGKILLed (no notice) after the first save
+    inside epoch 2; the survivor exits 138; the restart resumes after the last save, inside epoch 2."""
+    volume = Volume(tmp_path / "mnt-dtr")
+    ports = free_ports(2)
+    args = [a for a in ARGS if a != "--backup-on-sigterm"] + ["--backup-every-steps", "50"] + volume.args()
+    index = volume.root / "backup" / "run1" / "chief" / "checkpoint"
+    first = start_workers(volume, ports, args, attempt="a")
+    try:
+        wait_for_line(first[1], f"epoch 2/{EPOCHS} begin")
+        after_epoch_1 = index.read_text()
+        deadline = time.monotonic() + 120
+        while index.read_text() == after_epoch_1 and time.monotonic() < deadline:  # a save inside epoch 2
+            time.sleep(0.02)
+        first[1].proc.send_signal(signal.SIGKILL)
+        survivor = first[0].wait(timeout=180)
+    finally:
+        kill_all(first)
+    assert survivor == 138, first[0].log()[-2000:]
+    second = start_workers(volume, ports, args, attempt="b")
+    try:
+        codes = [w.wait() for w in second]
+    finally:
+        kill_all(second)
+    assert codes == [0, 0], "\n".join(w.log()[-2000:] for w in second)
+    resumed = re.search(rf"resumed from backup at epoch 2/{EPOCHS}, step (\d+)/{STEPS}", second[0].log())
+    assert resumed and int(resumed.group(1)) in (51, 101, 151), second[0].log()[-2000:]
     history = (volume.root / "logs" / "run1" / "history.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in history] == [1, 2, 3]
     assert all_entries(volume.root / "models" / "digits-cnn") == ["1"]

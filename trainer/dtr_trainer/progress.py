@@ -76,7 +76,7 @@ class Progress(tf.keras.callbacks.Callback):
         self.durations: list[float] = []  # wall seconds of each epoch this process ran
         self.ended_line = ""  # the last epoch's end line, until end_line logs it
         self.end_line = _EpochEndLine(self)  # the callback that logs it: after BackupAndRestore in the list
-        # The step this process's first epoch starts at: step_backup.SigtermBackup's, after a save on SIGTERM.
+        # The step this process's first epoch starts at: step_backup.StepBackup's, after a save inside an epoch.
         self.resumed_step: Callable[[], int] = lambda: 0
         self.steps_per_epoch = 0  # with resumed_step: the first epoch's examples are the steps it ran
         self.first_step = 0
@@ -89,7 +89,7 @@ class Progress(tf.keras.callbacks.Callback):
             self.first_epoch, self.first_step = epoch, self.resumed_step()
             if self.first_step > 0:
                 self.log(f"resumed from backup at epoch {epoch + 1}/{self.epochs}, step {self.first_step + 1}/"
-                         f"{self.steps_per_epoch} (saved on SIGTERM)")
+                         f"{self.steps_per_epoch}")
             elif epoch > 0:
                 self.log(f"resumed from backup at epoch {epoch + 1}/{self.epochs}")
         self.log(f"epoch {epoch + 1}/{self.epochs} begin")
@@ -163,7 +163,7 @@ def epoch_callbacks(stop: StopOnDivergence, progress: Progress, backup_dir: str 
                     ) -> list[tf.keras.callbacks.Callback]:
     """fit's callbacks, in the order each epoch's end needs: the divergence check (a diverged epoch is neither
     backed up nor reported), Progress (timing, the history), BackupAndRestore (weights, optimizer and epoch after
-    a restart; kept until the chief has exported; `backup_callback` when given: step_backup.SigtermBackup),
+    a restart; kept until the chief has exported; `backup_callback` when given: step_backup.StepBackup),
     `after_backup` (the backup's copy in a bucket), then the epoch-end line (a line means a backed-up epoch)."""
     default = tf.keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False) if backup_dir else None
     backup = [c for c in (backup_callback or default,) if c is not None]

@@ -1,10 +1,12 @@
-"""--backup-on-sigterm: a worker told to stop (SIGTERM) saves the training state with its peers before it leaves, so
-the restart resumes inside the interrupted epoch, at the step after the save, instead of at the epoch's start.
+"""Saves inside an epoch, so that a restart resumes inside the interrupted epoch, at the step after the save,
+instead of at the epoch's start: --backup-on-sigterm (a worker told to stop, SIGTERM, saves with its peers before it
+leaves) and --backup-every-steps N (every N steps, rounded up to an execution's end; for a loss without notice).
 
-BackupAndRestore (epoch granularity) stays as it is; `SigtermBackup` extends it with one more save, mid-epoch, and
+BackupAndRestore (epoch granularity) stays as it is; `StepBackup` extends it with saves mid-epoch, and
 the step to resume at (`dtr_resume_step` in the same checkpoint; -1 at an epoch's end, and absent from a backup
 written without the flag: both resume after the epoch, as before). The save is collective (every worker writes,
-the chief's copy is kept), so every worker must make it at the same step. The agreement goes through the
+the chief's copy is kept), so every worker must make it at the same step. Every N steps needs no agreement:
+all workers run the same executions, so all reach the same ends. On SIGTERM the agreement goes through the
 key-value store of the coordination service that MultiWorkerMirroredStrategy starts (the mechanism TensorFlow's
 own PreemptionCheckpointHandler uses):
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
+from typing import NoReturn
 
 import tensorflow as tf
 from keras.distribute.worker_training_state import WorkerTrainingState
@@ -115,8 +118,15 @@ class _State(WorkerTrainingState):
         return epoch, step
 
 
-class SigtermBackup(tf.keras.callbacks.BackupAndRestore):
-    """BackupAndRestore at each epoch's end, plus the save on SIGTERM (this module's docstring)."""
+def crosses(previous_end: int, end: int, every: int) -> bool:
+    """Whether the execution from previous_end + 1 to end (step indices in the epoch) ran the every-th step."""
+    return (end + 1) // every > (previous_end + 1) // every
+
+
+class StepBackup(tf.keras.callbacks.BackupAndRestore):
+    """BackupAndRestore at each epoch's end, plus saves inside the epoch: on SIGTERM (`on_sigterm`, this module's
+    docstring) and every `every_steps` steps (0: never), rounded up to an execution's end. Neither kind is made at
+    the epoch's last execution: its end backup follows."""
 
     def __init__(
         self,
@@ -127,33 +137,51 @@ class SigtermBackup(tf.keras.callbacks.BackupAndRestore):
         index: int,
         log: Callable[[str], None],
         after_save: Callable[[], object] | None = None,
+        on_sigterm: bool = True,
+        every_steps: int = 0,
     ):
         super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=False)
         self.steps, self.steps_per_execution = steps_per_epoch, steps_per_execution
         self.workers, self.index, self.log, self.after_save = workers, index, log, after_save
+        self.on_sigterm, self.every_steps = on_sigterm, every_steps
         self.agreement: Agreement | None = None
+        self._previous_end = -1  # the last execution's last step in this epoch
 
     def on_train_begin(self, logs=None):
         self._training_state = _State(self.model, self.backup_dir)
         self.model._training_state = self._training_state  # fit reads the epoch and step to resume at there
         self._training_state.restore()
-        self.agreement = Agreement(self.workers, self.index)
-        TERMINATION.arm(self.log)
+        if self.on_sigterm:
+            self.agreement = Agreement(self.workers, self.index)
+            TERMINATION.arm(self.log)
 
     def resumed_step(self) -> int:
-        """The step this process's first epoch starts at (0 unless resumed from a save on SIGTERM)."""
+        """The step this process's first epoch starts at (0 unless resumed from a save inside an epoch)."""
         return self._training_state.resumed_at[1] if getattr(self, "_training_state", None) else 0
 
     def _implements_train_batch_hooks(self):
         return True
 
+    def on_epoch_begin(self, epoch, logs=None):
+        super().on_epoch_begin(epoch, logs)
+        resumed_epoch, resumed_step = self._training_state.resumed_at
+        self._previous_end = resumed_step - 1 if epoch == resumed_epoch else -1
+
     def on_train_batch_begin(self, batch, logs=None):
-        pass  # BackupAndRestore's per-execution variable write: the save point sets what it needs
+        pass  # BackupAndRestore's per-execution variable write: a save sets what it needs
 
     def on_train_batch_end(self, batch, logs=None):
+        if self.agreement is not None:
+            self._save_on_sigterm(batch)
+        if self.every_steps and batch < self.steps - 1 and crosses(self._previous_end, batch, self.every_steps):
+            self._save(batch)
+        self._previous_end = batch
+
+    def _save_on_sigterm(self, batch: int) -> None:
         agreement = self.agreement
         if agreement.point == (self._current_epoch, batch):
-            self._save_and_leave(batch)
+            self._save(batch)
+            self._leave(batch)
         if TERMINATION.requested and not agreement.proposed:
             point = next_save_point(self._current_epoch, batch, self.steps, self.steps_per_execution)
             if point is not None:
@@ -164,16 +192,20 @@ class SigtermBackup(tf.keras.callbacks.BackupAndRestore):
         super().on_epoch_end(epoch, logs)
 
     def on_train_end(self, logs=None):
-        TERMINATION.disarm()
-        self.agreement.close()
+        if self.agreement is not None:
+            TERMINATION.disarm()
+            self.agreement.close()
         super().on_train_end(logs)
 
-    def _save_and_leave(self, batch: int) -> None:
+    def _save(self, batch: int) -> None:
+        """Every worker, at the same step (collective): the state, and the step after `batch` to resume at."""
         state = self._training_state
         state.resume_step.assign(batch + 1)
         state.back_up(epoch=self._current_epoch)
         if self.after_save is not None:
             self.after_save()
+
+    def _leave(self, batch: int) -> NoReturn:
         where = f"epoch {self._current_epoch + 1}, step {batch + 1}/{self.steps}"
         if TERMINATION.requested:
             TERMINATION.stop(
