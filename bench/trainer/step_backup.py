@@ -1,16 +1,18 @@
-"""What --backup-on-sigterm (dtr_trainer.step_backup) costs per training step, and what a SIGTERM then keeps.
+"""What saves inside an epoch (dtr_trainer.step_backup) cost per training step, and what a SIGTERM then keeps.
 
-Per-step time: two local MWMS workers train digits (--steps-per-epoch 200, 5 epochs) with and without the flag;
-worker-0's `window` line (epochs 2..N: no tracing) gives the wall seconds per step. The two run alternately in
-ABBA order within each pair of rounds, at --steps-per-execution 50 (the default: the flag's work is once per
-execution) and 5 (ten times as often, the worst case measured), so both see the same load; the ratio is on/off
-of the medians, and the median of each round's own on/off.
+Per-step time: two local MWMS workers train digits (--steps-per-epoch 200, 5 epochs) without either flag (off),
+with --backup-on-sigterm (sigterm) and with --backup-every-steps 50 (every: 3 saves inside each epoch, at steps
+50, 100 and 150, besides the epoch's own); worker-0's `window` line (epochs 2..N: no tracing) gives the wall
+seconds per step. The three run in a rotating order, reversed every other round, at --steps-per-execution 50 (the
+default: the flags' work is once per execution) and 5 (ten times as often), so all see the same load; each ratio
+is to off, of the medians, and the median of each round's own.
 
-SIGTERM: once per round and steps-per-execution, worker 1 is told to stop 0.5 s into epoch 2 (with the flag):
-the seconds until both workers left, the step both saved at (the steps of epoch 2 that the restart keeps; without
-the flag it redoes them all) and, after a restart, the step it resumed at (steps redone = resumed - saved - 1).
+SIGTERM: once per round and steps-per-execution, worker 1 is told to stop 0.5 s into epoch 2 (with
+--backup-on-sigterm): the seconds until both workers left, the step both saved at (the steps of epoch 2 that the
+restart keeps; without the flag it redoes them all) and, after a restart, the step it resumed at (steps redone =
+resumed - saved - 1).
 
-    .venv/trainer/bin/python -m bench.trainer.step_backup --rounds 4   (from the repository root)
+    .venv/trainer/bin/python -m bench.trainer.step_backup --rounds 6   (from the repository root)
 
 Writes results-step-backup.json and results-step-backup.md here (--out for another prefix).
 """
@@ -36,18 +38,20 @@ from devcluster.controlplane import free_ports
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 EPOCHS, STEPS = 5, 200
+EVERY = 50
+CONFIGS = {"off": [], "sigterm": ["--backup-on-sigterm"], "every": ["--backup-every-steps", str(EVERY)]}
 TIMEOUT = 600
 WINDOW = re.compile(r"window epochs=(\d+) examples=\d+ wall_s=([\d.]+)")
 SAVED = re.compile(r"saved the training state at epoch \d+, step (\d+)/")
 RESUMED = re.compile(r"resumed from backup at epoch \d+/\d+, step (\d+)/")
 
 
-def args_for(root: Path, per_execution: int, on: bool) -> list[str]:
+def args_for(root: Path, per_execution: int, extra: list[str]) -> list[str]:
     return ["--dataset", "digits", "--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS),
             "--batch-size-per-worker", "16", "--steps-per-execution", str(per_execution), "--seed", "3",
             "--data-dir", str(root / "data"), "--export-dir", str(root / "models" / "bench"),
             "--backup-dir", str(root / "backup"), "--log-dir", str(root / "logs"),
-            "--termination-message-path", ""] + (["--backup-on-sigterm"] if on else [])  # fmt: skip
+            "--termination-message-path", "", *extra]  # fmt: skip
 
 
 def start(root: Path, ports: list[int], argv: list[str], attempt: str) -> list[tuple[subprocess.Popen, Path]]:
@@ -82,9 +86,9 @@ def fresh_root(parent: Path, name: str) -> Path:
     return root
 
 
-def per_step_ms(parent: Path, per_execution: int, on: bool) -> float:
+def per_step_ms(parent: Path, per_execution: int, extra: list[str]) -> float:
     root = fresh_root(parent, "steady")
-    procs = start(root, free_ports(2), args_for(root, per_execution, on), "a")
+    procs = start(root, free_ports(2), args_for(root, per_execution, extra), "a")
     codes = finish(procs)
     text = procs[0][1].read_text()
     window = WINDOW.search(text)
@@ -97,7 +101,7 @@ def sigterm_run(parent: Path, per_execution: int) -> dict:
     """Worker 1 told to stop 0.5 s into epoch 2, with the flag; both restarted."""
     root = fresh_root(parent, "sigterm")
     ports = free_ports(2)
-    argv = args_for(root, per_execution, True)
+    argv = args_for(root, per_execution, CONFIGS["sigterm"])
     procs = start(root, ports, argv, "a")
     deadline = time.monotonic() + TIMEOUT
     while f"epoch 2/{EPOCHS} begin" not in procs[1][1].read_text():
@@ -151,52 +155,65 @@ def summary(values: list[float]) -> dict:
             "max": round(max(values), 4), "values": [round(v, 4) for v in values]}  # fmt: skip
 
 
+def round_order(r: int) -> list[str]:
+    """Round r's order of the configurations: rotated by r, reversed every other round."""
+    names = list(CONFIGS)
+    order = names[r % len(names) :] + names[: r % len(names)]
+    return order[::-1] if r % 2 else order
+
+
 def measure(rounds: int, per_execution: int, parent: Path) -> dict:
-    runs: dict[str, list[float]] = {"off": [], "on": []}
-    paired, sigterms = [], []
+    runs: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    paired: dict[str, list[float]] = {name: [] for name in CONFIGS if name != "off"}
+    sigterms = []
     for r in range(rounds):
-        order = ("off", "on") if r % 2 == 0 else ("on", "off")
-        got = {name: per_step_ms(parent, per_execution, name == "on") for name in order}
+        got = {name: per_step_ms(parent, per_execution, CONFIGS[name]) for name in round_order(r)}
         for name, ms in got.items():
             runs[name].append(ms)
-        paired.append(got["on"] / got["off"])
+        for name in paired:
+            paired[name].append(got[name] / got["off"])
         sigterms.append(sigterm_run(parent, per_execution))
-        print(f"spe {per_execution} round {r + 1}: off {got['off']:.3f} ms/step, on {got['on']:.3f} ms/step; "
-              f"SIGTERM {sigterms[-1]}", flush=True)  # fmt: skip
+        print(f"spe {per_execution} round {r + 1}: " + ", ".join(f"{n} {ms:.3f} ms/step" for n, ms in got.items())
+              + f"; SIGTERM {sigterms[-1]}", flush=True)  # fmt: skip
+    off = statistics.median(runs["off"])
+    saves = (STEPS - 1) // EVERY  # per epoch, inside it
     return {
         "steps_per_execution": per_execution,
-        "ms_per_step_off": summary(runs["off"]),
-        "ms_per_step_on": summary(runs["on"]),
-        "ratio_of_medians": round(statistics.median(runs["on"]) / statistics.median(runs["off"]), 4),
-        "median_paired_ratio": round(statistics.median(paired), 4),
-        "paired_ratios": [round(p, 4) for p in paired],
+        "ms_per_step": {name: summary(values) for name, values in runs.items()},
+        "ratio_of_medians": {name: round(statistics.median(runs[name]) / off, 4) for name in paired},
+        "median_paired_ratio": {name: round(statistics.median(values), 4) for name, values in paired.items()},
+        "paired_ratios": {name: [round(p, 4) for p in values] for name, values in paired.items()},
+        "every_ms_per_save": round((statistics.median(runs["every"]) - off) * STEPS / saves, 2),
         "sigterm": sigterms,
     }
 
 
 def markdown(doc: dict) -> str:
     lines = [
-        "# --backup-on-sigterm: cost per step, and what a SIGTERM keeps",
+        "# Saves inside an epoch: cost per step, and what a SIGTERM keeps",
         "",
         f"`{doc['command']}`, {doc['time']}, `{doc['commit']}`, {doc['cpus']} CPUs, {doc['rounds']} rounds "
         f"(1-min load average {doc['loadavg_before']} at start, {doc['loadavg_after']} at end). Two local MWMS "
         f"workers, digits, {STEPS} steps/epoch, {EPOCHS} epochs, global batch 32; per step: worker-0's epochs "
-        "2..N. Off and on alternate (ABBA).",
+        f"2..N. off: neither flag; sigterm: --backup-on-sigterm; every: --backup-every-steps {EVERY}. The three "
+        "alternate (a rotating order, reversed every other round).",
         "",
-        "| steps/execution | ms/step off, median (min..max) | ms/step on | on/off, medians | on/off, median of "
-        "rounds |",
-        "|---:|---:|---:|---:|---:|",
+        "| steps/execution | flags | ms/step, median (min..max) | / off, medians | / off, median of rounds |",
+        "|---:|---|---:|---:|---:|",
     ]
     for m in doc["results"]:
-        off, on = m["ms_per_step_off"], m["ms_per_step_on"]
-        lines.append(f"| {m['steps_per_execution']} | {off['median']} ({off['min']}..{off['max']}) | "
-                     f"{on['median']} ({on['min']}..{on['max']}) | {m['ratio_of_medians']} | "
-                     f"{m['median_paired_ratio']} |")  # fmt: skip
+        for name, ms in m["ms_per_step"].items():
+            ratios = ("", "") if name == "off" else (m["ratio_of_medians"][name], m["median_paired_ratio"][name])
+            lines.append(f"| {m['steps_per_execution']} | {name} | {ms['median']} ({ms['min']}..{ms['max']}) | "
+                         f"{ratios[0]} | {ratios[1]} |")  # fmt: skip
+    lines += ["", "every: what one save adds, from the medians (ms/step every - off, x steps per save): "
+              + ", ".join(f"{m['every_ms_per_save']} ms at {m['steps_per_execution']} steps/execution"
+                          for m in doc["results"]) + "."]  # fmt: skip
     hooks = doc["batch_hooks_us_per_execution"]
     lines += ["", "The callbacks' own batch hooks, per execution, in one process (no strategy, 20,000 calls): "
               f"fit's default BackupAndRestore {hooks['BackupAndRestore']} µs (it writes a variable), StepBackup "
               f"{hooks['StepBackup']} µs (it replaces it)."]  # fmt: skip
-    lines += ["", "SIGTERM to worker 1, 0.5 s into epoch 2, with the flag (each round):", "",
+    lines += ["", "SIGTERM to worker 1, 0.5 s into epoch 2, with --backup-on-sigterm (each round):", "",
               "| steps/execution | both left after, s | saved after step (kept) | resumed at step | steps redone |",
               "|---:|---|---|---|---|"]  # fmt: skip
     for m in doc["results"]:

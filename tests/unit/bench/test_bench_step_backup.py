@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.trainer.step_backup import RESUMED, SAVED, WINDOW, markdown
+from bench.trainer.step_backup import CONFIGS, RESUMED, SAVED, WINDOW, markdown, round_order
 
 W = "dtr_trainer[worker-1]: "
 
@@ -18,16 +18,29 @@ def test_it_reads_the_trainers_lines() -> None:
     assert window.groups() == ("4", "7.2000")
 
 
-def test_the_table_has_a_row_per_steps_per_execution() -> None:
+def test_the_rounds_alternate_the_order() -> None:
+    orders = [round_order(r) for r in range(4)]
+    assert orders == [["off", "sigterm", "every"], ["off", "every", "sigterm"], ["every", "off", "sigterm"],
+                      ["every", "sigterm", "off"]]  # fmt: skip
+    assert all(sorted(order) == sorted(CONFIGS) for order in orders)
+
+
+def test_the_table_has_a_row_per_steps_per_execution_and_flags() -> None:
     figures = {"median": 9.0, "min": 8.0, "max": 10.0, "values": [8.0, 9.0, 10.0]}
     sigterm = {"codes": [138, 143], "restart_codes": [0, 0], "stop_seconds": 0.2, "saved_after_step": 45,
                "resumed_at_step": 46, "steps_redone": 0}  # fmt: skip
     doc = {"command": "python -m bench.trainer.step_backup", "time": "2026-12-05 01:00 UTC", "commit": "abc1234",
            "cpus": 2, "rounds": 1, "loadavg_before": 1.0, "loadavg_after": 1.5,
            "batch_hooks_us_per_execution": {"BackupAndRestore": 30.0, "StepBackup": 0.3},
-           "results": [{"steps_per_execution": 5, "ms_per_step_off": figures, "ms_per_step_on": figures,
-                        "ratio_of_medians": 1.0, "median_paired_ratio": 1.01, "sigterm": [sigterm]}]}  # fmt: skip
+           "results": [{"steps_per_execution": 5,
+                        "ms_per_step": {"off": figures, "sigterm": figures, "every": figures},
+                        "ratio_of_medians": {"sigterm": 1.0, "every": 1.1},
+                        "median_paired_ratio": {"sigterm": 1.01, "every": 1.12},
+                        "every_ms_per_save": 6.67, "sigterm": [sigterm]}]}  # fmt: skip
     text = markdown(doc)
-    assert "| 5 | 9.0 (8.0..10.0) | 9.0 (8.0..10.0) | 1.0 | 1.01 |" in text
+    assert "| 5 | off | 9.0 (8.0..10.0) |  |  |" in text
+    assert "| 5 | sigterm | 9.0 (8.0..10.0) | 1.0 | 1.01 |" in text
+    assert "| 5 | every | 9.0 (8.0..10.0) | 1.1 | 1.12 |" in text
+    assert "6.67 ms at 5 steps/execution" in text
     assert "| 5 | 0.2 | 45 | 46 | 0 |" in text
     assert "BackupAndRestore 30.0 µs" in text and "StepBackup 0.3 µs" in text
