@@ -150,6 +150,35 @@ def callback_us(calls: int = 20_000) -> dict:
     return out
 
 
+def save_ms(saves: int = 20) -> dict:
+    """In this process, no strategy: milliseconds per save inside an epoch (StepBackup._save: the checkpoint of
+    weights, Adam's slots and counters that an epoch's end writes too) of the built-in cnn on digits' shape."""
+    import numpy as np
+    from dtr_trainer.models import BUILT_IN
+    from dtr_trainer.step_backup import StepBackup
+    from dtr_trainer.user import Context
+
+    ctx = Context(worker_index=0, num_workers=1, is_chief=True, batch_size_per_worker=32, global_batch_size=32,
+                  data_dir="", seed=3, epochs=1, learning_rate=0.001, dataset="digits", input_shape=(28, 28, 1),
+                  label_shape=(), num_classes=10)  # fmt: skip
+    model = BUILT_IN["cnn"](ctx)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    model.train_on_batch(np.zeros((32, 28, 28, 1), "float32"), np.zeros((32,), "int64"))  # Adam's slots
+    with tempfile.TemporaryDirectory(prefix="dtr-step-backup-save-") as tmp:
+        backup = StepBackup(tmp, 200, 5, 1, 0, lambda line: None, on_sigterm=False, every_steps=50)
+        backup.set_model(model)
+        backup.on_train_begin()
+        backup.on_epoch_begin(0)
+        times = []
+        for _ in range(saves):
+            began = time.perf_counter()
+            backup._save(49)
+            times.append((time.perf_counter() - began) * 1e3)
+        backup.on_train_end()
+        size = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file())
+    return {"parameters": int(model.count_params()), "checkpoint_bytes": size, "ms_per_save": summary(times)}
+
+
 def summary(values: list[float]) -> dict:
     return {"median": round(statistics.median(values), 4), "min": round(min(values), 4),
             "max": round(max(values), 4), "values": [round(v, 4) for v in values]}  # fmt: skip
@@ -213,6 +242,11 @@ def markdown(doc: dict) -> str:
     lines += ["", "The callbacks' own batch hooks, per execution, in one process (no strategy, 20,000 calls): "
               f"fit's default BackupAndRestore {hooks['BackupAndRestore']} µs (it writes a variable), StepBackup "
               f"{hooks['StepBackup']} µs (it replaces it)."]  # fmt: skip
+    save = doc["one_save_in_process"]
+    lines += ["", f"One save inside an epoch, in one process (no strategy), the built-in cnn ({save['parameters']:,} "
+              f"parameters, a checkpoint of {save['checkpoint_bytes']:,} bytes with Adam's slots): "
+              f"{save['ms_per_save']['median']} ms median ({save['ms_per_save']['min']}..{save['ms_per_save']['max']}, "
+              f"{len(save['ms_per_save']['values'])} saves)."]  # fmt: skip
     lines += ["", "SIGTERM to worker 1, 0.5 s into epoch 2, with --backup-on-sigterm (each round):", "",
               "| steps/execution | both left after, s | saved after step (kept) | resumed at step | steps redone |",
               "|---:|---|---|---|---|"]  # fmt: skip
@@ -233,14 +267,14 @@ def main() -> None:
     args = p.parse_args()
     before = os.getloadavg()[0]
     started = datetime.now(timezone.utc)
-    hooks = callback_us()
+    hooks, one_save = callback_us(), save_ms()
     with tempfile.TemporaryDirectory(prefix="dtr-step-backup-") as tmp:
         results = [measure(args.rounds, spe, Path(tmp)) for spe in args.steps_per_execution]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
     doc = {"command": "python -m bench.trainer.step_backup " + " ".join(sys.argv[1:]),
            "time": started.strftime("%Y-%m-%d %H:%M UTC"), "commit": commit.strip(), "cpus": os.cpu_count(),
            "rounds": args.rounds, "loadavg_before": round(before, 2), "loadavg_after": round(os.getloadavg()[0], 2),
-           "batch_hooks_us_per_execution": hooks, "results": results}  # fmt: skip
+           "batch_hooks_us_per_execution": hooks, "one_save_in_process": one_save, "results": results}  # fmt: skip
     Path(args.out + ".json").write_text(json.dumps(doc, indent=2) + "\n")
     Path(args.out + ".md").write_text(markdown(doc))
     print(markdown(doc))

@@ -32,6 +32,8 @@ def test_the_table_has_a_row_per_steps_per_execution_and_flags() -> None:
     doc = {"command": "python -m bench.trainer.step_backup", "time": "2026-12-05 01:00 UTC", "commit": "abc1234",
            "cpus": 2, "rounds": 1, "loadavg_before": 1.0, "loadavg_after": 1.5,
            "batch_hooks_us_per_execution": {"BackupAndRestore": 30.0, "StepBackup": 0.3},
+           "one_save_in_process": {"parameters": 93322, "checkpoint_bytes": 1127165,
+                                   "ms_per_save": {"median": 32.6, "min": 26.7, "max": 124.5, "values": [1.0] * 20}},
            "results": [{"steps_per_execution": 5,
                         "ms_per_step": {"off": figures, "sigterm": figures, "every": figures},
                         "ratio_of_medians": {"sigterm": 1.0, "every": 1.1},
@@ -44,3 +46,5 @@ def test_the_table_has_a_row_per_steps_per_execution_and_flags() -> None:
     assert "6.67 ms at 5 steps/execution" in text
     assert "| 5 | 0.2 | 45 | 46 | 0 |" in text
     assert "BackupAndRestore 30.0 µs" in text and "StepBackup 0.3 µs" in text
+    assert "the built-in cnn (93,322 parameters, a checkpoint of 1,127,165 bytes" in text
+    assert "32.6 ms median (26.7..124.5, 20 saves)" in text
