@@ -165,8 +165,9 @@ def epoch_callbacks(stop: StopOnDivergence, progress: Progress, backup_dir: str 
     backed up nor reported), Progress (timing, the history), BackupAndRestore (weights, optimizer and epoch after
     a restart; kept until the chief has exported; `backup_callback` when given: step_backup.StepBackup),
     `after_backup` (the backup's copy in a bucket), then the epoch-end line (a line means a backed-up epoch)."""
-    default = tf.keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False) if backup_dir else None
-    backup = [c for c in (backup_callback or default,) if c is not None]
+    if backup_callback is None and backup_dir:
+        backup_callback = tf.keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False)
+    backup = [] if backup_callback is None else [backup_callback]
     copy = [AfterBackup(after_backup)] if backup and after_backup is not None else []
     return [stop, progress, *backup, *copy, progress.end_line]
 
