@@ -19,6 +19,10 @@ EXPORT_DIR = "--export-dir"
 BACKUP_DIR = "--backup-dir"
 # With BACKUP_DIR: the backup kept in a bucket too (s3://bucket/prefix); BACKUP_DIR is then each pod's own copy.
 BACKUP_URI = "--backup-uri"
+# With BACKUP_DIR: a worker told to stop (SIGTERM) first saves mid-epoch with its peers (dtr_trainer.step_backup).
+BACKUP_ON_SIGTERM = "--backup-on-sigterm"
+# With BACKUP_DIR: N > 0 also saves every N steps inside an epoch (a worker lost without notice redoes fewer).
+BACKUP_EVERY_STEPS = "--backup-every-steps"
 TENSORBOARD_DIR = "--tensorboard-dir"
 LOG_DIR = "--log-dir"
 TERMINATION_MESSAGE_PATH = "--termination-message-path"

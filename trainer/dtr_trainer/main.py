@@ -85,6 +85,10 @@ class _Parser(argparse.ArgumentParser):
         """--code-sha256 pins the bytes of a --code file; a module is its image's, pinned by the image's digest."""
         if parsed.code_sha256 is not None and parsed.code is None:
             self.error(f"argument {flags.CODE_SHA256}: only with {flags.CODE} (a file)")
+        for flag, value in ((flags.BACKUP_ON_SIGTERM, parsed.backup_on_sigterm),
+                            (flags.BACKUP_EVERY_STEPS, parsed.backup_every_steps)):
+            if value and not parsed.backup_dir:
+                self.error(f"argument {flag}: only with {flags.BACKUP_DIR} (where the saves go)")
         return parsed
 
     def _with_model_and_dataset(self, parsed: argparse.Namespace) -> argparse.Namespace:
@@ -149,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(flags.DATA_DIR, default=layout.data_dir())
     p.add_argument(flags.EXPORT_DIR, required=True, help="the model lands in <export-dir>/<version>/")
     p.add_argument(flags.BACKUP_DIR, default=None, help="BackupAndRestore state (fault tolerance)")
+    p.add_argument(flags.BACKUP_ON_SIGTERM, action="store_true",
+                   help=f"with {flags.BACKUP_DIR}: a worker told to stop (SIGTERM) saves with its peers at the end of "
+                        "the next execution, so a restart resumes inside the epoch (docs/trainer.md#a-save-on-sigterm)")
+    p.add_argument(flags.BACKUP_EVERY_STEPS, type=_non_negative_int, default=0, metavar="N",
+                   help=f"with {flags.BACKUP_DIR}: also save every N steps inside an epoch, at the end of the "
+                        "execution reaching them; 0 = at epochs' ends only [0] (docs/trainer.md#saves-every-n-steps)")
     p.add_argument(flags.BACKUP_URI, default=None, help="s3://bucket/prefix: the backup dir kept there (backup_s3.py)")
     p.add_argument(flags.TENSORBOARD_DIR, default=None, help="TensorBoard logs (chief only)")
     p.add_argument(flags.TERMINATION_MESSAGE_PATH, default=TERMINATION_MESSAGE_PATH)
@@ -236,8 +246,9 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
 
     history = History(layout.history_file(args.log_dir), log) if cluster.is_chief and args.log_dir else None
     progress = Progress(args.epochs, steps * global_batch, log, history)
+    backup = step_backup(args, cluster, steps, progress, after_backup)
     callbacks = epoch_callbacks(StopOnDivergence(args.epochs, steps, args.learning_rate), progress, args.backup_dir,
-                                after_backup)
+                                after_backup, backup)
     if cluster.is_chief and args.tensorboard_dir:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=args.tensorboard_dir, profile_batch=0,
                                                         write_graph=False, update_freq="epoch"))
@@ -245,6 +256,20 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     results = model.evaluate(eval_ds, verbose=0, return_dict=True)
     evaluation = {name: float(value) for name, value in results.items()}
     return TrainOutcome(model, evaluation, metric, progress.examples_per_second(), global_batch, steps)
+
+
+def step_backup(args: argparse.Namespace, cluster: ClusterInfo, steps: int, progress,
+                after_backup: Callable[[], object] | None):
+    """The BackupAndRestore that also saves inside an epoch (dtr_trainer.step_backup: --backup-on-sigterm,
+    --backup-every-steps), or None: fit's default one."""
+    if not (args.backup_on_sigterm or args.backup_every_steps):
+        return None
+    from dtr_trainer.step_backup import StepBackup
+
+    backup = StepBackup(args.backup_dir, steps, args.steps_per_execution, cluster.num_workers, cluster.worker_index,
+                        log, after_backup, on_sigterm=args.backup_on_sigterm, every_steps=args.backup_every_steps)
+    progress.resumed_step, progress.steps_per_epoch = backup.resumed_step, steps
+    return backup
 
 
 # ---------------------------------------------------------------- the whole run

@@ -76,14 +76,21 @@ class Progress(tf.keras.callbacks.Callback):
         self.durations: list[float] = []  # wall seconds of each epoch this process ran
         self.ended_line = ""  # the last epoch's end line, until end_line logs it
         self.end_line = _EpochEndLine(self)  # the callback that logs it: after BackupAndRestore in the list
+        # The step this process's first epoch starts at: step_backup.StepBackup's, after a save inside an epoch.
+        self.resumed_step: Callable[[], int] = lambda: 0
+        self.steps_per_epoch = 0  # with resumed_step: the first epoch's examples are the steps it ran
+        self.first_step = 0
 
     def on_train_begin(self, logs=None):
         self.started = time.perf_counter()
 
     def on_epoch_begin(self, epoch, logs=None):
         if self.first_epoch is None:
-            self.first_epoch = epoch
-            if epoch > 0:
+            self.first_epoch, self.first_step = epoch, self.resumed_step()
+            if self.first_step > 0:
+                self.log(f"resumed from backup at epoch {epoch + 1}/{self.epochs}, step {self.first_step + 1}/"
+                         f"{self.steps_per_epoch}")
+            elif epoch > 0:
                 self.log(f"resumed from backup at epoch {epoch + 1}/{self.epochs}")
         self.log(f"epoch {epoch + 1}/{self.epochs} begin")
         self.epoch_began = time.perf_counter()
@@ -94,12 +101,18 @@ class Progress(tf.keras.callbacks.Callback):
         self.epoch_ends.append(ended)
         self.cpu_ends.append(time.process_time())
         self.durations.append(ended - self.epoch_began)
-        rate = self.examples_per_epoch / max(self.durations[-1], 1e-9)
+        rate = self.examples_this_epoch() / max(self.durations[-1], 1e-9)
         left = remaining_seconds(self.durations, self.epochs - (epoch + 1))
         metrics = {k: float(v) for k, v in (logs or {}).items()}
         self.ended_line = epoch_end_line(epoch + 1, self.epochs, metrics, rate, left)
         if self.history is not None:
             self.history.append(epoch + 1, self.epochs, metrics, self.durations[-1], rate)
+
+    def examples_this_epoch(self) -> float:
+        """The epoch's examples; the first epoch's after a resume inside it: those of the steps it ran."""
+        if len(self.durations) == 1 and self.first_step > 0 and self.steps_per_epoch:
+            return self.examples_per_epoch * (self.steps_per_epoch - self.first_step) / self.steps_per_epoch
+        return self.examples_per_epoch
 
     def on_train_end(self, logs=None):
         # One machine-readable line for bench/trainer: wall and CPU seconds of the steady-state window.
@@ -116,7 +129,8 @@ class Progress(tf.keras.callbacks.Callback):
         if len(ends) >= 2:
             return self.examples_per_epoch * (len(ends) - 1) / (ends[-1] - ends[0])
         if ends:
-            return self.examples_per_epoch / max(ends[0] - self.started, 1e-9)
+            first = self.examples_this_epoch() if len(self.durations) == 1 else self.examples_per_epoch
+            return first / max(ends[0] - self.started, 1e-9)
         return 0.0
 
 
@@ -144,12 +158,16 @@ class AfterBackup(tf.keras.callbacks.Callback):
 
 
 def epoch_callbacks(stop: StopOnDivergence, progress: Progress, backup_dir: str | None,
-                    after_backup: Callable[[], object] | None = None) -> list[tf.keras.callbacks.Callback]:
+                    after_backup: Callable[[], object] | None = None,
+                    backup_callback: tf.keras.callbacks.BackupAndRestore | None = None
+                    ) -> list[tf.keras.callbacks.Callback]:
     """fit's callbacks, in the order each epoch's end needs: the divergence check (a diverged epoch is neither
     backed up nor reported), Progress (timing, the history), BackupAndRestore (weights, optimizer and epoch after
-    a restart; kept until the chief has exported), `after_backup` (the backup's copy in a bucket), then the
-    epoch-end line (a line means a backed-up epoch)."""
-    backup = [] if not backup_dir else [tf.keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False)]
+    a restart; kept until the chief has exported; `backup_callback` when given: step_backup.StepBackup),
+    `after_backup` (the backup's copy in a bucket), then the epoch-end line (a line means a backed-up epoch)."""
+    if backup_callback is None and backup_dir:
+        backup_callback = tf.keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False)
+    backup = [] if backup_callback is None else [backup_callback]
     copy = [AfterBackup(after_backup)] if backup and after_backup is not None else []
     return [stop, progress, *backup, *copy, progress.end_line]
 
