@@ -99,6 +99,7 @@ def trainer_args(run: RunSpec, code_sha256: str | None = None) -> list[str]:
         flags.EXPORT_DIR, export_dir(run),
         flags.BACKUP_DIR, backup_dir(run),
         *([flags.BACKUP_URI, uri] if (uri := backup_uri(run)) else []),
+        *([flags.BACKUP_ON_SIGTERM] if run.disruption.save_on_stop else []),
         flags.TENSORBOARD_DIR, logs_dir(run),
         flags.LOG_DIR, logs_dir(run),
         flags.TERMINATION_MESSAGE_PATH, TERMINATION_MESSAGE_PATH,

@@ -7,6 +7,8 @@ docs/clusters.md#when-kubernetes-takes-a-worker-away.
 
 from __future__ import annotations
 
+from dtr_contract import flags
+
 from .schema import Field
 
 DISRUPTION = Field("disruption", "object",
@@ -32,4 +34,9 @@ DISRUPTION = Field("disruption", "object",
           "that a drain or another eviction of them waits (the Eviction API answers 429) while the run trains; a node "
           "lost or a preemption still takes workers (resume says what follows); false: no budget (default false).",
           attr="disruption.protect", default=False),
+    Field("saveOnStop", "boolean",
+          "true: a worker told to stop (SIGTERM: a drain, an eviction, a suspend, a preemption) saves with its peers "
+          f"inside the epoch before it leaves, so the resume loses less than an epoch (the trainer's "
+          f"{flags.BACKUP_ON_SIGTERM}); false: the resume starts from the last finished epoch (default false).",
+          attr="disruption.save_on_stop", default=False, doc="[trainer.md](trainer.md#a-save-on-sigterm)"),
 ))  # fmt: skip

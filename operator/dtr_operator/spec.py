@@ -148,6 +148,7 @@ class DisruptionSpec:
     max_resumes: int = _default("disruption.maxResumes")
     wait_seconds: int = _default("disruption.waitSeconds")
     protect: bool = _default("disruption.protect")  # a PodDisruptionBudget over the workers (reconcile/budget.py)
+    save_on_stop: bool = _default("disruption.saveOnStop")  # the trainer's --backup-on-sigterm
 
 
 @dataclass(frozen=True)

@@ -121,10 +121,12 @@ def test_architecture_doc_lists_the_permissions_the_clusterrole_grants() -> None
     assert not {t for t in wanted if t[1] == "secrets"}, "secrets"
     # update only of the runs' finalizers: OwnerReferencesPermissionEnforcement asks it of whoever sets
     # blockOwnerDeletion on an owner reference to a run (the TFJob's and the PVC's).
-    assert not {t for t in wanted if t[2] in ("delete", "deletecollection", "escalate", "bind")}
+    # delete only of TFJobs: a run's failed one, made again when Kubernetes took its workers away (spec.disruption).
+    assert {t for t in wanted if t[2] in ("delete", "deletecollection", "escalate", "bind")} == \
+        {("kubeflow.org", "tfjobs", "delete")}  # fmt: skip
     assert {t for t in wanted if t[2] == "update"} == {("distml.dev", "disttrainingruns/finalizers", "update")}
     # Children: created, read; of the TFJob only runPolicy patched (suspend; a failed one's cleanPodPolicy).
-    assert {t[2] for t in wanted if t[1] == "tfjobs"} == {"get", "list", "watch", "create", "patch"}
+    assert {t[2] for t in wanted if t[1] == "tfjobs"} == {"get", "list", "watch", "create", "patch", "delete"}
     # PVCs: the one a run names is read, its own created; never listed or watched (security review M2).
     assert {t[2] for t in wanted if t[1] == "persistentvolumeclaims"} == {"get", "create"}
     assert {t[2] for t in wanted if t[1] == "disttrainingruns/status"} == {"patch"}
@@ -348,6 +350,7 @@ NEEDED = [
     ("create", "tfjobs.kubeflow.org", ""),
     ("watch", "tfjobs.kubeflow.org", ""),
     ("patch", "tfjobs.kubeflow.org", ""),  # runPolicy.suspend (spec.suspend); cleanPodPolicy of a failed TFJob
+    ("delete", "tfjobs.kubeflow.org", ""),  # a failed one, to make it again (spec.disruption.resume)
     ("create", "persistentvolumeclaims", ""),
     ("get", "pods", ""),
     ("get", "pods", "log"),  # status.progress
@@ -361,7 +364,7 @@ NEEDED = [
 FORBIDDEN = [
     ("get", "secrets", ""),
     ("list", "secrets", ""),
-    ("delete", "tfjobs.kubeflow.org", ""),
+    ("deletecollection", "tfjobs.kubeflow.org", ""),
     ("update", "tfjobs.kubeflow.org", ""),
     ("delete", "disttrainingruns.distml.dev", ""),
     ("update", "disttrainingruns.distml.dev", ""),
@@ -432,7 +435,7 @@ def test_can_i_refuses_secrets_deletes_and_everything_else(
     # The headline refusals, asked exactly as a person would ...
     assert not can_i(control_plane, "get", "secrets", where)
     assert not can_i(control_plane, "list", "secrets", None)
-    assert not can_i(control_plane, "delete", "tfjobs.kubeflow.org", where)
+    assert not can_i(control_plane, "delete", "persistentvolumeclaims", where)
     assert not can_i(control_plane, "create", "deployments.apps", where)
     # ... and the whole matrix (every forbidden action, served namespace, another, its own, all).
     checks = [(v, r, sub, p) for v, r, sub in FORBIDDEN for p in (where, namespace, SA_NAMESPACE, None)]

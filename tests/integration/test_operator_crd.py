@@ -157,7 +157,8 @@ def test_defaults_are_filled_in_by_the_api_server(control_plane: Cluster, namesp
         "backoffLimit": 3,
         "suspend": False,
         "watchdog": {"enabled": True, "stallFactor": 5, "minStallSeconds": 600, "onStall": "Report", "maxRestarts": 3},
-        "disruption": {"resume": True, "maxResumes": 3, "waitSeconds": 900, "protect": False},
+        "disruption": {"resume": True, "maxResumes": 3, "waitSeconds": 900, "protect": False,
+                       "saveOnStop": False},
     }  # fmt: skip
 
 

@@ -42,7 +42,8 @@ def test_the_pod_says_which_run_it_trains_for():
         "restartPolicy": "OnFailure",
         "backoffLimit": 3,
         "watchdog": {"enabled": True, "stallFactor": 5, "minStallSeconds": 600, "onStall": "Report", "maxRestarts": 3},
-        "disruption": {"resume": True, "maxResumes": 3, "waitSeconds": 900, "protect": False},
+        "disruption": {"resume": True, "maxResumes": 3, "waitSeconds": 900, "protect": False,
+                       "saveOnStop": False},
     }
 
 

@@ -239,3 +239,11 @@ def test_a_going_tfjob_seen_with_a_stale_copy_of_the_run_still_says_what_it_wait
     rec.tfjob_event("MODIFIED", going, cached_run=lambda namespace, name: stale)
     message = kube.stored(KIND, "mnist-cnn")["status"]["message"]
     assert "waiting for the failed TFJob's pods to go: mnist-cnn-worker-0, mnist-cnn-worker-1 on node dtr-n2" in message
+
+
+def test_save_on_stop_gives_the_trainer_its_save_on_sigterm_and_only_then():
+    from dtr_contract import flags
+    from dtr_operator.builders import trainer_args
+
+    assert flags.BACKUP_ON_SIGTERM in trainer_args(spec(saveOnStop=True))
+    assert flags.BACKUP_ON_SIGTERM not in trainer_args(RUN)
