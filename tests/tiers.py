@@ -112,8 +112,11 @@ STEPS: tuple[Step, ...] = (
     # After the S3 server's build too: a run with no volume trains from, backs up into and exports to the server as
     # a pod on the three nodes (tests/multinode/test_object_store.py), which fails rather than skips without it.
     Step("multinode", make("test-multinode"),
-         "three nodes: pods, policies, a run across nodes, one with no volume (S3), node faults",
-         budget=480, tier=True, multinode=True, after=("multinode start", "s3 build"),
+         "three nodes: pods, policies, a run across nodes, one with no volume (S3), node faults each resumed to "
+         "Succeeded, a drain then a lost node in one run",
+         # 480 before the resume (issue 41): the node faults now run to Succeeded, two of them until a lost node is
+         # back (983 s for test_node_faults.py and test_disruption.py alone, 2026-12-05, by hand).
+         budget=1100, tier=True, multinode=True, after=("multinode start", "s3 build"),
          env=(("DTR_S3_REQUIRED", "1"),)),
     Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from every part"),
     # side lane

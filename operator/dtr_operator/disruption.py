@@ -18,6 +18,7 @@ from typing import Any
 
 from dtr_contract import exits
 
+from .builders import worker_pod_name
 from .reasons import FAILED, PENDING, PREEMPTED, RESUME_TIMED_OUT, RESUMING_AFTER_DISRUPTION, WORKERS_NOT_STARTING
 from .spec import RunSpec
 from .status.compute import _base, state_status
@@ -62,22 +63,35 @@ def _own_failure(pods: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def taken_away(pods: Sequence[Mapping[str, Any]], gone: Sequence[Mapping[str, Any]],
-               previous: Mapping[str, Any]) -> list[str] | None:  # fmt: skip
+               previous: Mapping[str, Any], missing: Sequence[str] = ()) -> list[str] | None:  # fmt: skip
     """Why a failed TFJob failed, when only Kubernetes taking workers away explains it: one line per such worker
     (its node and why); None when a worker failed for a reason of its own, or nothing was taken away.
 
     A run Kueue preempted (status.reason Preempted) may fail as soon as it is admitted again, on a worker of its
     earlier admission that stopped or lost its peer when the TFJob was suspended (the training-operator counts
-    replica failures from the pods in its cache): that is the preemption, not the run."""
+    replica failures from the pods in its cache): that is the preemption, not the run.
+
+    A worker `missing` (its pod deleted, its events silent) was taken away too: found on three nodes, where the
+    operator's own pod was on the drained node, and the one started elsewhere saw the TFJob failed after the evicted
+    pod had gone."""
     if _own_failure(pods):
         return None
     if lines := disrupted_workers([*pods, *gone]):
         return lines
+    if missing:
+        return [f"worker {name} was deleted before the operator saw why (a drain or another eviction, or someone "
+                f"deleting it)" for name in missing]  # fmt: skip
     if previous.get("reason") == PREEMPTED:
         stopped = ", ".join(f"{e.name} (exit code {e.code})" for e in worker_exits(pods)) or "a worker"
         return [f"preempted by Kueue; after it was admitted again the TFJob counted as failed {stopped} of the "
                 f"earlier admission"]  # fmt: skip
     return None
+
+
+def _missing(run: RunSpec, pods: Sequence[Mapping[str, Any]], gone: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The run's workers whose pods are neither there nor remembered by their events."""
+    there = {(p.get("metadata") or {}).get("name") for p in [*pods, *gone]}
+    return [name for i in range(run.workers) if (name := worker_pod_name(run, i)) not in there]
 
 
 def resumes(status: Mapping[str, Any]) -> int:
@@ -105,7 +119,7 @@ def resume(run: RunSpec, previous: Mapping[str, Any], tfjob: Mapping[str, Any], 
     """Resume, when the failed `tfjob` failed only by disruption (taken_away) and the run may resume again; else
     None (the run fails as the TFJob did; not_resumed says why when it was a disruption)."""
     uid = (tfjob.get("metadata") or {}).get("uid") or ""
-    lines = taken_away(pods, gone, previous)
+    lines = taken_away(pods, gone, previous, _missing(run, pods, gone))
     done = resumes(previous)
     if lines is None or not run.disruption.resume or done >= run.disruption.max_resumes or not uid:
         return None
@@ -123,7 +137,7 @@ def resume(run: RunSpec, previous: Mapping[str, Any], tfjob: Mapping[str, Any], 
 def not_resumed(run: RunSpec, previous: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
                 gone: Sequence[Mapping[str, Any]]) -> str | None:  # fmt: skip
     """Why a run whose TFJob failed by disruption alone was not resumed, for its failure message; None otherwise."""
-    if taken_away(pods, gone, previous) is None:
+    if taken_away(pods, gone, previous, _missing(run, pods, gone)) is None:
         return None
     if not run.disruption.resume:
         return "not resumed: spec.disruption.resume is false"
@@ -151,20 +165,29 @@ def waiting_for_pods(run: RunSpec, previous: Mapping[str, Any], pods: Sequence[M
     head = previous.get("message") or f"resuming TFJob {run.tfjob_name}"
     if not left:
         return State(PENDING, RESUMING_AFTER_DISRUPTION, head, created=True)
-    nodes = sorted({n for p in pods if (n := (p.get("spec") or {}).get("nodeName"))}) or ["NODE"]
     message = (f"{head.split('; waiting for ')[0]}; waiting for the failed TFJob's pods to go: {', '.join(left)} "
                f"(a pod of a lost node goes once the node is back, or once an admin declares it out of service: "
-               f"kubectl taint node {nodes[0]} {OUT_OF_SERVICE})")  # fmt: skip
+               f"kubectl taint node {_node_to_declare(pods)} {OUT_OF_SERVICE})")  # fmt: skip
     waiting = f"waiting for the failed TFJob's pods to go: {', '.join(left)}"
     return waited_too_long(run, previous, now, waiting) or State(PENDING, RESUMING_AFTER_DISRUPTION, message,
                                                                   created=True)  # fmt: skip
 
 
+def _node_to_declare(pods: Sequence[Mapping[str, Any]]) -> str:
+    """The node an admin would declare out of service: a taken worker's, else any left pod's."""
+    nodes = _nodes(pods) or sorted({n for p in pods if (n := (p.get("spec") or {}).get("nodeName"))})
+    return nodes[0] if nodes else "NODE"
+
+
+def _was_taken(pod: Mapping[str, Any]) -> bool:
+    """Whether Kubernetes took the pod away (its DisruptionTarget condition)."""
+    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])  # fmt: skip
+
+
 def _nodes(pods: Sequence[Mapping[str, Any]]) -> list[str]:
     """The nodes of the workers taken away (their DisruptionTarget), sorted."""
-    taken = [p for p in pods if any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-                                    for c in (p.get("status") or {}).get("conditions") or [])]  # fmt: skip
-    return sorted({n for p in taken if (n := (p.get("spec") or {}).get("nodeName"))})
+    return sorted({n for p in pods if _was_taken(p) and (n := (p.get("spec") or {}).get("nodeName"))})
 
 
 def _waited(run: RunSpec, previous: Mapping[str, Any], now: str) -> Mapping[str, Any] | None:

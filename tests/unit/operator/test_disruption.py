@@ -247,3 +247,20 @@ def test_save_on_stop_gives_the_trainer_its_save_on_sigterm_and_only_then():
 
     assert flags.BACKUP_ON_SIGTERM in trainer_args(spec(saveOnStop=True))
     assert flags.BACKUP_ON_SIGTERM not in trainer_args(RUN)
+
+
+def test_a_worker_whose_pod_went_unremembered_counts_as_taken_away():
+    """Found on three nodes: the operator's own pod was on the drained node; the one started elsewhere saw the TFJob
+    failed after the evicted worker's pod had gone, its events silent."""
+    [line] = disruption.taken_away([pod(0, running=True)], [], RUNNING, ["mnist-cnn-worker-1"])
+    assert line == ("worker mnist-cnn-worker-1 was deleted before the operator saw why (a drain or another eviction, "
+                    "or someone deleting it)")  # fmt: skip
+    plan = disruption.resume(RUN, RUNNING, FAILED, [pod(0, running=True)], [], T2)
+    assert plan is not None and "mnist-cnn-worker-1 was deleted" in plan.state.message
+
+
+def test_the_taint_an_admin_may_set_names_the_taken_workers_node_not_a_live_peers():
+    left = [{**pod(0), "spec": {"nodeName": "dtr-n1"}},
+            disrupted(1, "DeletionByTaintManager", "", node="dtr-n2")]  # fmt: skip
+    state = disruption.waiting_for_pods(RUN, {"message": "x; resuming"}, left, T2)
+    assert "kubectl taint node dtr-n2 node.kubernetes.io/out-of-service" in state.message
