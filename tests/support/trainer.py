@@ -96,6 +96,19 @@ def start_workers(volume: Volume, ports: Sequence[int], args: Sequence[str], att
     return workers
 
 
+def restart_to_the_end(volume: Volume, ports: Sequence[int], args: Sequence[str],
+                       attempt: str = "b") -> list[Worker]:
+    """Every worker started again (as the kubelet restarts failed containers, same TF_CONFIG and volume) and run to
+    its end: each must exit 0; the finished workers, for their logs."""
+    workers = start_workers(volume, ports, args, attempt=attempt)
+    try:
+        codes = [w.wait() for w in workers]
+    finally:
+        kill_all(workers)
+    assert codes == [0] * len(workers), "\n".join(w.log()[-2000:] for w in workers)
+    return workers
+
+
 def run_trainer(args: Sequence[str], volume: Volume, tf_config_text: str | None = None,
                 timeout: float = STARTUP_AND_RUN_TIMEOUT) -> subprocess.CompletedProcess:
     """One trainer process, stdout and stderr captured apart."""

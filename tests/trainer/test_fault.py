@@ -14,6 +14,7 @@ from support.trainer import (
     Volume,
     all_entries,
     kill_all,
+    restart_to_the_end,
     start_workers,
     wait_for_line,
     worker_log_file,
@@ -46,12 +47,7 @@ def test_killed_worker_resumes_from_backup(tmp_path):
     assert all_entries(volume.root / "models" / ".dtr-export" / "digits-cnn") == ["claim-1"]  # ...but claimed
 
     # OnFailure: the kubelet restarts both failed containers with the same TF_CONFIG and volume.
-    second = start_workers(volume, ports, args, attempt="b")
-    try:
-        codes = [w.wait() for w in second]
-    finally:
-        kill_all(second)
-    assert codes == [0, 0], "\n".join(w.log()[-2000:] for w in second)
+    second = restart_to_the_end(volume, ports, args)
 
     chief_log = second[0].log()
     resumed = re.search(r"resumed from backup at epoch (\d+)/", chief_log)

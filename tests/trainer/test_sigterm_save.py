@@ -16,7 +16,16 @@ import pytest
 from dtr_trainer.step_backup import crosses, next_save_point
 
 from devcluster.controlplane import free_ports
-from support.trainer import Volume, all_entries, kill_all, run_trainer, start_workers, trainer_env, wait_for_line
+from support.trainer import (
+    Volume,
+    all_entries,
+    kill_all,
+    restart_to_the_end,
+    run_trainer,
+    start_workers,
+    trainer_env,
+    wait_for_line,
+)
 
 EPOCHS, STEPS, PER_EXECUTION = 3, 200, 5
 ARGS = ["--dataset", "digits", "--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--batch-size-per-worker",
@@ -72,12 +81,7 @@ def test_a_worker_told_to_stop_mid_epoch_saves_with_its_peer_and_the_restart_res
     assert [json.loads(line)["epoch"] for line in history_file.read_text().splitlines()] == [1]
     assert all_entries(volume.root / "models" / "digits-cnn") == []
 
-    second = start_workers(volume, ports, args, attempt="b")
-    try:
-        codes = [w.wait() for w in second]
-    finally:
-        kill_all(second)
-    assert codes == [0, 0], "\n".join(w.log()[-2000:] for w in second)
+    second = restart_to_the_end(volume, ports, args)
     for w in second:
         # Resumed at the step after the save: none of the interrupted epoch's saved steps is done again.
         assert f"resumed from backup at epoch 2/{EPOCHS}, step {step + 1}/{STEPS}" in w.log()
@@ -162,12 +166,7 @@ def test_backup_every_steps_lets_a_restart_after_a_sigkill_resume_inside_the_epo
     finally:
         kill_all(first)
     assert survivor == 138, first[0].log()[-2000:]
-    second = start_workers(volume, ports, args, attempt="b")
-    try:
-        codes = [w.wait() for w in second]
-    finally:
-        kill_all(second)
-    assert codes == [0, 0], "\n".join(w.log()[-2000:] for w in second)
+    second = restart_to_the_end(volume, ports, args)
     resumed = re.search(rf"resumed from backup at epoch 2/{EPOCHS}, step (\d+)/{STEPS}", second[0].log())
     assert resumed and int(resumed.group(1)) in (51, 101, 151), second[0].log()[-2000:]
     history = (volume.root / "logs" / "run1" / "history.jsonl").read_text().splitlines()
