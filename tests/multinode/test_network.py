@@ -6,7 +6,7 @@ import ipaddress
 import json
 
 from support.multinode import MultiNode
-from support.wait import wait_for
+from support.wait import poll, wait_for
 
 HTTPD = "mkdir -p /w && echo ok > /w/index.html && httpd -f -p 8080 -h /w"
 
@@ -32,8 +32,11 @@ def test_pods_on_two_nodes_reach_each_other_by_address_service_and_name(
     server = multinode.pod_on(ns, "server", "dtr-n2", HTTPD, labels={"app": "server"})
     multinode.pod_on(ns, "client", "dtr-n1", "sleep 3600")
     multinode.cluster.kubectl("expose", "pod", "server", "-n", ns, "--port=80", "--target-port=8080")
-    assert multinode.connects(ns, "client", server, 8080), "pod to pod across nodes"
-    assert multinode.connects(ns, "client", f"server.{ns}.svc.cluster.local", 80), "Service by its DNS name"
+    # Reachable within 30 s, not at the first 4 s try: the server's port, and a new pod's route or its Service's
+    # endpoints, may come a moment after the pod runs (a CI run at 16f1e0e failed the single try, pod to pod).
+    assert poll(lambda: multinode.connects(ns, "client", server, 8080), 30, 1), "pod to pod across nodes"
+    assert poll(lambda: multinode.connects(ns, "client", f"server.{ns}.svc.cluster.local", 80), 30, 1), \
+        "Service by its DNS name"  # fmt: skip
 
 
 def test_a_network_policy_holds_for_pods_on_other_nodes(multinode: MultiNode, plain_namespace: str) -> None:
