@@ -27,6 +27,7 @@ from .status.pods import (
     code_changed,
     disrupted_workers,
     divergence,
+    is_disrupted,
     object_store_failure,
     user_code_failure,
     worker_exits,
@@ -179,15 +180,9 @@ def _node_to_declare(pods: Sequence[Mapping[str, Any]]) -> str:
     return nodes[0] if nodes else "NODE"
 
 
-def _was_taken(pod: Mapping[str, Any]) -> bool:
-    """Whether Kubernetes took the pod away (its DisruptionTarget condition)."""
-    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])  # fmt: skip
-
-
 def _nodes(pods: Sequence[Mapping[str, Any]]) -> list[str]:
     """The nodes of the workers taken away (their DisruptionTarget), sorted."""
-    return sorted({n for p in pods if _was_taken(p) and (n := (p.get("spec") or {}).get("nodeName"))})
+    return sorted({n for p in pods if is_disrupted(p) and (n := (p.get("spec") or {}).get("nodeName"))})
 
 
 def _waited(run: RunSpec, previous: Mapping[str, Any], now: str) -> Mapping[str, Any] | None:

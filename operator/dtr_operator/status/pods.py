@@ -179,6 +179,11 @@ def gone_worker(name: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any
             "status": {"conditions": [condition]}}
 
 
+def is_disrupted(pod: Mapping[str, Any]) -> bool:
+    """Whether Kubernetes is taking the pod away (its DisruptionTarget condition is True)."""
+    return _disruption_target(pod) is not None
+
+
 def _disruption_target(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if (c.get("type"), c.get("status")) == ("DisruptionTarget", "True")), None)
