@@ -46,6 +46,11 @@ REFUSED_KEYS = (
     "k8s.v1.cni.cncf.io/*", "v1.multus-cni.io/*", "cni.projectcalico.org/*",
     "vault.hashicorp.com/*", "linkerd.io/*", "*.linkerd.io/*", "azure.workload.identity/*", "dapr.io/*",
     "kubernetes.io/*", "*.kubernetes.io/*", "k8s.io/*", "*.k8s.io/*", "*.x-k8s.io/*", "volcano.sh/*", "*.volcano.sh/*",
+    # Security review R11: more that inject, or hand the pod an identity: kube2iam/kiam's role, AAD pod identity,
+    # OpenTelemetry's operator, Consul, Kuma, Datadog, GKE's Cloud Storage FUSE, EKS, Karpenter's disruption.
+    "iam.amazonaws.com/*", "*.amazonaws.com/*", "aadpodidbinding", "*.opentelemetry.io/*", "consul.hashicorp.com/*",
+    "*.hashicorp.com/*", "kuma.io/*", "*.kuma.io/*", "*.datadoghq.com/*", "gke-gcsfuse/*", "karpenter.sh/*",
+    "*.karpenter.sh/*",
 )  # fmt: skip
 # ...except Kubernetes' recommended labels, which no component acts on (the operator sets managed-by itself).
 RECOMMENDED_KEYS = "app.kubernetes.io/*"
@@ -54,7 +59,11 @@ RECOMMENDED_KEYS = "app.kubernetes.io/*"
 # roles', and a cordoned node's. A toleration without a key (operator Exists) tolerates every taint: it needs `*`.
 # The same flag answers for node labels with these keys in spec.nodeSelector and nodeAffinity terms: both ask
 # "may the run land on control-plane or dedicated nodes" (an untainted dedicated pool needs no toleration).
-GUARDED_TAINTS = ("node-role.kubernetes.io/*", "node.kubernetes.io/unschedulable")
+GUARDED_TAINTS = ("node-role.kubernetes.io/*", "node.kubernetes.io/unschedulable",
+                  # A node's lifecycle (review R11): tolerated, a worker stays on a node that is failing or declared
+                  # out of service (its volume's detach waits on it); not node labels (instance-type stays free).
+                  "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable", "node.kubernetes.io/*-pressure",
+                  "node.kubernetes.io/network-unavailable", "node.kubernetes.io/out-of-service")  # fmt: skip
 # nodeAffinity operators that pull a run onto the nodes carrying a key; NotIn and DoesNotExist keep it off them.
 TARGETING_OPERATORS = ("In", "Exists", "Gt", "Lt")
 # The one topology a required anti-affinity term may always spread over: each worker closes its own node to the

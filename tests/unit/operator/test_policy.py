@@ -59,6 +59,12 @@ def test_allowed_keys_are_globs():
     "azure.workload.identity/use", "kubernetes.io/egress-bandwidth", "cluster-autoscaler.kubernetes.io/safe-to-evict",
     "k8s.io/x", "scheduling.k8s.io/group-name", "kueue.x-k8s.io/queue-name", "dapr.io/sidecar-image",
     "scheduling.volcano.sh/queue-name",
+    # Security review R11: what `*` used to admit.
+    "iam.amazonaws.com/role", "eks.amazonaws.com/role-arn", "aadpodidbinding",
+    "instrumentation.opentelemetry.io/inject-python", "sidecar.opentelemetry.io/inject",
+    "consul.hashicorp.com/connect-inject", "kuma.io/sidecar-injection",
+    "admission.datadoghq.com/enabled", "ad.datadoghq.com/tags", "gke-gcsfuse/volumes", "karpenter.sh/do-not-disrupt",
+    "ovn.kubernetes.io/logical_switch",
 ])  # fmt: skip
 def test_keys_that_steer_add_ons_or_belong_to_kubernetes_are_refused_even_when_allowed(key):
     for field, attr in (("podLabels", "pod_labels"), ("podAnnotations", "pod_annotations")):
@@ -111,11 +117,21 @@ def test_kueues_workload_priority_class_is_held_to_the_same_list():
      "key node-role.kubernetes.io/control-plane"),
     ({"key": "node-role.kubernetes.io/master", "operator": "Exists"}, "key node-role.kubernetes.io/master"),
     ({"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}, "key node.kubernetes.io/unschedulable"),
+    # A node's lifecycle (review R11).
+    ({"key": "node.kubernetes.io/not-ready", "operator": "Exists"}, "key node.kubernetes.io/not-ready"),
+    ({"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+     "key node.kubernetes.io/unreachable"),
+    ({"key": "node.kubernetes.io/disk-pressure", "operator": "Exists"}, "key node.kubernetes.io/disk-pressure"),
+    ({"key": "node.kubernetes.io/out-of-service", "operator": "Exists"}, "key node.kubernetes.io/out-of-service"),
 ])  # fmt: skip
 def test_tolerations_of_the_control_plane_or_every_taint_are_refused_by_default(toleration, words):
     got = refusal({"tolerations": [{"key": "gpu", "operator": "Exists"}, toleration]})
     assert got is not None and got.reason == reasons.TOLERATION_NOT_ALLOWED
     assert f"spec.tolerations[1] with {words}" in got.message and "--allowed-toleration-keys" in got.message
+
+
+def test_a_node_label_of_the_node_kubernetes_io_prefix_stays_free_to_select():
+    assert refusal({"nodeSelector": {"node.kubernetes.io/instance-type": "g4dn.xlarge"}}) is None
 
 
 def test_tolerations_allowed_by_key_and_the_keyless_one_only_by_star():
