@@ -181,6 +181,7 @@ class Flag:
     then: str
     restart: int = 0
     fail: bool = False
+    queue: str | None = None  # REPORT because Kueue's queue of this name manages the TFJob (left_to_kueue)
 
 
 @dataclass(frozen=True)
@@ -249,8 +250,19 @@ def stall_message(verdict: Stalled, silent: Sequence[str], workers: int) -> str:
     return f"{what}; {who}"
 
 
+def left_to_kueue(flag: Flag, queue: str | None) -> Flag:
+    """The flag of a run whose TFJob names a Kueue queue though the run names none (Kueue's LocalQueue defaulting
+    adds the label; security review R10): reported only, as effective makes a queued run's, since a restart (a
+    suspend and a resume) would fight Kueue's suspension of an admitted workload."""
+    if queue is None or flag.then != RESTART:
+        return flag
+    return Flag(flag.verdict, REPORT, queue=queue)
+
+
 def then_message(flag: Flag, watch: WatchdogSpec) -> str:
     """What the operator does about it, for the status and the event."""
+    if flag.then == REPORT and flag.queue is not None:
+        return f"reported only (Kueue's queue {flag.queue} manages the TFJob: a restart would fight its suspension)"
     if flag.then == REPORT:
         return "reported only (spec.watchdog.onStall: Report)"
     if flag.fail:

@@ -18,7 +18,7 @@ from ..reasons import FAILED, STALL_ENDED, STALL_RESTART, STALLED, STALLED_CONDI
 from ..spec import RunSpec
 from ..status.compute import state_status
 from ..status.pods import own_pods
-from ..status.state import State, tfjob_state
+from ..status.state import State, kueue_queue, tfjob_state
 from . import writes
 from .context import Context, ObservedRun, is_live, meta
 from .decide import policy_not_held
@@ -51,11 +51,10 @@ class Stall:
         elif isinstance(step, watchdog.Flag):
             self._flag_stall(run, step, at)
 
-    def _silent_workers(self, run: RunSpec) -> list[str]:
+    def _silent_workers(self, run: RunSpec, tfjob: Mapping[str, Any]) -> list[str]:
         """The worker pods whose log has no line for the last SILENT_SECONDS (the trainer's heartbeat keeps a live
         one's going): one small read per worker, only for a run just found stalled; only the TFJob's own pods are
         read (own_pods), a worker without one is silent."""
-        tfjob = self.ctx.kube.get_tfjob(run.namespace, run.tfjob_name) or {}
         own = {meta(p).get("name") for p in own_pods(run, tfjob, self.ctx.kube.list_job_pods(run.namespace,
                                                                                            run.tfjob_name))}
         logs = {pod: self.ctx.kube.pod_log(run.namespace, pod, CONTAINER_NAME, tail_lines=1,
@@ -66,7 +65,9 @@ class Stall:
     def _flag_stall(self, run: ObservedRun, flag: watchdog.Flag, at: str) -> None:
         """Say the stall (condition, message, event), then restart the workers or fail the run if it asks."""
         spec = run.spec
-        silent = self._silent_workers(spec)
+        tfjob = self.ctx.kube.get_tfjob(spec.namespace, spec.tfjob_name) or {}
+        silent = self._silent_workers(spec, tfjob)
+        flag = watchdog.left_to_kueue(flag, kueue_queue(tfjob))
         message = (f"{watchdog.stall_message(flag.verdict, silent, spec.workers)}; "
                    f"{watchdog.then_message(flag, watchdog.effective(spec))}")  # fmt: skip
         if flag.fail:

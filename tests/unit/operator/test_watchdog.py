@@ -331,6 +331,23 @@ def test_restart_suspends_the_tfjob_and_its_suspended_event_resumes_it():
     assert status_writes(kube)[1]["watchdog"]["restarting"] is False  # named: the status write is a merge patch
 
 
+def test_a_tfjob_kueue_manages_without_the_runs_queue_name_is_reported_not_restarted():
+    """Security review R10: Kueue's LocalQueue defaulting labels the TFJob of a run that names no queue; suspending
+    and resuming it would fight Kueue over an admitted workload, so its stall is reported only."""
+    stalled = body(seen(running(), [(1, 300), (2, 362), (3, 424)]), onStall="Restart")
+    kube = api(STALLED_LOGS, stalled)
+    job = kube.stored("TFJob", "mnist-cnn")
+    job["metadata"].setdefault("labels", {})["kueue.x-k8s.io/queue-name"] = "default"
+    kube.put(job)
+    rec, events = poller(kube, at(424 + 400))
+    rec.poll_progress(stalled)
+    assert policy_patches(kube) == [], "no suspend of a TFJob Kueue manages"
+    assert [e[:2] for e in events] == [("Warning", "Stalled")]
+    assert "Kueue's queue default manages the TFJob" in events[0][2]
+    [write] = status_writes(kube)
+    assert "restarts" not in write["watchdog"] and not write["watchdog"].get("restarting")
+
+
 def test_a_restart_resumes_only_once_the_old_pods_are_gone_and_the_poll_does_it():
     """The training-operator counts an old pod its deletion failed (the frozen worker's, killed after its grace
     period) against the resumed TFJob, which then fails: seen on the real node."""
