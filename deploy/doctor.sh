@@ -20,6 +20,8 @@ set -euo pipefail
 
 # shellcheck source=deploy/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=deploy/podsecurity.sh
+source "$(dirname "${BASH_SOURCE[0]}")/podsecurity.sh"
 
 # python3.9 on PATH, else pyenv's 3.9 (pyenv's shim exists but refuses when 3.9 is not its global version).
 find_python39() {
@@ -320,6 +322,23 @@ if ((APPLIES)); then
     report warn k3d "not on PATH" "k3d-up k3d-down" "https://k3d.io (docs/k3d.md)"
   fi
 fi
+# check_pod_security: the cluster kubectl reaches now, if any: its namespaces that enforce no Pod Security level that
+# keeps host-network pods out (a warning: what isolates a run there is weaker). Nothing when no cluster answers.
+check_pod_security() {
+  local weak context
+  command -v kubectl >/dev/null 2>&1 || return 0
+  kubectl --request-timeout=5s get namespaces -o name >/dev/null 2>&1 || return 0
+  context="$(kubectl config current-context 2>/dev/null || echo "the cluster")"
+  # shellcheck disable=SC2310 # a list that cannot be read says nothing: set -e inside it changes nothing
+  weak="$(weak_namespaces)" || return 0
+  if [[ -n "${weak}" ]]; then
+    report warn pod-security "namespaces of ${context} enforcing neither baseline nor restricted: ${weak}; a host-network pod there reaches any run's workers" "dev-cluster k3d-up" "kubectl label namespace NAME ${PSA_ENFORCE_LABEL}=restricted (docs/operator.md#pod-security-a-precondition)"
+  else
+    report ok pod-security "every namespace of ${context} enforces baseline or restricted" "dev-cluster k3d-up"
+  fi
+}
+
+check_pod_security
 check_disk "${ROOT}/.venv" 3 "(venvs)" "setup run test"
 check_disk "${DTR_CACHE:-${HOME:-/tmp}/.cache/dtr}" 10 "(Go, builds)" "${T_GO}"
 

@@ -170,6 +170,20 @@ install_dtr_operator() {
   kubectl -n dtr-system rollout status deployment/dtr-operator --timeout=180s
 }
 
+# shellcheck source=deploy/podsecurity.sh
+source "$(dirname "${BASH_SOURCE[0]}")/podsecurity.sh"
+# The namespaces where a host-network pod could reach a run's workers past its NetworkPolicy, said once.
+warn_pod_security() {
+  local weak
+  # shellcheck disable=SC2310 # a list that cannot be read says nothing: set -e inside it changes nothing
+  weak="$(weak_namespaces)" || return 0
+  [[ -n "${weak}" ]] || return 0
+  info "namespaces that enforce neither Pod Security baseline nor restricted: ${weak}"
+  info "  a host-network pod there reaches any run's workers past its NetworkPolicy; runs in them say so"
+  info "  (condition IsolationWeakened); label those tenants use: kubectl label namespace NAME ${PSA_ENFORCE_LABEL}=restricted"
+  info "  (docs/operator.md#pod-security-a-precondition)"
+}
+
 # A field of the run in the example file, read by kubectl (needs the CRD installed).
 example_field() {
   kubectl create --dry-run=client -f "${EXAMPLE}" -o jsonpath="{.metadata.$1}"
@@ -262,6 +276,7 @@ main() {
     step "Kubeflow training-operator: left as it is"
   fi
   install_dtr_operator
+  warn_pod_security
   [[ -n "${EXAMPLE}" ]] || return 0
   local name
   name="$(example_field name)"

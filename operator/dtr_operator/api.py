@@ -40,6 +40,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
     ("v1", "Pod"): "pods",
     ("v1", "ConfigMap"): "configmaps",
+    ("v1", "Namespace"): "namespaces",  # cluster-scoped: read with namespace "" (its Pod Security labels)
     (TFJOB_API_VERSION, TFJOB_KIND): TFJOB_PLURAL,
     (API_VERSION, KIND): PLURAL,
     (NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND): NETWORK_POLICY_PLURAL,

@@ -86,7 +86,8 @@ def _api_path(api_version: str) -> str:
 
 
 def _path(api_version: str, namespace: str, plural: str, name: str | None = None, sub: str | None = None) -> str:
-    path = f"{_api_path(api_version)}/namespaces/{quote(namespace, safe='')}/{plural}"
+    scope = f"/namespaces/{quote(namespace, safe='')}" if namespace else ""  # "": of no namespace (a Namespace)
+    path = f"{_api_path(api_version)}{scope}/{plural}"
     if name is not None:
         path += f"/{quote(name, safe='')}"
     if sub is not None:
@@ -254,8 +255,7 @@ class Kube:
 
     def patch(self, api_version: str, kind: str, namespace: str, name: str, body: Any,
               content_type: str = "application/merge-patch+json") -> dict[str, Any]:  # fmt: skip
-        """Patch the object: a merge patch, or with application/json-patch+json a JSON patch's operations (a run's
-        NetworkPolicy put back: reconcile/guard.py). NotFound, Conflict (a resourceVersion it sets is stale)."""
+        """A merge patch, or a JSON patch's operations (guard.py); NotFound, Conflict (a stale resourceVersion)."""
         path = _path(api_version, namespace, PLURALS[(api_version, kind)], name)
         return self.request("PATCH", path, body=body, content_type=content_type)
 

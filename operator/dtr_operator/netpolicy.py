@@ -23,7 +23,7 @@ from dtr_contract.container import PORT
 from .api import KIND, MANAGED_BY, PORT_NAME, RUN_LABEL
 from .builders import build_network_policy, is_owned_by, network_policy_spec, owned_by
 from .labels import selects, worker_labels
-from .reasons import ISOLATION_CONDITION, NO_OTHER_POLICY, OTHER_POLICY_ADMITS
+from .reasons import ISOLATION_CONDITION, NO_OTHER_POLICY, OTHER_POLICY_ADMITS, POD_SECURITY_NOT_ENFORCED
 from .spec import RunSpec
 from .status.conditions import set_condition
 from .status.state import clean_text
@@ -188,19 +188,26 @@ def exposure(run: RunSpec, policies: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def exposed_status(status: Mapping[str, Any], lines: Sequence[str], now: str, generation: int | None
-                   ) -> dict[str, Any]:  # fmt: skip
-    """The status with the IsolationWeakened condition: True with `lines` while there are any; False once they are
-    gone after it was True; absent while none was ever found (no condition to write, so no write)."""
+def exposed_status(status: Mapping[str, Any], lines: Sequence[str], now: str, generation: int | None,
+                   pod_security: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """The status with the IsolationWeakened condition: True while other policies widen the run's (`lines`) or its
+    namespace enforces no Pod Security that keeps host-network pods out (`pod_security`: podsecurity.weakness);
+    False once neither holds after it was True; absent while none was ever found (no condition, so no write)."""
     conditions = status.get("conditions") or []
     was = next((c for c in conditions if c.get("type") == ISOLATION_CONDITION), None)
-    if not lines and was is None:
+    if not lines and pod_security is None and was is None:
         return dict(status)
-    if lines:
-        message = clean_text("; ".join(lines) + ": NetworkPolicies add up, so these reach the workers' TensorFlow "
-                             "server too (docs/operator.md)")  # fmt: skip
-        cond = set_condition(conditions, ISOLATION_CONDITION, True, OTHER_POLICY_ADMITS, message, now, generation)
+    if lines or pod_security:
+        reason = OTHER_POLICY_ADMITS if lines else POD_SECURITY_NOT_ENFORCED
+        cond = set_condition(conditions, ISOLATION_CONDITION, True, reason, _weakened(lines, pod_security), now,
+                             generation)  # fmt: skip
     else:
         message = "no other NetworkPolicy of the namespace admits the workers' TensorFlow port"
         cond = set_condition(conditions, ISOLATION_CONDITION, False, NO_OTHER_POLICY, message, now, generation)
     return {**status, "conditions": cond}
+
+
+def _weakened(lines: Sequence[str], pod_security: str | None) -> str:
+    said = [f"{'; '.join(lines)}: NetworkPolicies add up, so these reach the workers' TensorFlow server too "
+            "(docs/operator.md)"] if lines else []  # fmt: skip
+    return clean_text("; ".join([*said, *([pod_security] if pod_security else [])]))

@@ -310,8 +310,14 @@ OTHER_POLICY_ADMITS = _declare(Reason("OtherPolicyAdmits", CONDITION, None, Fals
     f"message names each and from where: `NetworkPolicy allow-monitoring admits TCP {PORT} from pods of the "
     "namespaces its namespaceSelector picks` "
     f"([operator.md]({_NETWORK}))"))  # fmt: skip
+POD_SECURITY_NOT_ENFORCED = _declare(Reason("PodSecurityNotEnforced", CONDITION, None, False,
+    "the `IsolationWeakened` condition's reason while no other policy widens the run's but its namespace enforces "
+    "no Pod Security level that keeps host-network pods out (label `pod-security.kubernetes.io/enforce` not "
+    "`baseline` or `restricted`): such a pod reaches the workers past any NetworkPolicy "
+    "([operator.md](operator.md#pod-security-a-precondition))"))  # fmt: skip
 NO_OTHER_POLICY = _declare(Reason("NoOtherPolicyAdmits", CONDITION, None, False,
-    "the `IsolationWeakened` condition's reason once no other NetworkPolicy admits the workers' port any more"))
+    "the `IsolationWeakened` condition's reason once no other NetworkPolicy admits the workers' port any more and "
+    "the namespace enforces Pod Security"))  # fmt: skip
 
 # ---- events only (docs/api.md#events) -----------------------------------------------------------
 

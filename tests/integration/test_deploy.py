@@ -95,8 +95,9 @@ CLUSTER_SCOPED = {("apiextensions.k8s.io", "customresourcedefinitions"), NAMESPA
 
 
 def without_namespaces(triples: set[Triple]) -> set[Triple]:
-    """kopf lists and watches namespaces only when it serves named ones, never cluster-wide."""
-    return {t for t in triples if t[:2] != NAMESPACES}
+    """kopf lists and watches namespaces only when it serves named ones, never cluster-wide; both modes get a run's
+    namespace (whether it enforces Pod Security)."""
+    return {t for t in triples if t[:2] != NAMESPACES or t[2] == "get"}
 
 
 def cluster_scoped(triples: set[Triple]) -> set[Triple]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from dtr_operator.builders import network_policy_spec
+from dtr_operator.podsecurity import ENFORCE_LABEL
 from operator_support import condition, create_run, events, get, wait_status
 
 from support.cluster import Cluster
@@ -185,6 +186,8 @@ def test_a_refused_restore_stops_the_workers_and_a_later_one_starts_them_again(
 def test_another_policy_that_admits_the_port_is_reported_on_the_run(
     control_plane: Cluster, namespace: str, operator: Operator
 ):
+    # A namespace that enforces Pod Security: other policies are then the only thing that weakens the run's.
+    control_plane.kubectl("label", "namespace", namespace, f"{ENFORCE_LABEL}=restricted")
     allow_all = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
                  "metadata": {"name": "allow-all", "namespace": namespace},
                  "spec": {"podSelector": {}, "ingress": [{}]}}  # fmt: skip
@@ -200,3 +203,24 @@ def test_another_policy_that_admits_the_port_is_reported_on_the_run(
     operator.start()
     wait_for(lambda: condition((get(control_plane, namespace, "dtr", "exposed") or {}).get("status") or {},
                                "IsolationWeakened")["status"] == "False", "the condition to clear")  # fmt: skip
+
+
+def test_a_run_in_a_namespace_without_pod_security_says_so_until_it_is_labelled(
+    control_plane: Cluster, namespace: str, operator: Operator
+):
+    """Security review R2: the test's namespace enforces no Pod Security level, so a host-network pod there would
+    reach the workers past their policy; the run says it, and stops saying it once the namespace is labelled."""
+    guarded_run(control_plane, namespace, "unguarded")
+
+    def isolation() -> dict[str, Any] | None:
+        st = (get(control_plane, namespace, "dtr", "unguarded") or {}).get("status") or {}
+        return next((c for c in st.get("conditions") or [] if c["type"] == "IsolationWeakened"), None)
+
+    weak = wait_for(isolation, "the condition")
+    assert weak["status"] == "True" and weak["reason"] == "PodSecurityNotEnforced", weak
+    assert f"namespace {namespace} enforces no Pod Security level" in weak["message"], weak
+    control_plane.kubectl("label", "namespace", namespace, f"{ENFORCE_LABEL}=baseline")
+    operator.stop()
+    operator.start()  # read again at its start (else within a minute while the run trains)
+    cleared = wait_for(lambda: (c := isolation()) and c["status"] == "False" and c, "the condition to clear")
+    assert cleared["reason"] == "NoOtherPolicyAdmits", cleared

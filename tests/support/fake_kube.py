@@ -140,6 +140,9 @@ class FakeKube:
         self.namespace = namespace  # what put() gives an object that names none
         self.objects: dict[Key, dict[str, Any]] = {}
         self.tfjob_crd = True  # False: the training-operator's CRD is not installed (ResourceMissing)
+        # Every namespace the fake serves exists and enforces this Pod Security level, unless a test puts one of its
+        # own (kind Namespace, namespace ""); None: no such namespace.
+        self.pod_security: str | None = "restricted"
         self.calls: list[Call] = []
         self.pod_statuses: list[dict[str, Any]] = []  # a created pod's status at its 1st, 2nd... read; the last stays
         self.logs: dict[LogKey, str] = {}  # set_log
@@ -230,7 +233,11 @@ class FakeKube:
 
     @api
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return copy.deepcopy(self.objects.get(self._served((api_version, kind, namespace, name))))
+        found = self.objects.get(self._served((api_version, kind, namespace, name)))
+        if found is None and kind == "Namespace" and self.pod_security is not None:
+            return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {
+                "pod-security.kubernetes.io/enforce": self.pod_security}}}  # fmt: skip
+        return copy.deepcopy(found)
 
     @api
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:

@@ -1,7 +1,7 @@
 """A run's NetworkPolicy held (security review R3): read it, decide with netpolicy.py, make it again or put its spec
-back; and the other policies of the namespace that admit the workers' port from elsewhere, reported on the run
-(the IsolationWeakened condition). What the run does when its policy cannot be held is decide.py's (policy_not_held)
-and children.py's to carry out.
+back; and the other policies of the namespace that admit the workers' port from elsewhere, or a namespace that
+enforces no Pod Security (podsecurity.py), reported on the run (the IsolationWeakened condition). What the run does
+when its policy cannot be held is decide.py's (policy_not_held) and children.py's to carry out.
 
 When: before a run's children are made (its first policy), whenever its attempt finds its TFJob (the operator's
 start, a change of spec.suspend, a retry), on every watch event of a policy the operator owns that is not as it
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import netpolicy
+from .. import netpolicy, podsecurity
 from ..api import NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND
 from ..kube import AlreadyExists, ApiError, Conflict, NotFound
 from ..reasons import NETWORK_POLICY_RESTORED
@@ -40,6 +40,7 @@ class Guard:
     # namespace -> (when listed, its policies that are not some run's own as the operator makes it)
     others: dict[str, tuple[float, list[dict[str, Any]]]] = field(default_factory=dict)
     refused: set[tuple[str, int]] = field(default_factory=set)  # (namespace, status) of a refused list, said once
+    namespaces: dict[str, tuple[float, str | None]] = field(default_factory=dict)  # -> (when read, its weakness)
 
     def hold(self, run: ObservedRun, restoring: bool) -> Mapping[str, Any] | None:
         """Make the run's policy what the operator makes: create it when there is none, put back its spec and labels
@@ -103,7 +104,25 @@ class Guard:
                             spec.namespace, err)  # fmt: skip
             return
         lines = netpolicy.exposure(spec, policies)
-        self.ctx.record(run.body, lambda prev: netpolicy.exposed_status(prev, lines, self.ctx.now(), spec.generation))
+        weak = self._pod_security(spec.namespace)
+        self.ctx.record(run.body, lambda prev: netpolicy.exposed_status(prev, lines, self.ctx.now(), spec.generation,
+                                                                        weak))  # fmt: skip
+
+    def _pod_security(self, namespace: str) -> str | None:
+        """podsecurity.weakness of the namespace, read at most once per OTHERS_SECONDS; None when it cannot be read
+        (said once in the log: the RBAC of an older install lacks get on namespaces)."""
+        at = self.clock()
+        if namespace not in self.namespaces or at - self.namespaces[namespace][0] >= OTHERS_SECONDS:
+            try:
+                found = self.ctx.kube.get("v1", "Namespace", "", namespace) or {}
+            except ApiError as err:
+                if (namespace, err.status) not in self.refused:
+                    self.refused.add((namespace, err.status))
+                    log.warning("namespace %s not read: %s (the operator's RBAC needs get on namespaces); its runs "
+                                "are not told whether it enforces Pod Security", namespace, err)  # fmt: skip
+                return None
+            self.namespaces[namespace] = (at, podsecurity.weakness(namespace, found))
+        return self.namespaces[namespace][1]
 
     def _others(self, namespace: str) -> Sequence[Mapping[str, Any]]:
         """The namespace's policies but the runs' own as the operator makes them (they admit only their run's pods to

@@ -99,7 +99,9 @@ def test_a_policy_of_its_own_left_by_an_earlier_attempt_is_kept():
     kube = _api(owned_by(build_network_policy(run_of(spec={"workers": 2})), run_of(spec={"workers": 2})))
     assert _reconcile(kube) is None
     assert _created(kube) == ["PersistentVolumeClaim", "TFJob"]
-    assert [(a["api_version"], a["kind"]) for a in kube.succeeded("get")] == [("networking.k8s.io/v1", "NetworkPolicy")]
+    read = [(a["api_version"], a["kind"]) for a in kube.succeeded("get")]
+    # The policy once; the namespace once, for its Pod Security (guard.report).
+    assert read == [("networking.k8s.io/v1", "NetworkPolicy"), ("v1", "Namespace")]
     assert kube.succeeded("patch") == [], "as the operator makes it: nothing to put back"
 
 
