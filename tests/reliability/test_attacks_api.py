@@ -8,6 +8,10 @@ would (what her container, and the run's workers, would have reported). Each att
   claims accuracy 0.99 and a model path: the run's status must come from its own chief only.
 - R3, the run's NetworkPolicy taken away: deleted, widened (`ingress: [{}]`), or its label taken off by her: the
   policy must be back within seconds.
+- R2, a host-network pod beside the run: refused by the namespace's Pod Security; where none is enforced, the run
+  says its isolation is weaker (IsolationWeakened, PodSecurityNotEnforced).
+- R4, the operator's token stolen: what it may create of NetworkPolicies and TFJobs is held to the shapes the
+  operator builds (deploy/base/operator-admission.yaml), so an allow-all policy or a host-network TFJob is refused.
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dtr_operator.builders import network_policy_spec
+from dtr_operator.builders import build_network_policy, build_tfjob, network_policy_spec
+from dtr_operator.podsecurity import ENFORCE_LABEL
+from dtr_operator.spec import parse_run
 from ledger import Ledger, Record
 
 from support.api import Api
 from support.cluster import Cluster
 from support.operator import IMAGE, OperatorProcess
+from support.runs import run_doc
 from support.wait import poll, wait_for, wait_status
 
 TEAMMATE = "eve@example.com"
@@ -172,3 +179,107 @@ def test_a_teammate_cannot_take_the_runs_network_policy_away(
     assert job is not None and not job["spec"]["runPolicy"].get("suspend"), "restored: the workers went on"
     assert all(ok for _, ok, _ in results), results
 
+
+
+# ---- R2: a host-network pod beside the run ---------------------------------------------------------------
+
+
+def host_network_pod(name: str) -> dict[str, Any]:
+    """A pod on its node's network: no pod selector picks it, so no NetworkPolicy stops it reaching the workers."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"hostNetwork": True, "containers": [{"name": "probe", "image": IMAGE, "command": ["sleep", "1"]}]}}
+
+
+def isolation(api: Api, namespace: str, name: str) -> dict[str, Any] | None:
+    return next((c for c in api.status(namespace, name).get("conditions") or [] if c["type"] == "IsolationWeakened"),
+                None)  # fmt: skip
+
+
+def test_a_host_network_pod_is_refused_where_pod_security_is_enforced_and_the_run_says_where_not(
+    control_plane: Cluster, api: Api, namespace: str, operator: OperatorProcess, teammate: Callable[..., Any],
+    ledger: Ledger,
+) -> None:  # fmt: skip
+    create(api, namespace, "open", {"workers": 2})
+    said = wait_for(lambda: isolation(api, namespace, "open"), "the run's IsolationWeakened condition")
+    ok_said = said["status"] == "True" and said["reason"] == "PodSecurityNotEnforced"
+    ledger.add(Record(area="attack", case="R2-no-pod-security: a run in a namespace that enforces no Pod Security "
+                      "(a teammate's host-network pod would reach its workers past its NetworkPolicy)", tried=1,
+                      correct=int(ok_said), user_sees=f"condition IsolationWeakened {said['status']} "
+                      f"{said['reason']}: {said['message']}",
+                      detail={"finding": "R2", "refused_by": "operator (said, not refused)",
+                              "reason": "PodSecurityNotEnforced", "where": WHERE}))  # fmt: skip
+    control_plane.kubectl("label", "namespace", namespace, f"{ENFORCE_LABEL}=restricted")
+    made = teammate("create", "-f", "-", input=json.dumps(host_network_pod("beside")))
+    refused = made.returncode != 0 and "violates PodSecurity" in made.stderr and "hostNetwork" in made.stderr
+    ledger.add(Record(area="attack", case="R2-host-network-pod: a teammate (`edit`) creates a host-network pod in "
+                      "the run's namespace, which enforces Pod Security restricted", tried=1, correct=int(refused),
+                      user_sees=made.stderr.strip()[:300] or "created",
+                      detail={"finding": "R2", "refused_by": "API server (Pod Security admission)",
+                              "reason": "restricted", "where": WHERE}))  # fmt: skip
+    assert ok_said, said
+    assert refused, made.stderr
+
+
+# ---- R4: the operator's token in other hands -----------------------------------------------------------------
+
+OPERATOR_ACCOUNT = "system:serviceaccount:dtr-system:dtr-operator"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def stolen_token(control_plane: Cluster, namespace: str) -> Iterator[Callable[..., Any]]:
+    """kubectl as the operator's ServiceAccount with its RBAC in the namespace (what its ClusterRole grants there)
+    and the admission policy both installs ship, as on a cluster where it is installed."""
+    policy = REPO / "deploy" / "base" / "operator-admission.yaml"
+    control_plane.kubectl("apply", "-f", str(policy))
+    control_plane.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                          "metadata": {"name": "operator-writes", "namespace": namespace},
+                          "rules": [{"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+                                     "verbs": ["get", "create", "patch"]},
+                                    {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"],
+                                     "verbs": ["get", "create", "patch"]}]})  # fmt: skip
+    control_plane.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                          "metadata": {"name": "operator-writes", "namespace": namespace},
+                          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                      "name": "operator-writes"},
+                          "subjects": [{"kind": "ServiceAccount", "name": "dtr-operator",
+                                        "namespace": "dtr-system"}]})  # fmt: skip
+
+    def as_operator(*args: str, input: str | None = None) -> Any:
+        return control_plane.kubectl(*args, "-n", namespace, f"--as={OPERATOR_ACCOUNT}", input=input, check=False)
+
+    wait_for(lambda: as_operator("auth", "can-i", "create", "networkpolicies").stdout.strip() == "yes",
+             "the RBAC to take effect")  # fmt: skip
+    try:
+        yield as_operator
+    finally:
+        control_plane.kubectl("delete", "--ignore-not-found", "-f", str(policy), check=False)
+
+
+def test_a_stolen_operator_token_cannot_widen_a_runs_network_or_start_a_host_pod(
+    control_plane: Cluster, api: Api, namespace: str, stolen_token: Callable[..., Any], ledger: Ledger,
+) -> None:  # fmt: skip
+    create(api, namespace, "target", {"workers": 2})
+    run = parse_run(run_doc("target", namespace, {"workers": 2}, uid=api.run(namespace, "target")["metadata"]["uid"]))
+    owner = {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "name": "target",
+             "uid": run.uid, "controller": True}  # fmt: skip
+    # A policy of a name of its own, "owned" by a run of that name (the owner is only a reference), over every pod.
+    wide = build_network_policy(run)
+    wide["metadata"].update(name="target-open", ownerReferences=[{**owner, "name": "target-open"}])
+    wide["spec"].update(podSelector={}, ingress=[{}])
+    job = build_tfjob(run)
+    job["metadata"].update(name="target", ownerReferences=[owner])
+    job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["hostNetwork"] = True
+    tries = [("R4-stolen-token-allow-all-policy", "creates an allow-all NetworkPolicy over the run's workers", wide),
+             ("R4-stolen-token-host-network-tfjob", "creates a TFJob of the run's name whose pods use the host's "
+              "network", job)]  # fmt: skip
+    results = []
+    for case, what, doc in tries:
+        done = stolen_token("create", "--dry-run=server", "-f", "-", input=json.dumps(doc))
+        refused = done.returncode != 0 and "operator-admission.yaml" in done.stderr
+        results.append((case, refused, done.stderr))
+        ledger.add(Record(area="attack", case=f"{case}: the operator's ServiceAccount token, stolen, {what}", tried=1,
+                          correct=int(refused), user_sees=done.stderr.strip()[:300] or "created",
+                          detail={"finding": "R4", "refused_by": "API server (ValidatingAdmissionPolicy)",
+                                  "reason": "operator-admission.yaml", "where": WHERE}))  # fmt: skip
+    assert all(refused for _, refused, _ in results), results
