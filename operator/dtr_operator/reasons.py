@@ -263,7 +263,8 @@ AFFINITY_NOT_ALLOWED = _status("AffinityNotAllowed", FAILED, True,
     "`--allowed-anti-affinity-topologies` does not allow; nothing was created "
     "([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
 STORAGE_TOO_LARGE = _status("StorageTooLarge", FAILED, True,
-    "`spec.storage.size` is more than the operator's `--max-storage`; nothing was created "
+    "`spec.storage.size`, or `spec.training.datasetSource.maxSize`, is more than the operator's `--max-storage`; "
+    "nothing was created "
     "([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
 STORAGE_CLASS_NOT_ALLOWED = _status("StorageClassNotAllowed", FAILED, True,
     "`spec.storage.storageClassName` is not matched by the operator's `--allowed-storage-classes` (none by "

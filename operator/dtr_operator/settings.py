@@ -290,7 +290,8 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         f"--{policy.MAX_STORAGE.option}", metavar="QUANTITY",
-        help="the largest spec.storage.size of the PVC the operator creates for a run, a Kubernetes quantity "
+        help="the largest spec.storage.size of the PVC the operator creates for a run, and the largest "
+        "spec.training.datasetSource.maxSize, a Kubernetes quantity "
         f"(env {policy.MAX_STORAGE.env}; default {policy.DEFAULT_MAX_STORAGE})",
     )  # fmt: skip
 

@@ -7,6 +7,7 @@ server.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -339,7 +340,7 @@ def test_hostname_preferred_and_affinity_terms_spread_as_they_like():
 ])  # fmt: skip
 def test_quantities_are_read_as_kubernetes_reads_them(text, value):
     got = policy.quantity(text)
-    assert (got is None and value is None) or got == policy.Decimal(str(value))
+    assert (got is None and value is None) or got == Decimal(str(value))
 
 
 def test_storage_over_the_limit_is_refused():
@@ -349,6 +350,22 @@ def test_storage_over_the_limit_is_refused():
     assert refusal({"storage": {"size": "100Gi"}}) is None and refusal({"storage": {"size": "107374182400"}}) is None
     assert refusal({"storage": {"size": "1Ti"}}, max_storage="2T") is None
     assert refusal({"storage": {"size": "1e16"}}, max_storage="1Pi").reason == reasons.STORAGE_TOO_LARGE
+
+
+SOURCE = {"url": "https://data.example/t.npz", "sha256": "ab" * 32}
+
+
+def test_a_download_cap_over_the_storage_limit_is_refused_whatever_the_volume():
+    """spec.training.datasetSource.maxSize is held to --max-storage too: on a claim of the user's (whose size the
+    flag does not bound) and on classes that ignore a claim's size, it is what bounds the download."""
+    for storage in ({}, {"claimName": "shared"}):
+        got = refusal({"training": {"datasetSource": {**SOURCE, "maxSize": "101Gi"}}, "storage": storage})
+        assert got is not None and got.reason == reasons.STORAGE_TOO_LARGE, storage
+        assert "spec.training.datasetSource.maxSize 101Gi" in got.message
+        assert "--max-storage (DTR_MAX_STORAGE): 100Gi" in got.message
+    assert refusal({"training": {"datasetSource": {**SOURCE, "maxSize": "100Gi"}}}) is None
+    assert refusal({"training": {"datasetSource": SOURCE}}, max_storage="1Gi") is None  # the default, 1Gi
+    assert refusal({"training": {"datasetSource": SOURCE}}, max_storage="1023Mi").reason == reasons.STORAGE_TOO_LARGE
 
 
 def test_storage_classes_only_when_listed():
