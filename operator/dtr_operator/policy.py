@@ -61,6 +61,9 @@ TARGETING_OPERATORS = ("In", "Exists", "Gt", "Lt")
 HOSTNAME_TOPOLOGY = HOSTNAME_LABEL
 DEFAULT_MAX_STORAGE = "100Gi"  # --max-storage: the largest spec.storage.size it creates, and datasetSource.maxSize
 SYSTEM_PRIORITY_PREFIX = "system-"  # system-node-critical, system-cluster-critical: only when listed by name
+# The operator's own PriorityClass (deploy/base/priorityclass.yaml): only when listed by name, as a system class. A
+# run's pods at the operator's priority would be evicted with it, not before it, when a node runs short.
+OPERATOR_PRIORITY_CLASS = "dtr-operator"
 
 AFFINITY_KINDS = ("podAffinity", "podAntiAffinity")
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -148,8 +151,9 @@ def _annotations(run: RunSpec, policy: Policy) -> Refusal | None:
 
 
 def priority_allowed(name: str, patterns: Sequence[str]) -> bool:
-    """A system class only by its exact name (a `*` must not hand out system-node-critical)."""
-    if name.startswith(SYSTEM_PRIORITY_PREFIX):
+    """A system class, or the operator's own, only by its exact name (a `*` must not hand out system-node-critical,
+    nor rank a run's pods with the operator)."""
+    if name.startswith(SYSTEM_PRIORITY_PREFIX) or name == OPERATOR_PRIORITY_CLASS:
         return name in patterns
     return _any_match(name, patterns)
 
@@ -161,9 +165,11 @@ def _priority(run: RunSpec, policy: Policy) -> Refusal | None:
              ("spec.workloadPriorityClass", run.workload_priority_class))  # fmt: skip
     for field, name in named:
         if name is not None and not priority_allowed(name, policy.priority_classes):
+            own = name == OPERATOR_PRIORITY_CLASS
+            which = "the operator's own class" if own else f"a {SYSTEM_PRIORITY_PREFIX}* class"
             return Refusal(PRIORITY_CLASS_NOT_ALLOWED,
                            f"{field} {name} is not allowed by the operator's {PRIORITY_CLASSES}: "
-                           f"{_listed(policy.priority_classes)} (a {SYSTEM_PRIORITY_PREFIX}* class only by its exact "
+                           f"{_listed(policy.priority_classes)} ({which} only by its exact "
                            "name); leave it out, or ask a cluster admin to allow it")  # fmt: skip
     return None
 

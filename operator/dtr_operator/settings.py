@@ -259,7 +259,7 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
         policy.POD_ANNOTATIONS: f"annotation keys a run may put on its pods (spec.podAnnotations){refused}",
         policy.PRIORITY_CLASSES: "PriorityClasses a run may name (spec.priorityClassName, "
         "spec.schedulingPolicy.priorityClass) and Kueue WorkloadPriorityClasses (spec.workloadPriorityClass); a "
-        "system- class only by its exact name",
+        "system- class, or the operator's own (dtr-operator), only by its exact name",
         policy.TOLERATION_KEYS: "control-plane, node-role and cordoned-node taint keys a run may tolerate, and node "
         "label keys of these it may select nodes by (spec.nodeSelector, nodeAffinity); '*' also allows the key-less "
         "toleration of every taint",

@@ -90,6 +90,19 @@ def test_system_priority_classes_need_their_exact_name():
     assert refusal({"priorityClassName": "system-node-critical"}, priority_classes=("system-node-critical",)) is None
 
 
+def test_the_operators_own_priority_class_needs_its_exact_name():
+    """deploy/ gives the operator this class so that a full node evicts tenants' pods first: a `*` must not let a
+    run's pods rank with it."""
+    shipped = yaml.safe_load((REPO / "deploy" / "base" / "priorityclass.yaml").read_text())
+    assert shipped["metadata"]["name"] == policy.OPERATOR_PRIORITY_CLASS
+    for pattern in ("*", "dtr-*"):
+        got = refusal({"priorityClassName": policy.OPERATOR_PRIORITY_CLASS}, priority_classes=(pattern,))
+        assert got is not None and got.reason == reasons.PRIORITY_CLASS_NOT_ALLOWED, pattern
+        assert "(the operator's own class only by its exact name)" in got.message
+    assert refusal({"priorityClassName": "dtr-batch"}, priority_classes=("dtr-*",)) is None
+    assert refusal({"priorityClassName": "dtr-operator"}, priority_classes=("dtr-operator",)) is None
+
+
 def test_the_gang_schedulers_priority_class_is_held_to_the_same_list():
     got = refusal({"schedulingPolicy": {"priorityClass": "system-cluster-critical"}}, priority_classes=("*",))
     assert got is not None and "spec.schedulingPolicy.priorityClass system-cluster-critical" in got.message
