@@ -9,6 +9,9 @@ MODEL = "--model"
 DATASET = "--dataset"
 DATASET_URL = "--dataset-url"  # instead of DATASET: an https:// file, downloaded once into the data cache
 DATASET_SHA256 = "--dataset-sha256"  # required with DATASET_URL: the file's SHA-256, 64 hex digits
+# With DATASET_URL: the download's caps (dtr_contract.disk): a larger file is refused, a slower one given up, for good.
+DATASET_MAX_BYTES = "--dataset-max-bytes"
+DATASET_TIMEOUT_SECONDS = "--dataset-timeout-seconds"
 EPOCHS = "--epochs"
 BATCH_SIZE_PER_WORKER = "--batch-size-per-worker"
 STEPS_PER_EPOCH = "--steps-per-epoch"

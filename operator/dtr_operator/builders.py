@@ -35,6 +35,7 @@ from .api import (
     TFJOB_API_VERSION,
 )
 from .fields import SPEC
+from .grammar import quantity
 from .labels import template_labels, workers_selector
 from .schema import Field
 from .spec import RunSpec, SchedulingPolicy
@@ -48,6 +49,8 @@ SCRATCH_PATH = "/tmp"
 SCRATCH_SIZE = "256Mi"
 TRAINER_COMMAND = ("python", "-m", "dtr_trainer")
 RUN_AS = 1000
+# spec.training.datasetSource's caps, as the table declares them (their defaults: a run stored before they existed)
+_DATASET_CAPS = tuple(SPEC.child("training").child("datasetSource").child(n) for n in ("maxSize", "timeoutSeconds"))
 
 
 def run_labels(run: RunSpec) -> dict[str, str]:
@@ -110,9 +113,11 @@ def trainer_args(run: RunSpec, code_sha256: str | None = None) -> list[str]:
 def dataset_args(run: RunSpec) -> list[str]:
     """The data: a file the trainer downloads and checks (datasetSource), else the dataset by name or path."""
     source = run.training.dataset_source
-    if source is not None:
-        return [flags.DATASET_URL, source["url"], flags.DATASET_SHA256, source["sha256"]]
-    return [flags.DATASET, run.training.dataset]
+    if source is None:
+        return [flags.DATASET, run.training.dataset]
+    max_size, seconds = (source.get(f.name, f.default) for f in _DATASET_CAPS)
+    return [flags.DATASET_URL, source["url"], flags.DATASET_SHA256, source["sha256"],
+            flags.DATASET_MAX_BYTES, str(int(quantity(max_size) or 0)), flags.DATASET_TIMEOUT_SECONDS, str(seconds)]
 
 
 def backup_dir(run: RunSpec) -> str:

@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from dtr_contract import flags, layout
+from dtr_contract import disk, flags, layout
 
 from . import grammar
 from .fields_disruption import DISRUPTION
@@ -34,6 +34,14 @@ from .schema import MAX_KEY_LENGTH, Field, Pattern, Rule, To, cel_regex
 DEFAULT_TRAINER_IMAGE = "localhost/distml/trainer:0.1.0"  # --trainer-image's default (docs/images.md#names)
 DEFAULT_CODE_KEY = "model.py"  # spec.training.code.key when configMap is set and key is not
 CONFIGMAP_LIMIT = "1 MiB"  # the API server's limit on a ConfigMap's data (so on a file sent in one)
+
+
+def _quantity_text(n: int) -> str:
+    """Bytes as the quantity a person writes: 1Gi, 1Ti."""
+    return f"{n >> 40}Ti" if n % (1 << 40) == 0 else f"{n >> 30}Gi"
+
+
+DATASET_MAX_SIZE_LIMIT = _quantity_text(disk.DATASET_MAX_BYTES_LIMIT)  # spec.training.datasetSource.maxSize's bound
 
 # "<name>-worker-<index>" must stay a 63-character DNS label for up to 64 workers (index <= 63):
 # 52 + len("-worker-63") = 62, one character to spare.
@@ -196,6 +204,21 @@ DATASET_SOURCE = Field("datasetSource", "object",
           min_length=64, max_length=64,
           to=To("trainer", flags.DATASET_SHA256),
           pattern=Pattern(grammar.SHA256_HEX, "must be 64 lower-case hex digits (a SHA-256)", cel=True)),
+    Field("maxSize", "string",
+          "The largest file the workers download, a Kubernetes quantity such as 500Mi (default {default}, at most "
+          f"{DATASET_MAX_SIZE_LIMIT}, and no more than the operator's --max-storage). A larger Content-Length is "
+          "refused before a byte is written, a longer body stopped at it; either fails the run.",
+          default=_quantity_text(disk.DATASET_MAX_BYTES), max_length=32, to=To("trainer", flags.DATASET_MAX_BYTES),
+          rules=(Rule(f"isQuantity(self) && !quantity(self).isLessThan(quantity('1')) && "
+                      f"!quantity(self).isGreaterThan(quantity('{DATASET_MAX_SIZE_LIMIT}'))",
+                      f"must be a Kubernetes quantity from 1 (byte) to {DATASET_MAX_SIZE_LIMIT}, such as 500Mi",
+                      lambda v: grammar.quantity_within(v, "1", DATASET_MAX_SIZE_LIMIT)),),
+          doc="[operator.md](operator.md#disk-what-holds-a-run-to-its-size)"),
+    Field("timeoutSeconds", "integer",
+          "Seconds the download may take, every try and the pauses between them together ({bounds}); a slower one "
+          "fails the run.",
+          default=disk.DATASET_TIMEOUT_SECONDS, format="int32", minimum=disk.DATASET_TIMEOUT_LIMITS[0],
+          maximum=disk.DATASET_TIMEOUT_LIMITS[1], to=To("trainer", flags.DATASET_TIMEOUT_SECONDS)),
 ), rules=(
     Rule("has(self.url) && has(self.sha256)", "must set both url and sha256 (the download is checked against it)",
          lambda d: "url" in d and "sha256" in d),

@@ -6,6 +6,7 @@ reaches the cluster read them here.
 from __future__ import annotations
 
 import re
+from decimal import Decimal, InvalidOperation
 
 # Grammars, as full matches (Kubernetes' own where the API has one).
 DNS1035_LABEL = r"[a-z]([-a-z0-9]*[a-z0-9])?"
@@ -43,6 +44,34 @@ def positive_quantity(value: str) -> bool:
         return False
     number = re.match(r"[+]?([0-9]*\.?[0-9]*)", value)
     return number is not None and any(c in "123456789" for c in number.group(1))
+
+
+_BINARY_SUFFIXES = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}  # powers of 1024
+_DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?")
+
+
+def quantity(value: str | int) -> Decimal | None:
+    """A Kubernetes quantity's value (`100Gi`, `2G`, `1.5e9`, `500Mi`); None when it is not one."""
+    match = _QUANTITY.fullmatch(str(value).strip())
+    if match is None:
+        return None
+    number, suffix = Decimal(match.group(1)), match.group(2) or ""
+    try:
+        if suffix in _BINARY_SUFFIXES:
+            return number * 1024 ** _BINARY_SUFFIXES[suffix]
+        exponent = int(suffix[1:]) if len(suffix) > 1 else _DECIMAL_SUFFIXES[suffix]
+        return number.scaleb(exponent)
+    except (InvalidOperation, OverflowError):
+        return None
+
+
+def quantity_within(value: str, low: str, high: str) -> bool:
+    """A Kubernetes quantity between low and high, both included (CEL's twin: quantity(self) compared)."""
+    number, lo, hi = quantity(value), quantity(low), quantity(high)
+    if re.fullmatch(QUANTITY, value) is None or number is None or lo is None or hi is None:
+        return False
+    return lo <= number <= hi
 
 
 def relative_path(value: str) -> bool:

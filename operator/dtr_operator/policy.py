@@ -11,14 +11,13 @@ is created, with its own reason (reasons.py) and a message naming the field and 
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from . import objectstore
 from .api import HOSTNAME_LABEL
+from .grammar import quantity
 from .reasons import (
     AFFINITY_NOT_ALLOWED,
     CLAIM_NOT_ALLOWED,
@@ -69,8 +68,11 @@ TARGETING_OPERATORS = ("In", "Exists", "Gt", "Lt")
 # The one topology a required anti-affinity term may always spread over: each worker closes its own node to the
 # pods it repels, as the LimitPodHardAntiAffinityTopology admission plugin allows; a zone or region closes them all.
 HOSTNAME_TOPOLOGY = HOSTNAME_LABEL
-DEFAULT_MAX_STORAGE = "100Gi"  # --max-storage: the largest spec.storage.size of a PVC the operator creates
+DEFAULT_MAX_STORAGE = "100Gi"  # --max-storage: the largest spec.storage.size it creates, and datasetSource.maxSize
 SYSTEM_PRIORITY_PREFIX = "system-"  # system-node-critical, system-cluster-critical: only when listed by name
+# The operator's own PriorityClass (deploy/base/priorityclass.yaml): only when listed by name, as a system class. A
+# run's pods at the operator's priority would be evicted with it, not before it, when a node runs short.
+OPERATOR_PRIORITY_CLASS = "dtr-operator"
 
 AFFINITY_KINDS = ("podAffinity", "podAntiAffinity")
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -158,8 +160,9 @@ def _annotations(run: RunSpec, policy: Policy) -> Refusal | None:
 
 
 def priority_allowed(name: str, patterns: Sequence[str]) -> bool:
-    """A system class only by its exact name (a `*` must not hand out system-node-critical)."""
-    if name.startswith(SYSTEM_PRIORITY_PREFIX):
+    """A system class, or the operator's own, only by its exact name (a `*` must not hand out system-node-critical,
+    nor rank a run's pods with the operator)."""
+    if name.startswith(SYSTEM_PRIORITY_PREFIX) or name == OPERATOR_PRIORITY_CLASS:
         return name in patterns
     return _any_match(name, patterns)
 
@@ -171,9 +174,11 @@ def _priority(run: RunSpec, policy: Policy) -> Refusal | None:
              ("spec.workloadPriorityClass", run.workload_priority_class))  # fmt: skip
     for field, name in named:
         if name is not None and not priority_allowed(name, policy.priority_classes):
+            own = name == OPERATOR_PRIORITY_CLASS
+            which = "the operator's own class" if own else f"a {SYSTEM_PRIORITY_PREFIX}* class"
             return Refusal(PRIORITY_CLASS_NOT_ALLOWED,
                            f"{field} {name} is not allowed by the operator's {PRIORITY_CLASSES}: "
-                           f"{_listed(policy.priority_classes)} (a {SYSTEM_PRIORITY_PREFIX}* class only by its exact "
+                           f"{_listed(policy.priority_classes)} ({which} only by its exact "
                            "name); leave it out, or ask a cluster admin to allow it")  # fmt: skip
     return None
 
@@ -299,26 +304,6 @@ def _anti_affinity_topology(run: RunSpec, policy: Policy) -> Refusal | None:
     return None
 
 
-_BINARY_SUFFIXES = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}  # powers of 1024
-_DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-_QUANTITY = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?")
-
-
-def quantity(value: str | int) -> Decimal | None:
-    """A Kubernetes quantity's value (`100Gi`, `2G`, `1.5e9`, `500Mi`); None when it is not one."""
-    match = _QUANTITY.fullmatch(str(value).strip())
-    if match is None:
-        return None
-    number, suffix = Decimal(match.group(1)), match.group(2) or ""
-    try:
-        if suffix in _BINARY_SUFFIXES:
-            return number * 1024 ** _BINARY_SUFFIXES[suffix]
-        exponent = int(suffix[1:]) if len(suffix) > 1 else _DECIMAL_SUFFIXES[suffix]
-        return number.scaleb(exponent)
-    except (InvalidOperation, OverflowError):
-        return None
-
-
 def _storage(run: RunSpec, policy: Policy) -> Refusal | None:
     """The PVC the operator creates, or each worker's emptyDir without a volume: at most --max-storage, of a class
     the admin listed (security review L6). A claim named in spec.storage.claimName is claim_refusal's: it exists
@@ -339,6 +324,22 @@ def _storage(run: RunSpec, policy: Policy) -> Refusal | None:
     return None
 
 
+def _download(run: RunSpec, policy: Policy) -> Refusal | None:
+    """spec.training.datasetSource.maxSize: at most --max-storage, the most the admin lets a run's volume hold, so a
+    download never writes more than that, also on a claim of the user's and on classes that do not enforce a claim's
+    size (docs/operator.md#disk-what-holds-a-run-to-its-size)."""
+    source = run.training.dataset_source
+    max_size = None if source is None else source.get("maxSize")
+    if max_size is None:
+        return None
+    size, limit = quantity(max_size), quantity(policy.max_storage)
+    if size is None or limit is None or size > limit:
+        return Refusal(STORAGE_TOO_LARGE,
+                       f"spec.training.datasetSource.maxSize {max_size} is more than the operator's {MAX_STORAGE}: "
+                       f"{policy.max_storage}; ask for less, or ask a cluster admin")  # fmt: skip
+    return None
+
+
 def _object_store(run: RunSpec, policy: Policy) -> Refusal | None:
     """The workers would send the run's keys and data to the endpoint, and reach it from inside the cluster: the
     admin lists the stores runs may name (a run cannot point them at an internal service of its choosing)."""
@@ -352,7 +353,7 @@ def _object_store(run: RunSpec, policy: Policy) -> Refusal | None:
 
 
 CHECKS = (_labels, _annotations, _priority, _tolerations, _node_selection, _affinity, _anti_affinity_topology,
-          _storage, _object_store)
+          _storage, _download, _object_store)
 
 
 def run_refusal(run: RunSpec, policy: Policy) -> Refusal | None:

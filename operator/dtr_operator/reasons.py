@@ -245,7 +245,8 @@ POD_ANNOTATION_NOT_ALLOWED = _status("PodAnnotationNotAllowed", FAILED, True,
 PRIORITY_CLASS_NOT_ALLOWED = _status("PriorityClassNotAllowed", FAILED, True,
     "`spec.priorityClassName`, `spec.schedulingPolicy.priorityClass` or `spec.workloadPriorityClass` is not "
     "matched by the operator's "
-    "`--allowed-priority-classes` (none by default; a `system-*` class only by its exact name); nothing was "
+    "`--allowed-priority-classes` (none by default; a `system-*` class, or the operator's own `dtr-operator`, only "
+    "by its exact name); nothing was "
     "created ([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
 TOLERATION_NOT_ALLOWED = _status("TolerationNotAllowed", FAILED, True,
     "a toleration in `spec.tolerations` tolerates a control-plane or node-role taint, a cordoned node's, or "
@@ -263,7 +264,8 @@ AFFINITY_NOT_ALLOWED = _status("AffinityNotAllowed", FAILED, True,
     "`--allowed-anti-affinity-topologies` does not allow; nothing was created "
     "([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
 STORAGE_TOO_LARGE = _status("StorageTooLarge", FAILED, True,
-    "`spec.storage.size` is more than the operator's `--max-storage`; nothing was created "
+    "`spec.storage.size`, or `spec.training.datasetSource.maxSize`, is more than the operator's `--max-storage`; "
+    "nothing was created "
     "([operator.md](operator.md#what-a-run-lets-its-author-do))")  # fmt: skip
 STORAGE_CLASS_NOT_ALLOWED = _status("StorageClassNotAllowed", FAILED, True,
     "`spec.storage.storageClassName` is not matched by the operator's `--allowed-storage-classes` (none by "

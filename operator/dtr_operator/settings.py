@@ -259,7 +259,7 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
         policy.POD_ANNOTATIONS: f"annotation keys a run may put on its pods (spec.podAnnotations){refused}",
         policy.PRIORITY_CLASSES: "PriorityClasses a run may name (spec.priorityClassName, "
         "spec.schedulingPolicy.priorityClass) and Kueue WorkloadPriorityClasses (spec.workloadPriorityClass); a "
-        "system- class only by its exact name",
+        "system- class, or the operator's own (dtr-operator), only by its exact name",
         policy.TOLERATION_KEYS: "control-plane, node-role and cordoned-node taint keys a run may tolerate, and node "
         "label keys of these it may select nodes by (spec.nodeSelector, nodeAffinity); '*' also allows the key-less "
         "toleration of every taint",
@@ -290,7 +290,8 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         f"--{policy.MAX_STORAGE.option}", metavar="QUANTITY",
-        help="the largest spec.storage.size of the PVC the operator creates for a run, a Kubernetes quantity "
+        help="the largest spec.storage.size of the PVC the operator creates for a run, and the largest "
+        "spec.training.datasetSource.maxSize, a Kubernetes quantity "
         f"(env {policy.MAX_STORAGE.env}; default {policy.DEFAULT_MAX_STORAGE})",
     )  # fmt: skip
 

@@ -79,7 +79,7 @@ class TrainingSpec:
     learning_rate: float = _default("training.learningRate")
     seed: int = _default("training.seed")
     metric: str | None = None  # unset: the trainer's choice (accuracy, else loss)
-    dataset_source: Mapping[str, str] | None = None  # {url, sha256}: the trainer downloads it; no --dataset
+    dataset_source: Mapping[str, Any] | None = None  # {url, sha256, maxSize, timeoutSeconds}: no --dataset
 
 
 @dataclass(frozen=True)

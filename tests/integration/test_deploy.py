@@ -182,6 +182,8 @@ def test_crds_come_first_and_the_deployment_is_hardened(mode: Mode) -> None:
         assert f"--namespace={mode.served_namespace}" in args and "--all-namespaces" not in args
     # Read-only root: the only writable place is the /tmp emptyDir.
     assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp"]
+    # Its own priority, shipped with it in both modes (docs/operator.md#the-operators-priority).
+    assert pod["priorityClassName"] == only(docs, "PriorityClass")["metadata"]["name"]
 
 
 def registry_overlay(mode: Mode, registry: str, out: Path) -> Path:
@@ -322,6 +324,28 @@ def test_the_operator_pod_is_admitted_under_the_restricted_pod_security_standard
     del weakened["spec"]["containers"][0]["securityContext"]
     refused = kubectl(control_plane, "create", "--dry-run=server", "-f", "-", input=json.dumps(weakened))
     assert refused.returncode != 0 and 'violates PodSecurity "restricted' in refused.stderr, refused.stderr
+
+
+def test_the_operators_pod_is_given_its_priority_by_the_api_server(control_plane: Cluster, installed: Mode) -> None:
+    """A pod of the installed Deployment's template, as its ReplicaSet would create it (this control plane runs no
+    Deployment controller: created with a server-side dry run), gets the class's priority from the API server's
+    Priority admission: a node short of disk or memory evicts it after every pod without a class."""
+    shipped = only(render(installed.kustomization), "PriorityClass")
+    name = shipped["metadata"]["name"]
+    stored = control_plane.kubectl_json("get", "priorityclass", name)
+    assert (stored["value"], stored["preemptionPolicy"]) == (shipped["value"], shipped["preemptionPolicy"])
+    template = control_plane.kubectl_json("get", "deployment", "dtr-operator", "-n", SA_NAMESPACE)["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
+           "metadata": {"name": "dtr-operator-priority-check", "namespace": SA_NAMESPACE}}  # fmt: skip
+    admitted = kubectl(control_plane, "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(pod))
+    assert admitted.returncode == 0, admitted.stderr
+    spec = json.loads(admitted.stdout)["spec"]
+    assert spec["priorityClassName"] == name
+    assert spec["priority"] == shipped["value"] > 0 and spec["preemptionPolicy"] == shipped["preemptionPolicy"]
+    # The check has teeth: a class the cluster does not have is refused, not silently priority 0.
+    pod["spec"] = {**template["spec"], "priorityClassName": f"{name}-missing"}
+    refused = kubectl(control_plane, "create", "--dry-run=server", "-f", "-", input=json.dumps(pod))
+    assert refused.returncode != 0 and "no PriorityClass" in refused.stderr, refused.stderr
 
 
 def test_service_account_may_do_exactly_what_the_architecture_lists(

@@ -11,6 +11,7 @@ import pytest
 from support.cluster import Cluster
 from support.runs import run_doc
 
+SOURCE = {"url": "https://h/d.npz", "sha256": "a" * 64}
 _STORE = {"endpoint": "http://s3.example:8333", "credentialsSecret": "s3-keys"}
 _NO_VOLUME = {"objectStore": _STORE, "training": {"dataset": "s3://data/x"}, "export": {"storageUri": "s3://m/x"},
               "storage": {"volume": False, "backupUri": "s3://runs/backups/x"}}  # fmt: skip
@@ -86,6 +87,16 @@ REJECTED = [
      ["spec.training.datasetSource.url", "file name"]),
     ("source-no-digest", "r", {"training": {"datasetSource": {"url": "https://h/d.npz"}}},
      ["spec.training.datasetSource", "both url and sha256"]),
+    ("source-cap-zero", "r", {"training": {"datasetSource": {**SOURCE, "maxSize": "0"}}},
+     ["spec.training.datasetSource.maxSize", "from 1 (byte) to 1Ti"]),
+    ("source-cap-high", "r", {"training": {"datasetSource": {**SOURCE, "maxSize": "1025Gi"}}},
+     ["spec.training.datasetSource.maxSize", "from 1 (byte) to 1Ti"]),
+    ("source-cap-words", "r", {"training": {"datasetSource": {**SOURCE, "maxSize": "lots"}}},
+     ["spec.training.datasetSource.maxSize", "quantity"]),
+    ("source-timeout-short", "r", {"training": {"datasetSource": {**SOURCE, "timeoutSeconds": 59}}},
+     ["spec.training.datasetSource.timeoutSeconds", "greater than or equal to 60"]),
+    ("source-timeout-long", "r", {"training": {"datasetSource": {**SOURCE, "timeoutSeconds": 86401}}},
+     ["spec.training.datasetSource.timeoutSeconds", "less than or equal to 86400"]),
     ("source-digest-shape", "r", {"training": {"datasetSource": {"url": "https://h/d.npz", "sha256": "A" * 64}}},
      ["spec.training.datasetSource.sha256", "hex digits"]),
     ("metric-shape", "r", {"training": {"metric": "val loss"}}, ["spec.training.metric", "metric name"]),
@@ -188,9 +199,15 @@ def test_a_dataset_source_is_accepted_and_reaches_the_trainer(control_plane: Clu
     source = {"url": "https://data.example/sets/wine.npz?X-Amz-Signature=ab12", "sha256": "0f" * 32}
     control_plane.create(run_doc("fetched", namespace, {"training": {"datasetSource": source}}))
     stored = control_plane.kubectl_json("get", "dtr", "fetched", "-n", namespace)
-    assert stored["spec"]["training"]["datasetSource"] == source
+    # The caps are the API server's defaults (dtr_contract.disk), as the parser's.
+    assert stored["spec"]["training"]["datasetSource"] == {**source, "maxSize": "1Gi", "timeoutSeconds": 3600}
     args = trainer_args(parse_run(stored))
     assert args[args.index(flags.DATASET_URL) + 1] == source["url"] and flags.DATASET not in args
+    assert args[args.index(flags.DATASET_MAX_BYTES) + 1] == str(2**30)
+    control_plane.create(run_doc("capped", namespace,
+                                 {"training": {"datasetSource": {**source, "maxSize": "1Ti", "timeoutSeconds": 60}}}))
+    capped = trainer_args(parse_run(control_plane.kubectl_json("get", "dtr", "capped", "-n", namespace)))
+    assert capped[capped.index(flags.DATASET_MAX_BYTES) + 1] == str(2**40)  # the bound itself is accepted
 
 
 def test_an_object_store_is_accepted_and_stored_as_the_parser_admits_it(control_plane: Cluster, namespace: str):

@@ -34,7 +34,8 @@ def test_an_existing_training_operator_is_left_alone_and_the_plan_comes_first(re
     assert "TFJob served as v1: left alone" in out
     assert "Kubeflow training-operator: left as it is" in out
     for obj in ("CustomResourceDefinition/disttrainingruns.distml.dev", "ClusterRole/dtr-operator",
-                "ClusterRole/dtr-run-author", "ClusterRoleBinding/dtr-operator", "Namespace/dtr-system"):  # fmt: skip
+                "ClusterRole/dtr-run-author", "ClusterRoleBinding/dtr-operator", "Namespace/dtr-system",
+                "PriorityClass/dtr-operator"):  # fmt: skip
         assert obj in out, obj
     assert "CustomResourceDefinition/tfjobs.kubeflow.org" not in out, "nothing of the training-operator's is planned"
     assert "no example run" in out

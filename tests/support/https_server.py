@@ -5,6 +5,10 @@ the openssl CLI (nothing is downloaded), files served from memory, every request
     /status/<code>       that HTTP status
     /redirect/<any>?to=<url>   302 to <url>
     /short/<name>        a file of `files` with a Content-Length 100 bytes longer than what is sent
+    /claims/<n>/<name>   a file of `files` with a Content-Length of n, whatever its size
+    /unsized/<name>      a file of `files` with no Content-Length (the body ends when the connection closes)
+    /longer/<name>       a file of `files` with its own Content-Length, then as many bytes again
+    /drip/<name>         a file of `files` with no Content-Length, one byte every DRIP_SECONDS
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ import http.server
 import ssl
 import subprocess
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 OPENSSL = "/usr/bin/openssl"
+DRIP_SECONDS = 0.05
 
 
 def self_signed_cert(directory: Path) -> tuple[Path, Path]:
@@ -44,6 +50,35 @@ class Server:
         return f"https://127.0.0.1:{self.port}/{path.lstrip('/')}"
 
 
+# How a route sends a file: (the bytes sent, the Content-Length announced or None, one byte at a time).
+_SHAPES = {
+    "short": lambda body: (body, len(body) + 100, False),
+    "unsized": lambda body: (body, None, False),
+    "longer": lambda body: (body * 2, len(body), False),
+    "drip": lambda body: (body, None, True),
+}
+
+
+def _send(handler: http.server.BaseHTTPRequestHandler, body: bytes, length: int | None, drip: bool = False) -> None:
+    """body with this Content-Length (None: none; the connection's end ends the body), at once or dripped."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/octet-stream")
+    if length is not None:
+        handler.send_header("Content-Length", str(length))
+    handler.end_headers()
+    step = 1 if drip else max(len(body), 1)
+    try:
+        for at in range(0, len(body), step):
+            handler.wfile.write(body[at : at + step])
+            if drip:
+                handler.wfile.flush()
+                time.sleep(DRIP_SECONDS)
+    except OSError:  # the client hung up (a capped download): nothing more to send
+        pass
+    if length != len(body):
+        handler.close_connection = True
+
+
 def _handler(server: Server) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:  # the test's output stays its own
@@ -52,7 +87,8 @@ def _handler(server: Server) -> type[http.server.BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             parts = urllib.parse.urlsplit(self.path)
             server.requests[parts.path] += 1
-            head, _, rest = parts.path.lstrip("/").partition("/")
+            path = parts.path.lstrip("/")
+            head, _, rest = path.partition("/")
             if head == "status":
                 self.send_error(int(rest))
             elif head == "redirect":
@@ -60,21 +96,16 @@ def _handler(server: Server) -> type[http.server.BaseHTTPRequestHandler]:
                 self.send_header("Location", urllib.parse.parse_qs(parts.query)["to"][0])
                 self.send_header("Content-Length", "0")
                 self.end_headers()
-            elif head == "short" and rest in server.files:
-                self._send(server.files[rest], extra=100)
-            elif parts.path.lstrip("/") in server.files:
-                self._send(server.files[parts.path.lstrip("/")])
+            elif head == "claims" and rest.partition("/")[2] in server.files:
+                size, _, name = rest.partition("/")
+                _send(self, server.files[name], int(size))
+            elif head in _SHAPES and rest in server.files:
+                body, length, drip = _SHAPES[head](server.files[rest])
+                _send(self, body, length, drip)
+            elif path in server.files:
+                _send(self, server.files[path], len(server.files[path]))
             else:
                 self.send_error(404)
-
-        def _send(self, body: bytes, extra: int = 0) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(len(body) + extra))
-            self.end_headers()
-            self.wfile.write(body)
-            if extra:
-                self.close_connection = True
 
     return Handler
 

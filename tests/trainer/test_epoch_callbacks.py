@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from dtr_contract.history import read_history
+from dtr_contract.history import MAX_FILE, read_history
 from dtr_trainer.progress import History, Progress, StopOnDivergence, epoch_callbacks
 
 EPOCHS, STEPS, BATCH = 3, 4, 8
@@ -129,3 +129,19 @@ def test_sigterm_during_an_epochs_backup_waits_for_its_end_line(tmp_path: Path, 
     assert ends(lines) == ([1, 2] if epoch_2_ended else [1]), lines
     assert "epoch 3/3 begin" not in lines, lines
     assert took < 50, f"{took:.0f} s: the hang was not cut short"
+
+
+def test_the_history_file_stops_at_its_cap_with_one_warning(tmp_path: Path) -> None:
+    """What a reader takes (history.MAX_FILE) is also what the chief writes: a run restarted without end appends
+    its epochs again each time, and would grow the file without end."""
+    assert History(str(tmp_path / "h"), print).cap == MAX_FILE
+    lines: list[str] = []
+    history = History(str(tmp_path / "history.jsonl"), lines.append, cap=1000)
+    for epoch in range(1, 21):
+        history.append(epoch, 20, {"loss": 0.5}, 1.0, 10.0)
+    text = (tmp_path / "history.jsonl").read_text()
+    assert len(text.encode()) <= 1000 and text.endswith("\n")
+    kept = [e.epoch for e in read_history(text)]
+    assert kept == list(range(1, len(kept) + 1)) and 0 < len(kept) < 20
+    (warning,) = lines
+    assert f"epoch {len(kept) + 1} and later are not written" in warning and "1000 bytes" in warning

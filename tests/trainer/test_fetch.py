@@ -1,5 +1,5 @@
 """dtr_trainer.fetch in this process (no TensorFlow): the pure parts, then the download protocol against an HTTPS
-server on 127.0.0.1 with a self-signed certificate (tests/trainer/https_server.py)."""
+server on 127.0.0.1 with a self-signed certificate (tests/support/https_server.py); its caps: test_fetch_caps.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from urllib.parse import quote
 import jsonschema
 import pytest
 from dtr_contract import flags, layout
-from dtr_trainer import data, fetch, lineage
+from dtr_trainer import data, fetch, fetch_http, lineage
 from dtr_trainer.errors import (
     EXIT_DATA,
     EXIT_DOWNLOAD,
@@ -155,12 +155,12 @@ def test_a_claim_is_quiet_from_its_last_change_on_our_own_clock():
 
 def test_transient_statuses():
     assert [c for c in (200, 400, 401, 403, 404, 408, 410, 429, 500, 501, 502, 503, 504)
-            if fetch.is_transient_status(c)] == [408, 429, 500, 502, 503, 504]  # fmt: skip
+            if fetch_http.is_transient_status(c)] == [408, 429, 500, 502, 503, 504]  # fmt: skip
 
 
 def test_progress_text():
-    assert fetch.progress_text(12_500_000, 100_000_000) == "12.5 MB of 100.0 MB (12%)"
-    assert fetch.progress_text(12_500_000, None) == "12.5 MB"
+    assert fetch_http.progress_text(12_500_000, 100_000_000) == "12.5 MB of 100.0 MB (12%)"
+    assert fetch_http.progress_text(12_500_000, None) == "12.5 MB"
 
 
 def test_progress_and_heartbeat_are_throttled(tmp_path):

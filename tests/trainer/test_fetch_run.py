@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from dtr_contract import exits, flags, layout
-from dtr_trainer.errors import EXIT_DATA, EXIT_DOWNLOAD_RETRY, EXIT_USAGE, EXIT_VOLUME
+from dtr_trainer.errors import EXIT_DATA, EXIT_DOWNLOAD, EXIT_DOWNLOAD_RETRY, EXIT_USAGE, EXIT_VOLUME
 
 from devcluster.controlplane import free_ports
 from support import https_server
@@ -120,6 +120,14 @@ def test_a_wrong_digest_fails_for_good_at_once_naming_both_digests(server, volum
     assert wrong in line and SHA in line and server.url("tiny.npz") in line
     assert not exits.is_retryable(result.returncode) and time.monotonic() - started < 60
     assert "epoch" not in result.stderr and not list((volume.root / "data" / "cache" / "sha256" / wrong).iterdir())
+
+
+def test_a_file_larger_than_its_cap_fails_for_good_naming_the_field_and_leaves_nothing(server, volume):
+    capped = [*url_args(server), flags.DATASET_MAX_BYTES, str(len(BODY) - 1), *volume.args(MODEL)]
+    line = one_error_line(run_cli(capped, volume, server), EXIT_DOWNLOAD)
+    assert "dataset too large" in line and "spec.training.datasetSource.maxSize" in line, line
+    assert not exits.is_retryable(EXIT_DOWNLOAD) and "epoch" not in line
+    assert not list((volume.root / "data" / "cache" / "sha256" / SHA).iterdir())
 
 
 def test_http_is_refused(server, volume):

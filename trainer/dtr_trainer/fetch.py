@@ -8,26 +8,24 @@ file's digest themselves. The cache is content-addressed and a file is published
 matched, so the claim only saves downloads: a race that lets two processes download (a claim taken over
 from a holder that was only slow) publishes equal bytes twice, never a wrong file.
 
-The pure parts (URL and digest checks, paths, the waiting decisions, progress text) are apart from the
-shell (HTTPS, files), so they are tested without a network. Stdlib only: no TensorFlow op runs here.
+The download itself, over HTTPS and capped in size and time (--dataset-max-bytes, --dataset-timeout-seconds), is
+fetch_http's. The pure parts (URL and digest checks, paths, the waiting decisions) are apart from the shell (files),
+so they are tested without a network. Stdlib only: no TensorFlow op runs here.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import enum
 import hashlib
-import http.client
 import os
 import posixpath
 import re
 import socket
-import ssl
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,20 +34,16 @@ from typing import Callable
 from dtr_contract import flags, layout
 
 from dtr_trainer import volume
-from dtr_trainer.errors import DataError, DownloadError, DownloadRetryError, UsageError, VolumeError
+from dtr_trainer.errors import DataError, DownloadRetryError, UsageError
+from dtr_trainer.fetch_http import Caps, download, progress_text, size_text
 
 Log = Callable[[str], None]
 Stamp = tuple[int, int, int]  # a claim file's (inode, size, mtime in ns): changes whenever its holder touches it
 
 CHUNK = 1 << 20  # hashing a file
-NET_CHUNK = 1 << 16  # at most this per socket read: the claim's heartbeat and progress run between reads
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # What a file name in the cache may be: no path separator, no leading dot (the cache's own files are hidden).
 SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,199}")
-X509_V_ERR_HOSTNAME_MISMATCH = 62  # OpenSSL's verify code: the certificate is for another host name
-TRANSIENT_HTTP = frozenset({408, 425, 429})  # and every 5xx but 501 (not implemented: it stays so)
-CA_HINT = ("if the server's certificate comes from a CA of your own, a cluster admin mounts a CA bundle into the "
-           "workers and sets SSL_CERT_FILE to it (docs/trainer.md#data-from-a-url)")
 
 
 @dataclass(frozen=True)
@@ -61,7 +55,9 @@ class Timing:
     # A claim unchanged this long (on the waiter's own clock) belongs to a holder that died: taken over.
     # Well above the longest silence of a live holder: one read timeout, or a backoff between tries.
     stale_seconds: float = 120.0
-    wait_limit_seconds: float = 3600.0  # a waiter gives up (retryable) even if the holder still shows life
+    # A waiter gives up (retryable) even if the holder still shows life; dataset_from_args makes it the holder's
+    # deadline (--dataset-timeout-seconds) and a stale claim's time more, so a live holder is never given up on.
+    wait_limit_seconds: float = 3600.0
     poll_seconds: float = 0.5
     progress_seconds: float = 10.0  # at most one progress line this often
     partial_max_age_seconds: float = 3600.0  # a dead holder's partial file older than this is removed
@@ -126,6 +122,23 @@ def add_arguments(parser: argparse.ArgumentParser, sources: argparse._MutuallyEx
                               f"(needs {flags.DATASET_SHA256})")
     parser.add_argument(flags.DATASET_SHA256, type=sha256_hex, default=None,
                         help=f"the SHA-256 of the {flags.DATASET_URL} file; a mismatch fails the run")
+    parser.add_argument(flags.DATASET_MAX_BYTES, type=positive_int, default=Caps.max_bytes, metavar="N",
+                        help=f"a larger {flags.DATASET_URL} file fails the run before it fills the volume "
+                             f"[{Caps.max_bytes}]")
+    parser.add_argument(flags.DATASET_TIMEOUT_SECONDS, type=positive_int, default=Caps.total_seconds, metavar="S",
+                        help="the download, every try together, fails the run once it takes longer "
+                             f"[{Caps.total_seconds}]")
+
+
+def positive_int(text: str) -> int:
+    """argparse type of the download's caps."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return value
 
 
 def source_of(url: str | None, sha256: str | None) -> Source | None:
@@ -141,27 +154,6 @@ def mismatch_message(source: Source, got: str) -> str:
     """One line naming both digests and the URL, digests first (a status line keeps the first 160 characters)."""
     return (f"dataset digest mismatch: got sha256 {got}, expected {source.sha256} "
             f"({flags.DATASET_SHA256}) for {source.url}; nothing was cached")
-
-
-def is_transient_status(code: int) -> bool:
-    """HTTP statuses a later try may not see: timeouts, rate limits, server errors."""
-    return code in TRANSIENT_HTTP or (500 <= code <= 599 and code != 501)
-
-
-def certificate_message(url: str, code: int, text: str) -> str:
-    """The server's certificate was refused: what OpenSSL said, and, unless only the name was wrong, the CA hint."""
-    hint = "" if code == X509_V_ERR_HOSTNAME_MISMATCH else f"; {CA_HINT}"
-    return f"cannot download {url}: its TLS certificate was refused ({text.rstrip('.')}){hint}"
-
-
-def size_text(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
-
-
-def progress_text(done: int, total: int | None) -> str:
-    if total:
-        return f"{size_text(done)} of {size_text(total)} ({100 * done // total}%)"
-    return size_text(done)
 
 
 # ---------------------------------------------------------------- pure: who downloads, who waits
@@ -290,56 +282,7 @@ def cached_state(path: Path, sha256: str) -> Cached:
         return Cached.MISSING
 
 
-# ---------------------------------------------------------------- shell: HTTPS
-
-
-class _Transient(Exception):
-    """A failure a later try may not see (network, timeout, 5xx): retried, then EXIT_DOWNLOAD_RETRY."""
-
-
-class _HttpsOnlyRedirects(urllib.request.HTTPRedirectHandler):
-    """Follows redirects (object stores and release pages use them) but never to anything but https."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # urllib's signature
-        if urllib.parse.urlsplit(newurl).scheme.lower() != "https":
-            fp.close()
-            raise DownloadError(f"cannot download {req.full_url}: it redirects to {newurl}, and only https:// is "
-                                "followed")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-def opener() -> urllib.request.OpenerDirector:
-    """The system's CAs, or the bundle SSL_CERT_FILE names (OpenSSL reads it here); proxies from the env."""
-    context = ssl.create_default_context()
-    return urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _HttpsOnlyRedirects())
-
-
-def _open(url: str, timeout: float):  # an http.client.HTTPResponse
-    try:
-        return opener().open(url, timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        if is_transient_status(exc.code):
-            raise _Transient(f"HTTP {exc.code} {exc.reason}") from None
-        raise DownloadError(f"cannot download {url}: HTTP {exc.code} {exc.reason}") from None
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, ssl.SSLCertVerificationError):
-            raise DownloadError(certificate_message(url, exc.reason.verify_code, exc.reason.verify_message)) from None
-        raise _Transient(str(exc.reason)) from None
-    except (OSError, http.client.HTTPException) as exc:
-        raise _Transient(f"{type(exc).__name__}: {exc}") from None
-
-
-def _read(response) -> bytes:
-    try:
-        return response.read1(NET_CHUNK)  # what one read brings, not a full chunk: never blocks past a read
-    except (OSError, http.client.HTTPException) as exc:
-        raise _Transient(f"{type(exc).__name__}: {exc}") from None
-
-
-def content_length(headers) -> int | None:  # an http.client.HTTPMessage
-    value = headers.get("Content-Length")
-    return int(value) if value and value.isdigit() else None
+# ---------------------------------------------------------------- shell: progress and heartbeat
 
 
 class _Beat:
@@ -366,49 +309,6 @@ class _Beat:
             self.files.touch_claim()
 
 
-def _write(out, chunk: bytes, url: str) -> None:
-    try:
-        out.write(chunk)
-    except OSError as exc:
-        if volume.is_full(exc):
-            raise VolumeError(volume.full_message(f"downloading {url}")) from None
-        raise
-
-
-def download_once(url: str, partial: Path, beat: _Beat, timeout: float) -> str:
-    """url into partial; its SHA-256. _Transient for what a later try may fix (a short body included)."""
-    with _open(url, timeout) as response:
-        total = content_length(response.headers)
-        digest, done = hashlib.sha256(), 0
-        with open(partial, "wb") as out:
-            while chunk := _read(response):
-                _write(out, chunk, url)
-                digest.update(chunk)
-                done += len(chunk)
-                beat(done, total)
-            out.flush()
-            os.fsync(out.fileno())
-    if total is not None and done != total:
-        raise _Transient(f"the connection closed after {done} of {total} bytes")
-    return digest.hexdigest()
-
-
-def download(url: str, partial: Path, beat: _Beat, timing: Timing, sleep: Callable[[float], None]) -> str:
-    """download_once, tried Timing.attempts times while the failure is transient."""
-    for attempt in range(1, timing.attempts):
-        try:
-            return download_once(url, partial, beat, timing.read_timeout_seconds)
-        except _Transient as exc:
-            delay = timing.backoff_seconds * attempt
-            beat.log(f"dataset download failed ({exc}); try {attempt + 1} of {timing.attempts} in {delay:g} s")
-            beat.pause(delay, sleep)
-    try:
-        return download_once(url, partial, beat, timing.read_timeout_seconds)
-    except _Transient as exc:
-        raise DownloadRetryError(f"cannot download {url} now ({exc}; {timing.attempts} tries): exiting to be "
-                                 "restarted") from None
-
-
 # ---------------------------------------------------------------- shell: the protocol
 
 
@@ -418,6 +318,7 @@ class Fetcher:
     files: CacheFiles
     log: Log
     timing: Timing = Timing()
+    caps: Caps = dataclasses.field(default_factory=Caps)
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
 
@@ -480,7 +381,7 @@ class Fetcher:
         self.log(f"downloading {self.source.url} into {self.files.target}")
         try:
             beat = _Beat(self.files, self.log, self.timing, self.clock)
-            got = download(self.source.url, partial, beat, self.timing, self.sleep)
+            got = download(self.source.url, partial, beat, self.timing, self.caps, self.sleep)
             if got != self.source.sha256:
                 raise DataError(mismatch_message(self.source, got))
             os.replace(partial, self.files.target)
@@ -496,5 +397,7 @@ def dataset_from_args(args: argparse.Namespace, log: Log) -> str:
     source = source_of(args.dataset_url, args.dataset_sha256)
     if source is None:
         return args.dataset
-    Fetcher(source, CacheFiles(source.cache_file(args.data_dir)), log).obtain()
+    caps = Caps(args.dataset_max_bytes, args.dataset_timeout_seconds)
+    timing = dataclasses.replace(Timing(), wait_limit_seconds=caps.total_seconds + Timing.stale_seconds)
+    Fetcher(source, CacheFiles(source.cache_file(args.data_dir)), log, timing, caps).obtain()
     return source.relative_path()

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import IO, Callable
 
 import tensorflow as tf
-from dtr_contract.history import history_line
+from dtr_contract.history import MAX_FILE, history_line
 from dtr_contract.progress import HEARTBEAT_SECONDS, epoch_end_line
 
 from dtr_trainer.divergence import diverged_message, non_finite_loss
@@ -35,19 +35,28 @@ def remaining_seconds(durations: Sequence[float], epochs_left: int) -> int | Non
 
 class History:
     """Appends each finished epoch to the history file (dtr_contract.history), one flushed line per epoch. The
-    file is a convenience, as the worker's log is: if it cannot be written, one warning and training goes on."""
+    file is a convenience, as the worker's log is: if it cannot be written, one warning and training goes on.
 
-    def __init__(self, path: str, log: Callable[[str], None]):
-        self.path, self.log = path, log
+    Capped at history.MAX_FILE, what a reader takes of it (dtr_contract.disk): every attempt of a resumed run
+    appends its epochs again, so a run restarted without end would grow it without end. A line that would cross
+    the cap is not written, nor any after it (one warning); status.progress and the worker's log still have them."""
+
+    def __init__(self, path: str, log: Callable[[str], None], cap: int = MAX_FILE):
+        self.path, self.log, self.cap = path, log, cap
 
     def append(self, epoch: int, epochs: int, metrics: Mapping[str, float], seconds: float, rate: float) -> None:
         if not self.path:
             return
         line = history_line(epoch, epochs, metrics, seconds, rate,
-                            datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                            datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")) + "\n"
         try:
             with open(self.path, "a") as f:
-                f.write(line + "\n")
+                if f.tell() + len(line.encode()) > self.cap:
+                    self.log(f"warning: the history file {self.path} is at its cap of {self.cap} bytes "
+                             f"(dtr_contract.disk): epoch {epoch} and later are not written to it")
+                    self.path = ""
+                    return
+                f.write(line)
         except OSError as err:
             self.log(f"warning: cannot write the history file {self.path} ({err.strerror}); training goes on")
             self.path = ""

@@ -99,6 +99,7 @@ def test_trainer_args_for_defaults_follow_the_contract():
     ]
 
 
+SOURCE = {"url": "https://data.example/t.npz", "sha256": "ab" * 32}
 # (spec, flag, expected value; None = flag absent)
 ARGS = [
     ({"training": {"model": "batch_norm"}}, "--model", "batch_norm"),
@@ -112,6 +113,14 @@ ARGS = [
     ({"training": {"learningRate": 1e-05}}, "--learning-rate", "1e-05"),
     ({"training": {"seed": 7}}, "--seed", "7"),
     ({"export": {"modelName": "digits_v2"}}, "--export-dir", "/mnt/dtr/models/digits_v2"),
+    # datasetSource's caps: the API's defaults, and a quantity as the bytes the trainer takes
+    ({}, "--dataset-max-bytes", None),
+    ({"training": {"datasetSource": SOURCE}}, "--dataset-max-bytes", str(2**30)),
+    ({"training": {"datasetSource": SOURCE}}, "--dataset-timeout-seconds", "3600"),
+    ({"training": {"datasetSource": {**SOURCE, "maxSize": "2.5Gi"}}}, "--dataset-max-bytes", str(5 * 2**29)),
+    ({"training": {"datasetSource": {**SOURCE, "maxSize": "500M"}}}, "--dataset-max-bytes", "500000000"),
+    ({"training": {"datasetSource": {**SOURCE, "maxSize": "1500m"}}}, "--dataset-max-bytes", "1"),  # down to bytes
+    ({"training": {"datasetSource": {**SOURCE, "timeoutSeconds": 60}}}, "--dataset-timeout-seconds", "60"),
 ]
 
 

@@ -30,6 +30,8 @@ SAMPLES: dict[str, Any] = {
     "training.dataset": "sets/d.npz",
     "training.datasetSource.url": "https://data.example/sets/wine.npz?sig=1",
     "training.datasetSource.sha256": "ab" * 32,
+    "training.datasetSource.maxSize": "123456",  # bytes already: the trainer's flag takes bytes (test_builders)
+    "training.datasetSource.timeoutSeconds": 600,
     "training.epochs": 7,
     "training.batchSizePerWorker": 16,
     "training.stepsPerEpoch": 11,
@@ -78,11 +80,14 @@ def _spec_with(path: str, value: Any) -> dict[str, Any]:
     return spec
 
 
+_SOURCE = {"training": {"datasetSource": {"url": "https://data.example/d.npz", "sha256": "cd" * 32}}}
 # What a field needs beside it to be set at all (a default of a field inside an optional object).
 COMPANIONS: dict[str, dict[str, Any]] = {
     "training.code.key": _spec_with("training.code.configMap", "my-code"),
     "training.datasetSource.url": _spec_with("training.datasetSource.sha256", "cd" * 32),
     "training.datasetSource.sha256": _spec_with("training.datasetSource.url", "https://data.example/d.npz"),
+    "training.datasetSource.maxSize": _SOURCE,
+    "training.datasetSource.timeoutSeconds": _SOURCE,
     "workloadPriorityClass": _spec_with("queueName", "team-a"),
     "export.storageUri": {"objectStore": STORE},
     "storage.backupUri": {"objectStore": STORE, "storage": {"volume": False},

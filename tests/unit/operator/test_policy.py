@@ -7,6 +7,7 @@ server.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -93,6 +94,19 @@ def test_system_priority_classes_need_their_exact_name():
         got = refusal({"priorityClassName": "system-node-critical"}, priority_classes=(pattern,))
         assert got is not None and got.reason == reasons.PRIORITY_CLASS_NOT_ALLOWED, pattern
     assert refusal({"priorityClassName": "system-node-critical"}, priority_classes=("system-node-critical",)) is None
+
+
+def test_the_operators_own_priority_class_needs_its_exact_name():
+    """deploy/ gives the operator this class so that a full node evicts tenants' pods first: a `*` must not let a
+    run's pods rank with it."""
+    shipped = yaml.safe_load((REPO / "deploy" / "base" / "priorityclass.yaml").read_text())
+    assert shipped["metadata"]["name"] == policy.OPERATOR_PRIORITY_CLASS
+    for pattern in ("*", "dtr-*"):
+        got = refusal({"priorityClassName": policy.OPERATOR_PRIORITY_CLASS}, priority_classes=(pattern,))
+        assert got is not None and got.reason == reasons.PRIORITY_CLASS_NOT_ALLOWED, pattern
+        assert "(the operator's own class only by its exact name)" in got.message
+    assert refusal({"priorityClassName": "dtr-batch"}, priority_classes=("dtr-*",)) is None
+    assert refusal({"priorityClassName": "dtr-operator"}, priority_classes=("dtr-operator",)) is None
 
 
 def test_the_gang_schedulers_priority_class_is_held_to_the_same_list():
@@ -355,7 +369,7 @@ def test_hostname_preferred_and_affinity_terms_spread_as_they_like():
 ])  # fmt: skip
 def test_quantities_are_read_as_kubernetes_reads_them(text, value):
     got = policy.quantity(text)
-    assert (got is None and value is None) or got == policy.Decimal(str(value))
+    assert (got is None and value is None) or got == Decimal(str(value))
 
 
 def test_storage_over_the_limit_is_refused():
@@ -365,6 +379,22 @@ def test_storage_over_the_limit_is_refused():
     assert refusal({"storage": {"size": "100Gi"}}) is None and refusal({"storage": {"size": "107374182400"}}) is None
     assert refusal({"storage": {"size": "1Ti"}}, max_storage="2T") is None
     assert refusal({"storage": {"size": "1e16"}}, max_storage="1Pi").reason == reasons.STORAGE_TOO_LARGE
+
+
+SOURCE = {"url": "https://data.example/t.npz", "sha256": "ab" * 32}
+
+
+def test_a_download_cap_over_the_storage_limit_is_refused_whatever_the_volume():
+    """spec.training.datasetSource.maxSize is held to --max-storage too: on a claim of the user's (whose size the
+    flag does not bound) and on classes that ignore a claim's size, it is what bounds the download."""
+    for storage in ({}, {"claimName": "shared"}):
+        got = refusal({"training": {"datasetSource": {**SOURCE, "maxSize": "101Gi"}}, "storage": storage})
+        assert got is not None and got.reason == reasons.STORAGE_TOO_LARGE, storage
+        assert "spec.training.datasetSource.maxSize 101Gi" in got.message
+        assert "--max-storage (DTR_MAX_STORAGE): 100Gi" in got.message
+    assert refusal({"training": {"datasetSource": {**SOURCE, "maxSize": "100Gi"}}}) is None
+    assert refusal({"training": {"datasetSource": SOURCE}}, max_storage="1Gi") is None  # the default, 1Gi
+    assert refusal({"training": {"datasetSource": SOURCE}}, max_storage="1023Mi").reason == reasons.STORAGE_TOO_LARGE
 
 
 def test_storage_classes_only_when_listed():

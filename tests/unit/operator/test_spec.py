@@ -138,6 +138,7 @@ def test_claim_name_replaces_the_created_pvc():
 
 
 # (spec or None for a name test, name, the field the message must name, a word of the reason)
+_SOURCE = {"url": "https://data.example/t.npz", "sha256": "ab" * 32}
 REJECTED = [
     ({}, "Mnist", "metadata.name", "DNS-1035"),
     ({}, "1abc", "metadata.name", "DNS-1035"),
@@ -179,6 +180,16 @@ REJECTED = [
     ({"storage": {"size": "lots"}}, "r", "spec.storage.size", "quantity"),
     ({"storage": {"size": "0"}}, "r", "spec.storage.size", "positive"),
     ({"storage": {"size": "-1Gi"}}, "r", "spec.storage.size", "positive"),
+    ({"training": {"datasetSource": {**_SOURCE, "maxSize": "0"}}}, "r", "spec.training.datasetSource.maxSize",
+     "from 1 (byte) to 1Ti"),
+    ({"training": {"datasetSource": {**_SOURCE, "maxSize": "500m"}}}, "r", "spec.training.datasetSource.maxSize",
+     "from 1 (byte)"),
+    ({"training": {"datasetSource": {**_SOURCE, "maxSize": "1025Gi"}}}, "r", "spec.training.datasetSource.maxSize",
+     "to 1Ti"),
+    ({"training": {"datasetSource": {**_SOURCE, "maxSize": "1GB"}}}, "r", "spec.training.datasetSource.maxSize",
+     "quantity"),
+    ({"training": {"datasetSource": {**_SOURCE, "timeoutSeconds": 59}}}, "r",
+     "spec.training.datasetSource.timeoutSeconds", "between 60 and 86400"),
     ({"storage": {"size": 5}}, "r", "spec.storage.size", "string"),
     ({"storage": {"accessMode": "ReadOnlyMany"}}, "r", "spec.storage.accessMode", "one of"),
     ({"storage": {"reclaimPolicy": "Recycle"}}, "r", "spec.storage.reclaimPolicy", "one of"),
@@ -351,13 +362,26 @@ def _set(spec, path, value):
     spec[parts[-1]] = value
 
 
+# A leaf whose object has a rule needing its siblings is set beside them (datasetSource needs url and sha256).
+_SIBLINGS = {"training.datasetSource.": _SOURCE}
+
+
+def _base(path):
+    """The run a leaf is set in: empty, or with the siblings the leaf's object needs."""
+    spec = {}
+    for prefix, siblings in _SIBLINGS.items():
+        if path.startswith(prefix):
+            _set(spec, prefix.rstrip("."), dict(siblings))
+    return make_run(spec)
+
+
 def test_crd_and_parser_share_defaults():
     for path, schema in _leaves(_crd_spec_schema()):
         if "default" not in schema:
             continue
-        explicit = make_run({})
+        explicit = _base(path)
         _set(explicit["spec"], path, schema["default"])
-        assert parse_run(explicit) == parse_run(make_run({})), path
+        assert parse_run(explicit) == parse_run(_base(path)), path
 
 
 def test_crd_and_parser_share_enums():
@@ -380,10 +404,10 @@ def test_crd_and_parser_share_integer_ranges():
         for bound, delta in (("minimum", -1), ("maximum", 1)):
             if bound not in schema:
                 continue
-            ok = make_run({})
+            ok = _base(path)
             _set(ok["spec"], path, schema[bound])
             parse_run(ok)
-            bad = make_run({})
+            bad = _base(path)
             _set(bad["spec"], path, schema[bound] + delta)
             with pytest.raises(SpecError, match=f"spec.{path}"):
                 parse_run(bad)
