@@ -1,8 +1,9 @@
 """The run's volume (its PVC): where it is mounted in the trainer's container and where things live on it.
 
     /mnt/dtr/
-      data/                           --data-dir; data/keras/<name>.npz caches the Keras downloads,
-                                      data/cache/sha256/<digest>/<file> the --dataset-url downloads
+      data/                           --data-dir; data/keras/ caches the Keras downloads as published
+                                      (mnist.npz, fashion_mnist/*.gz), data/cache/sha256/<digest>/<file> the
+                                      --dataset-url downloads
       models/<modelName>/<version>/   --export-dir is models/<modelName>; each version a SavedModel
       models/.dtr-export/<modelName>/claim-<version>   who owns each version number
       models/.dtr-export/<modelName>/owner             which run owns the model name (who may publish)
@@ -48,7 +49,7 @@ def data_dir(mount: str = MOUNT_PATH) -> str:
 
 
 def keras_cache_dir(data_dir: str) -> str:
-    """Where the Keras datasets are cached once downloaded: <data-dir>/keras/<name>.npz."""
+    """Where the Keras datasets are cached once downloaded, as published: <data-dir>/keras/mnist.npz, ..."""
     return posixpath.join(data_dir, _KERAS_CACHE)
 
 
