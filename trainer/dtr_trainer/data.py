@@ -251,11 +251,17 @@ def load_arrays(name: str, data_dir: str, seed: int) -> Splits:
     return DATASETS.get(name, partial(_npz, name))(data_dir, seed)
 
 
-def loader(name: str) -> Callable:
-    """The built-in dataset `name` as a load_data(ctx) (docs/own-model.md)."""
+def loader(name: str, content: bytes | None = None) -> Callable:
+    """The built-in dataset `name` as a load_data(ctx) (docs/own-model.md). content: a --dataset-url file's bytes as
+    their digest was checked (fetch.Fetcher.content), read instead of the file, which another run's code may have
+    changed since; let go once the arrays are made (the first call: the run's load_data is called once for them)."""
+    source, made = [content], []
 
     def load_data(ctx) -> tuple:
-        return load_arrays(name, ctx.data_dir, ctx.seed).pairs()
+        if source[0] is not None:
+            made.append(read_npz(io.BytesIO(source[0]), ctx.seed, f"dataset {name!r}"))
+            source[0] = None
+        return (made[-1] if made else load_arrays(name, ctx.data_dir, ctx.seed)).pairs()
 
     return load_data
 

@@ -6,7 +6,8 @@ start here at once: the first to create the claim file exclusively downloads int
 own, checks the digest and renames the file into place; the others wait for the claim to go and check the
 file's digest themselves. The cache is content-addressed and a file is published only after its digest
 matched, so the claim only saves downloads: a race that lets two processes download (a claim taken over
-from a holder that was only slow) publishes equal bytes twice, never a wrong file.
+from a holder that was only slow) publishes equal bytes twice, never a wrong file. The run loads the bytes it hashed
+(Fetcher.content), not the path again: on a shared claim another run's code could swap the file (review R12).
 
 The pure parts (URL and digest checks, paths, the waiting decisions, progress text) are apart from the
 shell (HTTPS, files), so they are tested without a network. Stdlib only: no TensorFlow op runs here.
@@ -29,7 +30,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -41,7 +42,6 @@ from dtr_trainer.errors import DataError, DownloadError, DownloadRetryError, Usa
 Log = Callable[[str], None]
 Stamp = tuple[int, int, int]  # a claim file's (inode, size, mtime in ns): changes whenever its holder touches it
 
-CHUNK = 1 << 20  # hashing a file
 NET_CHUNK = 1 << 16  # at most this per socket read: the claim's heartbeat and progress run between reads
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # What a file name in the cache may be: no path separator, no leading dot (the cache's own files are hidden).
@@ -111,8 +111,7 @@ def https_url(text: str) -> str:
 
 
 def sha256_hex(text: str) -> str:
-    """argparse type of --dataset-sha256 (and of --code-sha256): 64 hex digits, as `sha256sum FILE` prints them (any
-    case)."""
+    """argparse type of --dataset-sha256 and --code-sha256: 64 hex digits as `sha256sum FILE` prints, any case."""
     digest = text.strip().lower()
     if not SHA256_HEX.fullmatch(digest):
         raise argparse.ArgumentTypeError(f"must be 64 hex digits (sha256sum FILE), got {text!r}")
@@ -275,19 +274,13 @@ class CacheFiles:
                 pass
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def cached_state(path: Path, sha256: str) -> Cached:
+def cached_content(path: Path, sha256: str) -> tuple[Cached, bytes | None]:
+    """The file's state, and when it is GOOD the very bytes whose digest matched: what the run loads."""
     try:
-        return Cached.GOOD if file_sha256(path) == sha256 else Cached.BAD
+        content = path.read_bytes()
     except FileNotFoundError:
-        return Cached.MISSING
+        return Cached.MISSING, None
+    return (Cached.GOOD, content) if hashlib.sha256(content).hexdigest() == sha256 else (Cached.BAD, None)
 
 
 # ---------------------------------------------------------------- shell: HTTPS
@@ -420,6 +413,14 @@ class Fetcher:
     timing: Timing = Timing()
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    verified: bytes | None = field(default=None, repr=False)  # the bytes the last look found GOOD
+
+    def content(self) -> bytes:
+        """The bytes whose digest matched, from the last look or, once published by any process, read and checked."""
+        path = self.obtain()
+        if (content := self.verified or cached_content(path, self.source.sha256)[1]) is None:
+            raise DataError(f"{path} changed on the volume just after it was checked: it is not {self.source.sha256}")
+        return content
 
     def obtain(self) -> Path:
         """The verified cached file: found, downloaded by this process, or waited for."""
@@ -437,7 +438,7 @@ class Fetcher:
             self._not_yet(step, stamp, quiet, said)
 
     def _look(self, said: set) -> Cached:
-        cached = cached_state(self.files.target, self.source.sha256)
+        cached, self.verified = cached_content(self.files.target, self.source.sha256)
         if cached is Cached.BAD and Cached.BAD not in said:
             said.add(Cached.BAD)
             self.log(f"{self.files.target} does not have sha256 {self.source.sha256} (changed on the volume?): "
@@ -467,7 +468,7 @@ class Fetcher:
             return False
         try:
             # Published between our look and our claim: nothing to do.
-            if cached_state(self.files.target, self.source.sha256) is not Cached.GOOD:
+            if cached_content(self.files.target, self.source.sha256)[0] is not Cached.GOOD:
                 self._download_and_publish(token)
         finally:
             self.files.release(token)
@@ -490,11 +491,10 @@ class Fetcher:
         self.log(f"downloaded {size_text(size)} in {self.clock() - started:.1f} s, sha256 verified")
 
 
-def dataset_from_args(args: argparse.Namespace, log: Log) -> str:
-    """main's hook: --dataset as given, or, with --dataset-url, the verified file's path relative to
-    --data-dir (downloaded here if the cache does not have it)."""
+def dataset_from_args(args: argparse.Namespace, log: Log) -> tuple[str, bytes | None]:
+    """main's hook: --dataset as given, or, with --dataset-url, the verified file's path relative to --data-dir
+    (downloaded here if the cache does not have it) and its bytes as checked, which the run loads."""
     source = source_of(args.dataset_url, args.dataset_sha256)
     if source is None:
-        return args.dataset
-    Fetcher(source, CacheFiles(source.cache_file(args.data_dir)), log).obtain()
-    return source.relative_path()
+        return args.dataset, None
+    return source.relative_path(), Fetcher(source, CacheFiles(source.cache_file(args.data_dir)), log).content()

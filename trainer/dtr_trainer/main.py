@@ -349,9 +349,10 @@ def meet_the_chief(cluster: ClusterInfo) -> None:
             "joining the cluster anyway")
 
 
-def load_code(args: argparse.Namespace, s3_files: Sequence[str] | None = None) -> user.Code:
+def load_code(args: argparse.Namespace, s3_files: Sequence[str] | None = None,
+              checked: bytes | None = None) -> user.Code:  # fmt: skip
     """The run's code, imported and its two functions checked (before the strategy: no TF op yet); s3_files: an
-    s3:// dataset's files, as the preflight listed them."""
+    s3:// dataset's files, as the preflight listed them; checked: a --dataset-url file's bytes, as hashed."""
     if args.code is not None:
         return user.load_file(args.code, args.code_sha256)
     if args.code_module is not None:
@@ -359,7 +360,7 @@ def load_code(args: argparse.Namespace, s3_files: Sequence[str] | None = None) -
     if s3_files is not None:
         return user.builtin(args.model, BUILT_IN[args.model], args.dataset, data_s3.loader(args.dataset, s3_files, log))
     data.validate_dataset_name(args.dataset, args.data_dir)
-    return user.builtin(args.model, BUILT_IN[args.model], args.dataset, data.loader(args.dataset))
+    return user.builtin(args.model, BUILT_IN[args.model], args.dataset, data.loader(args.dataset, checked))
 
 
 def context(args: argparse.Namespace, cluster: ClusterInfo) -> user.Context:
@@ -399,8 +400,9 @@ def run(argv: Sequence[str] | None = None) -> int:
             export.report_summary(line, args.termination_message_path)
         return 0
     ownership.admit(args.export_dir, run_identity)  # every worker, before anything long: may the run publish?
-    args.dataset = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path in the volume's cache
-    code = load_code(args, preflight.checked_files(args.dataset, log))
+    args.dataset, checked = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path, its bytes as hashed
+    code = load_code(args, preflight.checked_files(args.dataset, log), checked)
+    del checked  # the loader holds them until it has made the arrays
     volume.check_writable(volume_dirs(args, cluster))
     ctx = context(args, cluster)
     loaded = user.load_data_before_strategy(code, ctx)  # NumPy data checked now; None: it needs TensorFlow
