@@ -20,6 +20,11 @@ DIVERGED = 9
 # The run's code file (--code) is not the one the operator recorded (--code-sha256): its ConfigMap was replaced after
 # the run started. Permanent: the file stays what it is now, and running it would train code nobody recorded.
 CODE_CHANGED = 10
+# The run may not publish versions of its model name: another run owns the name (the first to claim a version of it
+# where it is exported) and does not list this one in its spec.export.allowedPublishers (dtr_trainer.ownership).
+# Every worker checks before training, the chief again before its version appears. Permanent: the owner's list or
+# the run's model name must change.
+MODEL_NAME_OWNED = 11
 
 # An s3:// dataset checked before training (dtr_trainer.preflight; docs/object-storage.md#when-it-fails), with a real
 # request: TensorFlow's s3:// lists nothing, silently, for wrong keys or an endpoint that does not answer.
@@ -53,6 +58,10 @@ def is_diverged(code: int) -> bool:
 
 def is_code_changed(code: int) -> bool:
     return code == CODE_CHANGED
+
+
+def is_model_name_owned(code: int) -> bool:
+    return code == MODEL_NAME_OWNED
 
 
 def is_object_store_permanent(code: int) -> bool:

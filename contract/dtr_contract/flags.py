@@ -26,6 +26,9 @@ BACKUP_URI = "--backup-uri"
 BACKUP_ON_SIGTERM = "--backup-on-sigterm"
 # With BACKUP_DIR: N > 0 also saves every N steps inside an epoch (a worker lost without notice redoes fewer).
 BACKUP_EVERY_STEPS = "--backup-every-steps"
+# The run names (of the run's namespace) besides its own that may publish versions of its model name when this run
+# owns the name (spec.export.allowedPublishers), comma-separated; none: only runs of its own name.
+ALLOWED_PUBLISHERS = "--allowed-publishers"
 TENSORBOARD_DIR = "--tensorboard-dir"
 LOG_DIR = "--log-dir"
 TERMINATION_MESSAGE_PATH = "--termination-message-path"

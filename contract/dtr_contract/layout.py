@@ -1,14 +1,17 @@
 """The run's volume (its PVC): where it is mounted in the trainer's container and where things live on it.
 
     /mnt/dtr/
-      data/                           --data-dir; data/keras/<name>.npz caches the Keras downloads,
-                                      data/cache/sha256/<digest>/<file> the --dataset-url downloads
+      data/                           --data-dir; data/keras/ caches the Keras downloads as published
+                                      (mnist.npz, fashion_mnist/*.gz), data/cache/sha256/<digest>/<file> the
+                                      --dataset-url downloads
       models/<modelName>/<version>/   --export-dir is models/<modelName>; each version a SavedModel
       models/.dtr-export/<modelName>/claim-<version>   who owns each version number
+      models/.dtr-export/<modelName>/owner             which run owns the model name (who may publish)
 
     s3://bucket/<base>/<version>/     --export-dir s3://bucket/<base>: each version a SavedModel and its
                                       dtr-manifest.json, written last (dtr_contract.published)
     s3://bucket/<base>/.dtr-export/claim-<version>   who owns each version number there
+    s3://bucket/<base>/.dtr-export/owner             which run owns the base (who may publish there)
       backup/<run>/<uid>/             --backup-dir (BackupAndRestore)
       logs/<run>/                     --log-dir and --tensorboard-dir; worker-<i>.log per worker,
                                       history.jsonl: the chief's line per finished epoch (history.py)
@@ -32,6 +35,7 @@ _KERAS_CACHE = "keras"
 _URL_CACHE = ("cache", "sha256")  # content-addressed: a file's path names its digest
 _BOOKKEEPING = ".dtr-export"  # beside the model dirs, on the same volume: renames stay atomic
 _CLAIM_PREFIX = "claim-"
+_OWNER = "owner"
 _HISTORY = "history.jsonl"
 
 
@@ -45,7 +49,7 @@ def data_dir(mount: str = MOUNT_PATH) -> str:
 
 
 def keras_cache_dir(data_dir: str) -> str:
-    """Where the Keras datasets are cached once downloaded: <data-dir>/keras/<name>.npz."""
+    """Where the Keras datasets are cached once downloaded, as published: <data-dir>/keras/mnist.npz, ..."""
     return posixpath.join(data_dir, _KERAS_CACHE)
 
 
@@ -73,6 +77,11 @@ def claim_file(export_dir: str, version: int) -> str:
     return posixpath.join(bookkeeping_dir(export_dir), f"{_CLAIM_PREFIX}{version}")
 
 
+def owner_file(export_dir: str) -> str:
+    """Which run owns the model name of <export-dir>, and which others it lets publish there (the trainer's)."""
+    return posixpath.join(bookkeeping_dir(export_dir), _OWNER)
+
+
 def bucket_bookkeeping_key(base_key: str) -> str:
     """In a bucket (--export-dir s3://bucket/<base>), the claims and staging objects live inside the base:
     <base>/.dtr-export/. A model server takes only numbered names there; a bucket has no rename to keep atomic,
@@ -82,6 +91,10 @@ def bucket_bookkeeping_key(base_key: str) -> str:
 
 def bucket_claim_key(base_key: str, version: int) -> str:
     return posixpath.join(bucket_bookkeeping_key(base_key), f"{_CLAIM_PREFIX}{version}")
+
+
+def bucket_owner_key(base_key: str) -> str:
+    return posixpath.join(bucket_bookkeeping_key(base_key), _OWNER)
 
 
 def claimed_version(name: str) -> int | None:

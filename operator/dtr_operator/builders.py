@@ -100,6 +100,7 @@ def trainer_args(run: RunSpec, code_sha256: str | None = None) -> list[str]:
         flags.SEED, str(t.seed),
         flags.DATA_DIR, layout.data_dir(),
         flags.EXPORT_DIR, export_dir(run),
+        *([flags.ALLOWED_PUBLISHERS, ",".join(run.allowed_publishers)] if run.allowed_publishers else []),
         flags.BACKUP_DIR, backup_dir(run),
         *([flags.BACKUP_URI, uri] if (uri := backup_uri(run)) else []),
         *([flags.BACKUP_ON_SIGTERM] if run.disruption.save_on_stop else []),
@@ -147,7 +148,7 @@ def _attr(run: RunSpec, attr: str) -> Any:
 def _api(value: Any) -> Any:
     """A value kept whole on RunSpec in the API's shape (tuples as lists, copies); empty as unset."""
     if isinstance(value, tuple | list):
-        return [copy.deepcopy(dict(item)) for item in value] or None
+        return [copy.deepcopy(dict(item)) if isinstance(item, Mapping) else item for item in value] or None
     if isinstance(value, Mapping):
         return copy.deepcopy({k: dict(v) if isinstance(v, Mapping) else v for k, v in value.items()}) or None
     return value

@@ -47,6 +47,7 @@ DATASET_MAX_SIZE_LIMIT = _quantity_text(disk.DATASET_MAX_BYTES_LIMIT)  # spec.tr
 # 52 + len("-worker-63") = 62, one character to spare.
 MAX_NAME_LENGTH = 52
 BUILTIN_DATASETS = ("mnist", "fashion_mnist", "digits", "synthetic")
+MAX_ALLOWED_PUBLISHERS = 16  # spec.export.allowedPublishers: run names (each a few lines of a record on the volume)
 RESERVED_LABEL_PREFIXES = ("distml.dev/", "training.kubeflow.org/")
 
 
@@ -277,6 +278,15 @@ EXPORT = Field("export", "object", "Where the trained model goes.", default={}, 
           pattern=Pattern(grammar.MODEL_NAME, "must be lower-case letters, digits, '-', '_' and '.', starting and "
                           "ending with a letter or digit (it is one directory name)", cel=True),
           doc_default="`metadata.name`", not_with=("storageUri", "names a model on the volume")),
+    Field("allowedPublishers", "array",
+          "Other runs of the namespace, by name, that may also publish versions of this model (modelName, or "
+          "storageUri) while a run of this run's name owns it. The first run to export a model there owns it (a run "
+          "created again under its name is the same owner, and its list replaces the last one); another run's export "
+          "is refused before it trains (ModelNameOwned) unless the owner lists it here.",
+          attr="allowed_publishers", max_items=MAX_ALLOWED_PUBLISHERS, extra=_ATOMIC,
+          doc="What it stops and what it does not: [models.md](models.md#who-may-publish-a-model)",
+          items=Field("run", "string", max_length=MAX_NAME_LENGTH,
+                      pattern=Pattern(grammar.DNS1035_LABEL, "must be a run name (a DNS-1035 label)"))),
 ))  # fmt: skip
 
 TOLERATION = Field("toleration", "object", fields=(

@@ -193,6 +193,16 @@ CODE_CHANGED = _status("CodeChanged", FAILED, True,
     "is, so under `restartPolicy: OnFailure` the TFJob fails at the next restart after the operator sees the line, "
     "as for `UserCodeError`; create a new run to train the new code "
     "([own-model.md](own-model.md#sending-your-code-with-a-run))")  # fmt: skip
+MODEL_NAME_OWNED = _status("ModelNameOwned", FAILED, True,
+    f"a worker exited with the model-name-owned exit code ({exits.MODEL_NAME_OWNED}): another run owns the model "
+    "name this run would publish a version of (`spec.export.modelName` on its volume, or `spec.export.storageUri`; "
+    "the first run to export there owns it) and does not list this run in its `spec.export.allowedPublishers`. "
+    "Checked by every worker before training, so nothing was trained or published. The message is that worker's "
+    "line, naming the owner: `model digits-cnn: its versions belong to run alice, whose "
+    "spec.export.allowedPublishers does not list this run: choose another spec.export.modelName, or have a run "
+    f"named alice list bob there (worker bob-worker-0, exit code {exits.MODEL_NAME_OWNED})`. "
+    "Permanent, as for `UserCodeError`; create a new run with another model name, or once the owner lists it "
+    "([models.md](models.md#who-may-publish-a-model))")  # fmt: skip
 _STORE = "([object-storage.md](object-storage.md#when-it-fails))"
 _PREFLIGHT = ("the trainer's check of its `s3://` dataset, before training (one listing with a client of its own: "
               "TensorFlow's own s3:// lists nothing, silently, in these cases)")

@@ -178,13 +178,13 @@ class RunSpec:
     disruption: DisruptionSpec = field(default_factory=DisruptionSpec)
     object_store: ObjectStoreSpec | None = None  # spec.objectStore (objectstore.py)
     storage_uri: str | None = None  # spec.export.storageUri: model versions in the object store, not the volume
+    allowed_publishers: tuple[str, ...] | None = None  # spec.export.allowedPublishers: the trainer's ownership.py
     uid: str | None = None
     generation: int | None = None
 
     @property
     def pvc_name(self) -> str:
-        """The claim the workers mount: the user's, or the one the operator creates (meaningless without a volume:
-        see has_volume)."""
+        """The claim the workers mount: the user's, or the one the operator creates (without a volume: none)."""
         return self.storage.claim_name or created_pvc_name(self.name)
 
     @property

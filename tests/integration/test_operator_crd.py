@@ -57,6 +57,9 @@ REJECTED = [
     ("reclaim-policy", "r", {"storage": {"reclaimPolicy": "Recycle"}}, ["spec.storage.reclaimPolicy", "Unsupported"]),
     ("model-name-escape", "r", {"export": {"modelName": "../etc"}}, ["spec.export.modelName", "directory name"]),
     ("model-name-slash", "r", {"export": {"modelName": "a/b"}}, ["spec.export.modelName", "directory name"]),
+    ("publisher-shape", "r", {"export": {"allowedPublishers": ["Bob"]}}, ["spec.export.allowedPublishers[0]", "a-z"]),
+    ("publishers-many", "r", {"export": {"allowedPublishers": [f"r{i}" for i in range(17)]}},
+     ["spec.export.allowedPublishers", "must have at most 16 items"]),
     ("resources-quantity", "r", {"resources": {"limits": {"cpu": "two"}}}, ["spec.resources.limits.cpu", "match"]),
     ("restart-policy", "r", {"restartPolicy": "Always"}, ["spec.restartPolicy", "Unsupported value"]),
     ("backoff-negative", "r", {"backoffLimit": -1}, ["spec.backoffLimit", "greater than or equal to 0"]),
@@ -208,6 +211,22 @@ def test_a_dataset_source_is_accepted_and_reaches_the_trainer(control_plane: Clu
                                  {"training": {"datasetSource": {**source, "maxSize": "1Ti", "timeoutSeconds": 60}}}))
     capped = trainer_args(parse_run(control_plane.kubectl_json("get", "dtr", "capped", "-n", namespace)))
     assert capped[capped.index(flags.DATASET_MAX_BYTES) + 1] == str(2**40)  # the bound itself is accepted
+
+
+def test_allowed_publishers_are_accepted_and_reach_the_trainer(control_plane: Cluster, namespace: str) -> None:
+    from dtr_contract import flags
+    from dtr_operator.builders import effective_spec, trainer_args
+    from dtr_operator.spec import parse_run
+
+    spec = {"export": {"modelName": "team", "allowedPublishers": ["bob", "c" * 52]}}
+    doc = run_doc("owner", namespace, spec)
+    control_plane.create(doc)
+    stored = control_plane.kubectl_json("get", "dtr", "owner", "-n", namespace)
+    assert stored["spec"]["export"] == spec["export"]
+    run = parse_run({**stored, "metadata": doc["metadata"]})
+    assert run == parse_run(doc) and effective_spec(run)["export"] == spec["export"]
+    args = trainer_args(run)
+    assert args[args.index(flags.ALLOWED_PUBLISHERS) + 1] == f"bob,{'c' * 52}"
 
 
 def test_an_object_store_is_accepted_and_stored_as_the_parser_admits_it(control_plane: Cluster, namespace: str):

@@ -14,9 +14,11 @@ LINEAGE = "lineage.json"  # beside saved_model.pb in each version directory (doc
 
 
 def shared_run(name: str) -> dict:
+    """Each lets the other publish under the model name: whichever claims first owns it (docs/models.md)."""
     doc = digits_run(name, epochs=3, steps=20)
     doc["spec"]["storage"] = {"claimName": "shared"}
-    doc["spec"]["export"] = {"modelName": "together"}
+    other = {"first": "second", "second": "first"}[name]
+    doc["spec"]["export"] = {"modelName": "together", "allowedPublishers": [other]}
     return doc
 
 

@@ -123,7 +123,9 @@ def maximal_spec(claim: str = "missing") -> dict[str, Any]:
             "metric": "m" * _len("training.metric"),
         },
         "storage": {"claimName": claim.ljust(_len("storage.claimName"), "x")},
-        "export": {"modelName": "e" * _len("export.modelName")},
+        "export": {"modelName": "e" * _len("export.modelName"),
+                   "allowedPublishers": [f"p{i:02}".ljust(_len("export.allowedPublishers.[]"), "p")
+                                         for i in range(_items("export.allowedPublishers"))]},
         "resources": {"limits": _quantities("resources.limits"), "requests": _quantities("resources.requests")},
         "suspend": True,
         "nodeSelector": _labels("nodeSelector"),

@@ -2,7 +2,8 @@
 Python 3.11): its model and dataset lists, its training defaults, and, for runs covering every
 model, dataset kind and optional flag, the trainer command line `builders.trainer_args` makes with
 the values it stands for, and the container's env (the run's identity for the lineage file); and for a run's own
-code, a file (with the digest the operator recorded) or a module, the command line.
+code, a file (with the digest the operator recorded) or a module, the command line; and for spec.export, the
+command line with the runs it lets publish under its model name.
 tests/trainer/test_contract.py parses each with the trainer's own parser.
 """
 
@@ -34,6 +35,14 @@ def code_case(code: dict, sha256: str) -> dict:
             "module": run.code.module}
 
 
+def export_case(export: dict) -> dict:
+    """A run's spec.export: the command line, and whom it lets publish under its model name (allowedPublishers)."""
+    run = spec.parse_run({"apiVersion": api.API_VERSION, "kind": api.KIND,
+                          "metadata": {"name": "contract", "namespace": "ns"}, "spec": {"export": export}})
+    return {"argv": builders.trainer_args(run), "publishers": list(run.allowed_publishers or ()),
+            "export_dir": builders.export_dir(run)}
+
+
 datasets = [*spec.BUILTIN_DATASETS, "shards/train.npz"]
 cases = [case({"model": m, "dataset": d}) for m, d in itertools.product(spec.MODELS, datasets)]
 cases += [
@@ -49,4 +58,6 @@ print(json.dumps({
     "cases": cases,
     "code_cases": [code_case({"configMap": "wine-code", "key": "wine.py"}, "ab" * 32),
                    code_case({"module": "acme.wine"}, "cd" * 32)],
+    "export_cases": [export_case({}), export_case({"modelName": "team", "allowedPublishers": ["b", "c-2"]}),
+                     export_case({"allowedPublishers": [f"r{i}" for i in range(16)]})],
 }))

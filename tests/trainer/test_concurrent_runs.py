@@ -3,6 +3,8 @@ sharing a claim): each must end with its own complete, loadable version, never t
 
 Run A is two MWMS workers, run B one worker; both start at the same instant, so both chiefs claim a
 version within milliseconds of each other (before claims both chose 1 and one model replaced the other).
+Each lists the other in spec.export.allowedPublishers (--allowed-publishers): the first chief to claim owns the
+model name (dtr_trainer.ownership), and the other may publish under it.
 Run B's --log-dir cannot be written (a file is in the way): one warning, and it trains all the same.
 """
 
@@ -12,6 +14,7 @@ import json
 
 import numpy as np
 import pytest
+from dtr_contract import flags
 
 from devcluster.controlplane import free_ports
 from support.trainer import (
@@ -27,12 +30,13 @@ from support.trainer import (
 MODEL_NAME = "shared-model"
 ARGS = ["--dataset", "digits", "--epochs", "2", "--batch-size-per-worker", "32", "--seed", "11"]
 RUNS = {"run-a": 2, "run-b": 1}  # run name -> workers
+OTHER = {"run-a": "run-b", "run-b": "run-a"}  # whom each lets publish under the name, should it own it
 
 
 def run_env(name: str) -> dict[str, str]:
     """What the operator's builder puts in the pod's env for a run (builders._container)."""
     spec = {"workers": RUNS[name], "training": {"model": "cnn", "dataset": "digits", "epochs": 2},
-            "export": {"modelName": MODEL_NAME}}
+            "export": {"modelName": MODEL_NAME, "allowedPublishers": [OTHER[name]]}}
     return {"DTR_RUN_NAME": name, "DTR_RUN_UID": f"uid-{name}", "DTR_RUN_NAMESPACE": "ml",
             "DTR_RUN_SPEC": json.dumps(spec), "DTR_TRAINER_IMAGE": "localhost/distml/trainer:test"}
 
@@ -47,6 +51,7 @@ def two_runs(tmp_path_factory):
     try:
         for name, workers in RUNS.items():
             args = ARGS + volume.args(model_name=MODEL_NAME, run=name) + unwritable.get(name, [])
+            args += [flags.ALLOWED_PUBLISHERS, OTHER[name]]
             jobs[name] = start_workers(volume, free_ports(workers), args, attempt=name, env_extra=run_env(name))
         codes = {name: [w.wait() for w in ws] for name, ws in jobs.items()}
     finally:
@@ -77,7 +82,9 @@ def test_each_run_has_its_own_complete_version(two_runs):
         assert (export_dir / str(summary["modelVersion"]) / "saved_model.pb").is_file()
     assert all_entries(export_dir) == ["1", "2"]  # nothing else where a model server looks
     bookkeeping = volume.root / "models" / ".dtr-export" / MODEL_NAME
-    assert all_entries(bookkeeping) == ["claim-1", "claim-2"]  # no staging dir left
+    assert all_entries(bookkeeping) == ["claim-1", "claim-2", "owner"]  # no staging dir left
+    owner = json.loads((bookkeeping / "owner").read_text())
+    assert owner["owner"]["name"] in RUNS and owner["allowedPublishers"] == [OTHER[owner["owner"]["name"]]]
 
 
 def test_both_versions_load_and_predict(two_runs):

@@ -69,6 +69,13 @@ def test_a_code_file_goes_with_its_recorded_digest_and_a_module_with_none(operat
     assert (parsed["code"], parsed["code_sha256"], parsed["code_module"]) == (None, None, module_case["module"])
 
 
+def test_the_runs_a_run_lets_publish_under_its_model_name_reach_the_trainer(operator_side: dict) -> None:
+    assert [case["publishers"] for case in operator_side["export_cases"]][:2] == [[], ["b", "c-2"]]
+    for case in operator_side["export_cases"]:
+        parsed = vars(build_parser().parse_args(case["argv"]))
+        assert (parsed["export_dir"], list(parsed["allowed_publishers"])) == (case["export_dir"], case["publishers"])
+
+
 def test_the_trainer_reads_the_runs_identity_from_the_env_the_operator_sets(operator_side: dict) -> None:
     for case in operator_side["cases"]:
         run = RunIdentity.from_env(case["env"], warn=pytest.fail)

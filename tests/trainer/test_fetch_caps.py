@@ -160,9 +160,9 @@ def test_a_waiter_waits_as_long_as_the_holders_deadline(tmp_path, monkeypatch):
     seen: list[Fetcher] = []
 
     class Recording(Fetcher):
-        def obtain(self) -> Path:
+        def content(self) -> bytes:  # what dataset_from_args loads: the checked bytes (obtain's file, read once)
             seen.append(self)
-            return self.files.target
+            return b""
 
     args = parse_args([flags.EXPORT_DIR, "/x", flags.DATASET_URL, "https://h/t.npz", flags.DATASET_SHA256, SHA,
                        flags.DATA_DIR, str(tmp_path), flags.DATASET_TIMEOUT_SECONDS, "7200",

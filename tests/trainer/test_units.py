@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from dtr_contract import exits, layout, summary
+from dtr_contract import exits, summary
 from dtr_trainer import compiling, data, divergence, errors, export, failures, main, models, user, userdata
 from dtr_trainer.cluster import LOCAL, parse_tf_config
 from dtr_trainer.errors import ConfigError, DataError
@@ -143,32 +142,6 @@ def test_resolve_npz_refuses_symlink_out(tmp_path):
     (tmp_path / "data" / "link.npz").symlink_to(tmp_path / "x.npz")
     with pytest.raises(DataError, match="escapes"):
         data.resolve_npz(str(tmp_path / "data"), "link.npz")
-
-
-def test_cached_keras_dataset_is_read_without_download(tmp_path):
-    cache = Path(layout.keras_cache_dir(str(tmp_path)))
-    cache.mkdir()
-    x = np.random.RandomState(0).randint(0, 256, (6, 28, 28)).astype(np.uint8)
-    np.savez(cache / "mnist.npz", x_train=x, y_train=np.arange(6), x_test=x[:2], y_test=np.arange(2))
-    splits = data.load_arrays("mnist", str(tmp_path), seed=0)
-    assert splits.train_size == 6 and splits.x_eval.shape == (2, 28, 28, 1)
-
-
-def test_concurrent_cache_writers_publish_one_complete_file(tmp_path, monkeypatch):
-    """Two workers filling the cache at once: the file is absent or complete, never partial."""
-    x = np.zeros((3, 28, 28), np.uint8)
-    monkeypatch.setenv("HOME", str(tmp_path))  # the writers swap HOME; restore it whatever they leave
-    monkeypatch.setattr(data, "_keras_loader", lambda name: lambda: ((x, np.arange(3)), (x, np.arange(3))))
-    paths = []
-    threads = [threading.Thread(target=lambda: paths.append(data.cached_keras_dataset("mnist", str(tmp_path))))
-               for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    cache = Path(layout.keras_cache_dir(str(tmp_path)))
-    assert sorted(p.name for p in cache.iterdir()) == ["mnist.npz"]
-    assert data.read_npz(cache / "mnist.npz", 0, "mnist").train_size == 3
 
 
 @pytest.mark.parametrize("names, expected", [

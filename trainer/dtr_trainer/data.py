@@ -8,27 +8,24 @@ checks data before it creates the strategy. `loader` makes one the load_data(ctx
 
 from __future__ import annotations
 
-import contextlib
+import gzip
+import io
 import os
-import sys
-import tempfile
-import uuid
-from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Callable
 
 import numpy as np
-from dtr_contract import flags, layout
+from dtr_contract import flags
 
-from dtr_trainer import userdata
-from dtr_trainer.errors import DataError, DownloadError
+from dtr_trainer import keras_cache, userdata
+from dtr_trainer.errors import DataError
 from dtr_trainer.user import GUIDE
 
 KERAS_DATASETS = ("mnist", "fashion_mnist")
 BUILTIN_DATASETS = (*KERAS_DATASETS, "digits", "synthetic")
-OFFLINE_HINT = f"use {flags.DATASET} digits or synthetic (no download), or put a .npz file in {flags.DATA_DIR}"
 EVAL_FRACTION = 0.2  # held out when a dataset has no test split of its own
 NUM_CLASSES = 10  # of the built-in datasets (a .npz has its own)
 IMAGE_SHAPE = (28, 28, 1)
@@ -158,12 +155,17 @@ def validate_dataset_name(name: str, data_dir: str) -> None:
 
 def read_npz(path: Path | BinaryIO, seed: int, what: str) -> Splits:
     """Keys: x_train, y_train and optionally x_test, y_test (else 20% is held out). path: a file, or one opened
-    (an object in a bucket, through tf.io.gfile: data_s3.py)."""
+    (bytes already checked, an object in a bucket through tf.io.gfile: data_s3.py)."""
     try:
         with np.load(path, allow_pickle=False) as f:
             arrays: dict[str, np.ndarray] = {k: f[k] for k in f.files}
     except (OSError, ValueError) as exc:
         raise DataError(f"{what}: cannot read as .npz ({exc})") from None
+    return splits_of(arrays, seed, what)
+
+
+def splits_of(arrays: Mapping[str, np.ndarray], seed: int, what: str) -> Splits:
+    """The arrays of a .npz's keys, checked and scaled (read_npz)."""
     missing = {"x_train", "y_train"} - set(arrays)
     if missing:
         raise DataError(f"{what}: missing keys {sorted(missing)} (need x_train, y_train; optional x_test, y_test)")
@@ -177,65 +179,30 @@ def read_npz(path: Path | BinaryIO, seed: int, what: str) -> Splits:
     return Splits(x, y, xt, to_labels(arrays["y_test"], xt.shape[0], what))
 
 
-@contextlib.contextmanager
-def _private_keras_home(parent: Path) -> Iterator[Path]:
-    """Keras' loaders download under $HOME/.keras with no cache_dir argument (fashion_mnist
-    takes none); point HOME at a directory private to this process so two workers never
-    write the same partial file."""
-    home = Path(tempfile.mkdtemp(prefix=".download-", dir=parent))
-    old = os.environ.get("HOME")
-    os.environ["HOME"] = str(home)
+def idx_arrays(files: Mapping[str, bytes], prefix: str) -> tuple[np.ndarray, np.ndarray]:
+    """(images [N, 28, 28], labels [N]) from the gzipped IDX files <prefix>-images-idx3-ubyte.gz and
+    <prefix>-labels-idx1-ubyte.gz, as Keras' fashion_mnist loader reads them."""
     try:
-        yield home
-    finally:
-        if old is None:
-            os.environ.pop("HOME", None)
-        else:
-            os.environ["HOME"] = old
-        _rmtree(home)
+        labels = np.frombuffer(gzip.decompress(files[f"{prefix}-labels-idx1-ubyte.gz"]), np.uint8, offset=8)
+        images = np.frombuffer(gzip.decompress(files[f"{prefix}-images-idx3-ubyte.gz"]), np.uint8, offset=16)
+        return images.reshape(len(labels), 28, 28), labels
+    except (OSError, ValueError, EOFError) as exc:
+        raise DataError(f"fashion_mnist: cannot read {prefix}'s IDX files ({exc})") from None
 
 
-def _rmtree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
+def _mnist(files: Mapping[str, bytes], seed: int) -> Splits:
+    return read_npz(io.BytesIO(files["mnist.npz"]), seed, "mnist")
 
 
-def _keras_loader(name: str) -> Callable[[], tuple]:
-    from tensorflow import keras  # the loaders run no TF op
+def _fashion_mnist(files: Mapping[str, bytes], seed: int) -> Splits:
+    (x_train, y_train), (x_test, y_test) = idx_arrays(files, "train"), idx_arrays(files, "t10k")
+    return splits_of({"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}, seed,
+                     "fashion_mnist")  # fmt: skip
 
-    return {"mnist": keras.datasets.mnist.load_data, "fashion_mnist": keras.datasets.fashion_mnist.load_data}[name]
 
-
-def cached_keras_dataset(name: str, data_dir: str) -> Path:
-    """<data-dir>/keras/<name>.npz, downloading through the Keras loader once.
-
-    Workers download into private dirs and publish with an atomic rename: the cache
-    file is either absent or complete, and a second writer replaces it with equal bytes.
-    """
-    cache_dir = Path(layout.keras_cache_dir(data_dir))
-    target = cache_dir / f"{name}.npz"
-    if target.is_file():
-        return target
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DataError(f"cannot create cache dir {cache_dir}: {exc.strerror}") from None
-    # Keras prints its progress on stdout, which carries only the summary JSON: send it to stderr.
-    with _private_keras_home(cache_dir), contextlib.redirect_stdout(sys.stderr):
-        try:
-            (x_train, y_train), (x_test, y_test) = _keras_loader(name)()
-        except Exception as exc:  # Keras wraps every network failure in a plain Exception
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            # The hint before the cause: a status message keeps only a line's first 160 characters.
-            raise DownloadError(f"cannot download {name}: {OFFLINE_HINT} ({reason})") from None
-    partial = cache_dir / f".{name}.{uuid.uuid4().hex}.npz"
-    try:
-        np.savez(partial, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
-    return target
+# The Keras datasets from the bytes keras_cache checked (never the files again: they may have changed since).
+KERAS_READERS: dict[str, Callable[[Mapping[str, bytes], int], Splits]] = {"mnist": _mnist,
+                                                                         "fashion_mnist": _fashion_mnist}
 
 
 def digits_arrays() -> tuple:
@@ -263,7 +230,7 @@ def _digits(data_dir: str, seed: int) -> Splits:
 
 
 def _keras(name: str, data_dir: str, seed: int) -> Splits:
-    return read_npz(cached_keras_dataset(name, data_dir), seed, name)
+    return KERAS_READERS[name](keras_cache.load(name, data_dir), seed)
 
 
 def _npz(name: str, data_dir: str, seed: int) -> Splits:
@@ -284,11 +251,17 @@ def load_arrays(name: str, data_dir: str, seed: int) -> Splits:
     return DATASETS.get(name, partial(_npz, name))(data_dir, seed)
 
 
-def loader(name: str) -> Callable:
-    """The built-in dataset `name` as a load_data(ctx) (docs/own-model.md)."""
+def loader(name: str, content: bytes | None = None) -> Callable:
+    """The built-in dataset `name` as a load_data(ctx) (docs/own-model.md). content: a --dataset-url file's bytes as
+    their digest was checked (fetch.Fetcher.content), read instead of the file, which another run's code may have
+    changed since; let go once the arrays are made (the first call: the run's load_data is called once for them)."""
+    source, made = [content], []
 
     def load_data(ctx) -> tuple:
-        return load_arrays(name, ctx.data_dir, ctx.seed).pairs()
+        if source[0] is not None:
+            made.append(read_npz(io.BytesIO(source[0]), ctx.seed, f"dataset {name!r}"))
+            source[0] = None
+        return (made[-1] if made else load_arrays(name, ctx.data_dir, ctx.seed)).pairs()
 
     return load_data
 

@@ -7,7 +7,7 @@ the operator reads too). The table is documented in docs/trainer.md; keep the tw
 from __future__ import annotations
 
 from dtr_contract import exits
-from dtr_contract.exits import CODE_CHANGED, DIVERGED, PEER_LOST, USER_CODE
+from dtr_contract.exits import CODE_CHANGED, DIVERGED, MODEL_NAME_OWNED, PEER_LOST, USER_CODE
 
 EXIT_INTERNAL = 1  # a bug: unexpected exception
 EXIT_USAGE = 2  # bad command line (argparse's own code)
@@ -19,6 +19,7 @@ EXIT_VOLUME = 7  # the run's volume is full or not writable by this process's ui
 EXIT_USER_CODE = USER_CODE  # the run's own code (docs/own-model.md) fails: the message names its file and line
 EXIT_DIVERGED = DIVERGED  # the loss became NaN or infinite (dtr_trainer.divergence): the message names the epoch
 EXIT_CODE_CHANGED = CODE_CHANGED  # the --code file is not the one recorded (--code-sha256): none of it ran
+EXIT_MODEL_NAME_OWNED = MODEL_NAME_OWNED  # another run owns the --export-dir's model name (dtr_trainer.ownership)
 # --dataset-url could not be fetched for now (unreachable, timed out, HTTP 5xx/408/429) after a few tries
 # of its own: the digest pins the content, so a later try gets the right file or a mismatch (exit 4).
 # 128 + 12 is SIGUSR2's code, a signal nothing here sends, so it is not mistaken for a crash (139 is SIGSEGV).
@@ -71,6 +72,12 @@ class CodeChangedError(TrainerError):
     """The --code file's bytes are not those whose SHA-256 the run recorded (--code-sha256)."""
 
     exit_code = EXIT_CODE_CHANGED
+
+
+class ModelNameOwnedError(TrainerError):
+    """Another run owns the model name this run would publish a version of, and does not let it (ownership.py)."""
+
+    exit_code = EXIT_MODEL_NAME_OWNED
 
 
 class DivergedError(TrainerError):

@@ -21,7 +21,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -313,11 +313,13 @@ def _write_extra(staging: Path, files: Mapping[str, str]) -> None:
 
 
 def save_everywhere(model, export_dir: str, claim: Claim | None, is_chief: bool,
-                    extra_files: Mapping[str, str] | None = None, layer_traces: bool = True) -> Path | None:
+                    extra_files: Mapping[str, str] | None = None, layer_traces: bool = True,
+                    before_publish: Callable[[], object] | None = None) -> Path | None:  # fmt: skip
     """Every worker must call this, alike: saving runs collective ops (ON_READ variables are
     aggregated), so a chief saving alone would wait forever. Non-chief workers save to a
     local temporary dir (never the volume) and delete it. The chief adds extra_files (paths
-    relative to the version dir, such as the lineage) before the version appears. layer_traces: _save."""
+    relative to the version dir, such as the lineage) before the version appears, and calls before_publish
+    last (ownership.admit: an error there leaves no version). layer_traces: _save."""
     if not is_chief:
         scratch = tempfile.mkdtemp(prefix="dtr-worker-export-")
         try:
@@ -331,6 +333,8 @@ def save_everywhere(model, export_dir: str, claim: Claim | None, is_chief: bool,
     try:
         _save(model, str(staging), layer_traces)
         _write_extra(staging, extra_files or {})
+        if before_publish is not None:
+            before_publish()
         _publish(staging, final, claim)
     except Exception as exc:  # OSError, or TensorFlow's own error from inside model.save
         shutil.rmtree(staging, ignore_errors=True)

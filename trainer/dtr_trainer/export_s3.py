@@ -25,7 +25,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from dtr_contract import flags, layout, published
@@ -253,9 +253,11 @@ def publish(store: ObjectStore, base: Location, claim: export.Claim, local: Path
 
 def save_everywhere(model, export_dir: str, claim: export.Claim | None, is_chief: bool,
                     extra_files: Mapping[str, str] | None = None, layer_traces: bool = True,
+                    before_publish: Callable[[], object] | None = None,
                     run: RunIdentity | None = None, store: ObjectStore | None = None) -> str | None:  # fmt: skip
     """Every worker calls this, alike (export.save_everywhere: saving runs collective ops). Each saves to a local
-    temporary dir; the chief then publishes its copy and returns the version's s3:// URI."""
+    temporary dir; the chief then calls before_publish (ownership.admit), publishes its copy and returns the
+    version's s3:// URI."""
     if not is_chief:
         export.save_everywhere(model, export_dir, None, False, layer_traces=layer_traces)
         return None
@@ -267,6 +269,8 @@ def save_everywhere(model, export_dir: str, claim: export.Claim | None, is_chief
         Path(layout.bookkeeping_dir(str(local_base))).mkdir(parents=True)
         saved = export.save_everywhere(model, str(local_base), claim, True, extra_files, layer_traces)
         assert saved is not None
+        if before_publish is not None:
+            before_publish()
         return publish(store or connect(os.environ), parse_uri(export_dir), claim, saved,
                        run or RunIdentity.from_env(os.environ))
     except ObjectStoreError as err:

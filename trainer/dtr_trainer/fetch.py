@@ -6,7 +6,8 @@ start here at once: the first to create the claim file exclusively downloads int
 own, checks the digest and renames the file into place; the others wait for the claim to go and check the
 file's digest themselves. The cache is content-addressed and a file is published only after its digest
 matched, so the claim only saves downloads: a race that lets two processes download (a claim taken over
-from a holder that was only slow) publishes equal bytes twice, never a wrong file.
+from a holder that was only slow) publishes equal bytes twice, never a wrong file. The run loads the bytes it hashed
+(Fetcher.content), not the path again: on a shared claim another run's code could swap the file (review R12).
 
 The download itself, over HTTPS and capped in size and time (--dataset-max-bytes, --dataset-timeout-seconds), is
 fetch_http's. The pure parts (URL and digest checks, paths, the waiting decisions) are apart from the shell (files),
@@ -27,7 +28,7 @@ import socket
 import time
 import urllib.parse
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -40,7 +41,6 @@ from dtr_trainer.fetch_http import Caps, download, progress_text, size_text
 Log = Callable[[str], None]
 Stamp = tuple[int, int, int]  # a claim file's (inode, size, mtime in ns): changes whenever its holder touches it
 
-CHUNK = 1 << 20  # hashing a file
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # What a file name in the cache may be: no path separator, no leading dot (the cache's own files are hidden).
 SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,199}")
@@ -107,8 +107,7 @@ def https_url(text: str) -> str:
 
 
 def sha256_hex(text: str) -> str:
-    """argparse type of --dataset-sha256 (and of --code-sha256): 64 hex digits, as `sha256sum FILE` prints them (any
-    case)."""
+    """argparse type of --dataset-sha256 and --code-sha256: 64 hex digits as `sha256sum FILE` prints, any case."""
     digest = text.strip().lower()
     if not SHA256_HEX.fullmatch(digest):
         raise argparse.ArgumentTypeError(f"must be 64 hex digits (sha256sum FILE), got {text!r}")
@@ -267,19 +266,13 @@ class CacheFiles:
                 pass
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def cached_state(path: Path, sha256: str) -> Cached:
+def cached_content(path: Path, sha256: str) -> tuple[Cached, bytes | None]:
+    """The file's state, and when it is GOOD the very bytes whose digest matched: what the run loads."""
     try:
-        return Cached.GOOD if file_sha256(path) == sha256 else Cached.BAD
+        content = path.read_bytes()
     except FileNotFoundError:
-        return Cached.MISSING
+        return Cached.MISSING, None
+    return (Cached.GOOD, content) if hashlib.sha256(content).hexdigest() == sha256 else (Cached.BAD, None)
 
 
 # ---------------------------------------------------------------- shell: progress and heartbeat
@@ -321,6 +314,14 @@ class Fetcher:
     caps: Caps = dataclasses.field(default_factory=Caps)
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    verified: bytes | None = field(default=None, repr=False)  # the bytes the last look found GOOD
+
+    def content(self) -> bytes:
+        """The bytes whose digest matched, from the last look or, once published by any process, read and checked."""
+        path = self.obtain()
+        if (content := self.verified or cached_content(path, self.source.sha256)[1]) is None:
+            raise DataError(f"{path} changed on the volume just after it was checked: it is not {self.source.sha256}")
+        return content
 
     def obtain(self) -> Path:
         """The verified cached file: found, downloaded by this process, or waited for."""
@@ -338,7 +339,7 @@ class Fetcher:
             self._not_yet(step, stamp, quiet, said)
 
     def _look(self, said: set) -> Cached:
-        cached = cached_state(self.files.target, self.source.sha256)
+        cached, self.verified = cached_content(self.files.target, self.source.sha256)
         if cached is Cached.BAD and Cached.BAD not in said:
             said.add(Cached.BAD)
             self.log(f"{self.files.target} does not have sha256 {self.source.sha256} (changed on the volume?): "
@@ -368,7 +369,7 @@ class Fetcher:
             return False
         try:
             # Published between our look and our claim: nothing to do.
-            if cached_state(self.files.target, self.source.sha256) is not Cached.GOOD:
+            if cached_content(self.files.target, self.source.sha256)[0] is not Cached.GOOD:
                 self._download_and_publish(token)
         finally:
             self.files.release(token)
@@ -391,13 +392,13 @@ class Fetcher:
         self.log(f"downloaded {size_text(size)} in {self.clock() - started:.1f} s, sha256 verified")
 
 
-def dataset_from_args(args: argparse.Namespace, log: Log) -> str:
-    """main's hook: --dataset as given, or, with --dataset-url, the verified file's path relative to
-    --data-dir (downloaded here if the cache does not have it)."""
+def dataset_from_args(args: argparse.Namespace, log: Log) -> tuple[str, bytes | None]:
+    """main's hook: --dataset as given, or, with --dataset-url, the verified file's path relative to --data-dir
+    (downloaded here if the cache does not have it) and its bytes as checked, which the run loads."""
     source = source_of(args.dataset_url, args.dataset_sha256)
     if source is None:
-        return args.dataset
+        return args.dataset, None
     caps = Caps(args.dataset_max_bytes, args.dataset_timeout_seconds)
     timing = dataclasses.replace(Timing(), wait_limit_seconds=caps.total_seconds + Timing.stale_seconds)
-    Fetcher(source, CacheFiles(source.cache_file(args.data_dir)), log, timing, caps).obtain()
-    return source.relative_path()
+    fetcher = Fetcher(source, CacheFiles(source.cache_file(args.data_dir)), log, timing, caps)
+    return source.relative_path(), fetcher.content()

@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from dtr_contract import flags, layout, objectstore, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
@@ -33,6 +34,7 @@ from dtr_trainer import (
     iterators,
     lineage,
     memory,
+    ownership,
     preflight,
     rendezvous,
     user,
@@ -152,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(flags.SEED, type=_non_negative_int, default=42)
     p.add_argument(flags.DATA_DIR, default=layout.data_dir())
     p.add_argument(flags.EXPORT_DIR, required=True, help="the model lands in <export-dir>/<version>/")
+    ownership.add_argument(p)
     p.add_argument(flags.BACKUP_DIR, default=None, help="BackupAndRestore state (fault tolerance)")
     p.add_argument(flags.BACKUP_ON_SIGTERM, action="store_true",
                    help=f"with {flags.BACKUP_DIR}: a worker told to stop (SIGTERM) saves with its peers at the end of "
@@ -287,7 +290,9 @@ def volume_dirs(args: argparse.Namespace, cluster: ClusterInfo) -> list[str]:
 
 
 def claim_export_version(args: argparse.Namespace, run_identity: RunIdentity) -> export.Claim:
-    """Chief only, before the strategy: a version of its own on the volume or in the bucket (docs/models.md)."""
+    """Chief only, before the strategy: the model name checked and taken if nobody owns it (ownership.py), then a
+    version of its own on the volume or in the bucket (docs/models.md)."""
+    ownership.admit(args.export_dir, run_identity, args.allowed_publishers, take=True)
     claim = exporter(args.export_dir).claim_version(args.export_dir, args.backup_dir, run_identity)
     removed = exporter(args.export_dir).remove_stale_staging(args.export_dir, claim)
     log(f"model version {claim.version} claimed in {args.export_dir}"
@@ -344,9 +349,10 @@ def meet_the_chief(cluster: ClusterInfo) -> None:
             "joining the cluster anyway")
 
 
-def load_code(args: argparse.Namespace, s3_files: Sequence[str] | None = None) -> user.Code:
+def load_code(args: argparse.Namespace, s3_files: Sequence[str] | None = None,
+              checked: bytes | None = None) -> user.Code:  # fmt: skip
     """The run's code, imported and its two functions checked (before the strategy: no TF op yet); s3_files: an
-    s3:// dataset's files, as the preflight listed them."""
+    s3:// dataset's files, as the preflight listed them; checked: a --dataset-url file's bytes, as hashed."""
     if args.code is not None:
         return user.load_file(args.code, args.code_sha256)
     if args.code_module is not None:
@@ -354,7 +360,7 @@ def load_code(args: argparse.Namespace, s3_files: Sequence[str] | None = None) -
     if s3_files is not None:
         return user.builtin(args.model, BUILT_IN[args.model], args.dataset, data_s3.loader(args.dataset, s3_files, log))
     data.validate_dataset_name(args.dataset, args.data_dir)
-    return user.builtin(args.model, BUILT_IN[args.model], args.dataset, data.loader(args.dataset))
+    return user.builtin(args.model, BUILT_IN[args.model], args.dataset, data.loader(args.dataset, checked))
 
 
 def context(args: argparse.Namespace, cluster: ClusterInfo) -> user.Context:
@@ -393,8 +399,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         if cluster.is_chief:
             export.report_summary(line, args.termination_message_path)
         return 0
-    args.dataset = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path in the volume's cache
-    code = load_code(args, preflight.checked_files(args.dataset, log))
+    ownership.admit(args.export_dir, run_identity)  # every worker, before anything long: may the run publish?
+    args.dataset, checked = fetch.dataset_from_args(args, log)  # a --dataset-url file: its path, its bytes as hashed
+    code = load_code(args, preflight.checked_files(args.dataset, log), checked)
+    del checked  # the loader holds them until it has made the arrays
     volume.check_writable(volume_dirs(args, cluster))
     ctx = context(args, cluster)
     loaded = user.load_data_before_strategy(code, ctx)  # NumPy data checked now; None: it needs TensorFlow
@@ -413,8 +421,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the summary, whatever the code prints
             outcome = train_or_record_divergence(args, cluster, strategy, code, ctx, loaded, bucket)
         extra = lineage_file(args, cluster, run_identity, code.origin, outcome, claim) if claim else None
+        recheck = partial(ownership.admit, args.export_dir, run_identity)  # the chief's, just before it publishes
         path = exporter(args.export_dir).save_everywhere(outcome.model, args.export_dir, claim, cluster.is_chief,
-                                                         extra, layer_traces=not code.builtin)  # built-in: Keras only
+                                                         extra, not code.builtin, recheck)  # built-in: Keras only
     if claim is None:
         log(f"done: {outcome.metric}={outcome.evaluation[outcome.metric]:.4f} (the chief exports the model)")
         return 0

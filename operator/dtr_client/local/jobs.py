@@ -21,8 +21,9 @@ End = tuple[str, str, str]  # how a job ended: (phase, TFJob condition reason, m
 def job_restarts(policy: str, exit_code: int) -> bool:
     """Does the replica run again after this exit? OnFailure/Always: the kubelet restarts it in place;
     ExitCode: the training-operator recreates the pod for a retryable code (dtr_contract.exits); Never: no.
-    Never after an exit the run would repeat (the run's code failed or changed, its loss diverged): on a cluster the
-    operator has the TFJob fail at the first restart (restart_cannot_help); here none is made."""
+    Never after an exit the run would repeat (its code failed or changed, its loss diverged, its model name is
+    another run's): on a cluster the operator has the TFJob fail at the first restart (restart_cannot_help); here
+    none is made."""
     if restart_cannot_help(exit_code):
         return False
     if policy == "ExitCode":

@@ -18,6 +18,16 @@ KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "d
 # run lets go of its PodDisruptionBudget (Context.let_go).
 KEPT_SPEC = ("workers", "suspend", "queueName", "training", "storage", "resources", "watchdog", "disruption",
              "objectStore", "export")
+# Of export, where the versions go (the status's model); allowedPublishers only makes the TFJob (up to 16 run names).
+LEFT_OF_EXPORT = ("allowedPublishers",)
+
+
+def kept_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """KEPT_SPEC of a run's spec, without what of export only makes the TFJob (not copied)."""
+    kept = {k: spec[k] for k in KEPT_SPEC if k in spec}
+    if isinstance(kept.get("export"), Mapping):
+        kept["export"] = {k: v for k, v in kept["export"].items() if k not in LEFT_OF_EXPORT}
+    return kept
 
 
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -27,7 +37,7 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
         "apiVersion": body.get("apiVersion"),
         "kind": body.get("kind"),
         "metadata": {k: found[k] for k in KEPT_METADATA if k in found},
-        "spec": {k: spec[k] for k in KEPT_SPEC if k in spec},
+        "spec": kept_spec(spec),
         "status": body.get("status") or {},
     }
     return copy.deepcopy(kept)

@@ -24,7 +24,7 @@ import kopf
 from kopf._cogs.clients import watching
 
 from ..api import GROUP, NETWORK_POLICY_GROUP, NETWORK_POLICY_PLURAL, PLURAL, TFJOB_GROUP, TFJOB_PLURAL
-from .kept import KEPT_SPEC
+from .kept import kept_spec
 
 Slimmer = Callable[[Mapping[str, Any]], dict[str, Any]]
 
@@ -62,9 +62,8 @@ def run_metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_object(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A run as kopf keeps it: run_metadata, reconcile.KEPT_SPEC of its spec, its status. Pure."""
-    spec = obj.get("spec") or {}
-    return _cut(obj, {key: spec[key] for key in KEPT_SPEC if key in spec}, run_metadata(obj))
+    """A run as kopf keeps it: run_metadata, kept.kept_spec of its spec, its status. Pure."""
+    return _cut(obj, kept_spec(obj.get("spec") or {}), run_metadata(obj))
 
 
 def tfjob_object(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from ..reasons import (
     DIVERGED,
     FAILED,
     METRICS_UNAVAILABLE,
+    MODEL_NAME_OWNED,
     NETWORK_POLICY_NOT_HELD,
     OBJECT_STORE_FAILURES,
     PENDING,
@@ -45,6 +46,7 @@ from .pods import (
     disrupted_workers,
     divergence,
     failed_workers,
+    model_name_owned,
     object_store_failure,
     own_pods,
     termination_message,
@@ -119,16 +121,19 @@ def _still_explained(state: State, previous: Mapping[str, Any], all_run: bool) -
     return state
 
 
+# The trainer's permanent failures that a worker's one line explains, by reason. Code other than the recorded comes
+# first, whatever else failed; another run's model name next: it stops every worker before any training.
+_EXPLAINED = ((code_changed, CODE_CHANGED), (model_name_owned, MODEL_NAME_OWNED), (user_code_failure, USER_CODE_ERROR),
+              (divergence, DIVERGED))  # fmt: skip
+
+
 def _failure(state: State, pods: Sequence[Mapping[str, Any]], gone: Sequence[Mapping[str, Any]] = ()) -> State:
-    """A failed TFJob's state with who failed: the run's code file changed since it was recorded, its own code failed,
-    its loss diverged or its object store check failed (the worker's one line), else each failed or disrupted
-    worker, those already gone included."""
-    if changed := code_changed(pods):  # first: code other than the recorded was about to run, whatever else failed
-        return State(FAILED, CODE_CHANGED, changed, created=True)
-    if user_code := user_code_failure(pods):
-        return State(FAILED, USER_CODE_ERROR, user_code, created=True)
-    if diverged := divergence(pods):
-        return State(FAILED, DIVERGED, diverged, created=True)
+    """A failed TFJob's state with who failed: the run's code file changed since it was recorded, another run owns
+    its model name, its own code failed, its loss diverged or its object store check failed (the worker's one
+    line), else each failed or disrupted worker, those already gone included."""
+    for line_of, reason in _EXPLAINED:
+        if line := line_of(pods):
+            return State(FAILED, reason, line, created=True)
     if store := object_store_failure(pods):
         return State(FAILED, OBJECT_STORE_FAILURES[store[0]], store[1], created=True)
     if why := [*disrupted_workers([*pods, *gone]), *failed_workers(pods)]:

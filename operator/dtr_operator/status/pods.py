@@ -232,6 +232,12 @@ def code_changed(pods: Sequence[Mapping[str, Any]]) -> str | None:
     return _error_line(pods, exits.is_code_changed, "the run's code file is not the one recorded in status.code")
 
 
+def model_name_owned(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """Another run owns the model name (dtr_contract.exits.MODEL_NAME_OWNED): the first such worker's one line,
+    which names the owner, then the worker; None when no worker exited so."""
+    return _error_line(pods, exits.is_model_name_owned, "another run owns the model name (spec.export)")
+
+
 def object_store_failure(pods: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
     """The trainer's check of an s3:// dataset failed (dtr_contract.exits.OBJECT_STORE_CODES): (the exit code, the
     first such worker's one line, which names the cause, then the worker); None when no worker exited so."""
@@ -243,11 +249,11 @@ def object_store_failure(pods: Sequence[Mapping[str, Any]]) -> tuple[int, str] |
 
 def restart_cannot_help(code: int) -> bool:
     """An exit that the same run would repeat after a restart: its code failed, its loss diverged, its code file
-    is not the one recorded, or its object store refused its keys, has no such bucket or no data there. Such a run
-    is failed at once: the operator sets its TFJob's backoffLimit to 0 (reconcile.restart_no_more), `dtr run` does
-    not restart the worker."""
+    is not the one recorded, another run owns its model name, or its object store refused its keys, has no such
+    bucket or no data there. Such a run is failed at once: the operator sets its TFJob's backoffLimit to 0
+    (reconcile.restart_no_more), `dtr run` does not restart the worker."""
     return (exits.is_user_code(code) or exits.is_diverged(code) or exits.is_code_changed(code)
-            or exits.is_object_store_permanent(code))  # fmt: skip
+            or exits.is_model_name_owned(code) or exits.is_object_store_permanent(code))  # fmt: skip
 
 
 def logs_an_error(log_text: str) -> bool:

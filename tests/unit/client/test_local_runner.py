@@ -33,6 +33,7 @@ spec: {workers: 2, training: {dataset: digits, epochs: 1}}
         ("ExitCode", 0, False), ("ExitCode", 4, False), ("ExitCode", 127, False), ("ExitCode", 138, True),
         ("OnFailure", exits.USER_CODE, False), ("Always", exits.DIVERGED, False), ("OnFailure", exits.DIVERGED, False),
         ("OnFailure", exits.CODE_CHANGED, False), ("ExitCode", exits.CODE_CHANGED, False),
+        ("OnFailure", exits.MODEL_NAME_OWNED, False), ("Always", exits.MODEL_NAME_OWNED, False),
     ],
 )  # fmt: skip
 def test_job_restarts(policy, code, again):

@@ -32,6 +32,7 @@ def test_a_kept_run_is_small_whatever_the_run_carries():
     body = _largest_run()
     kept = slim(body)
     assert _chars(kept) <= MAX_KEPT_CHARS < _chars(body["spec"])
+    assert kept["spec"]["export"] == {"modelName": body["spec"]["export"]["modelName"]}, "who else may publish: TFJob's"
     assert set(kept["metadata"]) == set(KEPT_METADATA) - {"deletionTimestamp"}
     assert kept["status"] == body["status"] and kept["kind"] == body["kind"]
 
