@@ -24,6 +24,7 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 OPENSSL = "/usr/bin/openssl"
 DRIP_SECONDS = 0.05
@@ -134,3 +135,12 @@ def serving(directory: Path, files: Mapping[str, bytes]) -> Iterator[Server]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def trusted_by_this_process(server: Server, monkeypatch: Any) -> Server:
+    """This process trusts the test's certificate, as a cluster admin's SSL_CERT_FILE makes a worker do; requests
+    to it bypass any proxy; what it saw so far is forgotten. A `trusted` fixture's body."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(server.cert))
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    server.requests.clear()
+    return server

@@ -206,11 +206,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture
 def trusted(server, monkeypatch):
-    """This process trusts the test's certificate, as a cluster admin's SSL_CERT_FILE makes a worker do."""
-    monkeypatch.setenv("SSL_CERT_FILE", str(server.cert))
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    server.requests.clear()
-    return server
+    return https_server.trusted_by_this_process(server, monkeypatch)
 
 
 def fetcher(data_dir: Path, url: str, sha: str = SHA, timing: Timing = FAST, log=None) -> Fetcher:

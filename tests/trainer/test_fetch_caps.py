@@ -70,10 +70,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture
 def trusted(server, monkeypatch):
-    monkeypatch.setenv("SSL_CERT_FILE", str(server.cert))
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    server.requests.clear()
-    return server
+    return https_server.trusted_by_this_process(server, monkeypatch)
 
 
 @pytest.fixture
