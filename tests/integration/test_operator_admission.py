@@ -22,6 +22,7 @@ from dtr_operator.spec import RunSpec, parse_run
 
 from support.cluster import Cluster
 from support.runs import run_doc
+from support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 Mutation = Callable[[dict[str, Any]], None]
@@ -30,6 +31,12 @@ Mutation = Callable[[dict[str, Any]], None]
 @pytest.fixture(scope="module")
 def installed(control_plane: Cluster) -> Iterator[None]:
     with installed_mode(control_plane, CLUSTER_MODE):
+        # The API server applies a new policy within a moment: in force once an object owned by nothing is refused.
+        unowned = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                   "metadata": {"name": "in-force", "namespace": "default"},
+                   "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}  # fmt: skip
+        wait_for(lambda: not create(control_plane, unowned)[0], "the admission policy to take effect", timeout=60,
+                 interval=0.5)  # fmt: skip
         yield
 
 

@@ -250,10 +250,20 @@ def stolen_token(control_plane: Cluster, namespace: str) -> Iterator[Callable[..
 
     wait_for(lambda: as_operator("auth", "can-i", "create", "networkpolicies").stdout.strip() == "yes",
              "the RBAC to take effect")  # fmt: skip
+    wait_for(lambda: policy_in_force(as_operator), "the admission policy to take effect", timeout=60, interval=0.5)
     try:
         yield as_operator
     finally:
         control_plane.kubectl("delete", "--ignore-not-found", "-f", str(policy), check=False)
+
+
+def policy_in_force(as_operator: Callable[..., Any]) -> bool:
+    """The API server applies a new ValidatingAdmissionPolicy within a moment, not at once: a policy owned by nothing
+    (which none of the attacks below is) refused shows it is in force."""
+    unowned = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "in-force"},
+               "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}  # fmt: skip
+    done = as_operator("create", "--dry-run=server", "-f", "-", input=json.dumps(unowned))
+    return done.returncode != 0 and "operator-admission.yaml" in done.stderr
 
 
 def test_a_stolen_operator_token_cannot_widen_a_runs_network_or_start_a_host_pod(

@@ -116,6 +116,8 @@ def test_operator_deployment_passes_restricted(control_plane: Cluster, restricte
     (account,) = [d for d in docs if d["kind"] == "ServiceAccount"]
     deployment["metadata"]["namespace"] = account["metadata"]["namespace"] = restricted_ns
     control_plane.kubectl("apply", "-f", "-", input=json.dumps(account))  # pods need their account to exist
+    for priority in [d for d in docs if d["kind"] == "PriorityClass"]:  # and the class they name (deploy/base)
+        control_plane.kubectl("apply", "-f", "-", input=json.dumps(priority))
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
