@@ -92,6 +92,57 @@ cluster_objects() {
     END { if (kind ~ kinds && name != "") print kind "/" name }'
 }
 
+# Each ResourceQuota of a kustomization, as "namespace name", one per line.
+resource_quotas() {
+  kubectl kustomize "$1" | awk '
+    /^---/ { if (kind == "ResourceQuota" && name != "") print ns " " name; kind = ""; name = ""; ns = ""; meta = 0; next }
+    /^kind: / { kind = $2 }
+    /^metadata:/ { meta = 1; next }
+    /^[^ ]/ { meta = 0 }
+    meta && /^  name: / && name == "" { name = $2 }
+    meta && /^  namespace: / && ns == "" { ns = $2 }
+    END { if (kind == "ResourceQuota" && name != "") print ns " " name }'
+}
+
+# How many runs a quota counts now, empty while Kubernetes' quota controller has not counted them.
+quota_used_runs() {
+  local used
+  used="$(kubectl -n "$1" get resourcequota "$2" \
+    -o go-template='{{with .status.used}}{{index . "count/disttrainingruns.distml.dev"}}{{end}}' 2>/dev/null || true)"
+  [[ "${used}" == "<no value>" ]] || printf '%s' "${used}"
+}
+
+# The run quotas of the install (deploy/namespaced/quota.yaml) counted before any run is made. Kubernetes' quota
+# controller counts a resource it discovered after the quota was made only at its next full resync (5 min by
+# default), and the API server refuses every run until then ("status unknown for quota"); a quota made again once
+# the controller knows the resource (it looks every 30 s) is counted at once.
+settle_run_quotas() {
+  local ns name used tries quotas
+  quotas="$(resource_quotas "${DEPLOY}")"
+  while read -r ns name; do
+    [[ -n "${name}" ]] || continue
+    used=""
+    for ((tries = 1; tries <= 12; tries++)); do
+      used="$(quota_used_runs "${ns}" "${name}")"
+      [[ -n "${used}" ]] && break
+      if ((tries % 3 == 0)); then
+        kubectl kustomize "${DEPLOY}" | awk -v name="${name}" '
+          /^---/ { if (kind == "ResourceQuota" && found) printf "%s", doc; doc = ""; kind = ""; found = 0; next }
+          { doc = doc $0 "\n" }
+          /^kind: / { kind = $2 }
+          $0 == "  name: " name { found = 1 }
+          END { if (kind == "ResourceQuota" && found) printf "%s", doc }' | kubectl replace --force -f - >/dev/null
+      fi
+      sleep 5
+    done
+    if [[ -n "${used}" ]]; then
+      info "run quota ${ns}/${name}: counted (${used} runs)"
+    else
+      info "run quota ${ns}/${name}: not counted yet: runs there are refused ('status unknown for quota') until Kubernetes' quota controller counts them (at most 5 min)"
+    fi
+  done <<<"${quotas}"
+}
+
 # "namespace/name image" of each training-operator Deployment already in the cluster, one per line.
 training_operators() {
   kubectl get deployments --all-namespaces -l control-plane=kubeflow-training-operator \
@@ -276,6 +327,7 @@ main() {
     step "Kubeflow training-operator: left as it is"
   fi
   install_dtr_operator
+  settle_run_quotas
   warn_pod_security
   [[ -n "${EXAMPLE}" ]] || return 0
   local name

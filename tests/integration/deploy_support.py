@@ -101,6 +101,8 @@ def installed_mode(cluster: Cluster, mode: Mode) -> Iterator[Mode]:
     (the CRD and the namespaces stay: other tests of the session use the CRD)."""
     docs = render(mode.kustomization)
     cluster.kubectl("apply", "-k", str(mode.kustomization), timeout=120)
+    for quota in [d for d in docs if d["kind"] == "ResourceQuota"]:
+        settle_quota(cluster, quota)
     # The RBAC authorizer's caches follow the bindings within a moment.
     wait_for(lambda: can_i(cluster, "list", "tfjobs.kubeflow.org", mode.served_namespace or "default"),
              f"the {mode.name} RBAC to take effect")  # fmt: skip
@@ -108,6 +110,29 @@ def installed_mode(cluster: Cluster, mode: Mode) -> Iterator[Mode]:
         yield mode
     finally:
         cluster.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", input=as_yaml(rbac_objects(docs)))
+
+
+RUNS_COUNTED = "count/disttrainingruns.distml.dev"
+
+
+def settle_quota(cluster: Cluster, quota: dict[str, Any], timeout: float = 120) -> None:
+    """A run quota counted before any run is made, as deploy/install.sh's settle_run_quotas does it: made again every
+    15 s until Kubernetes' quota controller, which discovered the CRD after the quota was made, counts it (else it
+    would at its next full resync, 5 min, and refuse every run until then)."""
+    meta = quota["metadata"]
+    tries = 0
+
+    def counted() -> bool:
+        nonlocal tries
+        tries += 1
+        got = cluster.kubectl_json("get", "resourcequota", meta["name"], "-n", meta["namespace"])
+        if RUNS_COUNTED in ((got.get("status") or {}).get("used") or {}):
+            return True
+        if tries % 15 == 0:
+            cluster.kubectl("replace", "--force", "-f", "-", input=as_yaml([quota]))
+        return False
+
+    wait_for(counted, f"ResourceQuota {meta['namespace']}/{meta['name']} to count runs", timeout=timeout, interval=1)
 
 
 def service_account_cluster(cluster: Cluster, where: Path) -> Cluster:

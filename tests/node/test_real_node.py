@@ -229,7 +229,14 @@ def test_namespaced_deploy_serves_its_namespace_only(real_node: RealNode) -> Non
     kubectl("apply", "-k", str(REPO / "deploy" / "namespaced"))
     try:
         kubectl("-n", "dtr-system", "rollout", "status", "deployment/dtr-operator", "--timeout=180s", timeout=200)
+
+        def runs_counted() -> str | None:  # the install's run quota (deploy/namespaced/quota.yaml)
+            quota = real_node.cluster.kubectl_json("get", "resourcequota", "disttrainingruns", "-n", "dtr-runs")
+            return ((quota.get("status") or {}).get("used") or {}).get("count/disttrainingruns.distml.dev")
+
+        wait_for(runs_counted, "the run quota counted", timeout=60)
         real_node.apply("dtr-runs", digits_run("served", epochs=2, steps=5))
+        assert wait_for(lambda: runs_counted() == "1", "the run counted against the quota", timeout=60)
         real_node.create_restricted_namespace("t-elsewhere")
         real_node.apply("t-elsewhere", digits_run("ignored", epochs=2, steps=5))
 
@@ -239,7 +246,8 @@ def test_namespaced_deploy_serves_its_namespace_only(real_node: RealNode) -> Non
         assert not real_node.names("tfjobs", "t-elsewhere", "distml.dev/run")
     finally:
         # The tests after this one (other files) need the cluster-wide operator again.
-        for kind, name in (("rolebinding", "dtr-operator"), ("role", "dtr-operator")):
+        for kind, name in (("rolebinding", "dtr-operator"), ("role", "dtr-operator"),
+                           ("resourcequota", "disttrainingruns")):  # fmt: skip
             kubectl("delete", kind, name, "-n", "dtr-runs", "--ignore-not-found", check=False)
         kubectl("delete", "clusterrolebinding,clusterrole", "dtr-operator-discovery", "--ignore-not-found", check=False)
         kubectl("delete", "namespace", "t-elsewhere", "--wait=false", "--ignore-not-found", check=False)
