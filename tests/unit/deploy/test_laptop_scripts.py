@@ -229,6 +229,8 @@ case "$*" in
   "auth can-i"*) echo yes ;;
   "config current-context") echo k3d-dtr ;;
   "get crd"*) exit 1 ;;
+  "version -o json") [ -z "$KUBE_MINOR" ] ||
+    printf '{\n  "serverVersion": {\n    "major": "1",\n    "minor": "%s"\n  }\n}\n' "$KUBE_MINOR" ;;
   *status.phase*) printf 'Succeeded\\tModelExported\\tdone\\n' ;;
   *status.model.claim*) echo mnist-volume ;;
   *storageUri*) echo pvc://mnist-volume/models/mnist ;;
@@ -409,6 +411,14 @@ def test_k3d_up_and_down_with_macos_tools(mac):
     proc = mac.run("deploy/k3d/down.sh", "--purge", K3D_CLUSTER_EXISTS="1")
     assert proc.returncode == 0, proc.stderr
     assert mac.calls("k3d cluster delete dtr") and "removed " in proc.stdout
+
+
+def test_k3d_up_refuses_a_kubernetes_older_than_the_admission_policies_need(mac):
+    proc = mac.run("deploy/k3d/up.sh", DTR_SKIP_BUILD="1", DTR_TIMEOUT="30", KUBE_MINOR="29+")
+    assert proc.returncode != 0
+    assert "the cluster runs Kubernetes 1.29; the install needs 1.30 or newer" in proc.stdout + proc.stderr
+    assert not mac.calls("kubectl apply"), "nothing applied"
+    assert mac.run("deploy/k3d/up.sh", DTR_SKIP_BUILD="1", DTR_TIMEOUT="30", KUBE_MINOR="30").returncode == 0
 
 
 @pytest.mark.skipif(not os.environ.get("DTR_BASH32"), reason="DTR_BASH32 unset: the checks above ran with " + BASH)
