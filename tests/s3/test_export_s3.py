@@ -72,8 +72,9 @@ def test_two_workers_publish_a_version_a_reader_takes_downloads_and_scores(serve
     assert published.published_versions(c, base) == [1]
     version = {k.split("/", 3)[3] for k in keys(c, "team/digits-cnn/1/")}
     assert {"saved_model.pb", "lineage.json", published.MANIFEST_NAME, "variables/variables.index"} <= version
-    # Only the claim is left of the bookkeeping; no worker left a local copy behind.
-    assert keys(c, layout.bucket_bookkeeping_key(base.key) + "/") == [layout.bucket_claim_key(base.key, 1)]
+    # Only the claim and the model name's owner are left of the bookkeeping; no worker left a local copy behind.
+    assert keys(c, layout.bucket_bookkeeping_key(base.key) + "/") == [layout.bucket_claim_key(base.key, 1),
+                                                                       layout.bucket_owner_key(base.key)]
     assert list(volume.tmp.iterdir()) == []
     manifest = published.download_version(c, summary["modelPath"], tmp_path / "model")
     lineage = json.loads((tmp_path / "model" / "lineage.json").read_text())
@@ -86,7 +87,9 @@ def test_two_workers_publish_a_version_a_reader_takes_downloads_and_scores(serve
 
 def test_two_runs_exporting_to_one_base_at_once_get_distinct_versions(server: s3.State, tmp_path: Path):
     c, base = store(server), Location(BUCKET, "shared/digits")
-    runs = [train(server, Volume(tmp_path / f"vol-{r}"), base, r, [*CNN, "--epochs", "1"]) for r in ("ra", "rb")]
+    # Each lets the other publish under the name (whichever takes it first owns it: docs/models.md).
+    runs = [train(server, Volume(tmp_path / f"vol-{r}"), base, r, [*CNN, "--epochs", "1", "--allowed-publishers",
+                                                                   "ra,rb"]) for r in ("ra", "rb")]  # fmt: skip
     versions = sorted(finished(w)["modelVersion"] for w in runs)
     assert versions == [1, 2]
     assert published.published_versions(c, base) == [1, 2]
@@ -114,7 +117,8 @@ def test_a_chief_killed_mid_upload_leaves_no_version_a_reader_takes(server: s3.S
     c, base = store(server), Location(BUCKET, "killed/big")
     code = tmp_path / "big_model.py"
     code.write_text(BIG_MODEL)
-    big = ["--code", str(code), "--epochs", "1", "--batch-size-per-worker", "16", "--learning-rate", "0.01"]
+    big = ["--code", str(code), "--epochs", "1", "--batch-size-per-worker", "16", "--learning-rate", "0.01",
+           "--allowed-publishers", "ka,kb,kc"]  # three runs publish under one name
     staging = layout.bucket_bookkeeping_key(base.key) + "/staging-"
     vol_a, vol_b = Volume(tmp_path / "vol-a"), Volume(tmp_path / "vol-b")
     # Run a: killed while it uploads to its staging prefix (the first staged object is there, the rest not yet).
@@ -159,6 +163,8 @@ def test_wrong_keys_fail_the_chief_before_training_with_s3s_code(server: s3.Stat
     finally:
         kill_all(workers)
     log = workers[0].log()
-    assert code != 0 and "SignatureDoesNotMatch" in log and "cannot claim a model version" in log, log[-3000:]
+    # Refused at the first request: who owns the model name (read before any claim), or the claim.
+    said = "cannot claim a model version" in log or "who owns" in log
+    assert code != 0 and "SignatureDoesNotMatch" in log and said, log[-3000:]
     assert "W" * 40 not in log and server.secret_key not in log
     assert "epoch 1/1 end" not in log  # failed before training
