@@ -311,7 +311,7 @@ class Fetcher:
     files: CacheFiles
     log: Log
     timing: Timing = Timing()
-    caps: Caps = dataclasses.field(default_factory=Caps)
+    caps: Caps = field(default_factory=Caps)
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     verified: bytes | None = field(default=None, repr=False)  # the bytes the last look found GOOD

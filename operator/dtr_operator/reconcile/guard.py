@@ -116,12 +116,14 @@ class Guard:
             try:
                 found = self.ctx.kube.get("v1", "Namespace", "", namespace) or {}
             except ApiError as err:
-                if (namespace, err.status) not in self.refused:
-                    self.refused.add((namespace, err.status))
+                # Said once, apart from a refused list of its policies (refused's other key), and not asked again
+                # before OTHERS_SECONDS: an older install's RBAC refuses every read.
+                if (f"Namespace {namespace}", err.status) not in self.refused:
+                    self.refused.add((f"Namespace {namespace}", err.status))
                     log.warning("namespace %s not read: %s (the operator's RBAC needs get on namespaces); its runs "
                                 "are not told whether it enforces Pod Security", namespace, err)  # fmt: skip
-                return None
-            self.namespaces[namespace] = (at, podsecurity.weakness(namespace, found))
+                found = None
+            self.namespaces[namespace] = (at, None if found is None else podsecurity.weakness(namespace, found))
         return self.namespaces[namespace][1]
 
     def _others(self, namespace: str) -> Sequence[Mapping[str, Any]]:

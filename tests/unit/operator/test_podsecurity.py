@@ -91,3 +91,26 @@ def test_the_shell_names_each_namespace_without_baseline_or_restricted(tmp_path:
             if podsecurity.weakness(n, ns({"default": None, "team-a": "restricted", "team-b": "privileged",
                                            "team-c": "baseline", "team-d": "Restricted"}[n])) is not None}  # fmt: skip
     assert weak == {"default", "team-b", "team-d"}, "the operator's verdict is the shell's"
+
+
+def test_a_refused_namespace_read_is_not_asked_again_at_once_and_says_nothing_on_the_run() -> None:
+    """An older install's RBAC has no get on namespaces: the run is not told (no condition), and a second attempt
+    within the read interval asks the API no second time."""
+    from dtr_operator.kube import ApiError
+
+    from support.fake_kube import FakeKube
+    from support.reconciler import reconciler
+    from support.runs import make_run
+
+    kube = FakeKube()
+    kube.fail("get", ApiError(403, "Forbidden", "namespaces is forbidden"), times=None,
+              when=lambda args: args.get("kind") == "Namespace")  # fmt: skip
+    run = make_run({"workers": 2}, uid="u-1", generation=1, resourceVersion="1")
+    kube.put(run)
+    rec, _ = reconciler(kube)
+    rec.reconcile_run(run)
+    rec.reconcile_run(kube.stored("DistTrainingRun", "mnist-cnn"))
+    asked = [c for c in kube.calls if c.method == "get" and c.args.get("kind") == "Namespace"]
+    assert len(asked) == 1, asked
+    st = kube.stored("DistTrainingRun", "mnist-cnn").get("status") or {}
+    assert not [c for c in st.get("conditions") or [] if c["type"] == "IsolationWeakened"]
