@@ -50,6 +50,9 @@ from .status.state import MAX_REASON, MAX_STATE_MESSAGE, clean_text
 
 # kopf's workers at once per kind of object, and how long an idle one stays (_tune).
 WORKER_LIMIT = 64
+# Runs per page of the initial listing: a page of the largest runs admission allows is 2 MB of JSON at 10, 20 MB at 100
+# (bench/operator/memory-metadata.json), which then stood out above everything else the operator holds.
+LIST_PAGE = 10
 WORKER_IDLE_SECONDS = 0.5
 
 
@@ -96,7 +99,7 @@ def _tune(settings: kopf.OperatorSettings) -> None:
     settings.watching.client_timeout = 330
     # The initial listing in pages: at most this many runs' bodies are parsed at once when the operator
     # (re)starts (docs/performance.md#operator-memory).
-    settings.watching.chunk_size = 100
+    settings.watching.chunk_size = LIST_PAGE
     # Sync handlers run in this many threads; each waits on API calls, not CPU. As many as the API
     # client's connection pool (kube.py), so no connection is opened just to be discarded.
     settings.execution.max_workers = 16
