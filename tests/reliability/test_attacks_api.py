@@ -12,11 +12,14 @@ would (what her container, and the run's workers, would have reported). Each att
   says its isolation is weaker (IsolationWeakened, PodSecurityNotEnforced).
 - R4, the operator's token stolen: what it may create of NetworkPolicies and TFJobs is held to the shapes the
   operator builds (deploy/base/operator-admission.yaml), so an allow-all policy or a host-network TFJob is refused.
+- R6, a run named like a teammate's claim: her `dtr data put NAME` names both and copies nothing.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -293,3 +296,40 @@ def test_a_stolen_operator_token_cannot_widen_a_runs_network_or_start_a_host_pod
                           detail={"finding": "R4", "refused_by": "API server (ValidatingAdmissionPolicy)",
                                   "reason": "operator-admission.yaml", "where": WHERE}))  # fmt: skip
     assert all(refused for _, refused, _ in results), results
+
+
+# ---- R6: a run named like a teammate's claim ------------------------------------------------------------------
+
+
+def test_a_run_named_like_a_teammates_claim_receives_nothing_she_puts(
+    control_plane: Cluster, api: Api, namespace: str, teammate: Callable[..., Any], tmp_path: Path, ledger: Ledger
+) -> None:
+    """The teammate (`edit`) makes a run named as the victim's claim; the victim's `dtr data put NAME` then names both
+    and copies nothing: no transfer pod is made (security review R6; `--claim`/`--run`: tests/unit/client)."""
+    control_plane.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                          "metadata": {"name": "team-data", "namespace": namespace},
+                          "spec": {"accessModes": ["ReadWriteOnce"],
+                                   "resources": {"requests": {"storage": "1Mi"}}}})  # fmt: skip
+    squat = run_doc("team-data", spec={"workers": 1, "suspend": True})
+    users = str(Path(__file__).resolve().parents[2] / "deploy" / "users")  # `edit` creates runs once these aggregate
+    control_plane.kubectl("apply", "-k", users)
+    try:
+        made = wait_for(lambda: (p := teammate("create", "-f", "-", input=json.dumps(squat))).returncode == 0 and p,
+                        "`edit` (with deploy/users) to create the run", timeout=30, interval=1)  # fmt: skip
+    finally:
+        control_plane.kubectl("delete", "-k", users, "--ignore-not-found", "--wait=false", check=False)
+    assert made.returncode == 0
+    (tmp_path / "secret.csv").write_text("label,value\n1,2\n")
+    dtr = Path(sys.executable).parent / "dtr"
+    put = subprocess.run([str(dtr), "--kubeconfig", str(control_plane.kubeconfig), "data", "put", "-n", namespace,
+                          "team-data", str(tmp_path / "secret.csv")],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+    said = " ".join((put.stderr + put.stdout).split())
+    pods = api.core.list_namespaced_pod(namespace).items
+    ok = put.returncode != 0 and "both a DistTrainingRun" in said and "--claim team-data" in said and not pods
+    ledger.add(Record(area="attack", case="R6-run-named-like-a-claim: a teammate (`edit`) makes a run named as the "
+                      "victim's claim, then the victim runs `dtr data put team-data ./secret.csv`", tried=1,
+                      correct=int(ok), user_sees=f"exit {put.returncode}: {said[:300]}; transfer pods {len(pods)}",
+                      detail={"finding": "R6", "refused_by": "dtr (client)", "reason": "say which: --run or --claim",
+                              "where": "the real API server; dtr as the victim"}))  # fmt: skip
+    assert ok, (put.returncode, said, [p.metadata.name for p in pods])
