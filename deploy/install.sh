@@ -27,6 +27,8 @@
 #   DTR_TIMEOUT      seconds to wait for the example (default 1800)
 #   DTR_STUCK_SECONDS  stop waiting once its workers cannot start for this long (default 180)
 #   DTR_SKIP_BUILD=1 reuse the images already built
+#   DTR_OPERATOR_EGRESS  apiserver | open (default apiserver): the operator's pod may open connections only to the
+#                    API server (a NetworkPolicy of the addresses the cluster names now), or to anything
 set -euo pipefail
 
 # shellcheck source=deploy/lib.sh
@@ -47,6 +49,7 @@ readonly TRAINING_OPERATOR_MODE="${DTR_TRAINING_OPERATOR:-auto}"
 readonly HOST_DIR="${DTR_HOST_DIR:-}"
 readonly TIMEOUT="${DTR_TIMEOUT:-1800}"
 readonly MIN_KUBERNETES_MINOR=30
+readonly OPERATOR_EGRESS="${DTR_OPERATOR_EGRESS:-apiserver}"
 # The training-operator at its pin (devcluster/versions.env, the one home of the version).
 # shellcheck source=devcluster/versions.env disable=SC1091
 source "${ROOT}/devcluster/versions.env"
@@ -233,6 +236,62 @@ install_dtr_operator() {
   kubectl -n dtr-system rollout status deployment/dtr-operator --timeout=180s
 }
 
+# The operator's pod may open connections only to the API server (security review R4: a stolen token then cannot
+# reach the runs' TensorFlow ports, the cloud's metadata service or the internet from it): the addresses and port of
+# the default namespace's kubernetes Service's endpoints as the cluster names them now, and the Service's own address
+# (for a plugin that applies policies before the Service's NAT); and DNS (port 53, wherever the cluster's resolver
+# is), since kopf reaches the API server by name (kubernetes.default.svc). Made again at each install: an API server
+# that moves to other addresses needs install.sh again (docs/operator.md#who-the-operator-reaches).
+hold_operator_egress() {
+  local addresses port service service_port address cidr to=""
+  if [[ "${OPERATOR_EGRESS}" == open ]]; then
+    kubectl -n dtr-system delete networkpolicy dtr-operator-egress --ignore-not-found >/dev/null
+    return 0
+  fi
+  addresses="$(kubectl -n default get endpointslices -l kubernetes.io/service-name=kubernetes \
+    -o jsonpath='{.items[*].endpoints[*].addresses[*]}')"
+  port="$(kubectl -n default get endpointslices -l kubernetes.io/service-name=kubernetes \
+    -o jsonpath='{.items[0].ports[0].port}')"
+  service="$(kubectl -n default get service kubernetes -o jsonpath='{.spec.clusterIP}')"
+  service_port="$(kubectl -n default get service kubernetes -o jsonpath='{.spec.ports[0].port}')"
+  [[ -n "${addresses}" && -n "${port}" && -n "${service}" && -n "${service_port}" ]] ||
+    die "cannot read the API server's addresses (EndpointSlices of service kubernetes in default) for the operator's egress policy; DTR_OPERATOR_EGRESS=open installs without it"
+  for address in ${addresses}; do
+    cidr="${address}/32"
+    [[ "${address}" == *:* ]] && cidr="${address}/128"
+    to+="        - ipBlock: {cidr: \"${cidr}\"}"$'\n'
+  done
+  cidr="${service}/32"
+  [[ "${service}" == *:* ]] && cidr="${service}/128"
+  step "the operator's egress: the API server only (${addresses// /, } port ${port}; Service ${service}:${service_port})"
+  kubectl apply -f - <<EOF
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: dtr-operator-egress
+  namespace: dtr-system
+  labels:
+    app.kubernetes.io/name: dtr-operator
+    app.kubernetes.io/part-of: distml
+spec:
+  podSelector:
+    matchLabels:
+      app.kubernetes.io/name: dtr-operator
+  policyTypes: ["Egress"]
+  egress:
+    - to:
+${to}      ports:
+        - {protocol: TCP, port: ${port}}
+    - to:
+        - ipBlock: {cidr: "${cidr}"}
+      ports:
+        - {protocol: TCP, port: ${service_port}}
+    - ports:
+        - {protocol: UDP, port: 53}
+        - {protocol: TCP, port: 53}
+EOF
+}
+
 # shellcheck source=deploy/podsecurity.sh
 source "$(dirname "${BASH_SOURCE[0]}")/podsecurity.sh"
 # The namespaces where a host-network pod could reach a run's workers past its NetworkPolicy, said once.
@@ -323,6 +382,10 @@ main() {
   [[ -z "${EXAMPLE}" || -f "${EXAMPLE}" ]] || die "example ${EXAMPLE} not found (DTR_EXAMPLE)"
   [[ -z "${EXAMPLE}" || -n "${EXAMPLE_NS}" ]] ||
     die "DTR_EXAMPLE needs DTR_EXAMPLE_NAMESPACE: the namespace to train it in (it must exist)"
+  case "${OPERATOR_EGRESS}" in
+    apiserver | open) ;;
+    *) die "DTR_OPERATOR_EGRESS must be apiserver or open, not '${OPERATOR_EGRESS}'" ;;
+  esac
   case "${TRAINING_OPERATOR_MODE}" in
     auto | install | skip) ;;
     *) die "DTR_TRAINING_OPERATOR must be auto, install or skip, not '${TRAINING_OPERATOR_MODE}'" ;;
@@ -340,6 +403,7 @@ main() {
   fi
   install_dtr_operator
   settle_run_quotas
+  hold_operator_egress
   warn_pod_security
   [[ -n "${EXAMPLE}" ]] || return 0
   local name

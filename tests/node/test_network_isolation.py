@@ -170,3 +170,26 @@ def test_the_operators_metrics_answer_only_labelled_namespaces_and_its_probe_pas
         "get", "events", "-n", "dtr-system", "--field-selector", f"involvedObject.name={pod['metadata']['name']}"
     )["items"]
     assert not [e["message"] for e in events if e["reason"] == "Unhealthy"]
+
+
+def test_the_operator_reaches_the_api_server_and_nothing_else(real_node: RealNode, namespace: str) -> None:
+    """deploy/install.sh's dtr-operator-egress (security review R4): a stolen operator token used from its pod reaches
+    no pod's port (a server that any other pod reaches), only the API server, which the operator keeps using."""
+    policy = real_node.cluster.kubectl_json("get", "networkpolicy", "dtr-operator-egress", "-n", "dtr-system")
+    assert policy["spec"]["policyTypes"] == ["Egress"]
+    real_node.apply(namespace, _busybox("server", ["httpd", "-f", "-p", "8080", "-h", "/etc"]))
+    real_node.cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod/server", "--timeout=120s",
+                              timeout=150)  # fmt: skip
+    server_ip = real_node.pod(namespace, "server")["status"]["podIP"]
+    with probe_pod(real_node, namespace, "anyone") as pod:
+        other = run_python(real_node, namespace, pod, "probe", CONNECT, server_ip, "8080")
+        assert other.returncode == 0, f"the server answers other pods: {other.stdout}{other.stderr}"
+    (op,) = real_node.cluster.kubectl_json("get", "pods", "-n", "dtr-system", "-l", OPERATOR_SELECTOR)["items"]
+    name = op["metadata"]["name"]
+    blocked = run_python(real_node, "dtr-system", name, "operator", CONNECT, server_ip, "8080")
+    assert blocked.returncode == 1 and "no connection" in blocked.stdout, blocked.stdout + blocked.stderr
+    # CONNECT to the address and port the pod's in-cluster configuration names (the kubernetes Service).
+    api = run_python(real_node, "dtr-system", name, "operator", "import os, sys; code = sys.argv[1]; sys.argv[1:] = "
+                     "[os.environ['KUBERNETES_SERVICE_HOST'], os.environ['KUBERNETES_SERVICE_PORT']]; exec(code)",
+                     CONNECT)  # fmt: skip
+    assert api.returncode == 0 and "connected" in api.stdout, api.stdout + api.stderr
