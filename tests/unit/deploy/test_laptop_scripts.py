@@ -231,6 +231,10 @@ case "$*" in
   "get crd"*) exit 1 ;;
   "version -o json") [ -z "$KUBE_MINOR" ] ||
     printf '{\n  "serverVersion": {\n    "major": "1",\n    "minor": "%s"\n  }\n}\n' "$KUBE_MINOR" ;;
+  *endpointslices*addresses*) echo 172.18.0.2 ;;
+  *endpointslices*port*) echo 6443 ;;
+  *"service kubernetes"*clusterIP*) echo 10.43.0.1 ;;
+  *"service kubernetes"*port*) echo 443 ;;
   *status.phase*) printf 'Succeeded\\tModelExported\\tdone\\n' ;;
   *status.model.claim*) echo mnist-volume ;;
   *storageUri*) echo pvc://mnist-volume/models/mnist ;;
@@ -406,6 +410,7 @@ def test_k3d_up_and_down_with_macos_tools(mac):
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert "ClusterRole/dtr-operator" in proc.stdout and "phase=Succeeded" in proc.stdout
     assert "model (in the pods):  /volume/models/mnist/1" in proc.stdout
+    assert "the operator's egress: the API server only (172.18.0.2 port 6443; Service 10.43.0.1:443)" in proc.stdout
     operator, trainer = image_names()
     assert mac.calls(f"k3d image import --cluster dtr {operator} {trainer}")
     proc = mac.run("deploy/k3d/down.sh", "--purge", K3D_CLUSTER_EXISTS="1")
