@@ -10,7 +10,9 @@ the operator installed as deploy/ ships it. Each must fail or be harmless, and i
 - user code printing crafted progress lines and writing a crafted termination message: the operator keeps
   serving every run and the run's status stays bounded and clean;
 - the run's code ConfigMap replaced (deleted and created again) and a worker restarted (the review's R9): the
-  new code never runs under the digest in status.code; the run fails CodeChanged.
+  new code never runs under the digest in status.code; the run fails CodeChanged;
+- a run publishing under a model name that another run of the namespace owns on a claim opened to runs (the
+  review's R5): refused before it trains (ModelNameOwned), the owner's versions alone on the volume.
 
 What a teammate with the `edit` role tries against a run (a forged chief pod, the run's NetworkPolicy taken away) is
 test_attacks_api.py's, on the API server with the operator of the checkout: the real node runs the installed images.
@@ -437,3 +439,41 @@ def test_a_replaced_configmap_never_runs_under_the_recorded_digest(
                                 f"{status.get('reason')}; status.code {digest}"))
     assert met != "replaced", f"the replaced code ran under the recorded digest: {logs[-2000:]}"
     assert ok and status.get("code", {}).get("sha256") == recorded, (met, status)
+
+
+# -- R5: another run's model name on a claim opened to runs
+
+
+def claimed_run(name: str, claim: str, model: str) -> dict[str, Any]:
+    doc = digits_run(name, epochs=1, steps=2)
+    doc["spec"]["storage"] = {"claimName": claim}
+    doc["spec"]["export"] = {"modelName": model}
+    return doc
+
+
+def test_a_run_cannot_publish_under_a_model_name_another_run_owns(
+    real_node: RealNode, team: str, ledger: Ledger
+) -> None:
+    """The author's run names a teammate's model on the team's claim (opened to runs by its label): a served model's
+    next version would be hers. The first run to export there owns the name; hers fails ModelNameOwned before it
+    trains, and only the owner's version is on the volume (what a model server serves)."""
+    from dtr_operator.policy import CLAIM_LABEL, CLAIM_LABEL_VALUE
+
+    real_node.apply(team, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                           "metadata": {"name": "team-models", "labels": {CLAIM_LABEL: CLAIM_LABEL_VALUE}},
+                           "spec": {"accessModes": ["ReadWriteOnce"],
+                                    "resources": {"requests": {"storage": "64Mi"}}}})  # fmt: skip
+    real_node.apply(team, claimed_run("r5-owner", "team-models", "served"))  # the teammate's run (an admin here)
+    owner = real_node.wait_terminal(team, "r5-owner", timeout=420)
+    assert owner.get("phase") == "Succeeded", owner
+    assert create_as_author(real_node, team, claimed_run("r5-other", "team-models", "served")).returncode == 0
+    other = real_node.wait_terminal(team, "r5-other", timeout=300)
+    models = real_node.volume(team, "team-models") / "models" / "served"
+    versions = sorted(p.name for p in models.iterdir() if p.name.isdigit())  # beside them: the owner's record
+    ok = (other.get("phase"), other.get("reason")) == ("Failed", "ModelNameOwned") and versions == ["1"]
+    ledger.add(Record(area="attack", case="R5-model-name-owned: the author's run exports under a model name that "
+                      "another run of the namespace owns on a claim opened to runs", tried=1, correct=int(ok),
+                      user_sees=f"{other.get('phase')} {other.get('reason')}: {str(other.get('message'))[:200]}; "
+                                f"versions on the claim {versions}",
+                      detail={"finding": "R5", "refused_by": "trainer (every worker before training)"}))  # fmt: skip
+    assert ok, (other, versions)
