@@ -46,7 +46,8 @@ def test_a_network_policy_holds_for_pods_on_other_nodes(multinode: MultiNode, pl
     server = multinode.pod_on(ns, "server", "dtr-n2", HTTPD, labels={"app": "server"})
     multinode.pod_on(ns, "friend", "dtr-n1", "sleep 3600", labels={"role": "friend"})
     multinode.pod_on(ns, "stranger", "dtr-n3", "sleep 3600", labels={"role": "stranger"})
-    assert multinode.connects(ns, "stranger", server, 8080)  # no policy yet
+    # No policy yet: reachable within 30 s (a new pod's route may come a moment after it runs, as above).
+    assert poll(lambda: multinode.connects(ns, "stranger", server, 8080), 30, 1), "the stranger before any policy"
     policy = {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "friends-only"},
         "spec": {"podSelector": {"matchLabels": {"app": "server"}}, "policyTypes": ["Ingress"],
@@ -55,4 +56,4 @@ def test_a_network_policy_holds_for_pods_on_other_nodes(multinode: MultiNode, pl
     multinode.cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(policy))
     wait_for(lambda: not multinode.connects(ns, "stranger", server, 8080), timeout=30, interval=1,
              what="the stranger on dtr-n3 refused")  # fmt: skip
-    assert multinode.connects(ns, "friend", server, 8080), "the friend on dtr-n1 still admitted"
+    assert poll(lambda: multinode.connects(ns, "friend", server, 8080), 30, 1), "the friend on dtr-n1 still admitted"
