@@ -126,7 +126,8 @@ def test_dtr_run_of_a_run_file_whose_code_raises_ends_user_code_error_with_the_l
 def test_dtr_run_of_a_model_whose_loss_diverges_ends_diverged_naming_the_epoch_without_a_restart(
     tmp_path: Path,
 ) -> None:
-    """The default restartPolicy OnFailure: a restart would diverge again, so `dtr run` makes none."""
+    """The default restartPolicy OnFailure: a restart would diverge again, so `dtr run` makes none; the next
+    run at a lower learning rate starts fresh."""
     model = tmp_path / "diverging_model.py"
     model.write_text((REPO / "tests" / "support" / "diverging_model.py").read_text())
     code, out, status = _dtr_run(tmp_path, str(model), "--name", "diverging", "--workers", "2", "--epochs", "3",
@@ -138,3 +139,10 @@ def test_dtr_run_of_a_model_whose_loss_diverges_ends_diverged_naming_the_epoch_w
     assert f"exit code {exits.DIVERGED})" in status["message"], status["message"]
     assert status.get("workerRestarts", 0) == 0 and "restarting" not in out, out[-4000:]
     assert saved_models(tmp_path / ".dtr" / "volumes" / "diverging-data") == []
+    # What the message asks for, the same file at a lower learning rate: a new run, fresh, not stopped by the
+    # diverged run's backup (docs/local.md#a-fresh-run-is-fresh).
+    code, out, status = _dtr_run(tmp_path, str(model), "--name", "diverging", "--workers", "2", "--epochs", "3",
+                                 "--learning-rate", "0.01", timeout=300)  # fmt: skip
+    assert code == 0 and status["phase"] == "Succeeded", out[-4000:]
+    assert "starts fresh" in out and "training.learning_rate 10.0 -> 0.01" in out, out[-4000:]
+    assert "diverged before" not in out
