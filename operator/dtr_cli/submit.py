@@ -1,6 +1,7 @@
 """`dtr submit FILE.py`: send your own model file to the cluster with a run, no image to build (docs/own-model.md).
 
     dtr submit wine.py --workers 2 --epochs 10 --dataset wine --metric auc
+    dtr submit wine.py -f team-base.yaml --cpu 2 --memory 4Gi --queue team-a
 
 creates the ConfigMap `<name>-code` with the file, then the run naming it, through the client (what it checks
 and sends: dtr_client.submit). `--dry-run` prints both objects.
@@ -15,9 +16,10 @@ from typing import Any
 
 import yaml
 
+from dtr_client import complete_run
 from dtr_client.submit import GUIDE, OPTIONS, SubmitError, manifests
 
-from .command import Failed, client_for
+from .command import BadInput, Failed, client_for, positive_int
 
 
 def add_training_options(parser: argparse.ArgumentParser) -> None:
@@ -49,14 +51,45 @@ def _watch_lines(doc: Mapping[str, Any], config_map: Mapping[str, Any]) -> list[
     ]
 
 
+def add_complete_run_options(parser: argparse.ArgumentParser) -> None:
+    """-f base.yaml, resources, queue and priority classes (dtr_client.complete_run): a complete run for a shared
+    cluster, checked with the rest before anything is sent."""
+    parser.add_argument("-f", "--base", metavar="BASE.yaml",
+                        help="a DistTrainingRun to start from (its spec, name, namespace, labels): the options "
+                        "override its fields, and the run's code is always FILE.py")  # fmt: skip
+    kinds = {"cpu": _quantity, "memory": _quantity, "gpus": positive_int}
+    for dest, flag, _paths, text in complete_run.OPTIONS:
+        parser.add_argument(flag, dest=dest, metavar=dest.split("_")[0].upper(), type=kinds.get(dest, str),
+                            help=text)  # fmt: skip
+
+
+def _quantity(text: str) -> str:
+    """A resource of --cpu or --memory: the run's schema takes any quantity, a pod none below zero."""
+    from dtr_operator.grammar import positive_quantity
+
+    if not positive_quantity(text):
+        raise argparse.ArgumentTypeError(f"must be a quantity above zero such as 500m, 2 or 4Gi, got {text!r}")
+    return text
+
+
+def _complete_run_given(args: argparse.Namespace) -> dict[str, Any]:
+    return {dest: getattr(args, dest) for dest in complete_run.NAMES}
+
+
 def _submit(args: argparse.Namespace) -> None:
     from dtr_operator.kube import current_namespace
 
-    config_map, doc = manifests(args.file, vars(args), args.namespace or current_namespace())
+    try:
+        base = complete_run.read_base(args.base)
+    except complete_run.BaseError as err:
+        raise BadInput(str(err)) from None
+    args.namespace = args.namespace or base.get("metadata", {}).get("namespace") or current_namespace()
+    config_map, doc = manifests(args.file, vars(args), args.namespace)
     if args.dry_run:
         sys.stdout.write(yaml.dump_all([config_map, doc], Dumper=_Dumper, sort_keys=False))
         return
     given = {dest: getattr(args, dest) for dest, *_ in OPTIONS} | {"claim": args.claim, "image": args.image}
+    given |= _complete_run_given(args)
     client = client_for(args)
     try:
         client.create(args.file, name=args.name, **{k: v for k, v in given.items() if v is not None})
@@ -78,5 +111,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--claim", metavar="CLAIM",
                    help="an existing PVC to mount (spec.storage.claimName), e.g. one with your data")  # fmt: skip
     p.add_argument("--image", metavar="IMG", help="the trainer image (spec.image; default: the operator's)")
+    add_complete_run_options(p)
     p.add_argument("--dry-run", action="store_true", help="print the ConfigMap and the run as YAML, create nothing")
     p.set_defaults(func=_submit)
