@@ -95,7 +95,25 @@ def _submit(args: argparse.Namespace) -> None:
         client.create(args.file, name=args.name, **{k: v for k, v in given.items() if v is not None})
     except SubmitError as err:  # not bad input, the file passed manifests(): the cluster has its ConfigMap already
         raise Failed(str(err)) from None
-    print("\n".join(_watch_lines(doc, config_map)))
+    print("\n".join(_watch_lines(doc, config_map)), flush=True)
+    if args.wait:
+        _wait(client, doc["metadata"]["name"])
+
+
+def _wait(client: Any, name: str) -> None:
+    """--wait: a line per finished epoch as status.progress says it, then the end; Failed (exit 1) when the run
+    failed. Ctrl-C stops the watching, not the run."""
+    from dtr_client import RunFailed
+
+    for epoch in client.progress(name):
+        figures = " ".join(f"{k}={v:.4g}" for k, v in sorted(epoch.metrics.items()))
+        left = f", about {epoch.remaining_seconds} s left" if epoch.remaining_seconds is not None else ""
+        print(f"{name}: epoch {epoch.epoch}/{epoch.epochs} {figures}{left}", flush=True)
+    try:
+        done = client.wait(name)
+    except RunFailed as err:
+        raise Failed(str(err)) from None
+    print(f"{name}: {done.phase}: {done.message}")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -113,4 +131,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image", metavar="IMG", help="the trainer image (spec.image; default: the operator's)")
     add_complete_run_options(p)
     p.add_argument("--dry-run", action="store_true", help="print the ConfigMap and the run as YAML, create nothing")
+    p.add_argument("--wait", action="store_true",
+                   help="then watch it: a line per finished epoch, and the end (exit 0 Succeeded, 1 Failed; Ctrl-C "
+                   "stops the watching, not the run)")  # fmt: skip
     p.set_defaults(func=_submit)

@@ -80,11 +80,14 @@ def test_dtr_run_trains_a_model_file_on_a_directory_with_two_workers(tmp_path: P
     model = tmp_path / "points_model.py"
     model.write_text(MODEL)
     volume = tmp_path / ".dtr" / "volumes" / "points-data"
-    _points(volume)
+    _points(tmp_path / "mine")  # mine/data/points/points.csv, put on the volume by --data
     code, out, status = _dtr_run(tmp_path, str(model), "--name", "points", "--workers", "2", "--epochs", "4",
-                                 "--dataset", "points", "--batch-size-per-worker", "16", "--learning-rate", "0.05",
-                                 "--metric", "mae")  # fmt: skip
+                                 "--data", "mine/data/points", "--dataset", "points", "--batch-size-per-worker", "16",
+                                 "--learning-rate", "0.05", "--metric", "mae")  # fmt: skip
     assert code == 0, out[-4000:]
+    assert f"[dtr] data mine/data/points -> {volume}/data/points" in out, out[:2000]
+    assert (volume / "data" / "points" / "points.csv").read_text() == (tmp_path / "mine" / "data" / "points" /
+                                                                       "points.csv").read_text()  # fmt: skip
     assert "[worker-0] " in out and "[worker-1] " in out and "[dtr] epoch 4/4 done" in out
     sha = hashlib.sha256(MODEL.encode()).hexdigest()
     assert status["phase"] == "Succeeded" and status["reason"] == "TrainingSucceeded", status

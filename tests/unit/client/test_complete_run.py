@@ -11,7 +11,7 @@ import pytest
 import yaml
 from dtr_cli import cli
 from dtr_client import complete_run, submit
-from dtr_client.results import InvalidRun, run_document
+from dtr_client.results import InvalidRun, Progress, RunStatus, run_document
 
 SOURCE = "def build_model(ctx):\n    return None\n\n\ndef load_data(ctx):\n    return None\n"
 BASE = {
@@ -132,3 +132,44 @@ def test_merging_replaces_lists_and_values_and_merges_mappings() -> None:
                                 {"gpus": 2})  # fmt: skip
     assert got["spec"]["tolerations"] == [1, 2] and got["spec"]["training"]["epochs"] == 2
     assert got["spec"]["training"]["seed"] == 3 and got["spec"]["resources"] == {"limits": {complete_run.GPU: "2"}}
+
+
+# ---- --wait: the run watched to its end ---------------------------------------------------------
+
+
+class _Runs:
+    """A backend whose run goes Running (epoch 1, then 2) and then ends as `end` says."""
+
+    poll_seconds = 0.0
+
+    def __init__(self, end: dict[str, Any]) -> None:
+        self.end, self.reads = end, 0
+
+    def create(self, doc: Any, code: Any) -> str:
+        return str(doc["metadata"]["name"])
+
+    def get(self, name: str) -> RunStatus:
+        self.reads += 1
+        return RunStatus.from_status(name, self.end if self.reads > 2 else {"phase": "Running"})
+
+    def epochs(self, name: str, now: RunStatus) -> list[Progress]:
+        return [Progress(e, 2, {"loss": 0.5 / e}, None, 10 * (2 - e)) for e in range(1, min(self.reads, 2) + 1)]
+
+
+@pytest.mark.parametrize(("end", "code", "last"), [
+    ({"phase": "Succeeded", "message": "accuracy 0.97"}, 0, "wine: Succeeded: accuracy 0.97"),
+    ({"phase": "Failed", "reason": "UserCodeError", "message": "wine.py:3"}, 1,
+     "dtr submit: DistTrainingRun wine failed: UserCodeError: wine.py:3"),
+])  # fmt: skip
+def test_wait_prints_each_epoch_then_the_end_and_exits_by_it(
+    model: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, end: dict[str, Any],
+    code: int, last: str,
+) -> None:
+    from dtr_cli import submit as submit_command
+    from dtr_client import TrainingClient
+
+    monkeypatch.setattr(submit_command, "client_for", lambda args: TrainingClient(_Runs(end)))
+    assert cli.main(["submit", str(model), "-n", "ml", "--wait"]) == code
+    out, err = capsys.readouterr()
+    assert "wine: epoch 1/2 loss=0.5, about 10 s left\nwine: epoch 2/2 loss=0.25, about 0 s left\n" in out
+    assert last in (out + err)
