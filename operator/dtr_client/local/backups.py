@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any
 from dtr_contract import layout
 
 from dtr_operator import builders
-from dtr_operator.reasons import SUSPENDED
+from dtr_operator.reasons import SUSPENDED, TERMINAL
 from dtr_operator.spec import RunSpec
 
 RESUME, FRESH = "resume", "fresh"  # what the user asked for (dtr run --resume, --fresh); None: neither
@@ -33,11 +34,13 @@ _NOT_THE_RUN = ("uid", "generation", "suspend")  # a suspended run resumed is th
 @dataclass(frozen=True)
 class Found:
     """What is on disk: whether the backup has anything in it, the fingerprint recorded for it (None: not
-    recorded), and the phase its run last had (None: unknown, or a new run created by the client)."""
+    recorded), the phase its run last had (None: unknown, or a new run created by the client), and the process
+    id of a `dtr run` of it still alive (None: none)."""
 
     present: bool
     recorded: Mapping[str, Any] | None
     phase: str | None
+    running: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,11 +87,8 @@ def differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list
 
 def decide(name: str, where: str, found: Found, current: Mapping[str, Any], ask: str | None) -> Start | Refuse:
     """Resume the backup at `where`, start fresh, or refuse: the module's rule, with the line to say."""
-    if not found.present:
-        return Start(False, f"[dtr] --resume: run {name} has no backup in {where}: it starts fresh"
-                     if ask == RESUME else None)  # fmt: skip
-    if ask == FRESH:
-        return Start(False, f"[dtr] run {name} starts fresh (--fresh): the backup in {where} is discarded")
+    if (early := _whatever_the_record(name, where, found, ask)) is not None:
+        return early
     if found.recorded is None:
         return _unrecorded(name, where, ask)
     changed = differences(found.recorded, current)
@@ -101,6 +101,19 @@ def decide(name: str, where: str, found: Found, current: Mapping[str, Any], ask:
     return Start(False, f"[dtr] run {name} starts fresh: the backup an earlier run of it left in {where} "
                         f"(it ended {found.phase or 'without a status'}) is discarded; dtr run --resume resumes "
                         "it")  # fmt: skip
+
+
+def _whatever_the_record(name: str, where: str, found: Found, ask: str | None) -> Start | Refuse | None:
+    """What no record changes: a run of the name alive here, no backup, --fresh."""
+    if found.running is not None:
+        return Refuse(f"run {name} is training in this directory already (dtr run, process {found.running}): wait "
+                      "for it or stop it (Ctrl-C), or give this run another --name")  # fmt: skip
+    if not found.present:
+        return Start(False, f"[dtr] --resume: run {name} has no backup in {where}: it starts fresh"
+                     if ask == RESUME else None)  # fmt: skip
+    if ask == FRESH:
+        return Start(False, f"[dtr] run {name} starts fresh (--fresh): the backup in {where} is discarded")
+    return None
 
 
 def _unrecorded(name: str, where: str, ask: str | None) -> Start:
@@ -142,6 +155,20 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
+def _live_pid(record: Mapping[str, Any] | None, phase: str | None) -> int | None:
+    """The recorded `dtr run` process when its run has not ended and it is still alive."""
+    pid = (record or {}).get("pid")
+    if phase in (*TERMINAL, SUSPENDED) or not isinstance(pid, int) or pid == os.getpid():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, another user's
+        return pid
+    return pid
+
+
 def settle(run: RunSpec, code_sha256: str | None, backup: Path | None, run_dir: Path, status_file: str,
            ask: str | None) -> str | None:  # fmt: skip
     """Decide for the run about to start (RunError when refused), discard the backup when it starts fresh,
@@ -151,13 +178,13 @@ def settle(run: RunSpec, code_sha256: str | None, backup: Path | None, run_dir: 
     if backup is None:
         return None
     current = fingerprint(run, code_sha256)
-    found = Found(backup.is_dir() and any(backup.iterdir()), _read_json(run_dir / RECORD),
-                  (_read_json(run_dir / status_file) or {}).get("phase"))  # fmt: skip
+    record, phase = _read_json(run_dir / RECORD), (_read_json(run_dir / status_file) or {}).get("phase")
+    found = Found(backup.is_dir() and any(backup.iterdir()), record, phase, _live_pid(record, phase))
     decision = decide(run.name, str(backup), found, current, ask)
     if isinstance(decision, Refuse):
         raise RunError(decision.message)
     if not decision.resume:
         shutil.rmtree(backup, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / RECORD).write_text(json.dumps(current, indent=1, sort_keys=True))
+    (run_dir / RECORD).write_text(json.dumps({**current, "pid": os.getpid()}, indent=1, sort_keys=True))
     return decision.note

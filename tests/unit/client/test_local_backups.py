@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -93,8 +94,8 @@ def _settle(tmp_path: Path, ask: str | None, sha: str = "aa", phase: str | None 
 
 
 def test_settle_discards_the_backup_of_a_finished_run_and_keeps_a_suspended_ones(tmp_path: Path) -> None:
-    assert _settle(tmp_path, None) == (None, _settle(tmp_path, None)[1])  # nothing there: nothing said
-    _, backup = _settle(tmp_path, None)
+    note, backup = _settle(tmp_path, None)
+    assert note is None, "nothing there: nothing said"
     backup.mkdir(parents=True)
     (backup / "diverged").write_text("epoch 2")
     note, _ = _settle(tmp_path, None, phase="Failed")
@@ -129,3 +130,26 @@ def test_the_command_line_asks_for_a_resume_or_a_fresh_start_not_both(capsys: py
     with pytest.raises(SystemExit):
         parser.parse_args(["run", "m.py", "--resume", "--fresh"])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_run_of_that_name_still_training_here_is_never_touched(tmp_path: Path) -> None:
+    got = decide("fresh", WHERE, Found(True, SAME, "Running", 4242), SAME, FRESH)
+    assert isinstance(got, Refuse) and "training in this directory already" in got.message and "4242" in got.message
+    backup = tmp_path / "volumes" / "fresh-data" / "backup" / "fresh"
+    backup.mkdir(parents=True)
+    (backup / "checkpoint").write_text("x")
+    run_dir = tmp_path / "runs" / "fresh"
+    run_dir.mkdir(parents=True)
+    (run_dir / "status.json").write_text(json.dumps({"phase": "Running"}))
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        (run_dir / backups.RECORD).write_text(json.dumps({**SAME, "pid": other.pid}))
+        with pytest.raises(RunError, match=f"process {other.pid}"):
+            backups.settle(RUN, "aa", backup, run_dir, "status.json", FRESH)
+        assert (backup / "checkpoint").exists()
+    finally:
+        other.kill()
+        other.wait()
+    # Gone (a dtr run killed outright leaves Running in its status): the rule as for any ended run.
+    assert "starts fresh" in (backups.settle(RUN, "aa", backup, run_dir, "status.json", None) or "")
+    assert not backup.exists()
