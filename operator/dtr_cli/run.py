@@ -28,8 +28,8 @@ def add_backup_and_data_options(p: argparse.ArgumentParser) -> None:
     """--data, --resume and --fresh (dtr_client.local.start): what is on the run's local volume when it starts."""
     p.add_argument("--data", metavar="PATH",
                    help="copy a local file or directory into the run's data directory first, as DIR/volumes/<claim>/"
-                   "data/<its name> (what `dtr data put` does on a cluster); --dataset NAME tells your load_data "
-                   "its name")  # fmt: skip
+                   f"data/<its name> (what `dtr data put` does on a cluster); {flags.DATASET} NAME tells your "
+                   "load_data its name")  # fmt: skip
     choice = p.add_mutually_exclusive_group()
     choice.add_argument("--resume", dest="backup", action="store_const", const="resume",
                         help="resume the backup an earlier run of this name left (only one made by the same file and "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from dtr_contract import layout
+from dtr_contract import flags, layout
 
 from dtr_operator.spec import RunSpec
 
@@ -39,7 +39,7 @@ def put_data(run: RunSpec, claim_dir: str, local: str) -> str:
     else:
         shutil.copyfile(source, target)
     return (f"[dtr] data {local} -> {target} (your load_data reads it as os.path.join(ctx.data_dir, "
-            f"{target.name!r}); --dataset {target.name} passes the name as ctx.dataset)")
+            f"{target.name!r}); {flags.DATASET} {target.name} passes the name as ctx.dataset)")
 
 
 def before_start(run: RunSpec, claim_dir: str, run_dir: Path, status_file: str, code_sha256: str | None,
