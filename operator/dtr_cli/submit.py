@@ -58,8 +58,9 @@ def add_complete_run_options(parser: argparse.ArgumentParser) -> None:
                         help="a DistTrainingRun to start from (its spec, name, namespace, labels): the options "
                         "override its fields, and the run's code is always FILE.py")  # fmt: skip
     kinds = {"cpu": _quantity, "memory": _quantity, "gpus": positive_int}
+    metavars = {"cpu": "CPUS", "memory": "SIZE", "gpus": "N", "queue": "QUEUE"}
     for dest, flag, _paths, text in complete_run.OPTIONS:
-        parser.add_argument(flag, dest=dest, metavar=dest.split("_")[0].upper(), type=kinds.get(dest, str),
+        parser.add_argument(flag, dest=dest, metavar=metavars.get(dest, "CLASS"), type=kinds.get(dest, str),
                             help=text)  # fmt: skip
 
 
