@@ -9,7 +9,8 @@ the final status is computed by the operator's status/ package from the TFJob an
 runner plays, so it reads exactly like `kubectl get dtr NAME -o yaml` would. That status, as it
 changes (each epoch, the end), is also written to DIR/runs/<name>/status.json: what the Python client's local
 backend reads (dtr_client), as it reads a run's status from the API server on a cluster. SUSPEND_SIGNAL stops
-the workers and leaves the run Suspended; `dtr run` of the same run and DIR resumes it from its backup.
+the workers and leaves the run Suspended; `dtr run` of the same run and DIR resumes it from its backup, and any
+other run of that name starts fresh (backups.py).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from . import kubelet, ports, translate
 from .console import Console
 from .jobs import End, as_created, end_by_exits, end_by_limits, job_restarts, pod_view, replica_labels, tfjob_view
 from .source import RunError, code_run, load_run
+from .start import before_start, check_network
 
 STOP_GRACE_SECONDS = 5.0
 POLL_SECONDS = 0.2
@@ -400,17 +402,21 @@ def run_file(
     given: Mapping[str, Any] | None = None,
     network: Callable[[], str | None] = lambda: None,
     loopback_only: bool = False,
+    backup: str | None = None,
+    data: str | None = None,
 ) -> int:
     """`dtr run FILE` (a run file, with --code its code's file) or `dtr run FILE.py` (the run `dtr submit FILE.py`
     would send, `given` its options): exit 0 when the run Succeeded, 1 when it Failed, 130 interrupted; bad input
     is a RunError, or a translate.TranslateError for a pod a local process cannot play (both one line, exit 2 in
     dtr_cli). network() readies the network the workers will share, once the input is good: None, or a warning to
-    print (netns.py); loopback_only: it gives them loopback only, where no object store answers."""
+    print (netns.py); loopback_only: it gives them loopback only, where no object store answers; backup and data:
+    start.before_start's (--resume or --fresh, --data)."""
     local = _prepare_run(path, base_dir, python, Console(out), code, given or {})
-    if loopback_only and local.run.object_store is not None:
-        raise RunError(f"{local.run.name} reads or writes the object store {local.run.object_store.endpoint} "
-                       "(spec.objectStore), which workers on a loopback of their own cannot reach: dtr run "
-                       "--host-network (docs/local.md#network)")  # fmt: skip
+    check_network(local.run, loopback_only)
+    sha = local.code_status().get("code", {}).get("sha256")
+    for line in before_start(local.run, local.claim_dir(local.run.pvc_name), local.run_dir, STATUS_FILE, sha,
+                             backup, data):  # fmt: skip
+        local.console.say(line)
     if (warning := network()) is not None:
         print(warning, file=sys.stderr, flush=True)
 
