@@ -49,7 +49,6 @@ readonly EXAMPLE_NS="${DTR_EXAMPLE_NAMESPACE:-}"
 readonly TRAINING_OPERATOR_MODE="${DTR_TRAINING_OPERATOR:-auto}"
 readonly HOST_DIR="${DTR_HOST_DIR:-}"
 readonly TIMEOUT="${DTR_TIMEOUT:-1800}"
-readonly MIN_KUBERNETES_MINOR=30
 readonly OPERATOR_EGRESS="${DTR_OPERATOR_EGRESS:-apiserver}"
 # The training-operator at its pin (devcluster/versions.env, the one home of the version).
 # shellcheck source=devcluster/versions.env disable=SC1091
@@ -201,20 +200,14 @@ training_operator_decision() {
 
 # What will change, before anything does: this operator's cluster-wide objects, then (for a cluster-admin
 # only: anyone else stops here) what happens to the training-operator, with its objects when it is installed.
-# The cluster's Kubernetes minor version (30 for 1.30, a provider's "30+" too), empty when kubectl cannot say.
-server_minor() {
-  local json
-  json="$(kubectl version -o json 2>/dev/null || true)"
-  awk -F'"' '/"serverVersion"/ { s = 1 } s && $2 == "minor" { gsub(/[^0-9]/, "", $4); print $4; exit }' <<<"${json}"
-}
-
 plan() {
-  local context user decided why minor
+  local context user decided why minor too_old
   context="$(kubectl config current-context 2>/dev/null || true)"
   step "plan (cluster: ${context:-?})"
   minor="$(server_minor)"
-  if [[ -n "${minor}" ]] && ((minor < MIN_KUBERNETES_MINOR)); then
-    die "the cluster runs Kubernetes 1.${minor}; the install needs 1.${MIN_KUBERNETES_MINOR} or newer (its admission policies are ValidatingAdmissionPolicies, GA in 1.30: deploy/base/admission.yaml, operator-admission.yaml)"
+  # shellcheck disable=SC2310 # a test: set -e inside it changes nothing
+  if too_old="$(kubernetes_too_old "${minor}")"; then
+    die "${too_old}"
   fi
   info "cluster-wide objects this creates or updates (cluster-admin needed):"
   cluster_objects "${SOURCE_DEPLOY}" | sed 's/^/      /'

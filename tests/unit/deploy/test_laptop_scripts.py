@@ -232,7 +232,7 @@ case "$*" in
   "auth can-i"*) echo yes ;;
   "config current-context") echo k3d-dtr ;;
   "get crd"*) [ -n "$CRD_EXISTS" ] || exit 1 ;;
-  "version -o json") [ -z "$KUBE_MINOR" ] ||
+  *"version -o json") [ -z "$KUBE_MINOR" ] ||
     printf '{\n  "serverVersion": {\n    "major": "1",\n    "minor": "%s"\n  }\n}\n' "$KUBE_MINOR" ;;
   *endpointslices*addresses*) echo 172.18.0.2 ;;
   *endpointslices*port*) echo 6443 ;;
