@@ -54,8 +54,8 @@ def _data_put(args: argparse.Namespace) -> None:
     with sigterm_interrupts():  # the pod is deleted on the way out, as on Ctrl-C
         kube, namespace = _kube_and_namespace(args)
         _create_claim(args, kube, namespace)
-        summary = volume.put(kube, namespace, args.target, entries, dest, args.image, args.timeout, reporter,
-                             args.kind)
+        image = _image(args, kube, namespace, None if args.kind == tr.CLAIM else args.target)
+        summary = volume.put(kube, namespace, args.target, entries, dest, image, args.timeout, reporter, args.kind)
     print(summary)
 
 
@@ -95,18 +95,28 @@ def _model_get(args: argparse.Namespace) -> None:
     with sigterm_interrupts():  # the pod is deleted on the way out, as on Ctrl-C
         kube, namespace = _kube_and_namespace(args)
         environ = bucket.with_overrides(os.environ, args.s3_endpoint, args.s3_ca_file)
-        summary = volume.get(kube, namespace, args.run, dest, args.version, args.image, args.timeout, reporter,
-                             environ)
+        image = _image(args, kube, namespace, args.run)
+        summary = volume.get(kube, namespace, args.run, dest, args.version, image, args.timeout, reporter, environ)
     print(summary)
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    from dtr_operator.settings import default_trainer_image
+def _image(args: argparse.Namespace, kube: Any, namespace: str, run: str | None) -> volume.Image:
+    """The transfer pod's image, chosen when the pod is made (dtr_client.images), said on stderr."""
+    from dtr_client import images
 
+    def say(line: str) -> None:
+        if not args.quiet:
+            print(f"dtr: {line}", file=sys.stderr, flush=True)
+
+    return images.chooser(kube, namespace, args.image, run, say)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--namespace", help="the namespace of the run or claim (default: the kubeconfig context's)")
-    p.add_argument("--image", default=default_trainer_image(os.environ), metavar="IMG",
-                   help="the transfer pod's image, which needs python (default: %(default)s, the default of the "
-                        "operator's --trainer-image, from the same environment variable)")  # fmt: skip
+    p.add_argument("--image", metavar="IMG",
+                   help="the transfer pod's image, which needs python (default: DTR_TRAINER_IMAGE, else the default "
+                        "trainer image of the operator watching the namespace, from its Deployment, else the run's "
+                        "own: an image the cluster's nodes have; refused when none of these can be read)")  # fmt: skip
     p.add_argument("--timeout", type=seconds, default=tr.START_TIMEOUT, metavar="S",
                    help="seconds to wait for the transfer pod to start (default %(default)g); then the error names "
                         "what it waits for and its events")  # fmt: skip
