@@ -1,9 +1,9 @@
 """Which image dtr's own pods on a cluster run (the transfer pods of `dtr data put`, `dtr model get`, the client's
 fetch_model and history): one the cluster's nodes have, never this machine's default.
 
-The built-in name (localhost/distml/trainer:0.1.0) is on nodes only where the images were imported (k3d, kind, the
-dev cluster); a cluster installed from a registry has its images under the registry's name (docs/clusters.md). So,
-in order:
+The built-in name (spec.DEFAULT_TRAINER_IMAGE, a localhost/ name) is on nodes only where the images were imported
+(k3d, kind, the dev cluster); a cluster installed from a registry has its images under the registry's name
+(docs/clusters.md). So, in order:
 
 1. the image asked for: --image, else DTR_TRAINER_IMAGE;
 2. the default trainer image of the operator watching the namespace: its Deployment's --trainer-image or
