@@ -11,6 +11,9 @@ OP         := $(VENV_OP)/bin
 TR         := $(VENV_TR)/bin
 export DTR_CACHE ?= $(HOME)/.cache/dtr
 export DTR_TRAINER_PYTHON ?= $(CURDIR)/$(TR)/python
+# pip's own output while the environments are built: none by default; ./dtr empties it on a first build, so that
+# pip's progress shows instead of minutes of silence.
+PIP_QUIET  ?= -q
 # What each target needs, one line per tool (deploy/doctor.sh): the home of every "missing X" message.
 DOCTOR = PY_OP='$(PY_OP)' PY_TRAINER='$(PY_TRAINER)' bash deploy/doctor.sh
 
@@ -31,9 +34,9 @@ setup-check:
 $(OP)/dtr: operator/requirements.txt operator/requirements-build.txt operator/pyproject.toml contract/pyproject.toml
 	@$(DOCTOR) -q setup-op
 	$(PY_OP) -m venv $(VENV_OP)
-	$(OP)/pip install -q -r operator/requirements-build.txt
-	$(OP)/pip install -q -r operator/requirements.txt
-	$(OP)/pip install -q --no-deps -e contract/ -e operator/
+	$(OP)/pip install $(PIP_QUIET) -r operator/requirements-build.txt
+	$(OP)/pip install $(PIP_QUIET) -r operator/requirements.txt
+	$(OP)/pip install $(PIP_QUIET) --no-deps -e contract/ -e operator/
 	touch $@
 
 setup-op: $(OP)/dtr
@@ -41,9 +44,9 @@ setup-op: $(OP)/dtr
 $(TR)/.installed: trainer/requirements.txt trainer/requirements-build.txt trainer/requirements-test.txt trainer/pyproject.toml contract/pyproject.toml
 	@$(DOCTOR) -q setup-trainer
 	$(PY_TRAINER) -m venv $(VENV_TR)
-	$(TR)/pip install -q -r trainer/requirements-build.txt
-	$(TR)/pip install -q -r trainer/requirements.txt -r trainer/requirements-test.txt
-	$(TR)/pip install -q --no-deps -e contract/ -e trainer/
+	$(TR)/pip install $(PIP_QUIET) -r trainer/requirements-build.txt
+	$(TR)/pip install $(PIP_QUIET) -r trainer/requirements.txt -r trainer/requirements-test.txt
+	$(TR)/pip install $(PIP_QUIET) --no-deps -e contract/ -e trainer/
 	TF_CPP_MIN_LOG_LEVEL=2 $(TR)/python -c "import tensorflow as tf, numpy; assert tf.__version__ == '2.11.0', tf.__version__; print('TensorFlow', tf.__version__, 'numpy', numpy.__version__)"
 	touch $@
 
