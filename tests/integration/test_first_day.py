@@ -20,6 +20,7 @@ from operator_support import get
 from support.cluster import Cluster
 from support.wait import wait_for
 
+OWN_TRAINER = "registry.example:5000/ml/own-trainer@sha256:" + "b" * 64  # a team's image, named with --image
 SOURCE = "def build_model(ctx):\n    return None\n\n\ndef load_data(ctx):\n    return None\n"
 
 
@@ -33,8 +34,9 @@ def test_data_put_create_makes_the_labelled_claim_once(control_plane: Cluster, n
                                                        tmp_path: Path) -> None:  # fmt: skip
     data = tmp_path / "wine.npz"
     data.write_bytes(b"not really npz")
+    # No operator watches this namespace: the image is named (test_the_transfer_pods_image_is_the_clusters_... below).
     first = _dtr(control_plane, "data", "put", "--create", "64Mi", "my-data", str(data), "-n", namespace,
-                 "--timeout", "3")  # fmt: skip
+                 "--timeout", "3", "--image", OWN_TRAINER)  # fmt: skip
     assert f"claim my-data created in namespace {namespace}: 64Mi, ReadWriteOnce, labelled distml.dev/runs=allowed" \
         in first.stderr, first.stderr  # fmt: skip
     # No kubelet: the copy's pod never starts, and says so (exit 1); the claim stays, made as runs need it.
@@ -48,7 +50,7 @@ def test_data_put_create_makes_the_labelled_claim_once(control_plane: Cluster, n
 
     # Again: the claim is used as it is, not made twice; a claim without the label is named with the fix.
     again = _dtr(control_plane, "data", "put", "--create", "1Gi", "my-data", str(data), "-n", namespace,
-                 "--timeout", "1")  # fmt: skip
+                 "--timeout", "1", "--image", OWN_TRAINER)  # fmt: skip
     assert f"claim my-data exists in namespace {namespace}: the data goes into it as it is\n" in again.stderr
     control_plane.kubectl("label", "pvc", "my-data", "-n", namespace, "distml.dev/runs-")
     bare = _dtr(control_plane, "data", "put", "--create", "1Gi", "my-data", str(data), "-n", namespace,
@@ -114,7 +116,6 @@ def test_submit_wait_follows_the_status_to_its_end(control_plane: Cluster, names
 # ---- the transfer pods' image: the cluster's (dtr_client.images), never this machine's default
 
 REGISTRY_TRAINER = "registry.example:5000/ml/distml/trainer@sha256:" + "a" * 64  # a registry install's default
-OWN_TRAINER = "registry.example:5000/ml/own-trainer@sha256:" + "b" * 64
 
 
 def _operator_deployment(where: str, watched: str) -> dict[str, Any]:
