@@ -112,11 +112,13 @@ def _image(args: argparse.Namespace, kube: Any, namespace: str, run: str | None)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
+    from dtr_client.images import ENV
+
     p.add_argument("-n", "--namespace", help="the namespace of the run or claim (default: the kubeconfig context's)")
     p.add_argument("--image", metavar="IMG",
-                   help="the transfer pod's image, which needs python (default: DTR_TRAINER_IMAGE, else the default "
-                        "trainer image of the operator watching the namespace, from its Deployment, else the run's "
-                        "own: an image the cluster's nodes have; refused when none of these can be read)")  # fmt: skip
+                   help=f"the transfer pod's image, which needs python (default: {ENV}, else the default trainer "
+                        "image of the operator watching the namespace, from its Deployment, else the run's own: an "
+                        "image the cluster's nodes have; refused when none of these can be read)")  # fmt: skip
     p.add_argument("--timeout", type=seconds, default=tr.START_TIMEOUT, metavar="S",
                    help="seconds to wait for the transfer pod to start (default %(default)g); then the error names "
                         "what it waits for and its events")  # fmt: skip

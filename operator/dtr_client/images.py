@@ -20,11 +20,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dtr_contract import env as contract_env
+
 from dtr_operator.api import CONTAINER_NAME
 
 from .transfer import TransferError
 
-ENV = "DTR_TRAINER_IMAGE"
+ENV = contract_env.TRAINER_IMAGE  # the operator's, and here: the image asked for
 
 
 class NoImage(TransferError):
