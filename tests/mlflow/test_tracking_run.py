@@ -18,11 +18,8 @@ from dtr_contract import env
 from dtr_contract.history import read_history
 
 from devcluster.controlplane import free_ports
-from support import mlflow_server as mlflow_support
 from support.mlflow_server import api, as_dict, metric_history, model_versions, runs
 from support.trainer import Volume, kill_all, start_workers, worker_log_file
-
-mlflow_server = mlflow_support.server_fixture()
 
 EPOCHS, STEPS = 3, 4
 MODEL = "digits-tracked"

@@ -87,10 +87,11 @@ def start(root: Path) -> Server:
     raise AssertionError(f"the MLflow server did not answer in {START_TIMEOUT:.0f} s:\n{log.read_text()[-3000:]}")
 
 
-def server_fixture() -> Any:
-    """A module's `mlflow_server` fixture: one server for the module's tests, stopped after them."""
+def server_fixture(scope: str = "session") -> Any:
+    """The `mlflow_server` fixture (tests/mlflow/conftest.py): one server for the tier's tests, stopped after them;
+    each test names its own experiment."""
 
-    @pytest.fixture(scope="module")
+    @pytest.fixture(scope=scope)  # type: ignore[call-overload]
     def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         server = start(tmp_path_factory.mktemp("mlflow"))
         try:
