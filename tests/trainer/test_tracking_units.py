@@ -81,6 +81,14 @@ def test_an_epoch_is_its_history_lines_figures_at_its_step():
     assert [(m["key"], m["step"]) for m in final.body["metrics"]] == [("final.accuracy", 8), ("final.loss", 8)]
 
 
+def test_a_name_mlflow_would_refuse_is_left_out_not_the_call():
+    assert all(plan.mlflow_key(k) for k in ("loss", "val_sparse_categorical_accuracy", "code.sha256", "a/b c-d"))
+    assert not any(plan.mlflow_key(k) for k in ("f1@0.5", "a:b", "", ".", "..x", "/x", "a//b", "a/", "x" * 251))
+    call = plan.log_epoch("r", 1, {"loss": 0.5, "f1@0.5": 0.7}, 1.0, 2.0, 0)
+    assert [m["key"] for m in call.body["metrics"]] == ["loss", "epoch.seconds", "epoch.examplesPerSecond"]
+    assert plan.flatten({"params": {"ok": 1, "bad:name": 2}}) == {"params.ok": "1"}
+
+
 def test_params_go_in_batches_mlflow_takes():
     calls = plan.log_params("r", {f"p{i:03}": str(i) for i in range(250)})
     assert [len(c.body["params"]) for c in calls] == [100, 100, 50]

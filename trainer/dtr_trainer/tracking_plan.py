@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import posixpath
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,8 @@ FINAL = "final."  # the final evaluation's figures: final.loss, final.accuracy, 
 MAX_PARAM_VALUE = 500  # 6000 since MLflow 2.9; 500 still fits older servers
 MAX_TAG_VALUE = 5000
 MAX_BATCH = 100  # params and tags per runs/log-batch call (metrics: 1000)
+MAX_KEY = 250
+_KEY = re.compile(r"[/\w.\- ]+")  # what MLflow takes as a param's or a metric's name (on every platform)
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,13 @@ class Call:
     path: str  # after API: "runs/create"
     body: Mapping[str, Any] | None = None
     query: Mapping[str, str] = field(default_factory=dict)
+
+
+def mlflow_key(name: str) -> bool:
+    """Whether MLflow takes this as a param's or a metric's name (mlflow/utils/validation.py): a name it would refuse
+    (a metric of the run's own named `f1@0.5`) is left out rather than failing the whole call."""
+    return len(name) <= MAX_KEY and _KEY.fullmatch(name) is not None and posixpath.normpath(name) == name \
+        and name != "." and not name.startswith(("..", "/"))  # fmt: skip
 
 
 def _text(value: Any) -> str:
@@ -64,7 +74,7 @@ def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
             found.update(flatten(value, f"{name}."))
-        elif value is not None:
+        elif value is not None and mlflow_key(name):
             found[name] = _text(value)[:MAX_PARAM_VALUE]
     return found
 
@@ -162,8 +172,10 @@ def log_params(run_id: str, params: Mapping[str, str]) -> list[Call]:
 
 
 def _metric(key: str, value: Any, step: int, now_ms: int) -> dict[str, Any] | None:
-    """A metric, or None for what is not a finite number (JSON has no NaN; the history file writes null)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    """A metric, or None for what is not a finite number (JSON has no NaN; the history file writes null) or has a
+    name MLflow refuses."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not mlflow_key(key):  # fmt: skip
         return None
     return {"key": key, "value": float(value), "timestamp": now_ms, "step": step}
 
