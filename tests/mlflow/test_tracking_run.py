@@ -9,6 +9,7 @@ The trainer's Python (TensorFlow) runs it: `make test-mlflow` (DTR_MLFLOW_REQUIR
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import threading
 import time
@@ -18,8 +19,8 @@ from dtr_contract import env
 from dtr_contract.history import read_history
 
 from devcluster.controlplane import free_ports
-from support.mlflow_server import api, as_dict, metric_history, model_versions, runs
-from support.trainer import Volume, kill_all, start_workers, worker_log_file
+from support.mlflow_server import api, as_dict, last_by_step, metric_history, model_versions, runs
+from support.trainer import Volume, kill_all, restart_to_the_end, start_workers, wait_for_line, worker_log_file
 
 EPOCHS, STEPS = 3, 4
 MODEL = "digits-tracked"
@@ -160,3 +161,34 @@ def test_a_silent_server_stalls_nothing(tmp_path):
     assert len(warnings) == 1 and "timed out" in warnings[0], warnings
     assert (volume.root / "models" / MODEL / "1" / "saved_model.pb").exists()
     print(f"a run beside a silent tracking server: {took:.1f} s")
+
+
+def test_a_run_restarted_after_a_lost_worker_is_one_mlflow_run(tmp_path, mlflow_server):
+    """Worker 1 killed after epoch 2: the chief fails (a lost peer) and marks the MLflow run FAILED; both restarted
+    (restartPolicy OnFailure), the chief resumes from the backup into the same MLflow run, which ends FINISHED with
+    each epoch's last figures the history's and the one version registered once."""
+    volume, model, epochs = Volume(tmp_path / "mnt-dtr"), "digits-restarted", 4
+    ports = free_ports(2)
+    args = [*ARGS[:ARGS.index("--epochs")], "--epochs", str(epochs), *ARGS[ARGS.index("--epochs") + 2:],
+            *volume.args(model_name=model)]
+    extra = {**IDENTITY, env.RUN_UID: "uid-restarted", env.MLFLOW_TRACKING_URI: mlflow_server.uri}
+    first = start_workers(volume, ports, args, attempt="a", env_extra=extra)
+    try:
+        wait_for_line(first[1], f"epoch 2/{epochs} end")
+        first[1].proc.send_signal(signal.SIGKILL)
+        assert first[0].wait(timeout=180) == 138, first[0].log()[-3000:]  # lost a peer: restart
+    finally:
+        kill_all(first)
+    (found,) = runs(mlflow_server.uri, model)
+    assert found["info"]["status"] == "FAILED"
+    second = restart_to_the_end(volume, ports, args, env_extra=extra)
+    assert "resumed from backup" in second[0].log()
+    (again,) = runs(mlflow_server.uri, model)
+    assert again["info"]["run_id"] == found["info"]["run_id"] and again["info"]["status"] == "FINISHED"
+    history = read_history((volume.root / "logs" / "run1" / "history.jsonl").read_text())
+    assert [e.epoch for e in history] == list(range(1, epochs + 1))
+    for name in history[0].metrics:
+        assert last_by_step(mlflow_server.uri, again["info"]["run_id"], name) == \
+            [(e.epoch, e.metrics[name]) for e in history]  # fmt: skip
+    (version,) = model_versions(mlflow_server.uri, model)
+    assert version["source"] == f"pvc://run1-data/models/{model}/1"

@@ -124,6 +124,17 @@ def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
     return sorted((int(m["step"]), float(m["value"])) for m in answer.get("metrics", []))
 
 
+def last_by_step(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
+    """Each step's last value (by its timestamp): a resumed run logs the epochs it trains again once more."""
+    answer = api(uri, "metrics/get-history", run_id=run_id, metric_key=key, max_results="1000")
+    last: dict[int, tuple[int, float]] = {}
+    for m in answer.get("metrics", []):
+        step, when = int(m["step"]), int(m["timestamp"])
+        if step not in last or when >= last[step][0]:
+            last[step] = (when, float(m["value"]))
+    return [(step, last[step][1]) for step in sorted(last)]
+
+
 def model_versions(uri: str, name: str) -> list[dict[str, Any]]:
     return api(uri, "model-versions/search", filter=f"name='{name}'").get("model_versions", [])
 
