@@ -165,7 +165,7 @@ def _endpoints(value: str, name: str) -> tuple[str, ...]:
     return endpoints
 
 
-def _tracking_uri(value: str, name: str) -> str:
+def tracking_uri(value: str, name: str) -> str:
     """--mlflow-tracking-uri: empty, or http(s)://host[:port][/path] with no user:password@ (it is in every
     worker's env, which anyone who may read the run's pods sees), no query."""
     uri = value.strip()
@@ -233,7 +233,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         allowed_images=_image_patterns(env.get("DTR_ALLOWED_IMAGES", ""), "DTR_ALLOWED_IMAGES"),
         user_code=_user_code(env.get("DTR_USER_CODE") or "allowed", "DTR_USER_CODE"),
         policy=policy_from_env(env),
-        mlflow_tracking_uri=_tracking_uri(env.get(TRACKING_ENV, ""), TRACKING_ENV),
+        mlflow_tracking_uri=tracking_uri(env.get(TRACKING_ENV, ""), TRACKING_ENV),
     )
 
 
@@ -339,7 +339,7 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
                         else base.allowed_images),
         user_code=args.user_code or base.user_code,
         policy=_policy_from_args(args, base.policy),
-        mlflow_tracking_uri=(_tracking_uri(args.mlflow_tracking_uri, "--mlflow-tracking-uri")
+        mlflow_tracking_uri=(tracking_uri(args.mlflow_tracking_uri, "--mlflow-tracking-uri")
                              if args.mlflow_tracking_uri is not None else base.mlflow_tracking_uri),
         verbose=bool(args.verbose),
     )
