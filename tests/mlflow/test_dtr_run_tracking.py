@@ -1,6 +1,7 @@
 """`dtr run` plays the operator's --mlflow-tracking-uri with DTR_MLFLOW_TRACKING_URI (docs/tracking.md): with
 --host-network its 2 local workers' chief logs the run to a real MLflow server and registers the version by the
-claim the run's volume plays; on a loopback of their own the workers get no URI, and dtr run says so."""
+claim the run's volume plays; a URI the operator would refuse, refused. (On a loopback of their own the workers get no
+URI: tests/unit/client/test_local_tracking.py.)"""
 
 from __future__ import annotations
 
@@ -51,12 +52,6 @@ def test_dtr_run_with_the_hosts_network_logs_to_mlflow(tmp_path, mlflow_server):
     (version,) = model_versions(mlflow_server.uri, "local-tracked")
     assert version["source"] == "pvc://local-tracked-data/models/local-tracked/1"
     assert (volume / "models" / "local-tracked" / "1" / "saved_model.pb").exists()
-
-
-def test_dtr_run_on_a_loopback_of_its_own_says_the_workers_get_no_uri(tmp_path, mlflow_server):
-    proc = dtr_run(tmp_path, "http://127.0.0.1:9")
-    assert "DTR_MLFLOW_TRACKING_URI: not given to the workers" in proc.stdout + proc.stderr, proc.stdout[-2000:]
-    assert "MLflow tracking at" not in proc.stdout  # no worker tried
 
 
 def test_dtr_run_refuses_what_the_operator_would(tmp_path, mlflow_server):
