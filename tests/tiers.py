@@ -98,8 +98,8 @@ STEPS: tuple[Step, ...] = (
     Step("e2e", make("test-e2e"), "dtr run and the client end to end, the notebook on local workers", budget=230,
          tier=True),
     # A real MLflow server as a local process (its own environment, the side lane's "mlflow setup"), a real 2-worker
-    # run logged to it, one restarted after a lost worker, a dead and a silent server (docs/tracking.md): 101 s warm
-    # on a 2-CPU machine at load average 8 (other test runs beside it).
+    # run logged to it, one restarted after a lost worker, a dead and a silent server, dtr run (docs/tracking.md):
+    # 64 to 137 s warm on a 2-CPU machine at load average 7 to 8 (other test runs beside it).
     Step("mlflow", make("test-mlflow"), "the chief's MLflow tracking against a real MLflow server (local process)",
          budget=150, tier=True, after=("mlflow setup",)),
     Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=110, tier=True,

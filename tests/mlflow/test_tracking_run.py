@@ -51,7 +51,7 @@ def tracked(tmp_path_factory, mlflow_server):
     return volume, workers, found
 
 
-def test_exactly_one_mlflow_run_the_chiefs(tracked):
+def test_exactly_one_mlflow_run_the_chiefs(tracked, mlflow_server):
     _, workers, found = tracked
     assert len(found) == 1, found
     info, data = found[0]["info"], found[0]["data"]
@@ -62,6 +62,8 @@ def test_exactly_one_mlflow_run_the_chiefs(tracked):
     assert tags["mlflow.runName"] == "run1-v1"
     chief, other = workers
     assert "tracked in MLflow at" in chief.log() and "MLflow" not in other.log()
+    page = f"{mlflow_server.uri}/#/experiments/{info['experiment_id']}/runs/{info['run_id']}"
+    assert f"({page})" in chief.log()  # the run's page in the web UI, in the chief's log
 
 
 def test_params_are_the_lineages_training(tracked):

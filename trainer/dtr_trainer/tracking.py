@@ -168,7 +168,8 @@ class Tracker:
         self.run_id = self._checked(found, "runs/create")
         for call in plan.log_params(self.run_id, params):
             self._send(call)
-        self.log(f"tracking in MLflow at {self.uri}: experiment {self.who.model_name}, run {self.run_id}")
+        self.log(f"tracking in MLflow at {self.uri}: experiment {self.who.model_name}, run {self.run_id} "
+                 f"({plan.run_page(self.uri, experiment, self.run_id)})")
 
     def _experiment(self, name: str) -> str:
         try:

@@ -83,6 +83,11 @@ def experiment_name(model_name: str) -> str:
     return model_name
 
 
+def run_page(uri: str, experiment_id: str, run_id: str) -> str:
+    """The run's page in the server's web UI (MLflow 2's route), for the chief's log line."""
+    return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
 @dataclass(frozen=True)
 class Identity:
     """Who the MLflow run is for: the DistTrainingRun (None by hand) and the version its chief claimed."""
