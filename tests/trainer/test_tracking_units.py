@@ -20,6 +20,8 @@ def test_flatten_names_nested_values_and_leaves_out_nulls():
     assert plan.flatten(doc) == {"learningRate": "0.001", "code.file": "m.py", "code.sha256": "ab",
                                  "params.width": "64", "params.residual": "true", "params.optimizer": "sgd"}
     assert plan.flatten({"long": "x" * 9000})["long"] == "x" * plan.MAX_PARAM_VALUE
+    source = {"datasetSource": {"url": "https://h/d.npz?X-Amz-Signature=abc", "sha256": "ab"}}
+    assert plan.flatten(source) == {"datasetSource.url": "https://h/d.npz", "datasetSource.sha256": "ab"}
 
 
 def test_the_params_before_training_are_the_lineages_names_and_values():

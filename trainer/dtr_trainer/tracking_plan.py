@@ -66,16 +66,21 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+DATASET_URL = "datasetSource.url"  # the lineage's --dataset-url, whose query may hold a signature (a presigned URL)
+
+
 def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """Params from a nested map: `a.b` for doc[a][b], every value as text (true/false for booleans); a null is
-    left out (unknown is no param), as is an empty map."""
+    left out (unknown is no param), as is an empty map. The dataset's URL goes without its query: the server's
+    readers are not the run's, and its SHA-256 (datasetSource.sha256) pins the file all the same."""
     found: dict[str, str] = {}
     for key, value in doc.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
             found.update(flatten(value, f"{name}."))
         elif value is not None and mlflow_key(name):
-            found[name] = _text(value)[:MAX_PARAM_VALUE]
+            text = _text(value).split("?", 1)[0] if name == DATASET_URL else _text(value)
+            found[name] = text[:MAX_PARAM_VALUE]
     return found
 
 
