@@ -136,6 +136,22 @@ test-s3: setup s3-build ## a real S3 server as a local process (and with DTR_NOD
 	DTR_S3_REQUIRED=1 $(OP)/pytest -q tests/s3 $(addprefix --ignore=,$(S3_TF_TESTS))
 	DTR_S3_REQUIRED=1 $(TR)/pytest -q $(S3_TF_TESTS) $(S3_BOTH_TESTS)
 
+# A real MLflow tracking server (the mlflow package's, its SQLite store) as a local process, from an environment of its
+# own: never the trainer's (the trainer speaks MLflow's REST API with the standard library, docs/tracking.md).
+VENV_MLFLOW := .venv/mlflow
+$(VENV_MLFLOW)/bin/mlflow: tests/mlflow/requirements.txt
+	@$(DOCTOR) -q setup-op
+	$(PY_OP) -m venv $(VENV_MLFLOW)
+	$(VENV_MLFLOW)/bin/pip install -q -r tests/mlflow/requirements.txt
+	touch $@
+
+.PHONY: setup-mlflow test-mlflow
+setup-mlflow: $(VENV_MLFLOW)/bin/mlflow ## the MLflow server's own environment (.venv/mlflow, pinned: tests/mlflow/requirements.txt)
+
+# DTR_MLFLOW_REQUIRED: here a missing server fails the tier instead of skipping it.
+test-mlflow: setup-trainer setup-mlflow ## a real 2-worker run logged to a real MLflow server (local process): params, per-epoch figures, the version registered; a dead and a silent server
+	DTR_MLFLOW_REQUIRED=1 $(TR)/pytest -q -rs tests/mlflow
+
 .PHONY: test-s3-local
 test-s3-local: setup s3-build ## the S3 server as a local process only, through a client and through TensorFlow's s3:// (what CI runs: tests/tiers.py)
 	DTR_S3_REQUIRED=1 $(OP)/pytest -q tests/s3/test_s3_server.py tests/s3/test_published_server.py tests/s3/test_dtr_run_s3.py $(S3_BOTH_TESTS)

@@ -97,6 +97,11 @@ STEPS: tuple[Step, ...] = (
     Step("trainer", make("test-trainer"), "real MWMS processes, the contract, the pinned list", budget=400, tier=True),
     Step("e2e", make("test-e2e"), "dtr run and the client end to end, the notebook on local workers", budget=230,
          tier=True),
+    # A real MLflow server as a local process (its own environment, the side lane's "mlflow setup"), a real 2-worker
+    # run logged to it, one restarted after a lost worker, a dead and a silent server, dtr run (docs/tracking.md):
+    # 64 to 137 s warm on a 2-CPU machine at load average 7 to 8 (other test runs beside it).
+    Step("mlflow", make("test-mlflow"), "the chief's MLflow tracking against a real MLflow server (local process)",
+         budget=150, tier=True, after=("mlflow setup",)),
     Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=110, tier=True,
          after=("images",)),
     # After integration too: the node tier's own-model runs (a dozen TF workers at once) starved the
@@ -121,6 +126,8 @@ STEPS: tuple[Step, ...] = (
     Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from every part"),
     # side lane
     Step("images", make("images"), "Docker engine, base images, both images", side=True),
+    Step("mlflow setup", make("setup-mlflow"), "the MLflow server's own environment (pinned), for the mlflow tier",
+         side=True, after=("setup",)),
     Step("node build", make("node-build"), "containerd, runc, CoreDNS, local-path, node images", side=True,
          after=("control-plane build",)),
     Step("node start", (*NODE, "up", "--install", "--dir", str(NODE_DIR)),

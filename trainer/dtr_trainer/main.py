@@ -37,6 +37,7 @@ from dtr_trainer import (
     ownership,
     preflight,
     rendezvous,
+    tracking,
     user,
     userdata,
     volume,
@@ -248,6 +249,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     iterators.keep_until_exit(model)  # destroying them waited seconds; leave() never does (iterators.py)
 
     history = History(layout.history_file(args.log_dir), log) if cluster.is_chief and args.log_dir else None
+    history = tracking.TRACKER.watching(history)  # each epoch's figures to MLflow too (the chief's, when set)
     progress = Progress(args.epochs, steps * global_batch, log, history)
     backup = step_backup(args, cluster, steps, progress, after_backup)
     callbacks = epoch_callbacks(StopOnDivergence(args.epochs, steps, args.learning_rate), progress, args.backup_dir,
@@ -315,12 +317,6 @@ def lineage_file(args: argparse.Namespace, cluster: ClusterInfo, run_identity: R
     doc = lineage.document(run_identity, training, figures, os.path.basename(os.path.normpath(args.export_dir)),
                            claim.version, tf.__version__, lineage.utc_now())
     return {lineage.LINEAGE_PATH: lineage.render(doc)}
-
-
-def stop_if_diverged_before(backup_dir: str | None) -> None:
-    """A container restarted after the run's loss diverged stops with the same line (dtr_trainer.divergence)."""
-    if line := divergence.recorded(backup_dir):
-        raise DivergedError(divergence.restarted_message(line))
 
 
 def train_or_record_divergence(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.Code,
@@ -393,7 +389,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     for note in notes:
         log(note)
     bucket = backup_s3.pulled(args.backup_uri, args.backup_dir, cluster.is_chief, log)
-    stop_if_diverged_before(args.backup_dir)
+    divergence.stop_if_recorded(args.backup_dir)
     if (line := export.exported_before(args.backup_dir, run_identity)) is not None:
         log("this run has exported its model already: started again after it ended, nothing to train")
         if cluster.is_chief:
@@ -407,6 +403,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     ctx = context(args, cluster)
     loaded = user.load_data_before_strategy(code, ctx)  # NumPy data checked now; None: it needs TensorFlow
     claim = claim_export_version(args, run_identity) if cluster.is_chief else None
+    tracking.start(os.environ, args, cluster.num_workers, run_identity, code.origin.lineage(),
+                   claim.version if claim else None, log)  # the chief's MLflow run, when the admin names a server
     bucket.push()  # the claim's record: a chief started again elsewhere publishes the same version
 
     from dtr_trainer.progress import Heartbeat
@@ -433,6 +431,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     export.record_exported(args.backup_dir, run_identity, line)
     export.clear_backup(args.backup_dir)
     bucket.push()
+    tracking.TRACKER.finish(outcome.evaluation, args.epochs, str(path), extra)  # bounded: tracking.FINISH_WAIT
     log(f"model exported to {path}")
     return 0
 
@@ -449,6 +448,7 @@ def report_error(message: str) -> None:
     """The error line on stderr, and as the termination message (the run's status shows it); none when a SIGTERM
     was put off meanwhile (dtr_trainer.sigterm): the trainer stops as terminated instead."""
     TERMINATION.stop_if_requested()
+    tracking.TRACKER.failed()  # the MLflow run FAILED (bounded), before the error line: it stays the last
     log(f"error: {message}")
     if _TERMINATION_PATH:
         try:

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from dtr_contract import flags, layout
 
+from dtr_operator import settings
 from dtr_operator.spec import RunSpec
 
 from . import backups
@@ -20,6 +22,20 @@ def check_network(run: RunSpec, loopback_only: bool) -> None:
         raise RunError(f"{run.name} reads or writes the object store {run.object_store.endpoint} (spec.objectStore), "
                        "which workers on a loopback of their own cannot reach: dtr run --host-network "
                        "(docs/local.md#network)")  # fmt: skip
+
+
+def tracking_uri(environ: Mapping[str, str], loopback_only: bool) -> tuple[str, str | None]:
+    """The MLflow server the workers log to (docs/tracking.md): the operator's --mlflow-tracking-uri, which dtr run
+    takes from its environment twin (DTR_MLFLOW_TRACKING_URI), checked as the operator checks it (RunError); none
+    when the workers have a loopback of their own, where no server answers, and the line that says so."""
+    try:
+        uri = settings.tracking_uri(environ.get(settings.TRACKING_ENV, ""), settings.TRACKING_ENV)
+    except settings.SettingsError as err:
+        raise RunError(str(err)) from None
+    if uri and loopback_only:
+        return "", (f"[dtr] {settings.TRACKING_ENV}: not given to the workers, which have a loopback of their own: "
+                    "dtr run --host-network logs to MLflow (docs/tracking.md)")
+    return uri, None
 
 
 def put_data(run: RunSpec, claim_dir: str, local: str) -> str:
