@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dtr_contract import env, flags, layout
+from dtr_contract import params as run_params
 from dtr_contract.container import PORT, TERMINATION_MESSAGE_PATH
 
 from . import objectstore
@@ -98,6 +99,8 @@ def trainer_args(run: RunSpec, code_sha256: str | None = None) -> list[str]:
     args += [
         flags.LEARNING_RATE, repr(t.learning_rate),
         flags.SEED, str(t.seed),
+        flags.VALIDATE_EVERY, str(t.validate_every),
+        *([flags.PARAMS, run_params.to_flag(t.params)] if t.params else []),
         flags.DATA_DIR, layout.data_dir(),
         flags.EXPORT_DIR, export_dir(run),
         *([flags.ALLOWED_PUBLISHERS, ",".join(run.allowed_publishers)] if run.allowed_publishers else []),

@@ -120,7 +120,8 @@ def test_a_missing_file_is_a_user_code_error(tmp_path):
 @pytest.mark.parametrize("body, expected", [
     ("return x", "returned a NumPy array of shape [40, 3]: return (train, eval)"),
     ("return x, y", "returned two arrays, one (x, y) split"),
-    ("return (x, y), (x, y), (x, y)", "returned a tuple of 3"),
+    ("return (x, y), (x, y), (x, y), (x, y)", "returned a tuple of 4"),
+    ("return (x, y), (x, y), (x[:, :2], y)", "train x examples have shape [3] but test x examples [2]"),
     ("return (x, y), (x.tolist(), y)", "eval x is a list of 40, not a NumPy array"),
     ("return (x, y[:5]), (x, y)", "train x has 40 examples but train y has 5"),
     ("return (x, y), (x[:, :2], y)", "train x examples have shape [3] but eval x examples [2]"),
