@@ -10,7 +10,7 @@ from dtr_contract import flags
 
 from dtr_client import submit
 
-from .submit import add_training_options
+from .submit import add_training_options, given_params
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -18,7 +18,8 @@ def _run(args: argparse.Namespace) -> int:
 
     base_dir = args.dir if args.dir is not None else runner.default_base_dir()
     python = args.python if args.python is not None else runner.default_python()
-    given = {dest: getattr(args, dest) for dest, *_ in submit.OPTIONS} | {"name": args.name}
+    given = {dest: getattr(args, dest) for dest, *_ in submit.OPTIONS} | {"name": args.name,
+                                                                          submit.PARAMS: given_params(args)}
     network = netns.host_network if args.host_network else netns.private_network
     return runner.run_file(args.file, base_dir=base_dir, python=python, code=args.code, given=given, network=network,
                            loopback_only=not args.host_network, backup=args.backup, data=args.data)

@@ -15,17 +15,33 @@ from collections.abc import Mapping
 from typing import Any
 
 import yaml
+from dtr_contract import params as run_params
 
 from dtr_client import complete_run
-from dtr_client.submit import GUIDE, OPTIONS, SubmitError, manifests
+from dtr_client.submit import GUIDE, OPTIONS, PARAMS, SubmitError, manifests
 
 from .command import BadInput, Failed, client_for, positive_int
 
 
+def _assignment(text: str) -> tuple[str, run_params.Value]:
+    try:
+        return run_params.parse_assignment(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def add_training_options(parser: argparse.ArgumentParser) -> None:
-    """The training options of `dtr submit FILE.py` and `dtr run FILE.py` (dtr_client.submit.OPTIONS)."""
+    """The training options of `dtr submit FILE.py` and `dtr run FILE.py` (dtr_client.submit.OPTIONS), and --param."""
     for dest, flag, kind, _path, text in OPTIONS:
         parser.add_argument(flag, dest=dest, type=kind, metavar=dest.split("_")[0].upper(), help=text)
+    parser.add_argument("--param", dest="param", type=_assignment, action="append", metavar="NAME=VALUE",
+                        help="a hyperparameter of your own, ctx.params[NAME] (spec.training.params); repeatable. 64 is "
+                             "an integer, 0.2 a number, true/false a boolean, else a string (docs/experiments.md)")
+
+
+def given_params(args: argparse.Namespace) -> dict[str, run_params.Value] | None:
+    """--param NAME=VALUE..., the last of a name winning; None when there is none."""
+    return dict(args.param) if getattr(args, "param", None) else None
 
 
 class _Dumper(yaml.SafeDumper):
@@ -43,9 +59,10 @@ def _watch_lines(doc: Mapping[str, Any], config_map: Mapping[str, Any]) -> list[
     name, namespace = doc["metadata"]["name"], config_map["metadata"]["namespace"]
     key = doc["spec"]["training"]["code"]["key"]
     code = code_status(config_map["metadata"]["name"], key, configmap_content(config_map, key) or b"")
+    params = doc["spec"]["training"].get("params")
     return [
         f"disttrainingrun {name} created in namespace {namespace}: code {key} in ConfigMap {code['configMap']} "
-        f"(sha256 {code['sha256']})",
+        f"(sha256 {code['sha256']})" + (f"; params {run_params.shown(params)}" if params else ""),
         f"watch it:  kubectl get distrainingruns {name} -n {namespace} -w",
         f"logs:      dtr logs {name} -n {namespace} -f",
     ]
@@ -85,11 +102,12 @@ def _submit(args: argparse.Namespace) -> None:
     except complete_run.BaseError as err:
         raise BadInput(str(err)) from None
     args.namespace = args.namespace or base.get("metadata", {}).get("namespace") or current_namespace()
-    config_map, doc = manifests(args.file, vars(args), args.namespace)
+    config_map, doc = manifests(args.file, vars(args) | {PARAMS: given_params(args)}, args.namespace)
     if args.dry_run:
         sys.stdout.write(yaml.dump_all([config_map, doc], Dumper=_Dumper, sort_keys=False))
         return
-    given = {dest: getattr(args, dest) for dest, *_ in OPTIONS} | {"claim": args.claim, "image": args.image}
+    given = {dest: getattr(args, dest) for dest, *_ in OPTIONS} | {"claim": args.claim, "image": args.image,
+                                                                   PARAMS: given_params(args)}
     given |= _complete_run_given(args)
     client = client_for(args)
     try:

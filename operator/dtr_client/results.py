@@ -20,8 +20,9 @@ from dtr_operator.spec import SpecError, parse_run
 from . import complete_run, submit
 from .runfile import RunFileError, runs_from_text
 
-# What create(FILE.py) takes: dtr submit's options (complete_run's too).
-CODE_OPTIONS = frozenset({dest for dest, *_ in submit.OPTIONS} | {"claim", "image"} | complete_run.NAMES)
+# What create(FILE.py) takes: dtr submit's options (complete_run's too) and params.
+CODE_OPTIONS = frozenset({dest for dest, *_ in submit.OPTIONS} | {"claim", "image", submit.PARAMS}
+                         | complete_run.NAMES)
 
 
 class InvalidRun(ValueError):

@@ -110,6 +110,9 @@ OPTIONS: tuple[tuple[str, str, type, str, str], ...] = (
 )
 
 
+PARAMS = "params"  # create(FILE.py, params={...}) and `--param name=value`: spec.training.params (docs/experiments.md)
+
+
 def _set(spec: dict[str, Any], path: str, value: Any) -> None:
     *parents, key = path.split(".")
     for name in parents:
@@ -125,6 +128,8 @@ def code_run_doc(name: str, namespace: str | None, key: str, given: Mapping[str,
     for dest, _flag, _kind, path, _text in OPTIONS:
         if given.get(dest) is not None:
             _set(spec, path, given[dest])
+    if given.get(PARAMS):
+        _set(spec, "training.params", dict(given[PARAMS]))
     for path, value in (extra or {}).items():
         if value is not None:
             _set(spec, path, value)
