@@ -197,6 +197,14 @@ def test_the_spec_diff_names_differing_fields_and_leaves_out_shared_ones_and_def
     assert flatten({"x": {"y": [1, 2], "z": {}}}) == {"spec.x.y": [1, 2], "spec.x.z": {}}
 
 
+def test_the_spec_diff_shows_each_param_that_differs() -> None:
+    specs = {"a": {"training": {"params": {"width": 32, "opt": "sgd"}}},
+             "b": {"training": {"params": {"width": 64, "opt": "sgd"}}},
+             "c": {"training": {"params": {"opt": "sgd", "deep": True}}}}  # fmt: skip
+    assert spec_differences(specs) == [("spec.training.params.deep", ["-", "-", True]),
+                                       ("spec.training.params.width", [32, 64, "-"])]  # fmt: skip
+
+
 def test_compare_prints_final_figures_side_by_side_then_the_differences() -> None:
     statuses = [RunStatus("a", "Succeeded", metrics={"loss": 0.25, "accuracy": 0.91}, progress=Progress(3, 3),
                           status={"startTime": "2026-12-01T10:00:00Z", "completionTime": "2026-12-01T10:01:05Z"}),
