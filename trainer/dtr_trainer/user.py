@@ -348,7 +348,9 @@ def _entry(origin: Origin, module: types.ModuleType, name: str, source: str) -> 
 
 def _with_entries(origin: Origin, module: types.ModuleType, source: str) -> Code:
     build_model, load_data = (_entry(origin, module, name, source) for name in ENTRY_POINTS)
-    callbacks = _entry(origin, module, OPTIONAL, source) if getattr(module, OPTIONAL, None) is not None else None
+    # `from tensorflow.keras import callbacks` binds the name to a module: an import, not the hook.
+    hook = getattr(module, OPTIONAL, None)
+    callbacks = None if hook is None or inspect.ismodule(hook) else _entry(origin, module, OPTIONAL, source)
     return Code(origin, build_model, load_data, callbacks)
 
 
