@@ -17,6 +17,7 @@ from dtr_contract import flags
 from dtr_contract import params as run_params
 
 from dtr_trainer import userdata
+from dtr_trainer.argtypes import non_negative_int
 from dtr_trainer.errors import UserCodeError
 from dtr_trainer.user import GUIDE, Code, Context, call, fail
 
@@ -32,18 +33,11 @@ def _params(text: str) -> dict[str, run_params.Value]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _every(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(flags.PARAMS, type=_params, default={}, metavar="JSON",
                    help="the run's own hyperparameters, a JSON object of names to numbers, strings and booleans: "
                         "ctx.params in your code (docs/experiments.md)")
-    p.add_argument(flags.VALIDATE_EVERY, type=_every, default=DEFAULT_VALIDATE_EVERY, metavar="N",
+    p.add_argument(flags.VALIDATE_EVERY, type=non_negative_int, default=DEFAULT_VALIDATE_EVERY, metavar="N",
                    help="evaluate the eval split every N epochs during training (val_* figures); 0: only once, "
                         f"after the last epoch [{DEFAULT_VALIDATE_EVERY}]")
 
