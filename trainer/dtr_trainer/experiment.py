@@ -137,6 +137,23 @@ def stopped_early(stop: Stop, epochs: int, log: Callable[[str], None]) -> dict[s
     return {"epoch": stop.epoch, "epochs": epochs, "reason": stop.reason}
 
 
+def restore_best(callbacks: Sequence[Any], stop: Stop, epochs: int, model: Any, log: Callable[[str], None]) -> None:
+    """The best weights of an EarlyStopping that asks for them (restore_best_weights) put back when it did not stop
+    the training itself, which is the only time TensorFlow 2.11's restores them (the run reached its last epoch, or
+    another callback stopped it), so that the model exported is the best one either way. Every worker alike: their
+    EarlyStoppings saw the same all-reduced figures."""
+    last = stop.epoch or epochs  # the last epoch trained, 1-based
+    for callback in callbacks:
+        best = getattr(callback, "best_weights", None)
+        if type(callback).__name__ != "EarlyStopping" or not callback.restore_best_weights or best is None:
+            continue
+        if callback.stopped_epoch == 0 and callback.best_epoch + 1 < last:
+            model.set_weights(best)
+            log(f"restored the best weights, of epoch {callback.best_epoch + 1} ({callback.monitor} "
+                f"{float(callback.best):.4f}), before the export: EarlyStopping(restore_best_weights=True)")
+        return
+
+
 def sizes(loaded: userdata.Data) -> str:
     """`600 train / 150 eval / 150 test examples` for the log ('unknown' for a Dataset of unknown size)."""
     test = f" / {loaded.test.size or 'unknown'} test" if loaded.test else ""

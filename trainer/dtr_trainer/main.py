@@ -247,6 +247,7 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0,
               **experiment.fit_validation(eval_ds, args.validate_every))
     stopped = experiment.stopped_early(stop, args.epochs, log)
+    experiment.restore_best(own, stop, args.epochs, model, log)
     results = model.evaluate(final_ds, verbose=0, return_dict=True)
     evaluation = {name: float(value) for name, value in results.items()}
     return TrainOutcome(model, evaluation, metric, progress.examples_per_second(), global_batch, steps, stopped)
