@@ -252,4 +252,4 @@ def settings(args: Any, workers: int, code: dict | None) -> dict[str, Any]:
     return {"model": args.model, "dataset": args.dataset, "code": code, "seed": args.seed, "epochs": args.epochs,
             "batchSizePerWorker": args.batch_size_per_worker, "globalBatchSize": args.batch_size_per_worker * workers,
             "learningRate": float(args.learning_rate), "workers": workers, "datasetSource": source,
-            "params": getattr(args, "params", None)}  # fmt: skip
+            "params": getattr(args, "params", None), "validateEvery": args.validate_every}  # fmt: skip
