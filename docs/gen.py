@@ -342,7 +342,17 @@ def render_ci_costs(repo: Path = REPO) -> str:
     for name in (s.name for s in tiers.STEPS if (s.budget or 0) >= LONG_TIER):
         lines += ["", f"Tier *{name}*, by module and shared start (set-up of session and module fixtures):", "",
                   "| module or shared start | tests | cold | warm |", "|---|---:|---:|---:|", *_tier_rows(name, runs)]
-    return "\n".join(lines)
+    return "\n".join([*lines, *_slowest_rows(tiers, runs[1])])
+
+
+def _slowest_rows(tiers: ModuleType, run: dict[str, Any] | None) -> list[str]:
+    """The recorded run's ten slowest tests across tiers (worked out for a run recorded before they were kept)."""
+    slowest = (run.get("slowest") or tiers.slowest_tests(run)) if run and run.get("tiers") else []
+    if not slowest:
+        return []
+    return ["", "The ten slowest tests of the warm run (set-up, call and teardown; shared starts aside):", "",
+            "| test | tier | warm |", "|---|---|---:|",
+            *(f"| `{test}` | {tier} | {_minutes(seconds)} |" for tier, test, seconds in slowest)]
 
 
 Runs = tuple[dict[str, Any] | None, dict[str, Any] | None]  # the recorded cold and warm runs (None: not yet)

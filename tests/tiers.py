@@ -450,7 +450,7 @@ def summary(run: Run, warm: bool) -> dict[str, Any]:
         "steps": [with_parts(r.row()) for r in ran],
         "tiers": {r.step.name: tier_doc(r.step) for r in ran if r.step.tier and r.rc is not None},
     }
-    return doc
+    return {**doc, "slowest": slowest_tests(doc)}
 
 
 def with_parts(row: dict[str, Any]) -> dict[str, Any]:
@@ -487,9 +487,9 @@ def test_counts(doc: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
-def slowest_tests(doc: dict[str, Any], count: int = 10) -> list[tuple[str, str, float]]:
-    """The `count` slowest tests across every tier: (tier, node id, seconds)."""
-    found = [(tier, test, seconds) for tier, t in doc["tiers"].items() for test, seconds in t.get("slowest", [])]
+def slowest_tests(doc: dict[str, Any], count: int = 10) -> list[list[Any]]:
+    """The `count` slowest tests across every tier: [tier, node id, seconds]."""
+    found = [[tier, test, seconds] for tier, t in doc["tiers"].items() for test, seconds in t.get("slowest", [])]
     return sorted(found, key=lambda f: -f[2])[:count]
 
 
@@ -508,7 +508,7 @@ def print_table(doc: dict[str, Any]) -> None:
     print(f"{'total':22} {'':>6} {doc['seconds']:8.0f}")
     if disk := doc.get("disk"):
         print(f"disk: {disk['free at start GB']} GB free at the start, at most {disk['used at most GB']} GB used")
-    if slow := slowest_tests(doc):
+    if slow := doc.get("slowest") or slowest_tests(doc):
         print("\nslowest tests (set-up, call, teardown; shared fixtures aside):")
         for tier, test, seconds in slow:
             print(f"{seconds:8.0f} s  {tier:14} {test}")
@@ -585,6 +585,7 @@ def record(kind: str) -> int:
         print(f"the last run was {'warm' if doc['warm'] else 'cold'}, not {kind}", file=sys.stderr)
         return 2
     doc["steps"] = [with_parts(row) for row in doc["steps"]]  # a run.json from before parts were noted
+    doc.setdefault("slowest", slowest_tests(doc))  # ... and before the slowest ten were
     costs = json.loads(COSTS.read_text()) if COSTS.exists() else {}
     costs[kind] = doc
     COSTS.write_text(json.dumps(costs, indent=1) + "\n")

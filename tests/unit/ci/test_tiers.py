@@ -206,6 +206,13 @@ def test_record_refuses_a_run_of_the_other_kind(tmp_path: Path, monkeypatch: pyt
     assert tiers.record("cold") == 2 and "was warm, not cold" in capsys.readouterr().err
     assert tiers.record("warm") == 0
     assert json.loads((tmp_path / "costs.json").read_text())["warm"]["commit"] == "c"
+    # a run's ten slowest tests across tiers are kept with it (worked out for a run.json from before they were)
+    slow = {f"t{t}": {"slowest": [[f"t{t}.py::test_{i}", float(t * 10 + i)] for i in range(8)]} for t in range(2)}
+    (tmp_path / "run.json").write_text(json.dumps({**run_doc(unit=3), "date": "d", "commit": "c", "tiers": slow}))
+    assert tiers.record("warm") == 0
+    kept = json.loads((tmp_path / "costs.json").read_text())["warm"]["slowest"]
+    assert [s[1] for s in kept] == [f"t1.py::test_{i}" for i in range(7, -1, -1)] + ["t0.py::test_7", "t0.py::test_6"]
+    assert kept[0] == ["t1", "t1.py::test_7", 17.0]
 
 
 def test_the_timings_plugin_counts_a_shared_start_once_and_outside_its_module(tmp_path: Path) -> None:
