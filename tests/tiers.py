@@ -318,7 +318,12 @@ def run_slots(run: Run, rank: dict[str, float]) -> None:
 
     def slot(step: Step) -> None:
         try:
-            run.results[step.name] = result = run_step(run, step)
+            try:
+                result = run_step(run, step)
+            except OSError as err:  # it could not start (no such program): a failure, not a step left waiting
+                say(f"{step.name}: FAILED to start: {err}")
+                result = Result(step, 0.0, 127)
+            run.results[step.name] = result
             if result.rc:
                 stop_everything(run)
         finally:

@@ -175,6 +175,10 @@ def test_the_first_failure_stops_the_running_steps_and_starts_no_other(tmp_path:
     assert time.monotonic() - t0 < 10, "the long step was not stopped"
     assert done["fails"].rc == 3 and done["long"].rc not in (0, None)
     assert done["after it"].rc is None and done["later"].rc is None
+    # a step whose program is not there fails the run as any failure does
+    done = slots_ran(tmp_path, monkeypatch, [step("gone", argv=("/nonexistent/program",)), step("next", ("gone",))],
+                     {})  # fmt: skip
+    assert (done["gone"].rc, done["next"].rc) == (127, None)
 
 
 def test_a_warm_tier_over_one_and_a_half_times_its_budget_fails_the_run_naming_it() -> None:
