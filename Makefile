@@ -11,6 +11,9 @@ OP         := $(VENV_OP)/bin
 TR         := $(VENV_TR)/bin
 export DTR_CACHE ?= $(HOME)/.cache/dtr
 export DTR_TRAINER_PYTHON ?= $(CURDIR)/$(TR)/python
+# pip's own output while the environments are built: none by default; ./dtr empties it on a first build, so that
+# pip's progress shows instead of minutes of silence.
+PIP_QUIET  ?= -q
 # What each target needs, one line per tool (deploy/doctor.sh): the home of every "missing X" message.
 DOCTOR = PY_OP='$(PY_OP)' PY_TRAINER='$(PY_TRAINER)' bash deploy/doctor.sh
 
@@ -31,9 +34,9 @@ setup-check:
 $(OP)/dtr: operator/requirements.txt operator/requirements-build.txt operator/pyproject.toml contract/pyproject.toml
 	@$(DOCTOR) -q setup-op
 	$(PY_OP) -m venv $(VENV_OP)
-	$(OP)/pip install -q -r operator/requirements-build.txt
-	$(OP)/pip install -q -r operator/requirements.txt
-	$(OP)/pip install -q --no-deps -e contract/ -e operator/
+	$(OP)/pip install $(PIP_QUIET) -r operator/requirements-build.txt
+	$(OP)/pip install $(PIP_QUIET) -r operator/requirements.txt
+	$(OP)/pip install $(PIP_QUIET) --no-deps -e contract/ -e operator/
 	touch $@
 
 setup-op: $(OP)/dtr
@@ -41,9 +44,9 @@ setup-op: $(OP)/dtr
 $(TR)/.installed: trainer/requirements.txt trainer/requirements-build.txt trainer/requirements-test.txt trainer/pyproject.toml contract/pyproject.toml
 	@$(DOCTOR) -q setup-trainer
 	$(PY_TRAINER) -m venv $(VENV_TR)
-	$(TR)/pip install -q -r trainer/requirements-build.txt
-	$(TR)/pip install -q -r trainer/requirements.txt -r trainer/requirements-test.txt
-	$(TR)/pip install -q --no-deps -e contract/ -e trainer/
+	$(TR)/pip install $(PIP_QUIET) -r trainer/requirements-build.txt
+	$(TR)/pip install $(PIP_QUIET) -r trainer/requirements.txt -r trainer/requirements-test.txt
+	$(TR)/pip install $(PIP_QUIET) --no-deps -e contract/ -e trainer/
 	TF_CPP_MIN_LOG_LEVEL=2 $(TR)/python -c "import tensorflow as tf, numpy; assert tf.__version__ == '2.11.0', tf.__version__; print('TensorFlow', tf.__version__, 'numpy', numpy.__version__)"
 	touch $@
 
@@ -132,6 +135,22 @@ S3_BOTH_TESTS := tests/s3/test_objectstore_server.py
 test-s3: setup s3-build ## a real S3 server as a local process (and with DTR_NODE_DIR as a pod on that node): put, get, list, delete; TensorFlow's s3://
 	DTR_S3_REQUIRED=1 $(OP)/pytest -q tests/s3 $(addprefix --ignore=,$(S3_TF_TESTS))
 	DTR_S3_REQUIRED=1 $(TR)/pytest -q $(S3_TF_TESTS) $(S3_BOTH_TESTS)
+
+# A real MLflow tracking server (the mlflow package's, its SQLite store) as a local process, from an environment of its
+# own: never the trainer's (the trainer speaks MLflow's REST API with the standard library, docs/tracking.md).
+VENV_MLFLOW := .venv/mlflow
+$(VENV_MLFLOW)/bin/mlflow: tests/mlflow/requirements.txt
+	@$(DOCTOR) -q setup-op
+	$(PY_OP) -m venv $(VENV_MLFLOW)
+	$(VENV_MLFLOW)/bin/pip install -q -r tests/mlflow/requirements.txt
+	touch $@
+
+.PHONY: setup-mlflow test-mlflow
+setup-mlflow: $(VENV_MLFLOW)/bin/mlflow ## the MLflow server's own environment (.venv/mlflow, pinned: tests/mlflow/requirements.txt)
+
+# DTR_MLFLOW_REQUIRED: here a missing server fails the tier instead of skipping it.
+test-mlflow: setup-trainer setup-mlflow ## a real 2-worker run logged to a real MLflow server (local process): params, per-epoch figures, the version registered; a dead and a silent server
+	DTR_MLFLOW_REQUIRED=1 $(TR)/pytest -q -rs tests/mlflow
 
 .PHONY: test-s3-local
 test-s3-local: setup s3-build ## the S3 server as a local process only, through a client and through TensorFlow's s3:// (what CI runs: tests/tiers.py)

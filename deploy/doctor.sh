@@ -290,11 +290,51 @@ check_disk() {
   fi
 }
 
+# The platform: local training (TensorFlow 2.11 outside a container: make setup-trainer, make run, dtr run, the
+# client's local backend) is built and run on Linux x86_64 only (docs/images.md#platforms). Elsewhere the client,
+# dtr submit and the k3d path still work, and the verdict says so instead of "make run: ready".
+OS="$(uname -s 2>/dev/null || echo unknown)"
+MACHINE="$(uname -m 2>/dev/null || echo unknown)"
+readonly OS MACHINE
+readonly ELSEWHERE="what works here: the client (make setup-op, ./dtr), dtr submit to a cluster, the k3d path (make k3d-up, docs/k3d.md)"
+LOCAL_TRAINING=yes
+check_platform() {
+  case "${OS} ${MACHINE}" in
+    "Linux x86_64") report ok platform "Linux x86_64 (local training is built and tested here)" "${T_TRAINER}" ;;
+    "Linux aarch64" | "Linux arm64")
+      LOCAL_TRAINING=untested
+      report warn platform "Linux ${MACHINE}: TensorFlow 2.11 is locked for it (trainer/locks/linux-aarch64.lock) but never installed or run on it" \
+        "${T_TRAINER}" "Linux x86_64 for local training as tested; ${ELSEWHERE} (docs/images.md#platforms)" ;;
+    *)
+      LOCAL_TRAINING=no
+      report MISSING platform "${OS} ${MACHINE}: local training (TensorFlow 2.11: make run, dtr run, the client's local backend) needs Linux x86_64 (TensorFlow 2.11.0 has no macOS arm64 wheel; native macOS is not supported)" \
+        "${T_TRAINER}" "Linux x86_64 for local training; ${ELSEWHERE} (docs/images.md#platforms)" ;;
+  esac
+}
+
+# check_kubernetes: the version of the cluster kubectl reaches now, if any, against the install's floor
+# (MIN_KUBERNETES_MINOR, deploy/lib.sh; deploy/install.sh refuses an older one). Nothing when no cluster answers.
+check_kubernetes() {
+  local minor context too_old
+  command -v kubectl >/dev/null 2>&1 || return 0
+  minor="$(server_minor)"
+  [[ -n "${minor}" ]] || return 0
+  context="$(kubectl config current-context 2>/dev/null || echo "the current context")"
+  # shellcheck disable=SC2310 # a test: set -e inside it changes nothing
+  if too_old="$(kubernetes_too_old "${minor}")"; then
+    report MISSING kubernetes "${context}: ${too_old}" "k3d-up install.sh" \
+      "a cluster of Kubernetes 1.${MIN_KUBERNETES_MINOR} or newer (docs/clusters.md#prerequisites)"
+  else
+    report ok kubernetes "${context} runs Kubernetes 1.${minor} (the install needs 1.${MIN_KUBERNETES_MINOR} or newer)" "k3d-up install.sh"
+  fi
+}
+
 PY311_HOW="Debian 12: apt-get install python3.11 python3.11-venv; elsewhere pyenv install 3.11 (https://github.com/pyenv/pyenv); or make PY_OP=/path/to/python3.11"
 PY39_HOW="not packaged in Debian 12: pyenv install 3.9 (https://github.com/pyenv/pyenv#installation; the Makefile finds ~/.pyenv/versions/3.9*), or on Ubuntu the deadsnakes PPA: apt-get install python3.9 python3.9-venv; or make PY_TRAINER=/path/to/python3.9"
 KUBECTL_HOW="https://dl.k8s.io/release/${K8S_VERSION}/bin/linux/amd64/kubectl into /usr/local/bin (https://kubernetes.io/docs/tasks/tools/)"
 
 ((QUIET)) || printf '%-8s %-16s %s\n' status what details
+check_platform
 check_python python3.11 "${PY_OP}" 3.11 "${T_ALL}" "${PY311_HOW}"
 check_python python3.9 "${PY_TRAINER}" 3.9 "${T_TRAINER}" "${PY39_HOW}"
 check_command make "${T_ALL}" "apt-get install make" make --version
@@ -339,6 +379,7 @@ check_pod_security() {
 }
 
 check_pod_security
+check_kubernetes
 check_disk "${ROOT}/.venv" 3 "(venvs)" "setup run test"
 check_disk "${DTR_CACHE:-${HOME:-/tmp}/.cache/dtr}" 10 "(Go, builds)" "${T_GO}"
 
@@ -347,10 +388,14 @@ if ((${#WANT[@]} > 0)); then
   exit 0
 fi
 echo
-if ((${#missing_run[@]} == 0)); then
-  echo "make run:  ready"
-else
+if [[ "${LOCAL_TRAINING}" == no ]]; then
+  echo "make run:  not on ${OS} ${MACHINE} (local training needs Linux x86_64); ${ELSEWHERE}"
+elif ((${#missing_run[@]} > 0)); then
   echo "make run:  missing ${missing_run[*]}"
+elif [[ "${LOCAL_TRAINING}" == untested ]]; then
+  echo "make run:  ready, but untested on Linux ${MACHINE} (TensorFlow 2.11 never ran on it here); ${ELSEWHERE}"
+else
+  echo "make run:  ready"
 fi
 if ((${#missing_test[@]} == 0)); then
   echo "make test: ready"

@@ -20,7 +20,8 @@
 #                    or only the TFJob CRD) and installs the pinned one where there is neither; install
 #                    applies the pinned one over whatever is there; skip never touches it
 #   DTR_TRAINING_OPERATOR_KUSTOMIZE   the standalone overlay (default: upstream on GitHub)
-#   DTR_DEPLOY       the kustomization to apply (default deploy/; deploy/namespaced for one namespace)
+#   DTR_DEPLOY       the kustomization to apply (default deploy/; deploy/namespaced for one namespace; deploy/team
+#                    for one more team's operator beside deploy/namespaced, in its own namespace)
 #   DTR_EXAMPLE      a DistTrainingRun file to apply and wait for (default: none, install only), in
 #   DTR_EXAMPLE_NAMESPACE  the namespace to train it in (required with DTR_EXAMPLE)
 #   DTR_HOST_DIR     the host directory holding the node's local-path volumes (to print the model)
@@ -48,7 +49,6 @@ readonly EXAMPLE_NS="${DTR_EXAMPLE_NAMESPACE:-}"
 readonly TRAINING_OPERATOR_MODE="${DTR_TRAINING_OPERATOR:-auto}"
 readonly HOST_DIR="${DTR_HOST_DIR:-}"
 readonly TIMEOUT="${DTR_TIMEOUT:-1800}"
-readonly MIN_KUBERNETES_MINOR=30
 readonly OPERATOR_EGRESS="${DTR_OPERATOR_EGRESS:-apiserver}"
 # The training-operator at its pin (devcluster/versions.env, the one home of the version).
 # shellcheck source=devcluster/versions.env disable=SC1091
@@ -147,6 +147,23 @@ settle_run_quotas() {
   done <<<"${quotas}"
 }
 
+# The namespace the kustomization puts the operator's Deployment in: dtr-system, a team's own with deploy/team/.
+operator_namespace() {
+  local ns
+  ns="$(kubectl kustomize "$1" | awk '
+    /^---/ { kind = ""; meta = 0; next }
+    /^kind: / { kind = $2 }
+    /^metadata:/ { meta = 1; next }
+    /^[^ ]/ { meta = 0 }
+    kind == "Deployment" && meta && /^  namespace: / { print $2; exit }')"
+  printf '%s' "${ns:-dtr-system}"
+}
+
+# Whether the kustomization brings the DistTrainingRun CRD (deploy/team/ does not: it goes beside an install that does).
+brings_crd() {
+  cluster_objects "$1" | grep -qx 'CustomResourceDefinition/disttrainingruns.distml.dev'
+}
+
 # "namespace/name image" of each training-operator Deployment already in the cluster, one per line.
 training_operators() {
   kubectl get deployments --all-namespaces -l control-plane=kubeflow-training-operator \
@@ -183,23 +200,22 @@ training_operator_decision() {
 
 # What will change, before anything does: this operator's cluster-wide objects, then (for a cluster-admin
 # only: anyone else stops here) what happens to the training-operator, with its objects when it is installed.
-# The cluster's Kubernetes minor version (30 for 1.30, a provider's "30+" too), empty when kubectl cannot say.
-server_minor() {
-  local json
-  json="$(kubectl version -o json 2>/dev/null || true)"
-  awk -F'"' '/"serverVersion"/ { s = 1 } s && $2 == "minor" { gsub(/[^0-9]/, "", $4); print $4; exit }' <<<"${json}"
-}
-
 plan() {
-  local context user decided why minor
+  local context user decided why minor too_old
   context="$(kubectl config current-context 2>/dev/null || true)"
   step "plan (cluster: ${context:-?})"
   minor="$(server_minor)"
-  if [[ -n "${minor}" ]] && ((minor < MIN_KUBERNETES_MINOR)); then
-    die "the cluster runs Kubernetes 1.${minor}; the install needs 1.${MIN_KUBERNETES_MINOR} or newer (its admission policies are ValidatingAdmissionPolicies, GA in 1.30: deploy/base/admission.yaml, operator-admission.yaml)"
+  # shellcheck disable=SC2310 # a test: set -e inside it changes nothing
+  if too_old="$(kubernetes_too_old "${minor}")"; then
+    die "${too_old}"
   fi
   info "cluster-wide objects this creates or updates (cluster-admin needed):"
   cluster_objects "${SOURCE_DEPLOY}" | sed 's/^/      /'
+  OPERATOR_NS="$(operator_namespace "${SOURCE_DEPLOY}")"
+  # shellcheck disable=SC2310 # a failed render failed above (cluster_objects)
+  if ! brings_crd "${SOURCE_DEPLOY}" && ! kubectl get crd disttrainingruns.distml.dev >/dev/null 2>&1; then
+    die "${SOURCE_DEPLOY#"${ROOT}"/} installs an operator beside one that brings the DistTrainingRun CRD, and the cluster has none: install deploy/namespaced/ first (docs/clusters.md#one-operator-per-team)"
+  fi
   if [[ "$(kubectl auth can-i '*' '*' --all-namespaces 2>/dev/null || true)" != yes ]]; then
     user="$(kubectl config view --minify -o jsonpath='{.contexts[0].context.user}' 2>/dev/null || true)"
     die "this install creates the cluster-wide objects above and needs cluster-admin, which ${user:-your user} does not have (kubectl auth can-i '*' '*' --all-namespaces: no); ask a cluster admin to run it (docs/clusters.md)"
@@ -212,7 +228,7 @@ plan() {
     info "and the training-operator's:"
     cluster_objects "${TRAINING_OPERATOR_KUSTOMIZE}" | sed 's/^/      /'
   fi
-  info "in namespaces: dtr-system (the operator)${EXAMPLE:+; the example ${EXAMPLE#"${ROOT}"/} in ${EXAMPLE_NS}}"
+  info "in namespaces: ${OPERATOR_NS} (the operator)${EXAMPLE:+; the example ${EXAMPLE#"${ROOT}"/} in ${EXAMPLE_NS}}"
   [[ -n "${EXAMPLE}" ]] || info "no example run (DTR_EXAMPLE=FILE DTR_EXAMPLE_NAMESPACE=NS to train one)"
 }
 
@@ -226,14 +242,14 @@ install_training_operator() {
 install_dtr_operator() {
   step "DistTrainingRun CRD and the operator (kubectl apply -k ${DEPLOY#"${ROOT}"/})"
   local existed=0
-  kubectl -n dtr-system get deployment/dtr-operator >/dev/null 2>&1 && existed=1
+  kubectl -n "${OPERATOR_NS}" get deployment/dtr-operator >/dev/null 2>&1 && existed=1
   kubectl apply -k "${DEPLOY}"
   kubectl wait --for=condition=Established crd/disttrainingruns.distml.dev --timeout=120s
   # The image tag stays 0.1.0 when the image is rebuilt: restart so the new one runs.
   if ((existed)) && [[ "${IMPORT}" != none ]]; then
-    kubectl -n dtr-system rollout restart deployment/dtr-operator
+    kubectl -n "${OPERATOR_NS}" rollout restart deployment/dtr-operator
   fi
-  kubectl -n dtr-system rollout status deployment/dtr-operator --timeout=180s
+  kubectl -n "${OPERATOR_NS}" rollout status deployment/dtr-operator --timeout=180s
 }
 
 # The operator's pod may open connections only to the API server (security review R4: a stolen token then cannot
@@ -245,7 +261,7 @@ install_dtr_operator() {
 hold_operator_egress() {
   local addresses port service service_port address cidr to=""
   if [[ "${OPERATOR_EGRESS}" == open ]]; then
-    kubectl -n dtr-system delete networkpolicy dtr-operator-egress --ignore-not-found >/dev/null
+    kubectl -n "${OPERATOR_NS}" delete networkpolicy dtr-operator-egress --ignore-not-found >/dev/null
     return 0
   fi
   addresses="$(kubectl -n default get endpointslices -l kubernetes.io/service-name=kubernetes \
@@ -269,7 +285,7 @@ apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
   name: dtr-operator-egress
-  namespace: dtr-system
+  namespace: ${OPERATOR_NS}
   labels:
     app.kubernetes.io/name: dtr-operator
     app.kubernetes.io/part-of: distml
@@ -391,6 +407,7 @@ main() {
     *) die "DTR_TRAINING_OPERATOR must be auto, install or skip, not '${TRAINING_OPERATOR_MODE}'" ;;
   esac
   DECISION=""
+  OPERATOR_NS=dtr-system
   plan
   build_images
   local started=${SECONDS}

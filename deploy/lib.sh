@@ -73,6 +73,28 @@ version_at_least() {
   done
 }
 
+# The oldest Kubernetes the install works on (one home: deploy/install.sh refuses an older cluster, make doctor says
+# so): its admission policies are ValidatingAdmissionPolicies, GA in 1.30 (deploy/base/admission.yaml,
+# operator-admission.yaml).
+# shellcheck disable=SC2034 # used by the scripts that source this file
+readonly MIN_KUBERNETES_MINOR=30
+
+# server_minor: the Kubernetes minor version of the cluster kubectl reaches now (30 for 1.30, a provider's "30+"
+# too), empty when no cluster answers within 5 s.
+server_minor() {
+  local json
+  json="$(kubectl --request-timeout=5s version -o json 2>/dev/null || true)"
+  awk -F'"' '/"serverVersion"/ { s = 1 } s && $2 == "minor" { gsub(/[^0-9]/, "", $4); print $4; exit }' <<<"${json}"
+}
+
+# kubernetes_too_old MINOR: what is wrong with a cluster of Kubernetes 1.MINOR, in one line; nothing (status 1)
+# when it is new enough or MINOR is empty (unknown).
+kubernetes_too_old() {
+  [[ -n "$1" ]] && (($1 < MIN_KUBERNETES_MINOR)) || return 1
+  printf 'the cluster runs Kubernetes 1.%s; the install needs 1.%s or newer (its admission policies are ValidatingAdmissionPolicies, GA in 1.30: deploy/base/admission.yaml, operator-admission.yaml)\n' \
+    "$1" "${MIN_KUBERNETES_MINOR}"
+}
+
 # Whether these scripts may install system packages themselves: as root, and either in CI
 # (CI=true, as GitHub Actions and most CI systems set it) or when asked (DTR_INSTALL=1).
 MAY_INSTALL=0

@@ -55,6 +55,8 @@ JOURNEY_RESULTS = "bench/journeys/results.json"
 JOURNEYS: dict[str, tuple[str, str]] = {
     "local": ("Try it locally: `make run`", "docs/local.md"),
     "own-model": ("Your own model on your own data", "docs/own-model.md"),
+    "own-model-cluster": ("Your own model on a cluster: data in, train, model out",
+                          "docs/own-model.md#from-a-clone-to-your-model-on-a-cluster"),
     "why-failed": ("Why a run failed, locally", "docs/own-model.md#when-your-code-fails"),
     "bucket": ("Data, backups and model in a bucket", "docs/object-storage.md#dtr-run"),
     "dev-cluster": ("A real node on this machine: `make dev-cluster`", "docs/local.md#the-dev-cluster"),

@@ -108,6 +108,13 @@ STEPS: tuple[Step, ...] = (
          after=("setup",)),
     Step("e2e", make("test-e2e"), "dtr run and the client end to end, the notebook on local workers", budget=230,
          tier=True, after=("setup",)),
+    Step("mlflow setup", make("setup-mlflow"), "the MLflow server's own environment (pinned), for the mlflow tier",
+         after=("setup",)),
+    # A real MLflow server as a local process (its own environment, "mlflow setup"), a real 2-worker run logged to
+    # it, one restarted after a lost worker, a dead and a silent server, dtr run (docs/tracking.md): 64 to 137 s warm
+    # on a 2-CPU machine at load average 7 to 8 (other test runs beside it).
+    Step("mlflow", make("test-mlflow"), "the chief's MLflow tracking against a real MLflow server (local process)",
+         budget=150, tier=True, after=("setup", "mlflow setup")),
     Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=110, tier=True,
          after=("setup", "images")),
     Step("node build", make("node-build"), "containerd, runc, CoreDNS, local-path, node images",

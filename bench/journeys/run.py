@@ -1,5 +1,6 @@
-"""How long each user journey of the docs takes, measured as the user runs it: `dtr run`, own model, a failure's
-cause, the dev cluster's start, `kubectl apply` to a model, `dtr model get` and scoring, `deploy/install.sh`.
+"""How long each user journey of the docs takes, measured as the user runs it: `dtr run`, own model (locally and on
+the cluster), a failure's cause, the dev cluster's start, `kubectl apply` to a model, `dtr model get` and scoring,
+`deploy/install.sh`.
 
     python -m bench.journeys.run [--local-only]     (from the repository root; `make bench-journeys`)
 
@@ -139,6 +140,7 @@ def cluster_journeys(tmp: Path) -> Iterator[Step]:
         with restricted_namespace(node, "journeys") as ns:
             yield from _apply_to_model(node, ns, tmp)
             yield _failed_on_cluster(node, ns, tmp)
+            yield _own_model_on_cluster(node, ns, tmp)
         # As a user's first install: both images imported into the node's containerd again (~2 GB through ctr,
         # what `k3d image import` does), the training-operator found and left alone.
         (node.node.layout.root / "imported-images").unlink(missing_ok=True)
@@ -196,6 +198,30 @@ def _failed_on_cluster(node: RealNode, ns: str, tmp: Path) -> Step:
                           "broken-model Failed", timeout=600, interval=1)  # fmt: skip
         return Step("why-failed-cluster", "`dtr submit broken_model.py` to `Failed` with the line that failed",
                     elapsed(), f"{status.get('reason')}: {status.get('message')}")  # fmt: skip
+
+
+def _own_model_on_cluster(node: RealNode, ns: str, tmp: Path) -> Step:
+    """The cluster lines of docs/own-model.md's first block, as written there: data in (the claim made), the file
+    sent and watched to its end, the model out (make_data.py and `dtr run` before them are the own-model row)."""
+    data = tmp / "own-cluster"
+    timed("make_data.py", [TRAINER_PYTHON, str(WINE / "make_data.py"), str(data)])
+    model = data / "my_model.py"
+    model.write_text((WINE / "wine_model.py").read_text())
+    steps = (("data", "put", "--create", "1Gi", "my-data", str(data / "wine.npz")),
+             ("submit", str(model), "--claim", "my-data", "--dataset", "wine.npz", "--epochs", "30",
+              "--batch-size-per-worker", "16", "--learning-rate", "0.01", "--wait"),
+             ("model", "get", "my-model", str(tmp / "my-model")))  # fmt: skip
+    with stopwatch() as elapsed:
+        for argv in steps:
+            proc = dtr(node, ns, *argv, timeout=900)
+            if proc.returncode:
+                sys.exit(f"dtr {' '.join(argv[:2])}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n"
+                         f"{proc.stderr[-2000:]}")
+        seconds = elapsed()
+    status = node.run_status(ns, "my-model")
+    return Step("own-model-cluster", "`dtr data put --create`, `dtr submit my_model.py --wait`, `dtr model get` "
+                "(own-model.md's first block): wine, 2 workers, 30 epochs", seconds,
+                f"{status.get('phase')}: {status.get('message')}")  # fmt: skip
 
 
 def measure(local_only: bool) -> dict[str, Any]:

@@ -12,4 +12,5 @@ one part of that agreement, pure and standard-library only:
 - `summary`    the chief's one-line JSON summary: its writer and its parser
 - `history`    the chief's per-epoch history file: its line writer and its reader
 - `exits`      the exit-code classes the restart policy and the status act on
+- `params`     a run's own hyperparameters (spec.training.params): their bounds, grammar and flag value
 """

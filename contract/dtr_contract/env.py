@@ -23,5 +23,8 @@ AWS_MAX_ATTEMPTS, MAX_ATTEMPTS = "AWS_MAX_ATTEMPTS", 3
 AWS_EC2_METADATA_DISABLED = "AWS_EC2_METADATA_DISABLED"  # "true": no probe of a cloud's metadata service for keys
 OBJECT_STORE = (S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, S3_CA_FILE, AWS_RETRY_MODE,
                 AWS_MAX_ATTEMPTS, AWS_EC2_METADATA_DISABLED)  # fmt: skip
+# The MLflow tracking server the chief logs each run to (dtr_trainer.tracking; docs/tracking.md), set when the
+# operator's admin names one (--mlflow-tracking-uri); MLflow's own name for it, so code using mlflow finds it too.
+MLFLOW_TRACKING_URI = "MLFLOW_TRACKING_URI"
 # Every variable the trainer reads that the operator sets.
-ALL = (RUN_NAME, RUN_UID, RUN_NAMESPACE, RUN_SPEC, TRAINER_IMAGE, *OBJECT_STORE)
+ALL = (RUN_NAME, RUN_UID, RUN_NAMESPACE, RUN_SPEC, TRAINER_IMAGE, *OBJECT_STORE, MLFLOW_TRACKING_URI)

@@ -40,3 +40,8 @@ CODE_MODULE = "--code-module"
 # trainer refuses any other bytes (exits.CODE_CHANGED) before it runs a line of them.
 CODE_SHA256 = "--code-sha256"
 METRIC = "--metric"  # the evaluation metric the run reports as its headline (summary `metric`)
+# spec.training.params (dtr_contract.params): the run's own hyperparameters, one JSON object; the code reads ctx.params.
+PARAMS = "--params"
+# spec.training.validation.everyEpochs: the eval split evaluated every N epochs during fit (val_* figures); 0: only
+# once, after the last epoch.
+VALIDATE_EVERY = "--validate-every"

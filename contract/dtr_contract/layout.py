@@ -63,6 +63,12 @@ def export_dir(model_name: str, mount: str = MOUNT_PATH) -> str:
     return posixpath.join(mount, _MODELS, model_name)
 
 
+def mount_of(export_dir: str) -> str | None:
+    """The inverse of export_dir: the volume's mount for <mount>/models/<modelName>, else None."""
+    parent = posixpath.dirname(posixpath.normpath(export_dir))
+    return posixpath.dirname(parent) if posixpath.basename(parent) == _MODELS else None
+
+
 def version_dir(export_dir: str, version: int) -> str:
     return posixpath.join(export_dir, str(version))
 
@@ -122,6 +128,11 @@ def worker_log_file(log_dir: str, task: str) -> str:
 def history_file(log_dir: str) -> str:
     """The chief's per-epoch history (dtr_contract.history): <log-dir>/history.jsonl."""
     return posixpath.join(log_dir, _HISTORY)
+
+
+def created_claim(run_name: str) -> str:
+    """The PVC the operator creates for a run that names none (spec.storage.claimName)."""
+    return f"{run_name}-data"
 
 
 def in_volume(path: str, mount: str = MOUNT_PATH) -> str | None:

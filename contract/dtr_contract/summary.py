@@ -7,7 +7,9 @@ from the chief pod's status into status.metrics and status.model.
 `metrics` holds every figure the model's evaluation reported, under Keras' names (a regression model's
 `{"loss":..,"mae":..}`); `metric` names the headline among them (--metric, else `default_metric`). `loss`
 and `accuracy` repeat theirs at the top level for readers of the first format; `accuracy` only when the
-model reports it. A figure that is not a finite number (a diverged loss) is null.
+model reports it. A figure that is not a finite number (a diverged loss) is null. `stoppedEarly`, only when a
+callback of the run's own code ended the training before its last epoch (docs/experiments.md#callbacks):
+`{"epoch": 4, "epochs": 10, "reason": "EarlyStopping: val_loss did not improve for 2 epoch(s); ..."}`.
 
 The reader survives any text (a custom image writes its own message): it reads at most MAX_TEXT
 characters, keeps at most MAX_FIGURES figures whose names are short and printable, and takes nothing it
@@ -26,6 +28,8 @@ from typing import Any
 LOSS, ACCURACY, EPOCHS, EXAMPLES_PER_SECOND = "loss", "accuracy", "epochs", "examplesPerSecond"
 MODEL_PATH, MODEL_VERSION = "modelPath", "modelVersion"
 METRIC, METRICS = "metric", "metrics"  # the headline's name; every evaluation figure by name
+STOPPED_EARLY, EPOCH, REASON = "stoppedEarly", "epoch", "reason"
+MAX_REASON = 256  # characters of stoppedEarly's reason kept
 _FLOATS = (LOSS, ACCURACY, EXAMPLES_PER_SECOND)
 MAX_TEXT = 64 * 1024  # characters of a termination message read (the kubelet keeps 4 KiB; a log tail more)
 MAX_FIGURES = 32  # evaluation figures kept, by name
@@ -44,7 +48,7 @@ def _figure(value: float, digits: int) -> float | None:
 
 
 def summary_json(evaluation: Mapping[str, float], metric: str, epochs: int, examples_per_second: float,
-                 model_path: str, model_version: int) -> str:
+                 model_path: str, model_version: int, stopped_early: Mapping[str, Any] | None = None) -> str:
     """evaluation: every figure of the final evaluation by name, `loss` among them; metric: one of its names."""
     if LOSS not in evaluation or metric not in evaluation:
         raise ValueError(f"the evaluation {sorted(evaluation)} lacks {LOSS!r} or the headline {metric!r}")
@@ -59,6 +63,8 @@ def summary_json(evaluation: Mapping[str, float], metric: str, epochs: int, exam
             MODEL_VERSION: int(model_version),
             METRIC: metric,
             METRICS: figures,
+            **({STOPPED_EARLY: {EPOCH: int(stopped_early[EPOCH]), EPOCHS: int(stopped_early[EPOCHS]),
+                                REASON: str(stopped_early[REASON])[:MAX_REASON]}} if stopped_early else {}),
         },
         separators=(",", ":"),
         allow_nan=False,
@@ -77,6 +83,7 @@ class Summary:
     model_version: int | None = None
     metric: str | None = None
     evaluation: tuple[tuple[str, float], ...] = ()  # sorted by name; figures that are numbers only
+    stopped_early: tuple[int, int, str] | None = None  # (epoch, epochs, reason): a callback ended it early
 
     def metrics(self) -> dict[str, float | int]:
         """The figures it gives, under the summary's own names (status.metrics takes them as they are):
@@ -128,7 +135,18 @@ def _from_object(data: Mapping[str, Any]) -> Summary:
         model_version=data[MODEL_VERSION] if _is_int(data.get(MODEL_VERSION)) else None,
         metric=metric if _is_name(metric) else None,
         evaluation=_evaluation(data.get(METRICS)),
+        stopped_early=_stopped_early(data.get(STOPPED_EARLY)),
     )  # fmt: skip
+
+
+def _stopped_early(value: Any) -> tuple[int, int, str] | None:
+    """(epoch, epochs, reason) when whole and sane: 1 <= epoch < epochs, a reason of text (clipped)."""
+    if not isinstance(value, dict):
+        return None
+    epoch, epochs, reason = value.get(EPOCH), value.get(EPOCHS), value.get(REASON)
+    if not (_is_int(epoch) and _is_int(epochs) and isinstance(reason, str) and 1 <= epoch < epochs):
+        return None
+    return epoch, epochs, reason[:MAX_REASON]
 
 
 def parse_summary(text: str) -> Summary | None:

@@ -3,6 +3,7 @@
     dtr data put --claim my-claim ./wine.csv      into the trainer's data directory of claim my-claim
     dtr data put --run mnist-cnn ./sets sets/2026 a directory, into the volume of run mnist-cnn
     dtr data put my-claim ./wine.csv              a bare name: the run or the claim of that name, not both
+    dtr data put --create 1Gi my-data ./wine.npz  a claim of your own made first, labelled for runs
     dtr model get mnist-cnn ./model               the run's exported version, into ./model
     dtr model get mnist-cnn ./v1 --version 1      another version of its model
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import posixpath
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,9 +53,39 @@ def _data_put(args: argparse.Namespace) -> None:
     reporter = volume.Reporter(f"put {args.local}", args.quiet)
     with sigterm_interrupts():  # the pod is deleted on the way out, as on Ctrl-C
         kube, namespace = _kube_and_namespace(args)
-        summary = volume.put(kube, namespace, args.target, entries, dest, args.image, args.timeout, reporter,
-                             args.kind)
+        _create_claim(args, kube, namespace)
+        image = _image(args, kube, namespace, None if args.kind == tr.CLAIM else args.target)
+        summary = volume.put(kube, namespace, args.target, entries, dest, image, args.timeout, reporter, args.kind)
     print(summary)
+
+
+def _add_create_option(p: argparse.ArgumentParser) -> None:
+    from dtr_operator.policy import CLAIM_LABEL, CLAIM_LABEL_VALUE
+
+    p.add_argument("--create", metavar="SIZE", type=_size,
+                   help="make the claim CLAIM-or-RUN first if there is none (e.g. 1Gi; the cluster's default "
+                   f"StorageClass), labelled {CLAIM_LABEL}={CLAIM_LABEL_VALUE} so that runs may name it "
+                   "(dtr submit --claim); an existing claim is used as it is")  # fmt: skip
+
+
+def _size(text: str) -> str:
+    from dtr_operator.grammar import positive_quantity
+
+    if not positive_quantity(text):
+        raise argparse.ArgumentTypeError(f"must be a size such as 512Mi or 2Gi, got {text!r}")
+    return text
+
+
+def _create_claim(args: argparse.Namespace, kube: Any, namespace: str) -> None:
+    """--create: the claim made (or found), said on stderr with the progress lines; the target is then a claim."""
+    from dtr_client import claims
+
+    if args.create is None:
+        return
+    if args.kind == tr.RUN:
+        raise BadInput("--create makes a claim: it goes with --claim or a bare CLAIM, not --run")
+    print(claims.ensure(kube, namespace, args.target, args.create), file=sys.stderr, flush=True)
+    args.kind = tr.CLAIM
 
 
 def _model_get(args: argparse.Namespace) -> None:
@@ -63,18 +95,30 @@ def _model_get(args: argparse.Namespace) -> None:
     with sigterm_interrupts():  # the pod is deleted on the way out, as on Ctrl-C
         kube, namespace = _kube_and_namespace(args)
         environ = bucket.with_overrides(os.environ, args.s3_endpoint, args.s3_ca_file)
-        summary = volume.get(kube, namespace, args.run, dest, args.version, args.image, args.timeout, reporter,
-                             environ)
+        image = _image(args, kube, namespace, args.run)
+        summary = volume.get(kube, namespace, args.run, dest, args.version, image, args.timeout, reporter, environ)
     print(summary)
 
 
+def _image(args: argparse.Namespace, kube: Any, namespace: str, run: str | None) -> volume.Image:
+    """The transfer pod's image, chosen when the pod is made (dtr_client.images), said on stderr."""
+    from dtr_client import images
+
+    def say(line: str) -> None:
+        if not args.quiet:
+            print(f"dtr: {line}", file=sys.stderr, flush=True)
+
+    return images.chooser(kube, namespace, args.image, run, say)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    from dtr_operator.settings import default_trainer_image
+    from dtr_client.images import ENV
 
     p.add_argument("-n", "--namespace", help="the namespace of the run or claim (default: the kubeconfig context's)")
-    p.add_argument("--image", default=default_trainer_image(os.environ), metavar="IMG",
-                   help="the transfer pod's image, which needs python (default: %(default)s, the default of the "
-                        "operator's --trainer-image, from the same environment variable)")  # fmt: skip
+    p.add_argument("--image", metavar="IMG",
+                   help=f"the transfer pod's image, which needs python (default: {ENV}, else the default trainer "
+                        "image of the operator watching the namespace, from its Deployment, else the run's own: an "
+                        "image the cluster's nodes have; refused when none of these can be read)")  # fmt: skip
     p.add_argument("--timeout", type=seconds, default=tr.START_TIMEOUT, metavar="S",
                    help="seconds to wait for the transfer pod to start (default %(default)g); then the error names "
                         "what it waits for and its events")  # fmt: skip
@@ -134,6 +178,7 @@ each file appears only once complete and checked. Symlinks and special files are
     p.add_argument("local", metavar="LOCAL_PATH", help="a local file or directory")
     p.add_argument("dest", metavar="DEST", nargs="?", default=default,
                    help=f"a directory on the volume, relative to its root (default: {default})")  # fmt: skip
+    _add_create_option(p)
     _common(p)
     p.set_defaults(func=_data_put, parser=p)
 

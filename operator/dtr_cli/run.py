@@ -10,7 +10,7 @@ from dtr_contract import flags
 
 from dtr_client import submit
 
-from .submit import add_training_options
+from .submit import add_training_options, given_params
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -18,10 +18,26 @@ def _run(args: argparse.Namespace) -> int:
 
     base_dir = args.dir if args.dir is not None else runner.default_base_dir()
     python = args.python if args.python is not None else runner.default_python()
-    given = {dest: getattr(args, dest) for dest, *_ in submit.OPTIONS} | {"name": args.name}
+    given = {dest: getattr(args, dest) for dest, *_ in submit.OPTIONS} | {"name": args.name,
+                                                                          submit.PARAMS: given_params(args)}
     network = netns.host_network if args.host_network else netns.private_network
     return runner.run_file(args.file, base_dir=base_dir, python=python, code=args.code, given=given, network=network,
-                           loopback_only=not args.host_network)
+                           loopback_only=not args.host_network, backup=args.backup, data=args.data)
+
+
+def add_backup_and_data_options(p: argparse.ArgumentParser) -> None:
+    """--data, --resume and --fresh (dtr_client.local.start): what is on the run's local volume when it starts."""
+    p.add_argument("--data", metavar="PATH",
+                   help="copy a local file or directory into the run's data directory first, as DIR/volumes/<claim>/"
+                   f"data/<its name> (what `dtr data put` does on a cluster); {flags.DATASET} NAME tells your "
+                   "load_data its name")  # fmt: skip
+    choice = p.add_mutually_exclusive_group()
+    choice.add_argument("--resume", dest="backup", action="store_const", const="resume",
+                        help="resume the backup an earlier run of this name left (only one made by the same file and "
+                        "options); without it, a run starts fresh unless it is the same run, suspended "
+                        "(docs/local.md#a-fresh-run-is-fresh)")  # fmt: skip
+    choice.add_argument("--fresh", dest="backup", action="store_const", const="fresh",
+                        help="start from epoch 1 even when the same run was suspended: its backup is discarded")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -40,6 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the run file's code: the local file stands for its spec.training.code ConfigMap")  # fmt: skip
     p.add_argument("--name", default=None, help="with FILE.py: the run's name (default: the file's name)")
     add_training_options(p)
+    add_backup_and_data_options(p)
     p.add_argument("--dir", type=Path, default=None, help="volumes and logs [./.dtr, env DTR_RUN_DIR]")
     p.add_argument("--python", default=None,
                    help="the trainer's Python 3.9 [env DTR_TRAINER_PYTHON, else .venv/trainer/bin/python]")  # fmt: skip

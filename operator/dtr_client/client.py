@@ -71,7 +71,8 @@ class TrainingClient:
 
     def create(self, run: str | Path | Mapping[str, Any], *, name: str | None = None, **options: Any) -> str:
         """Start a run from a dict, a YAML file with one run, or a model file (FILE.py, with the training options
-        of `dtr submit`: workers, epochs, dataset, ...); the run's name. InvalidRun when it would be refused."""
+        of `dtr submit`: workers, epochs, dataset, ..., params={"width": 64}); the run's name. InvalidRun when it
+        would be refused."""
         doc, code = run_document(run, name, options)
         return self.backend.create(doc, code)
 
@@ -140,6 +141,10 @@ class TrainingClient:
     def spec(self, name: str) -> dict[str, Any]:
         """The run's spec as it was given (the API's defaults filled in on a cluster)."""
         return self.backend.spec(name)
+
+    def params(self, name: str) -> dict[str, Any]:
+        """The run's own hyperparameters, spec.training.params (docs/experiments.md#params); {} when it has none."""
+        return dict((self.backend.spec(name).get("training") or {}).get("params") or {})
 
     def plot(self, *names: str, path: str | Path | None = None, metrics: Iterable[str] | None = None) -> Any:
         """A matplotlib Figure of the runs' curves (dtr_client.plots): loss and each metric per epoch, the runs'

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import io
-import os
 import queue
 import sys
 import threading
@@ -90,16 +89,15 @@ class ClusterBackend:
         """`dtr model get NAME DEST`: through a short-lived restricted pod that mounts the run's claim
         (docs/models.md), the version the run exported (else the latest on its volume); TransferError naming what
         went wrong."""
-        from dtr_operator.settings import default_trainer_image
-
-        from . import volume
+        from . import images, volume
         from .transfer import START_TIMEOUT
 
         reporter = volume.Reporter(f"get {name}", quiet=True)
+        image = images.chooser(self.kube, self.namespace, run=name)  # the cluster's (DTR_TRAINER_IMAGE to choose)
         # In a thread of its own: the copy runs asyncio.run(), and a notebook's kernel already runs an event loop.
         with ThreadPoolExecutor(1) as pool:
-            pool.submit(volume.get, self.kube, self.namespace, name, dest, None,
-                        default_trainer_image(os.environ), START_TIMEOUT, reporter).result()  # fmt: skip
+            pool.submit(volume.get, self.kube, self.namespace, name, dest, None, image, START_TIMEOUT,
+                        reporter).result()  # fmt: skip
         return dest
 
     def epochs(self, name: str, now: RunStatus) -> list[Progress]:
@@ -131,15 +129,14 @@ class ClusterBackend:
             return []
 
     def _history_file(self, name: str) -> str:
-        from dtr_operator.settings import default_trainer_image
-
+        from . import images, volume
         from . import transfer as tr
-        from . import volume
 
         pvc = volume.claim_of(self.kube, self.namespace, name, tr.RUN)  # the run's: never a claim of its name
         path = layout.history_file(layout.logs_dir(name))
-        with volume.transfer_pod(self.kube, self.namespace, pvc, default_trainer_image(os.environ), True,
-                                 f"get {layout.in_volume(path)}", tr.START_TIMEOUT) as pod:  # fmt: skip
+        image = images.chooser(self.kube, self.namespace, run=name)
+        with volume.transfer_pod(self.kube, self.namespace, pvc, image, True, f"get {layout.in_volume(path)}",
+                                 tr.START_TIMEOUT) as pod:  # fmt: skip
             # In a thread of its own: a notebook's kernel has an event loop running in this one.
             with concurrent.futures.ThreadPoolExecutor(1) as thread:
                 tail = thread.submit(asyncio.run, self._read_tail(pod, path)).result()

@@ -17,10 +17,12 @@ from dtr_operator.api import API_VERSION, KIND
 from dtr_operator.reasons import FAILED, TERMINAL
 from dtr_operator.spec import SpecError, parse_run
 
-from . import submit
+from . import complete_run, submit
 from .runfile import RunFileError, runs_from_text
 
-CODE_OPTIONS = frozenset({dest for dest, *_ in submit.OPTIONS} | {"claim", "image"})  # what create(FILE.py) takes
+# What create(FILE.py) takes: dtr submit's options (complete_run's too) and params.
+CODE_OPTIONS = frozenset({dest for dest, *_ in submit.OPTIONS} | {"claim", "image", submit.PARAMS}
+                         | complete_run.NAMES)
 
 
 class InvalidRun(ValueError):

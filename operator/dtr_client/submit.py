@@ -26,6 +26,8 @@ from dtr_operator.fields import CONFIGMAP_LIMIT, MAX_NAME_LENGTH, find
 from dtr_operator.grammar import CODE_KEY, DNS1035_LABEL
 from dtr_operator.spec import SpecError, parse_run
 
+from . import complete_run
+
 CONFIGMAP_BYTES = 1024 * 1024  # CONFIGMAP_LIMIT: the API server refuses a ConfigMap whose data is larger
 OWN_IMAGE = "build an image FROM the trainer image with your code and name its module in spec.training.code.module"
 GUIDE = "docs/own-model.md"
@@ -108,6 +110,9 @@ OPTIONS: tuple[tuple[str, str, type, str, str], ...] = (
 )
 
 
+PARAMS = "params"  # create(FILE.py, params={...}) and `--param name=value`: spec.training.params (docs/experiments.md)
+
+
 def _set(spec: dict[str, Any], path: str, value: Any) -> None:
     *parents, key = path.split(".")
     for name in parents:
@@ -123,6 +128,8 @@ def code_run_doc(name: str, namespace: str | None, key: str, given: Mapping[str,
     for dest, _flag, _kind, path, _text in OPTIONS:
         if given.get(dest) is not None:
             _set(spec, path, given[dest])
+    if given.get(PARAMS):
+        _set(spec, "training.params", dict(given[PARAMS]))
     for path, value in (extra or {}).items():
         if value is not None:
             _set(spec, path, value)
@@ -148,17 +155,26 @@ def run_owner(run: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def checked_code_run(path: str, given: Mapping[str, Any], namespace: str | None) -> tuple[CodeFile, dict[str, Any]]:
-    """The file and its DistTrainingRun for the options given (by dest, with `name`, `claim` and `image`), the
-    run admitted as the API server would; SubmitError otherwise."""
+    """The file and its DistTrainingRun for the options given (by dest, with `name`, `claim`, `image`, and
+    complete_run's: resources, queue, priority classes, `base` a base run file), the run admitted as the API
+    server would; SubmitError otherwise."""
     code = read_code(path)
-    name = run_name(given.get("name"), path)
+    base = _base(given.get("base"))
+    name = run_name(given.get("name") or base.get("metadata", {}).get("name"), path)
     extra = {"storage.claimName": given.get("claim"), "image": given.get("image")}
-    doc = code_run_doc(name, namespace, code.key, given, extra)
+    doc = complete_run.complete(code_run_doc(name, namespace, code.key, given, extra), base, given)
     try:
         parse_run(doc)
     except SpecError as err:
         raise SubmitError(str(err)) from None
     return code, doc
+
+
+def _base(path: str | None) -> dict[str, Any]:
+    try:
+        return complete_run.read_base(path)
+    except complete_run.BaseError as err:
+        raise SubmitError(str(err)) from None
 
 
 def manifests(path: str, given: Mapping[str, Any], namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -13,20 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
-import os
 import secrets
 import subprocess
 import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
 from dtr_contract import layout
 
-from dtr_operator.api import CONTAINER_NAME, KIND
+from dtr_operator.api import KIND
 from dtr_operator.spec import SpecError, parse_run
 
 from . import transfer as tr
@@ -54,13 +53,6 @@ def url(port: int) -> str:
 def last_lines(text: str, count: int = OUTPUT_LINES) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     return "\n".join(lines[-count:])
-
-
-def tfjob_image(tfjob: Mapping[str, Any] | None) -> str | None:
-    """The trainer image the operator gave the run's workers (the run's spec.image or its default then)."""
-    template = ((((tfjob or {}).get("spec") or {}).get("tfReplicaSpecs") or {}).get("Worker") or {}).get("template")
-    containers = ((template or {}).get("spec") or {}).get("containers") or []
-    return next((c.get("image") for c in containers if c.get("name") == CONTAINER_NAME), None)
 
 
 def local_log_dirs(volumes: Path, name: str, claims: Iterable[str]) -> list[Path]:
@@ -249,29 +241,22 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stre
 
 
 def _run_spec(kube: Any, namespace: str, name: str) -> Any:
-    from dtr_operator.settings import default_trainer_image
+    """The run, its image the one its workers were given (its TFJob's, when we may read it), else its spec.image,
+    else the cluster's default (dtr_client.images: never this machine's)."""
+    from . import images
 
     run = kube.get_run(namespace, name)
     if run is None:
         raise RunNotFound(f"no {KIND} {name} in namespace {namespace}")
     try:
-        tfjob = _tfjob(kube, namespace, parse_run(run).tfjob_name)
-        return parse_run(run, default_image=tfjob_image(tfjob) or default_trainer_image(os.environ))
+        tfjob = images.read_tfjob(kube, namespace, parse_run(run).tfjob_name)
+        image = (images.tfjob_image(tfjob) or (run.get("spec") or {}).get("image")
+                 or images.cluster_image(kube, namespace).image)  # fmt: skip
+        return parse_run(run, default_image=str(image))
     except SpecError as err:
         raise TensorBoardError(f"{KIND} {name} is not valid: {err}") from None
-
-
-def _tfjob(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
-    """The run's TFJob, to learn the image its workers run; None when gone or we may not read TFJobs (the
-    `edit` role need not cover kubeflow.org): then spec.image, else dtr's default trainer image."""
-    from dtr_operator.kube import ApiError
-
-    try:
-        return kube.get_tfjob(namespace, name)
-    except ApiError as err:
-        if err.status in (401, 403):
-            return None
-        raise
+    except images.NoImage as err:
+        raise TensorBoardError(str(err)) from None
 
 
 def _placed(kube: Any, namespace: str, name: str, claim: str) -> str | None:

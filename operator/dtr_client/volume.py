@@ -31,6 +31,7 @@ from . import transfer as tr
 PROGRAM = Path(copier.__file__).read_bytes()
 DELETE_WAIT = 30.0  # seconds to wait for the pod to be gone (its volume released) before saying so
 WIND_DOWN = 2.0  # seconds for the program to end once its input has ended early
+Image = str | Callable[[], str]  # a transfer pod's image, or what chooses it when the pod is made
 OnFrame = Callable[[bytes, bytes], None]
 
 
@@ -196,18 +197,20 @@ def _set_sigint(handler: Any) -> Any:
 
 
 @contextlib.contextmanager
-def transfer_pod(kube: Any, namespace: str, pvc: dict[str, Any], image: str, read_only: bool, what: str,
+def transfer_pod(kube: Any, namespace: str, pvc: dict[str, Any], image: Image, read_only: bool, what: str,
                  timeout: float) -> Iterator[str]:  # fmt: skip
-    """A running transfer pod for the claim, deleted afterwards whatever happens (also on Ctrl-C)."""
+    """A running transfer pod for the claim, deleted afterwards whatever happens (also on Ctrl-C). IMAGE: its image,
+    or what chooses it when the pod is made (dtr_client.images.chooser: the cluster's, never this machine's)."""
     from dtr_operator.kube import ApiError
 
     claim = pvc["metadata"]["name"]
+    chosen = image if isinstance(image, str) else image()
     node = claim_node(kube, namespace, pvc)
     name = tr.pod_name("get" if read_only else "put", claim, secrets.token_hex(3))
     created = True  # until the API server says it did not create it (Ctrl-C may land in the request)
     try:
         try:
-            kube.create(tr.pod_manifest(namespace, name, claim, image, read_only, what, node))
+            kube.create(tr.pod_manifest(namespace, name, claim, chosen, read_only, what, node))
         except ApiError as err:
             created = err.status == 0
             raise tr.TransferError(f"cannot create the transfer pod: {err.message}") from None
@@ -312,7 +315,7 @@ def local_tree(local: str) -> list[copier.Entry]:
     return copier.walk(local, os.path.basename(os.path.abspath(local)))
 
 
-def put(kube: Any, namespace: str, target: str, entries: list[copier.Entry], dest: str, image: str,
+def put(kube: Any, namespace: str, target: str, entries: list[copier.Entry], dest: str, image: Image,
         timeout: float, reporter: Reporter, kind: str | None = None) -> str:  # fmt: skip
     """Copy the local tree into DEST (volume-relative) on TARGET's claim (kind: claim_of's); the one-line summary."""
     top = entries[0][1].split("/")[0]
@@ -361,7 +364,7 @@ def _into(dest: Path, fill: Callable[[str], None]) -> None:
         raise
 
 
-def get(kube: Any, namespace: str, run_name: str, dest: Path, version: int | None, image: str, timeout: float,
+def get(kube: Any, namespace: str, run_name: str, dest: Path, version: int | None, image: Image, timeout: float,
         reporter: Reporter, environ: Mapping[str, str] | None = None) -> str:  # fmt: skip
     """Copy a version of the run's model into DEST; the one-line summary. A model published in a bucket comes
     from there (dtr_client.bucket, the store's settings from environ), with no pod."""

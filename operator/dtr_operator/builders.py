@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dtr_contract import env, flags, layout
+from dtr_contract import params as run_params
 from dtr_contract.container import PORT, TERMINATION_MESSAGE_PATH
 
 from . import objectstore
@@ -98,6 +99,8 @@ def trainer_args(run: RunSpec, code_sha256: str | None = None) -> list[str]:
     args += [
         flags.LEARNING_RATE, repr(t.learning_rate),
         flags.SEED, str(t.seed),
+        flags.VALIDATE_EVERY, str(t.validate_every),
+        *([flags.PARAMS, run_params.to_flag(t.params)] if t.params else []),
         flags.DATA_DIR, layout.data_dir(),
         flags.EXPORT_DIR, export_dir(run),
         *([flags.ALLOWED_PUBLISHERS, ",".join(run.allowed_publishers)] if run.allowed_publishers else []),
@@ -179,8 +182,9 @@ def effective_spec(run: RunSpec) -> dict[str, Any]:
     return _api_object(SPEC, run)
 
 
-def trainer_env(run: RunSpec) -> list[dict[str, Any]]:
-    """The container's env: unbuffered output, who the run is (the trainer's lineage file), its object store."""
+def trainer_env(run: RunSpec, tracking_uri: str = "") -> list[dict[str, Any]]:
+    """The container's env: unbuffered output, who the run is (the trainer's lineage file), its object store, the
+    admin's MLflow server (--mlflow-tracking-uri; docs/tracking.md)."""
     variables: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"},
                                        {"name": env.RUN_NAME, "value": run.name}]
     if run.uid:
@@ -190,18 +194,19 @@ def trainer_env(run: RunSpec) -> list[dict[str, Any]]:
         {"name": env.RUN_SPEC, "value": json.dumps(effective_spec(run), separators=(",", ":"))},
         {"name": env.TRAINER_IMAGE, "value": run.image},
         *objectstore.trainer_env(run.object_store),
+        *([{"name": env.MLFLOW_TRACKING_URI, "value": tracking_uri}] if tracking_uri else []),
     ]
     return variables
 
 
-def _container(run: RunSpec, code_sha256: str | None) -> dict[str, Any]:
+def _container(run: RunSpec, code_sha256: str | None, tracking_uri: str) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": run.image,
         "imagePullPolicy": run.image_pull_policy,
         "command": list(TRAINER_COMMAND),
         "args": trainer_args(run, code_sha256),
-        "env": trainer_env(run),
+        "env": trainer_env(run, tracking_uri),
         "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
         "volumeMounts": [
             {"name": VOLUME_NAME, "mountPath": layout.MOUNT_PATH},
@@ -290,7 +295,7 @@ def _pod_metadata(run: RunSpec) -> dict[str, Any]:
     return metadata
 
 
-def _pod_spec(run: RunSpec, code_sha256: str | None) -> dict[str, Any]:
+def _pod_spec(run: RunSpec, code_sha256: str | None, tracking_uri: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
         # The trainer never calls the API: no ServiceAccount token in its pods.
         "automountServiceAccountToken": False,
@@ -304,7 +309,7 @@ def _pod_spec(run: RunSpec, code_sha256: str | None) -> dict[str, Any]:
             "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [_container(run, code_sha256)],
+        "containers": [_container(run, code_sha256, tracking_uri)],
         "volumes": [
             run_volume(run),
             {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": SCRATCH_SIZE}},
@@ -323,8 +328,9 @@ def run_volume(run: RunSpec) -> dict[str, Any]:
     return {"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": run.pvc_name}}
 
 
-def build_tfjob(run: RunSpec, code_sha256: str | None = None) -> dict[str, Any]:
-    """The kubeflow.org/v1 TFJob for a run (no owner reference; see owned_by); code_sha256: code_args'."""
+def build_tfjob(run: RunSpec, code_sha256: str | None = None, tracking_uri: str = "") -> dict[str, Any]:
+    """The kubeflow.org/v1 TFJob for a run (no owner reference; see owned_by); code_sha256: code_args';
+    tracking_uri: trainer_env's."""
     labels = run_labels(run)
     if run.queue_name is not None:
         labels[KUEUE_QUEUE_LABEL] = run.queue_name
@@ -343,7 +349,7 @@ def build_tfjob(run: RunSpec, code_sha256: str | None = None) -> dict[str, Any]:
                 "Worker": {
                     "replicas": run.workers,
                     "restartPolicy": run.restart_policy,
-                    "template": {"metadata": _pod_metadata(run), "spec": _pod_spec(run, code_sha256)},
+                    "template": {"metadata": _pod_metadata(run), "spec": _pod_spec(run, code_sha256, tracking_uri)},
                 }
             },
         },
@@ -430,8 +436,10 @@ def owned_by(manifest: dict[str, Any], run: RunSpec) -> dict[str, Any]:
     return out
 
 
-def children(run: RunSpec, code_sha256: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """(PVC or None, TFJob) as the operator creates them, owner references included; code_sha256: code_args'.
+def children(run: RunSpec, code_sha256: str | None = None,
+             tracking_uri: str = "") -> tuple[dict[str, Any] | None, dict[str, Any]]:  # fmt: skip
+    """(PVC or None, TFJob) as the operator creates them, owner references included; code_sha256: code_args';
+    tracking_uri: the operator's --mlflow-tracking-uri (trainer_env).
 
     The TFJob is always owned by the run. A created PVC is owned only with reclaimPolicy Delete:
     with Retain it must outlive the run (it holds the model), so it carries only the run label.
@@ -439,7 +447,7 @@ def children(run: RunSpec, code_sha256: str | None = None) -> tuple[dict[str, An
     pvc = build_pvc(run)
     if pvc is not None and run.storage.reclaim_policy == "Delete":
         pvc = owned_by(pvc, run)
-    return pvc, owned_by(build_tfjob(run, code_sha256), run)
+    return pvc, owned_by(build_tfjob(run, code_sha256, tracking_uri), run)
 
 
 def pinned_code_sha256(tfjob: Mapping[str, Any]) -> str | None:

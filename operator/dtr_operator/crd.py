@@ -15,6 +15,7 @@ import yaml
 
 from .api import GROUP, KIND, PLURAL, VERSION
 from .fields import NAME, SPEC
+from .fields_params import SCALAR_SCHEMA
 from .schema import Field, Rule, description, message, rules
 from .status_fields import STATUS, StatusField
 
@@ -77,7 +78,7 @@ PRINTER_COLUMNS = """\
 """
 
 _TYPES = {"integer": "integer", "number": "number", "string": "string", "boolean": "boolean", "object": "object",
-          "array": "array", "map": "object"}  # fmt: skip
+          "array": "array", "map": "object", "params": "object"}  # fmt: skip
 _INT_OR_STRING = {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}
 
 
@@ -128,7 +129,8 @@ def _validations(f: Field, path: str) -> list[dict[str, Any]]:
 
 def schema(f: Field, path: str) -> dict[str, Any]:
     """The OpenAPI schema of the field at path (e.g. spec.training), with everything under it."""
-    out: dict[str, Any] = {"type": _TYPES[f.type]} if f.type in _TYPES else dict(_INT_OR_STRING)
+    untyped = SCALAR_SCHEMA if f.type == "scalar" else _INT_OR_STRING
+    out: dict[str, Any] = {"type": _TYPES[f.type]} if f.type in _TYPES else dict(untyped)
     if f.description:
         out["description"] = description(f)
     out |= _bounds(f) | _values(f) | dict(f.extra)

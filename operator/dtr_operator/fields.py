@@ -28,6 +28,7 @@ from dtr_contract import disk, flags, layout
 from . import grammar
 from .fields_disruption import DISRUPTION
 from .fields_objectstore import OBJECT_STORE, SPEC_RULES, STORAGE_URI, STORAGE_URI_RULE, is_s3, s3_uri_cel
+from .fields_params import PARAMS, VALIDATE_EVERY
 from .fields_storage import STORAGE, no_volume_rule
 from .schema import MAX_KEY_LENGTH, Field, Pattern, Rule, To, cel_regex
 
@@ -261,6 +262,8 @@ TRAINING = Field("training", "object", "The model, the data and the optimisation
           pattern=Pattern(grammar.METRIC_NAME,
                           "must be a metric name: letters, digits and '_', not starting with a digit", cel=True),
           doc_default="accuracy, else loss"),
+    VALIDATE_EVERY,
+    PARAMS,
 ), rules=(
     Rule(_DATASET_RULE,
          f"must be {', '.join(BUILTIN_DATASETS)}, or a relative path on the volume (letters, digits, '._-/'; no "

@@ -84,7 +84,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_
     memo.reconciler = Reconciler(kube, emit, ours.trainer_image, image_refusal=ours.image_refusal,
                                  code_refusal=ours.code_refusal, run_refusal=ours.run_refusal,
                                  claim_refusal=ours.claim_refusal,
-                                 running=RunningRuns(ours.progress_interval))  # fmt: skip
+                                 running=RunningRuns(ours.progress_interval),
+                                 tracking_uri=ours.mlflow_tracking_uri)  # fmt: skip
     _tune(settings)
     logger.info("dtr-operator: default trainer image %s", ours.trainer_image)
 

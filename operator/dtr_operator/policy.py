@@ -30,7 +30,8 @@ from .reasons import (
     STORAGE_TOO_LARGE,
     TOLERATION_NOT_ALLOWED,
 )
-from .spec import REQUIRED, RunSpec, required_anti_affinity
+from .spec import RunSpec
+from .spec_conflicts import REQUIRED, required_anti_affinity
 
 # The label an admin puts on a PVC that runs of its namespace may name in spec.storage.claimName.
 CLAIM_LABEL, CLAIM_LABEL_VALUE = "distml.dev/runs", "allowed"

@@ -52,7 +52,8 @@ class Field:
     """One field of the API: its schema, where the operator keeps and sends its value, and its words."""
 
     name: str  # as the API spells it
-    type: str  # integer | number | string | boolean | object | array | map (of strings) | quantity
+    type: str  # integer | number | string | boolean | object | array | map (of strings) | quantity | params (a map of
+    # names to scalars: number, string or boolean; fields_params.py)
     description: str = ""  # kubectl explain's; "{bounds}" and "{default}" are filled in
     attr: str = ""  # where the parsed value lives on RunSpec (dotted); "" = nowhere of its own
     default: Any = None

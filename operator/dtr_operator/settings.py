@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ from .policy import Flag, Policy, Refusal
 from .spec import DEFAULT_TRAINER_IMAGE, RunSpec
 
 LOG_FORMATS = ("plain", "json")
+TRACKING_ENV = "DTR_MLFLOW_TRACKING_URI"
 USER_CODE_MODES = ("allowed", "disallowed")  # runs with spec.training.code.configMap: run them, or refuse them
 
 
@@ -33,6 +35,8 @@ class Settings:
     allowed_images: tuple[str, ...] = ()
     user_code: str = "allowed"
     policy: Policy = field(default_factory=Policy)  # what else a run may ask of the cluster (policy.py)
+    # The team's MLflow server every run's chief logs to (docs/tracking.md); empty: none.
+    mlflow_tracking_uri: str = ""
     verbose: bool = False
 
     def image_refusal(self, image: str) -> str | None:
@@ -161,6 +165,24 @@ def _endpoints(value: str, name: str) -> tuple[str, ...]:
     return endpoints
 
 
+def tracking_uri(value: str, name: str) -> str:
+    """--mlflow-tracking-uri: empty, or http(s)://host[:port][/path] with no user:password@ (it is in every
+    worker's env, which anyone who may read the run's pods sees), no query."""
+    uri = value.strip()
+    if not uri:
+        return ""
+    parts = urllib.parse.urlsplit(uri)
+    try:
+        parts.port  # noqa: B018 (a bad port raises)
+    except ValueError:
+        parts = parts._replace(netloc="")
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc or parts.query \
+            or parts.fragment:  # fmt: skip
+        raise SettingsError(f"{name}: must be an MLflow server's http(s)://host[:port][/path], no user:password@, "
+                            f"no query, got {value!r}")  # fmt: skip
+    return uri.rstrip("/")
+
+
 def policy_from_env(env: Mapping[str, str]) -> Policy:
     lists = {attr: _patterns(env.get(flag.env, "")) for attr, flag in _POLICY_LISTS.items()}
     lists["object_stores"] = _endpoints(env.get(policy.OBJECT_STORES.env, ""), policy.OBJECT_STORES.env)
@@ -211,6 +233,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         allowed_images=_image_patterns(env.get("DTR_ALLOWED_IMAGES", ""), "DTR_ALLOWED_IMAGES"),
         user_code=_user_code(env.get("DTR_USER_CODE") or "allowed", "DTR_USER_CODE"),
         policy=policy_from_env(env),
+        mlflow_tracking_uri=tracking_uri(env.get(TRACKING_ENV, ""), TRACKING_ENV),
     )
 
 
@@ -248,6 +271,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(env DTR_USER_CODE; default allowed)",
     )  # fmt: skip
     _add_policy_arguments(parser)
+    parser.add_argument(
+        "--mlflow-tracking-uri", metavar="URI",
+        help="an MLflow tracking server, http(s)://host[:port][/path]: every run's chief logs its params, each "
+        "epoch's figures and its exported version there and registers the version (docs/tracking.md); a server "
+        f"down or slow never fails a run; empty: none (env {TRACKING_ENV})",
+    )  # fmt: skip
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
 
 
@@ -310,6 +339,8 @@ def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
                         else base.allowed_images),
         user_code=args.user_code or base.user_code,
         policy=_policy_from_args(args, base.policy),
+        mlflow_tracking_uri=(tracking_uri(args.mlflow_tracking_uri, "--mlflow-tracking-uri")
+                             if args.mlflow_tracking_uri is not None else base.mlflow_tracking_uri),
         verbose=bool(args.verbose),
     )
 

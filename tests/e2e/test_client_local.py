@@ -59,6 +59,11 @@ def test_a_dict_trains_locally_one_progress_item_per_epoch_through_a_suspension(
     assert [(p.epoch, p.epochs) for p in history] == [(e, 5) for e in range(1, 6)], history
     assert history[-1].metrics["loss"] == pytest.approx(seen[-1].metrics["loss"], abs=6e-5)
     assert all(p.seconds and p.seconds > 0 and p.time for p in history), history
+    # The built-in model's eval split, validated every epoch (docs/experiments.md#validation): val_* curves.
+    assert all({"val_loss", "val_accuracy"} <= p.metrics.keys() for p in history), history
+    loss_axes = client.plot(name).axes[0]
+    assert [line.get_label() for line in loss_axes.get_lines()] == [name, f"{name} (val_loss)"]
+    assert [line.get_linestyle() for line in loss_axes.get_lines()] == ["-", "--"]
 
     other = digits_run("client-other", workers=1, epochs=2, steps=10)
     client.wait(client.create({"metadata": other["metadata"], "spec": other["spec"]}), timeout=600)

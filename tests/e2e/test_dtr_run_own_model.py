@@ -80,11 +80,14 @@ def test_dtr_run_trains_a_model_file_on_a_directory_with_two_workers(tmp_path: P
     model = tmp_path / "points_model.py"
     model.write_text(MODEL)
     volume = tmp_path / ".dtr" / "volumes" / "points-data"
-    _points(volume)
+    _points(tmp_path / "mine")  # mine/data/points/points.csv, put on the volume by --data
     code, out, status = _dtr_run(tmp_path, str(model), "--name", "points", "--workers", "2", "--epochs", "4",
-                                 "--dataset", "points", "--batch-size-per-worker", "16", "--learning-rate", "0.05",
-                                 "--metric", "mae")  # fmt: skip
+                                 "--data", "mine/data/points", "--dataset", "points", "--batch-size-per-worker", "16",
+                                 "--learning-rate", "0.05", "--metric", "mae")  # fmt: skip
     assert code == 0, out[-4000:]
+    assert f"[dtr] data mine/data/points -> {volume}/data/points" in out, out[:2000]
+    assert (volume / "data" / "points" / "points.csv").read_text() == (tmp_path / "mine" / "data" / "points" /
+                                                                       "points.csv").read_text()  # fmt: skip
     assert "[worker-0] " in out and "[worker-1] " in out and "[dtr] epoch 4/4 done" in out
     sha = hashlib.sha256(MODEL.encode()).hexdigest()
     assert status["phase"] == "Succeeded" and status["reason"] == "TrainingSucceeded", status
@@ -126,7 +129,8 @@ def test_dtr_run_of_a_run_file_whose_code_raises_ends_user_code_error_with_the_l
 def test_dtr_run_of_a_model_whose_loss_diverges_ends_diverged_naming_the_epoch_without_a_restart(
     tmp_path: Path,
 ) -> None:
-    """The default restartPolicy OnFailure: a restart would diverge again, so `dtr run` makes none."""
+    """The default restartPolicy OnFailure: a restart would diverge again, so `dtr run` makes none; the next
+    run at a lower learning rate starts fresh."""
     model = tmp_path / "diverging_model.py"
     model.write_text((REPO / "tests" / "support" / "diverging_model.py").read_text())
     code, out, status = _dtr_run(tmp_path, str(model), "--name", "diverging", "--workers", "2", "--epochs", "3",
@@ -138,3 +142,10 @@ def test_dtr_run_of_a_model_whose_loss_diverges_ends_diverged_naming_the_epoch_w
     assert f"exit code {exits.DIVERGED})" in status["message"], status["message"]
     assert status.get("workerRestarts", 0) == 0 and "restarting" not in out, out[-4000:]
     assert saved_models(tmp_path / ".dtr" / "volumes" / "diverging-data") == []
+    # What the message asks for, the same file at a lower learning rate: a new run, fresh, not stopped by the
+    # diverged run's backup (docs/local.md#a-fresh-run-is-fresh).
+    code, out, status = _dtr_run(tmp_path, str(model), "--name", "diverging", "--workers", "2", "--epochs", "3",
+                                 "--learning-rate", "0.01", timeout=300)  # fmt: skip
+    assert code == 0 and status["phase"] == "Succeeded", out[-4000:]
+    assert "starts fresh" in out and "training.learning_rate 10.0 -> 0.01" in out, out[-4000:]
+    assert "diverged before" not in out

@@ -163,7 +163,7 @@ def test_defaults_are_filled_in_by_the_api_server(control_plane: Cluster, namesp
         "imagePullPolicy": "IfNotPresent",
         "training": {
             "model": "cnn", "dataset": "mnist", "epochs": 3, "batchSizePerWorker": 64,
-            "learningRate": 0.001, "seed": 42,
+            "learningRate": 0.001, "seed": 42, "validateEvery": 1,
         },
         "storage": {"accessMode": "ReadWriteOnce", "reclaimPolicy": "Retain"},
         "export": {},

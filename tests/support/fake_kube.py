@@ -478,3 +478,18 @@ def _tail(text: str, lines: int | None) -> str:
     if lines is None:
         return text
     return "".join(_lines(text)[-lines:]) if lines > 0 else ""
+
+
+CLUSTER_TRAINER_IMAGE = "registry.example:5000/ml/distml/trainer@sha256:" + "0" * 64
+
+
+def operator_deployment(*watched: str, image: str = CLUSTER_TRAINER_IMAGE) -> dict[str, Any]:
+    """An operator's Deployment as deploy/ installs it (dtr-system, label app.kubernetes.io/name=dtr-operator) watching
+    these namespaces (none: all), its default trainer image DTR_TRAINER_IMAGE (a registry install's)."""
+    args = [f"--namespace={ns}" for ns in watched] or ["--all-namespaces"]
+    container = {"name": "operator", "args": ["--log-format=json", *args],
+                 "env": [{"name": "DTR_TRAINER_IMAGE", "value": image}]}  # fmt: skip
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "dtr-operator", "namespace": "dtr-system",
+                         "labels": {"app.kubernetes.io/name": "dtr-operator"}},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": [container]}}}}  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dtr_contract import params as run_params
 from dtr_operator import fields
 from dtr_operator.fields import SPEC
 from dtr_operator.schema import MAX_KEY_LENGTH, MAX_KEY_PREFIX, Field
@@ -121,6 +122,9 @@ def maximal_spec(claim: str = "missing") -> dict[str, Any]:
                               "maxSize": "1." + "0" * (_len("training.datasetSource.maxSize") - 4) + "Gi",
                               "timeoutSeconds": _at("training.datasetSource.timeoutSeconds").maximum},
             "metric": "m" * _len("training.metric"),
+            "validateEvery": _at("training.validateEvery").maximum,
+            "params": {f"p{i:02}".ljust(run_params.MAX_NAME_LENGTH, "p"): "v" * _len("training.params.[]")
+                       for i in range(_items("training.params"))},
         },
         "storage": {"claimName": claim.ljust(_len("storage.claimName"), "x")},
         "export": {"modelName": "e" * _len("export.modelName"),

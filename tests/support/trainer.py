@@ -97,10 +97,10 @@ def start_workers(volume: Volume, ports: Sequence[int], args: Sequence[str], att
 
 
 def restart_to_the_end(volume: Volume, ports: Sequence[int], args: Sequence[str],
-                       attempt: str = "b") -> list[Worker]:
-    """Every worker started again (as the kubelet restarts failed containers, same TF_CONFIG and volume) and run to
-    its end: each must exit 0; the finished workers, for their logs."""
-    workers = start_workers(volume, ports, args, attempt=attempt)
+                       attempt: str = "b", env_extra: Mapping[str, str] | None = None) -> list[Worker]:
+    """Every worker started again (as the kubelet restarts failed containers, same TF_CONFIG, env and volume) and
+    run to its end: each must exit 0; the finished workers, for their logs."""
+    workers = start_workers(volume, ports, args, attempt=attempt, env_extra=env_extra)
     try:
         codes = [w.wait() for w in workers]
     finally:

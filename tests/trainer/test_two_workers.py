@@ -122,7 +122,8 @@ def test_lineage_beside_the_model_without_the_operators_env(finished_run):
     steps = int(re.search(r"(\d+) steps/epoch", workers[0].log()).group(1))
     assert doc["training"] == {"model": "cnn", "dataset": "digits", "code": None, "seed": 7, "epochs": EPOCHS,
                                "batchSizePerWorker": 32, "globalBatchSize": 64, "stepsPerEpoch": steps,
-                               "learningRate": 0.002, "workers": 2, "datasetSource": None}
+                               "learningRate": 0.002, "workers": 2, "datasetSource": None, "params": {},
+                               "validateEvery": 1, "stoppedEarly": None}
     assert doc["metrics"] == {**{k: summary[k] for k in ("loss", "accuracy", "examplesPerSecond", "metric")},
                               "evaluation": summary["metrics"]}
     assert doc["tensorflowVersion"] == "2.11.0"
@@ -153,6 +154,6 @@ def test_the_chief_alone_writes_every_epoch_to_the_history_file(finished_run):
     assert [e.epoch for e in history] == list(range(1, EPOCHS + 1)) and {e.epochs for e in history} == {EPOCHS}
     ends = [e for e in map(parse_epoch_end_line, workers[0].log().splitlines()) if e is not None]
     for entry, end in zip(history, ends):  # the same figures as the chief's epoch-end lines, unrounded
-        assert entry.metrics.keys() == dict(end.metrics).keys() == {"loss", "accuracy"}
+        assert entry.metrics.keys() == dict(end.metrics).keys() == {"loss", "accuracy", "val_loss", "val_accuracy"}
         assert all(abs(entry.metrics[k] - v) < 6e-5 for k, v in end.metrics), (entry, end)
         assert entry.seconds > 0 and entry.examples_per_second > 0 and entry.time.endswith("Z")

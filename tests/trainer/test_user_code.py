@@ -76,6 +76,17 @@ def test_an_import_failure_names_the_file_and_line(tmp_path, text, needle, expec
     assert message.startswith(expected.format(line_of(path, needle) if needle else None)), message
 
 
+def test_callbacks_is_the_optional_hook_unless_it_is_an_imported_module(tmp_path):
+    assert user.load_file(str(write(tmp_path, GOOD_DATA + GOOD_MODEL))).callbacks is None
+    hooked = user.load_file(str(write(tmp_path, GOOD_DATA + GOOD_MODEL + "\ndef callbacks(ctx):\n    return []\n")))
+    assert hooked.callbacks is not None and hooked.callbacks.name == "callbacks"
+    imported = GOOD_DATA + GOOD_MODEL + "\nfrom tensorflow.keras import callbacks\n"
+    assert user.load_file(str(write(tmp_path, imported))).callbacks is None, "an import of Keras' module, not the hook"
+    listed = write(tmp_path, GOOD_DATA + GOOD_MODEL + "\ncallbacks = [1]\n")
+    assert failure(user.load_file, str(listed)) == (f"my_model.py:{line_of(listed, 'callbacks = [1]')}: callbacks is "
+                                                    "a list of 1, not a function; see docs/own-model.md")
+
+
 def test_a_function_without_parameters_is_called_without_the_context(tmp_path):
     path = write(tmp_path, GOOD_DATA.replace("load_data(ctx)", "load_data()").replace("ctx.seed", "0") + GOOD_MODEL)
     code = user.load_file(str(path))
@@ -120,7 +131,8 @@ def test_a_missing_file_is_a_user_code_error(tmp_path):
 @pytest.mark.parametrize("body, expected", [
     ("return x", "returned a NumPy array of shape [40, 3]: return (train, eval)"),
     ("return x, y", "returned two arrays, one (x, y) split"),
-    ("return (x, y), (x, y), (x, y)", "returned a tuple of 3"),
+    ("return (x, y), (x, y), (x, y), (x, y)", "returned a tuple of 4"),
+    ("return (x, y), (x, y), (x[:, :2], y)", "train x examples have shape [3] but test x examples [2]"),
     ("return (x, y), (x.tolist(), y)", "eval x is a list of 40, not a NumPy array"),
     ("return (x, y[:5]), (x, y)", "train x has 40 examples but train y has 5"),
     ("return (x, y), (x[:, :2], y)", "train x examples have shape [3] but eval x examples [2]"),

@@ -335,10 +335,13 @@ def make_datasets(data: userdata.Data, global_batch: int, seed: int, cache: bool
         .prefetch(tf.data.AUTOTUNE)
         .with_options(train_options)
     )
-    evaluation = (
-        _source(data.eval)
-        .batch(global_batch)
-        .prefetch(tf.data.AUTOTUNE)
-        .with_options(options)
-    )
-    return train, evaluation
+    return train, evaluation_pipeline(data.eval, global_batch)
+
+
+def evaluation_pipeline(split: userdata.Split, global_batch: int):
+    """A split evaluated (the eval split during training and after it, or the test split at the end), batched by
+    the global batch, each worker its share of every batch."""
+    import tensorflow as tf
+
+    options = _options(tf.data.experimental.AutoShardPolicy.DATA)
+    return _source(split).batch(global_batch).prefetch(tf.data.AUTOTUNE).with_options(options)

@@ -18,6 +18,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from dtr_trainer.errors import DivergedError
+
 LOSS = "loss"  # Keras' name for the training loss in a callback's logs
 RECORD = "diverged"  # in --backup-dir (per run and uid, dtr_contract.layout.backup_dir): the line the run failed with
 
@@ -66,3 +68,9 @@ def recorded(backup_dir: str | None) -> str | None:
 
 def restarted_message(line: str) -> str:
     return f"{line} (diverged before this restart: it does not train on from its backup)"
+
+
+def stop_if_recorded(backup_dir: str | None) -> None:
+    """A container restarted after the run's loss diverged stops with the same line."""
+    if line := recorded(backup_dir):
+        raise DivergedError(restarted_message(line))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -20,7 +20,8 @@ from dtr_contract import env, summary
 # 2: training.code (the run's own code and its SHA-256), training.model/dataset may be null,
 # metrics.metric + metrics.evaluation (every figure of the evaluation by name; accuracy only when reported),
 # and training.datasetSource (a --dataset-url's URL and SHA-256).
-SCHEMA_VERSION = 2
+# 3: training.params (spec.training.params), training.validateEvery and training.stoppedEarly (docs/experiments.md).
+SCHEMA_VERSION = 3
 # In the version directory, beside saved_model.pb: TensorFlow's SavedModel loader (and so TF Serving,
 # KServe's TensorFlow runtime, tf.saved_model.load) reads only saved_model.pb, variables/, assets/ and
 # fingerprint.pb and ignores other files, as it ignores Keras' keras_metadata.pb (docs/models.md).
@@ -95,6 +96,9 @@ class Training:
     workers: int
     dataset_url: str | None = None  # --dataset-url: then dataset is the file's path in the data cache
     dataset_sha256: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)  # --params: the run's own hyperparameters
+    validate_every: int = 1  # --validate-every
+    stopped_early: Mapping[str, Any] | None = None  # the summary's stoppedEarly: a callback ended it before the last
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,9 @@ def document(run: RunIdentity, training: Training, figures: Figures, model_name:
             "learningRate": float(training.learning_rate),
             "workers": int(training.workers),
             "datasetSource": _dataset_source(training),
+            "params": dict(sorted(training.params.items())),
+            "validateEvery": int(training.validate_every),
+            "stoppedEarly": dict(training.stopped_early) if training.stopped_early else None,
         },
         "metrics": figures.as_json(),
         "tensorflowVersion": tensorflow_version,

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from types import MappingProxyType
 
 from dtr_contract import flags, layout, objectstore, summary
 from dtr_contract.container import TERMINATION_MESSAGE_PATH
@@ -27,6 +28,7 @@ from dtr_trainer import (
     data,
     data_s3,
     divergence,
+    experiment,
     export,
     export_s3,
     failures,
@@ -37,11 +39,13 @@ from dtr_trainer import (
     ownership,
     preflight,
     rendezvous,
+    tracking,
     user,
     userdata,
     volume,
     worker_log,
 )
+from dtr_trainer.argtypes import non_negative_int, positive_float, positive_int
 from dtr_trainer.cluster import ClusterInfo, parse_tf_config
 from dtr_trainer.errors import (
     EXIT_CODE_CHANGED,
@@ -105,27 +109,6 @@ class _Parser(argparse.ArgumentParser):
         return parsed
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m dtr_trainer",
                 description="MultiWorkerMirroredStrategy trainer (TF_CONFIG decides the task)")
@@ -146,12 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{EXIT_CODE_CHANGED}) before any of them runs")
     p.add_argument(flags.METRIC, default=None,
                    help="the evaluation metric the summary heads with [accuracy if the model reports it, else loss]")
-    p.add_argument(flags.EPOCHS, type=_positive_int, default=3)
-    p.add_argument(flags.BATCH_SIZE_PER_WORKER, type=_positive_int, default=64)
-    p.add_argument(flags.STEPS_PER_EPOCH, type=_positive_int, default=None,
+    p.add_argument(flags.EPOCHS, type=positive_int, default=3)
+    p.add_argument(flags.BATCH_SIZE_PER_WORKER, type=positive_int, default=64)
+    p.add_argument(flags.STEPS_PER_EPOCH, type=positive_int, default=None,
                    help="default: training examples // global batch")
-    p.add_argument(flags.LEARNING_RATE, type=_positive_float, default=0.001)
-    p.add_argument(flags.SEED, type=_non_negative_int, default=42)
+    p.add_argument(flags.LEARNING_RATE, type=positive_float, default=0.001)
+    p.add_argument(flags.SEED, type=non_negative_int, default=42)
+    experiment.add_arguments(p)
     p.add_argument(flags.DATA_DIR, default=layout.data_dir())
     p.add_argument(flags.EXPORT_DIR, required=True, help="the model lands in <export-dir>/<version>/")
     ownership.add_argument(p)
@@ -159,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(flags.BACKUP_ON_SIGTERM, action="store_true",
                    help=f"with {flags.BACKUP_DIR}: a worker told to stop (SIGTERM) saves with its peers at the end of "
                         "the next execution, so a restart resumes inside the epoch (docs/trainer.md#a-save-on-sigterm)")
-    p.add_argument(flags.BACKUP_EVERY_STEPS, type=_non_negative_int, default=0, metavar="N",
+    p.add_argument(flags.BACKUP_EVERY_STEPS, type=non_negative_int, default=0, metavar="N",
                    help=f"with {flags.BACKUP_DIR}: also save every N steps inside an epoch, at the end of the "
                         "execution reaching them; 0 = at epochs' ends only [0] (docs/trainer.md#saves-every-n-steps)")
     p.add_argument(flags.BACKUP_URI, default=None, help="s3://bucket/prefix: the backup dir kept there (backup_s3.py)")
@@ -168,8 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(flags.LOG_DIR, default=None,
                    help="also append this worker's log lines to <log-dir>/<task>.log (worker-0.log, ...)")
     tuning = p.add_argument_group("performance (defaults from bench/trainer)")
-    tuning.add_argument("--steps-per-execution", type=_positive_int, default=DEFAULT_STEPS_PER_EXECUTION)
-    tuning.add_argument("--bytes-per-pack", type=_non_negative_int, default=DEFAULT_BYTES_PER_PACK,
+    tuning.add_argument("--steps-per-execution", type=positive_int, default=DEFAULT_STEPS_PER_EXECUTION)
+    tuning.add_argument("--bytes-per-pack", type=non_negative_int, default=DEFAULT_BYTES_PER_PACK,
                         help="gradient all-reduce packing (0 = TensorFlow default)")
     tuning.add_argument("--lazy-metrics", action=argparse.BooleanOptionalAction, default=DEFAULT_LAZY_METRICS,
                         help="read (all-reduce) the training metrics only at the end of each execution")
@@ -212,6 +196,7 @@ class TrainOutcome:
     examples_per_second: float
     global_batch: int
     steps_per_epoch: int
+    stopped_early: dict | None = None  # experiment.stopped_early: a callback of the user's stopped it
 
 
 def headline(requested: str | None, names: Sequence[str]) -> str:
@@ -239,26 +224,33 @@ def train(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.C
     global_batch = ctx.global_batch_size
     steps = args.steps_per_epoch or data.steps_for(loaded.train_size, global_batch)
     log(f"{cluster.num_workers} worker(s), {strategy.num_replicas_in_sync} replica(s), global batch {global_batch}, "
-        f"{steps} steps/epoch, {loaded.train_size} train / {loaded.eval.size or 'unknown'} eval examples")
+        f"{steps} steps/epoch, {experiment.sizes(loaded)}; params {experiment.shown(args.params)}")
     with strategy.scope():
         train_ds, eval_ds = data.make_datasets(loaded, global_batch, args.seed, cache=args.cache)
+        final_ds = data.evaluation_pipeline(loaded.final, global_batch)
         prepared = prepare(code, with_data(ctx, loaded), loaded, args)
+        own = experiment.user_callbacks(code, with_data(ctx, loaded))
     log(prepared.describe())
     model, metric = prepared.model, headline(args.metric, prepared.names)
     iterators.keep_until_exit(model)  # destroying them waited seconds; leave() never does (iterators.py)
 
     history = History(layout.history_file(args.log_dir), log) if cluster.is_chief and args.log_dir else None
+    history = tracking.TRACKER.watching(history)  # each epoch's figures to MLflow too (the chief's, when set)
     progress = Progress(args.epochs, steps * global_batch, log, history)
     backup = step_backup(args, cluster, steps, progress, after_backup)
+    stop = experiment.Stop()
     callbacks = epoch_callbacks(StopOnDivergence(args.epochs, steps, args.learning_rate), progress, args.backup_dir,
-                                after_backup, backup)
+                                after_backup, backup, experiment.watched(own, stop))
     if cluster.is_chief and args.tensorboard_dir:
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=args.tensorboard_dir, profile_batch=0,
                                                         write_graph=False, update_freq="epoch"))
-    model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
-    results = model.evaluate(eval_ds, verbose=0, return_dict=True)
+    model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0,
+              **experiment.fit_validation(eval_ds, args.validate_every))
+    stopped = experiment.stopped_early(stop, args.epochs, log)
+    experiment.restore_best(own, stop, args.epochs, model, log)
+    results = model.evaluate(final_ds, verbose=0, return_dict=True)
     evaluation = {name: float(value) for name, value in results.items()}
-    return TrainOutcome(model, evaluation, metric, progress.examples_per_second(), global_batch, steps)
+    return TrainOutcome(model, evaluation, metric, progress.examples_per_second(), global_batch, steps, stopped)
 
 
 def step_backup(args: argparse.Namespace, cluster: ClusterInfo, steps: int, progress,
@@ -309,18 +301,13 @@ def lineage_file(args: argparse.Namespace, cluster: ClusterInfo, run_identity: R
         model=args.model, dataset=args.dataset, code=origin.lineage(), seed=args.seed, epochs=args.epochs,
         batch_size_per_worker=args.batch_size_per_worker, global_batch=outcome.global_batch,
         steps_per_epoch=outcome.steps_per_epoch, learning_rate=args.learning_rate, workers=cluster.num_workers,
-        dataset_url=args.dataset_url, dataset_sha256=args.dataset_sha256,
+        dataset_url=args.dataset_url, dataset_sha256=args.dataset_sha256, params=args.params,
+        validate_every=args.validate_every, stopped_early=outcome.stopped_early,
     )
     figures = lineage.Figures(outcome.evaluation, outcome.metric, outcome.examples_per_second)
     doc = lineage.document(run_identity, training, figures, os.path.basename(os.path.normpath(args.export_dir)),
                            claim.version, tf.__version__, lineage.utc_now())
     return {lineage.LINEAGE_PATH: lineage.render(doc)}
-
-
-def stop_if_diverged_before(backup_dir: str | None) -> None:
-    """A container restarted after the run's loss diverged stops with the same line (dtr_trainer.divergence)."""
-    if line := divergence.recorded(backup_dir):
-        raise DivergedError(divergence.restarted_message(line))
 
 
 def train_or_record_divergence(args: argparse.Namespace, cluster: ClusterInfo, strategy, code: user.Code,
@@ -369,6 +356,7 @@ def context(args: argparse.Namespace, cluster: ClusterInfo) -> user.Context:
         batch_size_per_worker=args.batch_size_per_worker,
         global_batch_size=args.batch_size_per_worker * cluster.num_workers, data_dir=args.data_dir,
         seed=args.seed, epochs=args.epochs, learning_rate=args.learning_rate, dataset=args.dataset,
+        params=MappingProxyType(dict(args.params)), log_dir=args.log_dir,
     )  # fmt: skip
 
 
@@ -393,7 +381,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     for note in notes:
         log(note)
     bucket = backup_s3.pulled(args.backup_uri, args.backup_dir, cluster.is_chief, log)
-    stop_if_diverged_before(args.backup_dir)
+    divergence.stop_if_recorded(args.backup_dir)
     if (line := export.exported_before(args.backup_dir, run_identity)) is not None:
         log("this run has exported its model already: started again after it ended, nothing to train")
         if cluster.is_chief:
@@ -407,6 +395,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     ctx = context(args, cluster)
     loaded = user.load_data_before_strategy(code, ctx)  # NumPy data checked now; None: it needs TensorFlow
     claim = claim_export_version(args, run_identity) if cluster.is_chief else None
+    tracking.start(os.environ, args, cluster.num_workers, run_identity, code.origin.lineage(),
+                   claim.version if claim else None, log)  # the chief's MLflow run, when the admin names a server
     bucket.push()  # the claim's record: a chief started again elsewhere publishes the same version
 
     from dtr_trainer.progress import Heartbeat
@@ -428,11 +418,12 @@ def run(argv: Sequence[str] | None = None) -> int:
         log(f"done: {outcome.metric}={outcome.evaluation[outcome.metric]:.4f} (the chief exports the model)")
         return 0
     line = summary.summary_json(outcome.evaluation, outcome.metric, args.epochs, outcome.examples_per_second,
-                               str(path), claim.version)
+                               str(path), claim.version, outcome.stopped_early)
     export.report_summary(line, args.termination_message_path)
     export.record_exported(args.backup_dir, run_identity, line)
     export.clear_backup(args.backup_dir)
     bucket.push()
+    tracking.TRACKER.finish(outcome.evaluation, args.epochs, str(path), extra)  # bounded: tracking.FINISH_WAIT
     log(f"model exported to {path}")
     return 0
 
@@ -449,6 +440,7 @@ def report_error(message: str) -> None:
     """The error line on stderr, and as the termination message (the run's status shows it); none when a SIGTERM
     was put off meanwhile (dtr_trainer.sigterm): the trainer stops as terminated instead."""
     TERMINATION.stop_if_requested()
+    tracking.TRACKER.failed()  # the MLflow run FAILED (bounded), before the error line: it stays the last
     log(f"error: {message}")
     if _TERMINATION_PATH:
         try:

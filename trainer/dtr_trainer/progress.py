@@ -168,17 +168,18 @@ class AfterBackup(tf.keras.callbacks.Callback):
 
 def epoch_callbacks(stop: StopOnDivergence, progress: Progress, backup_dir: str | None,
                     after_backup: Callable[[], object] | None = None,
-                    backup_callback: tf.keras.callbacks.BackupAndRestore | None = None
-                    ) -> list[tf.keras.callbacks.Callback]:
+                    backup_callback: tf.keras.callbacks.BackupAndRestore | None = None,
+                    own: Sequence[tf.keras.callbacks.Callback] = ()) -> list[tf.keras.callbacks.Callback]:
     """fit's callbacks, in the order each epoch's end needs: the divergence check (a diverged epoch is neither
-    backed up nor reported), Progress (timing, the history), BackupAndRestore (weights, optimizer and epoch after
-    a restart; kept until the chief has exported; `backup_callback` when given: step_backup.StepBackup),
+    backed up nor reported), Progress (timing, the history), the user's own (`own`: callbacks(ctx), before the
+    backup, so that an EarlyStopping's restored weights are what it saves), BackupAndRestore (weights, optimizer and
+    epoch after a restart; kept until the chief has exported; `backup_callback` when given: step_backup.StepBackup),
     `after_backup` (the backup's copy in a bucket), then the epoch-end line (a line means a backed-up epoch)."""
     if backup_callback is None and backup_dir:
         backup_callback = tf.keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False)
     backup = [] if backup_callback is None else [backup_callback]
     copy = [AfterBackup(after_backup)] if backup and after_backup is not None else []
-    return [stop, progress, *backup, *copy, progress.end_line]
+    return [stop, progress, *own, *backup, *copy, progress.end_line]
 
 
 def learning_rate_of(model: tf.keras.Model, default: float) -> float | None:

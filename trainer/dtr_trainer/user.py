@@ -23,8 +23,8 @@ import random
 import sys
 import traceback
 import types
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -35,13 +35,14 @@ from dtr_trainer.errors import CodeChangedError, DataError, TrainerError, UserCo
 
 GUIDE = "docs/own-model.md"
 ENTRY_POINTS = ("build_model", "load_data")
+OPTIONAL = "callbacks"  # callbacks(ctx): Keras callbacks of the user's own (dtr_trainer.experiment)
 MODULE_NAME = "dtr_user_code"  # what a --code file is imported as (never a name it could shadow)
 
 
 @dataclass(frozen=True)
 class Context:
-    """What the harness tells build_model(ctx) and load_data(ctx). Fields after `dataset` are read from
-    the data load_data returned: None in load_data's context."""
+    """What the harness tells build_model(ctx), load_data(ctx) and callbacks(ctx). input_shape, label_shape and
+    num_classes are read from the data load_data returned: None in load_data's context."""
 
     worker_index: int  # 0 .. num_workers-1; 0 is the chief
     num_workers: int
@@ -56,6 +57,8 @@ class Context:
     input_shape: tuple | None = None  # one example's x, e.g. (13,) or (28, 28, 1); None for a structure
     label_shape: tuple | None = None  # one example's y: () for a class label or a scalar target
     num_classes: int | None = None  # 1 + the largest integer label; None when labels are floats
+    params: Mapping[str, Any] = field(default_factory=dict)  # spec.training.params (read-only; docs/experiments.md)
+    log_dir: str | None = None  # the run's directory for files your callbacks write (--log-dir); None: none
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ class Code:
     origin: Origin
     build_model: Entry
     load_data: Entry
+    callbacks: Entry | None = None  # the optional callbacks(ctx)
 
     @property
     def builtin(self) -> bool:
@@ -344,7 +348,10 @@ def _entry(origin: Origin, module: types.ModuleType, name: str, source: str) -> 
 
 def _with_entries(origin: Origin, module: types.ModuleType, source: str) -> Code:
     build_model, load_data = (_entry(origin, module, name, source) for name in ENTRY_POINTS)
-    return Code(origin, build_model, load_data)
+    # `from tensorflow.keras import callbacks` binds the name to a module: an import, not the hook.
+    hook = getattr(module, OPTIONAL, None)
+    callbacks = None if hook is None or inspect.ismodule(hook) else _entry(origin, module, OPTIONAL, source)
+    return Code(origin, build_model, load_data, callbacks)
 
 
 def builtin(model: str, build_model: Callable, dataset: str, load_data: Callable) -> Code:

@@ -1,5 +1,6 @@
-"""What load_data returned, checked and described (docs/own-model.md): two splits, each (x, y) NumPy arrays
-or an unbatched tf.data.Dataset of (x, y) elements.
+"""What load_data returned, checked and described (docs/own-model.md): two splits (train, eval) or three (train,
+eval, test; docs/experiments.md#validation), each (x, y) NumPy arrays or an unbatched tf.data.Dataset of (x, y)
+elements.
 
 NumPy splits are checked with NumPy alone (before the strategy exists); a Dataset is read with TensorFlow
 (after it). Each split becomes a `Split` (shapes, label kind and range, size); `combine` decides whether
@@ -40,8 +41,14 @@ class Split:
 @dataclass(frozen=True)
 class Data:
     train: Split
-    eval: Split
-    num_classes: int | None  # 1 + the largest label of both splits; None for regression labels
+    eval: Split  # evaluated during training (val_*), and at the end when there is no test split
+    num_classes: int | None  # 1 + the largest label of the splits; None for regression labels
+    test: Split | None = None  # evaluated once, at the end: the run's final figures
+
+    @property
+    def final(self) -> Split:
+        """The split the final figures (the summary, the lineage) are of."""
+        return self.test or self.eval
 
     @property
     def input_shape(self) -> tuple | None:
@@ -219,9 +226,9 @@ def _same_shape(a: tuple | None, b: tuple | None) -> bool:
     return len(a) == len(b) and all(p is None or q is None or p == q for p, q in zip(a, b))
 
 
-def _num_classes(train: Split, evaluation: Split) -> int | None:
-    """1 + the largest label of both splits, for class labels (all >= 0)."""
-    ranges = [s.label_range for s in (train, evaluation) if s.label_range]
+def _num_classes(train: Split, *others: Split) -> int | None:
+    """1 + the largest label of the splits, for class labels (all >= 0)."""
+    ranges = [s.label_range for s in (train, *others) if s.label_range]
     if not (train.classes and ranges):
         return None
     if min(low for low, _ in ranges) < 0:
@@ -229,14 +236,18 @@ def _num_classes(train: Split, evaluation: Split) -> int | None:
     return 1 + max(high for _, high in ranges)
 
 
-def combine(train: Split, evaluation: Split) -> Data:
-    """The two splits must hold the same kind of examples."""
-    if not _same_shape(train.input_shape, evaluation.input_shape):
-        raise Invalid(f"train x examples have shape {_shown(train.input_shape)} but eval x examples "
-                      f"{_shown(evaluation.input_shape)}")
-    if not _same_shape(train.label_shape, evaluation.label_shape) or train.classes != evaluation.classes:
-        raise Invalid(f"train labels are {_labels_shown(train)} but eval labels {_labels_shown(evaluation)}")
-    return Data(train, evaluation, _num_classes(train, evaluation))
+def combine(train: Split, evaluation: Split, test: Split | None = None) -> Data:
+    """The splits must hold the same kind of examples."""
+    for which, other in (("eval", evaluation), ("test", test)):
+        if other is None:
+            continue
+        if not _same_shape(train.input_shape, other.input_shape):
+            raise Invalid(f"train x examples have shape {_shown(train.input_shape)} but {which} x examples "
+                          f"{_shown(other.input_shape)}")
+        if not _same_shape(train.label_shape, other.label_shape) or train.classes != other.classes:
+            raise Invalid(f"train labels are {_labels_shown(train)} but {which} labels {_labels_shown(other)}")
+    others = (evaluation,) if test is None else (evaluation, test)
+    return Data(train, evaluation, _num_classes(train, *others), test)
 
 
 def _shown(shape: tuple | None) -> str:
@@ -249,9 +260,10 @@ def _labels_shown(s: Split) -> str:
 
 def describe(result: Any) -> Data:
     """load_data's return value -> Data, or Invalid saying what is wrong with it."""
-    if not (isinstance(result, (tuple, list)) and len(result) == 2):
-        raise Invalid(f"returned {kind(result)}: return (train, eval), each (x, y) NumPy arrays or an unbatched "
-                      "tf.data.Dataset of (x, y)")
-    if all(isinstance(part, np.ndarray) for part in result):
+    if not (isinstance(result, (tuple, list)) and len(result) in (2, 3)):
+        raise Invalid(f"returned {kind(result)}: return (train, eval) or (train, eval, test), each (x, y) NumPy "
+                      "arrays or an unbatched tf.data.Dataset of (x, y)")
+    if len(result) == 2 and all(isinstance(part, np.ndarray) for part in result):
         raise Invalid("returned two arrays, one (x, y) split: return both, ((x_train, y_train), (x_eval, y_eval))")
-    return combine(split(result[0], "train"), split(result[1], "eval"))
+    test = split(result[2], "test") if len(result) == 3 else None
+    return combine(split(result[0], "train"), split(result[1], "eval"), test)

@@ -9,7 +9,8 @@ the final status is computed by the operator's status/ package from the TFJob an
 runner plays, so it reads exactly like `kubectl get dtr NAME -o yaml` would. That status, as it
 changes (each epoch, the end), is also written to DIR/runs/<name>/status.json: what the Python client's local
 backend reads (dtr_client), as it reads a run's status from the API server on a cluster. SUSPEND_SIGNAL stops
-the workers and leaves the run Suspended; `dtr run` of the same run and DIR resumes it from its backup.
+the workers and leaves the run Suspended; `dtr run` of the same run and DIR resumes it from its backup, and any
+other run of that name starts fresh (backups.py).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from . import kubelet, ports, translate
 from .console import Console
 from .jobs import End, as_created, end_by_exits, end_by_limits, job_restarts, pod_view, replica_labels, tfjob_view
 from .source import RunError, code_run, load_run
+from .start import before_start, check_network, tracking_uri
 
 STOP_GRACE_SECONDS = 5.0
 POLL_SECONDS = 0.2
@@ -91,9 +93,8 @@ class Replica:
 
 
 class LocalRun:
-    def __init__(
-        self, run: RunSpec, base_dir: Path, python: str, console: Console, code: submit.CodeFile | None = None
-    ) -> None:
+    def __init__(self, run: RunSpec, base_dir: Path, python: str, console: Console,
+                 code: submit.CodeFile | None = None, tracking_uri: str = "") -> None:  # fmt: skip
         # As the API server would have it once created: generation 1 (status.observedGeneration).
         run = dataclasses.replace(run, generation=run.generation or 1)
         self.run = run
@@ -102,8 +103,8 @@ class LocalRun:
         self.code = code  # the local file playing the run's code ConfigMap
         # As the operator makes it: the workers check the file they run against the digest in status.code; its pods
         # name its uid (they are the TFJob's own).
-        self.tfjob = as_created(builders.build_tfjob(run, self.code_status().get("code", {}).get("sha256")),
-                                str(uuid.uuid4()))
+        self.tfjob = as_created(builders.build_tfjob(run, self.code_status().get("code", {}).get("sha256"),
+                                                     tracking_uri), str(uuid.uuid4()))  # fmt: skip
         self.pvc = builders.build_pvc(run)
         job = self.tfjob["spec"]
         self.success_policy = job.get("successPolicy", "")
@@ -400,17 +401,22 @@ def run_file(
     given: Mapping[str, Any] | None = None,
     network: Callable[[], str | None] = lambda: None,
     loopback_only: bool = False,
+    backup: str | None = None,
+    data: str | None = None,
 ) -> int:
     """`dtr run FILE` (a run file, with --code its code's file) or `dtr run FILE.py` (the run `dtr submit FILE.py`
     would send, `given` its options): exit 0 when the run Succeeded, 1 when it Failed, 130 interrupted; bad input
     is a RunError, or a translate.TranslateError for a pod a local process cannot play (both one line, exit 2 in
     dtr_cli). network() readies the network the workers will share, once the input is good: None, or a warning to
-    print (netns.py); loopback_only: it gives them loopback only, where no object store answers."""
-    local = _prepare_run(path, base_dir, python, Console(out), code, given or {})
-    if loopback_only and local.run.object_store is not None:
-        raise RunError(f"{local.run.name} reads or writes the object store {local.run.object_store.endpoint} "
-                       "(spec.objectStore), which workers on a loopback of their own cannot reach: dtr run "
-                       "--host-network (docs/local.md#network)")  # fmt: skip
+    print (netns.py); loopback_only: it gives them loopback only, where no object store answers; backup and data:
+    start.before_start's (--resume or --fresh, --data)."""
+    uri, note = tracking_uri(os.environ, loopback_only)  # the operator's --mlflow-tracking-uri, played
+    local = _prepare_run(path, base_dir, python, Console(out), code, given or {}, uri)
+    check_network(local.run, loopback_only)
+    sha = local.code_status().get("code", {}).get("sha256")
+    for line in [*before_start(local.run, local.claim_dir(local.run.pvc_name), local.run_dir, STATUS_FILE, sha,
+                              backup, data), *([note] if note else [])]:  # fmt: skip
+        local.console.say(line)
     if (warning := network()) is not None:
         print(warning, file=sys.stderr, flush=True)
 
@@ -439,9 +445,8 @@ def run_file(
     return _report_end(local, local.record(phase, reason, message), local.claim_dir(run.pvc_name))
 
 
-def _prepare_run(
-    path: str, base_dir: Path, python: str, console: Console, code_path: str | None, given: Mapping[str, Any]
-) -> LocalRun:
+def _prepare_run(path: str, base_dir: Path, python: str, console: Console, code_path: str | None,
+                 given: Mapping[str, Any], tracking: str = "") -> LocalRun:  # fmt: skip
     """The run of the file, ready to execute; RunError (one line) when a file or the Python cannot be used."""
     if path.endswith(".py"):
         if code_path is not None:
@@ -456,7 +461,7 @@ def _prepare_run(
         raise RunError(
             f"the trainer's Python {python} does not exist: run `make setup-trainer` (or set DTR_TRAINER_PYTHON)"
         )
-    return LocalRun(run, base_dir, python, console, code)
+    return LocalRun(run, base_dir, python, console, code, tracking)
 
 
 def _read_code(path: str | None) -> submit.CodeFile | None:

@@ -173,7 +173,7 @@ class Children:
             if not isinstance(action, Create):
                 return self._act(run, action, created, retry)
             # The TFJob carries the digest the status records with it: its workers run no other file (builders).
-            pvc_manifest, tfjob_manifest = children(spec, action.code_sha256)
+            pvc_manifest, tfjob_manifest = children(spec, action.code_sha256, self.ctx.tracking_uri)
             if not action.pvc or created:
                 pvc_manifest = None  # not wanted, or created by an earlier round of this call
             if pvc_manifest is not None and self._create(pvc_manifest, f"PVC {spec.pvc_name}", created) is None:

@@ -83,6 +83,7 @@ class Context:
     default_image: str
     retries: Retries = Retries()
     now: Clock = utc_now
+    tracking_uri: str = ""  # the admin's MLflow server for every run's chief (settings.py; docs/tracking.md)
 
     def parsed(self, body: Mapping[str, Any]) -> ObservedRun | None:
         """The run, or None when its spec does not parse (reconcile_run records why)."""

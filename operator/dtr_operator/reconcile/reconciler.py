@@ -82,6 +82,7 @@ class Reconciler:
     phases: metrics.PhaseTracker = field(default_factory=metrics.PhaseTracker)
     figures: metrics.RunFigures = field(default_factory=metrics.RunFigures)
     now: Clock = utc_now
+    tracking_uri: str = ""  # --mlflow-tracking-uri: the trainers' MLFLOW_TRACKING_URI (builders.trainer_env)
     ctx: Context = field(init=False)
     mirror: Mirror = field(init=False)
     progress: Progress = field(init=False)
@@ -91,7 +92,7 @@ class Reconciler:
     guard: Guard = field(init=False)
 
     def __post_init__(self) -> None:
-        self.ctx = Context(self.kube, self.emit, self.default_image, self.retries, self.now)
+        self.ctx = Context(self.kube, self.emit, self.default_image, self.retries, self.now, self.tracking_uri)
         self.mirror = Mirror(self.ctx)
         self.progress = Progress(self.ctx)
         self.guard = Guard(self.ctx)

@@ -20,13 +20,17 @@ KEPT_SPEC = ("workers", "suspend", "queueName", "training", "storage", "resource
              "objectStore", "export")
 # Of export, where the versions go (the status's model); allowedPublishers only makes the TFJob (up to 16 run names).
 LEFT_OF_EXPORT = ("allowedPublishers",)
+# Of training, what only makes the TFJob (the trainer's --params), never the status: a TFJob made again is made from
+# the run read anew (reconcile/children.py), not from this copy.
+LEFT_OF_TRAINING = ("params",)
 
 
 def kept_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """KEPT_SPEC of a run's spec, without what of export only makes the TFJob (not copied)."""
+    """KEPT_SPEC of a run's spec, without what of export and training only makes the TFJob (not copied)."""
     kept = {k: spec[k] for k in KEPT_SPEC if k in spec}
-    if isinstance(kept.get("export"), Mapping):
-        kept["export"] = {k: v for k, v in kept["export"].items() if k not in LEFT_OF_EXPORT}
+    for part, left in (("export", LEFT_OF_EXPORT), ("training", LEFT_OF_TRAINING)):
+        if isinstance(kept.get(part), Mapping):
+            kept[part] = {k: v for k, v in kept[part].items() if k not in left}
     return kept
 
 

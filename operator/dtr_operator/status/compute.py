@@ -102,7 +102,7 @@ def _explained(
         summary = parse_summary(termination_message(chief_pod(pods)), run.pvc_name if run.has_volume else None)
         if summary.model and summary.headline and summary.problem is None:
             name, value = summary.headline
-            done = f"{name} {value:.4f}, model exported to {summary.model['path']}"
+            done = f"{name} {value:.4f}, model exported to {summary.model['path']}{summary.stopped_text()}"
             return State(SUCCEEDED, TRAINING_SUCCEEDED, done, created=True), summary
         partial = f"training succeeded, but {summary.problem}"
         return State(SUCCEEDED, METRICS_UNAVAILABLE, partial, created=True), summary
@@ -228,7 +228,8 @@ def tfjob_status(
     if summary is not None:
         status |= _summary_fields(summary)
     if state.phase == SUCCEEDED:
-        status["progress"] = final_progress(previous.get("progress"), run.training.epochs, now)
+        done = summary.stopped_early[0] if summary is not None and summary.stopped_early else None
+        status["progress"] = final_progress(previous.get("progress"), run.training.epochs, now, done)
     return status
 
 

@@ -82,13 +82,16 @@ def running_progress(previous: Mapping[str, Any], end: EpochEnd | None, now: str
     return {**previous, "progress": progress}
 
 
-def final_progress(previous: Mapping[str, Any] | None, epochs: int, now: str) -> dict[str, Any]:
-    """status.progress of a run that succeeded: every epoch done, nothing left; the last epoch's figures kept."""
+def final_progress(previous: Mapping[str, Any] | None, epochs: int, now: str,
+                   done: int | None = None) -> dict[str, Any]:
+    """status.progress of a run that succeeded: every epoch done (or `done`, where a callback stopped it early),
+    nothing left; the last epoch's figures kept."""
+    done = epochs if done is None else done
     return {
         **(previous or {}),
-        "epoch": epochs,
+        "epoch": done,
         "epochs": epochs,
-        "epochsDone": f"{epochs}/{epochs}",
+        "epochsDone": f"{done}/{epochs}",
         "progressPercentage": 100,
         "estimatedRemainingSeconds": 0,
         "lastUpdatedTime": now,

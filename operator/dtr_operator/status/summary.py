@@ -19,6 +19,14 @@ class Summary:
     model: dict[str, Any] | None
     problem: str | None
     headline: tuple[str, float] | None = None  # the run's headline metric: (name, value)
+    stopped_early: tuple[int, int, str] | None = None  # (epoch, epochs, reason): a callback of the run's code ended it
+
+    def stopped_text(self) -> str:
+        """`; stopped early at epoch 4 of 10: <reason>` for the status's message, or nothing."""
+        if self.stopped_early is None:
+            return ""
+        epoch, epochs, reason = self.stopped_early
+        return f"; stopped early at epoch {epoch} of {epochs}: {clean_text(reason, MAX_REASON)}"
 
 
 def parse_summary(message: str | None, claim: str | None) -> Summary:
@@ -37,7 +45,7 @@ def parse_summary(message: str | None, claim: str | None) -> Summary:
     lacking = [f"its headline metric {wanted}"] * (headline is None) + [chief_summary.MODEL_PATH] * (model is None)
     problem = f"the chief worker's summary lacks {' and '.join(lacking)}" if lacking else None
     # status.metrics are the summary's figures under the summary's own names (docs/api.md).
-    return Summary(found.metrics() or None, model, problem, headline)
+    return Summary(found.metrics() or None, model, problem, headline, found.stopped_early)
 
 
 def headline_text(headline: tuple[str, float]) -> str:
@@ -47,6 +55,7 @@ def headline_text(headline: tuple[str, float]) -> str:
 
 
 MAX_MODEL_PATH = 1024
+MAX_REASON = 200  # characters of a stop's reason in the status's message
 
 
 def _summary_model(found: chief_summary.Summary, claim: str | None) -> dict[str, Any] | None:

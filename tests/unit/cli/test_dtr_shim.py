@@ -64,3 +64,44 @@ def test_the_help_without_an_environment_lists_exactly_the_registered_commands()
     for module in cli.COMMANDS:
         module.add_parser(sub)
     assert listed == set(sub.choices)
+
+
+def test_a_build_to_come_is_said_with_its_size_and_pips_progress_goes_through(tmp_path):
+    """The first ./dtr (no .venv yet: make -q says the targets are out of date) says what it builds and how big before
+    minutes of pip, and empties PIP_QUIET so that pip's progress shows; an environment already built says nothing."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "dtr").write_bytes((REPO / "dtr").read_bytes())
+    (root / "dtr").chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "make-calls"
+    # make -q TARGET: out of date unless TARGET is in $BUILT; a build: recorded, and it fails (nothing to build here).
+    (bin_dir / "make").write_text(
+        '#!/bin/sh\ncase " $* " in *" -q "*) for t in $BUILT; do case " $* " in *" $t "*) exit 0;; esac; done; exit 1;;'
+        f' esac\necho "$*" >>{calls}\nexit 2\n'
+    )  # fmt: skip
+    (bin_dir / "make").chmod(0o755)
+
+    def dtr(*args: str, built: str = "") -> subprocess.CompletedProcess[str]:
+        calls.unlink(missing_ok=True)
+        env = {**clean_env(), "PATH": f"{bin_dir}:/usr/bin:/bin", "BUILT": built}
+        env.pop("DTR_TRAINER_PYTHON", None)
+        return subprocess.run([str(root / "dtr"), *args], env=env, capture_output=True, text=True, timeout=30,
+                              check=False)  # fmt: skip
+
+    first = dtr("run", "x.yaml")
+    assert first.returncode == 1 and first.stdout == ""
+    said = first.stderr.splitlines()[0]
+    assert said.startswith("dtr: building the operator environment (.venv/op: the CLI and the operator, about 0.5 GB)")
+    assert "and the trainer environment (.venv/trainer: TensorFlow 2.11, about 2 GB)" in said
+    assert "pip's progress below" in said
+    assert calls.read_text().split() == ["-s", "--no-print-directory", "-C", str(root), "PIP_QUIET=", "setup-op",
+                                         "setup-trainer"]  # fmt: skip
+    # Only the trainer's to build: only it is named.
+    trainer_only = dtr("run", "x.yaml", built="setup-op")
+    assert "the operator environment" not in trainer_only.stderr and "the trainer environment" in trainer_only.stderr
+    # Both built (make -q: up to date): no line, pip as quiet as ever, make still asked (it checks the Pythons).
+    quiet = dtr("render", "x.yaml", built="setup-op")
+    assert "building" not in quiet.stderr, quiet.stderr
+    assert calls.read_text().split() == ["-s", "--no-print-directory", "-C", str(root), "setup-op"]

@@ -156,6 +156,22 @@ def test_progress_gives_each_epoch_the_status_showed_and_ends_with_the_run() -> 
     assert [p.epoch for p in TrainingClient(backend).progress("d")] == [1, 2, 3]
 
 
+class SpecBackend(ScriptedBackend):
+    def __init__(self, spec: dict[str, Any]):
+        super().__init__([])
+        self.given = spec
+
+    def spec(self, name: str) -> dict[str, Any]:
+        return self.given
+
+
+def test_params_are_the_runs_spec_training_params_or_none() -> None:
+    params = {"width": 64, "deep": True}
+    assert TrainingClient(SpecBackend({"training": {"params": params}})).params("d") == params
+    assert TrainingClient(SpecBackend({"training": {"epochs": 3}})).params("d") == {}
+    assert TrainingClient(SpecBackend({})).params("d") == {}
+
+
 # ---- the local backend ------------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from dtr_operator import kube
 from dtr_operator.api import JOB_NAME_LABEL
 from dtr_operator.spec import created_pvc_name
 
+from support.fake_kube import CLUSTER_TRAINER_IMAGE, operator_deployment
 from support.local_exec import VolumeKube
 from support.runs import UNIT_NAMESPACE as NS
 from support.runs import run_doc
@@ -109,6 +110,7 @@ def test_without_a_history_file_the_local_backend_reads_the_chiefs_lines(tmp_pat
 def history_api(volume: Path, chief_log: str = "") -> VolumeKube:
     """Run r on claim c (the stand-in volume, where history's own program runs), its chief and the chief's log."""
     fake = VolumeKube(volume, NS)
+    fake.put(operator_deployment(NS))
     fake.put(run_doc("r", NS, {"storage": {"claimName": "c"}}))
     labels = {JOB_NAME_LABEL: "r", "training.kubeflow.org/replica-index": "0"}
     fake.put({"metadata": {"name": "r-worker-0", "labels": labels}}, "Pod")
@@ -124,6 +126,7 @@ def test_cluster_history_is_read_from_the_volume_by_a_read_only_pod_that_is_dele
     assert [p.epoch for p in found] == [1, 2]
     (pod,) = fake.created
     assert pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c", "readOnly": True}
+    assert pod["spec"]["containers"][0]["image"] == CLUSTER_TRAINER_IMAGE  # the cluster's, not this machine's
     assert fake.deleted == [pod["metadata"]["name"]]
 
     async def in_a_notebook() -> list[Progress]:  # a kernel's event loop runs in the caller's thread
@@ -192,6 +195,14 @@ def test_the_spec_diff_names_differing_fields_and_leaves_out_shared_ones_and_def
     assert spec_differences(specs) == [("spec.training.epochs", [3, 5, 3]), ("spec.workers", [2, 2, 3])]
     assert spec_differences({"a": specs["a"]}) == []
     assert flatten({"x": {"y": [1, 2], "z": {}}}) == {"spec.x.y": [1, 2], "spec.x.z": {}}
+
+
+def test_the_spec_diff_shows_each_param_that_differs() -> None:
+    specs = {"a": {"training": {"params": {"width": 32, "opt": "sgd"}}},
+             "b": {"training": {"params": {"width": 64, "opt": "sgd"}}},
+             "c": {"training": {"params": {"opt": "sgd", "deep": True}}}}  # fmt: skip
+    assert spec_differences(specs) == [("spec.training.params.deep", ["-", "-", True]),
+                                       ("spec.training.params.width", [32, 64, "-"])]  # fmt: skip
 
 
 def test_compare_prints_final_figures_side_by_side_then_the_differences() -> None:

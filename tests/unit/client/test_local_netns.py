@@ -77,8 +77,8 @@ def test_a_port_on_every_interface_is_reachable_from_the_network_only_without_th
 def _secret_env(build_tfjob):
     """builders.build_tfjob with an env var from a Secret: a pod `dtr run` refuses when it starts the workers."""
 
-    def build(run, code_sha256=None):
-        tfjob = build_tfjob(run, code_sha256)
+    def build(run, code_sha256=None, tracking_uri=""):
+        tfjob = build_tfjob(run, code_sha256, tracking_uri)
         for container in tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]:
             container["env"].append({"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
         return tfjob

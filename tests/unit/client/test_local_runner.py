@@ -122,8 +122,8 @@ def test_a_pod_a_local_process_cannot_play_is_one_line_not_a_traceback(tmp_path,
     command's one way from an error to an exit code, dtr_cli.command)."""
     build_tfjob = builders.build_tfjob
 
-    def with_a_secret(run, code_sha256=None):
-        tfjob = build_tfjob(run, code_sha256)
+    def with_a_secret(run, code_sha256=None, tracking_uri=""):
+        tfjob = build_tfjob(run, code_sha256, tracking_uri)
         for container in tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]:
             container["env"].append({"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
         return tfjob

@@ -123,7 +123,41 @@ def test_dry_run_prints_both_objects_and_creates_nothing(model: Path, capsys: py
                                        "metric": "mae"}  # fmt: skip
 
 
+def test_params_go_into_the_run_typed_as_written(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["submit", str(model), "-n", "ml", "--param", "width=64", "--param", "dropout=0.25", "--param", "deep=true",
+            "--param", "opt=sgd", "--param", 'tag="7"', "--param", "width=32", "--dry-run"]
+    assert cli.main(argv) == 0
+    _, run = yaml.safe_load_all(capsys.readouterr().out)
+    params = run["spec"]["training"]["params"]
+    assert params == {"width": 32, "dropout": 0.25, "deep": True, "opt": "sgd", "tag": "7"}, "the last width wins"
+    assert parse_run(run).training.params == params
+
+
+def test_the_lines_after_a_submit_with_params_name_them(model: Path) -> None:
+    cm, doc = submit.manifests(str(model), {"name": None, "claim": None, "image": None,
+                                            submit.PARAMS: {"width": 64, "deep": True}}, "ml")  # fmt: skip
+    assert submit_command._watch_lines(doc, cm)[0].endswith("; params deep=true width=64")
+
+
+def test_dtr_run_takes_params_as_dtr_submit_does(model: Path) -> None:
+    run, _ = source.code_run(str(model), {"name": None, submit.PARAMS: {"width": 8}})
+    assert run.training.params == {"width": 8}
+
+
 @pytest.mark.parametrize(("extra", "words"), [
+    (["--param", "width"], "argument --param: 'width': give name=value"),
+    (["--param", "1w=2"], "argument --param: '1w' is not a name"),
+    (["--param", "w=" + "x" * 33], "argument --param: w: must be at most 32 characters"),
+])  # fmt: skip
+def test_a_param_that_is_no_assignment_is_a_usage_error(model: Path, capsys: pytest.CaptureFixture[str],
+                                                        extra: list[str], words: str) -> None:  # fmt: skip
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["submit", str(model), "-n", "ml", "--dry-run", *extra])
+    assert exit_.value.code == 2 and words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    ([arg for i in range(13) for arg in ("--param", f"p{i}=1")], "spec.training.params: must have at most 12"),
     ([flags.EPOCHS, "0"], "spec.training.epochs: must be between 1 and 1000"),
     ([flags.DATASET, "/etc"], "spec.training.dataset: must be"),
     ([flags.METRIC, "val loss"], "spec.training.metric: must be a metric name"),
@@ -254,6 +288,7 @@ def test_a_configmap_without_a_local_stand_in_is_not_provided() -> None:
 
 @pytest.mark.parametrize(("argv", "words"), [
     (["RUN.yaml", flags.EPOCHS, "3"], "the training options go with FILE.py"),
+    (["RUN.yaml", "--param", "width=3"], "the training options go with FILE.py"),
     (["MODEL", flags.CODE, "MODEL"], "is the run's code already"),
 ])  # fmt: skip
 def test_dtr_run_options_that_do_not_fit_the_file_are_bad_input(

@@ -113,12 +113,6 @@ def test_the_url_is_on_loopback():
     assert board.url(6123) == "http://127.0.0.1:6123/"
 
 
-def test_the_image_is_the_one_the_operator_gave_the_workers():
-    tfjob = build_tfjob(parse_run(make_run({}), default_image="operator-default:7"))
-    assert board.tfjob_image(tfjob) == "operator-default:7"
-    assert board.tfjob_image(None) is None and board.tfjob_image({"spec": {}}) is None
-
-
 def test_the_local_log_dirs_are_the_runs_on_the_claims_that_have_one(tmp_path: Path):
     (tmp_path / "a" / "logs" / "r").mkdir(parents=True)
     (tmp_path / "b" / "logs" / "other").mkdir(parents=True)

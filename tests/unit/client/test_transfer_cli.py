@@ -17,6 +17,7 @@ from dtr_client import copier, transfer, volume
 from dtr_contract import layout
 from dtr_operator import kube
 
+from support.fake_kube import CLUSTER_TRAINER_IMAGE, operator_deployment
 from support.local_exec import VolumeKube, make_tree, on_volume, written
 
 NS = "ml"
@@ -38,6 +39,7 @@ def cluster(tmp_path, monkeypatch) -> VolumeKube:
     root = tmp_path / "volume"
     root.mkdir()
     fake = VolumeKube(root, NS)
+    fake.put(operator_deployment(NS))  # the transfer pods' image is its (dtr_client.images; test_images.py)
     events(fake)
     monkeypatch.setattr(kube.Kube, "for_cli", classmethod(lambda cls: fake))
     monkeypatch.setattr(volume, "DELETE_WAIT", 1.0)
@@ -79,6 +81,7 @@ def test_put_a_tree_then_get_it_back_as_a_model_version_through_pods_that_are_go
     assert put_pod["metadata"]["name"].startswith("dtr-put-c-") and get_pod["metadata"]["name"].startswith("dtr-get-c-")
     assert put_pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c", "readOnly": False}
     assert get_pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "c", "readOnly": True}
+    assert {p["spec"]["containers"][0]["image"] for p in (put_pod, get_pod)} == {CLUSTER_TRAINER_IMAGE}
     assert cluster.deleted == [put_pod["metadata"]["name"], get_pod["metadata"]["name"]] and not cluster.pods
     assert [argv[5] for argv in cluster.execs] == ["receive", "list", "send"]
 
@@ -313,3 +316,20 @@ def test_a_run_with_no_volume_has_no_claim_to_copy_to(cluster, tmp_path, capsys)
     assert dtr("data", "put", "--run", "nv", str(tmp_path / "f")) == 1
     assert "nv has no volume (spec.storage.volume false)" in capsys.readouterr().err
     assert not cluster.created
+
+
+def test_without_an_image_the_cluster_has_nothing_is_copied_and_the_error_says_what_to_give(cluster, tmp_path, capsys):
+    """No operator Deployment to read and a claim, not a run: no image dtr may trust the nodes to have (never this
+    machine's default), so no pod; --image names one, and the progress lines say where it came from."""
+    cluster.objects.clear()  # no operator Deployment any more (the fixture put one)
+    cluster.put({"metadata": {"name": "c"}, "spec": {"accessModes": ["ReadWriteOnce"]}}, "PersistentVolumeClaim")
+    local = tmp_path / "wine.csv"
+    local.write_bytes(b"a,b\n")
+    assert dtr("data", "put", "--claim", "c", str(local)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dtr data put: dtr cannot tell which trainer image this cluster's nodes have"), err
+    assert "no operator's Deployment found watching namespace ml" in err and "--image IMAGE" in err
+    assert not cluster.created
+    assert main(["data", "put", "--claim", "c", str(local), "-n", NS, "--image", "mine:1"]) == 0
+    assert "dtr: the transfer pod's image: mine:1 (--image)\n" in capsys.readouterr().err
+    assert [p["spec"]["containers"][0]["image"] for p in cluster.created] == ["mine:1"]

@@ -13,7 +13,7 @@ from support.repo import REPO, clean_env
 DOCTOR = REPO / "deploy" / "doctor.sh"
 BASH = shutil.which("bash") or "/bin/bash"
 # What doctor.sh itself calls, beside the tools it checks for.
-COREUTILS = ("bash", "dirname", "sed", "head", "tail", "awk", "df", "timeout", "perl", "cat", "readlink")
+COREUTILS = ("bash", "dirname", "sed", "head", "tail", "awk", "df", "timeout", "perl", "cat", "readlink", "uname")
 
 
 def real_python311() -> str:
@@ -103,3 +103,73 @@ def test_doctor_passes_when_make_run_can_run_and_names_what_make_test_lacks(bare
     (test_line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("make test:")]
     assert "missing" in test_line and "go" in test_line.split() and "make run does not" in test_line
     assert proc.returncode == 0, proc.stdout
+
+
+def fake(bindir: Path, name: str, script: str) -> None:
+    (bindir / name).unlink(missing_ok=True)
+    (bindir / name).write_text("#!/bin/sh\n" + script)
+    (bindir / name).chmod(0o755)
+
+
+def on(env: dict[str, str], system: str, machine: str) -> dict[str, str]:
+    """The bare PATH with an uname that says SYSTEM MACHINE (macOS on Apple Silicon: Darwin arm64)."""
+    answers = f'case "$1" in -s) echo {system} ;; -m) echo {machine} ;; *) echo {system} ;; esac\n'
+    fake(Path(env["PATH"]), "uname", answers)
+    return env
+
+
+def lines_of(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    return {ln.split()[1]: ln for ln in proc.stdout.splitlines()[1:] if ln and not ln.startswith("make ")}
+
+
+def test_doctor_on_a_mac_says_what_works_there_instead_of_make_run_ready(bare_path):
+    proc = doctor(env={**on(bare_path, "Darwin", "arm64"), "PY_TRAINER": real_python311()})
+    assert proc.returncode == 1, proc.stdout
+    platform = lines_of(proc)["platform"]
+    assert platform.startswith("MISSING") and "Darwin arm64" in platform and "needs Linux x86_64" in platform
+    (verdict,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("make run:")]
+    assert "ready" not in verdict and "not on Darwin arm64" in verdict
+    for works in ("the client (make setup-op, ./dtr)", "dtr submit", "make k3d-up"):
+        assert works in verdict, verdict
+    # The trainer's environment is refused before pip runs; the client's is not concerned.
+    refused = doctor("-q", "setup-trainer", env=bare_path)
+    assert refused.returncode == 1 and refused.stdout.startswith("MISSING  platform "), refused.stdout
+    client = doctor("setup-op", env=bare_path)
+    assert client.returncode == 0 and "platform" not in client.stdout, client.stdout
+
+
+def test_doctor_on_linux_arm64_says_local_training_is_untested(bare_path):
+    trainer_python = subprocess.run([BASH, str(DOCTOR), "--find-python3.9"], env=clean_env(), capture_output=True,
+                                    text=True, check=True).stdout.strip()  # fmt: skip
+    assert trainer_python, "this machine has no python3.9 (make setup needs one)"
+    proc = doctor(env={**on(bare_path, "Linux", "aarch64"), "PY_TRAINER": trainer_python})
+    assert lines_of(proc)["platform"].startswith("warn") and "never installed or run" in proc.stdout
+    (verdict,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("make run:")]
+    assert verdict.startswith("make run:  ready, but untested on Linux aarch64") and "dtr submit" in verdict
+    assert proc.returncode == 0, proc.stdout
+
+
+KUBECTL = """case "$*" in
+  *"version -o json") [ -n "$MINOR" ] || exit 1
+    printf '{\\n  "serverVersion": {\\n    "major": "1",\\n    "minor": "%s"\\n  }\\n}\\n' "$MINOR" ;;
+  "config current-context") echo lab ;;
+  *) exit 1 ;;
+esac
+"""
+
+
+@pytest.mark.parametrize(("minor", "status"), [("29+", "MISSING"), ("30", "ok"), ("", None)])
+def test_doctor_checks_the_current_clusters_kubernetes_against_the_installs_floor(bare_path, minor, status):
+    """The floor install.sh refuses below (deploy/lib.sh, one home), said for the cluster kubectl reaches; nothing when
+    no cluster answers."""
+    fake(Path(bare_path["PATH"]), "kubectl", KUBECTL)
+    proc = doctor("k3d-up", env={**bare_path, "MINOR": minor})
+    line = lines_of(proc).get("kubernetes")
+    if status is None:
+        assert line is None, proc.stdout
+        return
+    assert line.startswith(status), line
+    if status == "MISSING":
+        assert "lab: the cluster runs Kubernetes 1.29; the install needs 1.30 or newer" in line
+    else:
+        assert "lab runs Kubernetes 1.30" in line

@@ -224,12 +224,15 @@ FAKE_KUBECTL = """\
 #!/bin/sh
 echo "kubectl $*" >>"$CALLS"
 case "$*" in
-  kustomize*) printf '%s\\n' 'kind: Namespace' 'metadata:' '  name: dtr-system' --- 'kind: ClusterRole' 'metadata:' \\
-    '  labels:' '    a: b' '  name: dtr-operator' --- 'kind: ServiceAccount' 'metadata:' '  name: dtr-operator' ;;
+  kustomize*) [ -z "$TEAM_OVERLAY" ] || { printf '%s\\n' 'kind: Namespace' 'metadata:' '  name: dtr-ml-team' --- \\
+    'kind: Deployment' 'metadata:' '  name: dtr-operator' '  namespace: dtr-ml-team'; exit 0; }
+    printf '%s\\n' 'kind: Namespace' 'metadata:' '  name: dtr-system' --- 'kind: ClusterRole' 'metadata:' \\
+    '  labels:' '    a: b' '  name: dtr-operator' --- 'kind: ServiceAccount' 'metadata:' '  name: dtr-operator' \\
+    --- 'kind: CustomResourceDefinition' 'metadata:' '  name: disttrainingruns.distml.dev' ;;
   "auth can-i"*) echo yes ;;
   "config current-context") echo k3d-dtr ;;
-  "get crd"*) exit 1 ;;
-  "version -o json") [ -z "$KUBE_MINOR" ] ||
+  "get crd"*) [ -n "$CRD_EXISTS" ] || exit 1 ;;
+  *"version -o json") [ -z "$KUBE_MINOR" ] ||
     printf '{\n  "serverVersion": {\n    "major": "1",\n    "minor": "%s"\n  }\n}\n' "$KUBE_MINOR" ;;
   *endpointslices*addresses*) echo 172.18.0.2 ;;
   *endpointslices*port*) echo 6443 ;;
@@ -424,6 +427,21 @@ def test_k3d_up_refuses_a_kubernetes_older_than_the_admission_policies_need(mac)
     assert "the cluster runs Kubernetes 1.29; the install needs 1.30 or newer" in proc.stdout + proc.stderr
     assert not mac.calls("kubectl apply"), "nothing applied"
     assert mac.run("deploy/k3d/up.sh", DTR_SKIP_BUILD="1", DTR_TIMEOUT="30", KUBE_MINOR="30").returncode == 0
+
+
+def test_install_of_a_team_operator_acts_in_its_namespace_and_needs_the_crd_there(mac):
+    """DTR_DEPLOY=deploy/team (its Deployment in dtr-ml-team, no CRD of its own): refused on a cluster without the CRD,
+    before anything is applied; beside it, the rollout and the egress policy are the team namespace's."""
+    settings = {"DTR_IMPORT": "none", "DTR_SKIP_BUILD": "1", "TEAM_OVERLAY": "1", "DTR_OPERATOR_EGRESS": "open"}
+    line = one_error_line(mac.run("deploy/install.sh", **settings))
+    assert "installs an operator beside one that brings the DistTrainingRun CRD" in line, line
+    assert "install deploy/namespaced/ first" in line and not mac.calls("kubectl apply")
+    proc = mac.run("deploy/install.sh", CRD_EXISTS="1", **settings)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "in namespaces: dtr-ml-team (the operator)" in proc.stdout
+    assert mac.calls("kubectl -n dtr-ml-team rollout status deployment/dtr-operator --timeout=180s")
+    assert mac.calls("kubectl -n dtr-ml-team delete networkpolicy dtr-operator-egress --ignore-not-found")
+    assert not [c for c in mac.calls("kubectl -n dtr-system")], "nothing in dtr-system"
 
 
 @pytest.mark.skipif(not os.environ.get("DTR_BASH32"), reason="DTR_BASH32 unset: the checks above ran with " + BASH)

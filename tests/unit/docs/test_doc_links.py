@@ -15,7 +15,6 @@ DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 LINK = re.compile(r"\]\(([\w.#/-][^)\s]*)\)")  # not a regex in a quoted message: "([-a-z0-9]*...)"
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 SCRIPT_POINTER = re.compile(r"docs/([\w.-]+\.md), '([^']+)'")
-PICTURES = set(re.findall(r"[\w-]+\.png", (REPO / "docs" / "pictures.py").read_text()))
 
 
 def slug(heading: str) -> str:
@@ -66,8 +65,6 @@ def test_every_relative_link_leads_to_a_file_and_heading_that_exist(doc: Path) -
             continue
         file_part, _, anchor = target.partition("#")
         path = (doc.parent / file_part).resolve() if file_part else doc
-        if not path.exists() and path.name in PICTURES:
-            continue  # drawn by `make pictures`, not kept in git (docs/pictures.py)
         if not path.exists():
             broken.append(f"{doc.name}:{number}: {target}: no such file")
         elif anchor and path.suffix == ".md" and anchor not in anchors(path):

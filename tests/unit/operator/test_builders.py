@@ -90,6 +90,7 @@ def test_trainer_args_for_defaults_follow_the_contract():
         "--batch-size-per-worker", "64",
         "--learning-rate", "0.001",
         "--seed", "42",
+        "--validate-every", "1",
         "--data-dir", "/mnt/dtr/data",
         "--export-dir", "/mnt/dtr/models/mnist-cnn",
         "--backup-dir", f"/mnt/dtr/backup/mnist-cnn/{UID}",
@@ -112,6 +113,10 @@ ARGS = [
     ({"training": {"learningRate": 0.0005}}, "--learning-rate", "0.0005"),
     ({"training": {"learningRate": 1e-05}}, "--learning-rate", "1e-05"),
     ({"training": {"seed": 7}}, "--seed", "7"),
+    ({"training": {"validateEvery": 0}}, "--validate-every", "0"),
+    ({}, "--params", None),
+    ({"training": {"params": {"width": 64, "lr": 0.5, "deep": False, "opt": "sgd"}}}, "--params",
+     '{"deep":false,"lr":0.5,"opt":"sgd","width":64}'),
     ({"export": {"modelName": "digits_v2"}}, "--export-dir", "/mnt/dtr/models/digits_v2"),
     # datasetSource's caps: the API's defaults, and a quantity as the bytes the trainer takes
     ({}, "--dataset-max-bytes", None),

@@ -36,7 +36,7 @@ def test_the_pod_says_which_run_it_trains_for():
         "image": "reg/t:2",
         "imagePullPolicy": "IfNotPresent",
         "training": {"model": "cnn", "dataset": "digits", "epochs": 3, "batchSizePerWorker": 64,
-                     "learningRate": 0.001, "seed": 42},
+                     "learningRate": 0.001, "seed": 42, "validateEvery": 1},
         "storage": {"size": "1Gi", "accessMode": "ReadWriteOnce", "reclaimPolicy": "Retain", "volume": True},
         "export": {"modelName": "mnist-cnn"},
         "restartPolicy": "OnFailure",
@@ -76,6 +76,10 @@ valid_specs = st.fixed_dictionaries({}, optional={
         "stepsPerEpoch": st.integers(1, 1_000_000),
         "learningRate": st.floats(1e-9, 10),
         "seed": st.integers(0, 2**31 - 1),
+        "validateEvery": st.integers(0, 1000),
+        "params": st.dictionaries(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True),
+                                  st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False)
+                                  | st.booleans() | st.text(max_size=8), max_size=4),
     }),
     "storage": st.one_of(
         st.fixed_dictionaries({}, optional={"size": st.sampled_from(["1Gi", "500Mi"]),

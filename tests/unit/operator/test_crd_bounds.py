@@ -1,7 +1,9 @@
-"""The largest spec the API server can admit, computed from the generated CRD alone (crds/disttrainingrun.yaml):
-every string, list and map in spec must be bounded there (maxLength, maxItems, maxProperties and, for a map's keys,
-the generated `size(k) <= N` rule), so a new unbounded field fails here. Why it matters: the operator and kopf hold
-runs in memory, and a tenant may create many (docs/performance.md#operator-memory)."""
+"""The largest spec the API server can admit, computed from the generated CRD (crds/disttrainingrun.yaml): every
+string, list and map in spec must be bounded there (maxLength, maxItems, maxProperties and, for a map's keys, the
+generated `size(k) <= N` rule), so a new unbounded field fails here. Why it matters: the operator and kopf hold
+runs in memory, and a tenant may create many (docs/performance.md#operator-memory). One map's keys are bounded at
+admission instead, where no CEL rule of the CRD can see them: spec.training.params' (deploy/base/admission.yaml,
+read here too)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,17 @@ from support.repo import REPO
 MAX_SPEC_CHARS = 72 * 1024
 NUMBER_CHARS = 24  # -9223372036854775808 and any double as JSON
 KEY_BOUND = re.compile(r"self\.all\(k, size\(k\) <= (\d+)")
+# Bounded by the admission policy's grammar of the names, not by the CRD: its longest name, read from the policy.
+ADMITTED_KEYS = {"spec.training.params": re.compile(r"k\.matches\('\^\[A-Za-z_\]\[A-Za-z0-9_\]\{0,(\d+)\}\$'\)")}
+
+
+def _admitted_key_chars(path: str) -> int | None:
+    """The longest key the admission policy admits in the map at path, or None: it does not bound that map."""
+    if path not in ADMITTED_KEYS:
+        return None
+    text = (REPO / "deploy" / "base" / "admission.yaml").read_text()
+    match = ADMITTED_KEYS[path].search(text)
+    return None if match is None else 1 + int(match.group(1))
 
 
 class Unbounded(AssertionError):
@@ -32,6 +45,8 @@ def _spec_schema() -> dict[str, Any]:
 
 def _key_chars(node: dict[str, Any], path: str) -> int:
     bounds = [int(m.group(1)) for v in node.get("x-kubernetes-validations", []) if (m := KEY_BOUND.match(v["rule"]))]
+    if (admitted := _admitted_key_chars(path)) is not None:
+        bounds.append(admitted)
     if not bounds:
         raise Unbounded(f"{path}: a map without a rule bounding its keys' length")
     return min(bounds)
@@ -63,6 +78,8 @@ def _object_chars(node: dict[str, Any], path: str) -> int:
 def max_chars(node: dict[str, Any], path: str = "spec") -> int:
     """The most characters of compact JSON the value at this schema node can take."""
     if node.get("x-kubernetes-preserve-unknown-fields") and "properties" not in node:
+        if "type" not in node and node.get("maxProperties") == 0 and node.get("maxItems") == 0:
+            return max(NUMBER_CHARS, len("false"), _string_chars(node, path))  # a scalar: a number, bool or string
         raise Unbounded(f"{path}: x-kubernetes-preserve-unknown-fields")
     if node.get("x-kubernetes-int-or-string"):
         return max(NUMBER_CHARS, _string_chars(node, path))

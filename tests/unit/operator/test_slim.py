@@ -4,6 +4,7 @@ events, the progress poll, the status writes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from dtr_operator.runtime.kept import KEPT_METADATA, slim
@@ -42,7 +43,9 @@ def test_a_kept_run_parses_to_what_its_readers_use():
     full, kept = parse_run(body), parse_run(slim(body))
     read = ("name", "namespace", "uid", "generation", "workers", "suspend", "queue_name", "training", "code",
             "storage", "resources", "pvc_name", "tfjob_name", "disruption")  # fmt: skip
+    full = dataclasses.replace(full, training=dataclasses.replace(full.training, params={}))  # the TFJob's alone
     assert {a: getattr(kept, a) for a in read} == {a: getattr(full, a) for a in read}
+    assert kept.training.params == {} != parse_run(body).training.params
 
 
 def test_a_kept_run_is_a_copy():

@@ -118,6 +118,11 @@ ACCEPTED = [
     ({"schedulingPolicy": {"queue": ""}}, "scheduling_policy.queue", ""),  # no minLength: the API server takes it
     ({"schedulingPolicy": {"minAvailable": 2, "queue": "q", "priorityClass": "p", "scheduleTimeoutSeconds": 60}},
      "scheduling_policy.min_available", 2),
+    ({}, "training.params", {}),
+    ({"training": {"params": {"width": 64, "dropout": 0.2, "opt": "sgd", "deep": False, "w" * 32: "x" * 32}}},
+     "training.params", {"width": 64, "dropout": 0.2, "opt": "sgd", "deep": False, "w" * 32: "x" * 32}),
+    ({}, "training.validate_every", 1),
+    ({"training": {"validateEvery": 0}}, "training.validate_every", 0),
 ]  # fmt: skip
 
 
@@ -241,6 +246,14 @@ REJECTED = [
     ({"schedulingPolicy": {"minAvailable": 3}}, "r", "spec.schedulingPolicy.minAvailable", "at most spec.workers"),
     ({"schedulingPolicy": {"minAvailable": 0}}, "r", "spec.schedulingPolicy.minAvailable", "at least 1"),
     ({"schedulingPolicy": {"gang": True}}, "r", "spec.schedulingPolicy.gang", "unknown field"),
+    ({"training": {"params": {"1w": 1}}}, "r", "spec.training.params", "'1w' is not a name"),
+    ({"training": {"params": {"w" * 33: 1}}}, "r", "spec.training.params", "at most 32"),
+    ({"training": {"params": {"w": "x" * 33}}}, "r", "spec.training.params.w", "at most 32 characters"),
+    ({"training": {"params": {"w": {}}}}, "r", "spec.training.params.w", "a number, a string or true/false"),
+    ({"training": {"params": {"w": [1]}}}, "r", "spec.training.params.w", "a number, a string or true/false"),
+    ({"training": {"params": {f"p{i}": i for i in range(13)}}}, "r", "spec.training.params", "at most 12 entries"),
+    ({"training": {"params": [1]}}, "r", "spec.training.params", "must be an object"),
+    ({"training": {"validateEvery": -1}}, "r", "spec.training.validateEvery", "between 0 and 1000"),
 ]
 
 

@@ -76,6 +76,21 @@ def test_success_reads_the_chief_summary():
     assert status["workersReady"] == "2/2"
 
 
+def test_a_run_a_callback_stopped_early_says_so_and_where_its_progress_ended():
+    reason = "EarlyStopping: val_loss did not improve for 2 epoch(s); best 0.2931 at epoch 1 (its weights restored)"
+    early = {**SUMMARY, "stoppedEarly": {"epoch": 2, "epochs": 3, "reason": reason}}
+    job = tfjob([cond("Created"), cond("Succeeded")], succeeded=2, start=T0, completion=T2)
+    previous = {"phase": "Running", "progress": {"epoch": 2, "epochs": 3, "epochsDone": "2/3", "metrics": []}}
+    status = tfjob_status(RUN, job, [pod(0, 0, json.dumps(early)), pod(1, 0, None)], previous, T2)
+    assert status["phase"] == "Succeeded" and status["reason"] == "TrainingSucceeded"
+    assert status["message"] == (f"accuracy 0.9800, model exported to /mnt/dtr/models/mnist-cnn/1; stopped early at "
+                                 f"epoch 2 of 3: {reason}")
+    assert (status["progress"]["epochsDone"], status["progress"]["epoch"]) == ("2/3", 2)
+    assert status["progress"]["estimatedRemainingSeconds"] == 0
+    ran_out = tfjob_status(RUN, job, DONE_PODS, previous, T2)
+    assert ran_out["progress"]["epochsDone"] == "3/3" and "stopped early" not in ran_out["message"]
+
+
 def test_summary_model_claim_is_the_existing_claim():
     run = parse_run(make_run({"storage": {"claimName": "shared"}}, uid="u"))
     status = tfjob_status(run, tfjob([cond("Succeeded")], succeeded=2), DONE_PODS, {}, T1)

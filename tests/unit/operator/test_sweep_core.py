@@ -1,0 +1,122 @@
+"""The sweep's pure core: spaces refused with the field named, points the same after a restart, the median rule,
+and what a sweep does next from its trials."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+from dtr_operator.sweep import space
+from dtr_operator.sweep.decide import Trial, decide, parse_sweep, point
+from dtr_operator.sweep.prune import MedianRule, median_stop
+
+SPACE = {"learningRate": {"logUniform": {"min": 1e-4, "max": 1e-1}},
+         "width": {"int": {"min": 16, "max": 64, "step": 16}}, "batchSizePerWorker": {"choice": [16, 32]},
+         "dropout": {"uniform": {"min": 0.0, "max": 0.5}}}
+
+
+def sweep_spec(**over):
+    spec = {"space": SPACE, "objective": {"metric": "val_accuracy", "goal": "maximize"}, "trials": 8,
+            "parallelTrials": 2, "seed": 7}
+    spec.update(over)
+    return parse_sweep(spec)
+
+
+@pytest.mark.parametrize("bad, field", [
+    ({}, "spec.space: must name at least one"),
+    ({"lr": {"normal": {"min": 0, "max": 1}}}, "spec.space.lr: unknown distribution 'normal'"),
+    ({"lr": {"choice": []}}, "spec.space.lr.choice: must be a non-empty list"),
+    ({"lr": {"uniform": {"min": 2, "max": 1}}}, "spec.space.lr.uniform: min 2 is more than max 1"),
+    ({"lr": {"logUniform": {"min": 0, "max": 1}}}, "spec.space.lr.logUniform.min: must be more than 0"),
+    ({"w": {"int": {"min": 1, "max": 4, "step": 0.5}}}, "spec.space.w.int: min, max and step must be integers"),
+    ({"w": {"uniform": {"min": 1, "max": 4, "step": 1}}}, "spec.space.w.uniform: unknown field 'step'"),
+    ({"lr": {"uniform": {"min": 0, "max": 1}, "choice": [1]}}, "spec.space.lr: must be exactly one of"),
+    ({"batchSizePerWorker": {"choice": [16, "a"]}}, "spec.space.batchSizePerWorker: must be a choice or int"),
+])
+def test_a_space_that_cannot_be_searched_is_refused_naming_the_field(bad, field):
+    with pytest.raises(space.SpaceError, match="^" + re.escape(field)):
+        space.parse_space(bad)
+
+
+def test_points_are_the_same_after_a_restart_and_stay_in_their_ranges():
+    sweep = sweep_spec()
+    first = [point(sweep, i) for i in range(8)]
+    assert first == [point(sweep_spec(), i) for i in range(8)], "drawn again from the seed and index alone"
+    assert first != [point(sweep_spec(seed=8), i) for i in range(8)]
+    for p in first:
+        assert 1e-4 <= p["learningRate"] <= 1e-1 and p["width"] in (16, 32, 48, 64)
+        assert p["batchSizePerWorker"] in (16, 32) and 0.0 <= p["dropout"] <= 0.5
+    logs = [math.log10(p["learningRate"]) for p in (point(sweep, i) for i in range(400))]
+    assert sum(lg < -2.5 for lg in logs) > 120, "log-uniform: half the draws below the range's log middle"
+
+
+def test_grid_enumerates_choice_and_int_and_refuses_a_continuous_range():
+    grid = sweep_spec(algorithm="grid", trials=100, space={"width": {"int": {"min": 16, "max": 32, "step": 16}},
+                                                          "batchSizePerWorker": {"choice": [16, 32, 64]}})
+    assert grid.trials == 6, "no more trials than grid points"
+    assert [point(grid, i) for i in range(6)] == [
+        {"batchSizePerWorker": b, "width": w} for b in (16, 32, 64) for w in (16, 32)]
+    with pytest.raises(space.SpaceError, match=r"spec\.space\.dropout: a uniform range has no grid points"):
+        sweep_spec(algorithm="grid")
+
+
+def test_a_point_sets_the_training_fields_and_the_rest_as_params():
+    training = {"epochs": 5, "learningRate": 0.01, "params": {"depth": 2}}
+    assert space.apply_point(training, {"learningRate": 0.001, "width": 32}) == {
+        "epochs": 5, "learningRate": 0.001, "params": {"depth": 2, "width": 32}}
+    assert training["params"] == {"depth": 2}, "the template is not changed"
+
+
+@pytest.mark.parametrize("bad, said", [
+    ({"objective": {"goal": "maximize"}}, "spec.objective.metric"),
+    ({"objective": {"metric": "val_loss", "goal": "lowest"}}, "spec.objective.goal"),
+    ({"algorithm": "bayes"}, "spec.algorithm: one of grid, random"),
+])
+def test_an_objective_or_algorithm_it_does_not_know_is_refused(bad, said):
+    with pytest.raises(space.SpaceError, match=said):
+        sweep_spec(**bad)
+
+
+RULE = MedianRule(warmup_epochs=1, min_trials=2)
+
+
+def test_the_median_rule_stops_a_trial_worse_than_the_finished_ones_at_its_epoch():
+    finished = [(0.5, 0.7, 0.8), (0.6, 0.8, 0.9), (0.4, 0.6, 0.7)]
+    assert median_stop((0.3,), finished, "maximize", "val_accuracy", RULE) is None, "warm-up"
+    why = median_stop((0.3, 0.5), finished, "maximize", "val_accuracy", RULE)
+    assert why == ("its best val_accuracy by epoch 2, 0.5, is worse than the median of 3 finished trials at epoch 2, "
+                   "0.7")
+    assert median_stop((0.3, 0.75), finished, "maximize", "val_accuracy", RULE) is None
+    assert median_stop((0.3, 0.5), finished[:1], "maximize", "val_accuracy", RULE) is None, "too few to judge"
+    assert median_stop((2.0, 1.9), [(1.0, 0.5), (1.2, 0.6)], "minimize", "val_loss", RULE) is not None
+
+
+def test_a_sweep_fills_its_slots_then_stops_the_weak_then_ends_with_the_best():
+    sweep = sweep_spec(trials=4, earlyStopping={"median": {"warmupEpochs": 1, "minTrials": 2}})
+    assert decide(sweep, []).create == (0, 1)
+    two = [Trial(0, "s-0", "Running", (0.5,)), Trial(1, "s-1", "", ())]
+    assert decide(sweep, two).create == (), "both slots busy"
+    done = [Trial(0, "s-0", "Succeeded", (0.5, 0.8)), Trial(1, "s-1", "Succeeded", (0.6, 0.9)),
+            Trial(2, "s-2", "Running", (0.2, 0.3))]
+    d = decide(sweep, done)
+    assert d.stop == (("s-2", "its best val_accuracy by epoch 2, 0.3, is worse than the median of 2 finished trials "
+                               "at epoch 2, 0.85"),)
+    assert d.create == (3,), "the stopped trial's slot goes to the next"
+    end = [*done[:2], Trial(2, "s-2", "Running", (0.2, 0.3), stopped=True), Trial(3, "s-3", "Succeeded", (0.7, 0.95))]
+    d = decide(sweep, end)
+    assert (d.phase, d.best.name, d.counts["stopped"]) == ("Succeeded", "s-3", 1)
+    assert d.message == "best val_accuracy 0.95: trial s-3"
+
+
+def test_too_many_failed_trials_fail_the_sweep_and_stop_the_rest():
+    sweep = sweep_spec(trials=6, maxFailedTrials=1)
+    trials = [Trial(0, "s-0", "Failed"), Trial(1, "s-1", "Failed"), Trial(2, "s-2", "Running", (0.4,))]
+    d = decide(sweep, trials)
+    assert (d.phase, d.create, d.stop) == ("Failed", (), (("s-2", "the sweep failed"),))
+    assert d.message == "2 trials failed, more than spec.maxFailedTrials (1)"
+
+
+def test_no_trial_that_reported_the_objective_fails_the_sweep_saying_so():
+    d = decide(sweep_spec(trials=1, maxFailedTrials=1), [Trial(0, "s-0", "Succeeded", ())])
+    assert (d.phase, d.message) == ("Failed", "no trial reported val_accuracy to the end")
