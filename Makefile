@@ -159,9 +159,10 @@ test-s3-local: setup s3-build ## the S3 server as a local process only, through 
 
 test-fast: lint test-unit ## lint and unit tests only
 
-# Every tier in one run (tests/tiers.py): each build and the real node's start paid once, two lanes side by
-# side, where the time went printed at the end, a warm tier over 1.5x its budget fails the run.
-test: setup-op ## everything CI runs (.ci/run): every tier below, each cost paid once; ARGS="--only STEP ..." or "--skip STEP ..."
+# Every tier in one run (tests/tiers.py): each build and the real node's start paid once, two steps at a time,
+# each as soon as the steps it needs have passed; where the time went printed at the end, a warm tier over 1.5x
+# its budget fails the run.
+test: setup-op ## everything CI runs (.ci/run): every tier below, each cost paid once; ARGS="--only STEP ...", "--skip STEP ...", "--slots N"
 	$(OP)/python tests/tiers.py run $(ARGS)
 
 run: setup ## train examples/digits.yaml locally, no cluster

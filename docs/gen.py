@@ -333,8 +333,8 @@ def render_ci_costs(repo: Path = REPO) -> str:
     costs = json.loads((repo / tiers.COSTS.relative_to(tiers.REPO)).read_text())
     runs = (costs.get("cold"), costs.get("warm"))
     lines = [_run_line("cold", runs[0]), _run_line("warm", runs[1]), *_ci_line(costs.get("ci")), "",
-             f"| step | lane | what | cold | warm | warm budget (fails at x{tiers.BUDGET_SLACK}) | tests |",
-             "|---|---|---|---:|---:|---:|---:|",
+             f"| step | what | cold | warm | warm budget (fails at x{tiers.BUDGET_SLACK}) | tests |",
+             "|---|---|---:|---:|---:|---:|",
              *(_step_row(step, runs) for step in tiers.STEPS)]
     part_rows = [row for step in tiers.STEPS for row in _part_rows(step.name, runs)]
     if part_rows:
@@ -344,7 +344,17 @@ def render_ci_costs(repo: Path = REPO) -> str:
     for name in (s.name for s in tiers.STEPS if (s.budget or 0) >= LONG_TIER):
         lines += ["", f"Tier *{name}*, by module and shared start (set-up of session and module fixtures):", "",
                   "| module or shared start | tests | cold | warm |", "|---|---:|---:|---:|", *_tier_rows(name, runs)]
-    return "\n".join(lines)
+    return "\n".join([*lines, *_slowest_rows(tiers, runs[1])])
+
+
+def _slowest_rows(tiers: ModuleType, run: dict[str, Any] | None) -> list[str]:
+    """The recorded run's ten slowest tests across tiers (worked out for a run recorded before they were kept)."""
+    slowest = (run.get("slowest") or tiers.slowest_tests(run)) if run and run.get("tiers") else []
+    if not slowest:
+        return []
+    return ["", "The ten slowest tests of the warm run (set-up, call and teardown; shared starts aside):", "",
+            "| test | tier | warm |", "|---|---|---:|",
+            *(f"| `{test}` | {tier} | {_minutes(seconds)} |" for tier, test, seconds in slowest)]
 
 
 Runs = tuple[dict[str, Any] | None, dict[str, Any] | None]  # the recorded cold and warm runs (None: not yet)
@@ -364,8 +374,7 @@ def _step_row(step: Any, runs: Runs) -> str:
     after = f" (after *{'*, *'.join(step.after)}*)" if step.after else ""
     cold, warm = (_minutes(_step_record(run, step.name).get("seconds")) for run in runs)
     tests = _test_count(runs[1], step.name) or _test_count(runs[0], step.name)
-    lane = f"{'side' if step.side else 'main'}{' (or main)' if step.either else ''}"
-    return (f"| {step.name} | {lane} | {step.what}{after} | "
+    return (f"| {step.name} | {step.what}{after} | "
             f"{cold} | {warm} | {_minutes(step.budget)} | {tests} |")
 
 

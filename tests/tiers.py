@@ -1,24 +1,31 @@
-"""`make test`: every tier CI runs, each cost paid once, two at a time, each tier against its budget.
+"""`make test`: every tier CI runs, each cost paid once, two steps at a time, each tier against its budget.
 
-    python tests/tiers.py run [--only STEP ...] [--skip STEP ...]   (make test; .ci/run)
-    python tests/tiers.py record cold|warm                           (after a measured run: docs/ci-costs.json)
+    python tests/tiers.py run [--only STEP ...] [--skip STEP ...] [--slots N]   (make test; .ci/run)
+    python tests/tiers.py record cold|warm      (after a measured run: docs/ci-costs.json)
 
 A step is a make target, a pytest selection or the shared node's start; a tier is a step that runs
 tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
 
 - the builds run as their own steps, so a tier's time is its tests' time;
-- two lanes run side by side on 2 cores, each its steps in order, a step waiting for the steps it
-  needs: the main lane computes (the Go builds, TensorFlow on the host and as pods), the side lane
-  mostly waits (downloads and disk for the images, an API server and kopf for the control-plane tiers);
+- a scheduler, not fixed lanes: a step starts as soon as the steps it needs (`after`) have passed and
+  one of N slots (SLOTS, 2: the cores) is free. Of the steps ready then, a free slot takes the one
+  with the longest critical path: its own expected seconds plus the longest chain of steps waiting
+  for it, from the last recorded run of the kind expected (docs/ci-costs.json; UNKNOWN_SECONDS for a
+  step never timed), so the chain to the node tiers starts first and short independent tiers fill
+  the gaps. Quick checks (`early`: lint, unit) go before any of them: a run that fails mostly fails
+  there. A step never runs beside the steps it is `apart` from. The choice is a pure function
+  (next_step); the slots are threads that each wait on one process;
 - one real node (control plane, containerd, kubelet, both images imported, the operator installed)
   serves every tier that needs one: DTR_NODE_DIR reaches their fixtures (tests/support/node.py).
 
-Each step's output goes to DTR_TIMINGS/<step>.log: the main lane's is also streamed, the side lane's
-tail is printed when the step ends (all of it, up to 30,000 characters, when it fails). Every step's
-seconds and the machine's CPU use go to DTR_TIMINGS/run.json, every tier's modules and shared fixtures
-to DTR_TIMINGS/<tier>.json (tests/plugins/tier_timings.py). At the end a table says where the time
-went. A warm run (no build step wrote into the cache) fails when a tier took more than BUDGET_SLACK
-times its budget: a slow creep shows in the change that causes it. The first failure stops the run.
+Each step's output goes to DTR_TIMINGS/<step>.log; it is also streamed when no other step's output is
+streaming as it starts, else its tail is printed when it ends (all of it, up to 30,000 characters, when
+it fails). Every step's start, seconds and the machine's CPU use go to DTR_TIMINGS/run.json, every
+tier's modules, shared fixtures and slowest tests to DTR_TIMINGS/<tier>.json
+(tests/plugins/tier_timings.py). At the end a table says where the time went, and which ten tests
+were the slowest. A warm run (no build step wrote into the cache) fails when a tier took more than
+BUDGET_SLACK times its budget: a slow creep shows in the change that causes it. The first failure
+stops the run: the steps running are stopped, no other starts.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import queue
 import re
 import shutil
 import signal
@@ -36,7 +44,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,8 +55,9 @@ NODE_DIR = REPO / ".dtr" / "ci-node"
 CLUSTER_DIR = REPO / ".dtr" / "ci-multinode"
 OP_PYTHON = str(REPO / ".venv" / "op" / "bin" / "python")
 COSTS = REPO / "docs" / "ci-costs.json"
+SLOTS = 2  # steps at once: the 2 cores of CI's machine, as most steps mostly wait or use one
 BUDGET_SLACK = 1.5  # a warm tier may take half as long again as its budget before the run fails
-SIDE_TAIL = 15  # lines of a side-lane step's log printed when it passes
+QUIET_TAIL = 15  # lines printed of a step's log that was not streamed, when it passes
 # The most disk a run wrote, measured (least free space over the run, against the start; docs/ci-costs.json
 # "disk"), with room to spare: a run that finds less stops at once instead of an hour in, on ENOSPC.
 DISK_NEEDED_GB = {"cold": 45.0, "warm": 28.0}
@@ -65,11 +73,9 @@ class Step:
     tier: bool = False  # runs tests: DTR_TIER names its timings file
     node: bool = False  # uses the shared node (DTR_NODE_DIR)
     multinode: bool = False  # uses the shared cluster of several nodes (DTR_CLUSTER_DIR)
-    side: bool = False  # the side lane
-    after: tuple[str, ...] = ()  # steps (of either lane) that must have passed first
-    # The other lane may take it when it would otherwise sit waiting: cold, the main lane is idle for minutes
-    # while the side lane builds the node, and runs it then; warm, its own lane reaches it first.
-    either: bool = False
+    after: tuple[str, ...] = ()  # steps that must have passed first (earlier in STEPS)
+    apart: tuple[str, ...] = ()  # steps it never runs beside, whichever starts first
+    early: bool = False  # a quick check that fails most runs that fail: before any other ready step
     env: tuple[tuple[str, str], ...] = ()  # more of the step's environment
 
 
@@ -88,78 +94,84 @@ NODE_DOWN = (*NODE, "down", "--purge", "--dir", str(NODE_DIR))
 CLUSTER = (OP_PYTHON, "-m", "devcluster.cluster")
 CLUSTER_DOWN = (*CLUSTER, "down", "--purge", "--dir", str(CLUSTER_DIR))
 
+# In an order where every step comes after the steps it needs. A make target's own prerequisites (setup, images,
+# the builds) are among its step's `after`: two makes never build one thing at once.
 STEPS: tuple[Step, ...] = (
-    # main lane
     Step("setup", make("setup"), "both Python environments (pinned)"),
-    Step("lint", make("lint"), "ruff, complexity (xenon), the import layers, the images' locks, shellcheck, hadolint"),
-    Step("unit", make("test-unit"), "pure functions", budget=60, tier=True),
+    # From the first second, beside setup: downloads and disk.
+    Step("images", make("images"), "Docker engine, base images, both images"),
+    Step("lint", make("lint"), "ruff, complexity (xenon), the import layers, the images' locks, shellcheck, hadolint",
+         after=("setup",), early=True),
+    Step("unit", make("test-unit"), "pure functions", budget=60, tier=True, after=("setup",), early=True),
     Step("control-plane build", make("cluster-build"), "etcd, Kubernetes, training-operator from source"),
-    Step("trainer", make("test-trainer"), "real MWMS processes, the contract, the pinned list", budget=400, tier=True),
+    Step("trainer", make("test-trainer"), "real MWMS processes, the contract, the pinned list", budget=400, tier=True,
+         after=("setup",)),
     Step("e2e", make("test-e2e"), "dtr run and the client end to end, the notebook on local workers", budget=230,
-         tier=True),
-    # A real MLflow server as a local process (its own environment, the side lane's "mlflow setup"), a real 2-worker
-    # run logged to it, one restarted after a lost worker, a dead and a silent server, dtr run (docs/tracking.md):
-    # 64 to 137 s warm on a 2-CPU machine at load average 7 to 8 (other test runs beside it).
-    Step("mlflow", make("test-mlflow"), "the chief's MLflow tracking against a real MLflow server (local process)",
-         budget=150, tier=True, after=("mlflow setup",)),
-    Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=110, tier=True,
-         after=("images",)),
-    # After integration too: the node tier's own-model runs (a dozen TF workers at once) starved the
-    # integration tier's training-operator past its 60 s waits when the two overlapped. Warm, the main lane
-    # reaches the node tier about when integration ends; cold, it takes integration itself (`either`).
-    Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=1300, tier=True, node=True,
-         after=("node start", "integration")),
-    Step("node faults", pytest(NODE_FAULTS, ATTACKS),
-         "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",
-         budget=520, tier=True, node=True, after=("reliability",)),
-    # The single node's work is done: its CPU goes to the several nodes' tier.
-    Step("node stop", NODE_DOWN, "the shared node stopped, its images and volumes removed", after=("node faults",)),
-    # After the S3 server's build too: a run with no volume trains from, backs up into and exports to the server as
-    # a pod on the three nodes (tests/multinode/test_object_store.py), which fails rather than skips without it.
-    Step("multinode", make("test-multinode"),
-         "three nodes: pods, policies, a run across nodes, one with no volume (S3), node faults each resumed to "
-         "Succeeded, a drain then a lost node in one run",
-         # 480 before the resume (issue 41): the node faults now run to Succeeded, two of them until a lost node is
-         # back; 613 s in the warm CI run of 16f1e0e (2026-12-05).
-         budget=650, tier=True, multinode=True, after=("multinode start", "s3 build"),
-         env=(("DTR_S3_REQUIRED", "1"),)),
-    Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from every part"),
-    # side lane
-    Step("images", make("images"), "Docker engine, base images, both images", side=True),
+         tier=True, after=("setup",)),
     Step("mlflow setup", make("setup-mlflow"), "the MLflow server's own environment (pinned), for the mlflow tier",
-         side=True, after=("setup",)),
-    Step("node build", make("node-build"), "containerd, runc, CoreDNS, local-path, node images", side=True,
+         after=("setup",)),
+    # A real MLflow server as a local process (its own environment, "mlflow setup"), a real 2-worker run logged to
+    # it, one restarted after a lost worker, a dead and a silent server, dtr run (docs/tracking.md): 64 to 137 s warm
+    # on a 2-CPU machine at load average 7 to 8 (other test runs beside it).
+    Step("mlflow", make("test-mlflow"), "the chief's MLflow tracking against a real MLflow server (local process)",
+         budget=150, tier=True, after=("setup", "mlflow setup")),
+    Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=110, tier=True,
+         after=("setup", "images")),
+    Step("node build", make("node-build"), "containerd, runc, CoreDNS, local-path, node images",
          after=("control-plane build",)),
     Step("node start", (*NODE, "up", "--install", "--dir", str(NODE_DIR)),
-         "the shared node: control plane, node, images imported, operator installed", side=True,
-         after=("setup",)),
+         "the shared node: control plane, node, images imported, operator installed",
+         after=("setup", "images", "node build")),
     # Warm: 455-459 s (233efa2, ae363d6), 526 s (16f1e0e), 610 s here at 975b8aa beside a second test run, with the
     # isolation round 2 tests (the operator's admission policy, Pod Security, quotas): 400 had left no room.
     Step("integration", make("test-integration"), "the operator on a real control plane", budget=450, tier=True,
-         side=True, either=True, after=("control-plane build",)),
-    # After integration: the two start training-operators of their own on the host, one webhook pair per machine.
+         after=("setup", "control-plane build")),
+    # Apart from integration: the two start training-operators of their own on the host, one webhook pair per
+    # machine.
     Step("reliability", pytest("tests/reliability", f"--ignore={NODE_FAULTS}", f"--ignore={ATTACKS}"),
-         "invalid runs, generated specs, control-plane faults, Pod Security", budget=270, tier=True, side=True,
-         after=("integration",)),
-    # While the main lane runs the node tiers (the side lane is idle then): disk and waiting, little CPU.
-    Step("multinode build", make("multinode-build"), "flanneld and its CNI plugin", side=True,
-         after=("node build",)),
+         "invalid runs, generated specs, control-plane faults, Pod Security", budget=270, tier=True,
+         after=("setup", "control-plane build"), apart=("integration",)),
+    # After integration too: the node tier's own-model runs (a dozen TF workers at once) starved the
+    # integration tier's training-operator past its 60 s waits when the two overlapped.
+    Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=1300, tier=True, node=True,
+         after=("node start", "integration")),
+    # Apart from reliability: both parts merge their records into one ledger file as they end
+    # (tests/reliability/ledger.py).
+    Step("node faults", pytest(NODE_FAULTS, ATTACKS),
+         "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",
+         budget=520, tier=True, node=True, after=("node",), apart=("reliability",)),
+    # The single node's work is done: its CPU goes to the several nodes' tier.
+    Step("node stop", NODE_DOWN, "the shared node stopped, its images and volumes removed",
+         after=("node", "node faults")),
+    Step("multinode build", make("multinode-build"), "flanneld and its CNI plugin", after=("node build",)),
+    # After the node tier: started sooner, the three nodes' idle kubelets and containerds would take CPU from every
+    # tier until theirs; beside the node faults (a node's faults are its own: devcluster/node.py) they are ready
+    # when the single node stops.
     Step("multinode start", (*CLUSTER, "up", "--install", "--nodes", "3", "--dir", str(CLUSTER_DIR)),
-         "three nodes: control plane, nodes, images imported into each, operator installed", side=True,
-         after=("images",)),
-    # Last in the side lane, idle by then while the main lane runs the node tiers: the S3 server's Go build
-    # (cold ~10 min, warm seconds) and its tests against it as a local process (the pod's: docs/cluster.md).
-    Step("s3 build", make("s3-build"), "SeaweedFS's weed and its image from source", side=True,
-         after=("node build",)),
+         "three nodes: control plane, nodes, images imported into each, operator installed",
+         after=("setup", "images", "multinode build", "node")),
+    # The S3 server's Go build (cold ~10 min, warm seconds) and its tests against it as a local process (the
+    # pod's: docs/cluster.md). After the node's build: the two Go builds one after the other.
+    Step("s3 build", make("s3-build"), "SeaweedFS's weed and its image from source", after=("node build",)),
     # Most of it is trainer processes: exporting to the bucket (tests/s3/test_export_s3.py: 7, about 150 s warm
     # on a loaded 2-CPU machine), backups there and the server stopped under them (test_backup_s3.py,
     # test_s3_faults.py: 50 s and 100-250 s), dtr run (test_dtr_run_s3.py: 40 s).
     Step("s3", make("test-s3-local"),
          "a real S3 server (SeaweedFS) as a local process, through a client and TensorFlow's s3://; the trainer "
          "publishing model versions to it, training on data read from it, its backups there, the server stopped "
-         "under it; dtr run", budget=900,
-         tier=True,
-         side=True, after=("s3 build",)),
+         "under it; dtr run", budget=900, tier=True, after=("setup", "s3 build")),
+    # After the S3 server's build too: a run with no volume trains from, backs up into and exports to the server as
+    # a pod on the three nodes (tests/multinode/test_object_store.py), which fails rather than skips without it.
+    # After the single node's stop: its CPU and memory go to the three nodes.
+    Step("multinode", make("test-multinode"),
+         "three nodes: pods, policies, a run across nodes, one with no volume (S3), node faults each resumed to "
+         "Succeeded, a drain then a lost node in one run",
+         # 480 before the resume (issue 41): the node faults now run to Succeeded, two of them until a lost node is
+         # back; 613 s in the warm CI run of 16f1e0e (2026-12-05).
+         budget=650, tier=True, multinode=True, after=("setup", "multinode start", "s3 build", "node stop"),
+         env=(("DTR_S3_REQUIRED", "1"),)),
+    Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from every part",
+         after=("reliability", "node faults")),
 )
 
 
@@ -168,57 +180,89 @@ class Result:
     step: Step
     seconds: float
     rc: int | None  # None: not run (a step it needs failed, or the run stopped)
-    busy: float | None = None  # the machine's CPUs busy over the step, 0..1 (every process, both lanes)
-    side: bool | None = None  # the lane that ran it
+    busy: float | None = None  # the machine's CPUs busy over the step, 0..1 (every process, every slot)
+    start: float | None = None  # seconds from the run's start
 
     def row(self) -> dict[str, Any]:
         row: dict[str, Any] = {"name": self.step.name, "seconds": round(self.seconds, 1), "rc": self.rc}
-        if self.side is not None and self.side != self.step.side:
-            row["lane"] = "side" if self.side else "main"  # an `either` step the other lane took
+        if self.start is not None:
+            row["start"] = round(self.start, 1)
         return row if self.busy is None else {**row, "cpu busy": round(self.busy, 2)}
+
+
+# ---- the scheduler's choices: pure --------------------------------------------------------------------------
+
+UNKNOWN_SECONDS = 60.0  # a step no recorded run has timed yet
+
+
+def expected_seconds(costs: dict[str, Any], warm: bool) -> dict[str, float]:
+    """Each step's seconds in the recorded run of the kind expected (docs/ci-costs.json), else in the other kind's."""
+    kinds = ("warm", "cold") if warm else ("cold", "warm")
+    found: dict[str, float] = {}
+    for kind in reversed(kinds):  # the expected kind's figures last, over the other's
+        found.update({row["name"]: float(row["seconds"]) for row in (costs.get(kind) or {}).get("steps", [])})
+    return found
+
+
+def critical_paths(steps: list[Step], expected: dict[str, float]) -> dict[str, float]:
+    """Each step's expected seconds plus the longest chain of the chosen steps that wait for it, directly or not:
+    the least the run lasts from the step's start on."""
+    rank: dict[str, float] = {}
+    for step in reversed(steps):  # each step comes after the steps it needs
+        waiting = [rank[s.name] for s in steps if step.name in s.after and s.name in rank]
+        rank[step.name] = expected.get(step.name, UNKNOWN_SECONDS) + max(waiting, default=0.0)
+    return rank
+
+
+def ready_steps(pending: list[Step], results: dict[str, Result], chosen: set[str]) -> list[Step]:
+    """The pending steps whose inputs have all passed (a step left out by --only/--skip counts as passed)."""
+    def passed(name: str) -> bool:
+        return name not in chosen or (name in results and results[name].rc == 0)
+
+    return [s for s in pending if all(passed(name) for name in s.after)]
+
+
+def blocked_steps(pending: list[Step], results: dict[str, Result]) -> list[Step]:
+    """The pending steps that can never start: a step they need failed or was not run."""
+    return [s for s in pending if any(name in results and results[name].rc != 0 for name in s.after)]
+
+
+def next_step(ready: list[Step], running: list[Step], rank: dict[str, float]) -> Step | None:
+    """What a free slot starts: of the ready steps that may run beside the running ones, an early one, else the one
+    with the longest critical path (the first of equals in STEPS' order); None: none, the slot waits for a step to
+    end."""
+    def beside(step: Step) -> bool:
+        return not any(other.name in step.apart or step.name in other.apart for other in running)
+
+    return max((s for s in ready if beside(s)), key=lambda s: (s.early, rank.get(s.name, 0.0)), default=None)
+
+
+# ---- the shell: processes in slots -------------------------------------------------------------------------
 
 
 @dataclass
 class Run:
     chosen: list[Step]
+    slots: int = 2
     started: float = field(default_factory=time.time)
     results: dict[str, Result] = field(default_factory=dict)
-    done: dict[str, threading.Event] = field(default_factory=dict)
     running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    claimed: set[str] = field(default_factory=set)  # steps a lane has taken
+    streaming: str | None = None  # the step whose output goes to the terminal as it comes
     free_at_start: float = 0.0  # GB on the repository's file system
     least_free: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.done = {s.name: threading.Event() for s in self.chosen}
 
     def passed(self, name: str) -> bool:
         result = self.results.get(name)
         return result is not None and result.rc == 0
 
-    def claim(self, step: Step) -> bool:
-        """Take the step for one lane; False: the other lane has it."""
+    def stream(self, step: Step) -> bool:
+        """Whether the step's output goes to the terminal as it comes: when no other step's does."""
         with self.lock:
-            if step.name in self.claimed:
-                return False
-            self.claimed.add(step.name)
-            return True
-
-    def can_start(self, step: Step) -> bool:
-        return all(self.passed(name) for name in step.after if name in self.done)
-
-    def ready(self, step: Step, idle: Callable[[], None] = lambda: None) -> bool:
-        """Wait for what the step needs (steps left out by --only/--skip count as done), calling `idle` while
-        waiting; False: do not run it."""
-        for name in step.after:
-            if name in self.done:
-                while not self.done[name].wait(timeout=1):
-                    idle()
-                if not self.passed(name):
-                    return False
-        return not self.stop.is_set()
+            if self.streaming is None:
+                self.streaming = step.name
+            return self.streaming == step.name
 
     def first_failure(self) -> Result | None:
         failed = [r for r in self.results.values() if r.rc not in (0, None)]
@@ -242,10 +286,11 @@ def say(text: str) -> None:
     print(f"\n{'=' * 8} {text} {'=' * max(8, 90 - len(text))}", flush=True)
 
 
-def run_step(run: Run, step: Step, side: bool) -> Result:
+def run_step(run: Run, step: Step) -> Result:
     log = TIMINGS / f"{step.name}.log"
-    say(f"{step.name}: {step.what}{' (side lane)' if side else ''}")
-    t0, cpu0 = time.monotonic(), cpu_times()
+    live = run.stream(step)
+    say(f"{step.name}: {step.what}{'' if live else ' (its output when it ends)'}")
+    t0, cpu0, start = time.monotonic(), cpu_times(), time.time() - run.started
     env = step_env(step, shared_node=run.passed("node start"), shared_cluster=run.passed("multinode start"))
     with open(log, "wb") as out:
         proc = subprocess.Popen(step.argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -256,47 +301,68 @@ def run_step(run: Run, step: Step, side: bool) -> Result:
         text = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two chunks
         for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
             out.write(chunk)
-            if not side:
+            if live:
                 print(text.decode(chunk), end="", flush=True)
         rc = proc.wait()
     with run.lock:
         run.running.pop(step.name, None)
+        if live:
+            run.streaming = None
     took = time.monotonic() - t0
-    if side:
+    if not live:
         lines = log.read_text(errors="replace").splitlines()
-        print("\n".join(lines[-SIDE_TAIL:]) if rc == 0 else "\n".join(lines)[-30000:], flush=True)
+        print("\n".join(lines[-QUIET_TAIL:]) if rc == 0 else "\n".join(lines)[-30000:], flush=True)
     say(f"{step.name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {took:.0f} s")
-    return Result(step, took, rc, busy=busy_between(cpu0, cpu_times()), side=side)
+    return Result(step, took, rc, busy=busy_between(cpu0, cpu_times()), start=start)
 
 
-def lane(run: Run, side: bool) -> None:
-    """One lane's steps in order, and, while it waits, any `either` step of the other lane that can start."""
+def run_slots(run: Run, rank: dict[str, float]) -> None:
+    """Every chosen step, each in a slot of its own once the steps it needs have passed, up to run.slots at once,
+    chosen by next_step; a step that can no longer start is recorded as not run."""
+    pending, running = list(run.chosen), {}  # name -> step
+    ended: queue.Queue[str] = queue.Queue()
+    chosen = {s.name for s in run.chosen}
 
-    def steal() -> None:
-        for step in run.chosen:
-            if step.either and step.side != side and run.can_start(step) and not run.stop.is_set() \
-                    and run.claim(step):  # fmt: skip
-                take(step)
-
-    def take(step: Step) -> None:
+    def slot(step: Step) -> None:
         try:
-            if run.ready(step, idle=steal):
-                result = run_step(run, step, side)
-                if result.rc:
-                    stop_everything(run)
-            else:
-                result = Result(step, 0.0, None)
+            try:
+                result = run_step(run, step)
+            except OSError as err:  # it could not start (no such program): a failure, not a step left waiting
+                say(f"{step.name}: FAILED to start: {err}")
+                result = Result(step, 0.0, 127)
             run.results[step.name] = result
+            if result.rc:
+                stop_everything(run)
         finally:
-            run.done[step.name].set()
+            ended.put(step.name)
 
-    for step in (s for s in run.chosen if s.side == side):
-        if run.claim(step):
-            take(step)
+    while pending or running:
+        for step in blocked_steps(pending, run.results) if not run.stop.is_set() else list(pending):
+            pending.remove(step)
+            run.results[step.name] = Result(step, 0.0, None)
+        while len(running) < run.slots and pending:
+            step = next_step(ready_steps(pending, run.results, chosen), list(running.values()), rank)
+            if step is None:
+                break
+            pending.remove(step)
+            running[step.name] = step
+            threading.Thread(target=slot, args=(step,), daemon=True).start()
+        if not running:  # nothing runs and nothing can start: what is left waits for a step that will not run
+            for step in pending:
+                run.results[step.name] = Result(step, 0.0, None)
+            return
+        running.pop(wait_for_end(ended))
+
+
+def wait_for_end(ended: queue.Queue[str]) -> str:
+    """The name of the next step to end (in short waits: Ctrl-C reaches the main thread)."""
+    while True:
+        with contextlib.suppress(queue.Empty):
+            return ended.get(timeout=1)
 
 
 def stop_everything(run: Run) -> None:
-    """The first failure ends the run: no new step starts, and the other lane's step is stopped."""
+    """The first failure ends the run: no new step starts, and the steps running are stopped."""
     run.stop.set()
     with run.lock:
         for proc in run.running.values():
@@ -382,18 +448,21 @@ def tier_doc(step: Step) -> dict[str, Any]:
 
 
 def summary(run: Run, warm: bool) -> dict[str, Any]:
-    ran = [run.results[s.name] for s in run.chosen if s.name in run.results]
-    return {
+    ran = sorted((run.results[s.name] for s in run.chosen if s.name in run.results),
+                 key=lambda r: float("inf") if r.start is None else r.start)  # in the order they started
+    doc = {
         "date": dt.datetime.fromtimestamp(run.started, dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": git("rev-parse", "--short", "HEAD"),
         "warm": warm,
         "cores": os.cpu_count(),
+        "slots": run.slots,
         "seconds": round(time.time() - run.started, 1),
         "disk": {"free at start GB": round(run.free_at_start, 1), "used at most GB":
                  round(run.free_at_start - run.least_free, 1)},
         "steps": [with_parts(r.row()) for r in ran],
         "tiers": {r.step.name: tier_doc(r.step) for r in ran if r.step.tier and r.rc is not None},
     }
+    return {**doc, "slowest": slowest_tests(doc)}
 
 
 def with_parts(row: dict[str, Any]) -> dict[str, Any]:
@@ -430,29 +499,28 @@ def test_counts(doc: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
-def slowest_tests(doc: dict[str, Any], count: int = 10) -> list[tuple[str, str, float]]:
-    """The `count` slowest tests across every tier: (tier, node id, seconds)."""
-    found = [(tier, test, seconds) for tier, t in doc["tiers"].items() for test, seconds in t.get("slowest", [])]
+def slowest_tests(doc: dict[str, Any], count: int = 10) -> list[list[Any]]:
+    """The `count` slowest tests across every tier: [tier, node id, seconds]."""
+    found = [[tier, test, seconds] for tier, t in doc["tiers"].items() for test, seconds in t.get("slowest", [])]
     return sorted(found, key=lambda f: -f[2])[:count]
 
 
 def print_table(doc: dict[str, Any]) -> None:
     budgets = {s.name: s.budget for s in STEPS}
-    lanes = {s.name: "side" if s.side else "main" for s in STEPS}
-    lanes.update({row["name"]: row["lane"] for row in doc["steps"] if "lane" in row})
     say(f"where the time went ({'warm' if doc['warm'] else 'cold: builds ran, budgets not enforced'})")
-    print(f"{'step':22} {'lane':5} {'seconds':>8} {'budget':>7} {'tests':>6} {'cpu busy':>8}  result")
+    print(f"{'step':22} {'start':>6} {'seconds':>8} {'budget':>7} {'tests':>6} {'cpu busy':>8}  result")
     for row in doc["steps"]:
         tests = sum((doc["tiers"].get(row["name"]) or {}).get("outcomes", {}).values())
         budget = budgets.get(row["name"])
         busy = f"{row['cpu busy']:.0%}" if "cpu busy" in row else ""
         result = {0: "ok", None: "not run"}.get(row["rc"], f"exit {row['rc']}")
-        print(f"{row['name']:22} {lanes.get(row['name'], ''):5} {row['seconds']:8.0f} {budget or '':>7} "
+        start = f"{int(row['start']) // 60}:{int(row['start']) % 60:02d}" if "start" in row else ""
+        print(f"{row['name']:22} {start:>6} {row['seconds']:8.0f} {budget or '':>7} "
               f"{tests or '':>6} {busy:>8}  {result}")  # fmt: skip
-    print(f"{'total':22} {'':5} {doc['seconds']:8.0f}")
+    print(f"{'total':22} {'':>6} {doc['seconds']:8.0f}")
     if disk := doc.get("disk"):
         print(f"disk: {disk['free at start GB']} GB free at the start, at most {disk['used at most GB']} GB used")
-    if slow := slowest_tests(doc):
+    if slow := doc.get("slowest") or slowest_tests(doc):
         print("\nslowest tests (set-up, call, teardown; shared fixtures aside):")
         for tier, test, seconds in slow:
             print(f"{seconds:8.0f} s  {tier:14} {test}")
@@ -472,30 +540,27 @@ def stop_clusters() -> None:
         subprocess.run(CLUSTER_DOWN, cwd=REPO, check=False)
 
 
-def run_lanes(run: Run) -> None:
-    """Both lanes side by side, until each has run or passed over all its steps."""
-    threads = [threading.Thread(target=lane, args=(run, side), daemon=True) for side in (False, True)]
+def run_steps(run: Run, warm: bool) -> None:
+    """The run's steps in its slots, in the order the recorded runs' seconds suggest (docs/ci-costs.json)."""
+    costs = json.loads(COSTS.read_text()) if COSTS.exists() else {}
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(timeout=1)
+        run_slots(run, critical_paths(run.chosen, expected_seconds(costs, warm)))
     except KeyboardInterrupt:
         stop_everything(run)
         raise
 
 
-def run_all(only: set[str], skip: set[str]) -> int:
+def run_all(only: set[str], skip: set[str], slots: int = SLOTS) -> int:
     TIMINGS.mkdir(parents=True, exist_ok=True)
     for old in (*TIMINGS.glob("*.json"), *TIMINGS.glob("*.log")):
         old.unlink()
     for old in (REPO / ".dtr" / "reliability").glob("results*.json"):
         old.unlink()  # this run's two reliability parts merge into a fresh ledger
     chosen = [s for s in STEPS if (not only or s.name in only) and s.name not in skip]
-    run = Run(chosen)
+    run = Run(chosen, slots)
     run.free_at_start = run.least_free = free_gb()
-    if not only and not skip and (short := disk_shortfall(run.free_at_start, expect_warm())):
+    warm_expected = expect_warm()
+    if not only and not skip and (short := disk_shortfall(run.free_at_start, warm_expected)):
         print(f"\nNOT STARTED: {short}", file=sys.stderr)
         return 1
     before = build_state()
@@ -503,7 +568,7 @@ def run_all(only: set[str], skip: set[str]) -> int:
     finished = threading.Event()
     threading.Thread(target=watch_disk, args=(run, finished), daemon=True).start()
     try:
-        run_lanes(run)
+        run_steps(run, warm_expected)
     finally:
         finished.set()
         stop_clusters()
@@ -532,6 +597,7 @@ def record(kind: str) -> int:
         print(f"the last run was {'warm' if doc['warm'] else 'cold'}, not {kind}", file=sys.stderr)
         return 2
     doc["steps"] = [with_parts(row) for row in doc["steps"]]  # a run.json from before parts were noted
+    doc.setdefault("slowest", slowest_tests(doc))  # ... and before the slowest ten were
     costs = json.loads(COSTS.read_text()) if COSTS.exists() else {}
     costs[kind] = doc
     COSTS.write_text(json.dumps(costs, indent=1) + "\n")
@@ -546,12 +612,13 @@ def main(argv: list[str] | None = None) -> int:
     names = [s.name for s in STEPS]
     run.add_argument("--only", nargs="+", default=[], choices=names, metavar="STEP", help=f"of: {', '.join(names)}")
     run.add_argument("--skip", nargs="+", default=[], choices=names, metavar="STEP")
+    run.add_argument("--slots", type=int, default=SLOTS, help=f"steps at once (default {SLOTS})")
     rec = sub.add_parser("record", help="copy .dtr/timings/run.json into docs/ci-costs.json")
     rec.add_argument("kind", choices=("cold", "warm"))
     args = parser.parse_args(argv)
     if args.command == "record":
         return record(args.kind)
-    return run_all(set(args.only), set(args.skip))
+    return run_all(set(args.only), set(args.skip), max(1, args.slots))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 The node is this machine, 2 CPUs, as a small Docker VM under k3d is. Its pods cannot reach the internet
 (the cluster DNS answers cluster names only, nothing is masqueraded), so MNIST cannot be downloaded: the
 run must be scheduled, fail for that permanent reason, and say so, not "exited with code 143" (the kill
-at the backoff limit). A run that cannot be scheduled must say so too, in the scheduler's own words.
+at the backoff limit). A run that cannot be scheduled says so too, in the scheduler's own words
+(tests/node/test_scheduling.py, with the other workers that cannot start).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import yaml
 
 from support.node import RealNode
 from support.repo import REPO
-from support.runs import digits_run
 from support.wait import wait_for
 
 TWO_CPUS_MILLI = 2000
@@ -99,23 +99,3 @@ def test_mnist_example_is_scheduled_on_a_2_cpu_node_and_offline_fails_naming_the
 
     wait_for(released, "the failed run's worker pods deleted", timeout=120, interval=1)
     print(f"  worker pods released {time.monotonic() - t0 - elapsed:.1f} s after the run failed")
-
-
-def test_a_run_asking_more_cpu_than_the_node_has_is_pending_in_the_schedulers_words(
-    real_node: RealNode, namespace: str
-) -> None:
-    name = "greedy"
-    doc = digits_run(name, epochs=1, steps=5)
-    doc["spec"]["resources"] = {"requests": {"cpu": "64"}}
-    t0 = time.monotonic()
-    real_node.apply(namespace, doc)
-    try:
-        st = wait_for(lambda: (s := real_node.run_status(namespace, name)).get("reason") == "WorkerPodsNotStarting"
-                      and s,
-                      "WorkerPodsNotStarting", timeout=60, interval=1)  # fmt: skip
-        print(f"\ncpu 64: {st['phase']}/{st['reason']} after {time.monotonic() - t0:.1f} s: {st['message']}")
-        assert st["phase"] == "Pending", st
-        assert f"worker {name}-worker-" in st["message"] and "cannot be scheduled" in st["message"], st
-        assert "Insufficient cpu" in st["message"], st["message"]
-    finally:
-        real_node.cluster.kubectl("delete", "dtr", name, "-n", namespace, "--wait=false", check=False)

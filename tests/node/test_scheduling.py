@@ -1,10 +1,12 @@
 """Suspend that keeps progress, and placement, on a real node: the pods really go and come back, the
-trainer really resumes from its backup, and the scheduler's own words reach the run's status."""
+trainer really resumes from its backup, and the words of the part that keeps a worker from starting (the
+scheduler's, the kubelet's) reach the run's status."""
 
 from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from support.node import RealNode
 from support.runs import digits_run, saved_models
@@ -50,58 +52,73 @@ def test_suspend_mid_training_then_resume_continues_from_the_backup_with_one_mod
     assert st["progress"]["epochsDone"] == f"{EPOCHS}/{EPOCHS}"
 
 
-def test_a_node_selector_no_node_matches_is_reported_then_runs_once_a_node_has_the_label(
-    real_node: RealNode, namespace: str
-) -> None:
-    name = "placed"
-    doc = digits_run(name, workers=1, epochs=2, steps=10)
-    doc["spec"]["nodeSelector"] = {"dtr-test/pool": name}
-    real_node.apply(namespace, doc)
-    st = wait_for(lambda: (s := real_node.run_status(namespace, name)).get("reason") == "WorkerPodsNotStarting" and s,
-                  "WorkerPodsNotStarting", timeout=60)  # fmt: skip
-    assert st["phase"] == "Pending" and "cannot be scheduled" in st["message"], st
-    assert "node affinity/selector" in st["message"], st["message"]  # the scheduler's own words
-
-    node = real_node.cluster.kubectl("get", "nodes", "-o", "name").stdout.split()[0]
-    real_node.cluster.kubectl("label", node, f"dtr-test/pool={name}")
-    try:
-        st = real_node.wait_terminal(namespace, name)
-        assert st["phase"] == "Succeeded", st
-    finally:
-        real_node.cluster.kubectl("label", node, "dtr-test/pool-", check=False)
-
-
 FAKE_GPU = "example.com/gpu"  # an extended resource, as a device plugin advertises nvidia.com/gpu
+# A digest of the trainer's repository: the shipped allow-list admits it; no node has it, none can pull it.
+MISSING_IMAGE = "localhost/distml/trainer@sha256:" + "0" * 64
 
 
-def test_an_extended_resource_like_a_gpu_reaches_the_workers_and_a_run_asking_more_than_any_node_has_waits(
+def not_starting(real_node: RealNode, namespace: str, name: str) -> dict[str, Any]:
+    """The run's status once its reason is WorkerPodsNotStarting (the operator says so 20 s after it is short)."""
+    return wait_for(lambda: (s := real_node.run_status(namespace, name)).get("reason") == "WorkerPodsNotStarting"
+                    and s, f"{name}: WorkerPodsNotStarting", timeout=180, interval=1)  # fmt: skip
+
+
+def test_workers_that_cannot_start_are_named_in_the_status_in_the_schedulers_or_kubelets_words(
     real_node: RealNode, namespace: str
 ) -> None:
-    """What works today for GPUs (docs/gpus.md): spec.resources.limits of an extended resource reach each worker
-    and the scheduler counts them. The node advertises 2 of a fake one (a node-status patch, what a device plugin
-    does); a run asking 1 per worker trains, a run asking 3 for one worker stays Pending with the scheduler's
-    words in its status."""
+    """Four runs at once whose workers cannot start, each for its own reason, each named in its status in the words
+    of the part that refuses it: a nodeSelector no node matches (then the node gets the label and the run trains),
+    more CPU than the node has, more of an extended resource than it advertises, an image no node has and none can
+    pull (the bug the process node hid: it ran any image). Beside them a run asking 1 of the extended resource per
+    worker trains: what works today for GPUs (docs/gpus.md), spec.resources.limits reach each worker and the
+    scheduler counts them. The node advertises 2 of a fake one (a node-status patch, what a device plugin does)."""
     node = real_node.cluster.kubectl("get", "nodes", "-o", "name").stdout.split()[0]
     path = "/status/capacity/" + FAKE_GPU.replace("/", "~1")
     advertise = json.dumps([{"op": "add", "path": path, "value": "2"}])
     real_node.cluster.kubectl("patch", node, "--subresource=status", "--type=json", "-p", advertise)
     try:
+        placed = digits_run("placed", workers=1, epochs=2, steps=10)
+        placed["spec"]["nodeSelector"] = {"dtr-test/pool": "placed"}
+        greedy_cpu = digits_run("greedy-cpu", epochs=1, steps=5)
+        greedy_cpu["spec"]["resources"] = {"requests": {"cpu": "64"}}
+        greedy_gpu = digits_run("greedy-gpu", workers=1, epochs=2, steps=10)
+        greedy_gpu["spec"]["resources"] = {"limits": {FAKE_GPU: 3}}
+        badtag = digits_run("badtag", epochs=1, steps=5)
+        badtag["spec"]["image"] = MISSING_IMAGE
         fits = digits_run("fits", epochs=2, steps=10)
         fits["spec"]["resources"] = {"limits": {FAKE_GPU: 1}}
-        greedy = digits_run("greedy", workers=1, epochs=2, steps=10)
-        greedy["spec"]["resources"] = {"limits": {FAKE_GPU: 3}}
-        real_node.apply(namespace, fits)
-        real_node.apply(namespace, greedy)
+        for doc in (placed, greedy_cpu, greedy_gpu, badtag, fits):
+            real_node.apply(namespace, doc)
 
-        st = wait_for(lambda: (s := real_node.run_status(namespace, "greedy")).get("reason") == "WorkerPodsNotStarting"
-                      and s, "the greedy run to say its worker cannot start", timeout=120)  # fmt: skip
+        st = not_starting(real_node, namespace, "placed")
+        assert st["phase"] == "Pending" and "cannot be scheduled" in st["message"], st
+        assert "node affinity/selector" in st["message"], st["message"]  # the scheduler's own words
+        st = not_starting(real_node, namespace, "greedy-cpu")
+        assert st["phase"] == "Pending", st
+        assert "worker greedy-cpu-worker-" in st["message"] and "cannot be scheduled" in st["message"], st
+        assert "Insufficient cpu" in st["message"], st["message"]
+        st = not_starting(real_node, namespace, "greedy-gpu")
         assert st["phase"] == "Pending" and f"Insufficient {FAKE_GPU}" in st["message"], st["message"]
+        st = not_starting(real_node, namespace, "badtag")
+        assert st["phase"] == "Pending"
+        assert re.search(r"worker badtag-worker-\d cannot start: (ErrImagePull|ImagePullBackOff)", st["message"]), st
+        assert MISSING_IMAGE in st["message"], st
+        refused = "involvedObject.name=badtag,reason=WorkerPodsNotStarting"
+        events = real_node.cluster.kubectl("get", "events", "-n", namespace, "--field-selector", refused).stdout
+        assert "Warning" in events, events
+        real_node.cluster.kubectl("delete", "dtr", "greedy-cpu", "badtag", "-n", namespace, "--wait=false")
+
+        real_node.cluster.kubectl("label", node, "dtr-test/pool=placed")
+        st = real_node.wait_terminal(namespace, "placed")
+        assert st["phase"] == "Succeeded", st
         done = real_node.wait_terminal(namespace, "fits")
         assert done["phase"] == "Succeeded", done
         worker = real_node.pod(namespace, "fits-worker-0")["spec"]["containers"][0]
         assert worker["resources"]["limits"][FAKE_GPU] == "1", worker["resources"]
-        assert real_node.run_status(namespace, "greedy")["phase"] == "Pending", "3 never fit on a node with 2"
+        assert real_node.run_status(namespace, "greedy-gpu")["phase"] == "Pending", "3 never fit on a node with 2"
     finally:
-        real_node.cluster.kubectl("delete", "dtr", "greedy", "-n", namespace, "--ignore-not-found", check=False)
+        real_node.cluster.kubectl("label", node, "dtr-test/pool-", check=False)
+        real_node.cluster.kubectl("delete", "dtr", "greedy-gpu", "greedy-cpu", "badtag", "-n", namespace,
+                                  "--ignore-not-found", "--wait=false", check=False)  # fmt: skip
         remove = json.dumps([{"op": "remove", "path": path}])
         real_node.cluster.kubectl("patch", node, "--subresource=status", "--type=json", "-p", remove, check=False)

@@ -57,7 +57,8 @@ ELSEWHERE = [
     ("fault", "a worker SIGKILLed mid-run (resumes from backup; `Never` fails naming the worker)",
      ("tests/node/test_real_node.py::"
       "test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_no_token, "
-      "::test_worker_container_killed_with_never_fails_the_run_naming_the_worker (containers on the real node)")),
+      "::test_a_killed_worker_under_never_fails_its_run_and_runs_deleted_mid_training_stop_keeping_the_pvc_with_retain "
+      "(containers on the real node)")),
     ("fault", "operator pod deleted during a real training run",
      "tests/node/test_real_node.py::test_operator_pod_deleted_mid_run_is_replaced_and_the_run_continues_without_duplicates"),
     ("security", "RBAC least privilege: can-i, impersonated run, namespaced mode cannot leave its namespace",

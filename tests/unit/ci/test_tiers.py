@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -46,24 +47,36 @@ def test_every_step_is_a_make_target_or_a_command_of_ours_and_every_tier_has_a_b
             script = step.argv[1] if module is None else module.replace(".", "/") + ".py"
             assert module == "pytest" or (REPO / script).is_file(), step
         assert step.tier == (step.budget is not None), f"{step.name}: a tier has a budget, a build has none"
+        for name in (*step.after, *step.apart):
+            assert name in names, f"{step.name} waits for or keeps apart from {name}, which is no step"
         for name in step.after:
-            assert name in names, f"{step.name} waits for {name}, which is no step"
-            other = next(s for s in tiers.STEPS if s.name == name)
-            assert other.side != step.side or names.index(name) < names.index(step.name), (
-                step, "waits for a later step")
+            assert names.index(name) < names.index(step.name), (step, "waits for a later step")
 
 
-def test_the_node_tiers_wait_for_the_node_start() -> None:
-    names = [s.name for s in tiers.STEPS]
-    node_start = next(s for s in tiers.STEPS if s.name == "node start")
+def needs(step: tiers.Step, name: str) -> bool:
+    """Whether the step waits for the step called name, directly or through the steps it waits for."""
+    return name in step.after or any(needs(next(s for s in tiers.STEPS if s.name == a), name) for a in step.after)
 
-    def waits_for(step: tiers.Step, name: str) -> bool:
-        if name in step.after or (step.side == node_start.side and names.index(step.name) > names.index(name)):
-            return True
-        return any(waits_for(next(s for s in tiers.STEPS if s.name == a), name) for a in step.after)
 
+def test_the_node_tiers_wait_for_the_node_start_and_take_turns_on_the_node() -> None:
     for step in (s for s in tiers.STEPS if s.node):
-        assert waits_for(step, "node start"), step
+        assert needs(step, "node start"), step
+        assert not needs(next(s for s in tiers.STEPS if s.name == "node start"), step.name)
+    faults, stop, multinode = (next(s for s in tiers.STEPS if s.name == n) for n in ("node faults", "node stop",
+                                                                                      "multinode"))
+    assert needs(faults, "node") and needs(stop, "node faults") and needs(multinode, "node stop")
+
+
+def test_every_make_target_a_step_runs_has_its_prerequisites_built_by_steps_it_waits_for() -> None:
+    """Two makes never build one thing at once: a tier's target's own prerequisites (setup, images, the builds)
+    come from steps it waits for, not from a second build beside theirs."""
+    builds = {s.argv[-1]: s.name for s in tiers.STEPS if s.argv[0] == "make" and not s.tier}
+    builds.update({"setup-op": "setup", "setup-trainer": "setup"})
+    prerequisites = dict(re.findall(r"^([a-zA-Z0-9_-]+):([^#\n]*)", (REPO / "Makefile").read_text(), re.MULTILINE))
+    for step in (s for s in tiers.STEPS if s.argv[0] == "make"):
+        for target in prerequisites[step.argv[-1]].split():
+            if target in builds and builds[target] != step.name:
+                assert needs(step, builds[target]), f"{step.name}: make {step.argv[-1]} builds {target} itself"
 
 
 def test_the_multinode_tier_waits_for_the_s3_servers_build_and_fails_rather_than_skips_without_it() -> None:
@@ -75,29 +88,97 @@ def test_the_multinode_tier_waits_for_the_s3_servers_build_and_fails_rather_than
         or os.environ.get("DTR_S3_REQUIRED")  # fmt: skip
 
 
-def lanes_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, side_build: float) -> dict[str, str]:
-    """A small run of real commands: the main lane waits for a side-lane build, an `either` step of the side
-    lane could run meanwhile. Returns each step's lane."""
+def step(name: str, after: tuple[str, ...] = (), apart: tuple[str, ...] = (), argv: tuple[str, ...] = ("true",)
+         ) -> tiers.Step:  # fmt: skip
+    return tiers.Step(name, argv, name, after=after, apart=apart)
+
+
+def test_a_free_slot_takes_the_ready_step_with_the_longest_chain_behind_it() -> None:
+    steps = [step("build"), step("quick tier"), step("long tier"), step("node", after=("build",)),
+             step("node tier", after=("node",))]  # fmt: skip
+    rank = tiers.critical_paths(steps, {"build": 10, "quick tier": 30, "long tier": 300, "node": 20,
+                                        "node tier": 600})  # fmt: skip
+    assert rank == {"build": 630, "quick tier": 30, "long tier": 300, "node": 620, "node tier": 600}
+    ready = tiers.ready_steps(steps, {}, {s.name for s in steps})
+    assert [s.name for s in ready] == ["build", "quick tier", "long tier"]
+    # the short build first: the long tier alone is shorter than the chain it opens
+    assert tiers.next_step(ready, [], rank).name == "build"
+    assert tiers.next_step(ready[1:], [steps[0]], rank).name == "long tier"
+    assert tiers.next_step([], [steps[0]], rank) is None
+    # a quick check goes before every longer chain
+    lint = tiers.Step("lint", ("true",), "lint", early=True)
+    assert tiers.next_step([*ready, lint], [], {**rank, "lint": 5}) is lint
+    # a step never timed counts as UNKNOWN_SECONDS; equals go in STEPS' order
+    rank = tiers.critical_paths(steps[:3], {})
+    assert set(rank.values()) == {tiers.UNKNOWN_SECONDS} and tiers.next_step(steps[:3], [], rank).name == "build"
+
+
+def test_a_step_waits_for_what_it_needs_and_never_runs_beside_a_step_it_is_apart_from() -> None:
+    a, b = step("a"), step("b", apart=("a",))
+    c = step("c", after=("a", "skipped"))
+    assert tiers.next_step([b], [a], {"b": 9}) is None and tiers.next_step([a], [b], {"a": 9}) is None
+    assert tiers.next_step([b, step("d")], [a], {"b": 9, "d": 1}).name == "d"
+    done = {"a": tiers.Result(a, 1.0, 0)}
+    assert tiers.ready_steps([c], {}, {"a", "c"}) == []
+    assert tiers.ready_steps([c], done, {"a", "c"}) == [c], "a step left out of the run counts as passed"
+    assert tiers.blocked_steps([c], done) == []
+    assert tiers.blocked_steps([c], {"a": tiers.Result(a, 1.0, 2)}) == [c]
+    assert tiers.blocked_steps([c], {"a": tiers.Result(a, 0.0, None)}) == [c]
+
+
+def test_the_expected_seconds_are_the_recorded_run_of_the_kind_expected_else_of_the_other() -> None:
+    costs = {"cold": {"steps": [{"name": "build", "seconds": 400}, {"name": "tier", "seconds": 100}]},
+             "warm": {"steps": [{"name": "build", "seconds": 1}, {"name": "new", "seconds": 50}]}}
+    assert tiers.expected_seconds(costs, warm=True) == {"build": 1, "tier": 100, "new": 50}
+    assert tiers.expected_seconds(costs, warm=False) == {"build": 400, "tier": 100, "new": 50}
+    assert tiers.expected_seconds({}, warm=True) == {}
+
+
+def slots_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: list[tiers.Step], expected: dict[str, float],
+              slots: int = 2) -> dict[str, tiers.Result]:  # fmt: skip
+    """A small run of real commands in `slots` slots; each step's result."""
     monkeypatch.setattr(tiers, "TIMINGS", tmp_path)
-    sleep = lambda seconds: ("sleep", str(seconds))  # noqa: E731
-    steps = [tiers.Step("compile", sleep(0.1), "main's own work"),
-             tiers.Step("tier", sleep(0.1), "needs the build", after=("build", "either")),
-             tiers.Step("build", sleep(side_build), "the side lane's build", side=True),
-             tiers.Step("either", sleep(0.5), "either lane", side=True, either=True, after=("compile",)),
-             tiers.Step("next", sleep(0.1), "after it", side=True, after=("either",))]
-    run = tiers.Run(steps)
-    tiers.run_lanes(run)
-    assert all(r.rc == 0 for r in run.results.values()) and len(run.results) == len(steps)
-    order = sorted(run.results.values(), key=lambda r: steps.index(r.step))
-    return {r.step.name: "side" if r.side else "main" for r in order}
+    run = tiers.Run(steps, slots)
+    tiers.run_slots(run, tiers.critical_paths(steps, expected))
+    assert set(run.results) == {s.name for s in steps}
+    return run.results
 
 
-def test_an_either_step_is_run_by_the_lane_that_would_otherwise_wait(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    # cold: the side lane builds long, the main lane, waiting for it, takes the step
-    assert lanes_ran(tmp_path, monkeypatch, side_build=3)["either"] == "main"
-    # warm: the side lane reaches it first
-    assert lanes_ran(tmp_path, monkeypatch, side_build=0)["either"] == "side"
+def sleep(seconds: float) -> tuple[str, ...]:
+    return ("sleep", str(seconds))
+
+
+def test_a_ready_step_starts_when_a_slot_frees_not_when_a_lane_reaches_it(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # A long build (a cold run's node build) in one slot: the other slot runs every step that is ready meanwhile,
+    # and the tier waiting for the build starts the moment it ends.
+    steps = [step("build", argv=sleep(2)), step("one", argv=sleep(0.3)), step("two", argv=sleep(0.3)),
+             step("tier", after=("build",), argv=sleep(0.2))]  # fmt: skip
+    done = slots_ran(tmp_path, monkeypatch, steps, {"build": 100, "one": 10, "two": 10, "tier": 10})
+    assert all(r.rc == 0 for r in done.values())
+    starts = {name: r.start for name, r in done.items()}
+    assert starts["build"] < 0.3 and starts["one"] < 0.3, starts
+    assert starts["two"] < 1.5, "the second slot took the next ready step, not after the build"
+    assert 1.9 < starts["tier"] < 2.9, starts
+    # One slot: one step at a time, the build first (the longest chain), then equals in the steps' order.
+    done = slots_ran(tmp_path, monkeypatch, steps, {"build": 100, "one": 10, "two": 10, "tier": 10}, slots=1)
+    assert sorted(done, key=lambda name: done[name].start) == ["build", "one", "two", "tier"]
+    assert done["one"].start >= 2.0 and done["tier"].start >= done["two"].start + 0.3, done
+
+
+def test_the_first_failure_stops_the_running_steps_and_starts_no_other(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = [step("fails", argv=("sh", "-c", "sleep 0.3; exit 3")), step("long", argv=sleep(30)),
+             step("after it", after=("fails",)), step("later", argv=sleep(0.1))]  # fmt: skip
+    t0 = time.monotonic()
+    done = slots_ran(tmp_path, monkeypatch, steps, {"fails": 50, "long": 40, "after it": 1, "later": 1})
+    assert time.monotonic() - t0 < 10, "the long step was not stopped"
+    assert done["fails"].rc == 3 and done["long"].rc not in (0, None)
+    assert done["after it"].rc is None and done["later"].rc is None
+    # a step whose program is not there fails the run as any failure does
+    done = slots_ran(tmp_path, monkeypatch, [step("gone", argv=("/nonexistent/program",)), step("next", ("gone",))],
+                     {})  # fmt: skip
+    assert (done["gone"].rc, done["next"].rc) == (127, None)
 
 
 def test_a_warm_tier_over_one_and_a_half_times_its_budget_fails_the_run_naming_it() -> None:
@@ -115,7 +196,7 @@ def test_a_run_short_of_disk_does_not_start_and_says_how_much_it_needs(
     monkeypatch.setattr(tiers, "TIMINGS", tmp_path)
     monkeypatch.setattr(tiers, "free_gb", lambda: 2.2)  # what the CI machine had when setup died of ENOSPC
     started = []
-    monkeypatch.setattr(tiers, "lane", lambda run, steps: started.append(steps))
+    monkeypatch.setattr(tiers, "run_slots", lambda run, rank: started.append(rank))
     assert tiers.run_all(set(), set()) == 1
     assert not started and "NOT STARTED: a " in capsys.readouterr().err
 
@@ -129,6 +210,13 @@ def test_record_refuses_a_run_of_the_other_kind(tmp_path: Path, monkeypatch: pyt
     assert tiers.record("cold") == 2 and "was warm, not cold" in capsys.readouterr().err
     assert tiers.record("warm") == 0
     assert json.loads((tmp_path / "costs.json").read_text())["warm"]["commit"] == "c"
+    # a run's ten slowest tests across tiers are kept with it (worked out for a run.json from before they were)
+    slow = {f"t{t}": {"slowest": [[f"t{t}.py::test_{i}", float(t * 10 + i)] for i in range(8)]} for t in range(2)}
+    (tmp_path / "run.json").write_text(json.dumps({**run_doc(unit=3), "date": "d", "commit": "c", "tiers": slow}))
+    assert tiers.record("warm") == 0
+    kept = json.loads((tmp_path / "costs.json").read_text())["warm"]["slowest"]
+    assert [s[1] for s in kept] == [f"t1.py::test_{i}" for i in range(7, -1, -1)] + ["t0.py::test_7", "t0.py::test_6"]
+    assert kept[0] == ["t1", "t1.py::test_7", 17.0]
 
 
 def test_the_timings_plugin_counts_a_shared_start_once_and_outside_its_module(tmp_path: Path) -> None:
