@@ -5,13 +5,9 @@ and why it stopped."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
-import yaml
+from support.local_run import dtr_run
 
 MODEL = '''
 import numpy as np
@@ -38,22 +34,10 @@ def callbacks(ctx):
 '''
 
 
-def _dtr_run(tmp_path: Path, *argv: str, timeout: float = 600) -> tuple[int, str, dict[str, Any]]:
-    env = {**os.environ, "DTR_RUN_DIR": str(tmp_path / ".dtr")}
-    env.pop("KUBECONFIG", None)  # no cluster involved
-    proc = subprocess.run([sys.executable, "-m", "dtr_cli", "run", *argv],
-                          check=False, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
-    out = proc.stdout
-    assert "\nstatus:\n" in out, f"exit {proc.returncode}\n{out[-3000:]}\n{proc.stderr[-2000:]}"
-    status = yaml.safe_load(out[out.index("\nstatus:\n") + 1 :].split("\n[dtr] ")[0])["status"]
-    return proc.returncode, out, status
-
-
 def test_dtr_run_with_params_validates_each_epoch_and_stops_early_on_both_workers(tmp_path: Path) -> None:
     model = tmp_path / "stopping_model.py"
     model.write_text(MODEL)
-    code, out, status = _dtr_run(tmp_path, str(model), "--name", "stopping", "--workers", "2", "--epochs", "5",
+    code, out, status = dtr_run(tmp_path, str(model), "--name", "stopping", "--workers", "2", "--epochs", "5",
                                  "--batch-size-per-worker", "16", "--learning-rate", "0.05",
                                  "--param", "units=4", "--param", "patience=1")  # fmt: skip
     assert code == 0, out[-4000:]

@@ -8,17 +8,14 @@ where the cluster mounts its ConfigMap, data read from a directory on the run's 
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import re
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import yaml
 from dtr_contract import exits
 
+from support.local_run import dtr_run
 from support.runs import saved_models
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,24 +61,12 @@ def _points(volume: Path) -> None:
     (directory / "points.csv").write_text("\n".join(rows) + "\n")
 
 
-def _dtr_run(tmp_path: Path, *argv: str, timeout: float = 600) -> tuple[int, str, dict[str, Any]]:
-    env = {**os.environ, "DTR_RUN_DIR": str(tmp_path / ".dtr")}
-    env.pop("KUBECONFIG", None)  # no cluster involved
-    proc = subprocess.run([sys.executable, "-m", "dtr_cli", "run", *argv],
-                          check=False, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
-    out = proc.stdout
-    assert "\nstatus:\n" in out, f"exit {proc.returncode}\n{out[-3000:]}\n{proc.stderr[-2000:]}"
-    status = yaml.safe_load(out[out.index("\nstatus:\n") + 1 :].split("\n[dtr] ")[0])["status"]
-    return proc.returncode, out, status
-
-
 def test_dtr_run_trains_a_model_file_on_a_directory_with_two_workers(tmp_path: Path) -> None:
     model = tmp_path / "points_model.py"
     model.write_text(MODEL)
     volume = tmp_path / ".dtr" / "volumes" / "points-data"
     _points(tmp_path / "mine")  # mine/data/points/points.csv, put on the volume by --data
-    code, out, status = _dtr_run(tmp_path, str(model), "--name", "points", "--workers", "2", "--epochs", "4",
+    code, out, status = dtr_run(tmp_path, str(model), "--name", "points", "--workers", "2", "--epochs", "4",
                                  "--data", "mine/data/points", "--dataset", "points", "--batch-size-per-worker", "16",
                                  "--learning-rate", "0.05", "--metric", "mae")  # fmt: skip
     assert code == 0, out[-4000:]
@@ -118,7 +103,7 @@ def test_dtr_run_of_a_run_file_whose_code_raises_ends_user_code_error_with_the_l
                     "training": {"dataset": "points", "epochs": 2, "batchSizePerWorker": 16}}}  # fmt: skip
     run_file = tmp_path / "broken.yaml"
     run_file.write_text(yaml.safe_dump(run))
-    code, out, status = _dtr_run(tmp_path, str(run_file), "--code", str(model), timeout=300)
+    code, out, status = dtr_run(tmp_path, str(run_file), "--code", str(model), timeout=300)
     assert code == 1, out[-4000:]
     assert (status["phase"], status["reason"]) == ("Failed", "UserCodeError"), status
     assert status["message"].startswith(f"points_model.py:{line} in load_data: KeyError: "), status["message"]
@@ -133,7 +118,7 @@ def test_dtr_run_of_a_model_whose_loss_diverges_ends_diverged_naming_the_epoch_w
     run at a lower learning rate starts fresh."""
     model = tmp_path / "diverging_model.py"
     model.write_text((REPO / "tests" / "support" / "diverging_model.py").read_text())
-    code, out, status = _dtr_run(tmp_path, str(model), "--name", "diverging", "--workers", "2", "--epochs", "3",
+    code, out, status = dtr_run(tmp_path, str(model), "--name", "diverging", "--workers", "2", "--epochs", "3",
                                  "--learning-rate", "10", timeout=300)  # fmt: skip
     assert code == 1, out[-4000:]
     assert (status["phase"], status["reason"]) == ("Failed", "Diverged"), status
@@ -144,7 +129,7 @@ def test_dtr_run_of_a_model_whose_loss_diverges_ends_diverged_naming_the_epoch_w
     assert saved_models(tmp_path / ".dtr" / "volumes" / "diverging-data") == []
     # What the message asks for, the same file at a lower learning rate: a new run, fresh, not stopped by the
     # diverged run's backup (docs/local.md#a-fresh-run-is-fresh).
-    code, out, status = _dtr_run(tmp_path, str(model), "--name", "diverging", "--workers", "2", "--epochs", "3",
+    code, out, status = dtr_run(tmp_path, str(model), "--name", "diverging", "--workers", "2", "--epochs", "3",
                                  "--learning-rate", "0.01", timeout=300)  # fmt: skip
     assert code == 0 and status["phase"] == "Succeeded", out[-4000:]
     assert "starts fresh" in out and "training.learning_rate 10.0 -> 0.01" in out, out[-4000:]
