@@ -80,7 +80,9 @@ class Step:
 
 
 def make(target: str) -> tuple[str, ...]:
-    return ("make", "--no-print-directory", target)
+    # ARGS= : `make test ARGS="--skip ..."` hands its ARGS to every make below it (MAKEFLAGS), where `make images`
+    # would pass them to docker build.
+    return ("make", "--no-print-directory", "ARGS=", target)
 
 
 def pytest(*args: str) -> tuple[str, ...]:
