@@ -37,7 +37,8 @@ def test_progress_passes_through_every_epoch_while_training_and_the_column_shows
     for epoch, (_, progress) in first_seen.items():
         assert progress["epochsDone"] == f"{epoch}/{EPOCHS}"
         assert progress["progressPercentage"] == epoch * 100 // EPOCHS
-        assert {m["name"] for m in progress["metrics"]} == {"accuracy", "loss"}, progress
+        # validated every epoch by default (spec.training.validateEvery 1): the eval split's figures beside training's
+        assert {m["name"] for m in progress["metrics"]} == {"accuracy", "loss", "val_accuracy", "val_loss"}, progress
         assert progress["examplesPerSecond"] > 0 and progress["estimatedRemainingSeconds"] >= 0, progress
     # -o wide while Running: NAME PHASE WORKERS PROGRESS (no ACCURACY, MODEL yet) AGE ETA(S) MESSAGE
     assert rows and re.search(rf"^{name}\s+Running\s+2/2\s+2/{EPOCHS}\s+\S+\s+\d+\s", rows[0], re.MULTILINE), rows
