@@ -44,10 +44,12 @@ def start_training(cluster: Cluster, namespace: str, name: str, spec: dict[str, 
 
 
 def drain(cluster: Cluster, namespace: str, pods: list[dict[str, Any]]) -> None:
-    """Worker 1 drained away; worker 0 lost its peer (unless the resume has deleted it by then: not checked)."""
+    """Worker 1 drained away; worker 0 lost its peer, unless the resume has deleted it by then. Its uid in the patch
+    is a precondition: the API server refuses the patch once the resumed TFJob has made a pod of that name (the CI run
+    at 6ab1310 failed the new pod, and with it the resumed run)."""
     evict(cluster, namespace, pods[1])
     terminated = {"exitCode": 138, "reason": "Error", "message": "dtr_trainer[worker-0]: error: lost a peer"}
-    lost = {"status": {"phase": "Failed", "containerStatuses": [
+    lost = {"metadata": {"uid": pods[0]["metadata"]["uid"]}, "status": {"phase": "Failed", "containerStatuses": [
         {"name": "tensorflow", "image": "x", "imageID": "", "restartCount": 0, "ready": False,
          "state": {"terminated": {**terminated, "startedAt": "2026-12-05T00:00:00Z",
                                   "finishedAt": "2026-12-05T00:00:01Z"}}}]}}  # fmt: skip
