@@ -240,11 +240,12 @@ install_training_operator() {
 }
 
 install_dtr_operator() {
-  step "DistTrainingRun CRD and the operator (kubectl apply -k ${DEPLOY#"${ROOT}"/})"
+  step "the CRDs and the operator (kubectl apply -k ${DEPLOY#"${ROOT}"/})"
   local existed=0
   kubectl -n "${OPERATOR_NS}" get deployment/dtr-operator >/dev/null 2>&1 && existed=1
   kubectl apply -k "${DEPLOY}"
-  kubectl wait --for=condition=Established crd/disttrainingruns.distml.dev --timeout=120s
+  kubectl wait --for=condition=Established crd/disttrainingruns.distml.dev crd/disttrainingsweeps.distml.dev \
+    --timeout=120s
   # The image tag stays 0.1.0 when the image is rebuilt: restart so the new one runs.
   if ((existed)) && [[ "${IMPORT}" != none ]]; then
     kubectl -n "${OPERATOR_NS}" rollout restart deployment/dtr-operator

@@ -12,6 +12,9 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "DistTrainingRun"
 PLURAL = "disttrainingruns"
+# DistTrainingSweep: trials of a run template (sweep/); its trials are runs it owns, labelled SWEEP_LABEL.
+SWEEP_KIND = "DistTrainingSweep"
+SWEEP_PLURAL = "disttrainingsweeps"
 
 # ---- the Kubeflow training-operator's TFJob -----------------------------------------------------
 TFJOB_GROUP = "kubeflow.org"
@@ -43,12 +46,15 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "Namespace"): "namespaces",  # cluster-scoped: read with namespace "" (its Pod Security labels)
     (TFJOB_API_VERSION, TFJOB_KIND): TFJOB_PLURAL,
     (API_VERSION, KIND): PLURAL,
+    (API_VERSION, SWEEP_KIND): SWEEP_PLURAL,
     (NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND): NETWORK_POLICY_PLURAL,
     (PDB_API_VERSION, PDB_KIND): "poddisruptionbudgets",
 }
 
 # ---- labels -----------------------------------------------------------------------------------
 RUN_LABEL = "distml.dev/run"
+SWEEP_LABEL = "distml.dev/sweep"  # on a sweep's trials (runs): the sweep's name
+TRIAL_LABEL = "distml.dev/trial"  # on a sweep's trials: the trial's index
 MANAGED_BY = {"app.kubernetes.io/managed-by": "dtr-operator"}
 
 # Labels the training-operator puts on the pods it creates (kubeflow.org/v1 common_types.go).

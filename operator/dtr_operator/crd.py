@@ -161,7 +161,7 @@ def status_schema(f: StatusField) -> dict[str, Any]:
     return out
 
 
-def _load(text: str) -> Any:
+def columns(text: str) -> Any:
     return yaml.safe_load(text)
 
 
@@ -183,7 +183,7 @@ def crd() -> dict[str, Any]:
         },
     }  # fmt: skip
     version = {"name": VERSION, "served": True, "storage": True, "subresources": {"status": {}},
-               "additionalPrinterColumns": _load(PRINTER_COLUMNS), "schema": {"openAPIV3Schema": root}}  # fmt: skip
+               "additionalPrinterColumns": columns(PRINTER_COLUMNS), "schema": {"openAPIV3Schema": root}}  # fmt: skip
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -237,10 +237,14 @@ def _flowing(value: Any) -> Any:
     return [_flowing(v) for v in value] if isinstance(value, list) else value
 
 
-def render() -> str:
-    """crds/disttrainingrun.yaml's text."""
-    built = crd()
-    text = HEADER + yaml.dump(_flowing(built), Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True)
+def as_yaml(header: str, built: dict[str, Any]) -> str:
+    """A CRD's file: the header, then the CRD as a person would write it (folded prose, one-line CEL rules)."""
+    text = header + yaml.dump(_flowing(built), Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True)
     if yaml.safe_load(text) != built:  # folding must never change a value
         raise ValueError("the CRD's YAML does not read back as the CRD")
     return text
+
+
+def render() -> str:
+    """crds/disttrainingrun.yaml's text."""
+    return as_yaml(HEADER, crd())

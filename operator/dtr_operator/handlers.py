@@ -16,6 +16,8 @@ them. Where the operator stands in for kopf (its watch, diff base, retries, time
   malloc.trim (runtime/loops.py).
 - a background poll of running runs: the chief's last finished epoch into status.progress.
 - events of DistTrainingRuns: keep the runs-by-phase metric and the runs the two background tasks look at.
+- create/resume of a DistTrainingSweep, and events of its trials (runs labelled distml.dev/sweep): the sweep's turn
+  (reconcile/sweeps.py).
 No finalizers, no delete handler: children go with the run by owner references (garbage collector).
 """
 
@@ -35,6 +37,8 @@ from .api import (
     NETWORK_POLICY_PLURAL,
     PLURAL,
     RUN_LABEL,
+    SWEEP_LABEL,
+    SWEEP_PLURAL,
     TFJOB_GROUP,
     TFJOB_PLURAL,
     TFJOB_VERSION,
@@ -42,6 +46,7 @@ from .api import (
 )
 from .kube import Kube, NoCredentials
 from .reconcile.reconciler import Reconciler, never_done
+from .reconcile.sweeps import Sweeper
 from .runtime.kopf_seams import DIFF_BASE, handled_before, install_slim_watch
 from .runtime.loops import Background
 from .runtime.trackers import RunningRuns
@@ -86,6 +91,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_
                                  claim_refusal=ours.claim_refusal,
                                  running=RunningRuns(ours.progress_interval),
                                  tracking_uri=ours.mlflow_tracking_uri)  # fmt: skip
+    memo.sweeper = Sweeper(kube, emit)
     _tune(settings)
     logger.info("dtr-operator: default trainer image %s", ours.trainer_image)
 
@@ -155,6 +161,21 @@ async def run_seen(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any)
     # readiness wait at startup would deadlock under settings.queueing.worker_limit (_tune).
     memo.reconciler.seen(type, body, time.monotonic())
     memo.background.keep_running(memo.reconciler, memo.settings.progress_interval)
+
+
+@kopf.on.resume(GROUP, VERSION, SWEEP_PLURAL)
+@kopf.on.create(GROUP, VERSION, SWEEP_PLURAL)
+def sweep_started(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    # Its state is its status (reconcile/sweeps.py): a resume after a restart takes a turn as a create does.
+    with metrics.RECONCILE_SECONDS.labels(handler="sweep").time():
+        memo.sweeper.turn(body.metadata.namespace or "", body.metadata.name or "")
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, labels={SWEEP_LABEL: kopf.PRESENT})
+def trial_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    # A trial's event (the slim run keeps only this label: kopf_seams.run_metadata) is its sweep's turn.
+    with metrics.RECONCILE_SECONDS.labels(handler="sweep").time():
+        memo.sweeper.turn(body.metadata.namespace or "", body.metadata.labels.get(SWEEP_LABEL, ""))
 
 
 @kopf.on.cleanup()

@@ -254,9 +254,9 @@ class Kube:
         return self.get("v1", "ConfigMap", namespace, name)
 
     def patch(self, api_version: str, kind: str, namespace: str, name: str, body: Any,
-              content_type: str = "application/merge-patch+json") -> dict[str, Any]:  # fmt: skip
+              content_type: str = "application/merge-patch+json", subresource: str | None = None) -> dict[str, Any]:
         """A merge patch, or a JSON patch's operations (guard.py); NotFound, Conflict (a stale resourceVersion)."""
-        path = _path(api_version, namespace, PLURALS[(api_version, kind)], name)
+        path = _path(api_version, namespace, PLURALS[(api_version, kind)], name, subresource)
         return self.request("PATCH", path, body=body, content_type=content_type)
 
     def list_objects(self, api_version: str, kind: str, namespace: str, selector: str | None = None

@@ -28,7 +28,8 @@ class KubeApi(Protocol):
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None: ...
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None: ...
     def patch(self, api_version: str, kind: str, namespace: str, name: str, body: Any,
-              content_type: str = "application/merge-patch+json") -> dict[str, Any]: ...  # fmt: skip
+              content_type: str = "application/merge-patch+json",
+              subresource: str | None = None) -> dict[str, Any]: ...  # fmt: skip
     def list_objects(self, api_version: str, kind: str, namespace: str, selector: str | None = None
                      ) -> list[dict[str, Any]]: ...  # fmt: skip
     def set_owner(self, api_version: str, kind: str, namespace: str, name: str,

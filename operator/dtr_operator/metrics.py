@@ -53,7 +53,7 @@ RUN_GAUGES = {
 
 PHASES = (PENDING, RUNNING, SUSPENDED, SUCCEEDED, FAILED)
 UNKNOWN_PHASE = "Unknown"  # a phase the operator never writes (whoever may write a run's status can): one label
-HANDLERS = ("run", "tfjob", "pods", "progress")
+HANDLERS = ("run", "tfjob", "pods", "progress", "sweep")
 # Answers the operator expects and acts on (absent object, create race, stale resourceVersion).
 EXPECTED_STATUSES = (404, 409)
 

@@ -357,6 +357,19 @@ NETWORK_POLICY_RESTORED = _event("NetworkPolicyRestored", True,
     "makes it (the message says which); someone with rights on NetworkPolicies in the namespace did it")  # fmt: skip
 STALL_ENDED = _event("StallEnded", False,
     "an epoch finished after a stall: the `Stalled` condition is False again (reason `EpochFinished`)")  # fmt: skip
+# On a DistTrainingSweep (reconcile/sweeps.py; docs/experiments.md#sweeps).
+INVALID_SWEEP = _event("InvalidSweep", True,
+    "a sweep the operator cannot run (its space, objective or algorithm): it fails at once, the message naming the "
+    "field")  # fmt: skip
+TRIAL_REFUSED = _event("TrialRefused", True,
+    "the API server refused a sweep's trial (the template with its point): the trial counts as failed")  # fmt: skip
+TRIAL_STOPPED = _event("TrialStopped", False,
+    "a sweep stopped a trial early (the median rule, or the sweep failed): its run is deleted, its curve stays in "
+    "the sweep's status")  # fmt: skip
+SWEEP_SUCCEEDED = _event("SweepSucceeded", False, "the sweep ended: the message names its best trial and value")
+SWEEP_FAILED = _event("SweepFailed", True,
+    "the sweep ended failed: more trials failed than `spec.maxFailedTrials`, or none reported the "
+    "objective")  # fmt: skip
 
 REASONS = tuple(_declared)
 # Reasons whose events are Warnings (every Failed run's event is one too, whatever the TFJob calls it).

@@ -245,7 +245,8 @@ class FakeKube:
 
     @api
     def patch(self, api_version: str, kind: str, namespace: str, name: str, body: Any,
-              content_type: str = "application/merge-patch+json") -> dict[str, Any]:  # fmt: skip
+              content_type: str = "application/merge-patch+json",
+              subresource: str | None = None) -> dict[str, Any]:  # fmt: skip
         key = _addressed((api_version, kind, namespace, name))
         if content_type == "application/json-patch+json":
             return self._json_patch(key, body)

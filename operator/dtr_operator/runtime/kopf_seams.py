@@ -23,7 +23,7 @@ from typing import Any
 import kopf
 from kopf._cogs.clients import watching
 
-from ..api import GROUP, NETWORK_POLICY_GROUP, NETWORK_POLICY_PLURAL, PLURAL, TFJOB_GROUP, TFJOB_PLURAL
+from ..api import GROUP, NETWORK_POLICY_GROUP, NETWORK_POLICY_PLURAL, PLURAL, SWEEP_LABEL, TFJOB_GROUP, TFJOB_PLURAL
 from .kept import kept_spec
 
 Slimmer = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -57,6 +57,8 @@ def run_metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
     """RUN_METADATA of a run's metadata, and kopf's own annotations. Pure."""
     meta = obj.get("metadata") or {}
     kept = {key: meta[key] for key in RUN_METADATA if key in meta}
+    if sweep := (meta.get("labels") or {}).get(SWEEP_LABEL):  # a sweep's trial: its event brings on the sweep's turn
+        kept["labels"] = {SWEEP_LABEL: sweep}
     kopf_own = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(KOPF_PREFIX)}
     return {**kept, "annotations": kopf_own} if kopf_own else kept
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import space
-from .prune import MAXIMIZE, MINIMIZE, MedianRule, best, median_stop, worse
+from .prune import MAXIMIZE, MINIMIZE, Curve, MedianRule, best, median_stop, worse
 
 GRID, RANDOM = "grid", "random"
 ALGORITHMS = (GRID, RANDOM)
@@ -36,18 +36,26 @@ class SweepSpec:
 
 @dataclass(frozen=True)
 class Trial:
-    """A trial as observed: its run's phase, the objective each epoch (status.progress history), and whether this
-    sweep stopped it."""
+    """A trial as observed: its run's phase, the objective at each epoch seen (status.progress), its final value
+    (the run's status.metrics, evaluated on the held-out split after training), and whether this sweep stopped it."""
 
     index: int
     name: str
     phase: str  # the run's status.phase ("" before it has one)
-    curve: tuple[float, ...] = ()
+    curve: Curve = ()
     stopped: bool = False
+    final: float | None = None
 
     @property
     def done(self) -> bool:
         return self.stopped or self.phase in TERMINAL
+
+    @property
+    def value(self) -> float | None:
+        """The objective the trial ends with: its final figure, else the last epoch's."""
+        if self.final is not None:
+            return self.final
+        return self.curve[-1][1] if self.curve else None
 
 
 @dataclass(frozen=True)
@@ -91,11 +99,11 @@ def point(sweep: SweepSpec, index: int) -> dict[str, space.Value]:
 
 
 def best_trial(sweep: SweepSpec, trials: Sequence[Trial]) -> Trial | None:
-    """The finished, not failed trial whose last reported objective is best (the lowest index on a tie)."""
-    scored = [t for t in trials if t.curve and t.phase == "Succeeded" and not t.stopped]
+    """The finished, not failed trial whose objective is best (the lowest index on a tie)."""
+    scored = [t for t in trials if t.value is not None and t.phase == "Succeeded" and not t.stopped]
     chosen: Trial | None = None
     for trial in sorted(scored, key=lambda t: t.index):
-        if chosen is None or worse(chosen.curve[-1], trial.curve[-1], sweep.goal):
+        if chosen is None or worse(chosen.value, trial.value, sweep.goal):  # type: ignore[arg-type]
             chosen = trial
     return chosen
 
@@ -148,7 +156,7 @@ def decide(sweep: SweepSpec, trials: Sequence[Trial]) -> Decision:
     if leader is None:
         return Decision(phase="Failed", counts=counts, message=f"no trial reported {sweep.metric} to the end")
     return Decision(phase="Succeeded", best=leader, counts=counts,
-                    message=f"best {sweep.metric} {leader.curve[-1]:.4g}: trial {leader.name}")
+                    message=f"best {sweep.metric} {leader.value:.4g}: trial {leader.name}")
 
 
 __all__ = ["ALGORITHMS", "GRID", "MAXIMIZE", "MINIMIZE", "RANDOM", "Decision", "SweepSpec", "Trial", "best",

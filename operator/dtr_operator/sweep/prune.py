@@ -1,5 +1,6 @@
 """Early stopping of a sweep's trials: the median stopping rule on the objective each trial reports every epoch
-(its status.progress history). Pure.
+(status.progress, as the sweep's status keeps it: an epoch the operator's poll did not see is missing, and a
+trial's value at it is that of the nearest earlier epoch it reported). Pure.
 
 A running trial is stopped at epoch e when the best value it reached by e is worse than the median of the values the
 finished trials had at epoch e (as Optuna's MedianPruner and Vizier's median automated stopping do), once at least
@@ -30,16 +31,31 @@ def worse(value: float, than: float, goal: str) -> bool:
     return value < than if goal == MAXIMIZE else value > than
 
 
-def median_stop(curve: Sequence[float], finished: Sequence[Sequence[float]], goal: str, metric: str,
-                rule: MedianRule) -> str | None:  # fmt: skip
-    """Why the trial whose objective so far is `curve` (one value an epoch, from epoch 1) stops now, or None."""
-    epoch = len(curve)
+Curve = tuple[tuple[int, float], ...]  # (epoch, value) in epoch order; a run's progress may skip epochs
+
+
+def value_at(curve: Curve, epoch: int) -> float | None:
+    """The value the curve had at `epoch`: that of the nearest reported epoch at or before it (None before any)."""
+    found = None
+    for at, value in curve:
+        if at > epoch:
+            break
+        found = value
+    return found
+
+
+def median_stop(curve: Curve, finished: Sequence[Curve], goal: str, metric: str, rule: MedianRule) -> str | None:
+    """Why the trial whose objective so far is `curve` stops now, or None. Its epoch is its last reported one; a
+    finished trial counts at that epoch when it trained that far, with its value at the nearest epoch reported."""
+    if not curve:
+        return None
+    epoch = curve[-1][0]
     if epoch <= rule.warmup_epochs:
         return None
-    at_epoch = [c[epoch - 1] for c in finished if len(c) >= epoch]
+    at_epoch = [v for c in finished if c and c[-1][0] >= epoch and (v := value_at(c, epoch)) is not None]
     if len(at_epoch) < rule.min_trials:
         return None
-    median, reached = statistics.median(at_epoch), best(curve, goal)
+    median, reached = statistics.median(at_epoch), best([v for _, v in curve], goal)
     if not worse(reached, median, goal):
         return None
     return (f"its best {metric} by epoch {epoch}, {reached:.4g}, is worse than the median of {len(at_epoch)} "

@@ -33,6 +33,7 @@ def test_the_committed_crd_is_the_one_the_field_table_generates(tmp_path) -> Non
     crd = tmp_path / gen.crd.FILE
     crd.parent.mkdir()
     crd.write_text((REPO / gen.crd.FILE).read_text().replace("default: 64", "default: 32", 1))
+    (tmp_path / gen.sweep_crd.FILE).write_text((REPO / gen.sweep_crd.FILE).read_text())
     assert gen.stale_files(tmp_path) == [gen.crd.FILE]
 
 

@@ -9,7 +9,7 @@ import re
 import pytest
 from dtr_operator.sweep import space
 from dtr_operator.sweep.decide import Trial, decide, parse_sweep, point
-from dtr_operator.sweep.prune import MedianRule, median_stop
+from dtr_operator.sweep.prune import MedianRule, median_stop, value_at
 
 SPACE = {"learningRate": {"logUniform": {"min": 1e-4, "max": 1e-1}},
          "width": {"int": {"min": 16, "max": 64, "step": 16}}, "batchSizePerWorker": {"choice": [16, 32]},
@@ -81,29 +81,34 @@ def test_an_objective_or_algorithm_it_does_not_know_is_refused(bad, said):
 RULE = MedianRule(warmup_epochs=1, min_trials=2)
 
 
+def c(*values: float) -> tuple[tuple[int, float], ...]:
+    """A curve reported every epoch from epoch 1."""
+    return tuple(enumerate(values, start=1))
+
+
 def test_the_median_rule_stops_a_trial_worse_than_the_finished_ones_at_its_epoch():
-    finished = [(0.5, 0.7, 0.8), (0.6, 0.8, 0.9), (0.4, 0.6, 0.7)]
-    assert median_stop((0.3,), finished, "maximize", "val_accuracy", RULE) is None, "warm-up"
-    why = median_stop((0.3, 0.5), finished, "maximize", "val_accuracy", RULE)
+    finished = [c(0.5, 0.7, 0.8), c(0.6, 0.8, 0.9), c(0.4, 0.6, 0.7)]
+    assert median_stop(c(0.3,), finished, "maximize", "val_accuracy", RULE) is None, "warm-up"
+    why = median_stop(c(0.3, 0.5), finished, "maximize", "val_accuracy", RULE)
     assert why == ("its best val_accuracy by epoch 2, 0.5, is worse than the median of 3 finished trials at epoch 2, "
                    "0.7")
-    assert median_stop((0.3, 0.75), finished, "maximize", "val_accuracy", RULE) is None
-    assert median_stop((0.3, 0.5), finished[:1], "maximize", "val_accuracy", RULE) is None, "too few to judge"
-    assert median_stop((2.0, 1.9), [(1.0, 0.5), (1.2, 0.6)], "minimize", "val_loss", RULE) is not None
+    assert median_stop(c(0.3, 0.75), finished, "maximize", "val_accuracy", RULE) is None
+    assert median_stop(c(0.3, 0.5), finished[:1], "maximize", "val_accuracy", RULE) is None, "too few to judge"
+    assert median_stop(c(2.0, 1.9), [c(1.0, 0.5), c(1.2, 0.6)], "minimize", "val_loss", RULE) is not None
 
 
 def test_a_sweep_fills_its_slots_then_stops_the_weak_then_ends_with_the_best():
     sweep = sweep_spec(trials=4, earlyStopping={"median": {"warmupEpochs": 1, "minTrials": 2}})
     assert decide(sweep, []).create == (0, 1)
-    two = [Trial(0, "s-0", "Running", (0.5,)), Trial(1, "s-1", "", ())]
+    two = [Trial(0, "s-0", "Running", c(0.5)), Trial(1, "s-1", "", c())]
     assert decide(sweep, two).create == (), "both slots busy"
-    done = [Trial(0, "s-0", "Succeeded", (0.5, 0.8)), Trial(1, "s-1", "Succeeded", (0.6, 0.9)),
-            Trial(2, "s-2", "Running", (0.2, 0.3))]
+    done = [Trial(0, "s-0", "Succeeded", c(0.5, 0.8)), Trial(1, "s-1", "Succeeded", c(0.6, 0.9)),
+            Trial(2, "s-2", "Running", c(0.2, 0.3))]
     d = decide(sweep, done)
     assert d.stop == (("s-2", "its best val_accuracy by epoch 2, 0.3, is worse than the median of 2 finished trials "
                                "at epoch 2, 0.85"),)
     assert d.create == (3,), "the stopped trial's slot goes to the next"
-    end = [*done[:2], Trial(2, "s-2", "Running", (0.2, 0.3), stopped=True), Trial(3, "s-3", "Succeeded", (0.7, 0.95))]
+    end = [*done[:2], Trial(2, "s-2", "Running", c(0.2, 0.3), stopped=True), Trial(3, "s-3", "Succeeded", c(0.7, 0.95))]
     d = decide(sweep, end)
     assert (d.phase, d.best.name, d.counts["stopped"]) == ("Succeeded", "s-3", 1)
     assert d.message == "best val_accuracy 0.95: trial s-3"
@@ -111,12 +116,27 @@ def test_a_sweep_fills_its_slots_then_stops_the_weak_then_ends_with_the_best():
 
 def test_too_many_failed_trials_fail_the_sweep_and_stop_the_rest():
     sweep = sweep_spec(trials=6, maxFailedTrials=1)
-    trials = [Trial(0, "s-0", "Failed"), Trial(1, "s-1", "Failed"), Trial(2, "s-2", "Running", (0.4,))]
+    trials = [Trial(0, "s-0", "Failed"), Trial(1, "s-1", "Failed"), Trial(2, "s-2", "Running", c(0.4))]
     d = decide(sweep, trials)
     assert (d.phase, d.create, d.stop) == ("Failed", (), (("s-2", "the sweep failed"),))
     assert d.message == "2 trials failed, more than spec.maxFailedTrials (1)"
 
 
 def test_no_trial_that_reported_the_objective_fails_the_sweep_saying_so():
-    d = decide(sweep_spec(trials=1, maxFailedTrials=1), [Trial(0, "s-0", "Succeeded", ())])
+    d = decide(sweep_spec(trials=1, maxFailedTrials=1), [Trial(0, "s-0", "Succeeded")])
     assert (d.phase, d.message) == ("Failed", "no trial reported val_accuracy to the end")
+
+
+def test_epochs_the_poll_did_not_see_take_the_nearest_earlier_value():
+    finished = [((1, 0.5), (3, 0.9)), ((2, 0.8), (3, 0.95))]  # epoch 2 unseen in one, epoch 1 in the other
+    assert value_at(finished[0], 2) == 0.5 and value_at(finished[1], 1) is None
+    why = median_stop(((1, 0.2), (2, 0.3)), finished, "maximize", "val_accuracy", RULE)
+    assert why is not None and "median of 2 finished trials at epoch 2, 0.65" in why
+    assert median_stop(((1, 0.2), (4, 0.3)), finished, "maximize", "val_accuracy", RULE) is None, "none trained so far"
+
+
+def test_the_best_trial_is_judged_by_its_final_figure_when_the_run_reported_one():
+    sweep = sweep_spec(trials=2)
+    trials = [Trial(0, "s-0", "Succeeded", c(0.7, 0.9), final=0.85), Trial(1, "s-1", "Succeeded", c(0.6, 0.88))]
+    d = decide(sweep, trials)
+    assert (d.best.name, d.message) == ("s-1", "best val_accuracy 0.88: trial s-1")
