@@ -1,6 +1,6 @@
 """DistTrainingSweep against a real API server, training-operator and the operator: the trials are runs the sweep
-owns, made two at a time with each trial's point; a weak one is stopped early (its run deleted, its curve kept);
-the sweep ends with the best trial. Bad input is refused at `kubectl apply` or fails the sweep at once, naming the
+owns, made two at a time with each trial's point; a weak one is stopped early (its run deleted, its curve kept),
+by an operator restarted meanwhile; the sweep ends with the best trial. Bad input is refused at `kubectl apply` or fails the sweep at once, naming the
 field. No kubelet: the tests write the pods' states as one would, and each epoch's figures into the run's
 status.progress as the operator's poll of the chief's log does."""
 
@@ -88,10 +88,12 @@ def test_a_sweep_runs_two_trials_at_a_time_stops_the_weak_one_and_ends_with_the_
     assert weak and strong
     epoch(control_plane, namespace, "wide", "wide-2", 1, 0.3)  # epoch 1 is the warm-up: not judged
     assert get(control_plane, namespace, "dtr", "wide-2") is not None
+    operator.stop()  # epoch 2 finishes while no operator runs: the restarted one finds it and stops the trial
     progress = {"epoch": 2, "epochs": 2, "metrics": [{"name": METRIC, "value": "0.4"}]}
     control_plane.kubectl("patch", "dtr", "wide-2", "-n", namespace, "--subresource=status", "--type=merge",
                           "-p", json.dumps({"status": {"progress": progress}}))  # fmt: skip
-    wait_for(lambda: get(control_plane, namespace, "dtr", "wide-2") is None or None, "weak trial stopped", timeout=30)
+    operator.start()
+    wait_for(lambda: get(control_plane, namespace, "dtr", "wide-2") is None or None, "weak trial stopped", timeout=60)
     stopped = record(control_plane, namespace, "wide", "wide-2")
     assert stopped["phase"] == "Stopped" and stopped["curve"] == [[1, 0.3], [2, 0.4]], stopped
     assert stopped["reason"] == ("its best val_accuracy by epoch 2, 0.4, is worse than the median of 2 finished "
