@@ -11,6 +11,7 @@
     dtr tensorboard RUN  TensorBoard on a run's logs, a pod and a port-forward or a local process (tensorboard.py)
     dtr plot RUN...      the runs' curves as a PNG (curves.py)
     dtr compare RUN...   the runs' figures and spec differences side by side (curves.py)
+    dtr sweep start      start, watch and compare a DistTrainingSweep's trials (sweep.py)
 
 To add a subcommand, write a module whose `add_parser(subparsers)` adds a parser and sets `func`, a function
 of the parsed args that returns the exit code (None: 0) or raises (command.py: BadInput, Failed, or the
@@ -30,12 +31,12 @@ from collections.abc import Sequence
 
 from dtr_operator import __version__
 
-from . import curves, data, logs, namespaces, operator, render, run, submit, tensorboard
+from . import curves, data, logs, namespaces, operator, render, run, submit, sweep, tensorboard
 from .command import run_command
 
 PROG = "dtr"
 # In the order of `dtr --help`.
-COMMANDS = (render, run, operator, logs, namespaces, data, submit, tensorboard, curves)
+COMMANDS = (render, run, operator, logs, namespaces, data, submit, tensorboard, curves, sweep)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -61,6 +61,7 @@ def _exit_for(err: Exception) -> tuple[int, str] | None:
     from dtr_client.logs import LogsError
     from dtr_client.runfile import RunFileError
     from dtr_client.submit import SubmitError
+    from dtr_client.sweeps import SweepFailed
     from dtr_client.transfer import AmbiguousTarget, TransferError
     from dtr_operator.kube import ApiError, NoCredentials
     from dtr_operator.settings import SettingsError
@@ -76,7 +77,8 @@ def _exit_for(err: Exception) -> tuple[int, str] | None:
         return EXIT_FAILED, f"the API server said {err}"
     if isinstance(err, OSError):
         return EXIT_FAILED, f"{err.filename}: {err.strerror or err}" if err.filename else f"{err.strerror or err}"
-    if isinstance(err, (Failed, NoCredentials, RunNotFound, LogsError, TransferError, CopyError, TensorBoardError)):
+    if isinstance(err, (Failed, NoCredentials, RunNotFound, LogsError, TransferError, CopyError, TensorBoardError,
+                        SweepFailed)):
         return EXIT_FAILED, str(err)
     return None
 

@@ -1,12 +1,17 @@
-"""DistTrainingSweep against a real API server, training-operator and the operator: the trials are runs the sweep
-owns, made two at a time with each trial's point; a weak one is stopped early (its run deleted, its curve kept),
-by an operator restarted meanwhile; the sweep ends with the best trial. Bad input is refused at `kubectl apply` or fails the sweep at once, naming the
-field. No kubelet: the tests write the pods' states as one would, and each epoch's figures into the run's
-status.progress as the operator's poll of the chief's log does."""
+"""DistTrainingSweep against a real API server, training-operator and the operator, started and read with `dtr
+sweep`: the trials are runs the sweep owns, made two at a time with each trial's point; a weak one is stopped early
+(its run deleted, its curve kept) by an operator restarted meanwhile; the sweep ends with the best trial. Bad input
+is refused at `kubectl apply` or fails the sweep at once, naming the field. No kubelet: the tests write the pods'
+states as one would, and each epoch's figures into the run's status.progress as the operator's poll of the chief's
+log does."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from operator_support import get, set_pod_state, wait_status, worker_pods
@@ -25,6 +30,12 @@ def sweep_doc(name: str, **spec: Any) -> dict[str, Any]:
             "earlyStopping": {"median": {"warmupEpochs": 1, "minTrials": 2}}}  # fmt: skip
     return {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingSweep", "metadata": {"name": name},
             "spec": {**body, **spec}}  # fmt: skip
+
+
+def dtr(cluster: Cluster, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    return subprocess.run([sys.executable, "-m", "dtr_cli", *argv], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
 
 
 def sweep_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
@@ -67,9 +78,11 @@ def sweep_events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str,
 
 
 def test_a_sweep_runs_two_trials_at_a_time_stops_the_weak_one_and_ends_with_the_best(
-    control_plane: Cluster, namespace: str, operator: Operator
+    control_plane: Cluster, namespace: str, operator: Operator, tmp_path: Path
 ):
-    control_plane.create({**sweep_doc("wide"), "metadata": {"name": "wide", "namespace": namespace}})
+    (tmp_path / "sweep.yaml").write_text(json.dumps(sweep_doc("wide")))
+    started = dtr(control_plane, "sweep", "start", str(tmp_path / "sweep.yaml"), "-n", namespace)
+    assert started.returncode == 0 and f"DistTrainingSweep wide created in {namespace}" in started.stdout, started
     wait_for(lambda: get(control_plane, namespace, "dtr", "wide-1"), "trials 0 and 1", timeout=30)
     assert get(control_plane, namespace, "dtr", "wide-2") is None, "two at a time"
     first = [get(control_plane, namespace, "dtr", f"wide-{i}") for i in (0, 1)]
@@ -109,6 +122,14 @@ def test_a_sweep_runs_two_trials_at_a_time_stops_the_weak_one_and_ends_with_the_
     assert st["message"] == "best val_accuracy 0.95: trial wide-3" and st["trialsDone"] == "4/4"
     said = sweep_events(control_plane, namespace, "wide")
     assert ("SweepSucceeded", st["message"]) in said and any(r == "TrialStopped" for r, _ in said), said
+    shown = dtr(control_plane, "sweep", "status", "wide", "-n", namespace)
+    lines = shown.stdout.splitlines()
+    assert shown.returncode == 0 and lines[0] == "Succeeded 4/4: best val_accuracy 0.95: trial wide-3", shown
+    assert lines[-1].split()[:7] == ["*", "wide-3", "Succeeded", "1", "0.7", "0.95", "width=64"], lines
+    assert lines[-2].split()[:6] == ["wide-2", "Stopped", "2", "0.4", "-", "width=32"], lines
+    compared = dtr(control_plane, "sweep", "compare", "wide", "-n", namespace)
+    assert compared.returncode == 0 and "training.params.width" in compared.stdout, compared
+    assert "wide-3" in compared.stdout and "wide-2" not in compared.stdout, "the stopped trial's run is gone"
     table = control_plane.kubectl("get", "dts", "-n", namespace).stdout.split("\n")
     assert table[0].split() == ["NAME", "PHASE", "TRIALS", "RUNNING", "BEST", "BEST-RUN", "AGE"], table
     assert table[1].split()[:6] == ["wide", "Succeeded", "4/4", "0", "0.95", "wide-3"], table
@@ -150,3 +171,6 @@ def test_a_sweep_the_operator_cannot_run_or_whose_trial_is_refused_fails_at_once
                                      "server refused its run: "), st["message"]  # fmt: skip
     assert "spec.training.params" in st["message"], st["message"]
     assert get(control_plane, namespace, "dtr", "crowded-1") is None, "no trial left running"
+    watched = dtr(control_plane, "sweep", "watch", "crowded", "-n", namespace)
+    assert watched.returncode == 1 and watched.stderr.startswith("dtr sweep watch: sweep crowded failed: 1 trials "
+                                                                 "failed"), watched  # fmt: skip

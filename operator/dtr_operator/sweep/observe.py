@@ -54,9 +54,10 @@ def final_value(status: Mapping[str, Any], metric: str) -> float | None:
 
 
 def _curve(record: Mapping[str, Any], status: Mapping[str, Any], metric: str) -> list[list[float]]:
-    """The record's curve with the run's last finished epoch, when it is a new one."""
+    """The record's curve with the run's last finished epoch, when it is a new one. Not once the run succeeded: its
+    status.progress then says every epoch done, beside the figures of the last one the poll read."""
     curve = [list(p) for p in record.get("curve") or []]
-    seen = _epoch_value(status, metric)
+    seen = None if status.get("phase") == "Succeeded" else _epoch_value(status, metric)
     if seen and (not curve or seen[0] > curve[-1][0]) and len(curve) < MAX_POINTS:
         curve.append([seen[0], seen[1]])
     return curve

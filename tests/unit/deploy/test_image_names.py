@@ -24,7 +24,8 @@ OPERATOR, TRAINER = image_names()
 REFERENCE = re.compile(r"(?P<before>[\w./:${}-]*?)(?<![\w.-])distml/(?:trainer|operator)\b")
 # where a default name may be spelled in full: its homes, what is generated from them, and the docs
 DEFAULT_NAME_FILES = {"deploy/lib.sh", "operator/dtr_operator/fields.py", "deploy/base/deployment.yaml",
-                      "crds/disttrainingrun.yaml", "examples/own-model/Dockerfile"}  # fmt: skip
+                      "crds/disttrainingrun.yaml", "crds/disttrainingsweep.yaml",
+                      "examples/own-model/Dockerfile"}  # fmt: skip
 # names as a run author may write them: the allow-list matcher's cases, the look-alike attacks; the page that
 # explains why such names are not used; this file's own scan cases
 # Where an unqualified name is the point: the attacks that try one, and docs/reliability.md, which quotes them

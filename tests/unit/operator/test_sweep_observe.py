@@ -37,8 +37,9 @@ def test_each_epoch_seen_is_kept_once_and_the_final_figure_when_the_run_succeeds
     records = fold(records, {0: run("Running", 1, "0.5")}, "val_accuracy")
     records = fold(records, {0: run("Running", 3, "0.7")}, "val_accuracy")  # epoch 2 unseen
     assert records[0]["curve"] == [[1, 0.5], [3, 0.7]]
-    done = fold(records, {0: run("Succeeded", 4, "0.8", metrics={"accuracy": 0.82})}, "val_accuracy")
-    assert done[0]["curve"][-1] == [4, 0.8] and done[0]["final"] == 0.82
+    done = fold(records, {0: run("Succeeded", 4, "0.7", metrics={"accuracy": 0.82})}, "val_accuracy")
+    assert done[0]["curve"] == [[1, 0.5], [3, 0.7]], "a succeeded run's progress says epoch 4 beside epoch 3's figures"
+    assert done[0]["final"] == 0.82
     assert trials(done)[0].value == 0.82
     assert fold(done, {}, "val_accuracy") == done, "a finished trial's record is kept as it is"
 
