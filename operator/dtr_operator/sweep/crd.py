@@ -1,10 +1,8 @@
 """The DistTrainingSweep CustomResourceDefinition (crds/disttrainingsweep.yaml, written by `make docs`). Pure.
 
-spec.template.spec is a DistTrainingRun's spec, its schema generated from the run's field table (fields.py) with
-every bound, default and CEL rule the run's CRD has, so a template a run would be refused for is refused at `kubectl
-apply` of the sweep, naming the field under spec.template.spec. The rest (the space, the objective, the trials) is
-written here and checked again by the operator (space.py, decide.parse_sweep), which fails the sweep naming the field
-for what the schema cannot say.
+The spec and status schemas are rendered from the sweep's tables (sweep/fields.py) by the run CRD's renderer
+(crd.py); the rest is written here: the names and the printer columns. The operator checks the spec again
+(space.py, decide.parse_sweep) and fails the sweep naming the field for what a schema cannot say.
 """
 
 from __future__ import annotations
@@ -12,17 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..api import GROUP, SWEEP_KIND, SWEEP_PLURAL, VERSION
-from ..crd import as_yaml, schema
+from ..crd import as_yaml, schema, status_schema
 from ..crd import columns as crd_columns
-from ..fields import MAX_NAME_LENGTH, SPEC
-from ..fields_params import SCALAR_SCHEMA
-from .decide import ALGORITHMS, RANDOM
-from .prune import MAXIMIZE, MINIMIZE
-from .space import KINDS, MAX_CHOICES, MAX_DIMENSIONS
+from ..fields import MAX_NAME_LENGTH
+from .fields import SWEEP_SPEC, SWEEP_STATUS
 
 FILE = "crds/disttrainingsweep.yaml"
-MAX_TRIALS = 50  # each trial's curve lives in the sweep's status: bounded so that the status stays small
-MAX_PARALLEL = 16
 MAX_SWEEP_NAME = MAX_NAME_LENGTH - 3  # a trial is "<sweep>-<index>", index < MAX_TRIALS
 
 HEADER = """\
@@ -64,125 +57,6 @@ PRINTER_COLUMNS = """\
   description: One line about the current state.
 """
 
-_NUMBER = {"type": "number"}
-_INTEGER = {"type": "integer", "format": "int64"}
-_MIN_MAX = {"rule": "self.min <= self.max", "message": "min must be at most max"}
-
-
-def _int(description: str, minimum: int, maximum: int, default: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "integer", "format": "int32", "minimum": minimum, "maximum": maximum,
-                           "description": description}  # fmt: skip
-    return out if default is None else {**out, "default": default}
-
-
-def _range(number: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"type": "object", "required": ["min", "max"],
-            "properties": {"min": dict(number), "max": dict(number), **(extra or {})},
-            "x-kubernetes-validations": [_MIN_MAX]}  # fmt: skip
-
-
-def _dimension() -> dict[str, Any]:
-    return {
-        "type": "object",
-        "description": f"Exactly one of {', '.join(KINDS)}.",
-        "minProperties": 1, "maxProperties": 1,
-        "properties": {
-            "choice": {"type": "array", "minItems": 1, "maxItems": MAX_CHOICES, "items": dict(SCALAR_SCHEMA),
-                       "description": "The values to choose from: numbers, strings or booleans."},
-            "int": _range(_INTEGER, {"step": {"type": "integer", "format": "int64", "minimum": 1, "default": 1}}),
-            "uniform": _range(_NUMBER),
-            "logUniform": {**_range(_NUMBER), "x-kubernetes-validations": [
-                _MIN_MAX, {"rule": "self.min > 0.0", "message": "min must be more than 0 for a log-uniform range"}]},
-        },
-    }  # fmt: skip
-
-
-def _kept_rules(node: dict[str, Any]) -> dict[str, Any]:
-    rules = [r for r in node.get("x-kubernetes-validations", []) if "is immutable" not in r.get("message", "")]
-    out = {k: v for k, v in node.items() if k != "x-kubernetes-validations"}
-    return {**out, "x-kubernetes-validations": rules} if rules else out
-
-
-def _without_immutability(node: Any) -> Any:
-    """The run's spec schema without its one-rule-per-field immutability (a run's; a sweep's whole spec is)."""
-    if isinstance(node, list):
-        return [_without_immutability(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    return _kept_rules({k: _without_immutability(v) for k, v in node.items()})
-
-
-def spec_schema() -> dict[str, Any]:
-    template = _without_immutability(schema(SPEC, "spec.template.spec"))
-    return {
-        "type": "object",
-        "required": ["template", "space", "objective"],
-        "x-kubernetes-validations": [
-            {"rule": "self == oldSelf", "message": "spec is immutable: create a new DistTrainingSweep"}],
-        "properties": {
-            "template": {"type": "object", "required": ["spec"], "properties": {"spec": template},
-                         "description": "The trials' DistTrainingRun: its spec, which each trial's point changes."},
-            "space": {"type": "object", "minProperties": 1, "maxProperties": MAX_DIMENSIONS,
-                      "additionalProperties": _dimension(),
-                      "description": "The dimensions searched, by name: learningRate and batchSizePerWorker set "
-                                     "spec.training's fields, any other name a param (spec.training.params)."},
-            "objective": {"type": "object", "required": ["metric"], "properties": {
-                "metric": {"type": "string", "maxLength": 64, "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
-                           "description": "A metric the trials report each epoch (e.g. val_accuracy, val_loss)."},
-                "goal": {"type": "string", "enum": [MAXIMIZE, MINIMIZE], "default": MAXIMIZE}}},
-            "trials": _int("Trials in all (grid search: at most the grid's points).", 1, MAX_TRIALS, 8),
-            "parallelTrials": _int("Trials running at once.", 1, MAX_PARALLEL, 2),
-            "algorithm": {"type": "string", "enum": list(ALGORITHMS), "default": RANDOM,
-                          "description": "random: points drawn from the space (seeded); grid: every point of the "
-                                         "choice and int dimensions, in order."},
-            "seed": _int("The random points' seed: the same seed, the same trials.", 0, 2**31 - 1, 0),
-            "maxFailedTrials": _int("Trials that may fail before the sweep fails.", 0, MAX_TRIALS, 0),
-            "earlyStopping": {"type": "object", "properties": {"median": {
-                "type": "object", "description": "Stop a trial whose best objective by an epoch is worse than "
-                                                 "the median of the finished trials at that epoch.",
-                "properties": {
-                    "warmupEpochs": _int("No trial is stopped at or before this epoch.", 0, 10000, 1),
-                    "minTrials": _int("Finished trials needed at an epoch to judge there.", 1, MAX_TRIALS, 2)}}}},
-        },
-    }  # fmt: skip
-
-
-def _trial() -> dict[str, Any]:
-    point = {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-             "description": "The trial's point: the space's names and values."}  # fmt: skip
-    return {"type": "object", "required": ["index", "run"], "properties": {
-        "index": {"type": "integer"},
-        "run": {"type": "string", "description": "The trial's DistTrainingRun."},
-        "phase": {"type": "string", "description": "Its run's phase as last seen; Stopped: stopped early."},
-        "point": point,
-        "curve": {"type": "array", "maxItems": 1000, "x-kubernetes-list-type": "atomic",
-                  "description": "[epoch, value] of the objective at each epoch the operator saw.",
-                  "items": {"type": "array", "items": {"type": "number"}}},
-        "final": {"type": "number", "description": "The objective the run ended with (its status.metrics)."},
-        "reason": {"type": "string", "description": "Why it was stopped, or failed."},
-    }}  # fmt: skip
-
-
-def status_schema() -> dict[str, Any]:
-    count = {"type": "integer"}
-    return {"type": "object", "properties": {
-        "phase": {"type": "string", "description": "Running, Succeeded or Failed."},
-        "reason": {"type": "string"},
-        "message": {"type": "string"},
-        "observedGeneration": {"type": "integer"},
-        "trialsDone": {"type": "string", "description": "Trials finished out of spec.trials (e.g. 5/8)."},
-        "counts": {"type": "object", "properties": {k: count for k in
-                                                    ("created", "running", "succeeded", "failed", "stopped")}},
-        "best": {"type": "object", "properties": {
-            "run": {"type": "string"}, "trial": {"type": "integer"}, "value": {"type": "number"},
-            "point": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-            "model": {"type": "string", "description": "The best run's model (its status.model.path)."}}},
-        "trials": {"type": "array", "maxItems": MAX_TRIALS, "x-kubernetes-list-type": "atomic", "items": _trial()},
-        "startTime": {"type": "string", "format": "date-time"},
-        "completionTime": {"type": "string", "format": "date-time"},
-    }}  # fmt: skip
-
-
 def crd() -> dict[str, Any]:
     root = {
         "type": "object",
@@ -196,7 +70,7 @@ def crd() -> dict[str, Any]:
              "message": f"metadata.name: at most {MAX_SWEEP_NAME} characters, so that each trial's run "
                         "<name>-<index> is a valid run name"}],
         "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
-                       "spec": spec_schema(), "status": status_schema()},
+                       "spec": schema(SWEEP_SPEC, "spec"), "status": status_schema(SWEEP_STATUS)},
     }  # fmt: skip
     columns = crd_columns(PRINTER_COLUMNS)
     version = {"name": VERSION, "served": True, "storage": True, "subresources": {"status": {}},

@@ -15,10 +15,11 @@ from typing import Any
 
 from ..api import API_VERSION, KIND, MANAGED_BY, SWEEP_KIND, SWEEP_LABEL, TRIAL_LABEL
 from .decide import TERMINAL, Decision, SweepSpec, Trial, point
+from .fields import MAX_CURVE
 from .space import apply_point
 
 STOPPED = "Stopped"  # a trial's phase once the sweep stopped it (its run deleted)
-MAX_POINTS = 200  # objective values kept per trial: 50 trials x 200 stay well within an object's size
+MAX_POINTS = MAX_CURVE  # objective values kept per trial: 50 trials x 200 stay well within an object's size
 RUN_DELETED = "its run was deleted before it finished"
 
 
