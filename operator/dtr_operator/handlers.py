@@ -91,7 +91,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_
                                  claim_refusal=ours.claim_refusal,
                                  running=RunningRuns(ours.progress_interval),
                                  tracking_uri=ours.mlflow_tracking_uri)  # fmt: skip
-    memo.sweeper = Sweeper(kube, emit)
+    memo.sweeper = Sweeper(memo.reconciler.ctx)
     _tune(settings)
     logger.info("dtr-operator: default trainer image %s", ours.trainer_image)
 

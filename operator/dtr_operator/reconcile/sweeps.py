@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..api import API_VERSION, KIND, SWEEP_KIND, SWEEP_LABEL, TRIAL_LABEL
-from ..kube import AlreadyExists, ApiError, Conflict, Kube
+from ..kube import AlreadyExists, ApiError, Conflict
 from ..reasons import INVALID_SWEEP, SWEEP_FAILED, SWEEP_SUCCEEDED, TRIAL_REFUSED, TRIAL_STOPPED
 from ..sweep.decide import TERMINAL, Decision, SweepSpec, decide, parse_sweep
 from ..sweep.observe import fold, refused, trial_run, trials, written
 from ..sweep.space import SpaceError
-from .context import Emit, meta, utc_now
+from .context import Context, meta
 
 log = logging.getLogger(__name__)
 TURNS = 5  # turns in a row when a write conflicts or a trial is refused (each from what the API holds then)
@@ -38,9 +38,9 @@ def owned_trials(sweep: Mapping[str, Any], runs: list[dict[str, Any]]) -> dict[i
 
 @dataclass(eq=False)
 class Sweeper:
-    kube: Kube
-    emit: Emit
-    now: Callable[[], str] = utc_now
+    """The sweeps' turns, over the reconciler's Context (its API client, events and clock)."""
+
+    ctx: Context
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -56,7 +56,7 @@ class Sweeper:
 
     def _turn(self, namespace: str, name: str) -> bool:
         """One turn; True when another should follow at once."""
-        body = self.kube.get(API_VERSION, SWEEP_KIND, namespace, name)
+        body = self.ctx.kube.get(API_VERSION, SWEEP_KIND, namespace, name)
         if body is None or meta(body).get("deletionTimestamp"):
             return False
         if (body.get("status") or {}).get("phase") in TERMINAL:
@@ -71,7 +71,7 @@ class Sweeper:
     def _decide(self, body: Mapping[str, Any], sweep: SweepSpec) -> bool:
         """Fold the trials' runs into the status, decide, write, act; True when another turn should follow."""
         namespace, name, status = meta(body)["namespace"], meta(body)["name"], body.get("status") or {}
-        runs = owned_trials(body, self.kube.list_objects(API_VERSION, KIND, namespace, f"{SWEEP_LABEL}={name}"))
+        runs = owned_trials(body, self.ctx.kube.list_objects(API_VERSION, KIND, namespace, f"{SWEEP_LABEL}={name}"))
         records = fold(status.get("trials") or [], runs, sweep.metric)
         decision = decide(sweep, trials(records))
         if not self._write(body, self._status(body, sweep, runs, records, decision)):
@@ -79,7 +79,7 @@ class Sweeper:
         if not all(self._create(body, sweep, index) for index in decision.create):
             return True
         for run, _ in decision.stop:
-            self.kube.delete(API_VERSION, KIND, namespace, run)
+            self.ctx.kube.delete(API_VERSION, KIND, namespace, run)
         if decision.phase != status.get("phase") or decision.stop:
             self._say(body, decision.phase, decision.message, decision.stop)
         return False
@@ -90,17 +90,17 @@ class Sweeper:
         best = runs.get(decision.best.index) if decision.best else None
         model = ((best or {}).get("status") or {}).get("model", {}).get("path")
         new = written(sweep, meta(body)["name"], records, decision, model)
-        started = (body.get("status") or {}).get("startTime") or self.now()
+        started = (body.get("status") or {}).get("startTime") or self.ctx.now()
         new |= {"observedGeneration": meta(body).get("generation"), "startTime": started}
         if decision.phase in TERMINAL:
-            new["completionTime"] = self.now()
+            new["completionTime"] = self.ctx.now()
         return new
 
     def _write(self, body: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
         """The status, if the sweep is as read; False on a conflict (the next turn reads it again)."""
         patch = {"metadata": {"resourceVersion": meta(body).get("resourceVersion")}, "status": dict(status)}
         try:
-            self.kube.patch(API_VERSION, SWEEP_KIND, meta(body)["namespace"], meta(body)["name"], patch,
+            self.ctx.kube.patch(API_VERSION, SWEEP_KIND, meta(body)["namespace"], meta(body)["name"], patch,
                             subresource="status")  # fmt: skip
         except Conflict:
             return False
@@ -111,7 +111,7 @@ class Sweeper:
         failed trial)."""
         run = trial_run(body, sweep, index)
         try:
-            self.kube.create(run)
+            self.ctx.kube.create(run)
         except AlreadyExists:
             return True
         except ApiError as err:
@@ -122,22 +122,22 @@ class Sweeper:
         return True
 
     def _refused(self, body: Mapping[str, Any], run: str, why: str) -> None:
-        fresh = self.kube.get(API_VERSION, SWEEP_KIND, meta(body)["namespace"], meta(body)["name"])
+        fresh = self.ctx.kube.get(API_VERSION, SWEEP_KIND, meta(body)["namespace"], meta(body)["name"])
         if fresh is None:
             return
         current = (fresh.get("status") or {}).get("trials") or []
         self._write(fresh, {"trials": refused(current, run, why)})
-        self.emit(body, "Warning", TRIAL_REFUSED, f"the API server refused trial {run}: {why}")
+        self.ctx.emit(body, "Warning", TRIAL_REFUSED, f"the API server refused trial {run}: {why}")
 
     def _invalid(self, body: Mapping[str, Any], why: str) -> None:
-        status = {"phase": "Failed", "reason": INVALID_SWEEP, "message": why, "completionTime": self.now()}
+        status = {"phase": "Failed", "reason": INVALID_SWEEP, "message": why, "completionTime": self.ctx.now()}
         if self._write(body, status):
-            self.emit(body, "Warning", INVALID_SWEEP, why)
+            self.ctx.emit(body, "Warning", INVALID_SWEEP, why)
 
     def _say(self, body: Mapping[str, Any], phase: str, message: str, stopped: Any) -> None:
         for run, why in stopped:
-            self.emit(body, "Normal", TRIAL_STOPPED, f"trial {run} stopped: {why}")
+            self.ctx.emit(body, "Normal", TRIAL_STOPPED, f"trial {run} stopped: {why}")
         if phase in TERMINAL:
             succeeded = phase == "Succeeded"
-            self.emit(body, "Normal" if succeeded else "Warning", SWEEP_SUCCEEDED if succeeded else SWEEP_FAILED,
+            self.ctx.emit(body, "Normal" if succeeded else "Warning", SWEEP_SUCCEEDED if succeeded else SWEEP_FAILED,
                       message)  # fmt: skip
