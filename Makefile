@@ -280,6 +280,10 @@ bench-journeys: setup images node-build ## each docs journey timed as a user run
 bench-e2e: setup images node-build ## time to a model on the real node (root): the book's plain TFJob vs the same training as a DistTrainingRun -> bench/e2e/results.*
 	$(OP)/python -m bench.e2e.run $(ARGS)
 
+.PHONY: bench-sweep
+bench-sweep: setup images node-build ## a sweep of 8 trials with early stopping vs without, on the real node (root) -> bench/sweep/results.*
+	$(OP)/python -m bench.sweep.run $(ARGS)
+
 .PHONY: bench-multinode
 bench-multinode: setup images multinode-build ## a run across two nodes vs on one node, three real nodes (root) -> bench/multinode/results.*
 	$(OP)/python -m bench.multinode.run $(ARGS)

@@ -74,13 +74,21 @@ class Sweeper:
         runs = owned_trials(body, self.ctx.kube.list_objects(API_VERSION, KIND, namespace, f"{SWEEP_LABEL}={name}"))
         records = fold(status.get("trials") or [], runs, sweep.metric)
         decision = decide(sweep, trials(records))
-        if not self._write(body, self._status(body, sweep, runs, records, decision)):
+        new = self._status(body, sweep, runs, records, decision)
+        if not self._write(body, new):
             return True
-        if not all(self._create(body, sweep, index) for index in decision.create):
+        return self._act(body, decision, new, status.get("phase"))
+
+    def _act(self, body: Mapping[str, Any], decision: Decision, written_status: Mapping[str, Any],
+             was: str | None) -> bool:  # fmt: skip
+        """The decision carried out once written: its trials made (each with the point its record holds), the
+        stopped ones deleted, events said; True when a trial was refused (another turn sees it failed)."""
+        points = {t["index"]: t.get("point") or {} for t in written_status["trials"]}
+        if not all(self._create(body, index, points[index]) for index in decision.create):
             return True
         for run, _ in decision.stop:
-            self.ctx.kube.delete(API_VERSION, KIND, namespace, run)
-        if decision.phase != status.get("phase") or decision.stop:
+            self.ctx.kube.delete(API_VERSION, KIND, meta(body)["namespace"], run)
+        if decision.phase != was or decision.stop:
             self._say(body, decision.phase, decision.message, decision.stop)
         return False
 
@@ -106,10 +114,10 @@ class Sweeper:
             return False
         return True
 
-    def _create(self, body: Mapping[str, Any], sweep: SweepSpec, index: int) -> bool:
+    def _create(self, body: Mapping[str, Any], index: int, point: Mapping[str, Any]) -> bool:
         """The trial's run; False when the API server refused it (its record then says why: the next turn sees a
         failed trial)."""
-        run = trial_run(body, sweep, index)
+        run = trial_run(body, index, point)
         try:
             self.ctx.kube.create(run)
         except AlreadyExists:

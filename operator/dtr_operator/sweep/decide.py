@@ -16,8 +16,8 @@ from typing import Any
 from . import space
 from .prune import MAXIMIZE, MINIMIZE, Curve, MedianRule, best, median_stop, worse
 
-GRID, RANDOM = "grid", "random"
-ALGORITHMS = (GRID, RANDOM)
+GRID, RANDOM, TPE = "grid", "random", "tpe"
+ALGORITHMS = (GRID, RANDOM, TPE)
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -92,9 +92,15 @@ def parse_sweep(spec: Mapping[str, Any]) -> SweepSpec:
                      int(spec.get("seed", 0)), int(spec.get("maxFailedTrials", 0)), median)  # fmt: skip
 
 
-def point(sweep: SweepSpec, index: int) -> dict[str, space.Value]:
+def point(sweep: SweepSpec, index: int, finished: Sequence[tuple[Mapping[str, Any], float]] = ()
+          ) -> dict[str, space.Value]:  # fmt: skip
+    """The index-th trial's point; tpe's from the finished trials' (point, value) (model_based.py)."""
     if sweep.algorithm == GRID:
         return space.grid_point(sweep.dims, index)
+    if sweep.algorithm == TPE:
+        from .model_based import tpe_point
+
+        return tpe_point(sweep.dims, sweep.seed, index, sweep.goal, finished)
     return space.random_point(sweep.dims, sweep.seed, index)
 
 
@@ -159,5 +165,5 @@ def decide(sweep: SweepSpec, trials: Sequence[Trial]) -> Decision:
                     message=f"best {sweep.metric} {leader.value:.4g}: trial {leader.name}")
 
 
-__all__ = ["ALGORITHMS", "GRID", "MAXIMIZE", "MINIMIZE", "RANDOM", "Decision", "SweepSpec", "Trial", "best",
+__all__ = ["ALGORITHMS", "GRID", "MAXIMIZE", "MINIMIZE", "RANDOM", "TPE", "Decision", "SweepSpec", "Trial", "best",
            "best_trial", "decide", "parse_sweep", "point"]  # fmt: skip

@@ -101,6 +101,15 @@ def trials(records: Sequence[Mapping[str, Any]]) -> list[Trial]:
                   r.get("final")) for r in records]  # fmt: skip
 
 
+def finished_points(records: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], float]]:
+    """(point, value) of each trial that succeeded with a value: what a model-based search learns from."""
+    found = []
+    for record, trial in zip(records, trials(records), strict=True):
+        if trial.phase == "Succeeded" and not trial.stopped and trial.value is not None:
+            found.append((record.get("point") or {}, trial.value))
+    return found
+
+
 def _message(decision: Decision, records: Sequence[Mapping[str, Any]]) -> str:
     """The decision's message; a failed sweep's names the last failed trial and why."""
     failed = [r for r in records if r.get("phase") == "Failed" and r.get("reason")]
@@ -125,7 +134,9 @@ def written(sweep: SweepSpec, name: str, records: Sequence[Mapping[str, Any]], d
     stopping = dict(decision.stop)
     out = [{**r, "phase": STOPPED, "reason": stopping[r["run"]]} if r["run"] in stopping else dict(r)
            for r in records]  # fmt: skip
-    out += [{"index": i, "run": trial_name(name, i), "phase": "", "point": point(sweep, i)} for i in decision.create]
+    history = finished_points(out)
+    out += [{"index": i, "run": trial_name(name, i), "phase": "", "point": point(sweep, i, history)}
+            for i in decision.create]  # fmt: skip
     finished = sum(1 for r in out if r.get("phase") in (*TERMINAL, STOPPED))
     status: dict[str, Any] = {"phase": decision.phase, "message": _message(decision, out), "trials": out,
                               "counts": dict(decision.counts), "trialsDone": f"{finished}/{sweep.trials}"}  # fmt: skip
@@ -134,11 +145,12 @@ def written(sweep: SweepSpec, name: str, records: Sequence[Mapping[str, Any]], d
     return status
 
 
-def trial_run(sweep_body: Mapping[str, Any], sweep: SweepSpec, index: int) -> dict[str, Any]:
-    """The trial's DistTrainingRun: the template's spec with the trial's point, owned by the sweep (it goes with it)."""
+def trial_run(sweep_body: Mapping[str, Any], index: int, point: Mapping[str, Any]) -> dict[str, Any]:
+    """The trial's DistTrainingRun: the template's spec with the trial's point (as its record holds it), owned by the
+    sweep (it goes with it)."""
     found = sweep_body.get("metadata") or {}
     template = dict(((sweep_body.get("spec") or {}).get("template") or {}).get("spec") or {})
-    template["training"] = apply_point(template.get("training") or {}, point(sweep, index))
+    template["training"] = apply_point(template.get("training") or {}, point)
     owner = {"apiVersion": API_VERSION, "kind": SWEEP_KIND, "name": found.get("name"), "uid": found.get("uid"),
              "controller": True, "blockOwnerDeletion": True}  # fmt: skip
     labels = {**MANAGED_BY, SWEEP_LABEL: found.get("name"), TRIAL_LABEL: str(index)}

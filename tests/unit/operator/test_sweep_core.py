@@ -140,3 +140,16 @@ def test_the_best_trial_is_judged_by_its_final_figure_when_the_run_reported_one(
     trials = [Trial(0, "s-0", "Succeeded", c(0.7, 0.9), final=0.85), Trial(1, "s-1", "Succeeded", c(0.6, 0.88))]
     d = decide(sweep, trials)
     assert (d.best.name, d.message) == ("s-1", "best val_accuracy 0.88: trial s-1")
+
+
+def test_tpe_asks_optuna_for_points_near_the_best_finished_ones_and_the_same_history_gives_the_same_point():
+    sweep = sweep_spec(algorithm="tpe", space={"x": {"uniform": {"min": 0.0, "max": 1.0}},
+                                               "k": {"choice": ["a", "b"]}})  # fmt: skip
+    finished = [({"x": i / 19, "k": "ab"[i % 2]}, -abs(i / 19 - 0.8) - (0.5 if i % 2 else 0.0)) for i in range(20)]
+    asked = [point(sweep, i, finished) for i in range(20, 30)]
+    assert asked == [point(sweep, i, finished) for i in range(20, 30)], "seeded by the sweep's seed and the index"
+    assert all(0.0 <= p["x"] <= 1.0 and p["k"] in ("a", "b") for p in asked)
+    assert sum(abs(p["x"] - 0.8) for p in asked) / 10 < 0.2, "a uniform draw's mean distance is 0.34"
+    assert sum(p["k"] == "a" for p in asked) >= 7, "the better choice"
+    first = point(sweep, 0, [])
+    assert 0.0 <= first["x"] <= 1.0, "no history: a random start"

@@ -19,7 +19,7 @@ def run(phase: str, epoch: int | None = None, value: str = "0.5", **status) -> d
 
 
 def test_a_trial_is_the_template_with_its_point_owned_by_the_sweep():
-    body = trial_run(SWEEP, parse_sweep(SPEC), 1)
+    body = trial_run(SWEEP, 1, {"learningRate": 0.1, "width": 16})
     assert body["metadata"]["name"] == "s-1" and body["metadata"]["namespace"] == "ml"
     labels = body["metadata"]["labels"]
     assert labels["distml.dev/sweep"] == "s" and labels["distml.dev/trial"] == "1"

@@ -1,0 +1,108 @@
+"""Early stopping's worth, on the real node (issue 42, item 6): the same sweep of 8 trials with the median rule and
+without it, one after the other, on the same node and operator.
+
+    python -m bench.sweep.run [--trials 8] [--epochs 12] [--name results]   (`make bench-sweep`, root; the images
+                                                                              built: `make images`)
+
+Both sweeps are examples/sweep-digits.yaml's (the built-in cnn on digits, 2 workers a trial, 2 trials at a time,
+the same seed, so the same 8 points), with --epochs each; one keeps its earlyStopping (median, warm-up 2 epochs,
+2 finished trials), the other has none. Measured for each: the wall time from creation to Succeeded, the best
+trial and its value, the trials stopped and the epochs each trial was seen to reach. The goal is on the ratio of
+the two wall times (<= 0.6) and the difference of the best values (<= 0.01). Writes bench/sweep/<name>.json and
+.md; nothing here is a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.node import RealNode, start_real_node
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+EXAMPLE = REPO / "examples" / "sweep-digits.yaml"
+NAMESPACE = "bench-sweep"
+POLL = 3.0
+
+
+def sweep(name: str, trials: int, epochs: int, early: bool) -> dict[str, Any]:
+    doc = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    doc["metadata"] = {"name": name, "namespace": NAMESPACE}
+    doc["spec"]["trials"] = trials
+    doc["spec"]["template"]["spec"]["training"]["epochs"] = epochs
+    if not early:
+        doc["spec"].pop("earlyStopping", None)
+    return doc
+
+
+def status(node: RealNode, name: str) -> dict[str, Any]:
+    return node.cluster.kubectl_json("get", "dts", name, "-n", NAMESPACE).get("status") or {}
+
+
+def run_one(node: RealNode, doc: dict[str, Any], timeout: float) -> dict[str, Any]:
+    name = doc["metadata"]["name"]
+    node.cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
+    start, st = time.monotonic(), {}
+    while time.monotonic() - start < timeout:
+        st = status(node, name)
+        if st.get("phase") in ("Succeeded", "Failed"):
+            break
+        time.sleep(POLL)
+    wall = time.monotonic() - start
+    print(f"{name}: {st.get('phase')} in {wall:.0f} s: {st.get('message')}", flush=True)
+    trials = st.get("trials") or []
+    return {"name": name, "phase": st.get("phase"), "message": st.get("message"), "wall_seconds": round(wall, 1),
+            "best": st.get("best"), "counts": st.get("counts"),
+            "trials": [{"run": t["run"], "phase": t.get("phase"), "point": t.get("point"), "final": t.get("final"),
+                        "epochs_seen": (t.get("curve") or [[0]])[-1][0], "reason": t.get("reason")}
+                       for t in trials]}  # fmt: skip
+
+
+def markdown(result: dict[str, Any]) -> str:
+    early, full = result["early"], result["full"]
+    lines = [f"# Sweep benchmark ({result['when']})", "",
+             f"{result['trials']} trials of examples/sweep-digits.yaml, {result['epochs']} epochs each, 2 at a time, "
+             "on the real node (2 cores).", "",
+             "| sweep | phase | wall s | best run | best value | stopped |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in (early, full):
+        best = r.get("best") or {}
+        lines.append(f"| {r['name']} | {r['phase']} | {r['wall_seconds']} | {best.get('run', '-')} | "
+                     f"{best.get('value', '-')} | {(r.get('counts') or {}).get('stopped', 0)} |")  # fmt: skip
+    lines += ["", f"Wall time ratio (median rule / none): **{result['ratio']}** (goal <= 0.6); best values differ by "
+              f"**{result['best_difference']}** (goal <= 0.01)."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--name", default="results")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp, start_real_node(Path(tmp)) as node:
+        node.cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+        early = run_one(node, sweep("sweep-early", args.trials, args.epochs, True), args.timeout)
+        full = run_one(node, sweep("sweep-full", args.trials, args.epochs, False), args.timeout)
+        node.cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+    values = [(r.get("best") or {}).get("value") for r in (early, full)]
+    result = {"when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "trials": args.trials, "epochs": args.epochs,
+              "early": early, "full": full,
+              "ratio": round(early["wall_seconds"] / full["wall_seconds"], 3),
+              "best_difference": round(abs(values[0] - values[1]), 4) if None not in values else None}  # fmt: skip
+    (HERE / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (HERE / f"{args.name}.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
