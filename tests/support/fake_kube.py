@@ -250,7 +250,7 @@ class FakeKube:
         key = _addressed((api_version, kind, namespace, name))
         if content_type == "application/json-patch+json":
             return self._json_patch(key, body)
-        return self._patch(key, body)
+        return self._patch(key, body, str((body.get("metadata") or {}).get("resourceVersion") or "") or None)
 
     @api
     def list_objects(self, api_version: str, kind: str, namespace: str, selector: str | None = None
