@@ -10,7 +10,34 @@ from dtr_contract import flags
 
 from dtr_client import submit
 
+from .command import BadInput
 from .submit import add_training_options, given_params
+
+
+def is_sweep(path: str) -> bool:
+    """Whether FILE is a DistTrainingSweep (`dtr run sweep.yaml`: its trials as local runs)."""
+    if not path.endswith((".yaml", ".yml")):
+        return False
+    import yaml
+
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return False  # the run file's own reader says what is wrong with it
+    return isinstance(doc, dict) and doc.get("kind") == "DistTrainingSweep"
+
+
+def _sweep(args: argparse.Namespace, base_dir: Path, python: str) -> int:
+    from dtr_client.local.sweeps import run_sweep_file
+    from dtr_client.sweeps import trial_lines
+
+    if args.code or args.name or given_params(args) or args.data or args.backup:
+        raise BadInput("a sweep file takes --dir, --python and --host-network only: its template says the rest")
+
+    def say(status: dict) -> None:
+        print("\n".join(trial_lines(status)), flush=True)
+
+    return run_sweep_file(Path(args.file), base_dir, python, say, host_network=args.host_network)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -18,6 +45,8 @@ def _run(args: argparse.Namespace) -> int:
 
     base_dir = args.dir if args.dir is not None else runner.default_base_dir()
     python = args.python if args.python is not None else runner.default_python()
+    if is_sweep(args.file):
+        return _sweep(args, Path(base_dir), python)
     given = {dest: getattr(args, dest) for dest, *_ in submit.OPTIONS} | {"name": args.name,
                                                                           submit.PARAMS: given_params(args)}
     network = netns.host_network if args.host_network else netns.private_network
@@ -50,7 +79,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         f"{flags.CODE} FILE gives a run file's code. Streams the workers' logs, prints the final status as the cluster "
         "would report it, and exits 0 when the run Succeeded (1 Failed, 2 bad input).",
     )
-    p.add_argument("file", metavar="FILE", help="a YAML file with one DistTrainingRun, or your model's FILE.py")
+    p.add_argument("file", metavar="FILE", help="a YAML file with one DistTrainingRun (or a DistTrainingSweep: its "
+                   "trials as local runs, docs/experiments.md#sweeps), or your model's FILE.py")
     # The trainer's flag name, on purpose: the same file the trainer gets as --code in the pod.
     p.add_argument(flags.CODE, dest="code", metavar="FILE.py", default=None,
                    help="the run file's code: the local file stands for its spec.training.code ConfigMap")  # fmt: skip

@@ -24,7 +24,7 @@ METRIC = "val_accuracy"
 
 
 def sweep_doc(name: str, **spec: Any) -> dict[str, Any]:
-    body = {"template": {"spec": {"restartPolicy": "Never", "training": {"epochs": 2}}},
+    body = {"template": {"spec": {"restartPolicy": "Never", "training": {"epochs": 3}}},
             "space": {"width": {"choice": [8, 16, 32, 64]}}, "algorithm": "grid", "trials": 4, "parallelTrials": 2,
             "objective": {"metric": METRIC},
             "earlyStopping": {"median": {"warmupEpochs": 1, "minTrials": 2}}}  # fmt: skip
@@ -48,7 +48,7 @@ def record(cluster: Cluster, namespace: str, sweep: str, run: str) -> dict[str, 
 
 def epoch(cluster: Cluster, namespace: str, sweep: str, run: str, n: int, value: float) -> None:
     """Epoch n finished with the objective at value; waits until the sweep has it in its status."""
-    progress = {"epoch": n, "epochs": 2, "metrics": [{"name": METRIC, "value": str(value)}]}
+    progress = {"epoch": n, "epochs": 3, "metrics": [{"name": METRIC, "value": str(value)}]}
     cluster.kubectl("patch", "dtr", run, "-n", namespace, "--subresource=status", "--type=merge",
                     "-p", json.dumps({"status": {"progress": progress}}))  # fmt: skip
     wait_for(lambda: [n, value] in (record(cluster, namespace, sweep, run).get("curve") or []) or None,
@@ -102,7 +102,7 @@ def test_a_sweep_runs_two_trials_at_a_time_stops_the_weak_one_and_ends_with_the_
     epoch(control_plane, namespace, "wide", "wide-2", 1, 0.3)  # epoch 1 is the warm-up: not judged
     assert get(control_plane, namespace, "dtr", "wide-2") is not None
     operator.stop()  # epoch 2 finishes while no operator runs: the restarted one finds it and stops the trial
-    progress = {"epoch": 2, "epochs": 2, "metrics": [{"name": METRIC, "value": "0.4"}]}
+    progress = {"epoch": 2, "epochs": 3, "metrics": [{"name": METRIC, "value": "0.4"}]}
     control_plane.kubectl("patch", "dtr", "wide-2", "-n", namespace, "--subresource=status", "--type=merge",
                           "-p", json.dumps({"status": {"progress": progress}}))  # fmt: skip
     operator.start()

@@ -154,6 +154,10 @@ class LocalBackend:
         lines = self._lines(name)
         return local_status(written, None if proc is None else proc.poll(), lines[-1] if lines else "")
 
+    def status(self, name: str) -> dict[str, Any]:
+        """The run's status as the operator would write it (a local sweep folds it: dtr_client.local.sweeps)."""
+        return self._status(name)
+
     def get(self, name: str) -> RunStatus:
         found = self._status(name)
         return RunStatus.from_status(name, found, model_on_disk(self.base_dir / "volumes", found.get("model") or {}))

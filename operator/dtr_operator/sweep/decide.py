@@ -45,6 +45,12 @@ class Trial:
     curve: Curve = ()
     stopped: bool = False
     final: float | None = None
+    epochs: int | None = None  # the run's epochs in all (status.progress.epochs), once seen
+
+    @property
+    def last_epoch(self) -> bool:
+        """Whether its last epoch is the one seen: it ends by itself now, and stopping it would save nothing."""
+        return bool(self.curve) and self.epochs is not None and self.curve[-1][0] >= self.epochs
 
     @property
     def done(self) -> bool:
@@ -114,16 +120,19 @@ def best_trial(sweep: SweepSpec, trials: Sequence[Trial]) -> Trial | None:
     return chosen
 
 
+def _judged(trial: Trial) -> bool:
+    """Whether the median rule looks at the trial: running, with a curve, not at its last epoch already."""
+    return not trial.done and bool(trial.curve) and not trial.last_epoch
+
+
 def _stops(sweep: SweepSpec, trials: Sequence[Trial]) -> tuple[tuple[str, str], ...]:
     if sweep.median is None:
         return ()
     finished = [t.curve for t in trials if t.phase == "Succeeded" and not t.stopped and t.curve]
     out = []
-    for trial in trials:
-        if not trial.done and trial.curve:
-            why = median_stop(trial.curve, finished, sweep.goal, sweep.metric, sweep.median)
-            if why:
-                out.append((trial.name, why))
+    for trial in filter(_judged, trials):
+        if why := median_stop(trial.curve, finished, sweep.goal, sweep.metric, sweep.median):
+            out.append((trial.name, why))
     return tuple(out)
 
 

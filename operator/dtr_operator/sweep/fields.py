@@ -109,6 +109,7 @@ SWEEP_STATUS = StatusField("status", "object", fields=(
                     extra={**_ATOMIC, "maxItems": MAX_CURVE},
                     items=StatusField("point", "array", items=StatusField("number", "number"))),
         StatusField("final", "number", "The objective the run ended with (its status.metrics)."),
+        StatusField("epochs", "integer", "The run's epochs in all: a trial at its last one is not stopped."),
         StatusField("reason", "string", "Why it was stopped, or failed."),
     ))),
     StatusField("startTime", "string", "When the operator first took the sweep.", format="date-time"),

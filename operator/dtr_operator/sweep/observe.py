@@ -76,6 +76,8 @@ def _folded(record: Mapping[str, Any], run: Mapping[str, Any] | None, metric: st
     out["phase"] = status.get("phase") or ""
     if curve := _curve(record, status, metric):
         out["curve"] = curve
+    if isinstance(epochs := (status.get("progress") or {}).get("epochs"), int):
+        out["epochs"] = epochs
     return _ended(out, status, metric)
 
 
@@ -98,7 +100,7 @@ def fold(records: Sequence[Mapping[str, Any]], runs: Mapping[int, Mapping[str, A
 def trials(records: Sequence[Mapping[str, Any]]) -> list[Trial]:
     return [Trial(int(r["index"]), str(r["run"]), str(r.get("phase") or ""),
                   tuple((int(e), float(v)) for e, v in r.get("curve") or []), r.get("phase") == STOPPED,
-                  r.get("final")) for r in records]  # fmt: skip
+                  r.get("final"), r.get("epochs")) for r in records]  # fmt: skip
 
 
 def finished_points(records: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], float]]:

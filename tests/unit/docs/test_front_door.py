@@ -57,7 +57,7 @@ def test_each_dtr_line_of_the_quickstart_is_one_dtr_takes() -> None:
 def test_the_first_screen_says_what_it_does_not_do_yet() -> None:
     screen = "\n".join(README.read_text().splitlines()[:FIRST_SCREEN])
     assert "**Not yet**" in screen
-    for missing in ("sweeps with local processes", "extra packages", "TensorFlow 2.11", "Linux x86_64", "Helm"):
+    for missing in ("extra packages", "TensorFlow 2.11", "Linux x86_64", "Helm"):
         assert missing in screen, missing
 
 

@@ -153,3 +153,10 @@ def test_tpe_asks_optuna_for_points_near_the_best_finished_ones_and_the_same_his
     assert sum(p["k"] == "a" for p in asked) >= 7, "the better choice"
     first = point(sweep, 0, [])
     assert 0.0 <= first["x"] <= 1.0, "no history: a random start"
+
+
+def test_a_trial_at_its_last_epoch_is_not_stopped_it_ends_by_itself():
+    sweep = sweep_spec(trials=3, earlyStopping={"median": {"warmupEpochs": 1, "minTrials": 1}})
+    done = Trial(0, "s-0", "Succeeded", c(0.5, 0.8), epochs=2)
+    assert decide(sweep, [done, Trial(1, "s-1", "Running", c(0.1, 0.2), epochs=3)]).stop != ()
+    assert decide(sweep, [done, Trial(1, "s-1", "Running", c(0.1, 0.2), epochs=2)]).stop == ()
