@@ -182,16 +182,22 @@ def crd() -> dict[str, Any]:
             "status": status_schema(STATUS),
         },
     }  # fmt: skip
+    return definition(KIND, PLURAL, ["dtr", "distrainingruns"], root, PRINTER_COLUMNS)
+
+
+def definition(kind: str, plural: str, short_names: list[str], root: dict[str, Any], printer_columns: str
+               ) -> dict[str, Any]:  # fmt: skip
+    """A CRD of this group: one served version with the status subresource, its schema and printer columns."""
     version = {"name": VERSION, "served": True, "storage": True, "subresources": {"status": {}},
-               "additionalPrinterColumns": columns(PRINTER_COLUMNS), "schema": {"openAPIV3Schema": root}}  # fmt: skip
+               "additionalPrinterColumns": columns(printer_columns), "schema": {"openAPIV3Schema": root}}  # fmt: skip
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}",
+        "metadata": {"name": f"{plural}.{GROUP}",
                      "labels": {"app.kubernetes.io/name": "dtr-operator", "app.kubernetes.io/part-of": "distml"}},
         "spec": {"group": GROUP, "scope": "Namespaced",
-                 "names": {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": KIND.lower(),
-                           "shortNames": ["dtr", "distrainingruns"], "categories": ["distml"]},
+                 "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower(),
+                           "shortNames": short_names, "categories": ["distml"]},
                  "versions": [version]},
     }  # fmt: skip
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api import GROUP, SWEEP_KIND, SWEEP_PLURAL, VERSION
-from ..crd import as_yaml, schema, status_schema
-from ..crd import columns as crd_columns
+from ..api import SWEEP_KIND, SWEEP_PLURAL
+from ..crd import as_yaml, definition, schema, status_schema
 from ..fields import MAX_NAME_LENGTH
 from .fields import SWEEP_SPEC, SWEEP_STATUS
 
@@ -72,19 +71,7 @@ def crd() -> dict[str, Any]:
         "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
                        "spec": schema(SWEEP_SPEC, "spec"), "status": status_schema(SWEEP_STATUS)},
     }  # fmt: skip
-    columns = crd_columns(PRINTER_COLUMNS)
-    version = {"name": VERSION, "served": True, "storage": True, "subresources": {"status": {}},
-               "additionalPrinterColumns": columns, "schema": {"openAPIV3Schema": root}}  # fmt: skip
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{SWEEP_PLURAL}.{GROUP}",
-                     "labels": {"app.kubernetes.io/name": "dtr-operator", "app.kubernetes.io/part-of": "distml"}},
-        "spec": {"group": GROUP, "scope": "Namespaced",
-                 "names": {"kind": SWEEP_KIND, "listKind": f"{SWEEP_KIND}List", "plural": SWEEP_PLURAL,
-                           "singular": SWEEP_KIND.lower(), "shortNames": ["dts"], "categories": ["distml"]},
-                 "versions": [version]},
-    }  # fmt: skip
+    return definition(SWEEP_KIND, SWEEP_PLURAL, ["dts"], root, PRINTER_COLUMNS)
 
 
 def render() -> str:
