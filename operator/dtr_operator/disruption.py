@@ -79,14 +79,21 @@ def taken_away(pods: Sequence[Mapping[str, Any]], gone: Sequence[Mapping[str, An
         return None
     if lines := disrupted_workers([*pods, *gone]):
         return lines
-    if missing:
-        return [f"worker {name} was deleted before the operator saw why (a drain or another eviction, or someone "
-                f"deleting it)" for name in missing]  # fmt: skip
+    unseen = [((g.get("metadata") or {}).get("name", "?"), (g.get("spec") or {}).get("nodeName"))
+              for g in gone if not is_disrupted(g)]  # fmt: skip
+    if missing or unseen:
+        return [_unseen(name, node) for name, node in [*unseen, *((name, None) for name in missing)]]
     if previous.get("reason") == PREEMPTED:
         stopped = ", ".join(f"{e.name} (exit code {e.code})" for e in worker_exits(pods)) or "a worker"
         return [f"preempted by Kueue; after it was admitted again the TFJob counted as failed {stopped} of the "
                 f"earlier admission"]  # fmt: skip
     return None
+
+
+def _unseen(name: str, node: str | None) -> str:
+    where = f" on node {node}" if node else ""
+    return (f"worker {name}{where} was deleted before the operator saw why (a drain or another eviction, or someone "
+            "deleting it)")  # fmt: skip
 
 
 def _missing(run: RunSpec, pods: Sequence[Mapping[str, Any]], gone: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -15,7 +15,7 @@ from ..kube import ApiError
 from ..reasons import FAILED, TERMINAL, WORKER_PODS_RELEASED
 from ..spec import RunSpec
 from ..status.compute import tfjob_status
-from ..status.pods import gone_worker, own_pods
+from ..status.pods import assigned_worker, gone_worker, own_pods
 from ..status.state import MAX_STATE_MESSAGE, clean_text, is_terminal, tfjob_state
 from . import writes
 from .context import Context, ObservedRun, is_live, meta
@@ -148,6 +148,6 @@ class Mirror:
             except ApiError as err:
                 log.warning("events of pod %s/%s not read: %s", spec.namespace, name, err)
                 continue
-            if (pod := gone_worker(name, events)) is not None:
+            if (pod := gone_worker(name, events) or assigned_worker(name, events)) is not None:
                 gone.append(pod)
         return gone

@@ -179,6 +179,15 @@ def gone_worker(name: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any
             "status": {"conditions": [condition]}}
 
 
+def assigned_worker(name: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """A worker pod deleted before its run failed whose events tell only where it ran (the scheduler's Scheduled
+    event), not why it went: shaped as the pod, its node and no condition. Found on three nodes: a drained worker's
+    pod gone before the operator read its DisruptionTarget. None when no event names its node."""
+    assigned = [m["node"] for e in events if e.get("reason") == "Scheduled"
+                if (m := _ASSIGNED.match(e.get("message") or ""))]  # fmt: skip
+    return {"metadata": {"name": name}, "spec": {"nodeName": assigned[-1]}, "status": {}} if assigned else None
+
+
 def is_disrupted(pod: Mapping[str, Any]) -> bool:
     """Whether Kubernetes is taking the pod away (its DisruptionTarget condition is True)."""
     return _disruption_target(pod) is not None

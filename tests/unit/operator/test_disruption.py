@@ -13,6 +13,7 @@ from dtr_operator.api import KIND, TFJOB_API_VERSION
 from dtr_operator.reconcile.context import ObservedRun
 from dtr_operator.runtime.kept import slim
 from dtr_operator.spec import parse_run
+from dtr_operator.status.pods import assigned_worker
 
 from support.fake_kube import FakeKube
 from support.reconciler import IMAGE, TFJOB, reconciler
@@ -257,6 +258,20 @@ def test_a_worker_whose_pod_went_unremembered_counts_as_taken_away():
                     "or someone deleting it)")  # fmt: skip
     plan = disruption.resume(RUN, RUNNING, FAILED, [pod(0, running=True)], [], T2)
     assert plan is not None and "mnist-cnn-worker-1 was deleted" in plan.state.message
+
+
+def test_a_worker_whose_pod_went_before_its_condition_was_read_is_named_with_the_node_its_events_give():
+    """Found on three nodes (CI at 9abae11): a drained worker's pod deleted before the operator read its
+    DisruptionTarget; its Scheduled event still names the node."""
+    events = [{"reason": "Scheduled", "message": "Successfully assigned ml/mnist-cnn-worker-1 to dtr-n2"}]
+    gone = assigned_worker("mnist-cnn-worker-1", events)
+    assert gone == {"metadata": {"name": "mnist-cnn-worker-1"}, "spec": {"nodeName": "dtr-n2"}, "status": {}}
+    assert assigned_worker("w", []) is None
+    [line] = disruption.taken_away([pod(0, running=True)], [gone], RUNNING)
+    assert line == ("worker mnist-cnn-worker-1 on node dtr-n2 was deleted before the operator saw why (a drain or "
+                    "another eviction, or someone deleting it)")  # fmt: skip
+    plan = disruption.resume(RUN, RUNNING, FAILED, [pod(0, running=True)], [gone], T2)
+    assert plan is not None and "mnist-cnn-worker-1 on node dtr-n2 was deleted" in plan.state.message
 
 
 def test_the_taint_an_admin_may_set_names_the_taken_workers_node_not_a_live_peers():
