@@ -79,15 +79,20 @@ def taken_away(pods: Sequence[Mapping[str, Any]], gone: Sequence[Mapping[str, An
         return None
     if lines := disrupted_workers([*pods, *gone]):
         return lines
-    unseen = [((g.get("metadata") or {}).get("name", "?"), (g.get("spec") or {}).get("nodeName"))
-              for g in gone if not is_disrupted(g)]  # fmt: skip
-    if missing or unseen:
-        return [_unseen(name, node) for name, node in [*unseen, *((name, None) for name in missing)]]
+    if unseen := _deleted_unseen(gone, missing):
+        return unseen
     if previous.get("reason") == PREEMPTED:
         stopped = ", ".join(f"{e.name} (exit code {e.code})" for e in worker_exits(pods)) or "a worker"
         return [f"preempted by Kueue; after it was admitted again the TFJob counted as failed {stopped} of the "
                 f"earlier admission"]  # fmt: skip
     return None
+
+
+def _deleted_unseen(gone: Sequence[Mapping[str, Any]], missing: Sequence[str]) -> list[str]:
+    """One line per worker deleted with no condition read: gone ones with their node, missing ones without."""
+    unseen = [((g.get("metadata") or {}).get("name", "?"), (g.get("spec") or {}).get("nodeName"))
+              for g in gone if not is_disrupted(g)]  # fmt: skip
+    return [_unseen(name, node) for name, node in [*unseen, *((name, None) for name in missing)]]
 
 
 def _unseen(name: str, node: str | None) -> str:
