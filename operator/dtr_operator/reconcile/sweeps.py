@@ -77,14 +77,16 @@ class Sweeper:
         new = self._status(body, sweep, runs, records, decision)
         if not self._write(body, new):
             return True
-        return self._act(body, decision, new, status.get("phase"))
+        unmade = tuple(int(r["index"]) for r in records if not r.get("phase") and int(r["index"]) not in runs)
+        return self._act(body, decision, new, status.get("phase"), unmade)
 
     def _act(self, body: Mapping[str, Any], decision: Decision, written_status: Mapping[str, Any],
-             was: str | None) -> bool:  # fmt: skip
-        """The decision carried out once written: its trials made (each with the point its record holds), the
-        stopped ones deleted, events said; True when a trial was refused (another turn sees it failed)."""
+             was: str | None, unmade: tuple[int, ...] = ()) -> bool:  # fmt: skip
+        """The decision carried out once written: its trials made (each with the point its record holds), and those
+        recorded before but not made (a restart or an API error between the write and the create), the stopped ones
+        deleted, events said; True when a trial was refused (another turn sees it failed)."""
         points = {t["index"]: t.get("point") or {} for t in written_status["trials"]}
-        if not all(self._create(body, index, points[index]) for index in decision.create):
+        if not all(self._create(body, index, points[index]) for index in (*unmade, *decision.create)):
             return True
         for run, _ in decision.stop:
             self.ctx.kube.delete(API_VERSION, KIND, meta(body)["namespace"], run)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import copy
 
-from dtr_operator.kube import Conflict
+import pytest
+from dtr_operator.kube import ApiError, Conflict
 from dtr_operator.reconcile.sweeps import Sweeper
 
 from support.fake_kube import FakeKube
@@ -73,3 +74,17 @@ def test_a_weak_trial_is_stopped_its_run_deleted_and_the_sweep_ends_with_the_bes
     assert (st["phase"], st["best"]["run"], st["best"]["model"]) == ("Succeeded", "s-2", "/m/s-2/1")
     assert st["trialsDone"] == "3/3" and "completionTime" in st
     assert events[-1][2:] == ("SweepSucceeded", "best val_accuracy 0.95: trial s-2")
+
+
+def test_a_trial_recorded_but_not_made_is_made_by_the_next_turn():
+    """The status is written before the trial is made: an operator restarted (or an API error) in between leaves
+    a record without a run, which the next turn makes."""
+    kube = FakeKube(namespace="ml")
+    kube.put(copy.deepcopy(SWEEP))
+    kube.fail("create", ApiError(503, "ServiceUnavailable", "etcd is away"))
+    turns, _ = sweeper(kube)
+    with pytest.raises(ApiError):
+        turns.turn("ml", "s")
+    assert [t["run"] for t in sweep_status(kube)["trials"]] == ["s-0", "s-1"] and made(kube) == []
+    turns.turn("ml", "s")
+    assert made(kube) == ["s-0", "s-1"]
