@@ -122,10 +122,12 @@ def test_architecture_doc_lists_the_permissions_the_clusterrole_grants() -> None
     assert not {t for t in wanted if t[1] == "secrets"}, "secrets"
     # update only of the runs' finalizers: OwnerReferencesPermissionEnforcement asks it of whoever sets
     # blockOwnerDeletion on an owner reference to a run (the TFJob's and the PVC's).
-    # delete only of TFJobs: a run's failed one, made again when Kubernetes took its workers away (spec.disruption).
+    # delete only of TFJobs (a run's failed one, made again when Kubernetes took its workers away: spec.disruption)
+    # and of runs (a sweep's trial it stopped early: reconcile/sweeps.py); never a collection.
     assert {t for t in wanted if t[2] in ("delete", "deletecollection", "escalate", "bind")} == \
-        {("kubeflow.org", "tfjobs", "delete")}  # fmt: skip
-    assert {t for t in wanted if t[2] == "update"} == {("distml.dev", "disttrainingruns/finalizers", "update")}
+        {("kubeflow.org", "tfjobs", "delete"), ("distml.dev", "disttrainingruns", "delete")}  # fmt: skip
+    assert {t for t in wanted if t[2] == "update"} == {("distml.dev", "disttrainingruns/finalizers", "update"),
+                                                       ("distml.dev", "disttrainingsweeps/finalizers", "update")}
     # Children: created, read; of the TFJob only runPolicy patched (suspend; a failed one's cleanPodPolicy).
     assert {t[2] for t in wanted if t[1] == "tfjobs"} == {"get", "list", "watch", "create", "patch", "delete"}
     # PVCs: the one a run names is read, its own created; never listed or watched (security review M2).
@@ -156,7 +158,9 @@ def test_crds_come_first_and_the_deployment_is_hardened(mode: Mode) -> None:
     before = ("Namespace", "ResourceQuota", "CustomResourceDefinition")
     first_other = next(i for i, k in enumerate(kinds) if k not in before)
     assert "CustomResourceDefinition" in kinds[:first_other], f"CRD not ahead of the rest: {kinds}"
-    assert only(docs, "CustomResourceDefinition")["metadata"]["name"] == "disttrainingruns.distml.dev"
+    crds = {d["metadata"]["name"] for d in docs if d["kind"] == "CustomResourceDefinition"}
+    assert crds == {"disttrainingruns.distml.dev", "disttrainingsweeps.distml.dev"}
+    assert "CustomResourceDefinition" not in kinds[first_other:], f"a CRD after the rest: {kinds}"
 
     deployment = only(docs, "Deployment", "dtr-operator")
     spec = deployment["spec"]
@@ -378,6 +382,10 @@ NEEDED = [
     ("watch", "tfjobs.kubeflow.org", ""),
     ("patch", "tfjobs.kubeflow.org", ""),  # runPolicy.suspend (spec.suspend); cleanPodPolicy of a failed TFJob
     ("delete", "tfjobs.kubeflow.org", ""),  # a failed one, to make it again (spec.disruption.resume)
+    ("create", "disttrainingruns.distml.dev", ""),  # a sweep's trials (reconcile/sweeps.py)
+    ("delete", "disttrainingruns.distml.dev", ""),  # a sweep's trial stopped early
+    ("watch", "disttrainingsweeps.distml.dev", ""),
+    ("patch", "disttrainingsweeps.distml.dev", "status"),
     ("create", "persistentvolumeclaims", ""),
     ("get", "pods", ""),
     ("get", "pods", "log"),  # status.progress
@@ -393,8 +401,9 @@ FORBIDDEN = [
     ("list", "secrets", ""),
     ("deletecollection", "tfjobs.kubeflow.org", ""),
     ("update", "tfjobs.kubeflow.org", ""),
-    ("delete", "disttrainingruns.distml.dev", ""),
+    ("deletecollection", "disttrainingruns.distml.dev", ""),
     ("update", "disttrainingruns.distml.dev", ""),
+    ("delete", "disttrainingsweeps.distml.dev", ""),
     ("delete", "persistentvolumeclaims", ""),
     ("delete", "poddisruptionbudgets.policy", ""),
     ("list", "poddisruptionbudgets.policy", ""),

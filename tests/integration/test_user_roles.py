@@ -91,4 +91,4 @@ def test_edit_has_what_dtr_tensorboard_needs_on_pods_and_view_does_not(control_p
     for verb in ("create", "get"):
         assert not can(control_plane, VIEWER, verb, "pods", namespace, "portforward"), f"view: {verb} portforward"
     rules = control_plane.kubectl_json("get", "clusterrole", "dtr-run-author")["rules"]
-    assert {r for rule in rules for r in rule["resources"]} == {"disttrainingruns"}
+    assert {r for rule in rules for r in rule["resources"]} == {"disttrainingruns", "disttrainingsweeps"}
