@@ -12,9 +12,11 @@ from pathlib import Path
 
 import yaml
 
+# Epochs of a fraction of a second: many, so that a turn (each second) comes while the weak trial still trains.
+EPOCHS = 30
 SWEEP = {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingSweep", "metadata": {"name": "loc"}, "spec": {
     "template": {"spec": {"workers": 1, "storage": {"size": "64Mi"}, "training": {
-        "model": "cnn", "dataset": "digits", "epochs": 4, "stepsPerEpoch": 5, "batchSizePerWorker": 32}}},
+        "model": "cnn", "dataset": "digits", "epochs": EPOCHS, "stepsPerEpoch": 5, "batchSizePerWorker": 32}}},
     "space": {"learningRate": {"choice": [0.003, 0.01, 0.00001]}}, "algorithm": "grid", "trials": 3,
     "parallelTrials": 2, "objective": {"metric": "val_accuracy"},
     "earlyStopping": {"median": {"warmupEpochs": 1, "minTrials": 1}}}}  # fmt: skip
@@ -31,8 +33,10 @@ def test_dtr_run_runs_a_sweeps_trials_locally_stops_the_one_that_learns_nothing_
     assert status["phase"] == "Succeeded" and status["trialsDone"] == "3/3", status
     by_rate = {t["point"]["learningRate"]: t for t in status["trials"]}
     still = by_rate[0.00001]
-    assert still["phase"] == "Stopped" and still["curve"][-1][0] < 4, still  # 20 steps at 1e-5: chance, ~0.1
+    assert still["phase"] == "Stopped" and still["curve"][-1][0] < EPOCHS, still  # lr 1e-5: chance, ~0.1
     assert "is worse than the median of" in still["reason"]
+    assert all([e for e, _ in t["curve"]] == list(range(1, len(t["curve"]) + 1)) for t in status["trials"]), \
+        "each epoch, from the history file"  # fmt: skip
     compared = subprocess.run([sys.executable, "-m", "dtr_cli", "compare", "--backend", "local",
                                *(t["run"] for t in status["trials"])], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=120, check=False)  # fmt: skip

@@ -1,7 +1,8 @@
 """`dtr run sweep.yaml`: a DistTrainingSweep's trials as local runs (each a `dtr run` of its own, through
 LocalBackend), decided by the operator's own pure core (dtr_operator.sweep): the same points, the same median rule,
-the same status. The sweep's status is written to DIR/sweeps/<name>/status.json at each change. It reads each
-trial's status once a second: an epoch shorter than that may be passed over, as on a cluster.
+the same status. The sweep's status is written to DIR/sweeps/<name>/status.json at each change. A trial's curve
+is its history file's (every epoch, read at each turn), where a cluster's is what the operator's reads of the
+chief's log saw: a local epoch is often shorter than a turn.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dtr_operator.sweep.decide import TERMINAL, SweepSpec, decide, parse_sweep
-from dtr_operator.sweep.observe import fold, refused, trial_run, trials, written
+from dtr_operator.sweep.observe import MAX_POINTS, fold, refused, trial_run, trials, written
 from dtr_operator.sweep.space import SpaceError
 
 from ..results import InvalidRun, RunNotFound
@@ -51,22 +52,37 @@ class LocalSweep:
                 continue
         return found
 
-    def turn(self) -> bool:
-        """One turn: fold, decide, write, act; True once the sweep has ended."""
-        records = self.status.get("trials") or []
-        runs = self._runs(records)
-        records = fold(records, runs, self.spec.metric)
-        decision = decide(self.spec, trials(records))
-        best = runs.get(decision.best.index) if decision.best else None
-        model = ((best or {}).get("status") or {}).get("model", {}).get("path")
-        self.status = written(self.spec, self.name, records, decision, model)
+    def _with_history(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The record with its curve from the trial's history file (every epoch), while it has one to give."""
+        if record.get("phase") in ("", "Stopped", "Failed"):
+            return record
+        try:
+            found = self.backend.history(record["run"])
+        except RunNotFound:
+            return record
+        curve = [[p.epoch, p.metrics[self.spec.metric]] for p in found if self.spec.metric in p.metrics]
+        return {**record, "curve": curve[:MAX_POINTS]} if curve else record
+
+    def _create(self, indexes: tuple[int, ...]) -> None:
+        """The trials' local runs, each with the point its record holds; one `dtr run` refuses fails its trial."""
         points = {t["index"]: t.get("point") or {} for t in self.status["trials"]}
-        for index in decision.create:
+        for index in indexes:
             run = local_trial(self.doc, index, points[index])
             try:
                 self.backend.create(run, None)
             except InvalidRun as err:
                 self.status["trials"] = refused(self.status["trials"], run["metadata"]["name"], str(err))
+
+    def turn(self) -> bool:
+        """One turn: fold, decide, write, act; True once the sweep has ended."""
+        records = self.status.get("trials") or []
+        runs = self._runs(records)
+        records = [self._with_history(r) for r in fold(records, runs, self.spec.metric)]
+        decision = decide(self.spec, trials(records))
+        best = runs.get(decision.best.index) if decision.best else None
+        model = ((best or {}).get("status") or {}).get("model", {}).get("path")
+        self.status = written(self.spec, self.name, records, decision, model)
+        self._create(decision.create)
         for run, _ in decision.stop:  # suspended, not deleted: its log and status stay for dtr compare and logs
             self.backend.set_suspend(run, True)
         return decision.phase in TERMINAL
