@@ -15,9 +15,9 @@ from typing import Any
 
 from dtr_operator.sweep.decide import TERMINAL, SweepSpec, decide, parse_sweep
 from dtr_operator.sweep.observe import MAX_POINTS, fold, refused, trial_run, trials, written
-from dtr_operator.sweep.space import SpaceError
 
 from ..results import InvalidRun, RunNotFound
+from ..sweeps import sweep_document
 from .backend import LocalBackend
 
 POLL_SECONDS = 1.0
@@ -36,7 +36,7 @@ class LocalSweep:
     def __init__(self, doc: Mapping[str, Any], backend: LocalBackend):
         try:
             self.spec: SweepSpec = parse_sweep(doc.get("spec") or {})
-        except (SpaceError, TypeError, ValueError) as err:
+        except (TypeError, ValueError) as err:  # space.SpaceError is a ValueError
             raise InvalidRun(str(err)) from None
         self.doc, self.backend = dict(doc), backend
         self.name = str(doc["metadata"]["name"])
@@ -79,9 +79,7 @@ class LocalSweep:
         runs = self._runs(records)
         records = [self._with_history(r) for r in fold(records, runs, self.spec.metric)]
         decision = decide(self.spec, trials(records))
-        best = runs.get(decision.best.index) if decision.best else None
-        model = ((best or {}).get("status") or {}).get("model", {}).get("path")
-        self.status = written(self.spec, self.name, records, decision, model)
+        self.status = written(self.spec, self.name, records, decision, runs)
         self._create(decision.create)
         for run, _ in decision.stop:  # suspended, not deleted: its log and status stay for dtr compare and logs
             self.backend.set_suspend(run, True)
@@ -114,9 +112,7 @@ class LocalSweep:
 def run_sweep_file(path: Path, base_dir: Path, python: str, on_change: Callable[[dict[str, Any]], None],
                    host_network: bool = False) -> int:  # fmt: skip
     """`dtr run sweep.yaml`: 0 when the sweep Succeeded, 1 when it Failed; InvalidRun for a spec it cannot run."""
-    import yaml
-
-    doc = yaml.safe_load(path.read_text())
+    doc = sweep_document(path)  # a DistTrainingSweep with a name, else InvalidRun (exit 2), as `dtr sweep start`
     sweep = LocalSweep(doc, LocalBackend(base_dir, python, host_network))
     try:
         final = sweep.run(on_change)

@@ -96,10 +96,8 @@ class Sweeper:
 
     def _status(self, body: Mapping[str, Any], sweep: SweepSpec, runs: Mapping[int, Mapping[str, Any]],
                 records: list[dict[str, Any]], decision: Decision) -> dict[str, Any]:  # fmt: skip
-        """The status to write: the decision's (observe.written), its times, and the best run's model."""
-        best = runs.get(decision.best.index) if decision.best else None
-        model = ((best or {}).get("status") or {}).get("model", {}).get("path")
-        new = written(sweep, meta(body)["name"], records, decision, model)
+        """The status to write: the decision's (observe.written) and its times."""
+        new = written(sweep, meta(body)["name"], records, decision, runs)
         started = (body.get("status") or {}).get("startTime") or self.ctx.now()
         new |= {"observedGeneration": meta(body).get("generation"), "startTime": started}
         if decision.phase in TERMINAL:

@@ -130,9 +130,11 @@ def _best(decision: Decision, records: Sequence[Mapping[str, Any]], model: str |
 
 
 def written(sweep: SweepSpec, name: str, records: Sequence[Mapping[str, Any]], decision: Decision,
-            best_model: str | None) -> dict[str, Any]:  # fmt: skip
+            runs: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:  # fmt: skip
     """The sweep's status after `decision`: the records with the new trials and the stopped ones, the counts, the
-    best trial. best_model: the best run's status.model.path, when read."""
+    best trial with its run's model (status.model.path; `runs`: the trials' runs as read, by index)."""
+    best_run = runs.get(decision.best.index) if decision.best else None
+    best_model = ((best_run or {}).get("status") or {}).get("model", {}).get("path")
     stopping = dict(decision.stop)
     out = [{**r, "phase": STOPPED, "reason": stopping[r["run"]]} if r["run"] in stopping else dict(r)
            for r in records]  # fmt: skip

@@ -58,12 +58,12 @@ def test_a_curve_is_bounded():
 
 def test_the_status_written_has_the_new_trials_the_counts_and_a_refusal_named():
     sweep = parse_sweep(SPEC)
-    status = written(sweep, "s", [], decide(sweep, []), None)
+    status = written(sweep, "s", [], decide(sweep, []), {})
     assert [(t["run"], t["phase"], t["point"]) for t in status["trials"]] == [
         ("s-0", "", {"learningRate": 0.1, "width": 8}), ("s-1", "", {"learningRate": 0.1, "width": 16})]
     assert (status["phase"], status["trialsDone"]) == ("Running", "0/2")
     records = refused(status["trials"], "s-0", "spec.training.params: Too many: 13")
-    failed = written(sweep, "s", records, decide(sweep, trials(records)), None)
+    failed = written(sweep, "s", records, decide(sweep, trials(records)), {})
     assert failed["phase"] == "Failed"
     assert failed["message"] == ("1 trials failed, more than spec.maxFailedTrials (0); s-0: the API server refused "
                                  "its run: spec.training.params: Too many: 13")  # fmt: skip
