@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything after a cluster exists, on any cluster (docs/clusters.md):
 #   build both images -> import them into the node, or push them to a registry -> Kubeflow training-operator
-#   (standalone overlay, unless one is there) -> DistTrainingRun CRD + operator (deploy/) -> [apply an
+#   (standalone overlay, unless one is there) -> the CRDs + operator (deploy/) -> [apply an
 #   example in a namespace you name, wait for Succeeded, print where the model is]. It prints what it will
 #   create cluster-wide before it acts, and stops there unless you are cluster-admin.
 # Run by deploy/k3d/up.sh (import with k3d) and by the local real node (import with ctr);

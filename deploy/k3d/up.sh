@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring up the whole stack on a local k3d cluster and train one example:
 #   k3d cluster (host volume), then deploy/install.sh with k3d's image import: build both
-#   images -> import -> Kubeflow training-operator -> DistTrainingRun CRD + operator
+#   images -> import -> Kubeflow training-operator -> the CRDs + operator
 #   (deploy/) -> the example -> wait for Succeeded -> print where the model is.
 # Needs docker (a running engine), k3d >= 5 and kubectl >= 1.27 on PATH.
 # Settings (environment): DTR_CLUSTER, DTR_HOST_DIR, DTR_EXAMPLE, DTR_EXAMPLE_NAMESPACE (default default), DTR_TIMEOUT,

@@ -33,13 +33,14 @@ def test_an_existing_training_operator_is_left_alone_and_the_plan_comes_first(re
     assert "found kubeflow/training-operator ghcr.io/kubeflow/training-v1/training-operator:" in out, out
     assert "TFJob served as v1: left alone" in out
     assert "Kubeflow training-operator: left as it is" in out
-    for obj in ("CustomResourceDefinition/disttrainingruns.distml.dev", "ClusterRole/dtr-operator",
+    for obj in ("CustomResourceDefinition/disttrainingruns.distml.dev",
+                "CustomResourceDefinition/disttrainingsweeps.distml.dev", "ClusterRole/dtr-operator",
                 "ClusterRole/dtr-run-author", "ClusterRoleBinding/dtr-operator", "Namespace/dtr-system",
                 "PriorityClass/dtr-operator"):  # fmt: skip
         assert obj in out, obj
     assert "CustomResourceDefinition/tfjobs.kubeflow.org" not in out, "nothing of the training-operator's is planned"
     assert "no example run" in out
-    assert out.index("==> plan") < out.index("==> both images") < out.index("==> DistTrainingRun CRD")
+    assert out.index("==> plan") < out.index("==> both images") < out.index("==> the CRDs and the operator")
     assert training_operator(real_node) == before, "the training-operator was written to"
 
 
