@@ -108,11 +108,14 @@ resource_quotas() {
     END { if (kind == "ResourceQuota" && name != "") print ns " " name }'
 }
 
-# How many runs a quota counts now, empty while Kubernetes' quota controller has not counted them.
+# How many runs a quota counts now, empty while Kubernetes' quota controller has not counted every resource the
+# quota holds (runs and sweeps: both CRDs come together, so both are counted or neither).
 quota_used_runs() {
   local used
-  used="$(kubectl -n "$1" get resourcequota "$2" \
-    -o go-template='{{with .status.used}}{{index . "count/disttrainingruns.distml.dev"}}{{end}}' 2>/dev/null || true)"
+  # shellcheck disable=SC2016 # $hard and $n are the template's variables, not the shell's
+  used="$(kubectl -n "$1" get resourcequota "$2" -o go-template='{{$hard := .spec.hard}}{{with .status.used}}
+    {{- $n := 0}}{{range $k, $_ := $hard}}{{if not (index $.status.used $k)}}{{$n = 1}}{{end}}{{end}}
+    {{- if eq $n 0}}{{index . "count/disttrainingruns.distml.dev"}}{{end}}{{end}}' 2>/dev/null || true)"
   [[ "${used}" == "<no value>" ]] || printf '%s' "${used}"
 }
 

@@ -126,7 +126,8 @@ def settle_quota(cluster: Cluster, quota: dict[str, Any], timeout: float = 120) 
         nonlocal tries
         tries += 1
         got = cluster.kubectl_json("get", "resourcequota", meta["name"], "-n", meta["namespace"])
-        if RUNS_COUNTED in ((got.get("status") or {}).get("used") or {}):
+        used = (got.get("status") or {}).get("used") or {}
+        if RUNS_COUNTED in used and all(k in used for k in quota["spec"]["hard"]):  # runs and sweeps alike
             return True
         if tries % 15 == 0:
             cluster.kubectl("replace", "--force", "-f", "-", input=as_yaml([quota]))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dtr_operator.api import GROUP, PLURAL, VERSION
+from dtr_operator.api import GROUP, PLURAL, SWEEP_KIND, SWEEP_PLURAL, VERSION
 from dtr_operator.spec import SpecError, parse_run
 
 from support.cluster import Cluster
@@ -103,6 +103,19 @@ def _create_with(cluster: Cluster, namespace: str, name: str, **metadata: Any) -
     return "" if proc.returncode == 0 else proc.stderr
 
 
+SWEEP_SPEC = {"template": {"spec": {}}, "space": {"width": {"choice": [8, 16]}},
+              "objective": {"metric": "val_accuracy"}}  # fmt: skip
+
+
+def _create_sweep_with(cluster: Cluster, namespace: str, name: str, **metadata: Any) -> str:
+    """As _create_with, a DistTrainingSweep: its metadata is held to the same bounds (the operator holds it too)."""
+    doc = {"apiVersion": f"{GROUP}/{VERSION}", "kind": SWEEP_KIND, "metadata": {"name": name, **metadata},
+           "spec": SWEEP_SPEC}  # fmt: skip
+    proc = cluster.kubectl("create", "--raw", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{SWEEP_PLURAL}",
+                           "-f", "-", input=json.dumps(doc), check=False)  # fmt: skip
+    return "" if proc.returncode == 0 else proc.stderr
+
+
 KOPF = "kopf.zalando.org/"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -145,6 +158,18 @@ def test_a_runs_own_metadata_is_bounded_by_the_admission_policy(
     assert words in refused and "ValidatingAdmissionPolicy" in refused, refused
     assert _create_with(metadata_policy, namespace, f"ok-{what}", **at) == ""
     _let_go(metadata_policy, namespace, f"ok-{what}")
+
+
+@pytest.mark.parametrize("what, over, at, words", METADATA, ids=[m[0] for m in METADATA])
+def test_a_sweeps_own_metadata_is_bounded_as_a_runs(
+    metadata_policy: Cluster, namespace: str, what: str, over: dict[str, Any], at: dict[str, Any], words: str
+) -> None:
+    refused = wait_for(lambda: _create_sweep_with(metadata_policy, namespace, f"big-{what}-{uuid.uuid4().hex[:4]}",
+                                                  **over), f"the admission policy to refuse {what}", timeout=30)
+    assert words in refused and f"a {SWEEP_KIND}" in refused, refused
+    assert _create_sweep_with(metadata_policy, namespace, f"ok-{what}", **at) == ""
+    metadata_policy.kubectl("patch", "disttrainingsweep", f"ok-{what}", "-n", namespace, "--type=merge",
+                            "-p", '{"metadata": {"finalizers": null}}', check=False)  # fmt: skip
 
 
 def _binding(cluster: Cluster, verb: str) -> None:

@@ -13,6 +13,8 @@ would (what her container, and the run's workers, would have reported). Each att
 - R4, the operator's token stolen: what it may create of NetworkPolicies and TFJobs is held to the shapes the
   operator builds (deploy/base/operator-admission.yaml), so an allow-all policy or a host-network TFJob is refused.
 - R6, a run named like a teammate's claim: her `dtr data put NAME` names both and copies nothing.
+- R1, metadata no schema bounds (kopf's and kubectl's annotations, finalizers, owner references) on a run or a
+  sweep: refused by deploy/base/admission.yaml before the operator holds any of it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -333,3 +336,75 @@ def test_a_run_named_like_a_teammates_claim_receives_nothing_she_puts(
                       detail={"finding": "R6", "refused_by": "dtr (client)", "reason": "say which: --run or --claim",
                               "where": "the real API server; dtr as the victim"}))  # fmt: skip
     assert ok, (put.returncode, said, [p.metadata.name for p in pods])
+
+
+# ---- R1: metadata the operator would hold ------------------------------------------------------------------------
+
+ADMISSION = REPO / "deploy" / "base" / "admission.yaml"
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+# What the API server itself admits beyond the CRD's schema (annotations up to 256 KiB in all; finalizers and owner
+# references without a bound): each about 200 KB, so that a few hundred would cost the shared operator its memory.
+HEAVY = {
+    "kopf-annotations": ("200 KB of annotations under kopf.zalando.org/ (the operator's own prefix)",
+                         {"annotations": {"kopf.zalando.org/last-handled-configuration": "v" * 200_000}}),
+    "last-applied": ("200 KB of kubectl's last-applied-configuration",
+                     {"annotations": {LAST_APPLIED: "v" * 200_000}}),
+    "finalizers": ("1000 finalizers (200 KB)", {"finalizers": [f"f{i:04d}.{'.'.join(['x' * 60] * 3)}.example.com/f"
+                                                               for i in range(1000)]}),
+    "owner-references": ("1000 ownerReferences (200 KB)", {"ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": f"owner-{i:04d}-{'o' * 100}",
+         "uid": f"00000000-0000-0000-0000-{i:012d}"} for i in range(1000)]}),
+}  # fmt: skip
+
+
+@pytest.fixture
+def metadata_policy(control_plane: Cluster) -> Iterator[None]:
+    control_plane.kubectl("apply", "-f", str(ADMISSION))
+    users = str(REPO / "deploy" / "users")  # `edit` creates runs and sweeps once these aggregate
+    control_plane.kubectl("apply", "-k", users)
+    try:
+        yield
+    finally:
+        control_plane.kubectl("delete", "-k", users, "--ignore-not-found", "--wait=false", check=False)
+        control_plane.kubectl("delete", "--ignore-not-found", "-f", str(ADMISSION), check=False)
+
+
+def heavy_doc(kind: str, name: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    if kind == "DistTrainingRun":
+        return run_doc(name, spec={"workers": 1, "suspend": True}, **metadata)
+    return {"apiVersion": "distml.dev/v1alpha1", "kind": kind, "metadata": {"name": name, **metadata},
+            "spec": {"template": {"spec": {}}, "space": {"width": {"choice": [8, 16]}},
+                     "objective": {"metric": "val_accuracy"}}}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["DistTrainingRun", "DistTrainingSweep"])
+def test_a_teammates_heavy_metadata_is_refused_before_the_operator_holds_it(
+    control_plane: Cluster, namespace: str, teammate: Callable[..., Any], metadata_policy: None, kind: str,
+    ledger: Ledger,
+) -> None:  # fmt: skip
+    """The teammate (`edit`) creates runs and sweeps whose metadata, which no schema bounds, is each about 200 KB:
+    deploy/base/admission.yaml refuses every one (review R1; the bounds themselves, at and over: the integration
+    tier's test_operator_crd_bounds). Sent as she would with `kubectl create --raw` (plain `kubectl create` writes
+    its own last-applied-configuration)."""
+    plural = {"DistTrainingRun": "disttrainingruns", "DistTrainingSweep": "disttrainingsweeps"}[kind]
+    path = f"/apis/distml.dev/v1alpha1/namespaces/{namespace}/{plural}"
+
+    def send(name: str, metadata: dict[str, Any]) -> Any:
+        return teammate("create", "--raw", path, "-f", "-", input=json.dumps(heavy_doc(kind, name, metadata)))
+
+    # Her rights first (deploy/users aggregates into `edit` a moment after it is applied), with light metadata.
+    wait_for(lambda: send(f"light-{uuid.uuid4().hex[:6]}", {}).returncode == 0, f"`edit` to create a {kind}",
+             timeout=30, interval=1)  # fmt: skip
+    wait_for(lambda: send("probe", {"finalizers": [f"example.com/f{i}" for i in range(9)]}).returncode != 0,
+             "the admission policy to take effect", timeout=60, interval=0.5)  # fmt: skip
+    results = []
+    for what, (said, metadata) in HEAVY.items():
+        done = send(f"heavy-{what}", metadata)
+        refused = done.returncode != 0 and "deploy/base/admission.yaml" in done.stderr
+        results.append((what, refused, done.stderr[-300:]))
+        ledger.add(Record(area="attack", case=f"R1-{kind[len('DistTraining'):].lower()}-{what}: a teammate (`edit`) "
+                          f"creates a {kind} carrying {said}, which no schema bounds and the operator would hold *",
+                          tried=1, correct=int(refused), user_sees=done.stderr.strip()[:300] or "created",
+                          detail={"finding": "R1", "refused_by": "API server (ValidatingAdmissionPolicy)",
+                                  "reason": "admission.yaml", "where": WHERE}))  # fmt: skip
+    assert all(refused for _, refused, _ in results), results
