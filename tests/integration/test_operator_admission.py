@@ -19,6 +19,7 @@ import yaml
 from deploy_support import CLUSTER_MODE, SA_USER, installed_mode
 from dtr_operator.builders import build_network_policy, build_pdb, children, owned_by
 from dtr_operator.spec import RunSpec, parse_run
+from dtr_operator.sweep.observe import trial_run
 
 from support.cluster import Cluster
 from support.runs import run_doc
@@ -127,3 +128,53 @@ def test_the_policy_binds_only_the_operators_account(control_plane: Cluster, ins
     doc["spec"]["ingress"] = [{}]
     ok, err = create(control_plane, doc, as_user=None)
     assert ok, err
+
+
+# ---- the runs the operator makes and deletes: a sweep's trials only ------------------------------------------
+
+
+def a_sweep(control_plane: Cluster, namespace: str) -> dict[str, Any]:
+    """A sweep as its author makes it (as the admin here); no operator serves it in this module."""
+    doc = {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingSweep",
+           "metadata": {"name": "lr", "namespace": namespace},
+           "spec": {"template": {"spec": {"suspend": True}}, "space": {"width": {"choice": [8, 16]}},
+                    "objective": {"metric": "val_accuracy"}}}  # fmt: skip
+    control_plane.kubectl("create", "-f", "-", input=json.dumps(doc))
+    return control_plane.kubectl_json("get", "disttrainingsweep", "lr", "-n", namespace)
+
+
+def as_operator(control_plane: Cluster, namespace: str, *args: str, input: str | None = None) -> tuple[bool, str]:
+    proc = control_plane.kubectl(*args, "-n", namespace, "--dry-run=server", f"--as={SA_USER}", input=input,
+                                 check=False)  # fmt: skip
+    return proc.returncode == 0, proc.stderr
+
+
+def test_the_operators_account_creates_and_deletes_only_a_sweeps_trials(
+    control_plane: Cluster, installed: None, namespace: str
+) -> None:
+    """Its RBAC may create and delete any run (a sweep's stopped trials are deleted): a stolen token may still make
+    or delete only runs a sweep controls under their trial's name, and may not make another's run a trial."""
+    sweep = a_sweep(control_plane, namespace)
+    trial = trial_run(sweep, 0, {"width": 8})
+    assert create(control_plane, trial)[0], create(control_plane, trial)[1]
+    for what, change in (("not owned", lambda d: d["metadata"].pop("ownerReferences")),
+                         ("another name", lambda d: d["metadata"].update(name="lr-7")),
+                         ("not a trial", lambda d: d["metadata"]["labels"].pop("distml.dev/trial"))):  # fmt: skip
+        doc = copy.deepcopy(trial)
+        change(doc)
+        ok, err = create(control_plane, doc)
+        assert not ok and "only a sweep's trials" in err, (what, err)
+
+    control_plane.kubectl("create", "-f", "-", input=json.dumps(trial))  # the sweep's trial, as the operator made it
+    control_plane.create(run_doc("teammates", namespace, {"suspend": True}))
+    assert as_operator(control_plane, namespace, "delete", "disttrainingrun", trial["metadata"]["name"])[0]
+    ok, err = as_operator(control_plane, namespace, "delete", "disttrainingrun", "teammates")
+    assert not ok and "only a sweep's trials" in err, err
+    made_trial = json.dumps({"metadata": {"labels": {"distml.dev/trial": "1"},
+                                          "ownerReferences": trial["metadata"]["ownerReferences"]}})  # fmt: skip
+    ok, err = as_operator(control_plane, namespace, "patch", "disttrainingrun", "teammates", "--type=merge",
+                          "-p", made_trial)  # fmt: skip
+    assert not ok and "never changes a run's owners" in err, err
+    ok, err = as_operator(control_plane, namespace, "patch", "disttrainingrun", "teammates", "--type=merge",
+                          "-p", '{"metadata": {"annotations": {"kopf.zalando.org/touch": "1"}}}')  # fmt: skip
+    assert ok, f"the operator's own updates must pass: {err}"

@@ -11,7 +11,8 @@ would (what her container, and the run's workers, would have reported). Each att
 - R2, a host-network pod beside the run: refused by the namespace's Pod Security; where none is enforced, the run
   says its isolation is weaker (IsolationWeakened, PodSecurityNotEnforced).
 - R4, the operator's token stolen: what it may create of NetworkPolicies and TFJobs is held to the shapes the
-  operator builds (deploy/base/operator-admission.yaml), so an allow-all policy or a host-network TFJob is refused.
+  operator builds (deploy/base/operator-admission.yaml), so an allow-all policy or a host-network TFJob is refused,
+  and of runs it deletes only a sweep's trials.
 - R6, a run named like a teammate's claim: her `dtr data put NAME` names both and copies nothing.
 - R1, metadata no schema bounds (kopf's and kubectl's annotations, finalizers, owner references) on a run or a
   sweep: refused by deploy/base/admission.yaml before the operator holds any of it.
@@ -243,7 +244,9 @@ def stolen_token(control_plane: Cluster, namespace: str) -> Iterator[Callable[..
                           "rules": [{"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
                                      "verbs": ["get", "create", "patch"]},
                                     {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"],
-                                     "verbs": ["get", "create", "patch"]}]})  # fmt: skip
+                                     "verbs": ["get", "create", "patch"]},
+                                    {"apiGroups": ["distml.dev"], "resources": ["disttrainingruns"],
+                                     "verbs": ["get", "create", "patch", "delete"]}]})  # fmt: skip
     control_plane.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                           "metadata": {"name": "operator-writes", "namespace": namespace},
                           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
@@ -290,8 +293,11 @@ def test_a_stolen_operator_token_cannot_widen_a_runs_network_or_start_a_host_pod
              ("R4-stolen-token-host-network-tfjob", "creates a TFJob of the run's name whose pods use the host's "
               "network", job)]  # fmt: skip
     results = []
-    for case, what, doc in tries:
-        done = stolen_token("create", "--dry-run=server", "-f", "-", input=json.dumps(doc))
+    attempts = [(case, what, ("create", "--dry-run=server", "-f", "-"), json.dumps(doc)) for case, what, doc in tries]
+    attempts.append(("R4-stolen-token-deletes-a-run", "deletes a run that is not a sweep's trial (it may delete a "
+                     "sweep's stopped trials)", ("delete", "--dry-run=server", "disttrainingrun", "target"), None))
+    for case, what, argv, sent in attempts:
+        done = stolen_token(*argv, input=sent)
         refused = done.returncode != 0 and "operator-admission.yaml" in done.stderr
         results.append((case, refused, done.stderr))
         ledger.add(Record(area="attack", case=f"{case}: the operator's ServiceAccount token, stolen, {what}", tried=1,
