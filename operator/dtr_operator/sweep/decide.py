@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import space
+from .model_based import Outcome
 from .prune import MAXIMIZE, MINIMIZE, Curve, MedianRule, best, median_stop, worse
 
 GRID, RANDOM, TPE = "grid", "random", "tpe"
@@ -98,9 +99,8 @@ def parse_sweep(spec: Mapping[str, Any]) -> SweepSpec:
                      int(spec.get("seed", 0)), int(spec.get("maxFailedTrials", 0)), median)  # fmt: skip
 
 
-def point(sweep: SweepSpec, index: int, finished: Sequence[tuple[Mapping[str, Any], float]] = ()
-          ) -> dict[str, space.Value]:  # fmt: skip
-    """The index-th trial's point; tpe's from the finished trials' (point, value) (model_based.py)."""
+def point(sweep: SweepSpec, index: int, finished: Sequence[Outcome] = ()) -> dict[str, space.Value]:
+    """The index-th trial's point; tpe's from the finished trials' outcomes (model_based.py)."""
     if sweep.algorithm == GRID:
         return space.grid_point(sweep.dims, index)
     if sweep.algorithm == TPE:

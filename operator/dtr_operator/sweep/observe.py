@@ -16,6 +16,7 @@ from typing import Any
 from ..api import API_VERSION, KIND, MANAGED_BY, SWEEP_KIND, SWEEP_LABEL, TRIAL_LABEL
 from .decide import TERMINAL, Decision, SweepSpec, Trial, point
 from .fields import MAX_CURVE
+from .model_based import Outcome
 from .space import apply_point
 
 STOPPED = "Stopped"  # a trial's phase once the sweep stopped it (its run deleted)
@@ -103,12 +104,15 @@ def trials(records: Sequence[Mapping[str, Any]]) -> list[Trial]:
                   r.get("final"), r.get("epochs")) for r in records]  # fmt: skip
 
 
-def finished_points(records: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], float]]:
-    """(point, value) of each trial that succeeded with a value: what a model-based search learns from."""
+def finished_points(records: Sequence[Mapping[str, Any]]) -> list[Outcome]:
+    """What a model-based search learns from: each trial that succeeded with a value, and each stopped early with
+    its curve (a trial that failed tells nothing of its point)."""
     found = []
     for record, trial in zip(records, trials(records), strict=True):
         if trial.phase == "Succeeded" and not trial.stopped and trial.value is not None:
-            found.append((record.get("point") or {}, trial.value))
+            found.append(Outcome(record.get("point") or {}, trial.value))
+        elif trial.stopped and trial.curve:
+            found.append(Outcome(record.get("point") or {}, None, trial.curve))
     return found
 
 
