@@ -6,6 +6,8 @@ from __future__ import annotations
 RUN_NAME = "DTR_RUN_NAME"
 RUN_UID = "DTR_RUN_UID"  # only for runs read from the API (dtr render / dtr run have no uid)
 RUN_NAMESPACE = "DTR_RUN_NAMESPACE"
+RUN_SWEEP = "DTR_RUN_SWEEP"  # a sweep's trial: the sweep's name (its MLflow experiment; docs/tracking.md)
+RUN_TRIAL = "DTR_RUN_TRIAL"  # and the trial's index
 RUN_SPEC = "DTR_RUN_SPEC"  # the DistTrainingRun spec with defaults applied, compact JSON
 TRAINER_IMAGE = "DTR_TRAINER_IMAGE"  # the image the container runs
 # An object store (spec.objectStore; docs/object-storage.md): what TensorFlow's s3:// (tensorflow-io's plugin) and the
@@ -27,4 +29,5 @@ OBJECT_STORE = (S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KE
 # operator's admin names one (--mlflow-tracking-uri); MLflow's own name for it, so code using mlflow finds it too.
 MLFLOW_TRACKING_URI = "MLFLOW_TRACKING_URI"
 # Every variable the trainer reads that the operator sets.
-ALL = (RUN_NAME, RUN_UID, RUN_NAMESPACE, RUN_SPEC, TRAINER_IMAGE, *OBJECT_STORE, MLFLOW_TRACKING_URI)
+ALL = (RUN_NAME, RUN_UID, RUN_NAMESPACE, RUN_SWEEP, RUN_TRIAL, RUN_SPEC, TRAINER_IMAGE, *OBJECT_STORE,
+       MLFLOW_TRACKING_URI)

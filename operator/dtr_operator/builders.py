@@ -185,18 +185,12 @@ def effective_spec(run: RunSpec) -> dict[str, Any]:
 def trainer_env(run: RunSpec, tracking_uri: str = "") -> list[dict[str, Any]]:
     """The container's env: unbuffered output, who the run is (the trainer's lineage file), its object store, the
     admin's MLflow server (--mlflow-tracking-uri; docs/tracking.md)."""
-    variables: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"},
-                                       {"name": env.RUN_NAME, "value": run.name}]
-    if run.uid:
-        variables.append({"name": env.RUN_UID, "value": run.uid})
-    variables += [
-        {"name": env.RUN_NAMESPACE, "value": run.namespace},
-        {"name": env.RUN_SPEC, "value": json.dumps(effective_spec(run), separators=(",", ":"))},
-        {"name": env.TRAINER_IMAGE, "value": run.image},
-        *objectstore.trainer_env(run.object_store),
-        *([{"name": env.MLFLOW_TRACKING_URI, "value": tracking_uri}] if tracking_uri else []),
-    ]
-    return variables
+    named = {"PYTHONUNBUFFERED": "1", env.RUN_NAME: run.name, env.RUN_UID: run.uid, env.RUN_SWEEP: run.sweep,
+             env.RUN_TRIAL: None if run.trial is None else str(run.trial), env.RUN_NAMESPACE: run.namespace,
+             env.RUN_SPEC: json.dumps(effective_spec(run), separators=(",", ":")), env.TRAINER_IMAGE: run.image}
+    return [*({"name": k, "value": v} for k, v in named.items() if v is not None),  # no uid: a run from a file
+            *objectstore.trainer_env(run.object_store),
+            *([{"name": env.MLFLOW_TRACKING_URI, "value": tracking_uri}] if tracking_uri else [])]
 
 
 def _container(run: RunSpec, code_sha256: str | None, tracking_uri: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 from dtr_contract import params as run_params
 
 from . import fields
-from .api import API_VERSION, KIND
+from .api import API_VERSION, KIND, SWEEP_LABEL, TRIAL_LABEL
 from .fields import DEFAULT_TRAINER_IMAGE, NAME, SPEC, find
 from .objectstore import ObjectStoreSpec
 from .schema import INT_RANGE, Field, bounds_text, message, rules, walk
@@ -186,6 +186,8 @@ class RunSpec:
     allowed_publishers: tuple[str, ...] | None = None  # spec.export.allowedPublishers: the trainer's ownership.py
     uid: str | None = None
     generation: int | None = None
+    sweep: str | None = None  # a sweep's trial: the sweep's name (its labels, as the sweep made them)
+    trial: int | None = None  # and the trial's index
 
     @property
     def pvc_name(self) -> str:
@@ -435,6 +437,15 @@ def _run_spec(values: Mapping[str, Any], **meta: Any) -> RunSpec:
     return RunSpec(**top, **meta)
 
 
+def _trial_of(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The sweep and trial index a run's labels name (a sweep's trial), else nothing."""
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    sweep, index = labels.get(SWEEP_LABEL), labels.get(TRIAL_LABEL)
+    if isinstance(sweep, str) and sweep and isinstance(index, str) and index.isdigit():
+        return {"sweep": sweep, "trial": int(index)}
+    return {}
+
+
 def parse_run(obj: Mapping[str, Any], default_image: str = DEFAULT_TRAINER_IMAGE) -> RunSpec:
     """A DistTrainingRun dict (from the API or a file) -> RunSpec, or SpecError naming the field."""
     if obj.get("apiVersion", API_VERSION) != API_VERSION or obj.get("kind", KIND) != KIND:
@@ -446,7 +457,7 @@ def parse_run(obj: Mapping[str, Any], default_image: str = DEFAULT_TRAINER_IMAGE
     values: dict[str, Any] = {}
     _attrs(SPEC, spec, values)
     run = _run_spec(values, name=name, namespace=str(meta.get("namespace") or "default"), uid=meta.get("uid"),
-                    generation=meta.get("generation"))  # fmt: skip
+                    generation=meta.get("generation"), **_trial_of(meta))  # fmt: skip
     if why := never_runs(run):
         raise SpecError(why)
     return run

@@ -63,3 +63,23 @@ def test_a_version_in_a_bucket_is_registered_by_its_uri(mlflow_server):
     (version,) = model_versions(mlflow_server.uri, "bucketed")
     assert version["source"] == "s3://models/bucketed/3"
     assert as_dict(version["tags"])["dtr.modelVersion"] == "3"
+
+
+def test_a_sweeps_trials_are_runs_of_one_experiment_named_as_the_sweep(mlflow_server):
+    """Each trial logs into the sweep's experiment (tagged with its index), its version registered under its own
+    model name, as any run's."""
+    said: list[str] = []
+    for index in (0, 1):
+        name = f"lr-{index}"
+        who = plan.Identity(name, 1, f"/mnt/dtr/models/{name}", name, "ns", f"uid-{index}", "lr", index)
+        tracker = chief(mlflow_server.uri, who, f"{name}-data", said)
+        tracker.epoch(1, {"val_accuracy": 0.5 + index / 10}, 1.0, 10.0)
+        tracker.finish({"accuracy": 0.6}, 1, f"/mnt/dtr/models/{name}/1", lineage_of(TRAINING))
+    found = sorted(runs(mlflow_server.uri, "lr"), key=lambda r: r["info"]["run_name"])
+    assert [r["info"]["run_name"] for r in found] == ["lr-0-v1", "lr-1-v1"]
+    assert [(as_dict(r["data"]["tags"])["dtr.sweep"], as_dict(r["data"]["tags"])["dtr.trial"]) for r in found] == [
+        ("lr", "0"), ("lr", "1")]  # fmt: skip
+    assert [metric_history(mlflow_server.uri, r["info"]["run_id"], "val_accuracy") for r in found] == [
+        [(1, 0.5)], [(1, 0.6)]]  # fmt: skip
+    assert [len(model_versions(mlflow_server.uri, f"lr-{i}")) for i in (0, 1)] == [1, 1]
+    assert any("experiment lr," in line for line in said), said

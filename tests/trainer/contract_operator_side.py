@@ -25,6 +25,15 @@ def case(training: dict) -> dict:
             "env": {e["name"]: e["value"] for e in container["env"]}, "image": run.image}
 
 
+def trial_env() -> dict:
+    """A sweep's trial (observe.trial_run's labels): the container's env, which names the sweep and the index."""
+    labels = {api.SWEEP_LABEL: "lr", api.TRIAL_LABEL: "3"}
+    run = spec.parse_run({"apiVersion": api.API_VERSION, "kind": api.KIND,
+                          "metadata": {"name": "lr-3", "namespace": "ns", "uid": "trial-uid", "labels": labels}})
+    (container,) = builders.build_tfjob(run)["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
 def code_case(code: dict, sha256: str) -> dict:
     """A run of its own code, its command line made with the digest the operator recorded (status.code)."""
     run = spec.parse_run({"apiVersion": api.API_VERSION, "kind": api.KIND,
@@ -56,6 +65,7 @@ print(json.dumps({
     "datasets": list(spec.BUILTIN_DATASETS),
     "defaults": dataclasses.asdict(spec.TrainingSpec()),
     "cases": cases,
+    "trial_env": trial_env(),
     "code_cases": [code_case({"configMap": "wine-code", "key": "wine.py"}, "ab" * 32),
                    code_case({"module": "acme.wine"}, "cd" * 32)],
     "export_cases": [export_case({}), export_case({"modelName": "team", "allowedPublishers": ["b", "c-2"]}),

@@ -77,8 +77,11 @@ def test_the_runs_a_run_lets_publish_under_its_model_name_reach_the_trainer(oper
 
 
 def test_the_trainer_reads_the_runs_identity_from_the_env_the_operator_sets(operator_side: dict) -> None:
+    trial = RunIdentity.from_env(operator_side["trial_env"], warn=pytest.fail)
+    assert (trial.name, trial.sweep, trial.trial) == ("lr-3", "lr", 3), "a sweep's trial: its MLflow experiment"
     for case in operator_side["cases"]:
         run = RunIdentity.from_env(case["env"], warn=pytest.fail)
+        assert (run.sweep, run.trial) == (None, None)
         assert (run.name, run.uid, run.namespace, run.image) == ("contract", "contract-uid", "ns", case["image"])
         assert run.spec is not None and run.spec["training"]["model"] == case["training"]["model"]
         assert run.spec["training"]["dataset"] == case["training"]["dataset"]

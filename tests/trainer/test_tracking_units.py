@@ -51,6 +51,14 @@ def test_the_key_finds_one_chiefs_run_again_and_no_other():
                     "dtr.uid": "uid-1", "dtr.modelVersion": "3"}
 
 
+def test_a_sweeps_trials_share_the_sweeps_experiment_and_say_which_trial_they_are():
+    trial = plan.Identity("lr-3", 1, "/mnt/dtr/models/lr-3", "lr-3", "team-a", "uid-3", "lr", 3)
+    assert (WHO.experiment, trial.experiment) == ("digits", "lr")
+    tags = {t["key"]: t["value"] for t in trial.tags()}
+    assert (tags["dtr.sweep"], tags["dtr.trial"], tags["dtr.run"]) == ("lr", "3", "lr-3")
+    assert "dtr.sweep" not in {t["key"] for t in WHO.tags()}
+
+
 def test_the_versions_source_is_kserves_pvc_uri_or_the_buckets():
     assert plan.model_source("/mnt/dtr/models/digits/3", "/mnt/dtr/models/digits", "run1-data") == \
         "pvc://run1-data/models/digits/3"  # fmt: skip

@@ -81,6 +81,8 @@ def test_no_log_dir_no_copy(install_fake_stderr):
     ({"DTR_RUN_NAME": "", "DTR_RUN_UID": ""}, RunIdentity()),
     ({"DTR_RUN_NAME": "r", "DTR_RUN_UID": "u", "DTR_RUN_NAMESPACE": "ns", "DTR_RUN_SPEC": '{"workers": 2}',
       "DTR_TRAINER_IMAGE": "i:1"}, RunIdentity("r", "u", "ns", {"workers": 2}, "i:1")),
+    ({"DTR_RUN_NAME": "lr-3", "DTR_RUN_SWEEP": "lr", "DTR_RUN_TRIAL": "3"}, RunIdentity("lr-3", sweep="lr", trial=3)),
+    ({"DTR_RUN_NAME": "lr-3", "DTR_RUN_SWEEP": "lr", "DTR_RUN_TRIAL": "x"}, RunIdentity("lr-3", sweep="lr")),
 ])
 def test_run_identity_from_env(env, expected):
     assert RunIdentity.from_env(env, warn=pytest.fail) == expected

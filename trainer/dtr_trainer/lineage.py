@@ -37,14 +37,18 @@ class RunIdentity:
     namespace: str | None = None
     spec: dict | None = None
     image: str | None = None
+    sweep: str | None = None  # a sweep's trial: the sweep's name and the trial's index
+    trial: int | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], warn: Callable[[str], None] | None = None) -> RunIdentity:
         def text(key: str) -> str | None:
             return environ.get(key) or None  # unset or empty: unknown
 
+        trial = text(env.RUN_TRIAL)
         return cls(name=text(env.RUN_NAME), uid=text(env.RUN_UID), namespace=text(env.RUN_NAMESPACE),
-                   spec=_spec(text(env.RUN_SPEC), warn), image=text(env.TRAINER_IMAGE))
+                   spec=_spec(text(env.RUN_SPEC), warn), image=text(env.TRAINER_IMAGE), sweep=text(env.RUN_SWEEP),
+                   trial=int(trial) if trial and trial.isdigit() else None)  # fmt: skip
 
     def describe(self) -> str:
         """`ns/name (uid u)` for log lines; `unknown run` when started by hand."""

@@ -159,7 +159,7 @@ class Tracker:
 
     def _open(self, params: dict[str, str]) -> None:
         assert self.who is not None
-        experiment = self._experiment(plan.experiment_name(self.who.model_name))
+        experiment = self._experiment(self.who.experiment)
         found = plan.run_id(self._send(plan.search_run(experiment, self.who.key)))
         if found is not None:  # a restarted chief: the run it began
             self._send(plan.update_run(found, "RUNNING"))
@@ -168,7 +168,7 @@ class Tracker:
         self.run_id = self._checked(found, "runs/create")
         for call in plan.log_params(self.run_id, params):
             self._send(call)
-        self.log(f"tracking in MLflow at {self.uri}: experiment {self.who.model_name}, run {self.run_id} "
+        self.log(f"tracking in MLflow at {self.uri}: experiment {self.who.experiment}, run {self.run_id} "
                  f"({plan.run_page(self.uri, experiment, self.run_id)})")
 
     def _experiment(self, name: str) -> str:
@@ -241,7 +241,7 @@ def start(environ: Mapping[str, str], args: Any, workers: int, run: lineage.RunI
     if version is None or not uri:
         return
     model_name = os.path.basename(os.path.normpath(args.export_dir))
-    who = plan.Identity(model_name, version, args.export_dir, run.name, run.namespace, run.uid)
+    who = plan.Identity(model_name, version, args.export_dir, run.name, run.namespace, run.uid, run.sweep, run.trial)
     TRACKER.start(uri, who, plan.claim_of(run.name, run.spec), plan.flatten(settings(args, workers, code)), log)
 
 

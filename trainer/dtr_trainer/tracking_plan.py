@@ -4,7 +4,8 @@ no clock of its own (the times are given). tracking.py sends them.
 The MLflow REST API 2.0 (https://mlflow.org/docs/latest/rest-api.html), spoken with the standard library so that
 the trainer image carries no mlflow package (it would bring pandas, SQLAlchemy, Flask... into the TF 2.11 image):
 
-- the experiment: the run's model name (spec.export.modelName), found or created;
+- the experiment: the run's model name (spec.export.modelName), found or created; a sweep's trials share their
+  sweep's (named as the sweep), one MLflow run per trial, tagged with the sweep and the trial's index;
 - one MLflow run per DistTrainingRun and exported version, found again by its tag KEY_TAG when the chief is
   restarted (runs/search), so a resumed run logs into the run it began;
 - params: the training settings as the lineage file names them (lineage.document's `training`, flattened:
@@ -32,6 +33,7 @@ from dtr_contract import history, layout, objectstore, summary
 API = "/api/2.0/mlflow/"
 KEY_TAG = "dtr.key"  # the DistTrainingRun and version an MLflow run belongs to (runs/search finds it again)
 RUN_TAG, NAMESPACE_TAG, UID_TAG = "dtr.run", "dtr.namespace", "dtr.uid"
+SWEEP_TAG, TRIAL_TAG = "dtr.sweep", "dtr.trial"  # a sweep's trial: the sweep's name and the trial's index
 VERSION_TAG, PATH_TAG = f"dtr.{summary.MODEL_VERSION}", f"dtr.{summary.MODEL_PATH}"  # the summary's names
 EPOCH_SECONDS, EPOCH_RATE = f"epoch.{history.SECONDS}", f"epoch.{history.RATE}"  # the history line's
 FINAL = "final."  # the final evaluation's figures: final.loss, final.accuracy, ...
@@ -84,10 +86,6 @@ def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return found
 
 
-def experiment_name(model_name: str) -> str:
-    return model_name
-
-
 def run_page(uri: str, experiment_id: str, run_id: str) -> str:
     """The run's page in the server's web UI (MLflow 2's route), for the chief's log line."""
     return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
@@ -103,6 +101,12 @@ class Identity:
     run: str | None = None
     namespace: str | None = None
     uid: str | None = None
+    sweep: str | None = None  # a sweep's trial: the sweep's name, its experiment
+    trial: int | None = None
+
+    @property
+    def experiment(self) -> str:
+        return self.sweep or self.model_name
 
     @property
     def key(self) -> str:
@@ -117,7 +121,8 @@ class Identity:
 
     def tags(self) -> list[dict[str, str]]:
         pairs = {KEY_TAG: self.key, "mlflow.runName": self.run_name, RUN_TAG: self.run, NAMESPACE_TAG: self.namespace,
-                 UID_TAG: self.uid, VERSION_TAG: str(self.version)}  # fmt: skip
+                 UID_TAG: self.uid, VERSION_TAG: str(self.version), SWEEP_TAG: self.sweep,
+                 TRIAL_TAG: None if self.trial is None else str(self.trial)}  # fmt: skip
         return [{"key": k, "value": v[:MAX_TAG_VALUE]} for k, v in pairs.items() if v]
 
 

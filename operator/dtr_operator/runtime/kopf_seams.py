@@ -23,7 +23,16 @@ from typing import Any
 import kopf
 from kopf._cogs.clients import watching
 
-from ..api import GROUP, NETWORK_POLICY_GROUP, NETWORK_POLICY_PLURAL, PLURAL, SWEEP_LABEL, TFJOB_GROUP, TFJOB_PLURAL
+from ..api import (
+    GROUP,
+    NETWORK_POLICY_GROUP,
+    NETWORK_POLICY_PLURAL,
+    PLURAL,
+    SWEEP_LABEL,
+    TFJOB_GROUP,
+    TFJOB_PLURAL,
+    TRIAL_LABEL,
+)
 from .kept import kept_spec
 
 Slimmer = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -53,12 +62,20 @@ def _cut(obj: Mapping[str, Any], spec: dict[str, Any], metadata: dict[str, Any] 
             "status": obj.get("status") or {}}  # fmt: skip
 
 
+# A sweep's trial's labels: its event brings on the sweep's turn; they name its MLflow experiment (spec.parse_run).
+TRIAL_LABELS = (SWEEP_LABEL, TRIAL_LABEL)
+
+
+def _trial_labels(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in (meta.get("labels") or {}).items() if k in TRIAL_LABELS}
+
+
 def run_metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
     """RUN_METADATA of a run's metadata, and kopf's own annotations. Pure."""
     meta = obj.get("metadata") or {}
     kept = {key: meta[key] for key in RUN_METADATA if key in meta}
-    if sweep := (meta.get("labels") or {}).get(SWEEP_LABEL):  # a sweep's trial: its event brings on the sweep's turn
-        kept["labels"] = {SWEEP_LABEL: sweep}
+    if trial := _trial_labels(meta):
+        kept["labels"] = trial
     kopf_own = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(KOPF_PREFIX)}
     return {**kept, "annotations": kopf_own} if kopf_own else kept
 

@@ -53,6 +53,14 @@ def test_a_run_without_uid_has_no_uid_variable():
     assert "DTR_RUN_UID" not in names and "DTR_RUN_NAME" in names
 
 
+def test_a_sweeps_trial_names_its_sweep_and_index_and_a_run_labelled_half_way_names_none():
+    trial = make_run({}, labels={"distml.dev/sweep": "lr", "distml.dev/trial": "3"})
+    env = env_of(parse_run(trial))
+    assert (env["DTR_RUN_SWEEP"], env["DTR_RUN_TRIAL"]) == ("lr", "3")
+    for labels in ({"distml.dev/sweep": "lr"}, {"distml.dev/sweep": "lr", "distml.dev/trial": "x"}, {}):
+        assert "DTR_RUN_SWEEP" not in env_of(parse_run(make_run({}, labels=labels))), labels
+
+
 def test_a_claimed_volume_spec_has_no_size():
     spec = effective_spec(parse_run(make_run({"storage": {"claimName": "shared"}})))
     assert spec["storage"] == {"claimName": "shared", "accessMode": "ReadWriteOnce", "reclaimPolicy": "Retain",
