@@ -1,13 +1,16 @@
 """Early stopping's worth, on the real node (issue 42, item 6): the same sweep of 8 trials with the median rule and
 without it, one after the other, on the same node and operator.
 
-    python -m bench.sweep.run [--trials 8] [--epochs 12] [--name results]   (`make bench-sweep`, root; the images
-                                                                              built: `make images`)
+    python -m bench.sweep.run [--trials 8] [--epochs 12] [--lr-min X --lr-max Y] [--name results]
+                                                  (`make bench-sweep`, root; the images built: `make images`)
 
 Both sweeps are examples/sweep-digits.yaml's (the built-in cnn on digits, 2 workers a trial, 2 trials at a time,
 the same seed, so the same 8 points), with --epochs each; one keeps its earlyStopping (median, warm-up 2 epochs,
 2 finished trials), the other has none. Measured for each: the wall time from creation to Succeeded, the best
-trial and its value, the trials stopped and the epochs each trial was seen to reach. The goal is on the ratio of
+trial and its value, the trials stopped and the epochs each trial was seen to reach. --lr-min/--lr-max widen the
+learning rate's range (the example's: 1e-4 to 3e-2, where every trial ends near the best): what early stopping saves
+depends on how many trials are weak, as when a range of several decades is searched; such a sweep may fail trials
+(a loss gone NaN), so both sweeps let every trial fail. The goal is on the ratio of
 the two wall times (<= 0.6) and the difference of the best values (<= 0.01). Writes bench/sweep/<name>.json and
 .md; nothing here is a timed test.
 """
@@ -34,11 +37,14 @@ NAMESPACE = "bench-sweep"
 POLL = 3.0
 
 
-def sweep(name: str, trials: int, epochs: int, early: bool) -> dict[str, Any]:
+def sweep(name: str, trials: int, epochs: int, early: bool, lr: tuple[float, float] | None = None) -> dict[str, Any]:
     doc = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
     doc["metadata"] = {"name": name, "namespace": NAMESPACE}
     doc["spec"]["trials"] = trials
     doc["spec"]["template"]["spec"]["training"]["epochs"] = epochs
+    if lr is not None:
+        doc["spec"]["space"]["learningRate"] = {"logUniform": {"min": lr[0], "max": lr[1]}}
+        doc["spec"]["maxFailedTrials"] = trials
     if not early:
         doc["spec"].pop("earlyStopping", None)
     return doc
@@ -69,9 +75,10 @@ def run_one(node: RealNode, doc: dict[str, Any], timeout: float) -> dict[str, An
 
 def markdown(result: dict[str, Any]) -> str:
     early, full = result["early"], result["full"]
+    space = result.get("learningRate") or "the example's"
     lines = [f"# Sweep benchmark ({result['when']})", "",
              f"{result['trials']} trials of examples/sweep-digits.yaml, {result['epochs']} epochs each, 2 at a time, "
-             "on the real node (2 cores).", "",
+             f"learning rate log-uniform over {space}, on the real node (2 cores).", "",
              "| sweep | phase | wall s | best run | best value | stopped |", "|---|---|---|---|---|---|"]  # fmt: skip
     for r in (early, full):
         best = r.get("best") or {}
@@ -87,16 +94,19 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--lr-min", type=float)
+    parser.add_argument("--lr-max", type=float)
     parser.add_argument("--name", default="results")
     args = parser.parse_args()
+    lr = (args.lr_min, args.lr_max) if args.lr_min and args.lr_max else None
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp, start_real_node(Path(tmp)) as node:
         node.cluster.kubectl("create", "namespace", NAMESPACE, check=False)
-        early = run_one(node, sweep("sweep-early", args.trials, args.epochs, True), args.timeout)
-        full = run_one(node, sweep("sweep-full", args.trials, args.epochs, False), args.timeout)
+        early = run_one(node, sweep("sweep-early", args.trials, args.epochs, True, lr), args.timeout)
+        full = run_one(node, sweep("sweep-full", args.trials, args.epochs, False, lr), args.timeout)
         node.cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
     values = [(r.get("best") or {}).get("value") for r in (early, full)]
     result = {"when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "trials": args.trials, "epochs": args.epochs,
-              "early": early, "full": full,
+              "learningRate": f"{lr[0]:g} to {lr[1]:g}" if lr else None, "early": early, "full": full,
               "ratio": round(early["wall_seconds"] / full["wall_seconds"], 3),
               "best_difference": round(abs(values[0] - values[1]), 4) if None not in values else None}  # fmt: skip
     (HERE / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
