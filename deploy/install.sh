@@ -83,19 +83,6 @@ import_images() {
 }
 
 # Cluster-scoped kinds: what a kustomization creates outside any namespace, and needs cluster-admin for.
-readonly CLUSTER_KINDS="CustomResourceDefinition|ClusterRole|ClusterRoleBinding|Namespace|ValidatingWebhookConfiguration|MutatingWebhookConfiguration|ValidatingAdmissionPolicy|ValidatingAdmissionPolicyBinding|PriorityClass|StorageClass|APIService"
-
-# The cluster-scoped objects of a kustomization, as Kind/name, one per line.
-cluster_objects() {
-  kubectl kustomize "$1" | awk -v kinds="^(${CLUSTER_KINDS})$" '
-    /^---/ { if (kind ~ kinds && name != "") print kind "/" name; kind = ""; name = ""; meta = 0; next }
-    /^kind: / { kind = $2 }
-    /^metadata:/ { meta = 1; next }
-    /^[^ ]/ { meta = 0 }
-    meta && /^  name: / && name == "" { name = $2 }
-    END { if (kind ~ kinds && name != "") print kind "/" name }'
-}
-
 # Each ResourceQuota of a kustomization, as "namespace name", one per line.
 resource_quotas() {
   kubectl kustomize "$1" | awk '
@@ -148,23 +135,6 @@ settle_run_quotas() {
       info "run quota ${ns}/${name}: not counted yet: runs there are refused ('status unknown for quota') until Kubernetes' quota controller counts them (at most 5 min)"
     fi
   done <<<"${quotas}"
-}
-
-# The namespace the kustomization puts the operator's Deployment in: dtr-system, a team's own with deploy/team/.
-operator_namespace() {
-  local ns
-  ns="$(kubectl kustomize "$1" | awk '
-    /^---/ { kind = ""; meta = 0; next }
-    /^kind: / { kind = $2 }
-    /^metadata:/ { meta = 1; next }
-    /^[^ ]/ { meta = 0 }
-    kind == "Deployment" && meta && /^  namespace: / { print $2; exit }')"
-  printf '%s' "${ns:-dtr-system}"
-}
-
-# Whether the kustomization brings the DistTrainingRun CRD (deploy/team/ does not: it goes beside an install that does).
-brings_crd() {
-  cluster_objects "$1" | grep -qx 'CustomResourceDefinition/disttrainingruns.distml.dev'
 }
 
 # "namespace/name image" of each training-operator Deployment already in the cluster, one per line.

@@ -138,3 +138,38 @@ need_packages() {
   info "${missing[*]} installed in $((SECONDS - started)) s"
 }
 
+
+# ---- kustomizations: what one brings (install.sh, uninstall.sh)
+
+readonly CLUSTER_KINDS="CustomResourceDefinition|ClusterRole|ClusterRoleBinding|Namespace|ValidatingWebhookConfiguration|MutatingWebhookConfiguration|ValidatingAdmissionPolicy|ValidatingAdmissionPolicyBinding|PriorityClass|StorageClass|APIService"
+
+# The cluster-scoped objects of a kustomization, as Kind/name, one per line.
+# shellcheck disable=SC2312 # the scripts that source this set pipefail: a failed render fails the pipe
+cluster_objects() {
+  kubectl kustomize "$1" | awk -v kinds="^(${CLUSTER_KINDS})$" '
+    /^---/ { if (kind ~ kinds && name != "") print kind "/" name; kind = ""; name = ""; meta = 0; next }
+    /^kind: / { kind = $2 }
+    /^metadata:/ { meta = 1; next }
+    /^[^ ]/ { meta = 0 }
+    meta && /^  name: / && name == "" { name = $2 }
+    END { if (kind ~ kinds && name != "") print kind "/" name }'
+}
+
+# The namespace the kustomization puts the operator's Deployment in: dtr-system, a team's own with deploy/team/.
+# shellcheck disable=SC2312 # the scripts that source this set pipefail: a failed render fails the pipe
+operator_namespace() {
+  local ns
+  ns="$(kubectl kustomize "$1" | awk '
+    /^---/ { kind = ""; meta = 0; next }
+    /^kind: / { kind = $2 }
+    /^metadata:/ { meta = 1; next }
+    /^[^ ]/ { meta = 0 }
+    kind == "Deployment" && meta && /^  namespace: / { print $2; exit }')"
+  printf '%s' "${ns:-dtr-system}"
+}
+
+# Whether the kustomization brings the DistTrainingRun CRD (deploy/team/ does not: it goes beside an install that does).
+# shellcheck disable=SC2312 # the scripts that source this set pipefail: a failed render fails the pipe
+brings_crd() {
+  cluster_objects "$1" | grep -qx 'CustomResourceDefinition/disttrainingruns.distml.dev'
+}

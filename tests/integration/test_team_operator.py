@@ -186,3 +186,56 @@ def test_two_operators_each_serve_their_own_namespace_and_leave_the_others_runs_
         for name, namespace in ((mine, FIRST_RUNS), (theirs, RUNS)):
             k("delete", "dtr", name, "-n", namespace, "--wait=false", check=False)
 
+
+
+def uninstall(cluster: Cluster, kustomization: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(REPO / "deploy" / "uninstall.sh")], capture_output=True, text=True,
+                          check=False, timeout=400, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "DTR_DEPLOY": str(kustomization),
+                               **env})  # fmt: skip
+
+
+def test_uninstall_says_what_goes_and_what_stays_and_a_teams_leaves_its_runs_and_namespace(
+    control_plane: Cluster,
+) -> None:
+    """deploy/uninstall.sh (docs/clusters.md#uninstall): for the shared install, the plan alone (its CRDs would
+    take every run of this shared control plane): the CRDs and every run with them, the runs' namespace and a run's
+    retained volume kept; for a team's operator, done: its objects gone, its runs' namespace, its run and the CRD
+    kept, and nothing of the first install touched."""
+    k = control_plane.kubectl
+    suffix = uuid.uuid4().hex[:6]
+    with installed(control_plane, NAMESPACED_MODE.kustomization):
+        control_plane.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                              "metadata": {"name": f"kept-{suffix}", "namespace": FIRST_RUNS,
+                                           "labels": {"app.kubernetes.io/managed-by": "dtr-operator"}},
+                              "spec": {"accessModes": ["ReadWriteOnce"],
+                                       "resources": {"requests": {"storage": "1Mi"}}}})  # fmt: skip
+        plan = uninstall(control_plane, NAMESPACED_MODE.kustomization)
+        assert plan.returncode == 0, plan.stdout + plan.stderr
+        said = " ".join(plan.stdout.split())
+        assert "CustomResourceDefinition/disttrainingruns.distml.dev" in said and "DistTrainingRuns and" in said
+        assert f"{FIRST_RUNS}/kept-{suffix}" in said and f"Namespace {FIRST_RUNS} (runs' namespaces" in said, said
+        assert "nothing changed: run it again with DTR_UNINSTALL=yes" in said
+        assert control_plane.kubectl_json("get", "crd", "disttrainingruns.distml.dev"), "the plan changed nothing"
+        k("delete", "pvc", f"kept-{suffix}", "-n", FIRST_RUNS, "--wait=false")
+
+        team_docs = render(TEAM)
+        k("apply", "-k", str(TEAM), timeout=120)
+        control_plane.create(run_doc(f"stays-{suffix}", RUNS))
+        done = uninstall(control_plane, TEAM, DTR_UNINSTALL="yes")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "the CRDs stay (this install did not bring them)" in done.stdout, done.stdout
+        for doc in team_docs:
+            kind, meta = doc["kind"], doc["metadata"]
+            where = ["-n", meta["namespace"]] if meta.get("namespace") else []
+            left = k("get", kind, meta["name"], *where, "--ignore-not-found", "-o", "name", check=False).stdout.strip()
+            if kind == "Namespace" and meta["name"] == RUNS:
+                assert left, "the runs' namespace stays"
+            elif kind == "Namespace":
+                assert not left or "Terminating" in k("get", "namespace", meta["name"], "-o",
+                                                      "jsonpath={.status.phase}").stdout, meta["name"]  # fmt: skip
+            else:
+                assert not left or meta.get("namespace") == OPERATOR_NS, (kind, meta["name"])
+        assert control_plane.kubectl_json("get", "dtr", f"stays-{suffix}", "-n", RUNS), "the team's run stays"
+        assert control_plane.kubectl_json("get", "deployment", "dtr-operator", "-n", FIRST_NS), "the first's stays"
+        k("delete", "dtr", f"stays-{suffix}", "-n", RUNS, "--wait=false")
