@@ -17,12 +17,22 @@ def ending_soon(seconds: float = 0.05) -> threading.Thread:
     return thread
 
 
+def ending_after_join_starts(seconds: float = 0.3) -> tuple[threading.Thread, threading.Timer]:
+    """A thread that ends `seconds` after the timer is started, right before join: still alive when join begins
+    however loaded the machine (a thread that merely slept 50 ms had ended before join under CI's load)."""
+    go = threading.Event()
+    thread = threading.Thread(target=go.wait)
+    thread.start()
+    return thread, threading.Timer(seconds, go.set)
+
+
 def test_a_thread_that_ends_soon_is_joined_when_it_ends_not_at_the_next_second():
     from tensorflow.python.training import coordinator
 
-    for make, at_least, at_most in ((coordinator.Coordinator, 0.9, None), (PromptCoordinator, 0.0, 0.8)):
-        coord, thread = make(), ending_soon()
+    for make, at_least, at_most in ((coordinator.Coordinator, 0.9, None), (PromptCoordinator, 0.25, 0.8)):
+        coord, (thread, timer) = make(), ending_after_join_starts()
         started = time.monotonic()
+        timer.start()
         coord.join([thread])
         took = time.monotonic() - started
         assert not thread.is_alive()
