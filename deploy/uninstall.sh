@@ -31,7 +31,7 @@ objects_to_delete() {
 # ns/name of each claim a run made with reclaimPolicy Retain (labelled by the operator, owned by nothing).
 retained_claims() {
   kubectl get pvc --all-namespaces -l app.kubernetes.io/managed-by=dtr-operator -o go-template="${RETAINED}" \
-    2>/dev/null | tr '\n' ' ' || true
+    2>/dev/null | paste -sd ' ' - || true
 }
 
 count() {
@@ -46,7 +46,7 @@ plan() {
   step "plan (cluster: ${context:-?}; ${DEPLOY#"${ROOT}"/})"
   info "deleted:"
   cluster_objects "${DEPLOY}" | grep -v "^Namespace/" | sed 's/^/      /'
-  info "      Namespace/${ns} (the operator's) and everything in it"
+  info "  Namespace/${ns} (the operator's) and everything in it"
   # shellcheck disable=SC2310 # a failed render failed above (cluster_objects)
   if brings_crd "${DEPLOY}"; then
     runs="$(count disttrainingruns.distml.dev)"
@@ -61,9 +61,9 @@ plan() {
   kept_namespaces="$(sed -n 's|^Namespace/||p' <<<"${kept_namespaces}" | grep -vx "${ns}" | tr '\n' ' ' || true)"
   claims="$(retained_claims)"
   info "kept:"
-  info "      the volumes of runs with reclaimPolicy Retain (their models): ${claims:-none now}"
-  [[ -z "${kept_namespaces}" ]] || info "      Namespace ${kept_namespaces}(runs' namespaces, with their volumes)"
-  info "      the Kubeflow training-operator, and every other namespace"
+  info "  the volumes of runs with reclaimPolicy Retain (their models): ${claims:-none now}"
+  [[ -z "${kept_namespaces}" ]] || info "  Namespace ${kept_namespaces}(runs' namespaces, with their volumes)"
+  info "  the Kubeflow training-operator, and every other namespace"
 }
 
 main() {
