@@ -4,6 +4,7 @@
     dtr sweep status wine-width                       its phase, then each trial: point, last epoch, final value
     dtr sweep watch wine-width                        status again at each change, until it ends (1: it failed)
     dtr sweep compare wine-width                      `dtr compare` over its trials' runs
+    dtr sweep plot wine-width -o trials.png           each trial's curves (a stopped one's: the objective it reached)
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .command import Failed
+from .command import BadInput, Failed
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -63,6 +64,22 @@ def _compare(args: argparse.Namespace) -> None:
     print("\n".join(compare_lines([client.get(r) for r in runs], {r: client.spec(r) for r in runs})))
 
 
+def _plot(args: argparse.Namespace) -> None:
+    from dtr_client import TrainingClient
+    from dtr_client.plots import plot_histories
+
+    histories = _client(args).histories(args.sweep, TrainingClient("cluster", namespace=args.namespace).history)
+    if not histories:
+        raise Failed(f"sweep {args.sweep}: no trial has finished an epoch (yet)")
+    try:
+        figure = plot_histories(histories, args.only)
+    except ValueError as err:  # an --only metric no trial has
+        raise BadInput(str(err)) from None
+    path = Path(args.output or f"{args.sweep}.png")
+    figure.savefig(path, format="png", dpi=100)
+    print(path)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     sweep = sub.add_parser("sweep", help="start, watch and compare DistTrainingSweeps (trials of a run template)",
                            description=__doc__.split("\n\n")[0])  # fmt: skip
@@ -77,5 +94,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p = verbs.add_parser(verb, help=said)
         p.add_argument("sweep", metavar="SWEEP", help="the DistTrainingSweep's name")
         p.set_defaults(func=func, parser=p)
+    p = verbs.add_parser("plot", help="each trial's curves in a PNG (a stopped trial's: the objective it reached)")
+    p.add_argument("sweep", metavar="SWEEP", help="the DistTrainingSweep's name")
+    p.add_argument("-o", "--output", metavar="FILE.png", help="where to write it [SWEEP.png]")
+    p.add_argument("--only", action="append", metavar="METRIC", help="only this metric (and its val_); repeatable")
+    p.set_defaults(func=_plot, parser=p)
     for p in verbs.choices.values():
         p.add_argument("-n", "--namespace", help="its namespace (default: the kubeconfig context's)")

@@ -5,6 +5,7 @@ under `dtr sweep`. Its trials are DistTrainingRuns: TrainingClient reads, plots 
     name = sweeps.create("examples/sweep-wine.yaml")
     final = sweeps.wait(name)                       # SweepFailed (its message) when it fails
     final["best"]                                   # {"run", "trial", "value", "point", "model"}
+    sweeps.histories(name, TrainingClient("cluster").history)  # each trial's curves, for plots.plot_histories
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dtr_operator.api import API_VERSION, SWEEP_KIND
 from dtr_operator.kube import Kube, current_namespace
 from dtr_operator.kube_api import KubeApi
 
-from .results import InvalidRun, RunNotFound
+from .results import InvalidRun, Progress, RunNotFound
 
 DONE = ("Succeeded", "Failed")
 
@@ -59,6 +60,32 @@ def _trial_line(trial: Mapping[str, Any], best: str | None) -> str:
     line = (f"{mark} {trial.get('run', ''):<24} {trial.get('phase') or 'Pending':<10} {epoch:>5} {last:>8} "
             f"{final:>8}  {_point(trial.get('point') or {})}")  # fmt: skip
     return line + (f"  ({trial['reason']})" if trial.get("reason") else "")
+
+
+def recorded_curve(trial: Mapping[str, Any], metric: str) -> list[Progress]:
+    """The objective's value at each epoch the sweep saw, as its status keeps it (status.trials[].curve): all that
+    is left of a stopped trial, whose run was deleted."""
+    points = [(int(e), float(v)) for e, v in trial.get("curve") or []]
+    last = points[-1][0] if points else 0
+    return [Progress(epoch, last, {metric: value}) for epoch, value in points]
+
+
+def trial_label(trial: Mapping[str, Any]) -> str:
+    curve = trial.get("curve") or []
+    if trial.get("phase") == "Stopped" and curve:
+        return f"{trial.get('run')} (stopped at epoch {curve[-1][0]})"
+    return str(trial.get("run"))
+
+
+def _run_history(trial: Mapping[str, Any], history: Callable[[str], list[Progress]]) -> list[Progress]:
+    """The trial's run's history while the run is there; [] for a stopped trial (its run deleted) or one gone."""
+    run = trial.get("run")
+    if trial.get("phase") == "Stopped" or not isinstance(run, str):
+        return []
+    try:
+        return history(run)
+    except RunNotFound:
+        return []
 
 
 def trial_lines(status: Mapping[str, Any]) -> list[str]:
@@ -110,6 +137,18 @@ class SweepClient:
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"sweep {name} has not finished within {timeout:g}s: {status.get('trialsDone')}")
             time.sleep(self.poll_seconds)
+
+    def histories(self, name: str, history: Callable[[str], list[Progress]]) -> dict[str, list[Progress]]:
+        """Each trial's epochs by its label: its run's whole history (`history`: TrainingClient.history, train and
+        validation figures), or, for a stopped trial, whose run is gone, the objective the sweep recorded."""
+        metric = str((self._spec(name).get("objective") or {}).get("metric") or "objective")
+        found = {trial_label(t): _run_history(t, history) or recorded_curve(t, metric)
+                 for t in self.get(name).get("trials") or []}  # fmt: skip
+        return {label: epochs for label, epochs in found.items() if epochs}
+
+    def _spec(self, name: str) -> dict[str, Any]:
+        found = self.kube.get(API_VERSION, SWEEP_KIND, self.namespace, name) or {}
+        return dict(found.get("spec") or {})
 
     def trials(self, name: str) -> list[str]:
         """The runs of the sweep's trials that are still there (a stopped trial's run is deleted)."""
