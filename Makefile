@@ -284,6 +284,10 @@ bench-e2e: setup images node-build ## time to a model on the real node (root): t
 bench-sweep: setup images node-build ## a sweep of 8 trials with early stopping vs without, on the real node (root) -> bench/sweep/results.*
 	$(OP)/python -m bench.sweep.run $(ARGS)
 
+.PHONY: sweep-acceptance
+sweep-acceptance: setup images node-build setup-mlflow ## issue 42's acceptance run on the real node (root): own model, Kueue, MLflow, plot -> bench/sweep/acceptance.*
+	$(OP)/python -m bench.sweep.acceptance $(ARGS)
+
 .PHONY: bench-multinode
 bench-multinode: setup images multinode-build ## a run across two nodes vs on one node, three real nodes (root) -> bench/multinode/results.*
 	$(OP)/python -m bench.multinode.run $(ARGS)

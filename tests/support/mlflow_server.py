@@ -59,19 +59,20 @@ class Server:
                 self.proc.wait()
 
 
-def start(root: Path) -> Server:
+def start(root: Path, host: str = "127.0.0.1") -> Server:
+    """The server on host (the real node's pods reach the host at its bridge address, bench/sweep/acceptance.py)."""
     mlflow = require()
     port = free_ports(1)[0]
     log = root / "mlflow-server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [str(mlflow), "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-             "--default-artifact-root", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+             "--default-artifact-root", str(root / "artifacts"), "--host", host, "--port", str(port),
              "--workers", "1"],
             cwd=root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             env={k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "PYTHON"))},
         )  # fmt: skip
-    server = Server(f"http://127.0.0.1:{port}", proc, log)
+    server = Server(f"http://{host}:{port}", proc, log)
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
