@@ -409,7 +409,7 @@ def test_a_teammates_heavy_metadata_is_refused_before_the_operator_holds_it(
         refused = done.returncode != 0 and "deploy/base/admission.yaml" in done.stderr
         results.append((what, refused, done.stderr[-300:]))
         ledger.add(Record(area="attack", case=f"R1-{kind[len('DistTraining'):].lower()}-{what}: a teammate (`edit`) "
-                          f"creates a {kind} carrying {said}, which no schema bounds and the operator would hold *",
+                          f"creates a {kind} carrying {said}, which no schema bounds and the operator would hold",
                           tried=1, correct=int(refused), user_sees=done.stderr.strip()[:300] or "created",
                           detail={"finding": "R1", "refused_by": "API server (ValidatingAdmissionPolicy)",
                                   "reason": "admission.yaml", "where": WHERE}))  # fmt: skip
