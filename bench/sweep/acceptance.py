@@ -5,7 +5,8 @@ params in the sweep's status and in MLflow, and `dtr sweep plot` drawing every t
 
     python -m bench.sweep.acceptance [--epochs 40]    (root; `make images`, `make setup-mlflow`; not a timed test)
 
-Writes bench/sweep/acceptance.json and .md (what was seen, with times) and acceptance.png (the plot).
+Writes bench/sweep/acceptance.json and .md (what was seen, with times); the plot goes to .dtr/sweep-acceptance.png
+(drawn again by each run, not committed).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ REPO = HERE.parent.parent
 WINE = REPO / "examples" / "own-model" / "wine" / "wine_model.py"
 HOST = REPO / "tests" / "node" / "own_model_host.py"
 NS, QUEUE, SWEEP = "accept", "team", "wine-width"
+PLOT = REPO / ".dtr" / "sweep-acceptance.png"
 
 
 def own_model() -> str:
@@ -125,7 +127,8 @@ def accept(node: RealNode, tmp: Path, epochs: int) -> dict[str, Any]:
             result["best_model"] = {"get_exit": got.returncode, "score": scored.stdout.strip()[-500:],
                                     "score_exit": scored.returncode}  # fmt: skip
         result["mlflow"] = mlflow_runs(server.uri)
-        plot = dtr(node, NS, "sweep", "plot", SWEEP, "-o", str(HERE / "acceptance.png"))
+        PLOT.parent.mkdir(exist_ok=True)
+        plot = dtr(node, NS, "sweep", "plot", SWEEP, "-o", str(PLOT))
         result["plot"] = {"exit": plot.returncode, "said": (plot.stdout + plot.stderr).strip()[-300:]}
     finally:
         server.stop()
