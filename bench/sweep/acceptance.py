@@ -1,5 +1,5 @@
-"""Issue 42's acceptance run, on the real node: a sweep of 8 trials over the width and learning rate of a user's own
-Keras file (the wine classifier with its width as a param), 2 at a time through a Kueue queue, the weak trials
+"""Issue 42's acceptance run, on the real node: examples/sweep-wine.yaml, 8 trials over the width and learning rate of
+a user's own Keras file (the wine classifier, its width a param), 2 at a time through a Kueue queue, the weak trials
 stopped early, with an MLflow server named by the admin; then the best trial's model copied out and scored, its
 params in the sweep's status and in MLflow, and `dtr sweep plot` drawing every trial.
 
@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from devcluster import kueue
 from devcluster.node import NODE_IP
 from support import mlflow_server
@@ -27,33 +29,22 @@ from support.node import TRAINER_PYTHON, RealNode, dtr, start_real_node
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-WINE = REPO / "examples" / "own-model" / "wine" / "wine_model.py"
+WINE = REPO / "examples" / "own-model" / "wine" / "wine_model.py"  # its width is a param: ctx.params["width"]
+EXAMPLE = REPO / "examples" / "sweep-wine.yaml"
 HOST = REPO / "tests" / "node" / "own_model_host.py"
 NS, QUEUE, SWEEP = "accept", "team", "wine-width"
 PLOT = REPO / ".dtr" / "sweep-acceptance.png"
 
 
-def own_model() -> str:
-    """The wine example as a user would make its width a hyperparameter: ctx.params, with a default."""
-    text = WINE.read_text()
-    dense = "tf.keras.layers.Dense(16, activation=\"relu\")(x)"
-    assert dense in text, "the wine example changed: update the acceptance run"
-    return text.replace(dense, "tf.keras.layers.Dense(int(ctx.params.get(\"width\", 16)), activation=\"relu\")(x)")
-
-
 def sweep_doc(epochs: int) -> dict[str, Any]:
-    return {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingSweep", "metadata": {"name": SWEEP},
-            "spec": {"template": {"spec": {
-                "workers": 2, "queueName": QUEUE, "restartPolicy": "OnFailure",
-                "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}},
-                "training": {"code": {"configMap": "wine-code", "key": "my_model.py"}, "dataset": "wine.npz",
-                             "epochs": epochs, "batchSizePerWorker": 16},
-                "storage": {"claimName": "wine-data"}}},
-                "space": {"width": {"choice": [2, 8, 32, 128]},
-                          "learningRate": {"logUniform": {"min": 0.0001, "max": 0.3}}},
-                "objective": {"metric": "val_accuracy", "goal": "maximize"}, "algorithm": "tpe", "seed": 3,
-                "trials": 8, "parallelTrials": 2, "maxFailedTrials": 2,
-                "earlyStopping": {"median": {"warmupEpochs": 3, "minTrials": 2}}}}  # fmt: skip
+    """examples/sweep-wine.yaml through the namespace's Kueue queue (with the CPU requests its quota counts)."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    template = doc["spec"]["template"]["spec"]
+    template.update(queueName=QUEUE, resources={"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}},
+                    storage={"claimName": "wine-data"})  # fmt: skip
+    template["training"]["epochs"] = epochs
+    assert doc["metadata"]["name"] == SWEEP, "the example's name changed: update SWEEP"
+    return doc
 
 
 def queues(node: RealNode) -> float:
@@ -80,8 +71,7 @@ def data_and_code(node: RealNode, tmp: Path) -> None:
     subprocess.run([TRAINER_PYTHON, str(HOST), "data", str(tmp / "data")], check=True, capture_output=True)
     put = dtr(node, NS, "data", "put", "--create", "1Gi", "wine-data", str(tmp / "data" / "put" / "wine.npz"))
     assert put.returncode == 0, put.stdout + put.stderr
-    (tmp / "my_model.py").write_text(own_model())
-    node.cluster.kubectl("create", "configmap", "wine-code", "-n", NS, f"--from-file=my_model.py={tmp / 'my_model.py'}")
+    node.cluster.kubectl("create", "configmap", "wine-code", "-n", NS, f"--from-file={WINE}")
 
 
 def trials_of(status: dict[str, Any]) -> list[dict[str, Any]]:

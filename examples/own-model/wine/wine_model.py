@@ -38,6 +38,6 @@ def build_model(ctx):
     x_train = _arrays(ctx)["x_train"]
     inputs = tf.keras.Input(shape=ctx.input_shape, name="features")
     x = tf.keras.layers.Normalization(mean=x_train.mean(axis=0), variance=x_train.var(axis=0))(inputs)
-    x = tf.keras.layers.Dense(16, activation="relu")(x)
+    x = tf.keras.layers.Dense(int(ctx.params.get("width", 16)), activation="relu")(x)  # --param width=64
     outputs = tf.keras.layers.Dense(ctx.num_classes, activation="softmax", name="probabilities")(x)
     return tf.keras.Model(inputs, outputs)
