@@ -114,10 +114,13 @@ class SweepClient:
 
     def get(self, name: str) -> dict[str, Any]:
         """The sweep's status ({} before the operator's first turn); RunNotFound when there is no such sweep."""
+        return dict(self._sweep(name).get("status") or {})
+
+    def _sweep(self, name: str) -> dict[str, Any]:
         found = self.kube.get(API_VERSION, SWEEP_KIND, self.namespace, name)
         if found is None:
             raise RunNotFound(f"no {SWEEP_KIND} {name} in namespace {self.namespace}")
-        return dict(found.get("status") or {})
+        return found
 
     def wait(self, name: str, timeout: float | None = None,
              on_change: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:  # fmt: skip
@@ -141,14 +144,11 @@ class SweepClient:
     def histories(self, name: str, history: Callable[[str], list[Progress]]) -> dict[str, list[Progress]]:
         """Each trial's epochs by its label: its run's whole history (`history`: TrainingClient.history, train and
         validation figures), or, for a stopped trial, whose run is gone, the objective the sweep recorded."""
-        metric = str((self._spec(name).get("objective") or {}).get("metric") or "objective")
+        sweep = self._sweep(name)
+        metric = str(((sweep.get("spec") or {}).get("objective") or {}).get("metric") or "objective")
         found = {trial_label(t): _run_history(t, history) or recorded_curve(t, metric)
-                 for t in self.get(name).get("trials") or []}  # fmt: skip
+                 for t in (sweep.get("status") or {}).get("trials") or []}  # fmt: skip
         return {label: epochs for label, epochs in found.items() if epochs}
-
-    def _spec(self, name: str) -> dict[str, Any]:
-        found = self.kube.get(API_VERSION, SWEEP_KIND, self.namespace, name) or {}
-        return dict(found.get("spec") or {})
 
     def trials(self, name: str) -> list[str]:
         """The runs of the sweep's trials that are still there (a stopped trial's run is deleted)."""
