@@ -82,7 +82,6 @@ import_images() {
   esac
 }
 
-# Cluster-scoped kinds: what a kustomization creates outside any namespace, and needs cluster-admin for.
 # Each ResourceQuota of a kustomization, as "namespace name", one per line.
 resource_quotas() {
   kubectl kustomize "$1" | awk '

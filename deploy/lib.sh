@@ -138,9 +138,9 @@ need_packages() {
   info "${missing[*]} installed in $((SECONDS - started)) s"
 }
 
-
 # ---- kustomizations: what one brings (install.sh, uninstall.sh)
 
+# Cluster-scoped kinds: what a kustomization creates outside any namespace, and needs cluster-admin for.
 readonly CLUSTER_KINDS="CustomResourceDefinition|ClusterRole|ClusterRoleBinding|Namespace|ValidatingWebhookConfiguration|MutatingWebhookConfiguration|ValidatingAdmissionPolicy|ValidatingAdmissionPolicyBinding|PriorityClass|StorageClass|APIService"
 
 # The cluster-scoped objects of a kustomization, as Kind/name, one per line.

@@ -34,14 +34,15 @@ EXAMPLE = REPO / "examples" / "sweep-wine.yaml"
 HOST = REPO / "tests" / "node" / "own_model_host.py"
 NS, QUEUE, SWEEP = "accept", "team", "wine-width"
 PLOT = REPO / ".dtr" / "sweep-acceptance.png"
+CLAIM = "my-data"  # the example's: its data, and each trial's model
 
 
 def sweep_doc(epochs: int) -> dict[str, Any]:
     """examples/sweep-wine.yaml through the namespace's Kueue queue (with the CPU requests its quota counts)."""
     doc = yaml.safe_load(EXAMPLE.read_text())
     template = doc["spec"]["template"]["spec"]
-    template.update(queueName=QUEUE, resources={"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}},
-                    storage={"claimName": "wine-data"})  # fmt: skip
+    assert template["storage"]["claimName"] == CLAIM, "the example's claim changed: update CLAIM"
+    template.update(queueName=QUEUE, resources={"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}})
     template["training"]["epochs"] = epochs
     assert doc["metadata"]["name"] == SWEEP, "the example's name changed: update SWEEP"
     return doc
@@ -69,7 +70,7 @@ def tracked_by(node: RealNode, uri: str) -> None:
 
 def data_and_code(node: RealNode, tmp: Path) -> None:
     subprocess.run([TRAINER_PYTHON, str(HOST), "data", str(tmp / "data")], check=True, capture_output=True)
-    put = dtr(node, NS, "data", "put", "--create", "1Gi", "wine-data", str(tmp / "data" / "put" / "wine.npz"))
+    put = dtr(node, NS, "data", "put", "--create", "1Gi", CLAIM, str(tmp / "data" / "put" / "wine.npz"))
     assert put.returncode == 0, put.stdout + put.stderr
     node.cluster.kubectl("create", "configmap", "wine-code", "-n", NS, f"--from-file={WINE}")
 
@@ -119,7 +120,8 @@ def accept(node: RealNode, tmp: Path, epochs: int) -> dict[str, Any]:
         result["mlflow"] = mlflow_runs(server.uri)
         PLOT.parent.mkdir(exist_ok=True)
         plot = dtr(node, NS, "sweep", "plot", SWEEP, "-o", str(PLOT))
-        result["plot"] = {"exit": plot.returncode, "said": (plot.stdout + plot.stderr).strip()[-300:]}
+        said = (plot.stdout + plot.stderr).strip().replace(f"{REPO}/", "")  # the repository's path, not this machine's
+        result["plot"] = {"exit": plot.returncode, "said": said[-300:]}
     finally:
         server.stop()
     return result
