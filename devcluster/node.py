@@ -187,6 +187,10 @@ def flannel_conflist(layout: NodeLayout) -> dict[str, object]:
                 "type": "flannel",
                 "subnetFile": str(layout.run_dir / "flannel" / "subnet.env"),
                 "dataDir": str(layout.sub("cni") / "flannel"),
+                # host-local's state per node, as the single node keeps it: in its default directory the three
+                # nodes shared one last_reserved_ip, so each node handed out the lowest free address of its
+                # subnet again, and a new pod often took the address of a pod gone a moment before.
+                "ipam": {"type": "host-local", "dataDir": str(layout.sub("cni") / "ipam")},
                 # ipMasq off: the plugin's default (on, since flanneld runs without --ip-masq) would hide a pod
                 # behind its node's address on the way to another node, where NetworkPolicy must see the pod.
                 "delegate": {"hairpinMode": True, "isDefaultGateway": True, "ipMasq": False},
@@ -570,11 +574,29 @@ class Node:
     def restart(self, component: str) -> None:
         """Start a killed component again, and wait until it serves."""
         self._procs.respawn(component)
-        ready = {
+        probe = self.spec.probe_ip
+        ready: dict[str, Callable[[], bool | str]] = {
             "containerd": lambda: self.ctr("version", check=False, timeout=10).returncode == 0,
-            "kubelet": lambda: cp.http_get(f"http://{self.spec.probe_ip}:10248/healthz")[0] == 200,
-        }.get(component, lambda: True)
-        self._procs.wait(component, ready)
+            "kubelet": lambda: cp.http_get(f"http://{probe}:10248/healthz")[0] == 200,
+        }
+        if self.spec.shared:  # their ports are fixed on a node of several (a single node's are picked at start)
+            ready["flanneld"] = self._routes_to_other_nodes
+            ready["kube-proxy"] = lambda: cp.http_get(f"http://{probe}:{KUBE_PROXY_PORTS[0]}/healthz")[0] == 200
+            metrics = f"http://{probe}:{NETWORK_POLICIES_METRICS_PORT}/metrics"
+            ready["kube-network-policies"] = lambda: cp.http_get(metrics)[0] == 200
+        self._procs.wait(component, ready.get(component, lambda: True))
+
+    def _routes_to_other_nodes(self) -> bool | str:
+        """True once flanneld routes every other node's pod subnet from this node (host-gw), else which not."""
+        api = cp.Api(self.plane.state().ports.apiserver, self.plane.layout.pki)  # type: ignore[union-attr]
+        status, nodes = api.call("GET", "/api/v1/nodes")
+        if status != 200:
+            return f"nodes not listed ({status})"
+        routes = run([*self.in_netns(), "ip", "route"], check=False).stdout
+        missing = [n["spec"]["podCIDR"] for n in nodes.get("items", [])
+                   if n["metadata"]["name"] != self.spec.name and n["spec"].get("podCIDR")
+                   and not any(line.startswith(f"{n['spec']['podCIDR']} via ") for line in routes.splitlines())]
+        return not missing or f"no route yet to {', '.join(missing)}"
 
     def reboot(self) -> None:
         """The whole node at once, as a power cut and a boot: the kubelet, containerd and every container

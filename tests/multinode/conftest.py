@@ -37,3 +37,4 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         pods = cluster.cluster.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
         nodes = cluster.cluster.kubectl("get", "nodes", "-o", "wide", check=False).stdout
         report.sections.append(("cluster", f"{nodes}\n{pods}\n{cluster.real.diagnostics()}"))
+        report.sections.append(("network", cluster.network()))

@@ -35,6 +35,7 @@ BUSYBOX = realnode.pinned(realnode.HERE / "versions.env")["BUSYBOX_IMAGE"]
 class MultiNode:
     cluster: Cluster
     nodes: dc.Cluster
+    last_probe: str = "none yet"
 
     @property
     def real(self) -> RealNode:
@@ -66,10 +67,26 @@ class MultiNode:
         return wait_for(running, timeout=120, what=f"pod {name} running on {node}")
 
     def connects(self, namespace: str, pod: str, host: str, port: int) -> bool:
-        """Whether `pod` gets an HTTP answer from host:port within 4 s."""
+        """Whether `pod` gets an HTTP answer from host:port within 4 s (what the last try said: last_probe)."""
         probe = f'printf "GET / HTTP/1.0\\r\\n\\r\\n" | nc -w 4 {host} {port} | head -1'
         proc = self.cluster.kubectl("exec", "-n", namespace, pod, "--", "sh", "-c", probe, check=False, timeout=30)
+        said = f"exit {proc.returncode} {proc.stdout.strip()!r} {proc.stderr.strip()!r}"
+        self.last_probe = f"{pod} -> {host}:{port}: {said}"
         return proc.stdout.startswith("HTTP/")
+
+    def network(self) -> str:
+        """Each node's routes, neighbours on the pods' bridge, the addresses its policy engine holds, and the
+        tails of its flanneld and kube-network-policies logs: what a failed connection needs to be explained."""
+        parts = [f"last probe: {self.last_probe}"]
+        for node in self.nodes.nodes:
+            netns = node.in_netns()
+            for argv in (["ip", "route"], ["ip", "neigh", "show", "dev", "cni0"],
+                         ["nft", "list", "set", "inet", realnode.NFT_TABLE, "podips-v4"]):  # fmt: skip
+                proc = realnode.run([*netns, *argv], check=False)
+                parts.append(f"[{node.spec.name}] $ {' '.join(argv)}\n{proc.stdout}{proc.stderr}")
+            for component in ("flanneld", "kube-network-policies"):
+                parts.append(f"[{node.spec.name}] {component} log\n{cp.tail(node.log_file(component), 15)}")
+        return "\n".join(parts)
 
     def node_ready(self, name: str) -> str:
         node = self.cluster.kubectl_json("get", "node", name)

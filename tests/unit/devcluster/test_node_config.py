@@ -157,6 +157,11 @@ def test_flannel_hands_pods_their_own_address_across_nodes():
     # masquerading would hide a pod behind its node's address, and NetworkPolicy on the other node refuse it
     assert plugin["delegate"]["ipMasq"] is False
     assert node.flannel_net_conf(cluster.POD_NETWORK)["Backend"] == {"Type": "host-gw"}
+    # each node's addresses recorded under its own directory: in host-local's default one the nodes shared a
+    # last_reserved_ip, and a new pod took the address of one just gone
+    others = node.NodeLayout(Path("/srv/c/nodes/n2"), cluster.node_spec(2).run_dir)
+    ipam, other = plugin["ipam"], node.flannel_conflist(others)["plugins"][0]["ipam"]
+    assert ipam == {"type": "host-local", "dataDir": "/srv/c/nodes/n1/cni/ipam"} and ipam != other
 
 
 def test_local_path_keeps_readwriteonce_on_a_node_and_shares_one_directory():
