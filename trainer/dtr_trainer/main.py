@@ -323,6 +323,7 @@ def train_or_record_divergence(args: argparse.Namespace, cluster: ClusterInfo, s
 
 def before_exit_on_sigterm(line: str) -> None:
     log(line)
+    tracking.TRACKER.stopped()
     worker_log.stop()
 
 

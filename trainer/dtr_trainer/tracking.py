@@ -4,7 +4,7 @@ operator names in MLFLOW_TRACKING_URI (dtr_contract.env), with the standard libr
 A tracking server that is down or slow never fails or stalls training: the calls go out from a thread of their
 own (training only queues them), each waits at most TIMEOUT seconds, and the first that fails turns tracking off for
 the rest of the run with one warning line that says so; the chief waits for what is still queued at most FINISH_WAIT
-seconds after the export (FAILED_WAIT after an error) before it exits.
+seconds after the export (FAILED_WAIT after an error, STOPPED_WAIT after SIGTERM) before it exits.
 
 TRACKER is the process's one tracker, as sigterm.TERMINATION is its one SIGTERM handler: main.run starts it in
 the chief once the version is claimed, Progress hands it each epoch through the history (watching), and the
@@ -32,6 +32,7 @@ from dtr_trainer import tracking_plan as plan
 TIMEOUT = 5.0  # seconds per request: a server that answers slower is a server that is down
 FINISH_WAIT = 20.0  # seconds the chief waits after the export for the params, figures and the registration
 FAILED_WAIT = 5.0  # after an error: marking the run FAILED is worth less than exiting promptly
+STOPPED_WAIT = 2.0  # after SIGTERM: inside the pod's grace period, after the backup's own wait
 MAX_ANSWER = 1024 * 1024  # bytes read of an answer
 
 
@@ -126,6 +127,13 @@ class Tracker:
         if self.active:
             self.queue.put(lambda: self._send(plan.update_run(self._run(), "FAILED", now_ms())))
             self._wait(FAILED_WAIT)
+
+    def stopped(self) -> None:
+        """Told to stop (SIGTERM: a suspend, a drain, a sweep's early stop): the run KILLED, not left RUNNING; a
+        chief started again (a resume) makes it RUNNING again, as after FAILED."""
+        if self.active:
+            self.queue.put(lambda: self._send(plan.update_run(self._run(), "KILLED", now_ms())))
+            self._wait(STOPPED_WAIT)
 
     # ------------------------------------------------------------ the thread's side
 

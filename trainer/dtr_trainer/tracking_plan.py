@@ -16,7 +16,7 @@ the trainer image carries no mlflow package (it would bring pandas, SQLAlchemy, 
   evaluation's as `final.<name>` with the version;
 - the version: the registered model of the model name, version source the exported version's URI (the
   `pvc://<claim>/<path>` KServe takes, or the bucket's s3://), and the run FINISHED; a failed chief marks the run
-  FAILED (a restarted one makes it RUNNING again).
+  FAILED, one told to stop (SIGTERM) KILLED (a restarted one makes it RUNNING again).
 """
 
 from __future__ import annotations
