@@ -143,6 +143,8 @@ def test_a_space_or_template_the_api_server_refuses_is_refused_at_apply_naming_t
         "spec.template.spec.workers": {"template": {"spec": {"workers": 0}}},
         "spec.space[lr].logUniform": {"space": {"lr": {"logUniform": {"min": 0, "max": 1}}}},
         "spec.objective.metric": {"objective": {"goal": "maximize"}},
+        "spec.earlyStopping median or halving, not both": {"earlyStopping": {"median": {}, "halving": {}}},
+        "spec.earlyStopping.halving.reductionFactor": {"earlyStopping": {"halving": {"reductionFactor": 1}}},
     }
     for field, spec in bad.items():
         doc = {**sweep_doc("bad"), "metadata": {"name": "bad", "namespace": namespace}}

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import space
 from .model_based import Outcome
-from .prune import MAXIMIZE, MINIMIZE, Curve, MedianRule, best, median_stop, worse
+from .prune import MAXIMIZE, MINIMIZE, Curve, HalvingRule, MedianRule, best, halving_stop, median_stop, worse
 
 GRID, RANDOM, TPE = "grid", "random", "tpe"
 ALGORITHMS = (GRID, RANDOM, TPE)
@@ -32,7 +32,8 @@ class SweepSpec:
     algorithm: str = RANDOM
     seed: int = 0
     max_failed: int = 0
-    median: MedianRule | None = None  # None: every trial runs to its end
+    median: MedianRule | None = None  # None (and no halving): every trial runs to its end
+    halving: HalvingRule | None = None
 
 
 @dataclass(frozen=True)
@@ -90,13 +91,22 @@ def parse_sweep(spec: Mapping[str, Any]) -> SweepSpec:
     trials = int(spec.get("trials", 1))
     if algorithm == GRID:
         trials = min(trials, space.grid_size(dims))  # refuses a continuous dimension, naming it
-    stopping = spec.get("earlyStopping") or {}
-    median = None
+    median, halving = _early_stopping(spec.get("earlyStopping") or {})
+    return SweepSpec(dims, metric, goal, trials, max(1, int(spec.get("parallelTrials", 1))), algorithm,
+                     int(spec.get("seed", 0)), int(spec.get("maxFailedTrials", 0)), median, halving)  # fmt: skip
+
+
+def _early_stopping(stopping: Mapping[str, Any]) -> tuple[MedianRule | None, HalvingRule | None]:
+    if "median" in stopping and "halving" in stopping:
+        raise space.SpaceError("spec.earlyStopping: median or halving, not both")
+    median = halving = None
     if "median" in stopping:
         body = stopping["median"] or {}
         median = MedianRule(int(body.get("warmupEpochs", 1)), int(body.get("minTrials", 2)))
-    return SweepSpec(dims, metric, goal, trials, max(1, int(spec.get("parallelTrials", 1))), algorithm,
-                     int(spec.get("seed", 0)), int(spec.get("maxFailedTrials", 0)), median)  # fmt: skip
+    if "halving" in stopping:
+        body = stopping["halving"] or {}
+        halving = HalvingRule(int(body.get("minEpochs", 1)), int(body.get("reductionFactor", 3)))
+    return median, halving
 
 
 def point(sweep: SweepSpec, index: int, finished: Sequence[Outcome] = ()) -> dict[str, space.Value]:
@@ -126,14 +136,23 @@ def _judged(trial: Trial) -> bool:
 
 
 def _stops(sweep: SweepSpec, trials: Sequence[Trial]) -> tuple[tuple[str, str], ...]:
-    if sweep.median is None:
-        return ()
-    finished = [t.curve for t in trials if t.phase == "Succeeded" and not t.stopped and t.curve]
     out = []
     for trial in filter(_judged, trials):
-        if why := median_stop(trial.curve, finished, sweep.goal, sweep.metric, sweep.median):
+        if why := _why_stop(sweep, trial, trials):
             out.append((trial.name, why))
     return tuple(out)
+
+
+def _why_stop(sweep: SweepSpec, trial: Trial, trials: Sequence[Trial]) -> str | None:
+    """The rule's reason to stop the trial now: the median of the finished trials' curves, or successive halving
+    among every trial's but the failed ones."""
+    if sweep.median is not None:
+        finished = [t.curve for t in trials if t.phase == "Succeeded" and not t.stopped]
+        return median_stop(trial.curve, finished, sweep.goal, sweep.metric, sweep.median)
+    if sweep.halving is not None:
+        others = [t.curve for t in trials if t.name != trial.name and t.phase != "Failed"]
+        return halving_stop(trial.curve, others, sweep.goal, sweep.metric, sweep.halving)
+    return None
 
 
 def _counts(trials: Sequence[Trial], stop: Sequence[tuple[str, str]], running: int) -> dict[str, int]:

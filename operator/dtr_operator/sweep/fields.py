@@ -67,14 +67,24 @@ SWEEP_SPEC = Field("spec", "object", fields=(
           minimum=0, maximum=2**31 - 1),
     Field("maxFailedTrials", "integer", "Trials that may fail before the sweep fails ({bounds}).", default=0,
           format="int32", minimum=0, maximum=MAX_TRIALS),
-    Field("earlyStopping", "object", "How weak trials are stopped early; none: every trial runs to its end.",
-          fields=(Field("median", "object", "Stop a trial whose best objective by an epoch is worse than the median "
-                        "of the finished trials' at that epoch.", fields=(
-              Field("warmupEpochs", "integer", "No trial is stopped at or before this epoch ({bounds}).", default=1,
-                    format="int32", minimum=0, maximum=10000),
-              Field("minTrials", "integer", "Finished trials that must have reached an epoch to judge there "
-                    "({bounds}).", default=2, format="int32", minimum=1, maximum=MAX_TRIALS),
-          )),)),
+    Field("earlyStopping", "object", "How weak trials are stopped early; none: every trial runs to its end.", fields=(
+        Field("median", "object", "Stop a trial whose best objective by an epoch is worse than the median of the "
+              "finished trials' at that epoch.", fields=(
+            Field("warmupEpochs", "integer", "No trial is stopped at or before this epoch ({bounds}).", default=1,
+                  format="int32", minimum=0, maximum=10000),
+            Field("minTrials", "integer", "Finished trials that must have reached an epoch to judge there ({bounds}).",
+                  default=2, format="int32", minimum=1, maximum=MAX_TRIALS),
+        )),
+        Field("halving", "object", "Successive halving (asynchronous): at epochs minEpochs, minEpochs x "
+              "reductionFactor, ... a trial goes on only when its best objective by then is among the best 1 in "
+              "reductionFactor of the trials that reached that epoch; not with median.", fields=(
+            Field("minEpochs", "integer", "The first epoch a trial is judged at ({bounds}).", default=1,
+                  format="int32", minimum=1, maximum=10000),
+            Field("reductionFactor", "integer", "1 in this many trials goes on at each judged epoch ({bounds}).",
+                  default=3, format="int32", minimum=2, maximum=10),
+        )),
+    ), rules=(Rule("!(has(self.median) && has(self.halving))", "median or halving, not both",
+                   lambda v: not ("median" in v and "halving" in v)),)),
 ), rules=(Rule("self == oldSelf", "is immutable: create a new DistTrainingSweep", lambda _: True),),
    extra={"required": ["template", "space", "objective"]})  # fmt: skip
 

@@ -6,6 +6,12 @@ A running trial is stopped at epoch e when the best value it reached by e is wor
 finished trials had at epoch e (as Optuna's MedianPruner and Vizier's median automated stopping do), once at least
 `min_trials` finished trials reached e and e is past `warmup_epochs`. Finished trials only: a running peer's curve
 moves, and a rule on it would stop a different trial after each restart of the operator.
+
+Or successive halving, asynchronous (ASHA: Li et al. 2020; Optuna's SuccessiveHalvingPruner): rungs at epochs
+m, m*f, m*f^2, ... (`min_epochs` m, `reduction_factor` f); a trial at rung r goes on only when its best value by r is
+among the best max(1, n // f) of the n trials that reached r, running, finished or stopped alike. A value at a rung
+no longer moves once a trial is past it, so the decision is one of the curves observed, whatever the operator
+restarts; a later trial is judged against every one that reached the rung, earlier or not.
 """
 
 from __future__ import annotations
@@ -15,6 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 MAXIMIZE, MINIMIZE = "maximize", "minimize"
+
+
+@dataclass(frozen=True)
+class HalvingRule:
+    min_epochs: int = 1  # the first rung
+    reduction_factor: int = 3  # each rung keeps the best 1 in this many of the trials that reached it
 
 
 @dataclass(frozen=True)
@@ -60,3 +72,35 @@ def median_stop(curve: Curve, finished: Sequence[Curve], goal: str, metric: str,
         return None
     return (f"its best {metric} by epoch {epoch}, {reached:.4g}, is worse than the median of {len(at_epoch)} "
             f"finished trials at epoch {epoch}, {median:.4g}")  # fmt: skip
+
+
+def best_by(curve: Curve, epoch: int, goal: str) -> float | None:
+    """The best value the curve reached at or before `epoch` (None before any)."""
+    values = [value for at, value in curve if at <= epoch]
+    return best(values, goal) if values else None
+
+
+def rung_of(epoch: int, rule: HalvingRule) -> int | None:
+    """The last rung at or before `epoch` (an epoch count), None before the first."""
+    if epoch < rule.min_epochs:
+        return None
+    rung = rule.min_epochs
+    while rung * rule.reduction_factor <= epoch:
+        rung *= rule.reduction_factor
+    return rung
+
+
+def halving_stop(curve: Curve, others: Sequence[Curve], goal: str, metric: str, rule: HalvingRule) -> str | None:
+    """Why the trial whose objective so far is `curve` stops now, or None: at its last rung, its best value is not
+    among the best max(1, n // reduction_factor) of the n trials (it and `others`) that reached that rung."""
+    rung = rung_of(curve[-1][0], rule) if curve else None
+    mine = best_by(curve, rung, goal) if rung is not None else None
+    if rung is None or mine is None:
+        return None
+    reached = [v for c in others if c and c[-1][0] >= rung and (v := best_by(c, rung, goal)) is not None]
+    kept = max(1, (len(reached) + 1) // rule.reduction_factor)
+    ranked = sorted([mine, *reached], reverse=goal == MAXIMIZE)
+    if not worse(mine, ranked[kept - 1], goal):
+        return None
+    return (f"its best {metric} by epoch {rung}, {mine:.4g}, is not among the best {kept} of the {len(reached) + 1} "
+            f"trials that reached epoch {rung} (successive halving: 1 in {rule.reduction_factor} goes on)")

@@ -11,7 +11,7 @@ from dtr_operator.sweep import space
 from dtr_operator.sweep.decide import Trial, decide, parse_sweep, point
 from dtr_operator.sweep.model_based import Outcome
 from dtr_operator.sweep.observe import STOPPED, finished_points
-from dtr_operator.sweep.prune import MedianRule, median_stop, value_at
+from dtr_operator.sweep.prune import HalvingRule, MedianRule, halving_stop, median_stop, rung_of, value_at
 
 SPACE = {"learningRate": {"logUniform": {"min": 1e-4, "max": 1e-1}},
          "width": {"int": {"min": 16, "max": 64, "step": 16}}, "batchSizePerWorker": {"choice": [16, 32]},
@@ -185,3 +185,34 @@ def test_a_trial_at_its_last_epoch_is_not_stopped_it_ends_by_itself():
     done = Trial(0, "s-0", "Succeeded", c(0.5, 0.8), epochs=2)
     assert decide(sweep, [done, Trial(1, "s-1", "Running", c(0.1, 0.2), epochs=3)]).stop != ()
     assert decide(sweep, [done, Trial(1, "s-1", "Running", c(0.1, 0.2), epochs=2)]).stop == ()
+
+
+HALVING = HalvingRule(min_epochs=1, reduction_factor=2)
+
+
+def test_halving_judges_a_trial_at_its_last_rung_against_every_trial_that_reached_it():
+    assert [rung_of(e, HalvingRule(2, 3)) for e in (1, 2, 5, 6, 17, 18)] == [None, 2, 2, 6, 6, 18]
+    alone = halving_stop(c(0.1, 0.2, 0.3), [], "maximize", "val_accuracy", HALVING)
+    assert alone is None, "the first at a rung goes on"
+    # at epoch 2 (rung 2): 0.5 is not among the best 1 of 3 (2 // 2 = 1), whatever state the others are in
+    others = [c(0.7, 0.8), c(0.4, 0.45, 0.9)]
+    why = halving_stop(c(0.3, 0.5), others, "maximize", "val_accuracy", HALVING)
+    assert why == ("its best val_accuracy by epoch 2, 0.5, is not among the best 1 of the 3 trials that reached epoch "
+                   "2 (successive halving: 1 in 2 goes on)")
+    assert halving_stop(c(0.3, 0.85), others, "maximize", "val_accuracy", HALVING) is None
+    # at epoch 3 (still rung 2), judged by its best by epoch 2: an epoch past the rung changes nothing
+    assert halving_stop(c(0.3, 0.85, 0.1), others, "maximize", "val_accuracy", HALVING) is None
+    # a trial that has not reached the rung does not count there
+    assert halving_stop(c(0.3, 0.5), [c(0.9)], "maximize", "val_accuracy", HALVING) is None
+    assert halving_stop(c(2.0, 1.9), [c(1.0, 0.5), c(1.2, 0.6)], "minimize", "val_loss", HALVING) is not None
+
+
+def test_a_sweep_with_halving_stops_the_weak_among_running_trials_too_and_refuses_both_rules():
+    sweep = sweep_spec(trials=4, maxFailedTrials=1, earlyStopping={"halving": {"minEpochs": 1, "reductionFactor": 2}})
+    running = [Trial(0, "s-0", "Running", c(0.8, 0.9)), Trial(1, "s-1", "Running", c(0.2, 0.3)),
+               Trial(2, "s-2", "Failed", c(0.99, 0.99))]  # a failed trial's figures count for nothing
+    assert decide(sweep, running).stop == (("s-1", "its best val_accuracy by epoch 2, 0.3, is not among the best 1 "
+                                                   "of the 2 trials that reached epoch 2 (successive halving: 1 in 2 "
+                                                   "goes on)"),)  # fmt: skip
+    with pytest.raises(space.SpaceError, match=r"^spec\.earlyStopping: median or halving, not both$"):
+        sweep_spec(earlyStopping={"median": {}, "halving": {}})
