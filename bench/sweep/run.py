@@ -1,12 +1,13 @@
 """Early stopping's worth, on the real node (issue 42, item 6): the same sweep of 8 trials with the median rule and
 without it, one after the other, on the same node and operator.
 
-    python -m bench.sweep.run [--trials 8] [--epochs 12] [--lr-min X --lr-max Y] [--name results]
+    python -m bench.sweep.run [--trials 8] [--epochs 12] [--lr-min X --lr-max Y] [--rule halving] [--name results]
                                                   (`make bench-sweep`, root; the images built: `make images`)
 
 Both sweeps are examples/sweep-digits.yaml's (the built-in cnn on digits, 2 workers a trial, 2 trials at a time,
 the same seed, so the same 8 points), with --epochs each; one keeps its earlyStopping (median, warm-up 2 epochs,
-2 finished trials), the other has none. Measured for each: the wall time from creation to Succeeded, the best
+2 finished trials; or with --rule halving, successive halving from epoch 2, 1 in 3 going on), the other has none.
+Measured for each: the wall time from creation to Succeeded, the best
 trial and its value, the trials stopped and the epochs each trial was seen to reach. --lr-min/--lr-max widen the
 learning rate's range (the example's: 1e-4 to 3e-2, where every trial ends near the best): what early stopping saves
 depends on how many trials are weak, as when a range of several decades is searched; such a sweep may fail trials
@@ -37,7 +38,11 @@ NAMESPACE = "bench-sweep"
 POLL = 3.0
 
 
-def sweep(name: str, trials: int, epochs: int, early: bool, lr: tuple[float, float] | None = None) -> dict[str, Any]:
+HALVING = {"halving": {"minEpochs": 2, "reductionFactor": 3}}
+
+
+def sweep(name: str, trials: int, epochs: int, early: bool, lr: tuple[float, float] | None = None,
+          rule: str = "median") -> dict[str, Any]:  # fmt: skip
     doc = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
     doc["metadata"] = {"name": name, "namespace": NAMESPACE}
     doc["spec"]["trials"] = trials
@@ -47,6 +52,8 @@ def sweep(name: str, trials: int, epochs: int, early: bool, lr: tuple[float, flo
         doc["spec"]["maxFailedTrials"] = trials
     if not early:
         doc["spec"].pop("earlyStopping", None)
+    elif rule == "halving":
+        doc["spec"]["earlyStopping"] = copy.deepcopy(HALVING)
     return doc
 
 
@@ -84,7 +91,8 @@ def markdown(result: dict[str, Any]) -> str:
         best = r.get("best") or {}
         lines.append(f"| {r['name']} | {r['phase']} | {r['wall_seconds']} | {best.get('run', '-')} | "
                      f"{best.get('value', '-')} | {(r.get('counts') or {}).get('stopped', 0)} |")  # fmt: skip
-    lines += ["", f"Wall time ratio (median rule / none): **{result['ratio']}** (goal <= 0.6); best values differ by "
+    rule = result.get("rule", "median")
+    lines += ["", f"Wall time ratio ({rule} rule / none): **{result['ratio']}** (goal <= 0.6); best values differ by "
               f"**{result['best_difference']}** (goal <= 0.01)."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
@@ -96,17 +104,19 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--lr-min", type=float)
     parser.add_argument("--lr-max", type=float)
+    parser.add_argument("--rule", choices=("median", "halving"), default="median")
     parser.add_argument("--name", default="results")
     args = parser.parse_args()
     lr = (args.lr_min, args.lr_max) if args.lr_min and args.lr_max else None
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp, start_real_node(Path(tmp)) as node:
         node.cluster.kubectl("create", "namespace", NAMESPACE, check=False)
-        early = run_one(node, sweep("sweep-early", args.trials, args.epochs, True, lr), args.timeout)
+        early = run_one(node, sweep("sweep-early", args.trials, args.epochs, True, lr, args.rule), args.timeout)
         full = run_one(node, sweep("sweep-full", args.trials, args.epochs, False, lr), args.timeout)
         node.cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
     values = [(r.get("best") or {}).get("value") for r in (early, full)]
     result = {"when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "trials": args.trials, "epochs": args.epochs,
-              "learningRate": f"{lr[0]:g} to {lr[1]:g}" if lr else None, "early": early, "full": full,
+              "learningRate": f"{lr[0]:g} to {lr[1]:g}" if lr else None, "rule": args.rule, "early": early,
+              "full": full,
               "ratio": round(early["wall_seconds"] / full["wall_seconds"], 3),
               "best_difference": round(abs(values[0] - values[1]), 4) if None not in values else None}  # fmt: skip
     (HERE / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")

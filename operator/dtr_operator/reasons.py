@@ -364,8 +364,8 @@ INVALID_SWEEP = _event("InvalidSweep", True,
 TRIAL_REFUSED = _event("TrialRefused", True,
     "the API server refused a sweep's trial (the template with its point): the trial counts as failed")  # fmt: skip
 TRIAL_STOPPED = _event("TrialStopped", False,
-    "a sweep stopped a trial early (the median rule, or the sweep failed): its run is deleted, its curve stays in "
-    "the sweep's status")  # fmt: skip
+    "a sweep stopped a trial early (the median rule or successive halving, or the sweep failed): its run is deleted, "
+    "its curve stays in the sweep's status")  # fmt: skip
 SWEEP_SUCCEEDED = _event("SweepSucceeded", False, "the sweep ended: the message names its best trial and value")
 SWEEP_FAILED = _event("SweepFailed", True,
     "the sweep ended failed: more trials failed than `spec.maxFailedTrials`, or none reported the "

@@ -1,6 +1,6 @@
-"""Early stopping of a sweep's trials: the median stopping rule on the objective each trial reports every epoch
-(status.progress, as the sweep's status keeps it: an epoch the operator's poll did not see is missing, and a
-trial's value at it is that of the nearest earlier epoch it reported). Pure.
+"""Early stopping of a sweep's trials: the median stopping rule, or successive halving, on the objective each trial
+reports every epoch (status.progress, as the sweep's status keeps it: an epoch the operator's poll did not see is
+missing, and a trial's value at it is that of the nearest earlier epoch it reported). Pure.
 
 A running trial is stopped at epoch e when the best value it reached by e is worse than the median of the values the
 finished trials had at epoch e (as Optuna's MedianPruner and Vizier's median automated stopping do), once at least
