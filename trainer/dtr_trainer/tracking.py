@@ -124,16 +124,17 @@ class Tracker:
         self._wait(FINISH_WAIT)
 
     def failed(self) -> None:
-        if self.active:
-            self.queue.put(lambda: self._send(plan.update_run(self._run(), "FAILED", now_ms())))
-            self._wait(FAILED_WAIT)
+        self._end("FAILED", FAILED_WAIT)
 
     def stopped(self) -> None:
         """Told to stop (SIGTERM: a suspend, a drain, a sweep's early stop): the run KILLED, not left RUNNING; a
         chief started again (a resume) makes it RUNNING again, as after FAILED."""
+        self._end("KILLED", STOPPED_WAIT)
+
+    def _end(self, status: str, wait: float) -> None:
         if self.active:
-            self.queue.put(lambda: self._send(plan.update_run(self._run(), "KILLED", now_ms())))
-            self._wait(STOPPED_WAIT)
+            self.queue.put(lambda: self._send(plan.update_run(self._run(), status, now_ms())))
+            self._wait(wait)
 
     # ------------------------------------------------------------ the thread's side
 
