@@ -1,14 +1,17 @@
 """Early stopping's worth, on the real node (issue 42, item 6): the same sweep of 8 trials with the median rule and
 without it, one after the other, on the same node and operator.
 
-    python -m bench.sweep.run [--trials 8] [--epochs 12] [--lr-min X --lr-max Y] [--rule halving] [--name results]
+    python -m bench.sweep.run [--trials 8] [--epochs 12] [--lr-min X --lr-max Y]
+                              [--rule halving [--min-epochs 2] [--factor 3]] [--name results]
                                                   (`make bench-sweep`, root; the images built: `make images`)
 
 Both sweeps are examples/sweep-digits.yaml's (the built-in cnn on digits, 2 workers a trial, 2 trials at a time,
 the same seed, so the same 8 points), with --epochs each; one keeps its earlyStopping (median, warm-up 2 epochs,
-2 finished trials; or with --rule halving, successive halving from epoch 2, 1 in 3 going on), the other has none.
+2 finished trials; or with --rule halving, successive halving from epoch --min-epochs, 1 in --factor going on), the
+other has none.
 Measured for each: the wall time from creation to Succeeded, the best
-trial and its value, the trials stopped and the epochs each trial was seen to reach. --lr-min/--lr-max widen the
+trial and its value, the trials stopped and each trial's curve as the sweep's status holds it (so another rule can be
+tried on paper against the same curves). --lr-min/--lr-max widen the
 learning rate's range (the example's: 1e-4 to 3e-2, where every trial ends near the best): what early stopping saves
 depends on how many trials are weak, as when a range of several decades is searched; such a sweep may fail trials
 (a loss gone NaN), so both sweeps let every trial fail. The goal is on the ratio of
@@ -38,11 +41,8 @@ NAMESPACE = "bench-sweep"
 POLL = 3.0
 
 
-HALVING = {"halving": {"minEpochs": 2, "reductionFactor": 3}}
-
-
 def sweep(name: str, trials: int, epochs: int, early: bool, lr: tuple[float, float] | None = None,
-          rule: str = "median") -> dict[str, Any]:  # fmt: skip
+          halving: dict[str, int] | None = None) -> dict[str, Any]:  # fmt: skip
     doc = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
     doc["metadata"] = {"name": name, "namespace": NAMESPACE}
     doc["spec"]["trials"] = trials
@@ -52,8 +52,8 @@ def sweep(name: str, trials: int, epochs: int, early: bool, lr: tuple[float, flo
         doc["spec"]["maxFailedTrials"] = trials
     if not early:
         doc["spec"].pop("earlyStopping", None)
-    elif rule == "halving":
-        doc["spec"]["earlyStopping"] = copy.deepcopy(HALVING)
+    elif halving is not None:
+        doc["spec"]["earlyStopping"] = {"halving": dict(halving)}
     return doc
 
 
@@ -76,7 +76,8 @@ def run_one(node: RealNode, doc: dict[str, Any], timeout: float) -> dict[str, An
     return {"name": name, "phase": st.get("phase"), "message": st.get("message"), "wall_seconds": round(wall, 1),
             "best": st.get("best"), "counts": st.get("counts"),
             "trials": [{"run": t["run"], "phase": t.get("phase"), "point": t.get("point"), "final": t.get("final"),
-                        "epochs_seen": (t.get("curve") or [[0]])[-1][0], "reason": t.get("reason")}
+                        "epochs_seen": (t.get("curve") or [[0]])[-1][0], "reason": t.get("reason"),
+                        "curve": t.get("curve")}
                        for t in trials]}  # fmt: skip
 
 
@@ -92,6 +93,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {r['name']} | {r['phase']} | {r['wall_seconds']} | {best.get('run', '-')} | "
                      f"{best.get('value', '-')} | {(r.get('counts') or {}).get('stopped', 0)} |")  # fmt: skip
     rule = result.get("rule", "median")
+    if result.get("halving"):
+        rule += " (from epoch {minEpochs}, 1 in {reductionFactor} goes on)".format(**result["halving"])
     lines += ["", f"Wall time ratio ({rule} rule / none): **{result['ratio']}** (goal <= 0.6); best values differ by "
               f"**{result['best_difference']}** (goal <= 0.01)."]  # fmt: skip
     return "\n".join(lines) + "\n"
@@ -105,17 +108,21 @@ def main() -> None:
     parser.add_argument("--lr-min", type=float)
     parser.add_argument("--lr-max", type=float)
     parser.add_argument("--rule", choices=("median", "halving"), default="median")
+    parser.add_argument("--min-epochs", type=int, default=2, help="halving: the first rung")
+    parser.add_argument("--factor", type=int, default=3, help="halving: 1 in this many goes on at each rung")
     parser.add_argument("--name", default="results")
     args = parser.parse_args()
     lr = (args.lr_min, args.lr_max) if args.lr_min and args.lr_max else None
+    halving = {"minEpochs": args.min_epochs, "reductionFactor": args.factor} if args.rule == "halving" else None
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp, start_real_node(Path(tmp)) as node:
         node.cluster.kubectl("create", "namespace", NAMESPACE, check=False)
-        early = run_one(node, sweep("sweep-early", args.trials, args.epochs, True, lr, args.rule), args.timeout)
+        early = run_one(node, sweep("sweep-early", args.trials, args.epochs, True, lr, halving), args.timeout)
         full = run_one(node, sweep("sweep-full", args.trials, args.epochs, False, lr), args.timeout)
         node.cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
     values = [(r.get("best") or {}).get("value") for r in (early, full)]
     result = {"when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "trials": args.trials, "epochs": args.epochs,
-              "learningRate": f"{lr[0]:g} to {lr[1]:g}" if lr else None, "rule": args.rule, "early": early,
+              "learningRate": f"{lr[0]:g} to {lr[1]:g}" if lr else None, "rule": args.rule, "halving": halving,
+              "early": early,
               "full": full,
               "ratio": round(early["wall_seconds"] / full["wall_seconds"], 3),
               "best_difference": round(abs(values[0] - values[1]), 4) if None not in values else None}  # fmt: skip
