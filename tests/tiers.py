@@ -90,10 +90,6 @@ def pytest(*args: str) -> tuple[str, ...]:
 
 
 NODE_FAULTS = "tests/reliability/test_node_faults.py"
-# The node tier's modules that run beside the rest of it (the "node runs" step): each starts runs in namespaces of
-# its own and changes nothing another test sees; `make test-node` runs them all, one after the other.
-NODE_RUNS = tuple(f"tests/node/{m}.py" for m in ("test_watchdog", "test_tensorboard", "test_transfer", "test_models",
-                                                 "test_diverge", "test_notebook"))  # fmt: skip
 ATTACKS = "tests/reliability/test_attacks.py"
 NODE = (OP_PYTHON, "-m", "devcluster.node")  # run from the repository root, as every step is
 NODE_DOWN = (*NODE, "down", "--purge", "--dir", str(NODE_DIR))
@@ -143,33 +139,24 @@ STEPS: tuple[Step, ...] = (
          "invalid runs, generated specs, control-plane faults, Pod Security", budget=270, tier=True,
          after=("setup", "control-plane build"), apart=("integration",)),
     # After integration too: the node tier's own-model runs (a dozen TF workers at once) starved the
-    # integration tier's training-operator past its 60 s waits when the two overlapped. Two steps on the one node,
-    # which may run at once: "node runs" holds the modules that only start runs of their own in namespaces of their
-    # own and look at them (NODE_RUNS); "node" the rest, among them what changes the node for every test (Kueue
-    # installed, the operator's Deployment changed and its pod deleted, node labels, an extended resource, the
-    # operator's network policy). Alone on this machine the whole tier took 910 s, of which the stall watchdog's
-    # waits (tests/node/test_watchdog.py, 151 s) are most of "node runs" (~290 s).
-    Step("node", pytest("tests/node", *(f"--ignore={m}" for m in NODE_RUNS)),
-         "kubectl apply -> model on the real node; Kueue, placement, the operator's restarts, isolation",
-         budget=1000, tier=True, node=True, after=("node start", "integration")),
-    Step("node runs", pytest(*NODE_RUNS),
-         "on the same node, beside it: the stall watchdog, TensorBoard, transfers, model versions, a diverged "
-         "run, the notebook", budget=400, tier=True, node=True, after=("node start", "integration")),
+    # integration tier's training-operator past its 60 s waits when the two overlapped.
+    Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=1300, tier=True, node=True,
+         after=("node start", "integration")),
     # Apart from reliability: both parts merge their records into one ledger file as they end
     # (tests/reliability/ledger.py).
     Step("node faults", pytest(NODE_FAULTS, ATTACKS),
          "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",
-         budget=520, tier=True, node=True, after=("node", "node runs"), apart=("reliability",)),
+         budget=520, tier=True, node=True, after=("node",), apart=("reliability",)),
     # The single node's work is done: its CPU goes to the several nodes' tier.
     Step("node stop", NODE_DOWN, "the shared node stopped, its images and volumes removed",
-         after=("node", "node runs", "node faults")),
+         after=("node", "node faults")),
     Step("multinode build", make("multinode-build"), "flanneld and its CNI plugin", after=("node build",)),
-    # After the single node's start (the two would import the same images at once), in whichever slot frees first:
-    # idle, three nodes and their control plane take 4-5% of the 2 cores (the single node alone: 4%, measured with
-    # /proc over a minute, 2026-12-05), little against being ready when the multinode tier may start.
+    # After the node tier: started sooner, the three nodes' idle kubelets and containerds would take CPU from every
+    # tier until theirs; beside the node faults (a node's faults are its own: devcluster/node.py) they are ready
+    # when the single node stops.
     Step("multinode start", (*CLUSTER, "up", "--install", "--nodes", "3", "--dir", str(CLUSTER_DIR)),
          "three nodes: control plane, nodes, images imported into each, operator installed",
-         after=("setup", "images", "multinode build", "node start")),
+         after=("setup", "images", "multinode build", "node")),
     # The S3 server's Go build (cold ~10 min, warm seconds) and its tests against it as a local process (the
     # pod's: docs/cluster.md). After the node's build: the two Go builds one after the other.
     Step("s3 build", make("s3-build"), "SeaweedFS's weed and its image from source", after=("node build",)),
@@ -182,16 +169,14 @@ STEPS: tuple[Step, ...] = (
          "under it; dtr run", budget=900, tier=True, after=("setup", "s3 build")),
     # After the S3 server's build too: a run with no volume trains from, backs up into and exports to the server as
     # a pod on the three nodes (tests/multinode/test_object_store.py), which fails rather than skips without it.
-    # After the node tier, beside the node faults: alone at the end (after the node's stop) it kept half the machine
-    # idle for ten minutes (cpu busy 0.48-0.50: its tests wait on nodes going and coming back), and a node's faults
-    # are its own (devcluster/node.py: the single node and the three share no process, directory or interface).
+    # After the single node's stop: its CPU and memory go to the three nodes.
     Step("multinode", make("test-multinode"),
          "three nodes: pods, policies, a run across nodes, one with no volume (S3), node faults each resumed to "
          "Succeeded, a drain then a lost node in one run",
          # 480 before the resume (issue 41): the node faults now run to Succeeded, two of them until a lost node is
          # back; 613 s in the warm CI run of 16f1e0e (2026-12-05), 708-727 s at 9154ac7 and e17db83, 570 s at cb43cbb
          # with the node-fault runs at 20 epochs (tests/multinode/test_node_faults.py).
-         budget=650, tier=True, multinode=True, after=("setup", "multinode start", "s3 build", "node", "node runs"),
+         budget=650, tier=True, multinode=True, after=("setup", "multinode start", "s3 build", "node stop"),
          env=(("DTR_S3_REQUIRED", "1"),)),
     Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from every part",
          after=("reliability", "node faults")),
