@@ -5,18 +5,16 @@ without it, one after the other, on the same node and operator.
                               [--rule halving [--min-epochs 2] [--factor 3]] [--name results]
                                                   (`make bench-sweep`, root; the images built: `make images`)
 
-Both sweeps are examples/sweep-digits.yaml's (the built-in cnn on digits, 2 workers a trial, 2 trials at a time,
-the same seed, so the same 8 points), with --epochs each; one keeps its earlyStopping (median, warm-up 2 epochs,
-2 finished trials; or with --rule halving, successive halving from epoch --min-epochs, 1 in --factor going on), the
-other has none.
-Measured for each: the wall time from creation to Succeeded, the best
-trial and its value, the trials stopped and each trial's curve as the sweep's status holds it (so another rule can be
-tried on paper against the same curves). --lr-min/--lr-max widen the
-learning rate's range (the example's: 1e-4 to 3e-2, where every trial ends near the best): what early stopping saves
-depends on how many trials are weak, as when a range of several decades is searched; such a sweep may fail trials
-(a loss gone NaN), so both sweeps let every trial fail. The goal is on the ratio of
-the two wall times (<= 0.6) and the difference of the best values (<= 0.01). Writes bench/sweep/<name>.json and
-.md; nothing here is a timed test.
+Both sweeps are examples/sweep-digits.yaml's (the built-in cnn on digits, 2 workers a trial, 2 trials at a time, the
+same seed, so the same 8 points), with --epochs each; one keeps its earlyStopping (median, warm-up 2 epochs, 2
+finished trials; or with --rule halving, successive halving from epoch --min-epochs, 1 in --factor going on), the
+other has none. Measured for each: the wall time from creation to Succeeded, the best trial and its value, the
+trials stopped and each trial's curve as the sweep's status holds it (another rule can be tried on paper against
+them; a run's early epochs differ from another's, its final values do not). --lr-min/--lr-max widen the learning
+rate's range (the example's: 1e-4 to 3e-2, where every trial ends near the best): what early stopping saves depends
+on how many trials are weak, as when a range of several decades is searched; such a sweep may fail trials (a loss
+gone NaN), so both sweeps let every trial fail. The goal is on the ratio of the two wall times (<= 0.6) and the
+difference of the best values (<= 0.01). Writes bench/sweep/<name>.json and .md; nothing here is a timed test.
 """
 
 from __future__ import annotations
