@@ -106,8 +106,11 @@ def main() -> None:
     parser.add_argument("--lr-min", type=float)
     parser.add_argument("--lr-max", type=float)
     parser.add_argument("--rule", choices=("median", "halving"), default="median")
-    parser.add_argument("--min-epochs", type=int, default=2, help="halving: the first rung")
-    parser.add_argument("--factor", type=int, default=3, help="halving: 1 in this many goes on at each rung")
+    # The CRD's bounds (earlyStopping.halving), refused here in one line rather than by kubectl apply mid-bench.
+    parser.add_argument("--min-epochs", type=int, default=2, choices=range(1, 10001), metavar="1..10000",
+                        help="halving: the first rung")
+    parser.add_argument("--factor", type=int, default=3, choices=range(2, 11), metavar="2..10",
+                        help="halving: 1 in this many goes on at each rung")
     parser.add_argument("--name", default="results")
     args = parser.parse_args()
     lr = (args.lr_min, args.lr_max) if args.lr_min and args.lr_max else None
