@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +107,43 @@ def sigterm_interrupts() -> Iterator[None]:
 
 def _interrupt(*_: Any) -> None:
     raise KeyboardInterrupt
+
+
+class Asked:
+    """Whether Ctrl-C or SIGTERM came, for a command's waiting loop (interrupts_asked)."""
+
+    def __init__(self) -> None:
+        self.stop = False
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, less once asked to stop; whether asked."""
+        deadline = time.monotonic() + seconds
+        while not self.stop and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, ASKED_POLL_SECONDS))
+        return self.stop
+
+
+ASKED_POLL_SECONDS = 0.1
+
+
+@contextlib.contextmanager
+def interrupts_asked() -> Iterator[Asked]:
+    """Ctrl-C and SIGTERM inside the block only set Asked.stop, for a loop that waits until then: the interrupt is
+    seen between two requests, never raised inside one, where a KeyboardInterrupt can leave a lock of the
+    connection pool held and the clean-up's own request (the pod's DELETE) wait on it for ever. The handler takes
+    no lock: a signal may land while the main thread holds any."""
+    asked = Asked()
+
+    def handler(*_: Any) -> None:
+        asked.stop = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts the clean-up itself
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield asked
+    finally:
+        for sig, was in previous.items():
+            signal.signal(sig, was)
 
 
 # ---- argument types ---------------------------------------------------------------------------------

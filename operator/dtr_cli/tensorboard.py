@@ -7,26 +7,28 @@
 from __future__ import annotations
 
 import argparse
-import time
 
 from dtr_contract import layout
 
 from dtr_operator.api import KIND
 
-from .command import Failed, client_for, port, seconds, sigterm_interrupts
+from .command import Failed, client_for, interrupts_asked, port, seconds, sigterm_interrupts
 
 CHECK_SECONDS = 5.0  # how often a serving TensorBoard is checked (its process, its pod) while we wait for Ctrl-C
 
 
 def _tensorboard(args: argparse.Namespace) -> None:
-    with sigterm_interrupts():  # stop() on the way out, as on Ctrl-C
+    with sigterm_interrupts():  # while it starts, the pod is deleted on the way out, as on Ctrl-C
         handle = client_for(args).backend.tensorboard(args.run, args.port, args.timeout, not args.no_wait)
-        try:
-            print(f"TensorBoard for {args.run}: {handle.url}", flush=True)
-            while (why := handle.ended()) is None:
-                time.sleep(CHECK_SECONDS)
-        finally:
-            handle.stop()
+        with interrupts_asked() as asked:  # while it serves, Ctrl-C ends the wait between two checks
+            try:
+                print(f"TensorBoard for {args.run}: {handle.url}", flush=True)
+                while (why := handle.ended()) is None and not asked.wait(CHECK_SECONDS):
+                    pass
+            finally:
+                handle.stop()
+    if asked.stop:
+        raise KeyboardInterrupt
     raise Failed(why)
 
 

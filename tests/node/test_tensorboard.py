@@ -69,7 +69,7 @@ def test_a_finished_runs_loss_is_served_from_a_read_only_restricted_pod_through_
     assert real_node.cluster.kubectl_json("get", "networkpolicy", RUN, "-n", namespace)["spec"] == policy
 
     # dtr tensorboard: the URL once it answers, the pod deleted on Ctrl-C.
-    env = {**os.environ, "KUBECONFIG": str(real_node.cluster.kubeconfig)}
+    env = {**os.environ, "KUBECONFIG": str(real_node.cluster.kubeconfig), "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen([str(DTR), "tensorboard", RUN, "-n", namespace], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     try:
@@ -79,7 +79,13 @@ def test_a_finished_runs_loss_is_served_from_a_read_only_restricted_pod_through_
         assert line.startswith(f"TensorBoard for {RUN}: http://127.0.0.1:"), (line, proc.stderr)
         assert loss_steps(line.split(": ", 1)[1]) == list(range(EPOCHS))
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130
+        try:
+            _, err = proc.communicate(timeout=60)  # stderr read, so a full pipe cannot hold it
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler: where each of its threads is, on stderr
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"dtr tensorboard did not exit within 60 s of Ctrl-C; its threads:\n{err[-20000:]}")
+        assert proc.returncode == 130, err
     finally:
         if proc.poll() is None:
             proc.kill()
