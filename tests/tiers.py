@@ -151,12 +151,12 @@ STEPS: tuple[Step, ...] = (
     Step("node stop", NODE_DOWN, "the shared node stopped, its images and volumes removed",
          after=("node", "node faults")),
     Step("multinode build", make("multinode-build"), "flanneld and its CNI plugin", after=("node build",)),
-    # Never beside integration: its install beside it made integration 757 s (722ead6), over 1.5 x its budget. So
-    # it starts beside the node tier, and the multinode tier (half its time waiting on lost nodes' clocks) is ready
-    # when the node tier ends (three idle nodes: ~2 x the 4% of 2 cores a single idle node takes).
+    # After the node tier: started sooner, the three nodes' idle kubelets and containerds would take CPU from every
+    # tier until theirs; beside the node faults (a node's faults are its own: devcluster/node.py) they are ready
+    # when the single node stops.
     Step("multinode start", (*CLUSTER, "up", "--install", "--nodes", "3", "--dir", str(CLUSTER_DIR)),
          "three nodes: control plane, nodes, images imported into each, operator installed",
-         after=("setup", "images", "multinode build"), apart=("integration",)),
+         after=("setup", "images", "multinode build", "node")),
     # The S3 server's Go build (cold ~10 min, warm seconds) and its tests against it as a local process (the
     # pod's: docs/cluster.md). After the node's build: the two Go builds one after the other.
     Step("s3 build", make("s3-build"), "SeaweedFS's weed and its image from source", after=("node build",)),
@@ -169,16 +169,14 @@ STEPS: tuple[Step, ...] = (
          "under it; dtr run", budget=900, tier=True, after=("setup", "s3 build")),
     # After the S3 server's build too: a run with no volume trains from, backs up into and exports to the server as
     # a pod on the three nodes (tests/multinode/test_object_store.py), which fails rather than skips without it.
-    # Never beside the node tier (both train a dozen workers at once); beside the node faults, whose faults are the
-    # single node's own (its processes by pid, its containerd's shims, its bridge: the three nodes live in network
-    # namespaces and cgroup roots of their own, devcluster/cluster.py).
+    # After the single node's stop: its CPU and memory go to the three nodes.
     Step("multinode", make("test-multinode"),
          "three nodes: pods, policies, a run across nodes, one with no volume (S3), node faults each resumed to "
          "Succeeded, a drain then a lost node in one run",
          # 480 before the resume (issue 41): the node faults now run to Succeeded, two of them until a lost node is
          # back; 613 s in the warm CI run of 16f1e0e (2026-12-05), 708-727 s at 9154ac7 and e17db83, 570 s at cb43cbb
          # with the node-fault runs at 20 epochs (tests/multinode/test_node_faults.py).
-         budget=650, tier=True, multinode=True, after=("setup", "multinode start", "s3 build"), apart=("node",),
+         budget=650, tier=True, multinode=True, after=("setup", "multinode start", "s3 build", "node stop"),
          env=(("DTR_S3_REQUIRED", "1"),)),
     Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from every part",
          after=("reliability", "node faults")),
