@@ -337,12 +337,13 @@ class Cluster:
         if not ids:
             raise ClusterError("the operator's and trainer's images are not built: run `make images`")
         stamp = self.root / "images.tar.ids"
-        if not (tar.exists() and stamp.exists() and stamp.read_text() == ids):
+        # Nodes started with the images built have them from the seed already (devcluster/imagestore.py).
+        stale = [node for node in self.nodes if not self._has_images(node, ids)]
+        if stale and not (tar.exists() and stamp.exists() and stamp.read_text() == ids):
             t0 = time.monotonic()
             nd.run(["docker", "save", "-o", str(tar), *nd.image_names()], timeout=900)
             stamp.write_text(ids)
             self.log(f"docker save in {time.monotonic() - t0:.0f} s")
-        stale = [node for node in self.nodes if not self._has_images(node, ids)]
         seconds = self._import(tar, stale)
         for node in stale:
             (node.layout.root / "imported-images").write_text(ids)

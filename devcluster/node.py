@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devcluster import controlplane as cp
-from devcluster import s3
+from devcluster import imagestore, s3
 
 HERE = Path(__file__).resolve().parent
 
@@ -504,9 +504,10 @@ class Node:
         self.stop()
         if self.build:
             self._build()
+        seed = self._seed()
         t0 = time.monotonic()
         try:
-            state = self._start_all()
+            state = self._start_all(seed)
         except BaseException:
             self.stop()
             raise
@@ -716,7 +717,19 @@ class Node:
             raise NodeError(f"no control plane runs in {self.plane.dir}")
         return f"https://{self.apiserver_ip}:{state.ports.apiserver}"
 
-    def _start_all(self) -> NodeState:
+    def _seed(self) -> tuple[Path, str] | None:
+        """The seed of both images as built now (devcluster/imagestore.py) and their IDs; None when they are not
+        built (no Docker, or `make images` not run): install() imports them then, as before."""
+        ids = built_image_ids()
+        if not ids:
+            return None
+        version = pinned(HERE / "versions.env")["CONTAINERD_VERSION"]
+        try:
+            return imagestore.seeded(self.plane.cache, self.bin, ids, image_names(), version, self.log), ids
+        except imagestore.SeedError as err:
+            raise NodeError(f"the images' seed for the node's containerd: {err}") from None
+
+    def _start_all(self, seed: tuple[Path, str] | None = None) -> NodeState:
         spec, layout = self.spec, self.layout
         binaries = {c: self._binary(c) for c in self.components}
         for extra in ("ctr", "containerd-shim-runc-v2", "runc"):
@@ -726,6 +739,13 @@ class Node:
             raise NodeError(f"no CNI plugins in {cni_bin}: apt-get install containernetworking-plugins")
         cni_bins = [cni_bin, self.bin / "cni"] if spec.shared else [cni_bin]
         self._prepare_dir()
+        imported = layout.root / "imported-images"
+        imported.unlink(missing_ok=True)
+        if seed is not None:  # both images there before containerd starts: install() imports nothing
+            t0 = time.monotonic()
+            imagestore.plant(seed[0], layout.sub("containerd") / "root")
+            imported.write_text(seed[1])
+            self.log(f"images planted from the seed in {time.monotonic() - t0:.1f} s")
         pki = self.plane.layout.pki
         # The kubelet's identity for the Node authorizer.
         kubelet_cert = f"kubelet-{spec.name}"
