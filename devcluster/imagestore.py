@@ -13,16 +13,16 @@ links, never the seed's files. A new pair of IDs makes a new seed and removes th
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from devcluster import controlplane as cp
 
 SEEDS = "containerd-seed"  # under the build cache
 # A unix socket's path must fit 108 bytes: a short fixed home for the seed's own containerd (one at a time: the lock).
@@ -81,7 +81,7 @@ def seeded(cache: Path, bin_dir: Path, image_ids: str, images: Sequence[str], co
     seeds = cache / SEEDS
     seeds.mkdir(parents=True, exist_ok=True)
     key = seed_key(image_ids, containerd_version)
-    with _locked(seeds / ".lock"):
+    with cp.file_lock(seeds / ".lock"):
         final = seeds / key
         if not (final / "root").is_dir():
             t0 = time.monotonic()
@@ -91,16 +91,6 @@ def seeded(cache: Path, bin_dir: Path, image_ids: str, images: Sequence[str], co
                 if old.is_dir() and old.name != key:
                     shutil.rmtree(old, ignore_errors=True)
     return final / "root"
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _make(final: Path, bin_dir: Path, images: Sequence[str]) -> None:

@@ -58,3 +58,20 @@ def test_a_planted_root_links_the_layers_copies_the_databases_and_leaves_out_the
     shutil.rmtree(node)
     assert (seed / "io.containerd.metadata.v1.bolt" / "meta.db").read_bytes() == b"bolt"
     assert (seed / blob).read_bytes() == b"layer"
+
+
+def test_a_seed_is_made_once_per_key_and_a_new_key_removes_the_old_seeds(tmp_path: Path, monkeypatch) -> None:
+    made: list[str] = []
+
+    def make(final: Path, bin_dir: Path, images) -> None:
+        made.append(final.name)
+        (final / "root").mkdir(parents=True)
+
+    monkeypatch.setattr(imagestore, "_make", make)
+    said: list[str] = []
+    first = imagestore.seeded(tmp_path, tmp_path / "bin", "sha256:a\n", ["op", "trainer"], "v2.4.2", said.append)
+    assert imagestore.seeded(tmp_path, tmp_path / "bin", "sha256:a\n", ["op", "trainer"], "v2.4.2", said.append) \
+        == first and len(made) == 1  # fmt: skip
+    second = imagestore.seeded(tmp_path, tmp_path / "bin", "sha256:b\n", ["op", "trainer"], "v2.4.2", said.append)
+    assert second != first and second.is_dir() and not first.parent.exists() and len(made) == 2
+    assert len(said) == 2 and all(line.startswith("images seeded in ") for line in said), said
