@@ -117,6 +117,7 @@ def _make(final: Path, bin_dir: Path, images: Sequence[str]) -> None:
     finally:
         _stop(containerd)
         shutil.rmtree(RUN_DIR, ignore_errors=True)
+    shutil.rmtree(final, ignore_errors=True)  # one left without its root by hand
     os.rename(partial, final)
 
 
