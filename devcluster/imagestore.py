@@ -27,7 +27,8 @@ from devcluster import controlplane as cp
 SEEDS = "containerd-seed"  # under the build cache
 # A unix socket's path must fit 108 bytes: a short fixed home for the seed's own containerd (one at a time: the lock).
 RUN_DIR = Path("/run/dtr-seed")
-COPIED = ("meta.db", "metadata.db")  # containerd's metadata and the overlayfs snapshotter's: written in place
+# containerd's metadata and the overlayfs snapshotter's, below its root: bolt databases written in place
+COPIED = ("io.containerd.metadata.v1.bolt/meta.db", "io.containerd.snapshotter.v1.overlayfs/metadata.db")
 DROPPED = ("io.containerd.grpc.v1.introspection",)  # its instance UUID: each containerd makes its own
 START_SECONDS = 60.0
 IMPORT_SECONDS = 900.0
@@ -64,12 +65,9 @@ def plant(seed_root: Path, root: Path) -> None:
     if linked.returncode != 0:  # the cache on another file system: no links across it
         shutil.rmtree(root, ignore_errors=True)
         subprocess.run(["cp", "-a", str(seed_root), str(root)], check=True)
-    for here, _dirs, files in os.walk(root):
-        for name in files:
-            if name in COPIED:
-                path = Path(here) / name
-                path.unlink()
-                shutil.copy2(seed_root / path.relative_to(root), path)
+    for name in COPIED:
+        (root / name).unlink()
+        shutil.copy2(seed_root / name, root / name)
     for name in DROPPED:
         shutil.rmtree(root / name, ignore_errors=True)
 

@@ -109,6 +109,9 @@ def _interrupt(*_: Any) -> None:
     raise KeyboardInterrupt
 
 
+ASKED_POLL_SECONDS = 0.1
+
+
 class Asked:
     """Whether Ctrl-C or SIGTERM came, for a command's waiting loop (interrupts_asked)."""
 
@@ -121,9 +124,6 @@ class Asked:
         while not self.stop and (left := deadline - time.monotonic()) > 0:
             time.sleep(min(left, ASKED_POLL_SECONDS))
         return self.stop
-
-
-ASKED_POLL_SECONDS = 0.1
 
 
 @contextlib.contextmanager
