@@ -265,6 +265,10 @@ bench-operator: setup-op cluster-build $(VENV_OP)/.bench-operator ## operator la
 	$(OP)/python -m bench.operator.run $(ARGS)
 
 .PHONY: bench-progress
+.PHONY: bench-nodestart
+bench-nodestart: setup images node-build ## a node's up --install with the images' seed and with it made first (root) -> bench/nodestart/results.*
+	$(OP)/python -m bench.nodestart.run $(ARGS)
+
 bench-progress: setup images node-build ## status.progress latency, epoch end -> kubectl get, on the real node (root) -> bench/progress/results.*
 	$(OP)/python -m bench.progress.run $(ARGS)
 
