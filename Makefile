@@ -264,11 +264,11 @@ $(VENV_OP)/.bench-operator: bench/operator/requirements.txt $(OP)/dtr
 bench-operator: setup-op cluster-build $(VENV_OP)/.bench-operator ## operator latency/throughput/RSS vs the training-operator -> bench/operator/results.*
 	$(OP)/python -m bench.operator.run $(ARGS)
 
-.PHONY: bench-progress
 .PHONY: bench-nodestart
 bench-nodestart: setup images node-build ## a node's up --install with the images' seed and with it made first (root) -> bench/nodestart/results.*
 	$(OP)/python -m bench.nodestart.run $(ARGS)
 
+.PHONY: bench-progress
 bench-progress: setup images node-build ## status.progress latency, epoch end -> kubectl get, on the real node (root) -> bench/progress/results.*
 	$(OP)/python -m bench.progress.run $(ARGS)
 
