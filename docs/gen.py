@@ -335,8 +335,8 @@ def render_ci_costs(repo: Path = REPO) -> str:
     costs = json.loads((repo / tiers.COSTS.relative_to(tiers.REPO)).read_text())
     runs = (costs.get("cold"), costs.get("warm"))
     lines = [_run_line("cold", runs[0]), _run_line("warm", runs[1]), *_ci_line(costs.get("ci")), "",
-             f"| step | what | cold | warm | warm budget (fails at x{tiers.BUDGET_SLACK}) | tests |",
-             "|---|---|---:|---:|---:|---:|",
+             f"| step | what | cold | warm | warm CPU | warm budget (fails at x{tiers.BUDGET_SLACK}) | tests |",
+             "|---|---|---:|---:|---:|---:|---:|",
              *(_step_row(step, runs) for step in tiers.STEPS)]
     part_rows = [row for step in tiers.STEPS for row in _part_rows(step.name, runs)]
     if part_rows:
@@ -374,10 +374,12 @@ def _test_count(run: dict[str, Any] | None, name: str) -> str:
 
 def _step_row(step: Any, runs: Runs) -> str:
     after = f" (after *{'*, *'.join(step.after)}*)" if step.after else ""
+    after += "; light: takes no slot" if step.light else ""
     cold, warm = (_minutes(_step_record(run, step.name).get("seconds")) for run in runs)
     tests = _test_count(runs[1], step.name) or _test_count(runs[0], step.name)
+    cpu = _step_record(runs[1], step.name).get("cpu seconds")
     return (f"| {step.name} | {step.what}{after} | "
-            f"{cold} | {warm} | {_minutes(step.budget)} | {tests} |")
+            f"{cold} | {warm} | {_minutes(cpu)} | {_minutes(step.budget)} | {tests} |")
 
 
 def _part_rows(name: str, runs: Runs) -> list[str]:

@@ -13,8 +13,10 @@ tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
   for it, from the last recorded run of the kind expected (docs/ci-costs.json; UNKNOWN_SECONDS for a
   step never timed), so the chain to the node tiers starts first and short independent tiers fill
   the gaps. Quick checks (`early`: lint, unit) go before any of them: a run that fails mostly fails
-  there. A step never runs beside the steps it is `apart` from. The choice is a pure function
-  (next_step); the slots are threads that each wait on one process;
+  there. A step never runs beside the steps it is `apart` from. A `light` step (one that mostly waits:
+  its processes' CPU seconds, recorded per step, under LIGHT_LOAD of its seconds) runs beside the
+  slots' steps without taking a slot. The choice is a pure function (next_step); the slots are
+  threads that each wait on one process;
 - one real node (control plane, containerd, kubelet, both images imported, the operator installed)
   serves every tier that needs one: DTR_NODE_DIR reaches their fixtures (tests/support/node.py).
 
@@ -56,6 +58,9 @@ CLUSTER_DIR = REPO / ".dtr" / "ci-multinode"
 OP_PYTHON = str(REPO / ".venv" / "op" / "bin" / "python")
 COSTS = REPO / "docs" / "ci-costs.json"
 SLOTS = 2  # steps at once: the 2 cores of CI's machine, as most steps mostly wait or use one
+# A step whose processes kept less than this of one core busy over its seconds, in the recorded warm run, mostly
+# waits (on the operator's clocks, on a control plane): it may be `light` (tests/unit/ci/test_tiers.py checks).
+LIGHT_LOAD = 0.35
 BUDGET_SLACK = 1.5  # a warm tier may take half as long again as its budget before the run fails
 QUIET_TAIL = 15  # lines printed of a step's log that was not streamed, when it passes
 # The most disk a run wrote, measured (least free space over the run, against the start; docs/ci-costs.json
@@ -76,6 +81,7 @@ class Step:
     after: tuple[str, ...] = ()  # steps that must have passed first (earlier in STEPS)
     apart: tuple[str, ...] = ()  # steps it never runs beside, whichever starts first
     early: bool = False  # a quick check that fails most runs that fail: before any other ready step
+    light: bool = False  # mostly waits (LIGHT_LOAD): runs beside the slots' steps, taking no slot
     env: tuple[tuple[str, str], ...] = ()  # more of the step's environment
 
 
@@ -126,22 +132,25 @@ STEPS: tuple[Step, ...] = (
     Step("node start", (*NODE, "up", "--install", "--dir", str(NODE_DIR)),
          "the shared node: control plane, node, images imported, operator installed",
          after=("setup", "images", "node build")),
-    # Warm: 455-459 s (233efa2, ae363d6), 526 s (16f1e0e), 610 s here at 975b8aa beside a second test run, with the
-    # isolation round 2 tests (the operator's admission policy, Pod Security, quotas): 400 had left no room. Then
-    # 588 s (4e62121), 678 s (6b71451) and 687 s (9154ac7, 289 tests with the sweeps': over 1.5 x 450, so a run of
-    # 3000 passed tests failed on it): 500. Its slowest wait on the operator's own clocks (a resumed run's pod wait,
-    # 77 s; the 20 s looks at pods that do not start, ~40 s each): what issue 44 would cut.
-    Step("integration", make("test-integration"), "the operator on a real control plane", budget=500, tier=True,
-         after=("setup", "control-plane build")),
     # Apart from integration: the two start training-operators of their own on the host, one webhook pair per
     # machine.
     Step("reliability", pytest("tests/reliability", f"--ignore={NODE_FAULTS}", f"--ignore={ATTACKS}"),
          "invalid runs, generated specs, control-plane faults, Pod Security", budget=270, tier=True,
          after=("setup", "control-plane build"), apart=("integration",)),
-    # After integration too: the node tier's own-model runs (a dozen TF workers at once) starved the
-    # integration tier's training-operator past its 60 s waits when the two overlapped.
     Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=1300, tier=True, node=True,
-         after=("node start", "integration")),
+         after=("node start",)),
+    # Warm: 455-459 s (233efa2, ae363d6), 526 s (16f1e0e), 610 s here at 975b8aa beside a second test run, with the
+    # isolation round 2 tests (the operator's admission policy, Pod Security, quotas): 400 had left no room. Then
+    # 588 s (4e62121), 678 s (6b71451) and 687 s (9154ac7, 289 tests with the sweeps': over 1.5 x 450, so a run of
+    # 3000 passed tests failed on it): 500. Its slowest wait on the operator's own clocks (a resumed run's pod wait,
+    # 77 s; the 20 s looks at pods that do not start, ~40 s each). Light: no kubelet, no TensorFlow; in the cold run
+    # of 2026-12-06 its pytest process used 26 CPU seconds in 631 s (a sampler of every process, where its control
+    # plane's share could not be told from the node's); each run records its CPU seconds since. After the node tier:
+    # that tier's own-model runs (a dozen TF workers at once) starved this tier's training-operator past its 60 s
+    # waits when the two overlapped, and before it (until 2026-12-06) it held the node tier, and so the single
+    # node's and the three nodes' tiers after it, back by its 700 s: the run's longest chain.
+    Step("integration", make("test-integration"), "the operator on a real control plane", budget=500, tier=True,
+         after=("setup", "control-plane build", "node"), light=True),
     # Apart from reliability: both parts merge their records into one ledger file as they end
     # (tests/reliability/ledger.py).
     Step("node faults", pytest(NODE_FAULTS, ATTACKS),
@@ -190,11 +199,16 @@ class Result:
     rc: int | None  # None: not run (a step it needs failed, or the run stopped)
     busy: float | None = None  # the machine's CPUs busy over the step, 0..1 (every process, every slot)
     start: float | None = None  # seconds from the run's start
+    # CPU seconds of the step's own processes and of every descendant they waited for (getrusage); not a node's
+    # pods, which are containerd's children, nor a daemon that left its parent (dockerd)
+    cpu: float | None = None
 
     def row(self) -> dict[str, Any]:
         row: dict[str, Any] = {"name": self.step.name, "seconds": round(self.seconds, 1), "rc": self.rc}
         if self.start is not None:
             row["start"] = round(self.start, 1)
+        if self.cpu is not None:
+            row["cpu seconds"] = round(self.cpu, 1)
         return row if self.busy is None else {**row, "cpu busy": round(self.busy, 2)}
 
 
@@ -235,14 +249,17 @@ def blocked_steps(pending: list[Step], results: dict[str, Result]) -> list[Step]
     return [s for s in pending if any(name in results and results[name].rc != 0 for name in s.after)]
 
 
-def next_step(ready: list[Step], running: list[Step], rank: dict[str, float]) -> Step | None:
-    """What a free slot starts: of the ready steps that may run beside the running ones, an early one, else the one
-    with the longest critical path (the first of equals in STEPS' order); None: none, the slot waits for a step to
-    end."""
-    def beside(step: Step) -> bool:
-        return not any(other.name in step.apart or step.name in other.apart for other in running)
+def next_step(ready: list[Step], running: list[Step], rank: dict[str, float], slots: int = SLOTS) -> Step | None:
+    """What starts now: of the ready steps that may run beside the running ones (a light one always, another while
+    fewer than `slots` steps that are not light run), an early one, else the one with the longest critical path (the
+    first of equals in STEPS' order); None: none, the run waits for a step to end."""
+    free = sum(not s.light for s in running) < slots
 
-    return max((s for s in ready if beside(s)), key=lambda s: (s.early, rank.get(s.name, 0.0)), default=None)
+    def may_start(step: Step) -> bool:
+        apart = any(other.name in step.apart or step.name in other.apart for other in running)
+        return not apart and (step.light or free)
+
+    return max((s for s in ready if may_start(s)), key=lambda s: (s.early, rank.get(s.name, 0.0)), default=None)
 
 
 # ---- the shell: processes in slots -------------------------------------------------------------------------
@@ -311,7 +328,7 @@ def run_step(run: Run, step: Step) -> Result:
             out.write(chunk)
             if live:
                 print(text.decode(chunk), end="", flush=True)
-        rc = proc.wait()
+        rc, cpu = wait_with_cpu(proc)
     with run.lock:
         run.running.pop(step.name, None)
         if live:
@@ -321,12 +338,23 @@ def run_step(run: Run, step: Step) -> Result:
         lines = log.read_text(errors="replace").splitlines()
         print("\n".join(lines[-QUIET_TAIL:]) if rc == 0 else "\n".join(lines)[-30000:], flush=True)
     say(f"{step.name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {took:.0f} s")
-    return Result(step, took, rc, busy=busy_between(cpu0, cpu_times()), start=start)
+    return Result(step, took, rc, busy=busy_between(cpu0, cpu_times()), start=start, cpu=cpu)
+
+
+def wait_with_cpu(proc: subprocess.Popen[bytes]) -> tuple[int, float | None]:
+    """The process's exit code, and the CPU seconds it and the descendants it waited for used (wait4's rusage);
+    None when another thread reaped it first (stop_everything's poll)."""
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except ChildProcessError:
+        return proc.wait(), None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_utime + usage.ru_stime
 
 
 def run_slots(run: Run, rank: dict[str, float]) -> None:
-    """Every chosen step, each in a slot of its own once the steps it needs have passed, up to run.slots at once,
-    chosen by next_step; a step that can no longer start is recorded as not run."""
+    """Every chosen step, each in a slot of its own once the steps it needs have passed, up to run.slots at once
+    (light steps aside), chosen by next_step; a step that can no longer start is recorded as not run."""
     pending, running = list(run.chosen), {}  # name -> step
     ended: queue.Queue[str] = queue.Queue()
     chosen = {s.name for s in run.chosen}
@@ -348,8 +376,8 @@ def run_slots(run: Run, rank: dict[str, float]) -> None:
         for step in blocked_steps(pending, run.results) if not run.stop.is_set() else list(pending):
             pending.remove(step)
             run.results[step.name] = Result(step, 0.0, None)
-        while len(running) < run.slots and pending:
-            step = next_step(ready_steps(pending, run.results, chosen), list(running.values()), rank)
+        while pending:
+            step = next_step(ready_steps(pending, run.results, chosen), list(running.values()), rank, run.slots)
             if step is None:
                 break
             pending.remove(step)
@@ -516,15 +544,16 @@ def slowest_tests(doc: dict[str, Any], count: int = 10) -> list[list[Any]]:
 def print_table(doc: dict[str, Any]) -> None:
     budgets = {s.name: s.budget for s in STEPS}
     say(f"where the time went ({'warm' if doc['warm'] else 'cold: builds ran, budgets not enforced'})")
-    print(f"{'step':22} {'start':>6} {'seconds':>8} {'budget':>7} {'tests':>6} {'cpu busy':>8}  result")
+    print(f"{'step':22} {'start':>6} {'seconds':>8} {'budget':>7} {'tests':>6} {'cpu s':>6} {'cpu busy':>8}  result")
     for row in doc["steps"]:
         tests = sum((doc["tiers"].get(row["name"]) or {}).get("outcomes", {}).values())
         budget = budgets.get(row["name"])
         busy = f"{row['cpu busy']:.0%}" if "cpu busy" in row else ""
+        cpu = f"{row['cpu seconds']:.0f}" if "cpu seconds" in row else ""
         result = {0: "ok", None: "not run"}.get(row["rc"], f"exit {row['rc']}")
         start = f"{int(row['start']) // 60}:{int(row['start']) % 60:02d}" if "start" in row else ""
         print(f"{row['name']:22} {start:>6} {row['seconds']:8.0f} {budget or '':>7} "
-              f"{tests or '':>6} {busy:>8}  {result}")  # fmt: skip
+              f"{tests or '':>6} {cpu:>6} {busy:>8}  {result}")  # fmt: skip
     print(f"{'total':22} {'':>6} {doc['seconds']:8.0f}")
     if disk := doc.get("disk"):
         print(f"disk: {disk['free at start GB']} GB free at the start, at most {disk['used at most GB']} GB used")

@@ -65,6 +65,8 @@ def test_the_node_tiers_wait_for_the_node_start_and_take_turns_on_the_node() -> 
     faults, stop, multinode = (next(s for s in tiers.STEPS if s.name == n) for n in ("node faults", "node stop",
                                                                                       "multinode"))
     assert needs(faults, "node") and needs(stop, "node faults") and needs(multinode, "node stop")
+    # the node tier's TF workers starved the integration tier's training-operator when the two overlapped
+    assert needs(next(s for s in tiers.STEPS if s.name == "integration"), "node")
 
 
 def test_every_make_target_a_step_runs_has_its_prerequisites_built_by_steps_it_waits_for() -> None:
@@ -124,6 +126,28 @@ def test_a_step_waits_for_what_it_needs_and_never_runs_beside_a_step_it_is_apart
     assert tiers.blocked_steps([c], done) == []
     assert tiers.blocked_steps([c], {"a": tiers.Result(a, 1.0, 2)}) == [c]
     assert tiers.blocked_steps([c], {"a": tiers.Result(a, 0.0, None)}) == [c]
+
+
+def test_a_light_step_starts_beside_the_slots_steps_and_takes_no_slot() -> None:
+    one, two, three = step("one"), step("two"), step("three")
+    waits = tiers.Step("waits", ("true",), "waits", light=True)
+    rank = {"one": 1, "two": 1, "three": 9, "waits": 5}
+    assert tiers.next_step([three, waits], [one, two], rank, slots=2) is waits, "two slots taken: only a light one"
+    assert tiers.next_step([three], [one, two], rank, slots=2) is None
+    assert tiers.next_step([three], [one, waits], rank, slots=2) is three, "the light step holds no slot"
+    apart = tiers.Step("apart", ("true",), "apart", light=True, apart=("one",))
+    assert tiers.next_step([apart], [one], rank, slots=2) is None, "light, but still never beside what it is apart from"
+
+
+def test_a_light_step_mostly_waited_in_the_recorded_warm_run() -> None:
+    """`light` is a measurement: each light step's processes kept under LIGHT_LOAD of a core busy over its seconds in
+    the warm run docs/ci-costs.json holds (from when runs recorded each step's CPU seconds)."""
+    rows = {r["name"]: r for r in json.loads(tiers.COSTS.read_text())["warm"]["steps"]}
+    for light in (s for s in tiers.STEPS if s.light):
+        assert not light.node and not light.multinode, f"{light.name}: a node's pods are not its processes"
+        row = rows.get(light.name)
+        if row and "cpu seconds" in row:
+            assert row["cpu seconds"] < tiers.LIGHT_LOAD * row["seconds"], row
 
 
 def test_the_expected_seconds_are_the_recorded_run_of_the_kind_expected_else_of_the_other() -> None:
