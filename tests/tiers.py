@@ -143,13 +143,13 @@ STEPS: tuple[Step, ...] = (
     # Warm: 455-459 s (233efa2, ae363d6), 526 s (16f1e0e), 610 s here at 975b8aa beside a second test run, with the
     # isolation round 2 tests (the operator's admission policy, Pod Security, quotas): 400 had left no room. Then
     # 588 s (4e62121), 678 s (6b71451) and 687 s (9154ac7, 289 tests with the sweeps': over 1.5 x 450, so a run of
-    # 3000 passed tests failed on it): 500. Its slowest wait on the operator's own clocks (a resumed run's pod wait,
-    # 77 s; the 20 s looks at pods that do not start, ~40 s each): 700, what it takes (689-757 s warm in the last
-    # six runs). Light (LIGHT_LOAD): no kubelet, no TensorFlow; its processes, its control plane's included, half a
-    # core (362 CPU seconds in 716 s at 76a4734). After the node tier:
-    # that tier's own-model runs (a dozen TF workers at once) starved this tier's training-operator past its 60 s
-    # waits when the two overlapped, and before it (until 2026-12-06) it held the node tier, and so the single
-    # node's and the three nodes' tiers after it, back by its 700 s: the run's longest chain.
+    # 3000 passed tests failed on it): 500. Then 689-757 s in six runs: 700, what it takes; its slowest tests wait on
+    # the operator's own clocks (a resumed run's pod wait, 77 s; the 20 s looks at pods that do not start, ~40 s
+    # each). Light (LIGHT_LOAD): no kubelet, no TensorFlow; its processes, its control plane's included, kept half a
+    # core busy (362 CPU seconds in 716 s at 76a4734). After the node tier: that tier's own-model runs (a dozen TF
+    # workers at once) starved this tier's training-operator past its 60 s waits when the two overlapped, and
+    # before it (until 2026-12-06) it held the node tier, and so the single node's and the three nodes' tiers
+    # after it, back by its 700 s: the run's longest chain.
     Step("integration", make("test-integration"), "the operator on a real control plane", budget=700, tier=True,
          after=("setup", "control-plane build", "node"), light=True),
     # Apart from reliability: both parts merge their records into one ledger file as they end
@@ -200,7 +200,7 @@ class Result:
     rc: int | None  # None: not run (a step it needs failed, or the run stopped)
     busy: float | None = None  # the machine's CPUs busy over the step, 0..1 (every process, every slot)
     start: float | None = None  # seconds from the run's start
-    # CPU seconds of the step's own processes and of every descendant they waited for (getrusage); not a node's
+    # CPU seconds of the step's own processes and of every descendant they waited for (wait4's rusage); not a node's
     # pods, which are containerd's children, nor a daemon that left its parent (dockerd)
     cpu: float | None = None
 

@@ -141,13 +141,13 @@ def test_a_light_step_starts_beside_the_slots_steps_and_takes_no_slot() -> None:
 
 def test_a_light_step_mostly_waited_in_the_recorded_warm_run() -> None:
     """`light` is a measurement: each light step's processes kept under LIGHT_LOAD of a core busy over its seconds in
-    the warm run docs/ci-costs.json holds (from when runs recorded each step's CPU seconds)."""
+    the warm run docs/ci-costs.json holds (a step made light before a run measured it fails here)."""
     rows = {r["name"]: r for r in json.loads(tiers.COSTS.read_text())["warm"]["steps"]}
     for light in (s for s in tiers.STEPS if s.light):
         assert not light.node and not light.multinode, f"{light.name}: a node's pods are not its processes"
-        row = rows.get(light.name)
-        if row and "cpu seconds" in row:
-            assert row["cpu seconds"] < tiers.LIGHT_LOAD * row["seconds"], row
+        row = rows.get(light.name, {})
+        assert "cpu seconds" in row, f"{light.name}: no CPU seconds in the recorded warm run"
+        assert row["cpu seconds"] < tiers.LIGHT_LOAD * row["seconds"], row
 
 
 def test_the_expected_seconds_are_the_recorded_run_of_the_kind_expected_else_of_the_other() -> None:
