@@ -67,6 +67,8 @@ def test_the_node_tiers_wait_for_the_node_start_and_take_turns_on_the_node() -> 
     assert needs(faults, "node") and needs(stop, "node faults") and needs(multinode, "node stop")
     # the node tier's TF workers starved the integration tier's training-operator when the two overlapped
     assert needs(next(s for s in tiers.STEPS if s.name == "integration"), "node")
+    # the two reliability parts merge into one ledger as they end; the suite never holds the node faults back
+    assert needs(next(s for s in tiers.STEPS if s.name == "reliability"), "node faults")
 
 
 def test_every_make_target_a_step_runs_has_its_prerequisites_built_by_steps_it_waits_for() -> None:
