@@ -337,7 +337,7 @@ def render_ci_costs(repo: Path = REPO) -> str:
     lines = [_run_line("cold", runs[0]), _run_line("warm", runs[1]), *_ci_line(costs.get("ci")), "",
              f"| step | what | cold | warm | warm CPU | warm budget (fails at x{tiers.BUDGET_SLACK}) | tests |",
              "|---|---|---:|---:|---:|---:|---:|",
-             *(_step_row(step, runs) for step in tiers.STEPS)]
+             *(_step_row(step, runs, tiers.SIDE_NICE) for step in tiers.STEPS)]
     part_rows = [row for step in tiers.STEPS for row in _part_rows(step.name, runs)]
     if part_rows:
         lines += ["", "Inside the steps, as their own logs say (an install includes its import; "
@@ -372,9 +372,10 @@ def _test_count(run: dict[str, Any] | None, name: str) -> str:
     return str(count) if count else ""
 
 
-def _step_row(step: Any, runs: Runs) -> str:
+def _step_row(step: Any, runs: Runs, nice: int) -> str:
     after = f" (after *{'*, *'.join(step.after)}*)" if step.after else ""
     after += "; light: takes no slot" if step.light else ""
+    after += f"; side: nice {nice}" if step.side else ""
     cold, warm = (_minutes(_step_record(run, step.name).get("seconds")) for run in runs)
     tests = _test_count(runs[1], step.name) or _test_count(runs[0], step.name)
     cpu = _step_record(runs[1], step.name).get("cpu seconds")

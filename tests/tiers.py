@@ -17,6 +17,9 @@ tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
   its processes' CPU seconds, recorded per step, under LIGHT_LOAD of its seconds) runs beside the
   slots' steps without taking a slot. The choice is a pure function (next_step); the slots are
   threads that each wait on one process;
+- the node lane first for the cores too: a `side` step (one no node step waits for) runs at nice SIDE_NICE,
+  so the nodes' pods (kubepods, one cgroup) and the steps they need take the CPU they ask for, and the side
+  steps the rest;
 - one real node (control plane, containerd, kubelet, both images imported, the operator installed)
   serves every tier that needs one: DTR_NODE_DIR reaches their fixtures (tests/support/node.py).
 
@@ -62,6 +65,11 @@ SLOTS = 2  # steps at once: the 2 cores of CI's machine, as most steps mostly wa
 # waits (on the operator's clocks, on a control plane): it may be `light` (tests/unit/ci/test_tiers.py checks).
 # integration: 362 CPU seconds in 716 s (0.51) at 76a4734, the first run with it light (2151 s against 2924 s).
 LIGHT_LOAD = 0.55
+# The nice of a side step's processes. The pods of a node are one cgroup (kubepods: cpu.shares 2048 on 2 cores)
+# beside every process of the host's root cgroup, each at its nice's weight (1024 at 0): four TensorFlow
+# processes of the trainer and s3 tiers at nice 0 left the node's pods a third of the machine. At 10 (weight 110)
+# they take what the node lane leaves.
+SIDE_NICE = 10
 BUDGET_SLACK = 1.5  # a warm tier may take half as long again as its budget before the run fails
 QUIET_TAIL = 15  # lines printed of a step's log that was not streamed, when it passes
 # The most disk a run wrote, measured (least free space over the run, against the start; docs/ci-costs.json
@@ -83,6 +91,7 @@ class Step:
     apart: tuple[str, ...] = ()  # steps it never runs beside, whichever starts first
     early: bool = False  # a quick check that fails most runs that fail: before any other ready step
     light: bool = False  # mostly waits (LIGHT_LOAD): runs beside the slots' steps, taking no slot
+    side: bool = False  # no node step waits for it: runs at nice SIDE_NICE
     env: tuple[tuple[str, str], ...] = ()  # more of the step's environment
 
 
@@ -110,24 +119,25 @@ STEPS: tuple[Step, ...] = (
     # From the first second, beside setup: downloads and disk.
     Step("images", make("images"), "Docker engine, base images, both images"),
     Step("lint", make("lint"), "ruff, complexity (xenon), the import layers, the images' locks, shellcheck, hadolint",
-         after=("setup",), early=True),
-    Step("unit", make("test-unit"), "pure functions", budget=60, tier=True, after=("setup",), early=True),
+         after=("setup",), early=True, side=True),
+    Step("unit", make("test-unit"), "pure functions", budget=60, tier=True, after=("setup",), early=True,
+         side=True),
     Step("control-plane build", make("cluster-build"), "etcd, Kubernetes, training-operator from source"),
     # 610 s at 0775e2a beside the node tier (where the scheduler puts it), with test_sigterm_save (246 s) and the
     # experiment loop's tests; 315 s in the last recorded warm run, alone in its lane, before either.
     Step("trainer", make("test-trainer"), "real MWMS processes, the contract, the pinned list", budget=600, tier=True,
-         after=("setup",)),
+         after=("setup",), side=True),
     Step("e2e", make("test-e2e"), "dtr run and the client end to end, the notebook on local workers", budget=230,
-         tier=True, after=("setup",)),
+         tier=True, after=("setup",), side=True),
     Step("mlflow setup", make("setup-mlflow"), "the MLflow server's own environment (pinned), for the mlflow tier",
-         after=("setup",)),
+         after=("setup",), side=True),
     # A real MLflow server as a local process (its own environment, "mlflow setup"), a real 2-worker run logged to
     # it, one restarted after a lost worker, a dead and a silent server, dtr run (docs/tracking.md): 64 to 137 s warm
     # on a 2-CPU machine at load average 7 to 8 (other test runs beside it).
     Step("mlflow", make("test-mlflow"), "the chief's MLflow tracking against a real MLflow server (local process)",
-         budget=150, tier=True, after=("setup", "mlflow setup")),
+         budget=150, tier=True, after=("setup", "mlflow setup"), side=True),
     Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=110, tier=True,
-         after=("setup", "images")),
+         after=("setup", "images"), side=True),
     Step("node build", make("node-build"), "containerd, runc, CoreDNS, local-path, node images",
          after=("control-plane build",)),
     Step("node start", (*NODE, "up", "--install", "--dir", str(NODE_DIR)),
@@ -157,14 +167,14 @@ STEPS: tuple[Step, ...] = (
     # training-operators of their own on the host, one webhook pair per machine.
     Step("reliability", pytest("tests/reliability", f"--ignore={NODE_FAULTS}", f"--ignore={ATTACKS}"),
          "invalid runs, generated specs, control-plane faults, Pod Security", budget=270, tier=True,
-         after=("setup", "control-plane build", "node faults"), apart=("integration",)),
-    # The single node's work is done: its CPU goes to the several nodes' tier.
+         after=("setup", "control-plane build", "node faults"), apart=("integration",), side=True),
+    # The single node's work is done: its CPU and memory go to the several nodes' tier.
     Step("node stop", NODE_DOWN, "the shared node stopped, its images and volumes removed",
          after=("node", "node faults")),
     Step("multinode build", make("multinode-build"), "flanneld and its CNI plugin", after=("node build",)),
     # After the node tier: started sooner, the three nodes' idle kubelets and containerds would take CPU from every
-    # tier until theirs; beside the node faults (a node's faults are its own: devcluster/node.py) they are ready
-    # when the single node stops.
+    # tier until theirs. Beside the node faults (a node's faults are its own: devcluster/node.py), and so is the
+    # multinode tier.
     Step("multinode start", (*CLUSTER, "up", "--install", "--nodes", "3", "--dir", str(CLUSTER_DIR)),
          "three nodes: control plane, nodes, images imported into each, operator installed",
          after=("setup", "images", "multinode build", "node")),
@@ -177,20 +187,22 @@ STEPS: tuple[Step, ...] = (
     Step("s3", make("test-s3-local"),
          "a real S3 server (SeaweedFS) as a local process, through a client and TensorFlow's s3://; the trainer "
          "publishing model versions to it, training on data read from it, its backups there, the server stopped "
-         "under it; dtr run", budget=900, tier=True, after=("setup", "s3 build")),
+         "under it; dtr run", budget=900, tier=True, after=("setup", "s3 build"), side=True),
     # After the S3 server's build too: a run with no volume trains from, backs up into and exports to the server as
     # a pod on the three nodes (tests/multinode/test_object_store.py), which fails rather than skips without it.
-    # After the single node's stop: its CPU and memory go to the three nodes.
+    # Beside the single node's faults, not after them (until 2026-12-06, 396 s on the run's longest chain): the
+    # single node and the three have their own bridges, pod ranges and iptables chains (devcluster/cluster.py), and
+    # the three nodes' tier leaves a core idle on its lost nodes' clocks.
     Step("multinode", make("test-multinode"),
          "three nodes: pods, policies, a run across nodes, one with no volume (S3), node faults each resumed to "
          "Succeeded, a drain then a lost node in one run",
          # 480 before the resume (issue 41): the node faults now run to Succeeded, two of them until a lost node is
          # back; 613 s in the warm CI run of 16f1e0e (2026-12-05), 708-727 s at 9154ac7 and e17db83, 570 s at cb43cbb
          # with the node-fault runs at 20 epochs (tests/multinode/test_node_faults.py).
-         budget=650, tier=True, multinode=True, after=("setup", "multinode start", "s3 build", "node stop"),
+         budget=650, tier=True, multinode=True, after=("setup", "multinode start", "s3 build", "node"),
          env=(("DTR_S3_REQUIRED", "1"),)),
     Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from every part",
-         after=("reliability", "node faults")),
+         after=("reliability", "node faults"), side=True),
 )
 
 
@@ -309,6 +321,10 @@ def step_env(step: Step, shared_node: bool, shared_cluster: bool = False) -> dic
     return env
 
 
+def step_argv(step: Step) -> tuple[str, ...]:
+    return ("nice", "-n", str(SIDE_NICE), *step.argv) if step.side else step.argv
+
+
 def say(text: str) -> None:
     print(f"\n{'=' * 8} {text} {'=' * max(8, 90 - len(text))}", flush=True)
 
@@ -320,7 +336,7 @@ def run_step(run: Run, step: Step) -> Result:
     t0, cpu0, start = time.monotonic(), cpu_times(), time.time() - run.started
     env = step_env(step, shared_node=run.passed("node start"), shared_cluster=run.passed("multinode start"))
     with open(log, "wb") as out:
-        proc = subprocess.Popen(step.argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(step_argv(step), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip
         with run.lock:
             run.running[step.name] = proc

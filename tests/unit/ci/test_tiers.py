@@ -64,7 +64,9 @@ def test_the_node_tiers_wait_for_the_node_start_and_take_turns_on_the_node() -> 
         assert not needs(next(s for s in tiers.STEPS if s.name == "node start"), step.name)
     faults, stop, multinode = (next(s for s in tiers.STEPS if s.name == n) for n in ("node faults", "node stop",
                                                                                       "multinode"))
-    assert needs(faults, "node") and needs(stop, "node faults") and needs(multinode, "node stop")
+    assert needs(faults, "node") and needs(stop, "node faults")
+    # the three nodes' tier runs beside the single node's faults, never beside its tier
+    assert needs(multinode, "node") and not needs(multinode, "node faults") and not needs(multinode, "node stop")
     # the node tier's TF workers starved the integration tier's training-operator when the two overlapped
     assert needs(next(s for s in tiers.STEPS if s.name == "integration"), "node")
     # the two reliability parts merge into one ledger as they end; the suite never holds the node faults back
@@ -81,6 +83,19 @@ def test_every_make_target_a_step_runs_has_its_prerequisites_built_by_steps_it_w
         for target in prerequisites[step.argv[-1]].split():
             if target in builds and builds[target] != step.name:
                 assert needs(step, builds[target]), f"{step.name}: make {step.argv[-1]} builds {target} itself"
+
+
+def test_the_node_lane_runs_at_the_machines_priority_and_every_other_tier_below_it() -> None:
+    lane = [s for s in tiers.STEPS if s.node or s.multinode]
+    for step in tiers.STEPS:
+        if step in lane or any(needs(n, step.name) for n in lane):
+            assert not step.side, f"{step.name}: a node step waits for it"
+        elif step.tier and not step.light:
+            assert step.side, f"{step.name}: no node step waits for it, and it takes a slot's CPU"
+    side = next(s for s in tiers.STEPS if s.name == "trainer")
+    assert tiers.step_argv(side) == ("nice", "-n", str(tiers.SIDE_NICE), *side.argv)
+    node = next(s for s in tiers.STEPS if s.name == "node")
+    assert tiers.step_argv(node) == node.argv
 
 
 def test_the_multinode_tier_waits_for_the_s3_servers_build_and_fails_rather_than_skips_without_it() -> None:
