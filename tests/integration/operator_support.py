@@ -1,4 +1,5 @@
-"""The small API helpers the integration tests share, through kubectl (tests/support/cluster.py).
+"""The small API helpers the integration tests share, through kubectl, and the reads the tests poll in-process
+(tests/support/cluster.py: Cluster.read).
 
 The operator runs in this process (`operator` fixture, conftest.py; support.operator.Operator). No kubelet
 runs here: set_pod_state writes a pod's status as a kubelet would.
@@ -10,7 +11,7 @@ import json
 from typing import Any
 
 from support.api import now
-from support.cluster import Cluster
+from support.cluster import RESOURCES, Cluster
 from support.operator import IMAGE
 from support.runs import run_doc
 from support.wait import wait_for
@@ -25,6 +26,8 @@ def create_run(cluster: Cluster, namespace: str, name: str, spec: dict[str, Any]
 
 
 def get(cluster: Cluster, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+    if kind in RESOURCES:  # the polled kinds, in-process
+        return cluster.read(kind, namespace, name, strict=False)
     proc = cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json", "--ignore-not-found", check=False)
     return json.loads(proc.stdout) if proc.stdout.strip() else None
 
@@ -43,9 +46,8 @@ def items(cluster: Cluster, namespace: str, kind: str, selector: str) -> list[di
 
 
 def events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str, str]]:
-    got = cluster.kubectl_json(
-        "get", "events", "-n", namespace,
-        "--field-selector", f"involvedObject.kind=DistTrainingRun,involvedObject.name={name}",
+    got = cluster.read(
+        "events", namespace, fieldSelector=f"involvedObject.kind=DistTrainingRun,involvedObject.name={name}"
     )["items"]
     got.sort(key=lambda e: (e.get("firstTimestamp") or e.get("eventTime") or "", e["metadata"]["name"]))
     return [(e["type"], e["reason"], e.get("message", "")) for e in got]

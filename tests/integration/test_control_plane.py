@@ -151,6 +151,28 @@ def test_training_operator_creates_pods_and_headless_services(control_plane: Clu
     )
 
 
+def test_an_in_process_read_is_what_kubectl_prints_and_none_when_missing(control_plane: Cluster,
+                                                                         namespace: str) -> None:  # fmt: skip
+    """Cluster.read, what the tiers poll with instead of a kubectl per poll: the same objects, lists and events."""
+    control_plane.create(tfjob("read", namespace, workers=1))
+    selector = "training.kubeflow.org/job-name=read"
+    pods = wait_for(lambda: control_plane.read("pod", namespace, labelSelector=selector)["items"], "the worker pod")
+    name = pods[0]["metadata"]["name"]
+    read, printed = control_plane.read("pod", namespace, name), control_plane.kubectl_json("get", "pod", name, "-n",
+                                                                                         namespace)  # fmt: skip
+    assert (read["metadata"]["uid"], read["spec"]) == (printed["metadata"]["uid"], printed["spec"])
+    job = control_plane.read("tfjob", namespace, "read")
+    assert job["spec"] == control_plane.kubectl_json("get", "tfjob", "read", "-n", namespace)["spec"]
+    def uids(events: dict[str, Any]) -> set[str]:
+        return {e["metadata"]["uid"] for e in events["items"]}
+
+    printed_events = uids(control_plane.kubectl_json("get", "events", "-n", namespace))
+    assert printed_events and printed_events <= uids(control_plane.read("events", namespace))
+    assert control_plane.read("dtr", namespace, "nothing") is None
+    # no kubelet here: the pod's container never started, so it has no log yet
+    assert not control_plane.read("pod", namespace, name, strict=False, log="", container="tensorflow")
+
+
 def test_training_operator_webhook_rejects_a_tfjob_without_a_tensorflow_container(
     control_plane: Cluster, namespace: str
 ) -> None:

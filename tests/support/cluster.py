@@ -6,6 +6,7 @@ The fixtures that start one (`control_plane`, `namespace`) are in tests/conftest
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -17,8 +18,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dtr_operator.api import GROUP, PLURAL, SWEEP_PLURAL, TFJOB_GROUP, TFJOB_PLURAL, TFJOB_VERSION, VERSION
 
 from devcluster.controlplane import KUBECTL
+
+# The kinds the tests poll, as kubectl names them: their API paths, for reads in-process (Cluster.read). A kubectl
+# per poll cost its process about 66 ms of CPU and the API server 6 ms more (a new TLS connection each time), a read
+# through one kept-alive connection 0.5 ms: the node tiers poll a run's status, pods and logs for most of their
+# minutes, a poll every 0.25 to 1 s.
+RESOURCES = {
+    "dtr": f"apis/{GROUP}/{VERSION}/{PLURAL}",
+    "distrainingruns": f"apis/{GROUP}/{VERSION}/{PLURAL}",
+    "dts": f"apis/{GROUP}/{VERSION}/{SWEEP_PLURAL}",
+    "tfjob": f"apis/{TFJOB_GROUP}/{TFJOB_VERSION}/{TFJOB_PLURAL}",
+    "pod": "api/v1/pods",
+    "events": "api/v1/events",
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,20 @@ class Cluster:
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
 
+    def read(self, kind: str, namespace: str, name: str = "", strict: bool = True, **query: str) -> Any:
+        """GET one object (name), a list, or a pod's log (query log=""), of a kind in RESOURCES, in-process: the
+        JSON (the log's text) kubectl would print; None when it is not there. Strict, any other answer fails the
+        test, as kubectl_json does; else it is None too, as a kubectl with check=False."""
+        group, plural = RESOURCES[kind].rsplit("/", 1)
+        path = f"/{group}/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
+        log = query.pop("log", None) is not None
+        status, body = _get(self.kubeconfig, path + ("/log" if log else ""), query)
+        if 200 <= status < 300:
+            return body if log else json.loads(body)
+        if strict and status != 404 and not (log and status == 400):  # 400: the container has not started
+            pytest.fail(f"GET {path} {query}: HTTP {status}: {body[-2000:]}", pytrace=False)
+        return None
+
     def create(self, doc: dict[str, Any], check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.kubectl("create", "-f", "-", input=json.dumps(doc), check=check)
 
@@ -62,6 +91,33 @@ class Cluster:
         path.write_text(json.dumps(doc))
         path.chmod(0o600)
         return Cluster(path, self.dir)
+
+
+@functools.cache
+def _client(kubeconfig: Path) -> Any:
+    from kubernetes import config  # the op environment's; imported once a test reads
+
+    return config.new_client_from_config(config_file=str(kubeconfig))
+
+
+def _get(kubeconfig: Path, path: str, query: dict[str, str]) -> tuple[int, str]:
+    """(HTTP status, body) of a GET as the kubeconfig's identity, through the connections its client keeps."""
+    client = _client(kubeconfig)
+    method, url, headers, body, post = client.param_serialize(
+        "GET", path, query_params=list(query.items()), header_params={"Accept": "application/json, */*"},
+        auth_settings=["BearerToken"],
+    )  # fmt: skip
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        response = client.call_api(method, url, headers, body, post, _request_timeout=60)
+        response.read()
+    except ApiException as err:
+        return err.status, str(err.body or err.reason)
+    except (HTTPError, OSError) as err:  # no answer (the API server restarting): kubectl's exit 1
+        return 0, str(err)
+    return response.status, response.data.decode(errors="replace")
 
 
 @contextlib.contextmanager

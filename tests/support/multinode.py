@@ -43,7 +43,7 @@ class MultiNode:
         return RealNode(self.cluster, self.nodes.nodes[0])
 
     def node_of(self, namespace: str, pod: str) -> str:
-        return self.cluster.kubectl_json("get", "pod", pod, "-n", namespace)["spec"].get("nodeName", "")
+        return self.real.pod(namespace, pod)["spec"].get("nodeName", "")
 
     def pod_on(self, namespace: str, name: str, node: str, command: str, labels: dict[str, str] | None = None) -> str:
         """A busybox pod on `node` running `command`; returns its address once it runs."""
@@ -60,7 +60,7 @@ class MultiNode:
         self.cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
 
         def running() -> str | None:
-            pod = self.cluster.kubectl_json("get", "pod", name, "-n", namespace)
+            pod = self.real.pod(namespace, name)
             status = pod.get("status") or {}
             return status.get("podIP") if status.get("phase") == "Running" else None
 
@@ -237,7 +237,7 @@ def worker_nodes(multinode: MultiNode, namespace: str, name: str, workers: int =
     """The nodes of the run's workers once all of them run."""
 
     def placed() -> list[str] | None:
-        pods = multinode.cluster.kubectl_json("get", "pods", "-n", namespace, "-l", f"distml.dev/run={name}")["items"]
+        pods = multinode.cluster.read("pod", namespace, labelSelector=f"distml.dev/run={name}")["items"]
         running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
         return [p["spec"]["nodeName"] for p in sorted(running, key=lambda p: p["metadata"]["name"])] \
             if len(running) == workers else None  # fmt: skip

@@ -48,7 +48,7 @@ class RealNode:
         self.cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
 
     def run_status(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.cluster.kubectl_json("get", "distrainingruns", name, "-n", namespace).get("status") or {}
+        return self._object("dtr", namespace, name).get("status") or {}
 
     def wait_terminal(
         self, namespace: str, name: str, timeout: float = 900, seen: list[str] | None = None
@@ -62,13 +62,19 @@ class RealNode:
         return wait_for(probe, f"run {namespace}/{name} to finish", timeout=timeout, interval=1)
 
     def pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.cluster.kubectl_json("get", "pod", name, "-n", namespace)
+        return self._object("pod", namespace, name)
+
+    def _object(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        """The object, read in-process (Cluster.read); the test fails when it is not there, as with kubectl."""
+        got = self.cluster.read(kind, namespace, name)
+        if got is None:
+            pytest.fail(f"{kind} {namespace}/{name} not found", pytrace=False)
+        return got
 
     def logs(self, namespace: str, pod: str, previous: bool = False, timestamps: bool = False) -> str:
-        args = ["logs", "-n", namespace, pod, "-c", "tensorflow", *(["--previous"] if previous else []),
-                *(["--timestamps"] if timestamps else [])]  # fmt: skip
-        proc = self.cluster.kubectl(*args, check=False)
-        return proc.stdout if proc.returncode == 0 else ""
+        flags = {"previous": "true"} if previous else {}
+        flags |= {"timestamps": "true"} if timestamps else {}
+        return self.cluster.read("pod", namespace, pod, strict=False, log="", container="tensorflow", **flags) or ""
 
     def wait_log(self, namespace: str, pod: str, text: str, timeout: float = 600) -> None:
         wait_for(lambda: text in self.logs(namespace, pod), f"{text!r} in {pod}'s log", timeout=timeout, interval=1)
