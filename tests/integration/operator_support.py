@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from support.api import now
-from support.cluster import RESOURCES, Cluster
+from support.cluster import READ_KINDS, Cluster
 from support.operator import IMAGE
 from support.runs import run_doc
 from support.wait import wait_for
@@ -26,7 +26,7 @@ def create_run(cluster: Cluster, namespace: str, name: str, spec: dict[str, Any]
 
 
 def get(cluster: Cluster, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
-    if kind in RESOURCES:  # the polled kinds, in-process
+    if kind in READ_KINDS:  # the polled kinds, in-process
         return cluster.read(kind, namespace, name, strict=False)
     proc = cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json", "--ignore-not-found", check=False)
     return json.loads(proc.stdout) if proc.stdout.strip() else None

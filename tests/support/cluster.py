@@ -18,22 +18,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dtr_operator.api import GROUP, PLURAL, SWEEP_PLURAL, TFJOB_GROUP, TFJOB_PLURAL, TFJOB_VERSION, VERSION
 
 from devcluster.controlplane import KUBECTL
 
-# The kinds the tests poll, as kubectl names them: their API paths, for reads in-process (Cluster.read). A kubectl
-# per poll cost its process about 66 ms of CPU and the API server 6 ms more (a new TLS connection each time), a read
-# through one kept-alive connection 0.5 ms: the node tiers poll a run's status, pods and logs for most of their
-# minutes, a poll every 0.25 to 1 s.
-RESOURCES = {
-    "dtr": f"apis/{GROUP}/{VERSION}/{PLURAL}",
-    "distrainingruns": f"apis/{GROUP}/{VERSION}/{PLURAL}",
-    "dts": f"apis/{GROUP}/{VERSION}/{SWEEP_PLURAL}",
-    "tfjob": f"apis/{TFJOB_GROUP}/{TFJOB_VERSION}/{TFJOB_PLURAL}",
-    "pod": "api/v1/pods",
-    "events": "api/v1/events",
-}
+# The kinds the tests poll, as kubectl names them, read in-process (Cluster.read). A kubectl per poll cost its process
+# about 66 ms of CPU and the API server 6 ms more (a new TLS connection each time), a read through one kept-alive
+# connection 0.5 ms: the node tiers poll a run's status, pods and logs for most of their minutes, every 0.25 to 1 s.
+READ_KINDS = ("dtr", "distrainingruns", "dts", "tfjob", "pod", "events")
+
+
+@functools.cache
+def resource_path(kind: str) -> str:
+    """The API path of a kind of READ_KINDS (the group's, then the plural)."""
+    # here, not at the top: the trainer environment's pytest loads this module too, and has no dtr_operator
+    from dtr_operator import api
+
+    return {
+        "dtr": f"apis/{api.GROUP}/{api.VERSION}/{api.PLURAL}",
+        "distrainingruns": f"apis/{api.GROUP}/{api.VERSION}/{api.PLURAL}",
+        "dts": f"apis/{api.GROUP}/{api.VERSION}/{api.SWEEP_PLURAL}",
+        "tfjob": f"apis/{api.TFJOB_GROUP}/{api.TFJOB_VERSION}/{api.TFJOB_PLURAL}",
+        "pod": "api/v1/pods",
+        "events": "api/v1/events",
+    }[kind]
 
 
 @dataclass(frozen=True)
@@ -59,10 +66,10 @@ class Cluster:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
 
     def read(self, kind: str, namespace: str, name: str = "", strict: bool = True, **query: str) -> Any:
-        """GET one object (name), a list, or a pod's log (query log=""), of a kind in RESOURCES, in-process: the
+        """GET one object (name), a list, or a pod's log (query log=""), of a kind in READ_KINDS, in-process: the
         JSON (the log's text) kubectl would print; None when it is not there. Strict, any other answer fails the
         test, as kubectl_json does; else it is None too, as a kubectl with check=False."""
-        group, plural = RESOURCES[kind].rsplit("/", 1)
+        group, plural = resource_path(kind).rsplit("/", 1)
         path = f"/{group}/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
         log = query.pop("log", None) is not None
         status, body = _get(self.kubeconfig, path + ("/log" if log else ""), query)
