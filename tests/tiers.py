@@ -17,9 +17,10 @@ tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
   its processes' CPU seconds, recorded per step, under LIGHT_LOAD of its seconds) runs beside the
   slots' steps without taking a slot. The choice is a pure function (next_step); the slots are
   threads that each wait on one process;
-- the node lane first for the cores too: a `side` step (one no node step waits for) runs at nice SIDE_NICE,
-  so the nodes' pods (kubepods, one cgroup) and the steps they need take the CPU they ask for, and the side
-  steps the rest;
+- the node lane first: a `side` step (one no node step waits for) runs at nice SIDE_NICE, so the nodes'
+  pods (kubepods, one cgroup) and the steps they need take the CPU they ask for and the side steps the rest,
+  and it holds no slot from them: a step that is not a side step starts when fewer than SLOTS steps that
+  are not side steps run (in a run of da2b85f the node faults waited for e2e's slot);
 - one real node (control plane, containerd, kubelet, both images imported, the operator installed)
   serves every tier that needs one: DTR_NODE_DIR reaches their fixtures (tests/support/node.py).
 
@@ -264,14 +265,16 @@ def blocked_steps(pending: list[Step], results: dict[str, Result]) -> list[Step]
 
 
 def next_step(ready: list[Step], running: list[Step], rank: dict[str, float], slots: int = SLOTS) -> Step | None:
-    """What starts now: of the ready steps that may run beside the running ones (a light one always, another while
-    fewer than `slots` steps that are not light run), an early one, else the one with the longest critical path (the
-    first of equals in STEPS' order); None: none, the run waits for a step to end."""
-    free = sum(not s.light for s in running) < slots
+    """What starts now: of the ready steps that may run beside the running ones, an early one, else the one with the
+    longest critical path (the first of equals in STEPS' order); None: none, the run waits for a step to end. A light
+    step may always start; a side step while fewer than `slots` steps that are not light run; any other while fewer
+    than `slots` of those are not side steps: a side step (at nice SIDE_NICE) never holds back a node step."""
+    taken = [s for s in running if not s.light]
+    free, lane_free = len(taken) < slots, sum(not s.side for s in taken) < slots
 
     def may_start(step: Step) -> bool:
         apart = any(other.name in step.apart or step.name in other.apart for other in running)
-        return not apart and (step.light or free)
+        return not apart and (step.light or (free if step.side else lane_free))
 
     return max((s for s in ready if may_start(s)), key=lambda s: (s.early, rank.get(s.name, 0.0)), default=None)
 

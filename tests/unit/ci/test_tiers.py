@@ -156,6 +156,17 @@ def test_a_light_step_starts_beside_the_slots_steps_and_takes_no_slot() -> None:
     assert tiers.next_step([apart], [one], rank, slots=2) is None, "light, but still never beside what it is apart from"
 
 
+def test_a_side_step_takes_a_free_slot_and_never_holds_one_from_a_node_step() -> None:
+    side, other_side = (tiers.Step(n, ("true",), n, side=True) for n in ("side", "other side"))
+    lane, faults = step("lane"), step("faults")
+    rank = {"side": 9, "other side": 9, "lane": 1, "faults": 1}
+    assert tiers.next_step([faults], [lane, side], rank, slots=2) is faults, "beside a side step: it holds no slot"
+    assert tiers.next_step([other_side], [lane, side], rank, slots=2) is None, "side steps take free slots only"
+    assert tiers.next_step([faults, other_side], [lane], rank, slots=2) is other_side, "a free slot: the longest chain"
+    assert tiers.next_step([faults], [lane, side, other_side], rank, slots=2) is faults
+    assert tiers.next_step([faults], [lane, step("two")], rank, slots=2) is None, "two node steps fill the slots"
+
+
 def test_a_light_step_mostly_waited_in_the_recorded_warm_run() -> None:
     """`light` is a measurement: each light step's processes kept under LIGHT_LOAD of a core busy over its seconds in
     the warm run docs/ci-costs.json holds (a step made light before a run measured it fails here)."""
