@@ -107,6 +107,10 @@ def pytest(*args: str) -> tuple[str, ...]:
 
 
 NODE_FAULTS = "tests/reliability/test_node_faults.py"
+# The node tier's modules that run beside the rest of it (the "node runs" step): each starts runs in namespaces of
+# its own and changes nothing another test sees; `make test-node` runs them all, one after the other.
+NODE_RUNS = tuple(f"tests/node/{m}.py" for m in ("test_watchdog", "test_tensorboard", "test_transfer", "test_models",
+                                                 "test_diverge", "test_notebook"))  # fmt: skip
 ATTACKS = "tests/reliability/test_attacks.py"
 NODE = (OP_PYTHON, "-m", "devcluster.node")  # run from the repository root, as every step is
 NODE_DOWN = (*NODE, "down", "--purge", "--dir", str(NODE_DIR))
@@ -144,8 +148,18 @@ STEPS: tuple[Step, ...] = (
     Step("node start", (*NODE, "up", "--install", "--dir", str(NODE_DIR)),
          "the shared node: control plane, node, images imported, operator installed",
          after=("setup", "images", "node build")),
-    Step("node", make("test-node"), "kubectl apply -> model on the real node", budget=1300, tier=True, node=True,
-         after=("node start",)),
+    # Two steps on the one node, which may run at once: "node runs" holds the modules that only start runs of their
+    # own in namespaces of their own and look at them (NODE_RUNS), most of its time the stall watchdog's waits; "node"
+    # the rest, among them what changes the node for every test (Kueue installed, the operator's Deployment changed
+    # and its pod deleted, node labels, an extended resource, the operator's network policy). One step until
+    # 2026-12-06: 1030-1038 s, the machine 82-90% busy (the side steps at nice 10 did not shorten it), its clocks.
+    # Alone on this machine (722ead6, 2026-12-05): 910 s one after the other, 733 s and 417 s side by side.
+    Step("node", pytest("tests/node", *(f"--ignore={m}" for m in NODE_RUNS)),
+         "kubectl apply -> model on the real node; Kueue, placement, the operator's restarts, isolation",
+         budget=1000, tier=True, node=True, after=("node start",)),
+    Step("node runs", pytest(*NODE_RUNS),
+         "on the same node, beside it: the stall watchdog, TensorBoard, transfers, model versions, a diverged "
+         "run, the notebook", budget=400, tier=True, node=True, after=("node start",)),
     # Warm: 455-459 s (233efa2, ae363d6), 526 s (16f1e0e), 610 s here at 975b8aa beside a second test run, with the
     # isolation round 2 tests (the operator's admission policy, Pod Security, quotas): 400 had left no room. Then
     # 588 s (4e62121), 678 s (6b71451) and 687 s (9154ac7, 289 tests with the sweeps': over 1.5 x 450, so a run of
@@ -157,28 +171,29 @@ STEPS: tuple[Step, ...] = (
     # before it (until 2026-12-06) it held the node tier, and so the single node's and the three nodes' tiers
     # after it, back by its 700 s: the run's longest chain.
     Step("integration", make("test-integration"), "the operator on a real control plane", budget=700, tier=True,
-         after=("setup", "control-plane build", "node"), light=True),
+         after=("setup", "control-plane build", "node", "node runs"), light=True),
     Step("node faults", pytest(NODE_FAULTS, ATTACKS),
          "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",
-         budget=520, tier=True, node=True, after=("node",)),
+         budget=520, tier=True, node=True, after=("node", "node runs")),
     # After node faults: both parts merge their records into one ledger file as they end (tests/reliability/
     # ledger.py). Only apart from it before: in the second of two warm runs of 76a4734 it started 84 s before the
     # node tier ended and held node faults and integration back 154 s (2482 s against 2151 s); after it, it runs
     # beside the multinode tier, whose lost nodes' clocks leave a core idle. Apart from integration: the two start
-    # training-operators of their own on the host, one webhook pair per machine.
+    # training-operators of their own on the host, one webhook pair per machine. Light (LIGHT_LOAD): 116 CPU seconds
+    # in 237 s at 76a4734, 91 in 210 s at da2b85f, where, waiting for a slot, it ran last, alone, 210 s at the end.
     Step("reliability", pytest("tests/reliability", f"--ignore={NODE_FAULTS}", f"--ignore={ATTACKS}"),
          "invalid runs, generated specs, control-plane faults, Pod Security", budget=270, tier=True,
-         after=("setup", "control-plane build", "node faults"), apart=("integration",), side=True),
+         after=("setup", "control-plane build", "node faults"), apart=("integration",), light=True, side=True),
     # The single node's work is done: its CPU and memory go to the several nodes' tier.
     Step("node stop", NODE_DOWN, "the shared node stopped, its images and volumes removed",
-         after=("node", "node faults")),
+         after=("node", "node runs", "node faults")),
     Step("multinode build", make("multinode-build"), "flanneld and its CNI plugin", after=("node build",)),
     # After the node tier: started sooner, the three nodes' idle kubelets and containerds would take CPU from every
     # tier until theirs. Beside the node faults (a node's faults are its own: devcluster/node.py), and so is the
     # multinode tier.
     Step("multinode start", (*CLUSTER, "up", "--install", "--nodes", "3", "--dir", str(CLUSTER_DIR)),
          "three nodes: control plane, nodes, images imported into each, operator installed",
-         after=("setup", "images", "multinode build", "node")),
+         after=("setup", "images", "multinode build", "node", "node runs")),
     # The S3 server's Go build (cold ~10 min, warm seconds) and its tests against it as a local process (the
     # pod's: docs/cluster.md). After the node's build: the two Go builds one after the other.
     Step("s3 build", make("s3-build"), "SeaweedFS's weed and its image from source", after=("node build",)),
@@ -200,7 +215,8 @@ STEPS: tuple[Step, ...] = (
          # 480 before the resume (issue 41): the node faults now run to Succeeded, two of them until a lost node is
          # back; 613 s in the warm CI run of 16f1e0e (2026-12-05), 708-727 s at 9154ac7 and e17db83, 570 s at cb43cbb
          # with the node-fault runs at 20 epochs (tests/multinode/test_node_faults.py).
-         budget=650, tier=True, multinode=True, after=("setup", "multinode start", "s3 build", "node"),
+         budget=650, tier=True, multinode=True,
+         after=("setup", "multinode start", "s3 build", "node", "node runs"),
          env=(("DTR_S3_REQUIRED", "1"),)),
     Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from every part",
          after=("reliability", "node faults"), side=True),

@@ -326,3 +326,26 @@ trainer image built in 153s
 def test_a_part_after_a_blank_line_is_named_without_its_prefix() -> None:
     assert tiers.parts("x\n\n[node 148.4s] training-operator and the operator installed in 136s\n") == {
         "training-operator and the operator": 136}
+
+
+def test_the_two_node_steps_run_every_node_module_once() -> None:
+    node, runs = (next(s for s in tiers.STEPS if s.name == n) for n in ("node", "node runs"))
+    modules = {f"tests/node/{p.name}" for p in (REPO / "tests" / "node").glob("test_*.py")}
+    assert set(tiers.NODE_RUNS) < modules
+    assert "tests/node" in node.argv and {f"--ignore={m}" for m in tiers.NODE_RUNS} <= set(node.argv)
+    assert [a for a in runs.argv if a.startswith("tests/")] == list(tiers.NODE_RUNS)
+    for later in (s for s in tiers.STEPS if needs(s, "node") and s is not runs):
+        assert needs(later, "node runs"), f"{later.name}: after the whole node tier, not half of it"
+
+
+# What a module beside the rest of the node tier may not do: change the operator (its namespace, its Deployment),
+# install Kueue, label or patch the node.
+SHARED = re.compile(r"dtr-system|kueue|rollout|\"set\", \"env\"|\.install\(|\"(label|patch)\", node")
+
+
+def test_the_modules_beside_the_node_tier_change_nothing_the_others_see() -> None:
+    for module in tiers.NODE_RUNS:
+        found = SHARED.findall((REPO / module).read_text())
+        assert not found, f"{module} changes what the node tier's other step sees ({found}): move it to 'node'"
+    changers = ("test_kueue.py", "test_scheduling.py")  # the pattern finds what they do
+    assert all(SHARED.search((REPO / "tests" / "node" / m).read_text()) for m in changers)
