@@ -18,9 +18,9 @@ tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
   slots' steps without taking a slot. The choice is a pure function (next_step); the slots are
   threads that each wait on one process;
 - the node lane first: a `side` step (one no node step waits for) runs at nice SIDE_NICE, so the nodes'
-  pods (kubepods, one cgroup) and the steps they need take the CPU they ask for and the side steps the rest,
-  and it holds no slot from them: a step that is not a side step starts when fewer than SLOTS steps that
-  are not side steps run (in a run of da2b85f the node faults waited for e2e's slot);
+  pods (kubepods, one cgroup) and the steps they need take the CPU they ask for and the side steps the rest;
+  the two kinds have N slots each (in a run of da2b85f, with one set of slots, the node faults waited for
+  e2e's; in one of 3b24152, where a node step held back side steps, the side steps were the chain);
 - one real node (control plane, containerd, kubelet, both images imported, the operator installed)
   serves every tier that needs one: DTR_NODE_DIR reaches their fixtures (tests/support/node.py).
 
@@ -283,14 +283,14 @@ def blocked_steps(pending: list[Step], results: dict[str, Result]) -> list[Step]
 def next_step(ready: list[Step], running: list[Step], rank: dict[str, float], slots: int = SLOTS) -> Step | None:
     """What starts now: of the ready steps that may run beside the running ones, an early one, else the one with the
     longest critical path (the first of equals in STEPS' order); None: none, the run waits for a step to end. A light
-    step may always start; a side step while fewer than `slots` steps that are not light run; any other while fewer
-    than `slots` of those are not side steps: a side step (at nice SIDE_NICE) never holds back a node step."""
+    step may always start; a side step while fewer than `slots` side steps that are not light run, any other while
+    fewer than `slots` steps that are neither: the side steps (at nice SIDE_NICE) and the node lane's have slots of
+    their own, and the side steps take the CPU the node lane leaves."""
     taken = [s for s in running if not s.light]
-    free, lane_free = len(taken) < slots, sum(not s.side for s in taken) < slots
 
     def may_start(step: Step) -> bool:
         apart = any(other.name in step.apart or step.name in other.apart for other in running)
-        return not apart and (step.light or (free if step.side else lane_free))
+        return not apart and (step.light or sum(s.side == step.side for s in taken) < slots)
 
     return max((s for s in ready if may_start(s)), key=lambda s: (s.early, rank.get(s.name, 0.0)), default=None)
 

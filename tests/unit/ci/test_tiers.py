@@ -156,15 +156,15 @@ def test_a_light_step_starts_beside_the_slots_steps_and_takes_no_slot() -> None:
     assert tiers.next_step([apart], [one], rank, slots=2) is None, "light, but still never beside what it is apart from"
 
 
-def test_a_side_step_takes_a_free_slot_and_never_holds_one_from_a_node_step() -> None:
-    side, other_side = (tiers.Step(n, ("true",), n, side=True) for n in ("side", "other side"))
+def test_side_steps_and_node_steps_have_slots_of_their_own() -> None:
+    side, other_side, third_side = (tiers.Step(n, ("true",), n, side=True) for n in ("side", "other", "third"))
     lane, faults = step("lane"), step("faults")
-    rank = {"side": 9, "other side": 9, "lane": 1, "faults": 1}
-    assert tiers.next_step([faults], [lane, side], rank, slots=2) is faults, "beside a side step: it holds no slot"
-    assert tiers.next_step([other_side], [lane, side], rank, slots=2) is None, "side steps take free slots only"
-    assert tiers.next_step([faults, other_side], [lane], rank, slots=2) is other_side, "a free slot: the longest chain"
-    assert tiers.next_step([faults], [lane, side, other_side], rank, slots=2) is faults
-    assert tiers.next_step([faults], [lane, step("two")], rank, slots=2) is None, "two node steps fill the slots"
+    rank = {"side": 9, "other": 9, "third": 9, "lane": 1, "faults": 1}
+    assert tiers.next_step([faults], [lane, side, other_side], rank, slots=2) is faults, "side steps hold no slot"
+    assert tiers.next_step([other_side], [lane, faults, side], rank, slots=2) is other_side, "nor node steps"
+    assert tiers.next_step([third_side], [side, other_side], rank, slots=2) is None, "two side steps fill theirs"
+    assert tiers.next_step([faults], [lane, step("two")], rank, slots=2) is None, "two node steps fill theirs"
+    assert tiers.next_step([faults, other_side], [lane], rank, slots=2) is other_side, "both free: the longest chain"
 
 
 def test_a_light_step_mostly_waited_in_the_recorded_warm_run() -> None:
