@@ -19,8 +19,9 @@ tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
   threads that each wait on one process;
 - the node lane first: a `side` step (one no node step waits for) runs at nice SIDE_NICE, so the nodes'
   pods (kubepods, one cgroup) and the steps they need take the CPU they ask for and the side steps the rest;
-  the two kinds have N slots each (in a run of da2b85f, with one set of slots, the node faults waited for
-  e2e's; in one of 3b24152, where a node step held back side steps, the side steps were the chain);
+  a side step starts while fewer than N + SIDE_ROOM steps run, a node step while fewer than N node steps
+  do: no side step holds one back (in a run of da2b85f, with one set of slots, the node faults waited for
+  e2e's);
 - one real node (control plane, containerd, kubelet, both images imported, the operator installed)
   serves every tier that needs one: DTR_NODE_DIR reaches their fixtures (tests/support/node.py).
 
@@ -71,6 +72,11 @@ LIGHT_LOAD = 0.55
 # processes of the trainer and s3 tiers at nice 0 left the node's pods a third of the machine. At 10 (weight 110)
 # they take what the node lane leaves.
 SIDE_NICE = 10
+# Side steps may run while fewer than SLOTS + SIDE_ROOM steps that are not light run. Nice alone does not keep them
+# off the node lane: two side steps beside the node tier's two steps (3be5bbf: two slots for each kind) made the node
+# step 1069 s against 697 s with one side step beside it (3b24152); and held back while two node steps ran, the side
+# steps came last, on the run's longest chain (3b24152: the trainer tier waited for the node tier's end).
+SIDE_ROOM = 1
 BUDGET_SLACK = 1.5  # a warm tier may take half as long again as its budget before the run fails
 QUIET_TAIL = 15  # lines printed of a step's log that was not streamed, when it passes
 # The most disk a run wrote, measured (least free space over the run, against the start; docs/ci-costs.json
@@ -175,15 +181,15 @@ STEPS: tuple[Step, ...] = (
     Step("node faults", pytest(NODE_FAULTS, ATTACKS),
          "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",
          budget=520, tier=True, node=True, after=("node", "node runs")),
-    # After node faults: both parts merge their records into one ledger file as they end (tests/reliability/
-    # ledger.py). Only apart from it before: in the second of two warm runs of 76a4734 it started 84 s before the
-    # node tier ended and held node faults and integration back 154 s (2482 s against 2151 s); after it, it runs
-    # beside the multinode tier, whose lost nodes' clocks leave a core idle. Apart from integration: the two start
-    # training-operators of their own on the host, one webhook pair per machine. Light (LIGHT_LOAD): 116 CPU seconds
-    # in 237 s at 76a4734, 91 in 210 s at da2b85f, where, waiting for a slot, it ran last, alone, 210 s at the end.
+    # Apart from node faults: both parts merge their records into one ledger file as they end (tests/reliability/
+    # ledger.py). After them until 2026-12-06, and apart from integration too (the two start training-operators of
+    # their own on the host, one webhook pair per machine), so the run's tail was integration (790 s from the node
+    # tier's end) then reliability (210 s). Light (LIGHT_LOAD: 116 CPU seconds in 237 s at 76a4734, 91 in 210 s at
+    # da2b85f), it now runs when neither runs, from the start, holding no slot (it once held the node faults back
+    # by one, when slots were shared).
     Step("reliability", pytest("tests/reliability", f"--ignore={NODE_FAULTS}", f"--ignore={ATTACKS}"),
          "invalid runs, generated specs, control-plane faults, Pod Security", budget=270, tier=True,
-         after=("setup", "control-plane build", "node faults"), apart=("integration",), light=True, side=True),
+         after=("setup", "control-plane build"), apart=("integration", "node faults"), light=True, side=True),
     # The single node's work is done: its CPU and memory go to the several nodes' tier.
     Step("node stop", NODE_DOWN, "the shared node stopped, its images and volumes removed",
          after=("node", "node runs", "node faults")),
@@ -283,14 +289,14 @@ def blocked_steps(pending: list[Step], results: dict[str, Result]) -> list[Step]
 def next_step(ready: list[Step], running: list[Step], rank: dict[str, float], slots: int = SLOTS) -> Step | None:
     """What starts now: of the ready steps that may run beside the running ones, an early one, else the one with the
     longest critical path (the first of equals in STEPS' order); None: none, the run waits for a step to end. A light
-    step may always start; a side step while fewer than `slots` side steps that are not light run, any other while
-    fewer than `slots` steps that are neither: the side steps (at nice SIDE_NICE) and the node lane's have slots of
-    their own, and the side steps take the CPU the node lane leaves."""
+    step may always start; a side step while fewer than `slots` + SIDE_ROOM steps that are not light run; any other
+    while fewer than `slots` steps that are neither light nor side steps run: no side step holds a node step back."""
     taken = [s for s in running if not s.light]
+    side_free, lane_free = len(taken) < slots + SIDE_ROOM, sum(not s.side for s in taken) < slots
 
     def may_start(step: Step) -> bool:
         apart = any(other.name in step.apart or step.name in other.apart for other in running)
-        return not apart and (step.light or sum(s.side == step.side for s in taken) < slots)
+        return not apart and (step.light or (side_free if step.side else lane_free))
 
     return max((s for s in ready if may_start(s)), key=lambda s: (s.early, rank.get(s.name, 0.0)), default=None)
 

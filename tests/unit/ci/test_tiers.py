@@ -69,8 +69,9 @@ def test_the_node_tiers_wait_for_the_node_start_and_take_turns_on_the_node() -> 
     assert needs(multinode, "node") and not needs(multinode, "node faults") and not needs(multinode, "node stop")
     # the node tier's TF workers starved the integration tier's training-operator when the two overlapped
     assert needs(next(s for s in tiers.STEPS if s.name == "integration"), "node")
-    # the two reliability parts merge into one ledger as they end; the suite never holds the node faults back
-    assert needs(next(s for s in tiers.STEPS if s.name == "reliability"), "node faults")
+    # the two reliability parts merge into one ledger as they end: never at once; the suite holds no slot
+    reliability = next(s for s in tiers.STEPS if s.name == "reliability")
+    assert "node faults" in reliability.apart and reliability.light
 
 
 def test_every_make_target_a_step_runs_has_its_prerequisites_built_by_steps_it_waits_for() -> None:
@@ -156,14 +157,16 @@ def test_a_light_step_starts_beside_the_slots_steps_and_takes_no_slot() -> None:
     assert tiers.next_step([apart], [one], rank, slots=2) is None, "light, but still never beside what it is apart from"
 
 
-def test_side_steps_and_node_steps_have_slots_of_their_own() -> None:
+def test_a_side_step_takes_a_slot_or_the_room_beside_them_and_never_holds_back_a_node_step() -> None:
     side, other_side, third_side = (tiers.Step(n, ("true",), n, side=True) for n in ("side", "other", "third"))
     lane, faults = step("lane"), step("faults")
     rank = {"side": 9, "other": 9, "third": 9, "lane": 1, "faults": 1}
+    assert tiers.SIDE_ROOM == 1
     assert tiers.next_step([faults], [lane, side, other_side], rank, slots=2) is faults, "side steps hold no slot"
-    assert tiers.next_step([other_side], [lane, faults, side], rank, slots=2) is other_side, "nor node steps"
-    assert tiers.next_step([third_side], [side, other_side], rank, slots=2) is None, "two side steps fill theirs"
-    assert tiers.next_step([faults], [lane, step("two")], rank, slots=2) is None, "two node steps fill theirs"
+    assert tiers.next_step([other_side], [lane, faults, side], rank, slots=2) is None, "two slots and the room taken"
+    assert tiers.next_step([other_side], [lane, faults], rank, slots=2) is other_side, "the room beside the slots"
+    assert tiers.next_step([third_side], [side, other_side], rank, slots=2) is third_side
+    assert tiers.next_step([faults], [lane, step("two")], rank, slots=2) is None, "two node steps fill the slots"
     assert tiers.next_step([faults, other_side], [lane], rank, slots=2) is other_side, "both free: the longest chain"
 
 
