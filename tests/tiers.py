@@ -68,9 +68,9 @@ SLOTS = 2  # steps at once: the 2 cores of CI's machine, as most steps mostly wa
 # integration: 362 CPU seconds in 716 s (0.51) at 76a4734, the first run with it light (2151 s against 2924 s).
 LIGHT_LOAD = 0.55
 # The nice of a side step's processes. The pods of a node are one cgroup (kubepods: cpu.shares 2048 on 2 cores)
-# beside every process of the host's root cgroup, each at its nice's weight (1024 at 0): four TensorFlow
-# processes of the trainer and s3 tiers at nice 0 left the node's pods a third of the machine. At 10 (weight 110)
-# they take what the node lane leaves.
+# beside every process of the host's root cgroup, each at its nice's weight (1024 at 0): by the weights, four
+# TensorFlow processes of the trainer and s3 tiers at nice 0 would leave the node's pods a third of the machine, at
+# 10 (weight 110) four fifths. Measured, it did not shorten the one node step of da2b85f (1038 s against 1030 s).
 SIDE_NICE = 10
 # Side steps may run while fewer than SLOTS + SIDE_ROOM steps that are not light run. Nice alone does not keep them
 # off the node lane: two side steps beside the node tier's two steps (3be5bbf: two slots for each kind) made the node
