@@ -46,9 +46,12 @@ def items(cluster: Cluster, namespace: str, kind: str, selector: str) -> list[di
 
 
 def events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str, str]]:
-    got = cluster.read(
-        "events", namespace, fieldSelector=f"involvedObject.kind=DistTrainingRun,involvedObject.name={name}"
-    )["items"]
+    # Through kubectl, not Cluster.read: tests assert a run's event just after its status shows, and the operator
+    # posts the event after the status patch; read in-process 1 ms later it was not there yet (9a09453's CI run).
+    got = cluster.kubectl_json(
+        "get", "events", "-n", namespace,
+        "--field-selector", f"involvedObject.kind=DistTrainingRun,involvedObject.name={name}",
+    )["items"]  # fmt: skip
     got.sort(key=lambda e: (e.get("firstTimestamp") or e.get("eventTime") or "", e["metadata"]["name"]))
     return [(e["type"], e["reason"], e.get("message", "")) for e in got]
 
