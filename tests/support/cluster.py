@@ -24,6 +24,7 @@ from devcluster.controlplane import KUBECTL
 # The kinds the tests poll, as kubectl names them, read in-process (Cluster.read). A kubectl per poll cost its process
 # about 66 ms of CPU and the API server 6 ms more (a new TLS connection each time), a read through one kept-alive
 # connection 0.5 ms: the node tiers poll a run's status, pods and logs for most of their minutes, every 0.25 to 1 s.
+# Raw JSON, as kubectl prints it, for the helpers written against kubectl's output; support/api.py is the typed client.
 READ_KINDS = ("dtr", "distrainingruns", "dts", "tfjob", "pod", "events")
 
 
