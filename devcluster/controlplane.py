@@ -99,6 +99,7 @@ WEBHOOK_SERVICE_DNS = f"training-operator.{OPERATOR_NAMESPACE}.svc"
 WEBHOOK_CA_NAME = "training-operator-ca"
 WEBHOOK_CONFIG = "validator.training-operator.kubeflow.org"
 WEBHOOK_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
+WEBHOOK_SECRET_KEYS = ("ca.crt", "ca.key", "tls.crt", "tls.key")
 
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 10.0
@@ -526,6 +527,18 @@ def webhook_pki(home: Path = WEBHOOK_CERT_DIR.parent) -> Path:
             shutil.rmtree(pki, ignore_errors=True)
             tmp.rename(pki)
     return pki
+
+
+def webhook_secret(pki: Path) -> dict[str, Any]:
+    """The Secret the training-operator's cert rotator reads, holding `pki`'s pair: a valid pair there is kept, and
+    a pod mounting the Secret has it from its start (else the rotator writes one and the kubelet brings it into the
+    pod at its next sync, up to a minute or two later: the operator is not ready until then)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": WEBHOOK_SECRET, "namespace": OPERATOR_NAMESPACE},
+        "data": {n: base64.b64encode((pki / n).read_bytes()).decode() for n in WEBHOOK_SECRET_KEYS},
+    }
 
 
 def install_webhook_certs(pki: Path) -> None:
@@ -968,16 +981,7 @@ class ControlPlane:
         project_names = [self._apply_crd(api, doc) for doc in project_docs]
         operator_namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
         api.create_if_missing("/api/v1/namespaces", operator_namespace)
-        api.create_if_missing(
-            f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/secrets",
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": WEBHOOK_SECRET},
-                "data": {n: base64.b64encode((hook_pki / n).read_bytes()).decode()
-                         for n in ("ca.crt", "ca.key", "tls.crt", "tls.key")},
-            },
-        )
+        api.create_if_missing(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/secrets", webhook_secret(hook_pki))
         api.apply(
             f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{WEBHOOK_CONFIG}",
             tfjob_webhook_doc(ports.operator_webhook, (hook_pki / "ca.crt").read_bytes()),

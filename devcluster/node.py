@@ -867,6 +867,8 @@ class Node:
             "DTR_TRAINING_OPERATOR_KUSTOMIZE": str(training_operator_overlay(self.plane.cache)),
             **(settings or {}),
         }
+        if kubeconfig is None and env.get("DTR_TRAINING_OPERATOR") != "skip":
+            self.seed_webhook_secret()
         proc = subprocess.run(["bash", str(INSTALL_SH)], env=env, capture_output=True, text=True, check=False)
         if check and proc.returncode != 0:
             raise NodeError(f"deploy/install.sh failed ({proc.returncode}):\n"
@@ -874,6 +876,18 @@ class Node:
         if proc.returncode == 0:
             imported.write_text(images)
         return proc
+
+    def seed_webhook_secret(self) -> None:
+        """The training-operator's webhook Secret, unless there, holding this machine's pair (cp.webhook_secret): its
+        pod is then ready ~15 s after it starts, not when the kubelet next syncs the Secret its rotator wrote (36 s to
+        182 s measured). A test rig's shortcut, not install.sh's: its own field manager, so the overlay's empty
+        Secret, applied by kubectl's, leaves the data alone."""
+        if self.kubectl("-n", cp.OPERATOR_NAMESPACE, "get", "secret", cp.WEBHOOK_SECRET, "--ignore-not-found",
+                        "-o", "name").strip():  # fmt: skip
+            return
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cp.OPERATOR_NAMESPACE}}
+        objects = {"apiVersion": "v1", "kind": "List", "items": [namespace, cp.webhook_secret(cp.webhook_pki())]}
+        self.kubectl("apply", "--server-side", "--field-manager=dtr-devcluster", "-f", "-", input=json.dumps(objects))
 
     def install_s3(self, bucket: str = s3.DEFAULT_BUCKET) -> Path:
         """The S3 server as a pod (devcluster/s3.py's manifests) with new keys, its image imported (`make s3-build`);

@@ -5,6 +5,7 @@ The node tier proves these on a machine; here a typo in a manifest or a pin fail
 
 from __future__ import annotations
 
+import base64
 import json
 import tomllib
 from pathlib import Path
@@ -228,3 +229,12 @@ def test_purge_removes_a_stopped_nodes_images_pods_and_volumes_keeps_its_logs_an
     node.purge(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "pod-logs"]
     assert (tmp_path / "logs" / "kubelet.log").read_text() == "kept"
+
+
+def test_the_seeded_webhook_secret_is_the_pair_the_rotator_reads_where_it_reads_it(tmp_path: Path) -> None:
+    for name in cp.WEBHOOK_SECRET_KEYS:
+        (tmp_path / name).write_bytes(f"-- {name} --\n".encode())
+    secret = cp.webhook_secret(tmp_path)
+    assert secret["metadata"] == {"name": "training-operator-webhook-cert", "namespace": "kubeflow"}
+    decoded = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert decoded == {name: f"-- {name} --\n" for name in ("ca.crt", "ca.key", "tls.crt", "tls.key")}
