@@ -46,14 +46,26 @@ def items(cluster: Cluster, namespace: str, kind: str, selector: str) -> list[di
 
 
 def events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str, str]]:
-    # Through kubectl, not Cluster.read: tests assert a run's event just after its status shows, and the operator
-    # posts the event after the status patch; read in-process 1 ms later it was not there yet (9a09453's CI run).
+    # Through kubectl, not Cluster.read: the operator posts a run's event after its status patch, and read in-process
+    # 1 ms after the status it was not there yet (9a09453's CI run); events_once waits for the one a test expects.
     got = cluster.kubectl_json(
         "get", "events", "-n", namespace,
         "--field-selector", f"involvedObject.kind=DistTrainingRun,involvedObject.name={name}",
     )["items"]  # fmt: skip
     got.sort(key=lambda e: (e.get("firstTimestamp") or e.get("eventTime") or "", e["metadata"]["name"]))
     return [(e["type"], e["reason"], e.get("message", "")) for e in got]
+
+
+def events_once(cluster: Cluster, namespace: str, name: str, kind: str, reason: str, message: str | None = None,
+                timeout: float = 15) -> list[tuple[str, str, str]]:  # fmt: skip
+    """The run's events once one of `kind` and `reason` (and `message`) is there: the operator posts an event after
+    the status patch that says the same, so one looked for right after a status is waited for (9a09453's CI run)."""
+
+    def shown() -> list[tuple[str, str, str]] | None:
+        got = events(cluster, namespace, name)
+        return got if any(e[:2] == (kind, reason) and message in (None, e[2]) for e in got) else None
+
+    return wait_for(shown, f"run {name}: its {kind} event {reason}", timeout=timeout)
 
 
 def condition(st: dict[str, Any], cond_type: str) -> dict[str, Any]:

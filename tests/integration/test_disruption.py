@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from operator_support import create_run, events, get, set_pod_state, status, wait_status, worker_pods
+from operator_support import create_run, events_once, get, set_pod_state, status, wait_status, worker_pods
 
 from support.api import now
 from support.cluster import Cluster
@@ -82,8 +82,9 @@ def test_a_drained_worker_resumes_the_run_which_then_succeeds(
     [entry] = st["disruptions"]
     assert entry["attempt"] == 2 and entry["tfJobUID"] == first
     assert entry["message"].startswith("worker drained-worker-1 on node no node evicted through the Eviction API")
-    said = [m for kind, reason, m in events(control_plane, namespace, "drained")
-            if (kind, reason) == ("Warning", "ResumingAfterDisruption")]  # fmt: skip
+    resuming = ("Warning", "ResumingAfterDisruption")
+    said = [m for kind, reason, m in events_once(control_plane, namespace, "drained", *resuming)
+            if (kind, reason) == resuming]  # fmt: skip
     assert said and "resuming from the start (no epoch had finished) as attempt 2" in said[0], said
 
     pods = worker_pods(control_plane, namespace, "drained", 2)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from dtr_operator.builders import network_policy_spec
 from dtr_operator.podsecurity import ENFORCE_LABEL
-from operator_support import condition, create_run, events, get, wait_status
+from operator_support import condition, create_run, events, events_once, get, wait_status
 
 from support.cluster import Cluster
 from support.operator import Operator
@@ -171,7 +171,7 @@ def test_a_refused_restore_stops_the_workers_and_a_later_one_starts_them_again(
     job = get(control_plane, namespace, "tfjob", "refused")
     assert job is not None and job["spec"]["runPolicy"]["suspend"] is True
     assert job["metadata"]["annotations"]["distml.dev/suspended-by"] == "dtr-operator"
-    assert ("Warning", "NetworkPolicyNotHeld") in [e[:2] for e in events(control_plane, namespace, "refused")]
+    events_once(control_plane, namespace, "refused", "Warning", "NetworkPolicyNotHeld")
     # The admin lifts it: the next retry (5 s, then 10 s ...) makes the policy, then resumes the TFJob.
     control_plane.kubectl("delete", "validatingadmissionpolicybinding", f"refuse-netpol-{namespace}")
     t1 = time.monotonic()

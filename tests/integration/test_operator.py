@@ -18,6 +18,7 @@ from operator_support import (
     condition,
     create_run,
     events,
+    events_once,
     get,
     items,
     set_pod_state,
@@ -159,9 +160,9 @@ def test_status_follows_the_tfjob_to_success(control_plane: Cluster, namespace: 
     assert st["headline"] == "accuracy=0.9812"
     assert st["progress"]["progressPercentage"] == 100 and st["progress"]["estimatedRemainingSeconds"] == 0
 
-    reasons = [(kind, reason) for kind, reason, _ in events(control_plane, namespace, "mnist-cnn")]
-    assert ("Normal", "TFJobRunning") in reasons and ("Normal", "TrainingSucceeded") in reasons
-    message = next(m for _, r, m in events(control_plane, namespace, "mnist-cnn") if r == "TrainingSucceeded")
+    said = events_once(control_plane, namespace, "mnist-cnn", "Normal", "TrainingSucceeded")
+    assert ("Normal", "TFJobRunning") in [e[:2] for e in said]
+    message = next(m for _, r, m in said if r == "TrainingSucceeded")
     assert "0.9812" in message and "/mnt/dtr/models/mnist-cnn/1" in message
 
     # Finished is final: deleting the TFJob now (as its TTL would) changes nothing.
@@ -193,8 +194,7 @@ def test_a_failed_worker_fails_the_run_and_is_named(control_plane: Cluster, name
     st = wait_status(control_plane, namespace, "broken", "failed", phase="Failed")
     assert "broken-worker-1 exited with code 2: ValueError: dataset x.npz not found" in st["message"]
     assert condition(st, "Failed")["status"] == "True"
-    broken = events(control_plane, namespace, "broken")
-    assert any(kind == "Warning" and st["reason"] == reason for kind, reason, _ in broken)
+    events_once(control_plane, namespace, "broken", "Warning", st["reason"])
 
     # Its worker still running is released (by the training-operator, once the operator sets the TFJob's
     # cleanPodPolicy); the failed one stays, with its termination message.
@@ -207,7 +207,8 @@ def test_a_failed_worker_fails_the_run_and_is_named(control_plane: Cluster, name
         return live if live == ["broken-worker-1"] else None
 
     wait_for(released, "broken-worker-0 deleted, broken-worker-1 kept", timeout=60)
-    said = [m for _, reason, m in events(control_plane, namespace, "broken") if reason == "WorkerPodsReleased"]
+    released = events_once(control_plane, namespace, "broken", "Normal", "WorkerPodsReleased")
+    said = [m for _, reason, m in released if reason == "WorkerPodsReleased"]
     assert said and "broken-worker-0" in said[0] and "broken-worker-1" not in said[0], said
 
 
@@ -231,8 +232,7 @@ def test_a_foreign_tfjob_with_the_runs_name_is_a_conflict(control_plane: Cluster
     assert after["metadata"].get("ownerReferences") is None
     assert after["metadata"]["labels"] == {"team": "other"}
     assert after["spec"] == before["spec"]
-    taken = events(control_plane, namespace, "taken")
-    assert any(reason == "NameConflict" and kind == "Warning" for kind, reason, _ in taken)
+    events_once(control_plane, namespace, "taken", "Warning", "NameConflict")
     # Nothing else was made for the run (its PVC is only created once the TFJob name is known to be free).
     assert get(control_plane, namespace, "pvc", "taken-data") is None
 
@@ -284,7 +284,7 @@ def test_a_missing_claim_waits_then_proceeds(control_plane: Cluster, namespace: 
     st = wait_status(control_plane, namespace, "patient", "waiting", phase="Pending", reason="WaitingForPVC")
     assert st["message"].startswith(f"waiting for PVC shared in namespace {namespace}")
     assert get(control_plane, namespace, "tfjob", "patient") is None
-    assert any(r == "WaitingForPVC" and k == "Warning" for k, r, _ in events(control_plane, namespace, "patient"))
+    events_once(control_plane, namespace, "patient", "Warning", "WaitingForPVC")
 
     control_plane.create({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
@@ -391,7 +391,7 @@ def test_a_run_whose_pods_cannot_pull_their_image_says_so_and_carries_no_finaliz
     st = wait_status(control_plane, namespace, "stuck", "pods not starting", timeout=90, reason="WorkerPodsNotStarting")
     assert st["phase"] == "Pending"
     assert "worker stuck-worker-0 cannot start: ImagePullBackOff" in st["message"], st["message"]
-    assert ("Warning", "WorkerPodsNotStarting", st["message"]) in events(control_plane, namespace, "stuck")
+    events_once(control_plane, namespace, "stuck", "Warning", "WorkerPodsNotStarting", st["message"])
     run = get(control_plane, namespace, "dtr", "stuck")
     assert not (run or {}).get("metadata", {}).get("finalizers"), "a run must stay deletable while the operator is down"
 
@@ -416,7 +416,7 @@ def test_a_running_run_with_a_worker_that_cannot_be_scheduled_says_why_until_it_
     assert (st["phase"], st["workersReady"]) == ("Running", "1/2"), st
     assert st["message"] == ("1 of 2 workers run; training waits for all (MultiWorkerMirroredStrategy): worker "
                              f"partly-worker-1 cannot be scheduled: {why}"), st["message"]  # fmt: skip
-    assert ("Warning", "WorkersNotAllRunning", st["message"]) in events(control_plane, namespace, "partly")
+    events_once(control_plane, namespace, "partly", "Warning", "WorkersNotAllRunning", st["message"])
     set_pod_state(control_plane, namespace, second, "Running")
     wait_status(control_plane, namespace, "partly", "every worker running", phase="Running", reason="TFJobRunning",
                 workersReady="2/2")  # fmt: skip

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from operator_support import (
     create_run,
-    events,
+    events_once,
     get,
     items,
     set_pod_state,
@@ -51,7 +51,7 @@ def test_suspend_stops_the_workers_and_resume_brings_them_back(
     assert '"suspend":false' in st["message"], st["message"]
     assert next(c for c in st["conditions"] if c["type"] == "Suspended")["status"] == "True"
     suspended = ("Normal", "Suspended", "suspended TFJob pause (spec.suspend: True)")
-    assert suspended in events(control_plane, namespace, "pause")
+    events_once(control_plane, namespace, "pause", *suspended)
 
     patch_run(control_plane, namespace, "pause", {"suspend": False})
     pods = worker_pods(control_plane, namespace, "pause", 2)  # created again by the training-operator
@@ -59,7 +59,7 @@ def test_suspend_stops_the_workers_and_resume_brings_them_back(
     for pod in pods:
         set_pod_state(control_plane, namespace, pod, "Running")
     wait_status(control_plane, namespace, "pause", "running again", phase="Running")
-    reasons = [r for _, r, _ in events(control_plane, namespace, "pause")]
+    reasons = [r for _, r, _ in events_once(control_plane, namespace, "pause", "Normal", "Resumed")]
     assert "Resumed" in reasons and reasons.count("Suspended") == 1, reasons
     # One TFJob through it all.
     assert len(items(control_plane, namespace, "tfjobs", "distml.dev/run=pause")) == 1

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from dtr_operator.spec import SpecError, parse_run
-from operator_support import create_run, events, items, set_pod_state, status, wait_status, worker_pods
+from operator_support import create_run, events_once, items, set_pod_state, status, wait_status, worker_pods
 
 from support.cluster import Cluster
 from support.operator import Operator
@@ -79,7 +79,7 @@ def test_a_run_without_an_epoch_is_stalled_after_the_floor(
     assert cond["reason"] == "NoEpochProgress"
     assert "since the workers started (minStallSeconds 10); silent: idle-worker-0, idle-worker-1" in cond["message"]
     assert st["phase"] == "Running" and st["message"] == f"Stalled: {cond['message']}"
-    assert ("Warning", "Stalled", cond["message"]) in events(control_plane, namespace, "idle")
+    events_once(control_plane, namespace, "idle", "Warning", "Stalled", cond["message"])
     table = control_plane.kubectl("get", "distrainingruns", "-n", namespace).stdout.splitlines()
     assert table[1].split()[:2] == ["idle", "Running"]
 
@@ -97,7 +97,8 @@ def test_restart_on_stall_makes_the_workers_again_then_fails_when_none_is_left(
         return fresh if len(fresh) == 2 else None
 
     pods = wait_for(restarted, "new worker pods after the restart (suspend, then resume)", timeout=120)
-    said = [e for e in events(control_plane, namespace, "stuck") if e[1] == "StallRestart"]
+    restarts = events_once(control_plane, namespace, "stuck", "Warning", "StallRestart")
+    said = [e for e in restarts if e[1] == "StallRestart"]
     assert len(said) == 1 and "restart 1 of 1" in said[0][2]
     assert status(control_plane, namespace, "stuck")["watchdog"]["restarts"] == 1
     for pod in pods:
