@@ -1,6 +1,7 @@
 """A node goes away under a run whose workers are on two nodes: powered off (its kubelet, containerd, flannel,
-kube-proxy and every container SIGKILLed at once, the Node left NotReady), with and without the out-of-service
-taint Kubernetes' non-graceful node shutdown asks of an admin; and drained. With spec.disruption.resume (the
+kube-proxy and every container SIGKILLed at once, the Node left NotReady) and left, or the node of a ReadWriteOnce
+run's volume lost. A drain, and a power-off followed by the out-of-service taint Kubernetes' non-graceful node
+shutdown asks of an admin, are test_disruption.py's, both in one run. With spec.disruption.resume (the
 default) each run must end Succeeded with one model, every epoch ended once across its attempts (the chief's log on
 the shared volume), whether the operator resumed it (status.resumes) or the training-operator made the lost pod
 again in place (a race in v1.9.4: docs/clusters.md). Each case's times go to docs/reliability.md's fault table (the
@@ -55,12 +56,6 @@ def start(multinode: MultiNode, namespace: str, doc: dict[str, Any]) -> list[str
     return nodes
 
 
-def resumed(st: dict[str, Any]) -> str:
-    """How the run came back: the operator's resumes, or the training-operator's pod made again in place."""
-    count = st.get("resumes") or 0
-    return f"resumed by the operator ({count}x)" if count else "the pod made again in place by the training-operator"
-
-
 def survived(multinode: MultiNode, namespace: str, name: str, st: dict[str, Any], models: int,
              loads: bool | None, epochs: int = EPOCHS) -> bool:  # fmt: skip
     """Succeeded, one model that loads and scores, every epoch ended once across the attempts."""
@@ -74,31 +69,6 @@ def record(ledger: Ledger, case: str, ok: bool, st: dict[str, Any], models: int,
         area="fault", case=case, tried=1, correct=int(ok), duplicated=int(models > 1), user_sees=sees,
         detail={"phase": st.get("phase"), "reason": st.get("reason"), "models": models, **detail},
     ))  # fmt: skip
-
-
-def test_a_workers_node_powered_off_then_declared_out_of_service_resumes_the_run(
-    multinode: MultiNode, namespace: str, ledger: Ledger, powered_back: list[str]
-) -> None:
-    """What Kubernetes' non-graceful node shutdown asks of an admin once a node is known to be down: the
-    out-of-service taint, after which the pods it held are deleted. The run resumes on the nodes left (the operator
-    after the TFJob failed, or the training-operator in place) and succeeds."""
-    name = "lost-node"
-    _, victim = start(multinode, namespace, spread_run(name, epochs=EPOCHS))
-    t0 = time.monotonic()
-    multinode.nodes.node(victim).power_off()
-    powered_back.append(victim)
-    not_ready = wait_node_ready(multinode, victim, "Unknown", timeout=120)
-    multinode.cluster.kubectl("taint", "node", victim, OUT_OF_SERVICE)
-    st, models, loads = finish(multinode, namespace, name)
-    took = time.monotonic() - t0
-    ok = survived(multinode, namespace, name, st, models, loads)
-    sees = (f"{st.get('phase')} {took:.0f} s after the cut (NotReady after {not_ready:.0f} s), {resumed(st)}, "
-            f"one model, each epoch once")  # fmt: skip
-    record(ledger, "a worker's node powered off (kubelet, containerd, flannel, every container), then tainted "
-           "out-of-service by an admin (several nodes)", ok, st, models, sees,
-           not_ready_seconds=round(not_ready, 1), seconds=round(took, 1), resumes=st.get("resumes") or 0)  # fmt: skip
-    print(f"power-off + out-of-service: {sees}")
-    assert ok, st
 
 
 def test_a_workers_node_powered_off_and_left_waits_naming_it_then_resumes_when_it_is_back(
@@ -132,28 +102,6 @@ def test_a_workers_node_powered_off_and_left_waits_naming_it_then_resumes_when_i
            f"{st.get('phase')} {took:.0f} s after the cut once the node was back: {message[:200]}",
            waited_seconds=round(waited, 1), seconds=round(took, 1))  # fmt: skip
     print(f"power-off, no taint: waited {waited:.0f} s ({message}); {st.get('phase')} {took:.1f} s after the cut")
-    assert ok, st
-
-
-def test_a_workers_node_drained_resumes_the_run_elsewhere(multinode: MultiNode, namespace: str, ledger: Ledger) -> None:
-    """The drained worker's pod is evicted (SIGTERM: the trainer stops at once, its backup kept) and deleted; the run
-    goes on on another node (the operator resumes it when the TFJob failed, else the training-operator made the pod
-    again) and succeeds."""
-    name = "drained"
-    _, victim = start(multinode, namespace, spread_run(name, epochs=EPOCHS))
-    t0 = time.monotonic()
-    try:
-        multinode.cluster.kubectl("drain", victim, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s",
-                                  timeout=200)  # fmt: skip
-        st, models, loads = finish(multinode, namespace, name)
-    finally:
-        multinode.cluster.kubectl("uncordon", victim, check=False)
-    took = time.monotonic() - t0
-    ok = survived(multinode, namespace, name, st, models, loads)
-    sees = f"{st.get('phase')} {took:.0f} s after the drain began, {resumed(st)}, one model, each epoch once"
-    record(ledger, "a worker's node drained with kubectl drain (several nodes)", ok, st, models, sees,
-           seconds=round(took, 1), resumes=st.get("resumes") or 0)  # fmt: skip
-    print(f"drain: {sees}")
     assert ok, st
 
 
