@@ -117,9 +117,6 @@ NODE_FAULTS = "tests/reliability/test_node_faults.py"
 # its own and changes nothing another test sees; `make test-node` runs them all, one after the other.
 NODE_RUNS = tuple(f"tests/node/{m}.py" for m in ("test_watchdog", "test_tensorboard", "test_transfer", "test_models",
                                                  "test_diverge", "test_notebook", "test_progress"))  # fmt: skip
-# A user's own Keras files and image (a dozen TF workers at once): the node tier's first step, so that the integration
-# tier, which those workers starved, may start once it and "node runs" have ended.
-NODE_OWN = "tests/node/test_own_model.py"
 ATTACKS = "tests/reliability/test_attacks.py"
 NODE = (OP_PYTHON, "-m", "devcluster.node")  # run from the repository root, as every step is
 NODE_DOWN = (*NODE, "down", "--purge", "--dir", str(NODE_DIR))
@@ -134,9 +131,9 @@ STEPS: tuple[Step, ...] = (
     Step("images", make("images"), "Docker engine, base images, both images"),
     Step("lint", make("lint"), "ruff, complexity (xenon), the import layers, the images' locks, shellcheck, hadolint",
          after=("setup",), early=True, side=True),
-    # 55-59 s in the warm runs of da2b85f and 66a31e1, 108-111 s in two others (CI's of 298de13, a3501bf): at nice 10
-    # beside the node's start, s3 and reliability, it waits for the CPU; 80 keeps it a guard (120 s) without failing
-    # a run on that wait.
+    # 55-59 s in the warm runs of da2b85f and 66a31e1, 108-111 s in three others (CI's of 298de13, a3501bf, 7ee4b73):
+    # at nice 10 beside the node's start, s3 and reliability, it waits for the CPU; 80 keeps it a guard (120 s)
+    # without failing a run on that wait.
     Step("unit", make("test-unit"), "pure functions", budget=80, tier=True, after=("setup",), early=True,
          side=True),
     Step("control-plane build", make("cluster-build"), "etcd, Kubernetes, training-operator from source"),
@@ -167,12 +164,9 @@ STEPS: tuple[Step, ...] = (
     # 2026-12-06: 1030-1038 s, the machine 82-90% busy (the side steps at nice 10 did not shorten it), its clocks.
     # Alone on this machine (722ead6, 2026-12-05): 910 s one after the other, 733 s and 417 s side by side. Then 995 s
     # and 496 s (9a09453): test_progress (89 s of the 995) moved beside, and the budgets with it.
-    # Then *node* 721 s (66a31e1), 131 s of it test_own_model's: now its own step first, *node* after it.
-    Step("node own", pytest(NODE_OWN), "a user's own Keras files and image on the real node", budget=200, tier=True,
-         node=True, after=("node start",)),
-    Step("node", pytest("tests/node", *(f"--ignore={m}" for m in (*NODE_RUNS, NODE_OWN))),
+    Step("node", pytest("tests/node", *(f"--ignore={m}" for m in NODE_RUNS)),
          "kubectl apply -> model on the real node; Kueue, placement, the operator's restarts, isolation",
-         budget=800, tier=True, node=True, after=("node start", "node own")),
+         budget=1000, tier=True, node=True, after=("node start",)),
     Step("node runs", pytest(*NODE_RUNS),
          "on the same node, beside it: the stall watchdog, TensorBoard, transfers, model versions, a diverged "
          "run, the notebook, progress epoch by epoch", budget=550, tier=True, node=True, after=("node start",)),
@@ -182,13 +176,14 @@ STEPS: tuple[Step, ...] = (
     # 3000 passed tests failed on it): 500. Then 689-757 s in six runs: 700, what it takes; its slowest tests wait on
     # the operator's own clocks (a resumed run's pod wait, 77 s; the 20 s looks at pods that do not start, ~40 s
     # each). Light (LIGHT_LOAD): no kubelet, no TensorFlow; its processes, its control plane's included, kept half a
-    # core busy (362 CPU seconds in 716 s at 76a4734). After the node tier's own-model runs (a dozen TF workers at
-    # once: they starved this tier's training-operator past its 60 s waits when the two overlapped), and before it
-    # (until 2026-12-06) it held the node tier, and so the single node's and the three nodes' tiers after it, back by
-    # its 700 s: the run's longest chain. After the whole node tier (until 2026-12-06) it was the run's tail again
-    # (691 s from *node*'s end at 66a31e1): now after *node own* and *node runs*, beside the rest of *node*.
+    # core busy (362 CPU seconds in 716 s at 76a4734). After the node tier: that tier's own-model runs (a dozen TF
+    # workers at once) starved this tier's training-operator past its 60 s waits when the two overlapped, and
+    # before it (until 2026-12-06) it held the node tier, and so the single node's and the three nodes' tiers
+    # after it, back by its 700 s: the run's longest chain. Tried 2026-12-06 (7ee4b73): test_own_model as the node
+    # tier's first step, this tier after it and "node runs": the own-model burst at the start starved test_watchdog's
+    # first epochs past their 75 s stall floor (two failures in "node runs").
     Step("integration", make("test-integration"), "the operator on a real control plane", budget=700, tier=True,
-         after=("setup", "control-plane build", "node own", "node runs"), light=True),
+         after=("setup", "control-plane build", "node", "node runs"), light=True),
     Step("node faults", pytest(NODE_FAULTS, ATTACKS),
          "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",
          budget=520, tier=True, node=True, after=("node", "node runs")),

@@ -67,8 +67,8 @@ def test_the_node_tiers_wait_for_the_node_start_and_take_turns_on_the_node() -> 
     assert needs(faults, "node") and needs(stop, "node faults")
     # the three nodes' tier runs beside the single node's faults, never beside its tier
     assert needs(multinode, "node") and not needs(multinode, "node faults") and not needs(multinode, "node stop")
-    # the own-model runs' dozen TF workers starved the integration tier's training-operator when the two overlapped
-    assert needs(next(s for s in tiers.STEPS if s.name == "integration"), "node own")
+    # the node tier's TF workers starved the integration tier's training-operator when the two overlapped
+    assert needs(next(s for s in tiers.STEPS if s.name == "integration"), "node")
     # the two reliability parts merge into one ledger as they end: never at once; the suite holds no slot
     reliability = next(s for s in tiers.STEPS if s.name == "reliability")
     assert "node faults" in reliability.apart and reliability.light
@@ -331,15 +331,12 @@ def test_a_part_after_a_blank_line_is_named_without_its_prefix() -> None:
         "training-operator and the operator": 136}
 
 
-def test_the_three_node_steps_run_every_node_module_once() -> None:
-    node, runs, own = (next(s for s in tiers.STEPS if s.name == n) for n in ("node", "node runs", "node own"))
+def test_the_two_node_steps_run_every_node_module_once() -> None:
+    node, runs = (next(s for s in tiers.STEPS if s.name == n) for n in ("node", "node runs"))
     modules = {f"tests/node/{p.name}" for p in (REPO / "tests" / "node").glob("test_*.py")}
-    assert set(tiers.NODE_RUNS) < modules and tiers.NODE_OWN in modules and tiers.NODE_OWN not in tiers.NODE_RUNS
-    ignored = {f"--ignore={m}" for m in (*tiers.NODE_RUNS, tiers.NODE_OWN)}
-    assert "tests/node" in node.argv and ignored <= set(node.argv)
+    assert set(tiers.NODE_RUNS) < modules
+    assert "tests/node" in node.argv and {f"--ignore={m}" for m in tiers.NODE_RUNS} <= set(node.argv)
     assert [a for a in runs.argv if a.startswith("tests/")] == list(tiers.NODE_RUNS)
-    assert [a for a in own.argv if a.startswith("tests/")] == [tiers.NODE_OWN]
-    assert needs(node, "node own"), "the own-model runs first: the integration tier starts after them"
     for later in (s for s in tiers.STEPS if needs(s, "node") and s is not runs):
         assert needs(later, "node runs"), f"{later.name}: after the whole node tier, not half of it"
 
