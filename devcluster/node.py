@@ -879,9 +879,9 @@ class Node:
 
     def seed_webhook_secret(self) -> None:
         """The training-operator's webhook Secret, unless there, holding this machine's pair (cp.webhook_secret): its
-        pod is then ready ~15 s after it starts, not when the kubelet next syncs the Secret its rotator wrote (36 s to
-        182 s measured). A test rig's shortcut, not install.sh's: its own field manager, so the overlay's empty
-        Secret, applied by kubectl's, leaves the data alone."""
+        pod is then ready at its first probes, not when the kubelet next syncs the Secret its rotator wrote (figures:
+        docs/cluster.md#the-real-node). A test rig's shortcut, not install.sh's: its own field manager, so the
+        overlay's empty Secret, applied by kubectl's, leaves the data alone."""
         if self.kubectl("-n", cp.OPERATOR_NAMESPACE, "get", "secret", cp.WEBHOOK_SECRET, "--ignore-not-found",
                         "-o", "name").strip():  # fmt: skip
             return
