@@ -6,21 +6,26 @@ from __future__ import annotations
 import re
 import statistics
 
-from support.node import RealNode, percentile, watch_progress
-from support.runs import digits_run
+from support.node import RealNode, dtr, percentile, watch_progress
+from support.repo import REPO
 
-# Three epochs show the order, the column while Running and the last one; each was 5 to 9 s on 2 cores
-# alone and 28 s as a pod beside a busy node (CI, 2026-12): longer than the operator's 5 s read interval,
-# so no epoch can be skipped between two reads, and the test can ask for every one of them.
+# Three epochs show the order, the column while Running and the last one. Each sleeps EPOCH_SECONDS first (the
+# model's own callback: tests/support/slow_epochs_model.py), longer than the operator's 5 s read interval, so no
+# epoch can be skipped between two reads, and the test can ask for every one of them. Until 2026-12-06 the digits
+# CNN at 1000 steps an epoch made them that long: 99 s of a warm CI run, 60 CPU seconds of the node's pods
+# (7 now).
 EPOCHS = 3
-STEPS = 1000
+EPOCH_SECONDS = 8
+MODEL = REPO / "tests" / "support" / "slow_epochs_model.py"
 
 
 def test_progress_passes_through_every_epoch_while_training_and_the_column_shows_it(
     real_node: RealNode, namespace: str
 ) -> None:
     name = "progress"
-    real_node.apply(namespace, digits_run(name, epochs=EPOCHS, steps=STEPS))
+    proc = dtr(real_node, namespace, "submit", str(MODEL), "--name", name, "--workers", "2", "--epochs", str(EPOCHS),
+               "--batch-size-per-worker", "16", "--learning-rate", "0.1", "--param", f"epoch_seconds={EPOCH_SECONDS}")
+    assert proc.returncode == 0, proc.stderr
     rows: list[str] = []
 
     def show_the_row(epoch: int) -> None:
