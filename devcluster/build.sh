@@ -16,7 +16,9 @@ cache=${DTR_CACHE:-$HOME/.cache/dtr}
 bin="$cache/bin"
 work="$cache/build"
 mkdir -p "$bin" "$work"
-export GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0
+# shellcheck source=goenv.sh
+. "$here/goenv.sh"
+export CGO_ENABLED=0
 
 log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # Seconds since the given start (bash's SECONDS), for the cold-build figures in docs/cluster.md.

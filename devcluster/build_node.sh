@@ -33,7 +33,8 @@ work="${cache}/build"
 images="${cache}/images"
 manifests="${cache}/manifests"
 mkdir -p "${bin}" "${work}" "${images}" "${manifests}"
-export GOFLAGS=-mod=mod GOWORK=off
+# shellcheck source-path=SCRIPTDIR source=goenv.sh disable=SC1091
+. "${here}/goenv.sh"
 py=${DTR_PYTHON:-python3}
 
 # A cluster DNS: the Corefile kubeadm writes, less forward, loop and reload (no upstream DNS here); prometheus
