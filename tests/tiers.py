@@ -14,9 +14,9 @@ tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
   step never timed), so the chain to the node tiers starts first and short independent tiers fill
   the gaps. Quick checks (`early`: lint, unit) go before any of them: a run that fails mostly fails
   there. A step never runs beside the steps it is `apart` from. A `light` step (one that mostly waits:
-  its processes' CPU seconds, recorded per step, under LIGHT_LOAD of its seconds) runs beside the
-  slots' steps without taking a slot. The choice is a pure function (next_step); the slots are
-  threads that each wait on one process;
+  its processes' CPU seconds, recorded per step, under LIGHT_LOAD of its seconds per pytest session it
+  runs at once, tests/shards.py) runs beside the slots' steps without taking a slot. The choice is a
+  pure function (next_step); the slots are threads that each wait on one process;
 - the node lane first: a `side` step (one no node step waits for) runs at nice SIDE_NICE, so the nodes'
   pods (kubepods, one cgroup) and the steps they need take the CPU they ask for and the side steps the rest;
   a side step starts while fewer than N + SIDE_ROOM steps run, a node step while fewer than N node steps
@@ -65,7 +65,8 @@ COSTS = REPO / "docs" / "ci-costs.json"
 SLOTS = 2  # steps at once: the 2 cores of CI's machine, as most steps mostly wait or use one
 # A step whose processes kept less than this of one core busy over its seconds, in the recorded warm run, mostly
 # waits (on the operator's clocks, on a control plane): it may be `light` (tests/unit/ci/test_tiers.py checks).
-# integration: 362 CPU seconds in 716 s (0.51) at 76a4734, the first run with it light (2151 s against 2924 s).
+# integration: 362 CPU seconds in 716 s (0.51) at 76a4734, the first run with it light (2151 s against 2924 s); as
+# two sessions at once (Step.sessions), alone here: 292 CPU seconds in 325 s, 0.45 of a core each.
 LIGHT_LOAD = 0.55
 # The nice of a side step's processes. The pods of a node are one cgroup (kubepods: cpu.shares 2048 on 2 cores)
 # beside every process of the host's root cgroup, each at its nice's weight (1024 at 0): by the weights, four
@@ -98,6 +99,7 @@ class Step:
     apart: tuple[str, ...] = ()  # steps it never runs beside, whichever starts first
     early: bool = False  # a quick check that fails most runs that fail: before any other ready step
     light: bool = False  # mostly waits (LIGHT_LOAD): runs beside the slots' steps, taking no slot
+    sessions: int = 1  # pytest sessions at once (tests/shards.py): LIGHT_LOAD is of a core each
     side: bool = False  # no node step waits for it: runs at nice SIDE_NICE
     env: tuple[tuple[str, str], ...] = ()  # more of the step's environment
 
@@ -116,7 +118,18 @@ NODE_FAULTS = "tests/reliability/test_node_faults.py"
 # The node tier's modules that run beside the rest of it (the "node runs" step): each starts runs in namespaces of
 # its own and changes nothing another test sees; `make test-node` runs them all, one after the other.
 NODE_RUNS = tuple(f"tests/node/{m}.py" for m in ("test_watchdog", "test_tensorboard", "test_transfer", "test_models",
-                                                 "test_diverge", "test_notebook", "test_progress"))  # fmt: skip
+                                                 "test_diverge", "test_notebook", "test_progress",
+                                                 "test_real_node"))  # fmt: skip
+# The integration tier as two pytest sessions at once (tests/shards.py), each with a control plane of its own: it
+# mostly waits on the operator's clocks (285 CPU s in 739 s at 13a1600). The second: installing, users and teams,
+# the first day, the control plane itself, and the operator's longest waits (a lost pod's, a stall's); about 320 s
+# of the 700 s its modules took in CI, the first session the rest. Alone here: 355 s and 292 s side by side, 647 s
+# as one session (2026-12-06).
+INTEGRATION_SECOND = tuple(f"tests/integration/{m}.py" for m in (
+    "test_deploy", "test_deploy_images", "test_team_operator", "test_user_roles", "test_first_day", "test_client",
+    "test_control_plane", "test_run_author", "test_tensorboard_pod", "test_disruption", "test_watchdog"))  # fmt: skip
+INTEGRATION = (OP_PYTHON, "tests/shards.py", "tests/integration", *(f"--ignore={m}" for m in INTEGRATION_SECOND),
+               "--", *INTEGRATION_SECOND)  # fmt: skip
 ATTACKS = "tests/reliability/test_attacks.py"
 NODE = (OP_PYTHON, "-m", "devcluster.node")  # run from the repository root, as every step is
 NODE_DOWN = (*NODE, "down", "--purge", "--dir", str(NODE_DIR))
@@ -163,13 +176,16 @@ STEPS: tuple[Step, ...] = (
     # and its pod deleted, node labels, an extended resource, the operator's network policy). One step until
     # 2026-12-06: 1030-1038 s, the machine 82-90% busy (the side steps at nice 10 did not shorten it), its clocks.
     # Alone on this machine (722ead6, 2026-12-05): 910 s one after the other, 733 s and 417 s side by side. Then 995 s
-    # and 496 s (9a09453): test_progress (89 s of the 995) moved beside, and the budgets with it.
+    # and 496 s (9a09453): test_progress (89 s of the 995) moved beside, and the budgets with it. Then 721-804 s and
+    # 513-572 s: test_real_node's three runs (about 125 s of CI's 178) moved beside too, its two tests that change the
+    # operator kept here (test_operator_pod.py).
     Step("node", pytest("tests/node", *(f"--ignore={m}" for m in NODE_RUNS)),
-         "kubectl apply -> model on the real node; Kueue, placement, the operator's restarts, isolation",
-         budget=1000, tier=True, node=True, after=("node start",)),
+         "Kueue, placement, the operator's restarts and its namespaced install, isolation, your own model, install",
+         budget=650, tier=True, node=True, after=("node start",)),
     Step("node runs", pytest(*NODE_RUNS),
-         "on the same node, beside it: the stall watchdog, TensorBoard, transfers, model versions, a diverged "
-         "run, the notebook, progress epoch by epoch", budget=550, tier=True, node=True, after=("node start",)),
+         "on the same node, beside it: kubectl apply -> model, a killed worker, runs deleted mid-training; the "
+         "stall watchdog, TensorBoard, transfers, model versions, a diverged run, the notebook, progress epoch by "
+         "epoch", budget=650, tier=True, node=True, after=("node start",)),
     # Warm: 455-459 s (233efa2, ae363d6), 526 s (16f1e0e), 610 s here at 975b8aa beside a second test run, with the
     # isolation round 2 tests (the operator's admission policy, Pod Security, quotas): 400 had left no room. Then
     # 588 s (4e62121), 678 s (6b71451) and 687 s (9154ac7, 289 tests with the sweeps': over 1.5 x 450, so a run of
@@ -182,8 +198,8 @@ STEPS: tuple[Step, ...] = (
     # after it, back by its 700 s: the run's longest chain. Tried 2026-12-06 (7ee4b73): test_own_model as the node
     # tier's first step, this tier after it and "node runs": the own-model burst at the start starved test_watchdog's
     # first epochs past their 75 s stall floor (two failures in "node runs").
-    Step("integration", make("test-integration"), "the operator on a real control plane", budget=700, tier=True,
-         after=("setup", "control-plane build", "node", "node runs"), light=True),
+    Step("integration", INTEGRATION, "the operator on a real control plane (two sessions at once)", budget=450,
+         tier=True, after=("setup", "control-plane build", "node", "node runs"), light=True, sessions=2),
     Step("node faults", pytest(NODE_FAULTS, ATTACKS),
          "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",
          budget=520, tier=True, node=True, after=("node", "node runs")),

@@ -2,7 +2,8 @@
 
 What the process node could not show: the images, the restricted pod settings under Pod Security
 `restricted`, volume permissions for uid 1000 on local-path, cluster DNS between workers, a
-container killed by the runtime, the operator's ServiceAccount and RBAC from deploy/.
+container killed by the runtime, the operator's ServiceAccount and RBAC from deploy/. The operator's own pod
+deleted, and deploy/namespaced/ in its place: test_operator_pod.py.
 """
 
 from __future__ import annotations
@@ -16,13 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from support.node import (
-    JOB_LABEL,
-    OPERATOR_SELECTOR,
-    RealNode,
-    score_model,
-    tensorflow_status,
-)
+from support.node import JOB_LABEL, RealNode, score_model, tensorflow_status
 from support.repo import REPO
 from support.runs import digits_run, saved_models
 from support.wait import wait_for
@@ -145,7 +140,9 @@ def test_a_killed_worker_under_never_fails_its_run_and_runs_deleted_mid_training
     for name in deleted:
         real_node.wait_log(namespace, f"{name}-worker-0", "epoch 1/100 end")
     keep_volume = real_node.volume(namespace, "keep-data")
-    real_node.cluster.kubectl("delete", "distrainingruns", *deleted, "-n", namespace, "--timeout=60s")
+    # The operator's finalizer holds the delete until it has stopped the runs: beside the node step, which replaces
+    # the operator's pod (test_operator_pod.py), that may wait for the new one.
+    real_node.cluster.kubectl("delete", "distrainingruns", *deleted, "-n", namespace, "--timeout=180s", timeout=200)
 
     st = real_node.wait_terminal(namespace, never)
     assert st["phase"] == "Failed", st
@@ -170,60 +167,3 @@ def test_a_killed_worker_under_never_fails_its_run_and_runs_deleted_mid_training
     kept = real_node.cluster.kubectl_json("get", "pvc", "keep-data", "-n", namespace)
     assert "deletionTimestamp" not in kept["metadata"]
     assert (keep_volume / "backup" / "keep").exists(), "the retained volume keeps its data"
-
-
-def test_operator_pod_deleted_mid_run_is_replaced_and_the_run_continues_without_duplicates(
-    real_node: RealNode, namespace: str
-) -> None:
-    name = "phoenix"
-    real_node.apply(namespace, digits_run(name, epochs=4, steps=20))
-    wait_for(lambda: real_node.run_status(namespace, name).get("phase") == "Running", "phase Running", timeout=600)
-    before = {
-        kind: real_node.cluster.kubectl_json("get", kind, "-n", namespace, "-l", f"distml.dev/run={name}")["items"]
-        for kind in ("tfjobs", "pvc")
-    }
-    old = real_node.names("pods", "dtr-system", OPERATOR_SELECTOR)
-    real_node.cluster.kubectl("delete", "pod", "-n", "dtr-system", "-l", OPERATOR_SELECTOR, "--wait=false")
-
-    st = real_node.wait_terminal(namespace, name)
-    assert st["phase"] == "Succeeded", st
-    assert "accuracy" in st["metrics"]
-    now_pods = real_node.names("pods", "dtr-system", OPERATOR_SELECTOR)
-    assert now_pods and set(now_pods).isdisjoint(old), (old, now_pods)
-    for kind, items in before.items():
-        now = real_node.cluster.kubectl_json("get", kind, "-n", namespace, "-l", f"distml.dev/run={name}")["items"]
-        assert [o["metadata"]["uid"] for o in now] == [o["metadata"]["uid"] for o in items], f"{kind} duplicated"
-
-
-def test_namespaced_deploy_serves_its_namespace_only(real_node: RealNode) -> None:
-    """deploy/namespaced/ in place of the cluster-wide operator; the cluster-wide one is back after."""
-    kubectl = real_node.cluster.kubectl
-    kubectl("delete", "clusterrolebinding", "dtr-operator", "--ignore-not-found")
-    kubectl("delete", "clusterrole", "dtr-operator", "--ignore-not-found")
-    kubectl("apply", "-k", str(REPO / "deploy" / "namespaced"))
-    try:
-        kubectl("-n", "dtr-system", "rollout", "status", "deployment/dtr-operator", "--timeout=180s", timeout=200)
-
-        def runs_counted() -> str | None:  # the install's run quota (deploy/namespaced/quota.yaml)
-            quota = real_node.cluster.kubectl_json("get", "resourcequota", "disttrainingruns", "-n", "dtr-runs")
-            return ((quota.get("status") or {}).get("used") or {}).get("count/disttrainingruns.distml.dev")
-
-        wait_for(runs_counted, "the run quota counted", timeout=60)
-        real_node.apply("dtr-runs", digits_run("served", epochs=2, steps=5))
-        assert wait_for(lambda: runs_counted() == "1", "the run counted against the quota", timeout=60)
-        real_node.create_restricted_namespace("t-elsewhere")
-        real_node.apply("t-elsewhere", digits_run("ignored", epochs=2, steps=5))
-
-        st = real_node.wait_terminal("dtr-runs", "served")
-        assert st["phase"] == "Succeeded", st
-        assert real_node.run_status("t-elsewhere", "ignored") == {}, "a run outside the served namespace got a status"
-        assert not real_node.names("tfjobs", "t-elsewhere", "distml.dev/run")
-    finally:
-        # The tests after this one (other files) need the cluster-wide operator again.
-        for kind, name in (("rolebinding", "dtr-operator"), ("role", "dtr-operator"),
-                           ("resourcequota", "disttrainingruns")):  # fmt: skip
-            kubectl("delete", kind, name, "-n", "dtr-runs", "--ignore-not-found", check=False)
-        kubectl("delete", "clusterrolebinding,clusterrole", "dtr-operator-discovery", "--ignore-not-found", check=False)
-        kubectl("delete", "namespace", "t-elsewhere", "--wait=false", "--ignore-not-found", check=False)
-        kubectl("apply", "-k", str(REPO / "deploy"))
-        kubectl("-n", "dtr-system", "rollout", "status", "deployment/dtr-operator", "--timeout=180s", timeout=200)

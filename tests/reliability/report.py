@@ -60,7 +60,7 @@ ELSEWHERE = [
       "::test_a_killed_worker_under_never_fails_its_run_and_runs_deleted_mid_training_stop_keeping_the_pvc_with_retain "
       "(containers on the real node)")),
     ("fault", "operator pod deleted during a real training run",
-     "tests/node/test_real_node.py::test_operator_pod_deleted_mid_run_is_replaced_and_the_run_continues_without_duplicates"),
+     "tests/node/test_operator_pod.py::test_operator_pod_deleted_mid_run_is_replaced_and_the_run_continues_without_duplicates"),
     ("security", "RBAC least privilege: can-i, impersonated run, namespaced mode cannot leave its namespace",
      "tests/integration/test_deploy.py"),
     ("security", "the trainer refuses dataset paths that escape its volume (`escapes --data-dir`)",
