@@ -9,13 +9,14 @@ import statistics
 from support.node import RealNode, dtr, percentile, watch_progress
 from support.repo import REPO
 
-# Three epochs show the order, the column while Running and the last one. Each sleeps EPOCH_SECONDS first (the
-# model's own callback: tests/support/slow_epochs_model.py), longer than the operator's 5 s read interval, so no
-# epoch can be skipped between two reads, and the test can ask for every one of them. Until 2026-12-06 the digits
-# CNN at 1000 steps an epoch made them that long: 99 s of a warm CI run, 60 CPU seconds of the node's pods
-# (7 now).
+# Three epochs show the order, the column while Running and the last one. The second and third sleep EPOCH_SECONDS
+# first (the model's own callback: tests/support/slow_epochs_model.py), longer than the operator's reads of the log
+# are apart (every 5 s, but in CI beside the node step, which restarts the operator, 8 s epochs were not: epoch 2
+# went unseen, 2be8f07), so no epoch can be skipped between two reads, and the test can ask for every one of them.
+# Until 2026-12-06 the digits CNN at 1000 steps an epoch made them that long (28 s each in CI): 99 s of a warm CI
+# run, 60 CPU seconds of the node's pods (7 now).
 EPOCHS = 3
-EPOCH_SECONDS = 8
+EPOCH_SECONDS = 30
 MODEL = REPO / "tests" / "support" / "slow_epochs_model.py"
 
 
