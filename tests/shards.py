@@ -1,9 +1,9 @@
 """One tier's tests as several pytest sessions at once: `python tests/shards.py ARGS [-- ARGS ...]`.
 
-For a tier that mostly waits on clocks (the integration tier: a control plane of its own per session, 0.26 of a
-core busy over 647 s alone here), two sessions side by side take about half its time. Each shard's output is
-printed whole, in order, once it has ended; the exit code is the first failed shard's, else 0. Under
-tests/tiers.py (DTR_TIMINGS and DTR_TIER set) each shard records its timings as DTR_TIER-<n>
+For a tier that mostly waits on clocks (the integration tier, a control plane of its own per session: 647 s alone
+here as one session, 325 s as two, 292 CPU seconds), two sessions side by side take about half its time. Each
+shard's output is printed whole, in order, once it has ended; the exit code is the first failed shard's, else 0.
+Under tests/tiers.py (DTR_TIMINGS and DTR_TIER set) each shard records its timings as DTR_TIER-<n>
 (tests/plugins/tier_timings.py), merged at the end into the one file of DTR_TIER that the run's table reads.
 """
 
