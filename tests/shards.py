@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SLOWEST = 10  # as tests/plugins/tier_timings.py keeps
+from plugins.tier_timings import SLOWEST
 
 
 def split_args(argv: list[str]) -> list[list[str]]:
