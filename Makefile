@@ -264,6 +264,10 @@ $(VENV_OP)/.bench-operator: bench/operator/requirements.txt $(OP)/dtr
 bench-operator: setup-op cluster-build $(VENV_OP)/.bench-operator ## operator latency/throughput/RSS vs the training-operator -> bench/operator/results.*
 	$(OP)/python -m bench.operator.run $(ARGS)
 
+.PHONY: bench-gobuild
+bench-gobuild: setup-op cluster-build ## a cold Go build (etcd) with devcluster/goenv.sh's GOGC=off against Go's default -> bench/gobuild/results.*
+	$(OP)/python -m bench.gobuild.run $(ARGS)
+
 .PHONY: bench-nodestart
 bench-nodestart: setup images node-build ## a node's up --install with the images' seed and with it made first (root) -> bench/nodestart/results.*
 	$(OP)/python -m bench.nodestart.run $(ARGS)

@@ -5,5 +5,5 @@ export GOFLAGS=-mod=mod GOWORK=off
 # CPU-bound on CI's 2 cores, and Go's compiler spends a fifth to a quarter of its CPU collecting garbage. Measured
 # on this machine with empty build caches (2026-12-06, user + sys): etcd 62.5 CPU s against 78.7 and 86.2 at the
 # default GOGC=100; kube-apiserver 307 s against 419 s (wall 199 s against 228 s), its largest process (the link)
-# 2.0 GB against 1.8 GB. DTR_GOGC=100 restores the default.
+# 2.0 GB against 1.8 GB; `make bench-gobuild` measures it again (bench/gobuild/). DTR_GOGC=100 restores the default.
 export GOGC=${DTR_GOGC:-off} GOMEMLIMIT=${DTR_GOMEMLIMIT:-3GiB}
