@@ -3,7 +3,8 @@ TFJob integration on): queued runs wait in a LocalQueue, are admitted one at a t
 and the operator never un-suspends a TFJob Kueue holds, not even after the operator restarts; a run of a
 higher WorkloadPriorityClass preempts a running one, which resumes from its epochs once readmitted.
 
-The ClusterQueue's quota is 1 CPU and each run's two workers ask 500m each: one run fits at a time. Kueue
+The ClusterQueue's quota is 1 CPU, what every run asks: the preempted run's two workers 500m each, the others'
+one worker (what is proved of them takes no peer: admission, order, the TFJob held) the whole CPU. Kueue
 stays installed for the rest of the tier (as on a shared cluster, every other test runs beside it).
 """
 
@@ -24,7 +25,6 @@ from support.wait import wait_for
 
 FLAVOR, CLUSTER_QUEUE, LOCAL_QUEUE = "dtr-default", "dtr-test", "team"
 QUOTA_CPU = "1"
-WORKER_CPU = "500m"  # two workers: the whole quota
 RUNS = ("first", "second", "third")
 LOW, HIGH = "dtr-low", "dtr-high"  # WorkloadPriorityClasses
 LOW_EPOCHS = 20  # long enough that the preemption lands mid-training
@@ -74,10 +74,12 @@ def priorities_allowed(real_node: RealNode) -> Iterator[None]:
     operator_env("DTR_ALLOWED_PRIORITY_CLASSES-")
 
 
-def queued_run(name: str, epochs: int = 2, steps: int = 10, priority: str | None = None) -> dict[str, Any]:
-    doc = digits_run(name, epochs=epochs, steps=steps)
+def queued_run(name: str, epochs: int = 2, steps: int = 10, priority: str | None = None, workers: int = 1
+               ) -> dict[str, Any]:  # fmt: skip
+    """Its workers ask the whole quota between them (1 CPU): one run is admitted at a time."""
+    doc = digits_run(name, workers=workers, epochs=epochs, steps=steps)
     doc["spec"]["queueName"] = LOCAL_QUEUE
-    doc["spec"]["resources"] = {"requests": {"cpu": WORKER_CPU}, "limits": {"cpu": "1"}}
+    doc["spec"]["resources"] = {"requests": {"cpu": f"{1000 // workers}m"}, "limits": {"cpu": "1"}}
     if priority is not None:
         doc["spec"]["workloadPriorityClass"] = priority
     return doc
@@ -145,7 +147,7 @@ def test_queued_runs_are_admitted_one_at_a_time_in_order_and_the_operator_never_
 def test_a_run_of_a_higher_workload_priority_class_preempts_a_running_one_which_resumes_from_its_epochs(
     real_node: RealNode, namespace: str, local_queue: str, priorities_allowed: None
 ) -> None:
-    low_run = queued_run("low", epochs=LOW_EPOCHS, steps=30, priority=LOW)
+    low_run = queued_run("low", epochs=LOW_EPOCHS, steps=30, priority=LOW, workers=2)
     # kueue#2923 / kubeflow/trainer#2239: preempting a TFJob with a non-default runPolicy.ttlSecondsAfterFinished
     # left its pods running. The preempted run here has one.
     low_run["spec"]["ttlSecondsAfterFinished"] = 600

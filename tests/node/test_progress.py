@@ -7,7 +7,7 @@ import re
 import statistics
 
 from support.node import RealNode, dtr, percentile, watch_progress
-from support.repo import REPO
+from support.runs import SLOW_EPOCHS_MODEL
 
 # Three epochs show the order, the column while Running and the last one. The second and third sleep EPOCH_SECONDS
 # first (the model's own callback: tests/support/slow_epochs_model.py), longer than the operator's reads of the log
@@ -17,15 +17,15 @@ from support.repo import REPO
 # run, 60 CPU seconds of the node's pods (7 now).
 EPOCHS = 3
 EPOCH_SECONDS = 30
-MODEL = REPO / "tests" / "support" / "slow_epochs_model.py"
 
 
 def test_progress_passes_through_every_epoch_while_training_and_the_column_shows_it(
     real_node: RealNode, namespace: str
 ) -> None:
     name = "progress"
-    proc = dtr(real_node, namespace, "submit", str(MODEL), "--name", name, "--workers", "2", "--epochs", str(EPOCHS),
-               "--batch-size-per-worker", "16", "--learning-rate", "0.1", "--param", f"epoch_seconds={EPOCH_SECONDS}")
+    proc = dtr(real_node, namespace, "submit", str(SLOW_EPOCHS_MODEL), "--name", name, "--workers", "2",
+               "--epochs", str(EPOCHS), "--batch-size-per-worker", "16", "--learning-rate", "0.1",
+               "--param", f"epoch_seconds={EPOCH_SECONDS}")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     rows: list[str] = []
 

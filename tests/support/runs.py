@@ -16,6 +16,9 @@ from dtr_operator.api import GROUP, VERSION
 KIND = "DistTrainingRun"
 UNIT_NAMESPACE = "ml"
 _EMPTY_SPEC: Any = object()  # run_doc's default: `spec: {}` (None means no spec field at all)
+# A run's own model whose epochs sleep instead of training (ctx.params epoch_seconds): for tests that need a run to
+# last, not to compute (`dtr submit SLOW_EPOCHS_MODEL ... --param epoch_seconds=N`).
+SLOW_EPOCHS_MODEL = Path(__file__).resolve().parent / "slow_epochs_model.py"
 
 
 def run_doc(
