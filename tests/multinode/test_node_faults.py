@@ -23,6 +23,7 @@ from support.multinode import (
     epochs_ended,
     finish,
     one_node_run,
+    pv_node,
     spread_run,
     wait_node_ready,
     worker_nodes,
@@ -108,12 +109,16 @@ def test_a_workers_node_powered_off_and_left_waits_naming_it_then_resumes_when_i
 def test_the_node_of_a_readwriteonce_run_lost_holds_the_run_until_it_is_back(
     multinode: MultiNode, namespace: str, ledger: Ledger, powered_back: list[str]
 ) -> None:
-    """The default claim (ReadWriteOnce, the node's own disk) keeps every worker on its volume's node; that node goes
-    away with the backup on its disk, and an admin declares it out of service. The run resumes, but no worker can
+    """The default claim (ReadWriteOnce, the node's own disk) keeps every worker on its volume's node (the PV's node
+    affinity: the scheduler's doing, seen before the cut); that node goes away with the backup on its disk, and an
+    admin declares it out of service. The run resumes, but no worker can
     start elsewhere (the volume is bound to the node): it must say that it waits and why (the scheduler's words),
     claim no model meanwhile, and carry on from the backup once the node is back and the taint removed."""
     name = "lost-volume"
-    victim, _ = start(multinode, namespace, one_node_run(name, epochs=EPOCHS))
+    nodes = start(multinode, namespace, one_node_run(name, epochs=EPOCHS))
+    pv = multinode.cluster.kubectl_json("get", "pvc", f"{name}-data", "-n", namespace)["spec"]["volumeName"]
+    assert nodes == [pv_node(multinode, pv)] * 2, (nodes, pv)
+    victim = nodes[0]
     t0 = time.monotonic()
     multinode.nodes.node(victim).power_off()
     powered_back.append(victim)

@@ -1,12 +1,13 @@
 """A run across nodes: MultiWorkerMirroredStrategy's all-reduce over the pod network between two nodes, the run's
-volume on the class every node mounts; and what the default ReadWriteOnce volume does with several nodes."""
+volume on the class every node mounts. What the default ReadWriteOnce volume does with several nodes (every worker on
+its volume's node) is test_node_faults.py's ReadWriteOnce run's, before its node is cut off."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from support.multinode import MultiNode, claim_dir, one_node_run, pv_node, spread_run, worker_nodes
+from support.multinode import MultiNode, claim_dir, spread_run, worker_nodes
 from support.node import score_model
 
 
@@ -32,11 +33,3 @@ def test_workers_on_two_nodes_train_together_and_the_model_scores(multinode: Mul
     assert accuracy >= 0.85, accuracy
     assert abs(accuracy - st["metrics"]["accuracy"]) < 0.02, (accuracy, st["metrics"])
 
-
-def test_a_readwriteonce_run_keeps_its_workers_on_its_volumes_node(multinode: MultiNode, namespace: str) -> None:
-    """The default claim is ReadWriteOnce on a node's own disk: the scheduler puts every worker on the node its
-    volume was made on (the PV's node affinity), and the run trains there."""
-    nodes, st = train(multinode, namespace, one_node_run("one-node"), "ReadWriteOnce")
-    assert st["phase"] == "Succeeded", st
-    pv = multinode.cluster.kubectl_json("get", "pvc", st["pvc"], "-n", namespace)["spec"]["volumeName"]
-    assert nodes == [pv_node(multinode, pv)] * 2, (nodes, pv)
