@@ -185,10 +185,11 @@ STEPS: tuple[Step, ...] = (
     # operator kept here (test_operator_pod.py), and test_progress's epochs made long by sleeping: 697 s and 698 s
     # (ef3bb44), the machine 94% busy.
     Step("node", pytest("tests/node", *(f"--ignore={m}" for m in NODE_RUNS)),
-         "Kueue, placement, the operator's restarts and its namespaced install, isolation, your own model, install",
+         "Kueue, placement, the operator's restarts and its namespaced install, isolation, your own model, install "
+         "and kubectl apply -> model",
          budget=700, tier=True, node=True, after=("node start",)),
     Step("node runs", pytest(*NODE_RUNS),
-         "on the same node, beside it: kubectl apply -> model, a killed worker, runs deleted mid-training; the "
+         "on the same node, beside it: a killed worker, runs deleted mid-training; the "
          "stall watchdog, TensorBoard, transfers, model versions, a diverged run, the notebook, progress epoch by "
          "epoch", budget=700, tier=True, node=True, after=("node start",)),
     # Warm: 455-459 s (233efa2, ae363d6), 526 s (16f1e0e), 610 s here at 975b8aa beside a second test run, with the

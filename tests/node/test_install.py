@@ -1,14 +1,16 @@
 """deploy/install.sh on a cluster that already runs a training-operator (the real node, after the tier's own
 install): it says what it will create cluster-wide before it acts, leaves the training-operator alone unless
 told to install, refuses a user who is not cluster-admin before touching anything, and trains an example only
-when asked, in the namespace named."""
+when asked, in the namespace named: examples/digits.yaml as kubectl applies it, its model scored on the host."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
-from support.node import RealNode, dtr
+from support.node import RealNode, dtr, score_model, tensorflow_status
+from support.runs import saved_models
 
 
 def training_operator(real_node: RealNode) -> tuple[str, str]:
@@ -81,8 +83,37 @@ def test_an_example_trains_only_when_asked_in_the_namespace_named(real_node: Rea
     proc = install(real_node, DTR_EXAMPLE=example, DTR_EXAMPLE_NAMESPACE=namespace, DTR_TIMEOUT=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"the example examples/digits.yaml in {namespace}" in proc.stdout
-    assert real_node.run_status(namespace, "digits-cnn")["phase"] == "Succeeded"
     assert "model (in the pods):" in proc.stdout
+    check_the_digits_example(real_node, namespace, "digits-cnn")
+
+
+def check_the_digits_example(real_node: RealNode, namespace: str, name: str) -> None:
+    """The example's run Succeeded: its status and its row in `kubectl get distrainingruns`, the one model on its
+    volume scoring on the host as the status says, its pods' exits and no ServiceAccount token in them."""
+    st = real_node.run_status(namespace, name)
+    assert st["phase"] == "Succeeded", st
+    assert st["model"]["path"] == f"/mnt/dtr/models/{name}/1"
+    assert st["workers"] == {"active": 0, "succeeded": 2, "failed": 0}
+
+    table = real_node.cluster.kubectl("get", "distrainingruns", "-n", namespace).stdout
+    row = next(line for line in table.splitlines() if line.startswith(name))
+    form = rf"{name}\s+Succeeded\s+2/2\s+8/8\s+0\.\d+\s+/mnt/dtr/models/{name}/1\s+accuracy=0\.\d{{4}}\s"
+    assert re.match(form, row), table
+
+    volume = real_node.volume(namespace, st["model"]["claim"])
+    model = volume / "models" / name / "1"
+    assert saved_models(volume) == [model], "exactly one model on the volume, where the status says"
+    accuracy = score_model(model)
+    assert accuracy >= 0.85, accuracy
+    assert abs(accuracy - st["metrics"]["accuracy"]) < 0.02, (accuracy, st["metrics"])
+
+    for i in range(2):
+        pod = real_node.pod(namespace, f"{name}-worker-{i}")
+        assert pod["status"]["phase"] == "Succeeded"
+        assert tensorflow_status(pod)["state"]["terminated"]["exitCode"] == 0
+        assert pod["spec"]["automountServiceAccountToken"] is False
+        mounts = [m["mountPath"] for c in pod["spec"]["containers"] for m in c.get("volumeMounts", [])]
+        assert not any("serviceaccount" in m for m in mounts), mounts
 
 
 def test_render_cluster_says_what_the_deployed_operator_would_refuse(

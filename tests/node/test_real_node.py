@@ -9,59 +9,16 @@ deleted, and deploy/namespaced/ in its place: test_operator_pod.py.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import yaml
-
-from support.node import JOB_LABEL, RealNode, score_model, tensorflow_status
-from support.repo import REPO
+from support.node import JOB_LABEL, RealNode, tensorflow_status
 from support.runs import digits_run, saved_models
 from support.wait import wait_for
 
 TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 DTR = Path(sys.executable).parent / "dtr"
-
-
-def test_digits_example_applied_with_kubectl_succeeds_and_its_model_scores_on_the_host(
-    real_node: RealNode, namespace: str
-) -> None:
-    example = REPO / "examples" / "digits.yaml"
-    name = yaml.safe_load(example.read_text())["metadata"]["name"]
-    t0 = time.monotonic()
-    real_node.cluster.kubectl("apply", "-n", namespace, "-f", str(example))
-    phases: list[str] = []
-    st = real_node.wait_terminal(namespace, name, seen=phases)
-    elapsed = time.monotonic() - t0
-    print(f"examples/digits.yaml: kubectl apply -> {st['phase']} in {elapsed:.0f} s")
-
-    assert st["phase"] == "Succeeded", st
-    assert "Running" in phases, phases
-    assert st["model"]["path"] == f"/mnt/dtr/models/{name}/1"
-    assert st["workers"] == {"active": 0, "succeeded": 2, "failed": 0}
-
-    table = real_node.cluster.kubectl("get", "distrainingruns", "-n", namespace).stdout
-    row = next(line for line in table.splitlines() if line.startswith(name))
-    form = rf"{name}\s+Succeeded\s+2/2\s+8/8\s+0\.\d+\s+/mnt/dtr/models/{name}/1\s+accuracy=0\.\d{{4}}\s"
-    assert re.match(form, row), table
-
-    volume = real_node.volume(namespace, st["model"]["claim"])
-    model = volume / "models" / name / "1"
-    assert saved_models(volume) == [model], "exactly one model on the volume, where the status says"
-    accuracy = score_model(model)
-    assert accuracy >= 0.85, accuracy
-    assert abs(accuracy - st["metrics"]["accuracy"]) < 0.02, (accuracy, st["metrics"])
-
-    for i in range(2):
-        pod = real_node.pod(namespace, f"{name}-worker-{i}")
-        assert pod["status"]["phase"] == "Succeeded"
-        assert tensorflow_status(pod)["state"]["terminated"]["exitCode"] == 0
-        assert pod["spec"]["automountServiceAccountToken"] is False
-        mounts = [m["mountPath"] for c in pod["spec"]["containers"] for m in c.get("volumeMounts", [])]
-        assert not any("serviceaccount" in m for m in mounts), mounts
 
 
 def test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_no_token(
