@@ -28,6 +28,11 @@ def test_operator_pod_deleted_mid_run_is_replaced_and_the_run_continues_without_
     assert "accuracy" in st["metrics"]
     now_pods = real_node.names("pods", "dtr-system", OPERATOR_SELECTOR)
     assert now_pods and set(now_pods).isdisjoint(old), (old, now_pods)
+    # The replacement, which finished the run: JSON logs (--log-format=json) and nothing about a file it could not
+    # write (read-only root, uid 1000, /tmp the only emptyDir: deploy/base/deployment.yaml).
+    log = real_node.cluster.kubectl("logs", "-n", "dtr-system", now_pods[0]).stdout
+    assert log.lstrip().startswith("{"), log[:500]
+    assert "Read-only file system" not in log and "Permission denied" not in log, log[-3000:]
     for kind, items in before.items():
         now = real_node.cluster.kubectl_json("get", kind, "-n", namespace, "-l", f"distml.dev/run={name}")["items"]
         assert [o["metadata"]["uid"] for o in now] == [o["metadata"]["uid"] for o in items], f"{kind} duplicated"
