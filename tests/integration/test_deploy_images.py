@@ -1,4 +1,4 @@
-"""The two images without Docker: their install steps, run for real on this machine.
+"""The two Dockerfiles as text, and the trainer environment they must match.
 
 What the Dockerfiles say, read without building them: Dockerfile.operator's two slim stages, the lock installed
 with its hashes, non-root, `dtr operator`; Dockerfile.trainer installs the very requirements file that `make
