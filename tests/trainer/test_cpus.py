@@ -60,8 +60,14 @@ from pathlib import Path
 from dtr_trainer import cpus
 set_to = cpus.size_thread_pools(os.environ, Path(sys.argv[1])) if sys.argv[1] else None
 import tensorflow as tf
+import time
 tf.linalg.matmul(tf.ones((300, 300)), tf.ones((300, 300)))
-print(json.dumps({"set": set_to, "threads": len(os.listdir("/proc/self/task"))}))
+# The fewest over half a second: a short-lived helper thread (seen once on a busy machine) must not count as a pool's.
+threads = []
+for _ in range(10):
+    threads.append(len(os.listdir("/proc/self/task")))
+    time.sleep(0.05)
+print(json.dumps({"set": set_to, "threads": min(threads)}))
 """
 
 
