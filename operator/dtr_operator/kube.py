@@ -1,9 +1,6 @@
-"""The only module that talks to the Kubernetes API (the operator's own calls; kopf makes its own).
-
-Plain JSON dicts in and out over the official client's REST layer, so the manifests the pure
-builders make go to the API server exactly as written (no model round trip), and every error
-becomes one of the few exceptions below.
-"""
+"""The only module that talks to the Kubernetes API (the operator's own calls; kopf makes its own). Plain JSON dicts in
+and out over the official client's REST layer, so the manifests the pure builders make go to the API server exactly
+as written (no model round trip), and every error becomes one of the few exceptions below."""
 
 from __future__ import annotations
 
@@ -78,7 +75,7 @@ class Conflict(ApiError):
 
 
 class ResourceMissing(ApiError):
-    """The resource type itself is not served (its CRD is not installed)."""
+    """The resource type itself is not served (its CRD is not installed, or not Established yet)."""
 
 
 def _api_path(api_version: str) -> str:
@@ -222,8 +219,8 @@ class Kube:
             return self.request("POST", path, body=manifest)
         except NotFound as err:
             # POST to a collection is only 404 when the resource type (or the namespace) is missing.
-            if api_version == TFJOB_API_VERSION and not self.tfjob_crd_installed():
-                raise ResourceMissing(404, "NotFound", f"{TFJOB_CRD} is not installed") from None
+            if api_version == TFJOB_API_VERSION and not self.tfjob_crd_served():
+                raise ResourceMissing(404, "NotFound", f"{TFJOB_CRD} is not installed or not served yet") from None
             raise err from None
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -233,8 +230,8 @@ class Kube:
         except NotFound as err:
             # The API names the object it did not find; a bare 404 means no such resource type.
             bare = not err.details.get("name")
-            if api_version == TFJOB_API_VERSION and bare and not self.tfjob_crd_installed():
-                raise ResourceMissing(404, "NotFound", f"{TFJOB_CRD} is not installed") from None
+            if api_version == TFJOB_API_VERSION and bare and not self.tfjob_crd_served():
+                raise ResourceMissing(404, "NotFound", f"{TFJOB_CRD} is not installed or not served yet") from None
             return None
 
     def get_pvc(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -276,12 +273,14 @@ class Kube:
         with contextlib.suppress(NotFound):
             self.request("DELETE", _path(api_version, namespace, PLURALS[(api_version, kind)], name))
 
-    def tfjob_crd_installed(self) -> bool:
+    def tfjob_crd_served(self) -> bool:
+        """Exists and is Established: one just created, or whose names clash with another CRD's, is not served yet."""
         try:
-            self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{TFJOB_CRD}")
-            return True
+            crd = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{TFJOB_CRD}")
         except NotFound:
             return False
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
     def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         return self.list_objects("v1", "Pod", namespace, f"{JOB_NAME_LABEL}={job}")

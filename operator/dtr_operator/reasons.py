@@ -92,8 +92,9 @@ CODE_NOT_FOUND = _status("CodeNotFound", PENDING, True,
     "created; checked again with backoff (5 s, 10 s, 20 s ... up to 5 min), so the ConfigMap may come after the "
     "run ([training.code](#your-own-model-trainingcode))")  # fmt: skip
 TFJOB_CRD_MISSING = _status("TFJobCRDMissing", PENDING, True,
-    "the TFJob CRD (`tfjobs.kubeflow.org`) is not installed; the message says how to install the "
-    "training-operator; retried with the same backoff")  # fmt: skip
+    "the TFJob CRD (`tfjobs.kubeflow.org`) is not installed, or not served yet (not Established: just created, or "
+    "its names clash with another CRD's); the message says how to install the training-operator; retried with the "
+    "same backoff")  # fmt: skip
 API_UNAVAILABLE = _status("APIUnavailable", PENDING, True,
     "an API call failed in a way that may pass (5xx, timeout, 403); retried with backoff")  # fmt: skip
 QUEUED = _status("Queued", PENDING, False,

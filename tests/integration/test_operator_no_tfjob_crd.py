@@ -109,7 +109,31 @@ def run_status(cluster: Cluster, namespace: str, name: str) -> dict:
     return cluster.kubectl_json("get", "dtr", name, "-n", namespace).get("status") or {}
 
 
-def test_missing_tfjob_crd_is_explained_and_retried(bare_kubeconfig: Cluster) -> None:
+def _condition(cluster: Cluster, crd: str, kind: str) -> str | None:
+    found = cluster.kubectl_json("get", "crd", crd)
+    return next((c.get("status") for c in (found.get("status") or {}).get("conditions") or [] if c["type"] == kind),
+                None)  # fmt: skip
+
+
+def clashing_crd(tfjobs: dict) -> dict:
+    """A CRD of the TFJob CRD's group that claims its kind under another plural: the API server accepts the names of
+    whichever came first, and keeps the other from being Established until the clash goes."""
+    spec = tfjobs["spec"]
+    version = next(v for v in spec["versions"] if v.get("storage"))
+    anything = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"clashing.{spec['group']}"},
+        "spec": {
+            "group": spec["group"], "scope": "Namespaced",
+            "names": {"plural": "clashing", "singular": "clashing", "kind": spec["names"]["kind"],
+                      "listKind": "ClashingList"},
+            "versions": [{"name": version["name"], "served": True, "storage": True, "schema": anything}],
+        },
+    }  # fmt: skip
+
+
+def test_missing_tfjob_crd_is_explained_and_retried(bare_kubeconfig: Cluster, caplog: pytest.LogCaptureFixture) -> None:
     cluster = bare_kubeconfig
     ns = "no-tfjob"
     cluster.kubectl("create", "namespace", ns)
@@ -138,10 +162,25 @@ def test_missing_tfjob_crd_is_explained_and_retried(bare_kubeconfig: Cluster) ->
         events = cluster.kubectl_json("get", "events", "-n", ns)["items"]
         assert [e.get("count", 1) for e in events if e["reason"] == "TFJobCRDMissing"] == [1]
 
-        # Installing the training-operator's CRD lets the next attempt through (backoff 5 s, 10 s, 20 s ...).
+        # The training-operator's CRD installed but not served (not Established): the run still waits, it does not
+        # fail for a refused TFJob. Made to last by a CRD of the group that took its kind first (a name clash); in a
+        # real install the window is the moment between the CRD's creation and its Established condition.
         tfjob_crd = CACHE / "crds" / "kubeflow.org_tfjobs.yaml"
         docs = [d for d in yaml.safe_load_all(tfjob_crd.read_text()) if d]
+        clash = clashing_crd(docs[0])
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(clash))
+        wait_for(lambda: _condition(cluster, clash["metadata"]["name"], "Established") == "True", "the clashing CRD")
+        caplog.clear()
         cluster.kubectl("apply", "--server-side", "-f", "-", input="\n---\n".join(yaml.safe_dump(d) for d in docs))
+        wait_for(lambda: _condition(cluster, "tfjobs.kubeflow.org", "NamesAccepted") == "False", "the name clash")
+        wait_for(lambda: any("waits (attempt" in r.getMessage() for r in caplog.records)
+                 or run_status(cluster, ns, "early").get("reason") != "TFJobCRDMissing",
+                 "an attempt while the TFJob CRD is not served", timeout=60)  # fmt: skip
+        st = run_status(cluster, ns, "early")
+        assert (st["phase"], st["reason"]) == ("Pending", "TFJobCRDMissing"), st
+
+        # Served at last: the next attempt goes through (backoff 5 s, 10 s, 20 s ...).
+        cluster.kubectl("delete", "crd", clash["metadata"]["name"])
         st = wait_for(
             lambda: (s := run_status(cluster, ns, "early")).get("tfJob") and s.get("reason") == "TFJobSubmitted" and s,
             "the TFJob to be created once its CRD exists",

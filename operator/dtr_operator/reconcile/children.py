@@ -121,8 +121,9 @@ class Children:
             return self._ensure_children(run, retry)
         except ResourceMissing:
             message = (
-                f"the TFJob CRD (tfjobs.kubeflow.org) is not installed: install the Kubeflow training-operator "
-                f"({TRAINING_OPERATOR_INSTALL}); retrying with backoff (up to {int(self.ctx.retries.max_backoff)}s)"
+                f"the TFJob CRD (tfjobs.kubeflow.org) is not installed, or not served yet: install the Kubeflow "
+                f"training-operator ({TRAINING_OPERATOR_INSTALL}); retrying with backoff "
+                f"(up to {int(self.ctx.retries.max_backoff)}s)"
             )
             self.ctx.put(run, State(PENDING, TFJOB_CRD_MISSING, message))
             return self.ctx.retries.backoff(retry)

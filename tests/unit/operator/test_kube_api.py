@@ -66,7 +66,7 @@ def test_a_missing_or_different_method_is_named() -> None:
 
 def test_every_public_kube_method_but_its_constructors_and_one_it_keeps_is_in_the_protocol() -> None:
     """A method added to Kube for its callers is added to the Protocol (and so to the fake) too."""
-    own = {"from_environment", "for_cli", "tfjob_crd_installed"}
+    own = {"from_environment", "for_cli", "tfjob_crd_served"}
     public = {n for n, v in vars(Kube).items() if n[0] != "_" and (inspect.isfunction(v) or hasattr(v, "__wrapped__"))}
     assert public - own == set(protocol_methods())
 
