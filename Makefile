@@ -11,8 +11,8 @@ OP         := $(VENV_OP)/bin
 TR         := $(VENV_TR)/bin
 export DTR_CACHE ?= $(HOME)/.cache/dtr
 export DTR_TRAINER_PYTHON ?= $(CURDIR)/$(TR)/python
-# pip's own output while the environments are built: none by default; ./dtr empties it on a first build, so that
-# pip's progress shows instead of minutes of silence.
+# The installer's (uv's) own output while the environments are built: none by default; ./dtr empties it on a first
+# build, so that its progress shows instead of silence.
 PIP_QUIET  ?= -q
 # What each target needs, one line per tool (deploy/doctor.sh): the home of every "missing X" message.
 DOCTOR = PY_OP='$(PY_OP)' PY_TRAINER='$(PY_TRAINER)' bash deploy/doctor.sh
@@ -27,26 +27,37 @@ doctor: ## check the tools every target needs: ok/missing, which targets, how to
 
 setup: setup-check setup-op setup-trainer ## create both Python environments (pinned)
 
+# uv installs every environment: from its cache (UV_CACHE_DIR, ~/.cache/uv) a fresh clone's take seconds, not pip's
+# minutes; the files are linked from there, their bytecode compiled in place. Its pin: deploy/requirements-uv.txt
+# (the images' locks use the same). Keyed by its version, never rebuilt for a newer checkout of the same pin.
+UV_VERSION := $(shell sed -n 's/^uv==//p' deploy/requirements-uv.txt)
+UV_HOME    := $(DTR_CACHE)/uv-$(UV_VERSION)
+UV         := $(UV_HOME)/bin/uv
+UV_INSTALL  = $(UV) pip install $(PIP_QUIET) --compile-bytecode --python
+
+$(UV):
+	@$(DOCTOR) -q setup-op
+	$(PY_OP) -m venv $(UV_HOME)
+	$(UV_HOME)/bin/pip install -q -r deploy/requirements-uv.txt
+
 # The Pythons, before anything is built (the venv rules check theirs again, for -j and direct use).
 setup-check:
 	@$(DOCTOR) -q setup
 
-$(OP)/dtr: operator/requirements.txt operator/requirements-build.txt operator/pyproject.toml contract/pyproject.toml
+$(OP)/dtr: operator/requirements.txt operator/requirements-build.txt operator/pyproject.toml contract/pyproject.toml | $(UV)
 	@$(DOCTOR) -q setup-op
-	$(PY_OP) -m venv $(VENV_OP)
-	$(OP)/pip install $(PIP_QUIET) -r operator/requirements-build.txt
-	$(OP)/pip install $(PIP_QUIET) -r operator/requirements.txt
-	$(OP)/pip install $(PIP_QUIET) --no-deps -e contract/ -e operator/
+	$(PY_OP) -m venv --without-pip $(VENV_OP)
+	$(UV_INSTALL) $(OP)/python -r operator/requirements-build.txt -r operator/requirements.txt
+	$(UV_INSTALL) $(OP)/python --no-deps --no-build-isolation -e contract/ -e operator/
 	touch $@
 
 setup-op: $(OP)/dtr
 
-$(TR)/.installed: trainer/requirements.txt trainer/requirements-build.txt trainer/requirements-test.txt trainer/pyproject.toml contract/pyproject.toml
+$(TR)/.installed: trainer/requirements.txt trainer/requirements-build.txt trainer/requirements-test.txt trainer/pyproject.toml contract/pyproject.toml | $(UV)
 	@$(DOCTOR) -q setup-trainer
-	$(PY_TRAINER) -m venv $(VENV_TR)
-	$(TR)/pip install $(PIP_QUIET) -r trainer/requirements-build.txt
-	$(TR)/pip install $(PIP_QUIET) -r trainer/requirements.txt -r trainer/requirements-test.txt
-	$(TR)/pip install $(PIP_QUIET) --no-deps -e contract/ -e trainer/
+	$(PY_TRAINER) -m venv --without-pip $(VENV_TR)
+	$(UV_INSTALL) $(TR)/python -r trainer/requirements-build.txt -r trainer/requirements.txt -r trainer/requirements-test.txt
+	$(UV_INSTALL) $(TR)/python --no-deps --no-build-isolation -e contract/ -e trainer/
 	TF_CPP_MIN_LOG_LEVEL=2 $(TR)/python -c "import tensorflow as tf, numpy; assert tf.__version__ == '2.11.0', tf.__version__; print('TensorFlow', tf.__version__, 'numpy', numpy.__version__)"
 	touch $@
 
@@ -139,10 +150,10 @@ test-s3: setup s3-build ## a real S3 server as a local process (and with DTR_NOD
 # A real MLflow tracking server (the mlflow package's, its SQLite store) as a local process, from an environment of its
 # own: never the trainer's (the trainer speaks MLflow's REST API with the standard library, docs/tracking.md).
 VENV_MLFLOW := .venv/mlflow
-$(VENV_MLFLOW)/bin/mlflow: tests/mlflow/requirements.txt
+$(VENV_MLFLOW)/bin/mlflow: tests/mlflow/requirements.txt | $(UV)
 	@$(DOCTOR) -q setup-op
-	$(PY_OP) -m venv $(VENV_MLFLOW)
-	$(VENV_MLFLOW)/bin/pip install -q -r tests/mlflow/requirements.txt
+	$(PY_OP) -m venv --without-pip $(VENV_MLFLOW)
+	$(UV) pip install -q --compile-bytecode --python $(VENV_MLFLOW)/bin/python -r tests/mlflow/requirements.txt
 	touch $@
 
 .PHONY: setup-mlflow test-mlflow
@@ -215,10 +226,10 @@ test-reliability: setup cluster-build images node-build ## invalid runs, hypothe
 .PHONY: lint-deploy k3d-up k3d-down
 VENV_LINT := .venv/lint
 
-$(VENV_LINT)/bin/hadolint: deploy/requirements-lint.txt
+$(VENV_LINT)/bin/hadolint: deploy/requirements-lint.txt | $(UV)
 	@$(DOCTOR) -q lint-deploy
-	$(PY_OP) -m venv $(VENV_LINT)
-	$(VENV_LINT)/bin/pip install -q -r deploy/requirements-lint.txt
+	$(PY_OP) -m venv --without-pip $(VENV_LINT)
+	$(UV) pip install -q --python $(VENV_LINT)/bin/python -r deploy/requirements-lint.txt
 	touch $@
 
 lint-deploy: $(VENV_LINT)/bin/hadolint ## shellcheck the deploy and node scripts and ./dtr, hadolint the Dockerfiles

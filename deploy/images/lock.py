@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-UV = "uv==0.13.9"
+UV = next(pin for pin in (REPO / "deploy" / "requirements-uv.txt").read_text().splitlines() if pin.startswith("uv=="))
 # linux/<machine> -> uv's target; glibc 2.31 (Debian bullseye, the oldest base built on) or newer
 PLATFORMS = {"x86_64": "x86_64-manylinux_2_31", "aarch64": "aarch64-manylinux_2_31"}
 LOCK_COMMAND = "python deploy/images/lock.py"
@@ -127,8 +127,8 @@ def check() -> list[str]:
 
 
 def uv() -> Path:
-    """uv at its pin, in a virtualenv of its own (made once)."""
-    venv = Path(os.environ.get("DTR_CACHE", Path.home() / ".cache" / "dtr")) / f"lock-{UV.replace('==', '-')}"
+    """uv at its pin, in a virtualenv of its own (made once; the Makefile's, which installs the environments)."""
+    venv = Path(os.environ.get("DTR_CACHE", Path.home() / ".cache" / "dtr")) / UV.replace("==", "-")
     binary = venv / "bin" / "uv"
     if not binary.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

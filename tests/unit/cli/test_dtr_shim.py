@@ -66,9 +66,10 @@ def test_the_help_without_an_environment_lists_exactly_the_registered_commands()
     assert listed == set(sub.choices)
 
 
-def test_a_build_to_come_is_said_with_its_size_and_pips_progress_goes_through(tmp_path):
+def test_a_build_to_come_is_said_with_its_size_and_the_installers_progress_goes_through(tmp_path):
     """The first ./dtr (no .venv yet: make -q says the targets are out of date) says what it builds and how big before
-    minutes of pip, and empties PIP_QUIET so that pip's progress shows; an environment already built says nothing."""
+    minutes of installing, and empties PIP_QUIET so that the installer's (uv's) progress shows; an environment already
+    built says nothing."""
     root = tmp_path / "repo"
     root.mkdir()
     (root / "dtr").write_bytes((REPO / "dtr").read_bytes())
@@ -95,13 +96,13 @@ def test_a_build_to_come_is_said_with_its_size_and_pips_progress_goes_through(tm
     said = first.stderr.splitlines()[0]
     assert said.startswith("dtr: building the operator environment (.venv/op: the CLI and the operator, about 0.5 GB)")
     assert "and the trainer environment (.venv/trainer: TensorFlow 2.11, about 2 GB)" in said
-    assert "pip's progress below" in said
+    assert "the installer's progress below" in said
     assert calls.read_text().split() == ["-s", "--no-print-directory", "-C", str(root), "PIP_QUIET=", "setup-op",
                                          "setup-trainer"]  # fmt: skip
     # Only the trainer's to build: only it is named.
     trainer_only = dtr("run", "x.yaml", built="setup-op")
     assert "the operator environment" not in trainer_only.stderr and "the trainer environment" in trainer_only.stderr
-    # Both built (make -q: up to date): no line, pip as quiet as ever, make still asked (it checks the Pythons).
+    # Both built (make -q: up to date): no line, the installer quiet, make still asked (it checks the Pythons).
     quiet = dtr("render", "x.yaml", built="setup-op")
     assert "building" not in quiet.stderr, quiet.stderr
     assert calls.read_text().split() == ["-s", "--no-print-directory", "-C", str(root), "setup-op"]
