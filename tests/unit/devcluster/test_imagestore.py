@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -60,18 +61,73 @@ def test_a_planted_root_links_the_layers_copies_the_databases_and_leaves_out_the
     assert (seed / blob).read_bytes() == b"layer"
 
 
-def test_a_seed_is_made_once_per_key_and_a_new_key_removes_the_old_seeds(tmp_path: Path, monkeypatch) -> None:
-    made: list[str] = []
+class FakeMake:
+    """imagestore._make as it acts on the directories (the seed moved, or a new one), and what it was asked."""
 
-    def make(final: Path, bin_dir: Path, images) -> None:
-        made.append(final.name)
-        (final / "root").mkdir(parents=True)
+    def __init__(self, fail_from_a_seed: bool = False) -> None:
+        self.calls: list[tuple[str, list[str], list[str] | None]] = []
+        self.fail_from_a_seed = fail_from_a_seed
 
+    def __call__(self, final: Path, bin_dir: Path, images, base) -> None:
+        self.calls.append((final.name, list(images), None if base is None else base[1]))
+        if base is not None:
+            if self.fail_from_a_seed:
+                shutil.rmtree(base[0])  # as _make leaves it: the moved seed removed with the partial one
+                raise imagestore.SeedError("ctr images rm failed")
+            base[0].rename(final)
+        else:
+            (final / "root").mkdir(parents=True)
+
+
+def test_a_seed_is_made_once_per_key_and_a_new_key_is_made_from_the_last_one(tmp_path: Path, monkeypatch) -> None:
+    make = FakeMake()
     monkeypatch.setattr(imagestore, "_make", make)
     said: list[str] = []
-    first = imagestore.seeded(tmp_path, tmp_path / "bin", "sha256:a\n", ["op", "trainer"], "v2.4.2", said.append)
-    assert imagestore.seeded(tmp_path, tmp_path / "bin", "sha256:a\n", ["op", "trainer"], "v2.4.2", said.append) \
-        == first and len(made) == 1  # fmt: skip
-    second = imagestore.seeded(tmp_path, tmp_path / "bin", "sha256:b\n", ["op", "trainer"], "v2.4.2", said.append)
-    assert second != first and second.is_dir() and not first.parent.exists() and len(made) == 2
-    assert len(said) == 2 and all(line.startswith("images seeded in ") for line in said), said
+
+    def seeded(ids: str, version: str = "v2.4.2") -> Path:
+        return imagestore.seeded(tmp_path, tmp_path / "bin", ids, ["op", "trainer"], version, said.append)
+
+    first = seeded("sha256:a\nsha256:t\n")
+    assert seeded("sha256:a\nsha256:t\n") == first and make.calls == [(first.parent.name, ["op", "trainer"], None)]
+    # The operator rebuilt: the last seed becomes the new one, the operator alone removed and imported again.
+    second = seeded("sha256:b\nsha256:t\n")
+    assert second != first and second.is_dir() and not first.parent.exists()
+    assert make.calls[1] == (second.parent.name, ["op"], ["op"])
+    assert json.loads((second.parent / imagestore.HELD).read_text()) == {
+        "containerd": "v2.4.2", "images": {"op": "sha256:b", "trainer": "sha256:t"}}  # fmt: skip
+    # Another containerd: its store's format may differ, so nothing is taken from the last seed.
+    third = seeded("sha256:b\nsha256:t\n", "v2.5.0")
+    assert make.calls[2] == (third.parent.name, ["op", "trainer"], None) and not second.parent.exists()
+    assert len(said) == 3 and all(line.startswith("images seeded in ") for line in said), said
+
+
+def test_a_seed_that_cannot_be_made_from_the_last_one_is_made_from_nothing(tmp_path: Path, monkeypatch) -> None:
+    make = FakeMake(fail_from_a_seed=True)
+    monkeypatch.setattr(imagestore, "_make", make)
+    said: list[str] = []
+    first = imagestore.seeded(tmp_path, tmp_path / "bin", "sha256:a\nsha256:t\n", ["op", "trainer"], "v2.4.2",
+                              said.append)  # fmt: skip
+    second = imagestore.seeded(tmp_path, tmp_path / "bin", "sha256:a\nsha256:u\n", ["op", "trainer"], "v2.4.2",
+                               said.append)  # fmt: skip
+    assert [c[1:] for c in make.calls] == [(["op", "trainer"], None), (["trainer"], ["trainer"]),
+                                           (["op", "trainer"], None)]  # fmt: skip
+    assert second.is_dir() and not first.parent.exists()
+    assert said[1] == "images not seeded from the last seed (ctr images rm failed): all imported", said
+
+
+def test_a_seed_made_before_seeds_said_what_they_hold_is_told_it_and_never_a_base_before(tmp_path: Path) -> None:
+    old = tmp_path / imagestore.SEEDS / "0123456789abcdef" / "root"
+    old.mkdir(parents=True)
+    assert imagestore.last_seed(tmp_path / imagestore.SEEDS, "other", "v2.4.2") is None
+    key = imagestore.seed_key("sha256:a\nsha256:t\n", "v2.4.2")
+    (tmp_path / imagestore.SEEDS / key / "root").mkdir(parents=True)
+    imagestore.seeded(tmp_path, tmp_path / "bin", "sha256:a\nsha256:t\n", ["op", "trainer"], "v2.4.2", print)
+    assert imagestore.last_seed(tmp_path / imagestore.SEEDS, "other", "v2.4.2") == (
+        tmp_path / imagestore.SEEDS / key, {"op": "sha256:a", "trainer": "sha256:t"})  # fmt: skip
+
+
+def test_the_images_to_import_are_those_whose_id_changed_or_that_the_seed_lacks() -> None:
+    held = {"op": "sha256:a", "trainer": "sha256:t"}
+    assert imagestore.changed_images(held, held) == []
+    assert imagestore.changed_images(held, {"op": "sha256:b", "trainer": "sha256:t"}) == ["op"]
+    assert imagestore.changed_images({"op": "sha256:a"}, held) == ["trainer"]
