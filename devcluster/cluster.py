@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from devcluster import controlplane as cp
@@ -304,15 +305,22 @@ class Cluster:
         scheduler = cp.loopback_component_args(cp.built_binary(self.plane.bin, "kube-scheduler", nd.BUILD_NODE_SH),
                                                admin, cp.free_port())  # fmt: skip
         self._procs.spawn("kube-scheduler", scheduler)
-        for node in self.nodes:
-            t0 = time.monotonic()
-            node.start()
-            self.log(f"{node.spec.name} ready in {time.monotonic() - t0:.1f} s")
+        # At once: each node's start mostly waits (its containerd, its kubelet registering, flannel's lease), and
+        # every node has its own root, network namespace, shims and ports; the images' seed is made under its lock.
+        with ThreadPoolExecutor(len(self.nodes)) as pool:
+            starts = [pool.submit(self._start_node, node) for node in self.nodes]
+        for start in starts:
+            start.result()  # the first node's failure; the cluster's stop takes every node down
         api = cp.Api(ports.apiserver, self.plane.layout.pki)
         for node in self.nodes:
             pod_cidr = api.ok("GET", f"/api/v1/nodes/{node.spec.name}")["spec"]["podCIDR"]
             route_pods(node.spec, pod_cidr)
         self._apply_addons()
+
+    def _start_node(self, node: nd.Node) -> None:
+        t0 = time.monotonic()
+        node.start()
+        self.log(f"{node.spec.name} ready in {time.monotonic() - t0:.1f} s")
 
     def _apply_addons(self) -> None:
         storage = {node.spec.name: node.storage for node in self.nodes}
