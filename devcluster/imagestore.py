@@ -93,7 +93,6 @@ def seeded(cache: Path, bin_dir: Path, image_ids: str, images: Sequence[str], co
         if not (final / "root").is_dir():
             t0 = time.monotonic()
             changed = _make_from_last(final, bin_dir, ids, last_seed(seeds, key, containerd_version), log)
-            (final / HELD).unlink(missing_ok=True)  # the last seed's, moved with it
             log(f"images seeded in {time.monotonic() - t0:.0f} s ({final}; imported: {', '.join(changed) or 'none'})")
             for old in seeds.iterdir():
                 if old.is_dir() and old.name != key:
@@ -143,6 +142,7 @@ def _make(final: Path, bin_dir: Path, images: Sequence[str], base: tuple[Path, l
     shutil.rmtree(partial, ignore_errors=True)
     if base is not None:
         os.rename(base[0], partial)
+        (partial / HELD).unlink()  # says what it held; rewritten once it is whole again (seeded)
     else:
         partial.mkdir()
     shutil.rmtree(RUN_DIR, ignore_errors=True)

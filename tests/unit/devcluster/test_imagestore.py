@@ -75,6 +75,7 @@ class FakeMake:
                 shutil.rmtree(base[0])  # as _make leaves it: the moved seed removed with the partial one
                 raise imagestore.SeedError("ctr images rm failed")
             base[0].rename(final)
+            (final / imagestore.HELD).unlink()
         else:
             (final / "root").mkdir(parents=True)
 
