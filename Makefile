@@ -153,7 +153,7 @@ VENV_MLFLOW := .venv/mlflow
 $(VENV_MLFLOW)/bin/mlflow: tests/mlflow/requirements.txt | $(UV)
 	@$(DOCTOR) -q setup-op
 	$(PY_OP) -m venv --without-pip $(VENV_MLFLOW)
-	$(UV) pip install -q --compile-bytecode --python $(VENV_MLFLOW)/bin/python -r tests/mlflow/requirements.txt
+	$(UV_INSTALL) $(VENV_MLFLOW)/bin/python -r tests/mlflow/requirements.txt
 	touch $@
 
 .PHONY: setup-mlflow test-mlflow

@@ -6,9 +6,10 @@
 A lock is generated from the pinned lists, never edited: the trainer's from trainer/requirements.txt (every
 package of its environment, so no resolution: `--no-deps`), the operator's from the runtime dependencies of
 operator/pyproject.toml and contract/, resolved under operator/requirements.txt as constraints (the test tools in
-that list stay out of the image); both with the installers of requirements-build.txt. uv, pinned below, does the
-work from a virtualenv of its own under DTR_CACHE. Each lock line carries the hashes of every file PyPI has for
-that version, so pip (`--require-hashes --no-deps`) refuses any other file; markers are evaluated per platform.
+that list stay out of the image); both with the installers of requirements-build.txt. uv (deploy/requirements-uv.txt,
+the Makefile's) does the work from a virtualenv of its own under DTR_CACHE. Each lock line carries the hashes of
+every file PyPI has for that version, so pip (`--require-hashes --no-deps`) refuses any other file; markers are
+evaluated per platform.
 """
 
 from __future__ import annotations
@@ -127,12 +128,10 @@ def check() -> list[str]:
 
 
 def uv() -> Path:
-    """uv at its pin, in a virtualenv of its own (made once; the Makefile's, which installs the environments)."""
-    venv = Path(os.environ.get("DTR_CACHE", Path.home() / ".cache" / "dtr")) / UV.replace("==", "-")
-    binary = venv / "bin" / "uv"
+    """uv at its pin: the Makefile's, which installs the environments with it (made there the first time)."""
+    binary = Path(os.environ.get("DTR_CACHE", Path.home() / ".cache" / "dtr")) / UV.replace("==", "-") / "bin" / "uv"
     if not binary.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", UV], check=True)
+        subprocess.run(["make", "-s", "--no-print-directory", "-C", str(REPO), str(binary)], check=True)
     return binary
 
 
