@@ -363,8 +363,10 @@ HEAVY = {
 }  # fmt: skip
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def metadata_policy(control_plane: Cluster) -> Iterator[None]:
+    """Applied once for both kinds: deleted and applied again between them, the API server's policy cache may still
+    hold the old policy when the probe is refused, then drop it (kubernetes/kubernetes#132502)."""
     control_plane.kubectl("apply", "-f", str(ADMISSION))
     users = str(REPO / "deploy" / "users")  # `edit` creates runs and sweeps once these aggregate
     control_plane.kubectl("apply", "-k", users)
@@ -373,6 +375,10 @@ def metadata_policy(control_plane: Cluster) -> Iterator[None]:
     finally:
         control_plane.kubectl("delete", "-k", users, "--ignore-not-found", "--wait=false", check=False)
         control_plane.kubectl("delete", "--ignore-not-found", "-f", str(ADMISSION), check=False)
+
+
+def refused_by_policy(done: subprocess.CompletedProcess[str]) -> bool:
+    return done.returncode != 0 and "deploy/base/admission.yaml" in done.stderr
 
 
 def heavy_doc(kind: str, name: str, metadata: dict[str, Any]) -> dict[str, Any]:
@@ -401,12 +407,15 @@ def test_a_teammates_heavy_metadata_is_refused_before_the_operator_holds_it(
     # Her rights first (deploy/users aggregates into `edit` a moment after it is applied), with light metadata.
     wait_for(lambda: send(f"light-{uuid.uuid4().hex[:6]}", {}).returncode == 0, f"`edit` to create a {kind}",
              timeout=30, interval=1)  # fmt: skip
-    wait_for(lambda: send("probe", {"finalizers": [f"example.com/f{i}" for i in range(9)]}).returncode != 0,
+    # A new name each time: a probe created before the policy is in force would make the next one's AlreadyExists
+    # look like a refusal (CI, 1 run in 4).
+    wait_for(lambda: refused_by_policy(send(f"probe-{uuid.uuid4().hex[:6]}",
+                                            {"finalizers": [f"example.com/f{i}" for i in range(9)]})),
              "the admission policy to take effect", timeout=60, interval=0.5)  # fmt: skip
     results = []
     for what, (said, metadata) in HEAVY.items():
         done = send(f"heavy-{what}", metadata)
-        refused = done.returncode != 0 and "deploy/base/admission.yaml" in done.stderr
+        refused = refused_by_policy(done)
         results.append((what, refused, done.stderr[-300:]))
         ledger.add(Record(area="attack", case=f"R1-{kind[len('DistTraining'):].lower()}-{what}: a teammate (`edit`) "
                           f"creates a {kind} carrying {said}, which no schema bounds and the operator would hold",
