@@ -37,6 +37,7 @@ from dtr_trainer import (
     lineage,
     memory,
     ownership,
+    pid1,
     preflight,
     rendezvous,
     tracking,
@@ -185,7 +186,8 @@ def make_strategy(bytes_per_pack: int):
         bytes_per_pack=bytes_per_pack,
         implementation=tf.distribute.experimental.CommunicationImplementation.AUTO,
     )
-    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    with TERMINATION.default_while_held():  # a peer that never comes holds the main thread here, GIL and all
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
 @dataclass
@@ -489,4 +491,5 @@ def leave(code: int) -> None:
 
 
 def cli() -> None:
+    pid1.supervise_if_pid_1()  # the trainer is its child in a container
     leave(main())

@@ -13,13 +13,19 @@ epoch 1 when resumed). The last finished epoch's backup on the volume is what a 
 With --backup-on-sigterm, while fit's steps run (dtr_trainer.step_backup arms it), a SIGTERM outside an epoch's end
 does not stop at once: the workers save the training state together at the end of the next execution and leave,
 so the restart resumes inside the interrupted epoch; the stop comes after at most SAVE_WAIT_SECONDS anyway.
+
+Where the main thread is held in TensorFlow's C++ with the GIL (MWMS's rendezvous, for as long as a peer does not
+come) no Python handler runs: there SIGTERM's default action ends the trainer (default_while_held; pid1.py says why
+the trainer is not PID 1 in its container).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Callable, NoReturn
 
 from dtr_trainer.errors import EXIT_TERMINATED
@@ -65,6 +71,16 @@ class Termination:
             )
         else:
             self.stop("terminated (SIGTERM): stopping now; the backup of the last finished epoch stays on the volume")
+
+    @contextlib.contextmanager
+    def default_while_held(self) -> Iterator[None]:
+        """SIGTERM's default action (the end, 143 as a shell or the kubelet says) while the main thread may be held
+        where no handler can run; nothing of this attempt is saved yet then."""
+        previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
     def _stop_after(self, seconds: float, line: str) -> None:
         timer = threading.Timer(seconds, self.stop, (line,))
