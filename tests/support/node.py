@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -98,13 +99,22 @@ class RealNode:
         self.node.ctr("tasks", "kill", "--signal", "SIGKILL", self.container_id(namespace, pod))
 
     def freeze_container(self, namespace: str, pod: str) -> None:
-        """SIGSTOP the worker through containerd: a hung worker, alive but silent. (`--all` as asked; runc >= 1.2
-        signals only the container's first process, the trainer, whose heartbeat child then stays quiet.)"""
-        self.node.ctr("tasks", "kill", "--all", "--signal", "SIGSTOP", self.container_id(namespace, pod))
+        """SIGSTOP every process of the worker's container (its PID 1, the trainer, the heartbeat child): a hung
+        worker, alive but silent. Each by its PID: `ctr tasks kill --all` signals only the first process with
+        runc >= 1.2, which is not the trainer (dtr_trainer/pid1.py)."""
+        self._signal_every_process(namespace, pod, signal.SIGSTOP)
 
     def thaw_container(self, namespace: str, pod: str) -> None:
         """SIGCONT what freeze_container stopped."""
-        self.node.ctr("tasks", "kill", "--all", "--signal", "SIGCONT", self.container_id(namespace, pod))
+        self._signal_every_process(namespace, pod, signal.SIGCONT)
+
+    def _signal_every_process(self, namespace: str, pod: str, signum: int) -> None:
+        listed = self.node.ctr("tasks", "ps", self.container_id(namespace, pod)).stdout.splitlines()[1:]
+        pids = [int(line.split()[0]) for line in listed if line.split() and line.split()[0].isdigit()]
+        assert pids, f"no process in {pod}'s container"
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):  # one that ended meanwhile
+                os.kill(pid, signum)
 
     def exec(self, namespace: str, pod: str, *argv: str) -> subprocess.CompletedProcess[str]:
         return self.cluster.kubectl("exec", "-n", namespace, pod, "-c", "tensorflow", "--", *argv, check=False)

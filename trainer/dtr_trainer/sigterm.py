@@ -6,8 +6,8 @@ line never came, so the log and the run's status said one epoch less than the re
 window the stop waits for the line, at most WAIT_SECONDS (a save still waiting on peers that already left gives
 up by then), and a training error raised meanwhile (the peers gone) stops as SIGTERM rather than as that error.
 
-In a container the trainer is PID 1, and PID 1 has no default action for SIGTERM: without a handler it trained on
-through the grace period (and a run suspended near its end finished, deleted its backup, and trained again from
+When the trainer was its container's PID 1 (which has no default action for SIGTERM), without a handler it trained
+on through the grace period (and a run suspended near its end finished, deleted its backup, and trained again from
 epoch 1 when resumed). The last finished epoch's backup on the volume is what a restart resumes.
 
 With --backup-on-sigterm, while fit's steps run (dtr_trainer.step_backup arms it), a SIGTERM outside an epoch's end
