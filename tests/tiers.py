@@ -262,7 +262,7 @@ STEPS: tuple[Step, ...] = (
          after=("setup", "multinode start", "s3 build", "node", "node runs"),
          env=(("DTR_S3_REQUIRED", "1"),)),
     Step("reliability report", (OP_PYTHON, "tests/reliability/report.py"), "docs/reliability.md from every part",
-         after=("reliability", "node faults"), side=True),
+         after=("reliability", "node faults", "multinode"), side=True),
 )
 
 
