@@ -1,15 +1,18 @@
-"""SIGTERM (the pod deleted: a suspend, a preemption, a drain) stops the trainer at once, even as PID 1
-of its PID namespace, as in a container, where a signal without a handler is ignored; the last finished
-epoch's backup stays, and a trainer started again resumes from it and exports one model."""
+"""SIGTERM (the pod deleted: a suspend, a preemption, a drain) stops the trainer at once, started as PID 1 of its
+PID namespace, as in a container (PID 1 passes the signal on: dtr_trainer/pid1.py), also while it waits for a peer
+in MWMS's rendezvous; the last finished epoch's backup stays, and a trainer started again resumes from it and
+exports one model."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,31 +29,41 @@ ARGS = ["--dataset", "digits", "--epochs", str(EPOCHS), "--steps-per-epoch", "40
 EXIT_TERMINATED = 143
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace (unshare) needs root")
-def test_sigterm_as_pid_1_stops_at_once_keeps_the_backup_and_a_restart_resumes(tmp_path: Path) -> None:
-    volume = Volume(tmp_path / "mnt-dtr")
-    log = tmp_path / "first.log"
-    # The trainer is PID 1 of a new PID namespace, as in its container.
-    cmd = ["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-m", "dtr_trainer", *ARGS, *volume.args()]
+@contextlib.contextmanager
+def as_pid_1(volume_args: list[str], env: dict[str, str], log: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """`python -m dtr_trainer` as PID 1 of a new PID namespace, as in its container: the process (unshare) and
+    that PID 1's PID here; killed on the way out."""
+    cmd = ["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-m", "dtr_trainer", *ARGS, *volume_args]
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, env=trainer_env(volume, None), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 300
-        while f"epoch 3/{EPOCHS} end" not in log.read_text() and time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.2)
-        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, check=True)
-        trainer = int(children.stdout.split()[0])
-        ns_pids = Path(f"/proc/{trainer}/status").read_text().split("NSpid:")[1].splitlines()[0].split()
-        assert ns_pids[-1] == "1", f"the trainer is not PID 1 of its namespace: {ns_pids}"
-        os.kill(trainer, signal.SIGTERM)
-        started = time.monotonic()
-        code = proc.wait(timeout=20)
-        stopped_in = time.monotonic() - started
+        yield proc, wait_for(lambda: children(proc.pid), "PID 1 of the namespace", timeout=30)[0]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def terminate(proc: subprocess.Popen[bytes], init: int, timeout: float) -> tuple[int, float]:
+    """SIGTERM as the kubelet sends it, to the container's PID 1: the exit code and the seconds it took."""
+    os.kill(init, signal.SIGTERM)
+    started = time.monotonic()
+    code = proc.wait(timeout=timeout)
+    return code, time.monotonic() - started
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace (unshare) needs root")
+def test_sigterm_as_pid_1_stops_at_once_keeps_the_backup_and_a_restart_resumes(tmp_path: Path) -> None:
+    volume = Volume(tmp_path / "mnt-dtr")
+    log = tmp_path / "first.log"
+    with as_pid_1(volume.args(), trainer_env(volume, None), log) as (proc, init):
+        deadline = time.monotonic() + 300
+        while f"epoch 3/{EPOCHS} end" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+        ns_pids = Path(f"/proc/{init}/status").read_text().split("NSpid:")[1].splitlines()[0].split()
+        assert ns_pids[-1] == "1", f"not PID 1 of its namespace: {ns_pids}"
+        code, stopped_in = terminate(proc, init, timeout=20)
     text = log.read_text()
     assert code == EXIT_TERMINATED, text[-3000:]
     # Mid-epoch it stops at once; landing in an epoch's backup (a busy machine: epochs here take a fraction of a
@@ -66,7 +79,6 @@ def test_sigterm_as_pid_1_stops_at_once_keeps_the_backup_and_a_restart_resumes(t
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed from backup at epoch" in again.stderr, again.stderr[-3000:]
     assert [p.parent.name for p in (volume.root / "models").rglob("saved_model.pb")] == ["1"]
-
 
 
 def held_in_tensorflow(pid: int, seconds: float = 2.0, timeout: float = 120) -> bool:
@@ -109,23 +121,11 @@ def test_sigterm_stops_a_worker_held_in_tensorflow_waiting_for_a_peer_that_never
     to the trainer, which SIGTERM's default action ends there (pid1.py)."""
     volume = Volume(tmp_path / "mnt-dtr")
     log = tmp_path / "chief.log"
-    env = trainer_env(volume, tf_config(free_ports(2), 0))
-    cmd = ["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-m", "dtr_trainer", *ARGS, *volume.args()]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        init = wait_for(lambda: children(proc.pid), "PID 1 of the namespace", timeout=30)[0]
+    with as_pid_1(volume.args(), trainer_env(volume, tf_config(free_ports(2), 0)), log) as (proc, init):
         trainer = wait_for(lambda: [p for p in [init, *children(init)] if has_tensorflow(p)], "TensorFlow loaded",
                            timeout=120)[0]  # fmt: skip
         assert held_in_tensorflow(trainer), log.read_text()[-3000:]
-        os.kill(init, signal.SIGTERM)  # as the kubelet does: to the container's PID 1
-        started = time.monotonic()
-        code = proc.wait(timeout=15)
-        stopped_in = time.monotonic() - started
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        code, stopped_in = terminate(proc, init, timeout=15)
     text = log.read_text()
     assert code == EXIT_TERMINATED, text[-3000:]
     assert "terminated (SIGTERM) while held in TensorFlow (meeting the other workers): stopping now" in text, text
