@@ -14,7 +14,7 @@ def test_operator_pod_deleted_mid_run_is_replaced_and_the_run_continues_without_
     real_node: RealNode, namespace: str
 ) -> None:
     name = "phoenix"
-    real_node.apply(namespace, digits_run(name, epochs=4, steps=20))
+    real_node.apply(namespace, digits_run(name, workers=1, epochs=4, steps=20))  # what it proves needs no peer
     wait_for(lambda: real_node.run_status(namespace, name).get("phase") == "Running", "phase Running", timeout=600)
     before = {
         kind: real_node.cluster.kubectl_json("get", kind, "-n", namespace, "-l", f"distml.dev/run={name}")["items"]
@@ -52,7 +52,7 @@ def test_namespaced_deploy_serves_its_namespace_only(real_node: RealNode) -> Non
             return ((quota.get("status") or {}).get("used") or {}).get("count/disttrainingruns.distml.dev")
 
         wait_for(runs_counted, "the run quota counted", timeout=60)
-        real_node.apply("dtr-runs", digits_run("served", epochs=2, steps=5))
+        real_node.apply("dtr-runs", digits_run("served", workers=1, epochs=2, steps=5))
         assert wait_for(lambda: runs_counted() == "1", "the run counted against the quota", timeout=60)
         real_node.create_restricted_namespace("t-elsewhere")
         real_node.apply("t-elsewhere", digits_run("ignored", epochs=2, steps=5))

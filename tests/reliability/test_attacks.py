@@ -36,7 +36,7 @@ from ledger import Ledger, Record
 from support import node as node_support
 from support.cluster import namespace_name
 from support.node import RealNode
-from support.runs import digits_run
+from support.runs import SLOW_EPOCHS_MODEL, digits_run
 from support.wait import poll, wait_for
 
 real_node = node_support.real_node
@@ -195,6 +195,21 @@ def restricted_pod(name: str, image: str, argv: list[str]) -> dict[str, Any]:
                                                          "capabilities": {"drop": ["ALL"]}}}]}}  # fmt: skip
 
 
+SLOW_EPOCHS = 100
+
+
+def slow_epochs_run(real_node: RealNode, namespace: str, name: str) -> dict[str, Any]:
+    """A run whose workers serve their gRPC servers through the whole test without training: its epochs after the
+    first sleep (support/slow_epochs_model.py; the digits CNN trained through it instead, about 30 CPU s of the node's
+    pods). The author sends the code as a ConfigMap, as `dtr submit` does."""
+    real_node.cluster.kubectl("create", "configmap", f"{name}-code", "-n", namespace, f"--as={MALLORY}",
+                              "--from-file", f"model.py={SLOW_EPOCHS_MODEL}")  # fmt: skip
+    doc = digits_run(name)
+    doc["spec"]["training"] = {"code": {"configMap": f"{name}-code", "key": "model.py"}, "epochs": SLOW_EPOCHS,
+                               "batchSizePerWorker": 16, "params": {"epoch_seconds": 600}}  # fmt: skip
+    return doc
+
+
 def pod_output(real_node: RealNode, namespace: str, pod: str, timeout: float = 180) -> str:
     def done() -> str | None:
         phase = real_node.cluster.kubectl_json("get", "pod", pod, "-n", namespace)["status"].get("phase")
@@ -209,8 +224,8 @@ def test_another_namespace_cannot_drive_a_workers_tensorflow_server(
     real_node: RealNode, team: str, ledger: Ledger
 ) -> None:
     victim = "victim"
-    assert create_as_author(real_node, team, digits_run(victim, epochs=60, steps=40)).returncode == 0
-    real_node.wait_log(team, f"{victim}-worker-0", "epoch 1/60 end", timeout=300)
+    assert create_as_author(real_node, team, slow_epochs_run(real_node, team, victim)).returncode == 0
+    real_node.wait_log(team, f"{victim}-worker-0", f"epoch 1/{SLOW_EPOCHS} end", timeout=300)
     image = real_node.pod(team, f"{victim}-worker-0")["spec"]["containers"][0]["image"]
     target = f"{victim}-worker-0.{team}.svc"
     other = namespace_name("attacker")

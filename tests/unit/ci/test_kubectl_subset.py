@@ -1,0 +1,108 @@
+"""The kubectl commands the tests' Cluster answers in-process (support/kubectl_subset.py): which, and in kubectl's
+shape. That the answers equal kubectl's on a real API server: every tier that talks to one runs through them."""
+
+import json
+
+import pytest
+
+from support.kubectl_subset import Request, answer, plan
+
+
+@pytest.mark.parametrize(
+    ("args", "path", "query"),
+    [
+        (("get", "pods", "-n", "a", "-o", "json"), "/api/v1/namespaces/a/pods", {}),
+        (("get", "pod", "p", "-n", "a", "-o", "json"), "/api/v1/namespaces/a/pods/p", {}),
+        (("get", "pod/p", "--namespace=a", "-o", "json"), "/api/v1/namespaces/a/pods/p", {}),
+        (("get", "pods", "-A", "-l", "x=y", "-o", "json"), "/api/v1/pods", {"labelSelector": "x=y"}),
+        (("get", "node", "n1", "-o", "json"), "/api/v1/nodes/n1", {}),
+        (("get", "pv", "-o", "json"), "/api/v1/persistentvolumes", {}),
+        (
+            ("get", "crd", "tfjobs.kubeflow.org", "-o", "json"),
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/tfjobs.kubeflow.org",
+            {},
+        ),
+        (
+            ("get", "networkpolicy", "r", "-n", "a", "-o", "json"),
+            "/apis/networking.k8s.io/v1/namespaces/a/networkpolicies/r",
+            {},
+        ),
+        (
+            ("get", "events", "-n", "a", "--field-selector", "involvedObject.name=r", "-o", "json"),
+            "/api/v1/namespaces/a/events",
+            {"fieldSelector": "involvedObject.name=r"},
+        ),
+        (
+            ("get", "distrainingruns", "r", "-n", "a", "-o", "json"),
+            "/apis/distml.dev/v1alpha1/namespaces/a/disttrainingruns/r",
+            {},
+        ),  # a short name
+    ],
+)
+def test_a_get_as_json_of_a_known_kind_is_one_request(args, path, query) -> None:
+    request = plan(args)
+    assert request is not None and (request.method, request.path, request.query) == ("GET", path, query)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("get", "pods", "-n", "a"),  # a table, not JSON
+        ("get", "pods", "-n", "a", "-o", "jsonpath={.items}"),
+        ("get", "pods", "-o", "json"),  # the kubeconfig's namespace: kubectl knows it
+        ("get", "pods", "-n", "a", "-o", "json", "--as=mallory"),  # another identity
+        ("get", "widgets", "-n", "a", "-o", "json"),  # a kind that needs discovery
+        ("get", "pod", "p", "-A", "-o", "json"),  # kubectl refuses it
+        ("get", "pods", "-n", "a", "-o", "json", "--ignore-not-found"),
+        ("delete", "namespace", "a"),  # kubectl waits for it to go
+        ("delete", "namespace", "a", "--wait=false", "--timeout=9s"),
+        ("create", "namespace", "a", "--dry-run=server"),
+        ("apply", "-f", "-"),
+    ],
+)
+def test_anything_else_goes_to_kubectl(args) -> None:
+    assert plan(args) is None
+
+
+def test_a_list_is_printed_as_kubectl_prints_it_each_item_with_its_kind() -> None:
+    request = plan(("get", "pods", "-n", "a", "-o", "json"))
+    body = json.dumps({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "9"},
+                       "items": [{"metadata": {"name": "p"}}]})  # fmt: skip
+    code, out, err = answer(request, 200, body)
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
+                               "items": [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}]}  # fmt: skip
+
+
+def test_an_error_is_kubectls_exit_1_and_its_line() -> None:
+    request = plan(("get", "pod", "p", "-n", "a", "-o", "json"))
+    body = json.dumps({"kind": "Status", "reason": "NotFound", "message": 'pods "p" not found', "code": 404})
+    assert answer(request, 404, body) == (1, "", 'Error from server (NotFound): pods "p" not found\n')
+    assert answer(request, 0, "connection refused")[0] == 1
+
+
+def test_namespaces_are_created_and_deleted_without_waiting() -> None:
+    create = plan(("create", "namespace", "t-x"))
+    assert create == Request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
+                                                                 "metadata": {"name": "t-x"}},
+                             done="namespace/t-x created")  # fmt: skip
+    assert answer(create, 201, "{}") == (0, "namespace/t-x created\n", "")
+    delete = plan(("delete", "namespace", "t-x", "--wait=false", "--ignore-not-found"))
+    assert delete is not None and (delete.method, delete.path) == ("DELETE", "/api/v1/namespaces/t-x")
+    assert answer(delete, 404, "{}") == (0, "", "")
+    strict = plan(("delete", "namespace", "t-x", "--wait=false"))
+    assert answer(strict, 404, json.dumps({"reason": "NotFound", "message": "gone"}))[0] == 1
+
+
+def test_a_merge_patch_of_a_status_is_one_request_and_a_strategic_one_is_kubectls() -> None:
+    request = plan(("patch", "pod", "p", "-n", "a", "--subresource=status", "--type=merge", "-p", '{"status": {}}'))
+    assert request is not None
+    assert (request.method, request.path, request.body, request.content_type) == (
+        "PATCH",
+        "/api/v1/namespaces/a/pods/p/status",
+        {"status": {}},
+        "application/merge-patch+json",
+    )
+    assert answer(request, 200, "{}") == (0, "pod/p patched\n", "")
+    assert plan(("patch", "pod", "p", "-n", "a", "-p", '{"status": {}}')) is None
+    assert plan(("patch", "node", "n", "--type", "json", "-p", "[]")).path == "/api/v1/nodes/n"
