@@ -1,0 +1,35 @@
+"""bench/cpu/accounting.py reads the kernel's acct v3 records and puts each process's CPU under its step."""
+
+from bench.cpu.accounting import RECORD, comp_t, parse, report
+
+
+def record(pid: int, ppid: int, start: int, lived: float, cpu_ticks: int, command: str, version: int = 3) -> bytes:
+    return RECORD.pack(0, version, 0, 0, 0, 0, pid, ppid, start, lived * 100, cpu_ticks, 0, 0, 0, 0, 0, 0, 0,
+                       command.encode())  # fmt: skip
+
+
+def test_comp_t_is_a_13_bit_mantissa_and_a_base_8_exponent() -> None:
+    assert comp_t(100) == 100
+    assert comp_t((1 << 13) | 5) == 40
+
+
+def test_each_process_goes_under_the_step_the_runner_started_and_pods_apart() -> None:
+    data = b"".join([
+        record(11, 10, 1005, 10, 50, "kubectl"),  # a step's child
+        record(21, 20, 1010, 20, 700, "python"),  # a container's process
+        record(20, 1, 1009, 30, 3, "containerd-shim"),
+        record(12, 10, 1006, 1, 1, "python", version=2),  # not v3: skipped
+        record(10, 9, 1004, 90, 20, "python"),  # the step, 4 s after the runner started
+        record(13, 9, 1004, 50, 10, "make"),
+        record(14, 9, 1050, 30, 10, "make"),
+        record(9, 8, 1000, 100, 5, "python"),  # the runner: the longest-lived that started several
+        record(8, 1, 999, 101, 1, "make"),
+    ])  # fmt: skip
+    processes = parse(data)
+    assert len(processes) == 8 and processes[0].command == "kubectl" and processes[0].cpu == 0.5
+    result = report(processes)
+    assert result["root"] == "python"
+    by_step = dict(result["by step"])
+    assert by_step["step@4:python"] == 0.7  # the step and its kubectl
+    assert by_step["pods"] == 7.0
+    assert ("kubectl", 0.5, 1) in result["by command"]
