@@ -99,7 +99,7 @@ def test_dtr_run_of_a_run_file_whose_code_raises_ends_user_code_error_with_the_l
     model.write_text(broken)
     _points(tmp_path / ".dtr" / "volumes" / "broken-data")
     run = {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "metadata": {"name": "broken"},
-           "spec": {"workers": 2, "restartPolicy": "Never",
+           "spec": {"workers": 1, "restartPolicy": "Never",
                     "training": {"dataset": "points", "epochs": 2, "batchSizePerWorker": 16}}}  # fmt: skip
     run_file = tmp_path / "broken.yaml"
     run_file.write_text(yaml.safe_dump(run))
@@ -118,7 +118,7 @@ def test_dtr_run_of_a_model_whose_loss_diverges_ends_diverged_naming_the_epoch_w
     run at a lower learning rate starts fresh."""
     model = tmp_path / "diverging_model.py"
     model.write_text((REPO / "tests" / "support" / "diverging_model.py").read_text())
-    code, out, status = dtr_run(tmp_path, str(model), "--name", "diverging", "--workers", "2", "--epochs", "3",
+    code, out, status = dtr_run(tmp_path, str(model), "--name", "diverging", "--workers", "1", "--epochs", "3",
                                  "--learning-rate", "10", timeout=300)  # fmt: skip
     assert code == 1, out[-4000:]
     assert (status["phase"], status["reason"]) == ("Failed", "Diverged"), status
@@ -129,7 +129,7 @@ def test_dtr_run_of_a_model_whose_loss_diverges_ends_diverged_naming_the_epoch_w
     assert saved_models(tmp_path / ".dtr" / "volumes" / "diverging-data") == []
     # What the message asks for, the same file at a lower learning rate: a new run, fresh, not stopped by the
     # diverged run's backup (docs/local.md#a-fresh-run-is-fresh).
-    code, out, status = dtr_run(tmp_path, str(model), "--name", "diverging", "--workers", "2", "--epochs", "3",
+    code, out, status = dtr_run(tmp_path, str(model), "--name", "diverging", "--workers", "1", "--epochs", "3",
                                  "--learning-rate", "0.01", timeout=300)  # fmt: skip
     assert code == 0 and status["phase"] == "Succeeded", out[-4000:]
     assert "starts fresh" in out and "training.learning_rate 10.0 -> 0.01" in out, out[-4000:]

@@ -117,7 +117,10 @@ def check_named(real_node: RealNode, namespace: str, name: str, st: dict[str, An
     """The Stalled condition, the run's message and its Warning event name worker-1 alone; the phase stays."""
     cond, worker = stalled(st), f"{name}-worker-1"
     assert cond["reason"] == "NoEpochProgress"
-    assert f"(minStallSeconds {FLOOR}); silent: {worker};" in cond["message"], cond["message"]
+    # The floor, unless the epochs before the freeze took more than a third of it each: a loaded machine's were 33 s
+    # (2026-12-07), and 3 x their mean set the limit, as stallFactor says it does; either is above SILENT_SECONDS.
+    limit = rf"\((minStallSeconds {FLOOR}|3 x mean epoch \d+ s)\); silent: {re.escape(worker)};"
+    assert re.search(limit, cond["message"]), cond["message"]
     assert f"{name}-worker-0" not in cond["message"].split("silent:")[1], "the blocked chief still beats"
     assert st["phase"] == "Running"
     assert st["message"] == f"Stalled: {cond['message']}"

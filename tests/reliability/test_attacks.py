@@ -308,7 +308,7 @@ def strings(value: Any) -> Iterator[str]:
 
 
 def crafted_run(name: str, termination: bool) -> dict[str, Any]:
-    doc = digits_run(name, epochs=3, steps=4)
+    doc = digits_run(name, workers=1, epochs=3, steps=4)  # the operator reads the chief's log and message alone
     key = "termination.py" if termination else "lines.py"
     doc["spec"]["training"] = {"code": {"configMap": "crafted-code", "key": key}, "epochs": 3,
                                "batchSizePerWorker": 16, "stepsPerEpoch": 4}  # fmt: skip
@@ -345,7 +345,7 @@ def test_crafted_progress_lines_and_termination_message_mislead_nothing(
                               "--from-literal", f"termination.py={crafted_code(True)}")  # fmt: skip
     for name, termination in (("crafted-lines", False), ("crafted-message", True)):
         assert create_as_author(real_node, team, crafted_run(name, termination)).returncode == 0
-    bystander = digits_run("bystander", epochs=2, steps=4)
+    bystander = digits_run("bystander", workers=1, epochs=2, steps=4)
     assert create_as_author(real_node, team, bystander).returncode == 0
     seen = {name: real_node.wait_terminal(team, name, timeout=420)
             for name in ("crafted-lines", "crafted-message", "bystander")}  # fmt: skip

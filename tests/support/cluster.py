@@ -50,7 +50,7 @@ class Cluster:
         request = kubectl_subset.plan(args) if input is None else None
         if request is not None and (client := _client_or_none(self.kubeconfig)) is not None:
             status, body = _call(client, request.method, request.path, request.query, request.body, timeout,
-                                 request.content_type)  # fmt: skip
+                                 request.content_type, request.headers)  # fmt: skip
             code, out, err = kubectl_subset.answer(request, status, body)
             proc = subprocess.CompletedProcess([KUBECTL, *args], code, out, err)
         else:
@@ -121,9 +121,10 @@ def _get(kubeconfig: Path, path: str, query: dict[str, str]) -> tuple[int, str]:
 
 
 def _call(client: Any, method: str, path: str, query: dict[str, str], doc: Any = None, timeout: float = 60,
-          content_type: str = "application/json") -> tuple[int, str]:  # fmt: skip
+          content_type: str = "application/json", extra: dict[str, str] | None = None) -> tuple[int, str]:  # fmt: skip
     """(HTTP status, body) of a request through the client's kept-alive connections (status 0: no answer)."""
     headers = {"Accept": "application/json, */*"} | ({"Content-Type": content_type} if doc is not None else {})
+    headers |= extra or {}
     method, url, headers, body, post = client.param_serialize(
         method, path, query_params=list(query.items()), header_params=headers, body=doc,
         auth_settings=["BearerToken"],

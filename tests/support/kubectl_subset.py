@@ -85,6 +85,8 @@ class Request:
     listing: bool = False  # kubectl prints a List whose items carry apiVersion and kind
     ignore_not_found: bool = False
     content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+    review: bool = False  # an access review: kubectl prints yes or no (exit 0 or 1)
     done: str = ""  # kubectl's line on success for create and delete ("namespace/x created")
 
 
@@ -119,29 +121,31 @@ def plan(args: tuple[str, ...]) -> Request | None:
     if len(args) < 2:
         return None
     verb, rest = args[0], list(args[1:])
-    if verb == "get":
-        return _plan_get(rest)
-    if verb == "patch":
-        return _plan_patch(rest)
-    if verb in ("create", "delete") and len(rest) >= 2 and rest[0] in ("namespace", "ns", "namespaces"):
-        name = rest[1]
-        if name.startswith("-"):
+    if verb == "auth":
+        return _plan_can_i(rest[1:]) if rest[0] == "can-i" else None
+    if verb in ("create", "delete"):
+        return _plan_namespace(verb, rest)
+    planner = {"get": _plan_get, "patch": _plan_patch}.get(verb)
+    return planner(rest) if planner else None
+
+
+def _plan_namespace(verb: str, rest: list[str]) -> Request | None:
+    """`create namespace NAME`, `delete namespace NAME --wait=false [--ignore-not-found]`."""
+    if len(rest) < 2 or rest[0] not in ("namespace", "ns", "namespaces") or rest[1].startswith("-"):
+        return None
+    name = rest[1]
+    if verb == "create":
+        if rest[2:]:
             return None
-        if verb == "create":
-            if rest[2:]:
-                return None
-            return Request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
-                                                                "metadata": {"name": name}},
-                           done=f"namespace/{name} created")  # fmt: skip
-        flags = _flags(rest[2:], set(), {"--wait=false", "--ignore-not-found", "--ignore-not-found=true"})
-        if flags is None:  # --wait (the default) waits for the namespace to go: kubectl's own loop
-            return None
-        if "--wait=false" not in flags:
-            return None
-        return Request("DELETE", f"/api/v1/namespaces/{name}",
-                       ignore_not_found=any(f.startswith("--ignore-not-found") for f in flags),
-                       done=f'namespace "{name}" deleted')  # fmt: skip
-    return None
+        return Request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
+                                                            "metadata": {"name": name}},
+                       done=f"namespace/{name} created")  # fmt: skip
+    flags = _flags(rest[2:], set(), {"--wait=false", "--ignore-not-found", "--ignore-not-found=true"})
+    if flags is None or "--wait=false" not in flags:  # --wait (the default) waits for it to go: kubectl's own loop
+        return None
+    return Request("DELETE", f"/api/v1/namespaces/{name}",
+                   ignore_not_found=any(f.startswith("--ignore-not-found") for f in flags),
+                   done=f'namespace "{name}" deleted')  # fmt: skip
 
 
 def _plan_get(rest: list[str]) -> Request | None:
@@ -201,9 +205,44 @@ def _plan_patch(rest: list[str]) -> Request | None:
                    done=f"{singular}/{words[1]} patched")  # fmt: skip
 
 
+def _plan_can_i(rest: list[str]) -> Request | None:
+    """`auth can-i VERB RESOURCE[.GROUP] (-n NS | --all-namespaces) [--subresource=S] [--as=USER]`: the
+    SelfSubjectAccessReview kubectl sends (impersonating USER as it does: the API server adds a service account's
+    groups)."""
+    words = []
+    while rest and not rest[0].startswith("-"):
+        words.append(rest.pop(0))
+    flags = _flags(rest, _NAMESPACE | {"--subresource", "--as"}, {"-A", "--all-namespaces"})
+    if len(words) != 2 or flags is None or "/" in words[1]:
+        return None
+    verb, resource = words
+    every = "-A" in flags or "--all-namespaces" in flags
+    namespace = flags.get("-n", flags.get("--namespace"))
+    if (namespace is None) == (not every):  # neither: the kubeconfig's namespace, kubectl's
+        return None
+    if "." in resource:
+        resource, group = resource.split(".", 1)
+    elif resource in KINDS:
+        path, resource, _ = KINDS[resource]
+        group = "" if path == _CORE else path.split("/")[1]
+    else:
+        return None
+    attributes = {"verb": verb, "resource": resource, "group": group, "namespace": "" if every else namespace}
+    if sub := flags.get("--subresource"):
+        attributes["subresource"] = sub
+    body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes}}  # fmt: skip
+    headers = {"Impersonate-User": flags["--as"]} if "--as" in flags else {}
+    return Request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=body, headers=headers,
+                   review=True)  # fmt: skip
+
+
 def answer(request: Request, status: int, body: str) -> tuple[int, str, str]:
     """kubectl's (exit code, stdout, stderr) for the HTTP answer (status 0: no answer at all)."""
     if 200 <= status < 300:
+        if request.review:
+            allowed = bool((json.loads(body).get("status") or {}).get("allowed"))
+            return (0, "yes\n", "") if allowed else (1, "no\n", "")
         if request.method != "GET":
             return 0, request.done + "\n", ""
         doc = json.loads(body)
@@ -222,3 +261,10 @@ def answer(request: Request, status: int, body: str) -> tuple[int, str, str]:
     except (json.JSONDecodeError, AttributeError):
         reason, message = "Unknown", body
     return 1, "", f"Error from server ({reason}): {message}\n"
+
+
+def kubectl_name(item: dict[str, Any]) -> str:
+    """An object of a List as `kubectl get -o name` prints it: kind.group/name (kind/name in the core group)."""
+    group = str(item["apiVersion"]).rpartition("/")[0]
+    kind = str(item["kind"]).lower()
+    return f"{kind}.{group}/{item['metadata']['name']}" if group else f"{kind}/{item['metadata']['name']}"

@@ -23,6 +23,7 @@ import pytest
 from devcluster import controlplane as cp
 from devcluster import node as realnode
 
+from . import kubectl_subset
 from .cluster import Cluster, kubeconfig_set, namespace_name
 from .repo import REPO
 from .wait import wait_for
@@ -81,7 +82,9 @@ class RealNode:
         wait_for(lambda: text in self.logs(namespace, pod), f"{text!r} in {pod}'s log", timeout=timeout, interval=1)
 
     def names(self, kind: str, namespace: str, selector: str) -> list[str]:
-        return self.cluster.kubectl("get", kind, "-n", namespace, "-l", selector, "-o", "name").stdout.split()
+        """`kubectl get KIND -n NAMESPACE -l SELECTOR -o name` (read in-process: the tests poll it)."""
+        items = self.cluster.kubectl_json("get", kind, "-n", namespace, "-l", selector)["items"]
+        return [kubectl_subset.kubectl_name(item) for item in items]
 
     # -- the node
 

@@ -16,17 +16,24 @@ import pytest
 T = TypeVar("T")
 
 
-def poll(probe: Callable[[], T], timeout: float, interval: float = 0.25) -> T:
+# Without an interval of the caller's: every QUICK seconds for the first PATIENT seconds (what happens at once is
+# seen at once), then every second. The tiers' waits poll a run, its pods or its log for minutes, several at once on
+# two cores: each read is the API server's CPU too, four a second for most of a run's life until 2026-12-07.
+QUICK, PATIENT, SLOW = 0.25, 5.0, 1.0
+
+
+def poll(probe: Callable[[], T], timeout: float, interval: float | None = None) -> T:
     """probe() until it returns something truthy or `timeout` seconds pass; its last result either way."""
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
     while True:
         got = probe()
-        if got or time.monotonic() > deadline:
+        waited = time.monotonic() - start
+        if got or waited > timeout:
             return got
-        time.sleep(interval)
+        time.sleep(interval if interval is not None else QUICK if waited < PATIENT else SLOW)
 
 
-def wait_for(probe: Callable[[], T], what: str, timeout: float = 60, interval: float = 0.25) -> T:
+def wait_for(probe: Callable[[], T], what: str, timeout: float = 60, interval: float | None = None) -> T:
     """Poll until probe() returns something truthy; fail the test naming `what` otherwise."""
     got = poll(probe, timeout, interval)
     if not got:

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from support.kubectl_subset import Request, answer, plan
+from support.kubectl_subset import Request, answer, kubectl_name, plan
 
 
 @pytest.mark.parametrize(
@@ -106,3 +106,35 @@ def test_a_merge_patch_of_a_status_is_one_request_and_a_strategic_one_is_kubectl
     assert answer(request, 200, "{}") == (0, "pod/p patched\n", "")
     assert plan(("patch", "pod", "p", "-n", "a", "-p", '{"status": {}}')) is None
     assert plan(("patch", "node", "n", "--type", "json", "-p", "[]")).path == "/api/v1/nodes/n"
+
+
+def test_can_i_is_the_access_review_kubectl_sends_as_the_user_it_impersonates() -> None:
+    request = plan(("auth", "can-i", "list", "tfjobs.kubeflow.org", "-n", "a", "--as=system:serviceaccount:s:o"))
+    assert request is not None and request.headers == {"Impersonate-User": "system:serviceaccount:s:o"}
+    assert request.body["spec"]["resourceAttributes"] == {
+        "verb": "list",
+        "resource": "tfjobs",
+        "group": "kubeflow.org",
+        "namespace": "a",
+    }
+    every = plan(("auth", "can-i", "watch", "namespaces", "--all-namespaces", "--subresource=status"))
+    assert every.body["spec"]["resourceAttributes"] == {
+        "verb": "watch",
+        "resource": "namespaces",
+        "group": "",
+        "namespace": "",
+        "subresource": "status",
+    }
+    assert plan(("auth", "can-i", "create", "deployments", "-n", "a")).body["spec"]["resourceAttributes"]["group"] == (
+        "apps"
+    )
+    assert answer(request, 201, '{"status": {"allowed": true}}') == (0, "yes\n", "")
+    assert answer(request, 201, '{"status": {"allowed": false}}') == (1, "no\n", "")
+    assert plan(("auth", "can-i", "create", "networkpolicies")) is None  # the kubeconfig's namespace
+    assert plan(("auth", "can-i", "list", "widgets", "-n", "a")) is None  # a kind that needs discovery
+
+
+def test_an_item_is_named_as_kubectl_get_o_name_prints_it() -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "r"}}
+    assert [kubectl_name(pod), kubectl_name(job)] == ["pod/p", "tfjob.kubeflow.org/r"]
