@@ -5,7 +5,8 @@ run it saw 2389 of the machine's 2780 CPU seconds; the accounting found the rest
 
     sudo python3 -m bench.cpu.accounting on FILE      # before the run (root: acct(2))
     sudo python3 -m bench.cpu.accounting off          # after it
-    python3 -m bench.cpu.accounting report FILE [--top 40] [--json OUT]
+    python3 -m bench.cpu.accounting report FILE [--top 40] [--steps .dtr/timings/run.json]
+                                                [--json bench/cpu/results.json --label COMMIT]
 
 The report: CPU seconds by command; by the run's step (the child of the longest-lived process that started the
 others: tests/tiers.py in a CI run, each step's process below it, by its start second), pods' processes apart (a
@@ -89,7 +90,16 @@ def where(tree: Tree, p: Process, root: Process | None) -> str:
     return "other"
 
 
-def report(processes: list[Process], top: int = 40) -> dict[str, object]:
+def step_names(starts: dict[str, float], place: str, slack: float = 3.0) -> str:
+    """`step@SECOND:COMMAND` as the names of the steps of tests/tiers.py's run.json that started then (+-slack)."""
+    if not place.startswith("step@"):
+        return place
+    second = float(place.removeprefix("step@").split(":", 1)[0])
+    names = [n for n, start in starts.items() if abs(start - second) <= slack]
+    return " | ".join(names) if names else place
+
+
+def report(processes: list[Process], top: int = 40, starts: dict[str, float] | None = None) -> dict[str, object]:
     tree = Tree(processes)
     # the process that started the steps: the longest-lived of those with three children or more that lived 5 s or
     # more (not the `make` above it, with one)
@@ -100,7 +110,7 @@ def report(processes: list[Process], top: int = 40) -> dict[str, object]:
     by_both: Counter[str] = Counter()
     count: Counter[str] = Counter()
     for p in processes:
-        place = where(tree, p, root)
+        place = step_names(starts or {}, where(tree, p, root))
         by_command[p.command] += p.cpu
         count[p.command] += 1
         by_where[place] += p.cpu
@@ -124,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("report")
     rep.add_argument("file", type=Path)
     rep.add_argument("--top", type=int, default=40)
-    rep.add_argument("--json", type=Path)
+    rep.add_argument("--json", type=Path, help="merge the report into this file, under --label")
+    rep.add_argument("--label", default="run", help="the report's key in --json (a commit, a date)")
+    rep.add_argument("--steps", type=Path, help="the run's .dtr/timings/run.json: steps by name, not start second")
     args = parser.parse_args(argv)
     if args.command in ("on", "off"):
         libc = ctypes.CDLL(None, use_errno=True)
@@ -134,9 +146,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"acct: {ctypes.get_errno()} (root, and a kernel with BSD process accounting)", file=sys.stderr)
             return 1
         return 0
-    result = report(parse(args.file.read_bytes()), args.top)
+    starts = {s["name"]: s["start"] for s in json.loads(args.steps.read_text())["steps"]} if args.steps else None
+    result = report(parse(args.file.read_bytes()), args.top, starts)
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        reports = json.loads(args.json.read_text()) if args.json.exists() else {}
+        args.json.write_text(json.dumps({**reports, args.label: result}, indent=1) + "\n")
     print(f"{result['processes']} processes, {result['cpu seconds']} CPU s (the longest-lived: {result['root']})")
     for title in ("by command", "by step", "by step and command"):
         print(f"-- {title}")

@@ -1,6 +1,6 @@
 """bench/cpu/accounting.py reads the kernel's acct v3 records and puts each process's CPU under its step."""
 
-from bench.cpu.accounting import RECORD, comp_t, parse, report
+from bench.cpu.accounting import RECORD, comp_t, parse, report, step_names
 
 
 def record(pid: int, ppid: int, start: int, lived: float, cpu_ticks: int, command: str, version: int = 3) -> bytes:
@@ -33,3 +33,10 @@ def test_each_process_goes_under_the_step_the_runner_started_and_pods_apart() ->
     assert by_step["step@4:python"] == 0.7  # the step and its kubectl
     assert by_step["pods"] == 7.0
     assert ("kubectl", 0.5, 1) in result["by command"]
+
+
+def test_a_step_is_named_by_the_runs_steps_that_started_that_second() -> None:
+    starts = {"node": 60.0, "node runs": 60.4, "s3": 532.0}
+    assert step_names(starts, "step@61:python") == "node | node runs"
+    assert step_names(starts, "step@534:make") == "s3"
+    assert step_names(starts, "step@900:make") == "step@900:make" and step_names(starts, "pods") == "pods"
