@@ -27,34 +27,30 @@ def _kind(path: str, plural: str, namespaced: bool, *names: str) -> None:
         KINDS[name] = (path, plural, namespaced)
 
 
-_kind(_CORE, "pods", True, "pod", "po")
-_kind(_CORE, "configmaps", True, "configmap", "cm")
-_kind(_CORE, "secrets", True, "secret")
-_kind(_CORE, "services", True, "service", "svc")
-_kind(_CORE, "serviceaccounts", True, "serviceaccount", "sa")
-_kind(_CORE, "persistentvolumeclaims", True, "persistentvolumeclaim", "pvc")
-_kind(_CORE, "events", True, "event", "ev")
-_kind(_CORE, "resourcequotas", True, "resourcequota", "quota")
-_kind(_CORE, "limitranges", True, "limitrange", "limits")
-_kind(_CORE, "endpoints", True, "ep")
-_kind(_CORE, "namespaces", False, "namespace", "ns")
-_kind(_CORE, "nodes", False, "node", "no")
-_kind(_CORE, "persistentvolumes", False, "persistentvolume", "pv")
-_kind("apis/apps/v1", "deployments", True, "deployment", "deploy")
-_kind("apis/apps/v1", "replicasets", True, "replicaset", "rs")
-_kind("apis/apps/v1", "daemonsets", True, "daemonset", "ds")
-_kind("apis/apps/v1", "statefulsets", True, "statefulset", "sts")
-_kind("apis/batch/v1", "jobs", True, "job")
-_kind("apis/networking.k8s.io/v1", "networkpolicies", True, "networkpolicy", "netpol")
-_kind("apis/policy/v1", "poddisruptionbudgets", True, "poddisruptionbudget", "pdb")
-_kind("apis/coordination.k8s.io/v1", "leases", True, "lease")
-_kind("apis/rbac.authorization.k8s.io/v1", "roles", True, "role")
-_kind("apis/rbac.authorization.k8s.io/v1", "rolebindings", True, "rolebinding")
-_kind("apis/rbac.authorization.k8s.io/v1", "clusterroles", False, "clusterrole")
-_kind("apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False, "clusterrolebinding")
-_kind("apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False, "customresourcedefinition", "crd", "crds")
-_kind("apis/scheduling.k8s.io/v1", "priorityclasses", False, "priorityclass", "pc")
-_kind("apis/storage.k8s.io/v1", "storageclasses", False, "storageclass", "sc")
+# (group/version path, namespaced, "plural singular short..."): Kubernetes' own kinds the tests name
+BUILT_IN = (
+    (_CORE, True, "pods pod po"), (_CORE, True, "configmaps configmap cm"), (_CORE, True, "secrets secret"),
+    (_CORE, True, "services service svc"), (_CORE, True, "serviceaccounts serviceaccount sa"),
+    (_CORE, True, "persistentvolumeclaims persistentvolumeclaim pvc"), (_CORE, True, "events event ev"),
+    (_CORE, True, "resourcequotas resourcequota quota"), (_CORE, True, "limitranges limitrange limits"),
+    (_CORE, True, "endpoints ep"), (_CORE, False, "namespaces namespace ns"), (_CORE, False, "nodes node no"),
+    (_CORE, False, "persistentvolumes persistentvolume pv"),
+    ("apis/apps/v1", True, "deployments deployment deploy"), ("apis/apps/v1", True, "replicasets replicaset rs"),
+    ("apis/apps/v1", True, "daemonsets daemonset ds"), ("apis/apps/v1", True, "statefulsets statefulset sts"),
+    ("apis/batch/v1", True, "jobs job"),
+    ("apis/networking.k8s.io/v1", True, "networkpolicies networkpolicy netpol"),
+    ("apis/policy/v1", True, "poddisruptionbudgets poddisruptionbudget pdb"),
+    ("apis/coordination.k8s.io/v1", True, "leases lease"),
+    ("apis/rbac.authorization.k8s.io/v1", True, "roles role"),
+    ("apis/rbac.authorization.k8s.io/v1", True, "rolebindings rolebinding"),
+    ("apis/rbac.authorization.k8s.io/v1", False, "clusterroles clusterrole"),
+    ("apis/rbac.authorization.k8s.io/v1", False, "clusterrolebindings clusterrolebinding"),
+    ("apis/apiextensions.k8s.io/v1", False, "customresourcedefinitions customresourcedefinition crd crds"),
+    ("apis/scheduling.k8s.io/v1", False, "priorityclasses priorityclass pc"),
+    ("apis/storage.k8s.io/v1", False, "storageclasses storageclass sc"),
+)  # fmt: skip
+for _path, _namespaced, _names in BUILT_IN:
+    _kind(_path, _names.split()[0], _namespaced, *_names.split()[1:])
 
 
 def project_kinds() -> None:
