@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import signal
 import struct
 import sys
@@ -143,11 +144,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "on":
             args.file.touch()
         if libc.acct(str(args.file).encode() if args.command == "on" else None) != 0:
-            print(f"acct: {ctypes.get_errno()} (root, and a kernel with BSD process accounting)", file=sys.stderr)
+            reason = os.strerror(ctypes.get_errno())
+            print(f"error: acct(2): {reason} (it needs root and a kernel with BSD process accounting)", file=sys.stderr)
             return 1
         return 0
-    starts = {s["name"]: s["start"] for s in json.loads(args.steps.read_text())["steps"]} if args.steps else None
-    result = report(parse(args.file.read_bytes()), args.top, starts)
+    try:
+        starts = {s["name"]: s["start"] for s in json.loads(args.steps.read_text())["steps"]} if args.steps else None
+        data = args.file.read_bytes()
+    except (OSError, ValueError, KeyError) as err:
+        print(f"error: cannot read {err}", file=sys.stderr)
+        return 1
+    result = report(parse(data), args.top, starts)
     if args.json:
         reports = json.loads(args.json.read_text()) if args.json.exists() else {}
         args.json.write_text(json.dumps({**reports, args.label: result}, indent=1) + "\n")
