@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from support.api import now
 from support.cluster import READ_KINDS, Cluster
 from support.operator import IMAGE
 from support.runs import run_doc
-from support.wait import wait_for
+from support.wait import poll, wait_for
 from support.wait import wait_status as _wait_status
 
 # ---- helpers ----------------------------------------------------------------------------------
@@ -66,6 +68,31 @@ def events_once(cluster: Cluster, namespace: str, name: str, kind: str, reason: 
         return got if any(e[:2] == (kind, reason) and message in (None, e[2]) for e in got) else None
 
     return wait_for(shown, f"run {name}: its {kind} event {reason}", timeout=timeout)
+
+
+def set_running(cluster: Cluster, namespace: str, job: str, pods: list[dict[str, Any]]) -> None:
+    """Each pod Running in turn, the next once the training-operator's TFJob counts the last (as a kubelet's pods
+    start, one after another). Patched within milliseconds of each other, in-process, the TFJob of a6c800f's CI run
+    counted one of two running for 60 s, as did the run mirroring it; a TFJob that does not count a pod is now said
+    as the training-operator's, with its status."""
+    for count, pod in enumerate(pods, start=1):
+        set_pod_state(cluster, namespace, pod, "Running")
+        _wait_counted(cluster, namespace, job, count, pod["metadata"]["name"])
+
+
+def _wait_counted(cluster: Cluster, namespace: str, job: str, count: int, last_pod: str, timeout: float = 30) -> None:
+    seen: dict[str, Any] = {}
+
+    def counted() -> bool:
+        seen.update((get(cluster, namespace, "tfjob", job) or {}).get("status") or {})
+        return (((seen.get("replicaStatuses") or {}).get("Worker") or {}).get("active") or 0) >= count
+
+    if not poll(counted, timeout):
+        pytest.fail(
+            f"timed out after {timeout:.0f}s waiting for the training-operator's TFJob {job} to count {count} "
+            f"worker(s) running, {last_pod} the last written (its status: {seen})",
+            pytrace=False,
+        )
 
 
 def condition(st: dict[str, Any], cond_type: str) -> dict[str, Any]:

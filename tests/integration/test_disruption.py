@@ -9,7 +9,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from operator_support import create_run, events_once, get, set_pod_state, status, wait_status, worker_pods
+from operator_support import (
+    create_run,
+    events_once,
+    get,
+    set_pod_state,
+    set_running,
+    status,
+    wait_status,
+    worker_pods,
+)
 
 from support.api import now
 from support.cluster import Cluster
@@ -37,8 +46,7 @@ def start_training(cluster: Cluster, namespace: str, name: str, spec: dict[str, 
     create_run(cluster, namespace, name, {"restartPolicy": "Never", **(spec or {})})
     wait_status(cluster, namespace, name, "children created", tfJob=name)
     pods = worker_pods(cluster, namespace, name, 2)
-    for pod in pods:
-        set_pod_state(cluster, namespace, pod, "Running")
+    set_running(cluster, namespace, name, pods)
     wait_status(cluster, namespace, name, "running", phase="Running", workersReady="2/2")
     return pods
 

@@ -22,6 +22,7 @@ from operator_support import (
     get,
     items,
     set_pod_state,
+    set_running,
     status,
     wait_status,
     worker_pods,
@@ -132,8 +133,7 @@ def test_status_follows_the_tfjob_to_success(control_plane: Cluster, namespace: 
     wait_status(control_plane, namespace, "mnist-cnn", "children created", tfJob="mnist-cnn")
     pods = worker_pods(control_plane, namespace, "mnist-cnn", 2)
 
-    for pod in pods:
-        set_pod_state(control_plane, namespace, pod, "Running")
+    set_running(control_plane, namespace, "mnist-cnn", pods)
     st = wait_status(control_plane, namespace, "mnist-cnn", "running", phase="Running", workersReady="2/2")
     assert st["workers"] == {"active": 2, "succeeded": 0, "failed": 0}
     assert st["startTime"] and condition(st, "Running")["status"] == "True"
