@@ -346,7 +346,7 @@ def render_ci_costs(repo: Path = REPO) -> str:
     for name in (s.name for s in tiers.STEPS if (s.budget or 0) >= LONG_TIER):
         lines += ["", f"Tier *{name}*, by module and shared start (set-up of session and module fixtures):", "",
                   "| module or shared start | tests | cold | warm |", "|---|---:|---:|---:|", *_tier_rows(name, runs)]
-    return "\n".join([*lines, *_slowest_rows(tiers, runs[1])])
+    return "\n".join([*lines, *_slowest_rows(tiers, runs[1]), *_hungriest_rows(runs[1])])
 
 
 def _slowest_rows(tiers: ModuleType, run: dict[str, Any] | None) -> list[str]:
@@ -357,6 +357,17 @@ def _slowest_rows(tiers: ModuleType, run: dict[str, Any] | None) -> list[str]:
     return ["", "The ten slowest tests of the warm run (set-up, call and teardown; shared starts aside):", "",
             "| test | tier | warm |", "|---|---|---:|",
             *(f"| `{test}` | {tier} | {_minutes(seconds)} |" for tier, test, seconds in slowest)]
+
+
+def _hungriest_rows(run: dict[str, Any] | None) -> list[str]:
+    """The recorded warm run's ten tests that took the most CPU (none for a run recorded before they were kept)."""
+    hungriest = (run or {}).get("hungriest") or []
+    if not hungriest:
+        return []
+    return ["", "The ten tests of the warm run that took the most CPU (the tier's processes and those they waited "
+            "for; a node's pods are not the tier's: bench/cpu/accounting.py counts them):", "",
+            "| test | tier | warm CPU |", "|---|---|---:|",
+            *(f"| `{test}` | {tier} | {seconds:.0f} s |" for tier, test, seconds in hungriest)]
 
 
 Runs = tuple[dict[str, Any] | None, dict[str, Any] | None]  # the recorded cold and warm runs (None: not yet)

@@ -35,12 +35,14 @@ def split_args(argv: list[str]) -> list[list[str]]:
 
 
 def merge_timings(tier: str, parts: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-    """The shards' timings documents as one: outcomes, modules and shared starts added up, the slowest tests of
-    all, the exit status of the first that failed; `seconds` the whole run's."""
+    """The shards' timings documents as one: outcomes, modules (their seconds and CPU) and shared starts added up,
+    the slowest and the hungriest tests of all, the exit status of the first that failed; `seconds` the whole
+    run's."""
     outcomes: dict[str, int] = {}
     modules: dict[str, dict[str, Any]] = {}
     fixtures: dict[str, float] = {}
     slowest: list[list[Any]] = []
+    hungriest: list[list[Any]] = []
     for part in parts:
         for outcome, n in part.get("outcomes", {}).items():
             outcomes[outcome] = outcomes.get(outcome, 0) + n
@@ -48,9 +50,12 @@ def merge_timings(tier: str, parts: list[dict[str, Any]], seconds: float) -> dic
             have = modules.setdefault(module, {"seconds": 0.0, "tests": 0})
             have["seconds"] = round(have["seconds"] + row["seconds"], 1)
             have["tests"] += row["tests"]
+            if "cpu seconds" in row:
+                have["cpu seconds"] = round(have.get("cpu seconds", 0.0) + row["cpu seconds"], 1)
         for fixture, took in part.get("fixtures", {}).items():
             fixtures[fixture] = round(fixtures.get(fixture, 0.0) + took, 1)
         slowest.extend(part.get("slowest", []))
+        hungriest.extend(part.get("hungriest", []))
     failed = [part["exitstatus"] for part in parts if part.get("exitstatus")]
     return {
         "tier": tier,
@@ -60,6 +65,7 @@ def merge_timings(tier: str, parts: list[dict[str, Any]], seconds: float) -> dic
         "modules": dict(sorted(modules.items())),
         "fixtures": dict(sorted(fixtures.items())),
         "slowest": sorted(slowest, key=lambda row: -row[1])[:SLOWEST],
+        "hungriest": sorted(hungriest, key=lambda row: -row[1])[:SLOWEST],
     }
 
 

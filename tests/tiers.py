@@ -578,7 +578,7 @@ def summary(run: Run, warm: bool) -> dict[str, Any]:
         "steps": [with_parts(r.row()) for r in ran],
         "tiers": {r.step.name: tier_doc(r.step) for r in ran if r.step.tier and r.rc is not None},
     }
-    return {**doc, "slowest": slowest_tests(doc)}
+    return {**doc, "slowest": slowest_tests(doc), "hungriest": slowest_tests(doc, key="hungriest")}
 
 
 def with_parts(row: dict[str, Any]) -> dict[str, Any]:
@@ -615,9 +615,10 @@ def test_counts(doc: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
-def slowest_tests(doc: dict[str, Any], count: int = 10) -> list[list[Any]]:
-    """The `count` slowest tests across every tier: [tier, node id, seconds]."""
-    found = [[tier, test, seconds] for tier, t in doc["tiers"].items() for test, seconds in t.get("slowest", [])]
+def slowest_tests(doc: dict[str, Any], count: int = 10, key: str = "slowest") -> list[list[Any]]:
+    """The `count` slowest tests across every tier, [tier, node id, seconds]; with key "hungriest", those that took
+    the most CPU seconds (tests/plugins/tier_timings.py: the tier's own processes, not a node's pods)."""
+    found = [[tier, test, seconds] for tier, t in doc["tiers"].items() for test, seconds in t.get(key, [])]
     return sorted(found, key=lambda f: -f[2])[:count]
 
 
@@ -640,6 +641,10 @@ def print_table(doc: dict[str, Any]) -> None:
     if slow := doc.get("slowest") or slowest_tests(doc):
         print("\nslowest tests (set-up, call, teardown; shared fixtures aside):")
         for tier, test, seconds in slow:
+            print(f"{seconds:8.0f} s  {tier:14} {test}")
+    if hungry := doc.get("hungriest") or slowest_tests(doc, key="hungriest"):
+        print("\nthe most CPU (the tier's processes and those they waited for, not a node's pods):")
+        for tier, test, seconds in hungry:
             print(f"{seconds:8.0f} s  {tier:14} {test}")
     counts = test_counts(doc)
     # The plain closing line CI reads: every tier's tests in one count.

@@ -9,7 +9,11 @@ directory. At the end of the session it writes DTR_TIMINGS/<DTR_TIER>.json:
   (a control plane, a node, an operator), under their own names, so a shared start is counted once
   and not in whichever module happened to come first;
 - `slowest`: the SLOWEST tests of the tier, [node id, seconds] (set-up, call and teardown, shared
-  fixtures aside), for the table's list of the slowest ten across tiers.
+  fixtures aside), for the table's list of the slowest ten across tiers;
+- `hungriest`: the tests of the tier that took the most CPU, [node id, CPU seconds], and each module's `cpu
+  seconds`: the pytest process's own CPU and that of every process it waited for (getrusage's SELF and
+  CHILDREN) over each test's set-up, call and teardown, a module-scoped fixture's in its first test's. A
+  node's pods are containerd's children, not the tier's: bench/cpu/accounting.py counts them.
 
 Python 3.9 compatible: the trainer tier loads it too.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -44,6 +49,16 @@ class TierTimings:
         self._test = ""
         self._in_module: dict[str, float] = defaultdict(float)  # fixture set-up seconds inside a module's reports
         self._module = ""
+        self.test_cpu: dict[str, float] = defaultdict(float)
+        self.module_cpu: dict[str, float] = defaultdict(float)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> Any:
+        before = cpu_seconds()
+        yield
+        took = cpu_seconds() - before
+        self.test_cpu[item.nodeid] += took
+        self.module_cpu[module_of(item.nodeid)] += took
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Any:
@@ -74,9 +89,17 @@ class TierTimings:
             "seconds": round(time.monotonic() - self.started, 1),
             "exitstatus": int(exitstatus),
             "outcomes": dict(self.outcomes),
-            "modules": {m: {"seconds": modules[m], "tests": self.tests.get(m, 0)} for m in sorted(modules)},
+            "modules": {
+                m: {
+                    "seconds": modules[m],
+                    "tests": self.tests.get(m, 0),
+                    "cpu seconds": round(self.module_cpu.get(m, 0.0), 1),
+                }
+                for m in sorted(modules)
+            },
             "fixtures": {f: round(s, 1) for f, s in sorted(self.fixtures.items())},
             "slowest": slowest(self.test_seconds, self._in_test),
+            "hungriest": slowest(self.test_cpu, {}),
         }
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / f"{self.tier}.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -86,6 +109,12 @@ def slowest(seconds: dict[str, float], shared: dict[str, float], count: int = SL
     """The `count` slowest tests, [node id, seconds], without the shared fixtures' set-up they happened to pay."""
     own = {t: max(0.0, s - shared.get(t, 0.0)) for t, s in seconds.items()}
     return [[t, round(s, 1)] for t, s in sorted(own.items(), key=lambda ts: -ts[1])[:count]]
+
+
+def cpu_seconds() -> float:
+    """User and system CPU seconds of this process and of every child it has waited for, so far."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def module_of(nodeid: str) -> str:

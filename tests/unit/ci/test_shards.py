@@ -57,6 +57,15 @@ def test_the_shards_timings_add_up_and_keep_the_first_failure() -> None:
     assert doc["modules"] == {"test_a.py": {"seconds": 3.0, "tests": 2}, "test_b.py": {"seconds": 5.0, "tests": 2}}
     assert doc["fixtures"] == {"control_plane (session)": 22.5}, "two control planes started: both counted"
     assert doc["slowest"] == [["b::z", 4.0], ["a::x", 2.0], ["a::y", 1.0]]
+    assert doc["hungriest"] == []
+
+
+def test_the_shards_cpu_adds_up_by_module_and_their_hungriest_tests_merge() -> None:
+    one = {"modules": {"test_a.py": {"seconds": 3.0, "tests": 2, "cpu seconds": 1.5}}, "hungriest": [["a::x", 1.0]]}
+    two = {"modules": {"test_a.py": {"seconds": 1.0, "tests": 1, "cpu seconds": 0.75}}, "hungriest": [["a::y", 2.0]]}
+    doc = shards.merge_timings("integration", [one, two], 10.0)
+    assert doc["modules"]["test_a.py"] == {"seconds": 4.0, "tests": 3, "cpu seconds": 2.2}
+    assert doc["hungriest"] == [["a::y", 2.0], ["a::x", 1.0]]
 
 
 # Each session's test waits for the other's to have started: one after the other, the first would time out.

@@ -303,6 +303,36 @@ def test_the_timings_plugin_counts_a_shared_start_once_and_outside_its_module(tm
     assert len(rest) == 2 and all(seconds < 0.3 for _, seconds in rest), doc["slowest"]
 
 
+def test_the_timings_plugin_counts_a_tests_cpu_and_that_of_the_processes_it_waited_for(tmp_path: Path) -> None:
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
+    (tmp_path / "test_b.py").write_text(
+        "import subprocess, sys, time\n"
+        f"def test_child(): subprocess.run([sys.executable, '-c', {burn!r}], check=True)\n"
+        "def test_asleep(): time.sleep(0.6)\n"
+    )
+    out = tmp_path / "timings"
+    env = {**os.environ, "DTR_TIMINGS": str(out), "DTR_TIER": "cpu", "PYTHONPATH": str(REPO / "tests" / "plugins")}
+    env.pop("PYTEST_ADDOPTS", None)
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "tier_timings", "-p", "no:cacheprovider",
+            str(tmp_path / "test_b.py")]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout
+    doc = json.loads((out / "cpu.json").read_text())
+    (first, cpu), (second, idle) = doc["hungriest"]
+    assert first.endswith("test_b.py::test_child") and cpu >= 0.6, doc["hungriest"]  # the child's, once waited for
+    assert second.endswith("test_b.py::test_asleep") and idle < 0.3, doc["hungriest"]  # a wait costs none
+    assert doc["modules"]["test_b.py"]["cpu seconds"] >= 0.6
+
+
+def test_the_table_lists_the_tests_that_took_the_most_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    tiers_of = {"trainer": {"hungriest": [["t.py::test_busy", 42.0], ["t.py::test_idle", 0.1]]}}
+    doc = {"warm": True, "seconds": 1.0, "steps": [], "tiers": tiers_of}
+    assert tiers.slowest_tests(doc, key="hungriest")[0] == ["trainer", "t.py::test_busy", 42.0]
+    tiers.print_table(doc)
+    out = capsys.readouterr().out
+    assert "the most CPU" in out and "42 s  trainer        t.py::test_busy" in out
+
+
 def test_the_table_lists_the_slowest_ten_tests_across_tiers(capsys: pytest.CaptureFixture[str]) -> None:
     tiers_of = {f"tier{t}": {"slowest": [[f"t{t}.py::test_{i}", float(t * 10 + i)] for i in range(10)]}
                 for t in range(3)}  # fmt: skip
