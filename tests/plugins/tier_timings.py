@@ -12,8 +12,9 @@ directory. At the end of the session it writes DTR_TIMINGS/<DTR_TIER>.json:
   fixtures aside), for the table's list of the slowest ten across tiers;
 - `hungriest`: the tests of the tier that took the most CPU, [node id, CPU seconds], and each module's `cpu
   seconds`: the pytest process's own CPU and that of every process it waited for (getrusage's SELF and
-  CHILDREN) over each test's set-up, call and teardown, a module-scoped fixture's in its first test's. A
-  node's pods are containerd's children, not the tier's: bench/cpu/accounting.py counts them.
+  CHILDREN) over each test's set-up, call and teardown, a module-scoped fixture's in its first test's, the
+  session's fixtures' teardown (a control plane reaped) apart. A node's pods are containerd's children, not
+  the tier's: bench/cpu/accounting.py counts them.
 
 Python 3.9 compatible: the trainer tier loads it too.
 """
@@ -51,6 +52,7 @@ class TierTimings:
         self._module = ""
         self.test_cpu: dict[str, float] = defaultdict(float)
         self.module_cpu: dict[str, float] = defaultdict(float)
+        self.session_cpu = 0.0  # the session-scoped fixtures' teardown, after the last test
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> Any:
@@ -59,6 +61,18 @@ class TierTimings:
         took = cpu_seconds() - before
         self.test_cpu[item.nodeid] += took
         self.module_cpu[module_of(item.nodeid)] += took
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: Any) -> Any:
+        # After the last test, the session's fixtures end: a control plane reaped there brings its CPU to
+        # RUSAGE_CHILDREN all at once. Theirs, not the last test's (it made one test of the integration tier 59 s).
+        before = cpu_seconds()
+        yield
+        if nextitem is None:
+            took = cpu_seconds() - before
+            self.session_cpu += took
+            self.test_cpu[item.nodeid] -= took
+            self.module_cpu[module_of(item.nodeid)] -= took
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Any:
@@ -100,6 +114,7 @@ class TierTimings:
             "fixtures": {f: round(s, 1) for f, s in sorted(self.fixtures.items())},
             "slowest": slowest(self.test_seconds, self._in_test),
             "hungriest": slowest(self.test_cpu, {}),
+            "session teardown cpu seconds": round(self.session_cpu, 1),
         }
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / f"{self.tier}.json").write_text(json.dumps(doc, indent=1) + "\n")

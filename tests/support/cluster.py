@@ -47,13 +47,16 @@ class Cluster:
     ) -> subprocess.CompletedProcess[str]:
         """Run kubectl against this cluster; with check, a failure fails the test with kubectl's stderr. The commands
         kubectl_subset knows are answered in-process, as kubectl would (its docstring: why)."""
-        request = kubectl_subset.plan(args) if input is None else None
+        request = kubectl_subset.plan(args, input)
+        proc = None
         if request is not None and (client := _client_or_none(self.kubeconfig)) is not None:
+            warnings: list[str] = []
             status, body = _call(client, request.method, request.path, request.query, request.body, timeout,
-                                 request.content_type, request.headers)  # fmt: skip
-            code, out, err = kubectl_subset.answer(request, status, body)
-            proc = subprocess.CompletedProcess([KUBECTL, *args], code, out, err)
-        else:
+                                 request.content_type, request.headers, warnings)  # fmt: skip
+            code, out, err = kubectl_subset.answer(request, status, body, tuple(warnings))
+            if code == 0 or not request.retry:
+                proc = subprocess.CompletedProcess([KUBECTL, *args], code, out, err)
+        if proc is None:
             proc = subprocess.run(
                 [KUBECTL, f"--kubeconfig={self.kubeconfig}", *args],
                 input=input, capture_output=True, check=False, text=True, timeout=timeout,
@@ -126,8 +129,10 @@ def _get(kubeconfig: Path, path: str, query: dict[str, str]) -> tuple[int, str]:
 
 
 def _call(client: Any, method: str, path: str, query: dict[str, str], doc: Any = None, timeout: float = 60,
-          content_type: str = "application/json", extra: dict[str, str] | None = None) -> tuple[int, str]:  # fmt: skip
-    """(HTTP status, body) of a request through the client's kept-alive connections (status 0: no answer)."""
+          content_type: str = "application/json", extra: dict[str, str] | None = None,
+          warnings: list[str] | None = None) -> tuple[int, str]:  # fmt: skip
+    """(HTTP status, body) of a request through the client's kept-alive connections (status 0: no answer); the
+    answer's Warning headers appended to `warnings`."""
     headers = {"Accept": "application/json, */*"} | ({"Content-Type": content_type} if doc is not None else {})
     headers |= extra or {}
     method, url, headers, body, post = client.param_serialize(
@@ -140,6 +145,8 @@ def _call(client: Any, method: str, path: str, query: dict[str, str], doc: Any =
     try:
         response = client.call_api(method, url, headers, body, post, _request_timeout=timeout)
         response.read()
+        if warnings is not None:
+            warnings.extend(response.response.headers.getlist("Warning"))
     except ApiException as err:
         return err.status, str(err.body or err.reason)
     except (HTTPError, OSError) as err:  # no answer (the API server restarting): kubectl's exit 1

@@ -1,5 +1,7 @@
-"""The few kubectl commands the tests run most, answered in-process: `get ... -o json` of a known kind, `create
-namespace NAME`, `delete namespace NAME`. Anything else, or any flag not read here, goes to kubectl itself.
+"""The few kubectl commands the tests run most, answered in-process: `get ... -o json|name` of a known kind, `create
+-f -` of one JSON object, `create namespace NAME`, `delete namespace NAME`, `patch`, `auth can-i`. Anything else, or
+any flag not read here, goes to kubectl itself; so does a `create -f -` the server refused (`Request.retry`: kubectl
+sends it again and says why in its own words, which tests check).
 
 Why: a kubectl costs about 50 ms of CPU before it sends a request (the Go binary's start; `kubectl version --client`
 alone is 46 ms here) and the API server a new TLS handshake. A warm CI run started 3823 of them (208 CPU seconds
@@ -84,6 +86,9 @@ class Request:
     headers: dict[str, str] = field(default_factory=dict)
     review: bool = False  # an access review: kubectl prints yes or no (exit 0 or 1)
     done: str = ""  # kubectl's line on success for create and delete ("namespace/x created")
+    names: bool = False  # `-o name`: kind.group/name lines
+    created: bool = False  # `create -f -`: kubectl's line names what the server made (`kind.group/name created`)
+    retry: bool = False  # refused in-process: kubectl sends it again, for its own words
 
 
 def _flags(rest: list[str], valued: set[str], bare: set[str]) -> dict[str, str] | None:
@@ -112,11 +117,14 @@ _NAMESPACE = {"-n", "--namespace"}
 _SELECTOR = {"-l", "--selector"}
 
 
-def plan(args: tuple[str, ...]) -> Request | None:
-    """The request kubectl `args` make, or None: kubectl runs them (a kind, a verb or a flag not read here)."""
+def plan(args: tuple[str, ...], stdin: str | None = None) -> Request | None:
+    """The request kubectl `args` make (reading `stdin` for `-f -`), or None: kubectl runs them (a kind, a verb or a
+    flag not read here)."""
     if len(args) < 2:
         return None
     verb, rest = args[0], list(args[1:])
+    if stdin is not None:
+        return _plan_create(rest, stdin) if verb == "create" else None
     if verb == "auth":
         return _plan_can_i(rest[1:]) if rest[0] == "can-i" else None
     if verb in ("create", "delete"):
@@ -144,6 +152,38 @@ def _plan_namespace(verb: str, rest: list[str]) -> Request | None:
                    done=f'namespace "{name}" deleted')  # fmt: skip
 
 
+def _plan_create(rest: list[str], stdin: str) -> Request | None:
+    """`create [-n NS] -f -` of one JSON object of a known kind, validated as kubectl does by default (strict: the
+    server refuses unknown fields; so refused, kubectl sends it again and says so in its words)."""
+    flags = _flags(rest, _NAMESPACE | {"-f", "--filename"}, set())
+    if flags is None or flags.get("-f", flags.get("--filename")) != "-":
+        return None
+    try:
+        doc = json.loads(stdin)
+    except json.JSONDecodeError:
+        return None  # YAML: kubectl's
+    if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
+        return None
+    kind = KINDS.get(str(doc.get("kind", "")).lower())
+    if kind is None or _api_version(kind[0]) != doc.get("apiVersion"):
+        return None
+    group, plural, namespaced = kind
+    given, inside = flags.get("-n", flags.get("--namespace")), doc["metadata"].get("namespace")
+    if given and inside and given != inside:
+        return None  # kubectl refuses it, in its words
+    namespace = given or inside
+    if namespaced and not namespace:
+        return None  # the kubeconfig's namespace: kubectl knows it
+    where = f"/namespaces/{namespace}" if namespaced else ""
+    query = {"fieldManager": "kubectl-create", "fieldValidation": "Strict"}
+    return Request("POST", f"/{group}{where}/{plural}", query, body=doc, created=True, retry=True)
+
+
+def _api_version(path: str) -> str:
+    """`apis/distml.dev/v1alpha1` -> `distml.dev/v1alpha1`, `api/v1` -> `v1`."""
+    return path.split("/", 1)[1]
+
+
 def _words(rest: list[str]) -> list[str]:
     """The leading arguments before the first flag, taken off `rest`; KIND/NAME as two."""
     words = []
@@ -156,8 +196,10 @@ def _plan_get(rest: list[str]) -> Request | None:
     words = _words(rest)
     if not 1 <= len(words) <= 2 or words[0] not in KINDS:
         return None
-    flags = _flags(rest, _OUTPUT | _NAMESPACE | _SELECTOR | {"--field-selector"}, {"-A", "--all-namespaces"})
-    if flags is None or not any(flags.get(o) == "json" for o in _OUTPUT):
+    flags = _flags(rest, _OUTPUT | _NAMESPACE | _SELECTOR | {"--field-selector"},
+                   {"-A", "--all-namespaces", "--ignore-not-found", "--ignore-not-found=true"})  # fmt: skip
+    output = next((flags[o] for o in _OUTPUT if o in flags), None) if flags is not None else None
+    if output not in ("json", "name"):
         return None
     group, plural, namespaced = KINDS[words[0]]
     if plural == "events":
@@ -180,7 +222,10 @@ def _plan_get(rest: list[str]) -> Request | None:
     if name and query:
         return None
     path = f"/{group}{where}/{plural}" + (f"/{name}" if name else "")
-    return Request("GET", path, query, listing=not name)
+    ignore = "--ignore-not-found" in flags or "--ignore-not-found=true" in flags
+    if ignore and not name:
+        return None  # a list found empty: kubectl then prints nothing, not an empty List
+    return Request("GET", path, query, listing=not name, ignore_not_found=ignore, names=output == "name")
 
 
 _PATCH_TYPES = {"merge": "application/merge-patch+json", "json": "application/json-patch+json"}
@@ -237,20 +282,26 @@ def _plan_can_i(rest: list[str]) -> Request | None:
                    review=True)  # fmt: skip
 
 
-def answer(request: Request, status: int, body: str) -> tuple[int, str, str]:
-    """kubectl's (exit code, stdout, stderr) for the HTTP answer (status 0: no answer at all)."""
+def answer(request: Request, status: int, body: str, warnings: tuple[str, ...] = ()) -> tuple[int, str, str]:
+    """kubectl's (exit code, stdout, stderr) for the HTTP answer (status 0: no answer at all); `warnings`, the
+    answer's Warning headers, go to stderr as kubectl prints them."""
     if 200 <= status < 300:
+        said = "".join(f"Warning: {warning_text(w)}\n" for w in warnings)
         if request.review:
             allowed = bool((json.loads(body).get("status") or {}).get("allowed"))
-            return (0, "yes\n", "") if allowed else (1, "no\n", "")
+            return (0, "yes\n", said) if allowed else (1, "no\n", said)
+        if request.created:
+            return 0, f"{kubectl_name(json.loads(body))} created\n", said
         if request.method != "GET":
-            return 0, request.done + "\n", ""
+            return 0, request.done + "\n", said
         doc = json.loads(body)
         if request.listing:
             version, kind = doc.get("apiVersion", "v1"), str(doc.get("kind", "")).removesuffix("List")
             items = [{"apiVersion": version, "kind": kind, **item} for item in doc.get("items") or []]
             doc = {"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}}
-        return 0, json.dumps(doc, indent=4) + "\n", ""
+        if request.names:
+            return 0, "".join(f"{kubectl_name(item)}\n" for item in doc.get("items", [doc])), said
+        return 0, json.dumps(doc, indent=4) + "\n", said
     if status == 404 and request.ignore_not_found:
         return 0, "", ""
     if status == 0:
@@ -261,6 +312,15 @@ def answer(request: Request, status: int, body: str) -> tuple[int, str, str]:
     except (json.JSONDecodeError, AttributeError):
         reason, message = "Unknown", body
     return 1, "", f"Error from server ({reason}): {message}\n"
+
+
+def warning_text(header: str) -> str:
+    """A Warning header's text, as kubectl prints it: `299 - "text"` -> text."""
+    code, _, rest = header.partition(" ")
+    agent, _, text = rest.partition(" ")
+    if code.isdigit() and agent and len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+    return header
 
 
 def kubectl_name(item: dict[str, Any]) -> str:

@@ -139,3 +139,44 @@ def test_an_item_is_named_as_kubectl_get_o_name_prints_it() -> None:
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}
     job = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "r"}}
     assert [kubectl_name(pod), kubectl_name(job)] == ["pod/p", "tfjob.kubeflow.org/r"]
+
+
+def test_get_o_name_and_ignore_not_found_are_answered_as_kubectl_answers_them() -> None:
+    listing = plan(("get", "dtr", "-n", "a", "-o", "name"))
+    assert listing is not None and listing.names
+    assert listing.path == "/apis/distml.dev/v1alpha1/namespaces/a/disttrainingruns"
+    body = json.dumps({"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRunList",
+                       "items": [{"metadata": {"name": "x"}}, {"metadata": {"name": "y"}}]})  # fmt: skip
+    assert answer(listing, 200, body) == (0, "disttrainingrun.distml.dev/x\ndisttrainingrun.distml.dev/y\n", "")
+    one = plan(("get", "pvc", "d", "-n", "a", "-o", "json", "--ignore-not-found"))
+    assert one is not None and one.ignore_not_found and not one.names
+    assert answer(one, 404, json.dumps({"reason": "NotFound", "message": "gone"})) == (0, "", "")
+    assert plan(("get", "pvc", "d", "-n", "a", "-o", "yaml")) is None
+
+
+def test_create_of_one_json_object_is_a_strict_post_that_kubectl_sends_again_when_refused() -> None:
+    doc = {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "metadata": {"name": "r", "namespace": "a"},
+           "spec": {}}  # fmt: skip
+    request = plan(("create", "-f", "-"), json.dumps(doc))
+    assert request is not None and request.method == "POST" and request.body == doc and request.retry
+    assert request.path == "/apis/distml.dev/v1alpha1/namespaces/a/disttrainingruns"
+    assert request.query == {"fieldManager": "kubectl-create", "fieldValidation": "Strict"}  # kubectl's default
+    made = json.dumps({**doc, "metadata": {**doc["metadata"], "uid": "u"}})
+    assert answer(request, 201, made) == (0, "disttrainingrun.distml.dev/r created\n", "")
+    warned = answer(request, 201, made, ('299 - "would violate PodSecurity \\"restricted:latest\\""',))
+    assert warned[2] == 'Warning: would violate PodSecurity "restricted:latest"\n'
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}
+    assert plan(("create", "-f", "-"), json.dumps(namespace)).path == "/api/v1/namespaces"  # type: ignore[union-attr]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}
+    in_b = plan(("create", "-n", "b", "-f", "-"), json.dumps(pod))
+    assert in_b is not None and in_b.path == "/api/v1/namespaces/b/pods"
+    for args, stdin in [
+        (("create", "-f", "-"), "apiVersion: v1\nkind: Pod\n"),  # YAML
+        (("create", "--validate=false", "-f", "-"), json.dumps(doc)),  # a flag not read here
+        (("create", "-f", "-"), json.dumps(pod)),  # no namespace: the kubeconfig's
+        (("create", "-n", "b", "-f", "-"), json.dumps(doc)),  # two namespaces: kubectl's refusal
+        (("create", "-f", "-"), json.dumps({**doc, "apiVersion": "distml.dev/v2"})),  # a version not served
+        (("create", "-f", "-"), json.dumps({"apiVersion": "v1", "kind": "List", "items": []})),
+        (("apply", "-f", "-"), json.dumps(doc)),
+    ]:
+        assert plan(args, stdin) is None, (args, stdin)

@@ -306,9 +306,12 @@ def test_the_timings_plugin_counts_a_shared_start_once_and_outside_its_module(tm
 def test_the_timings_plugin_counts_a_tests_cpu_and_that_of_the_processes_it_waited_for(tmp_path: Path) -> None:
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
     (tmp_path / "test_b.py").write_text(
-        "import subprocess, sys, time\n"
+        "import subprocess, sys, time, pytest\n"
+        "@pytest.fixture(scope='session')\n"
+        f"def reaped_last():\n    proc = subprocess.Popen([sys.executable, '-c', {burn!r}])\n"
+        "    yield\n    proc.wait()\n"
         f"def test_child(): subprocess.run([sys.executable, '-c', {burn!r}], check=True)\n"
-        "def test_asleep(): time.sleep(0.6)\n"
+        "def test_asleep(reaped_last): time.sleep(0.6)\n"
     )
     out = tmp_path / "timings"
     env = {**os.environ, "DTR_TIMINGS": str(out), "DTR_TIER": "cpu", "PYTHONPATH": str(REPO / "tests" / "plugins")}
@@ -321,7 +324,8 @@ def test_the_timings_plugin_counts_a_tests_cpu_and_that_of_the_processes_it_wait
     (first, cpu), (second, idle) = doc["hungriest"]
     assert first.endswith("test_b.py::test_child") and cpu >= 0.6, doc["hungriest"]  # the child's, once waited for
     assert second.endswith("test_b.py::test_asleep") and idle < 0.3, doc["hungriest"]  # a wait costs none
-    assert doc["modules"]["test_b.py"]["cpu seconds"] >= 0.6
+    assert 0.6 <= doc["modules"]["test_b.py"]["cpu seconds"] < 1.2, doc["modules"]
+    assert doc["session teardown cpu seconds"] >= 0.6, "a process the session's fixture reaped: not the last test's"
 
 
 def test_the_table_lists_the_tests_that_took_the_most_cpu(capsys: pytest.CaptureFixture[str]) -> None:
