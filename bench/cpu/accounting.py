@@ -6,12 +6,15 @@ run it saw 2389 of the machine's 2780 CPU seconds; the accounting found the rest
     sudo python3 -m bench.cpu.accounting on FILE      # before the run (root: acct(2))
     sudo python3 -m bench.cpu.accounting off          # after it
     python3 -m bench.cpu.accounting report FILE [--top 40] [--steps .dtr/timings/run.json]
-                                                [--json bench/cpu/results.json --label COMMIT]
+                                                [--tests .dtr/timings] [--json bench/cpu/results.json --label COMMIT]
 
 The report: CPU seconds by command; by the run's step (the child of the longest-lived process that started the
 others: tests/tiers.py in a CI run, each step's process below it, by its start second), pods' processes apart (a
 containerd-shim above them), and the processes the kernel records under a thread's name (TensorFlow's ends under
-`grpc_global_tim` and the like). Stdlib only: it runs in any Python 3.
+`grpc_global_tim` and the like). With --tests (the tiers' <tier>.tests.json: each test's start and seconds,
+tests/plugins/tier_timings.py), the pods' CPU by the tests running when each pod process started, shared out among
+them when several ran at once (the single node's two steps do): what a node test costs, which its tier's own
+figures cannot see. Stdlib only: it runs in any Python 3.
 """
 
 from __future__ import annotations
@@ -126,6 +129,34 @@ def report(processes: list[Process], top: int = 40, starts: dict[str, float] | N
     }
 
 
+Span = tuple[str, float, float]  # "tier test", its start and end, epoch seconds
+
+
+def test_spans(timings: Path) -> list[Span]:
+    """Every test of every tier's <tier>.tests.json in `timings`: [node id, start, seconds, cpu] rows."""
+    spans = []
+    for path in sorted(timings.glob("*.tests.json")):
+        tier = path.name.removesuffix(".tests.json")
+        for nodeid, start, seconds, *_ in json.loads(path.read_text()):
+            spans.append((f"{tier} {nodeid}", float(start), float(start) + float(seconds)))
+    return spans
+
+
+def pods_by_test(processes: list[Process], spans: list[Span], top: int = 40) -> list[tuple[str, float]]:
+    """The pods' CPU seconds by the tests running when each pod process started (shared among them)."""
+    tree = Tree(processes)
+    steps = Counter(q for p in processes if p.lived >= 5 and (q := tree.parent(p)) is not None)
+    root = max((p for p, n in steps.items() if n >= 3), key=lambda p: p.lived, default=None)
+    by_test: Counter[str] = Counter()
+    for p in processes:
+        if p.cpu <= 0 or where(tree, p, root) != "pods":
+            continue
+        running = [name for name, start, end in spans if start - 1 <= p.start <= end]  # acct: whole seconds
+        for name in running or ["(no test running)"]:
+            by_test[name] += p.cpu / max(1, len(running))
+    return [(name, round(cpu, 1)) for name, cpu in by_test.most_common(top)]
+
+
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `report ... | head` ends quietly
     parser = argparse.ArgumentParser(prog="python3 -m bench.cpu.accounting", description=__doc__.split("\n\n")[0])
@@ -138,28 +169,47 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--json", type=Path, help="merge the report into this file, under --label")
     rep.add_argument("--label", default="run", help="the report's key in --json (a commit, a date)")
     rep.add_argument("--steps", type=Path, help="the run's .dtr/timings/run.json: steps by name, not start second")
+    rep.add_argument("--tests", type=Path, help="the run's .dtr/timings: the pods' CPU by the tests running then")
     args = parser.parse_args(argv)
-    if args.command in ("on", "off"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if args.command == "on":
-            args.file.touch()
-        if libc.acct(str(args.file).encode() if args.command == "on" else None) != 0:
-            reason = os.strerror(ctypes.get_errno())
-            print(f"error: acct(2): {reason} (it needs root and a kernel with BSD process accounting)", file=sys.stderr)
-            return 1
-        return 0
+    if args.command == "report":
+        return print_report(args)
+    return switch(args.file if args.command == "on" else None)
+
+
+def switch(file: Path | None) -> int:
+    """acct(2) on into `file`, or off."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if file is not None:
+        file.touch()
+    if libc.acct(str(file).encode() if file is not None else None) != 0:
+        reason = os.strerror(ctypes.get_errno())
+        print(f"error: acct(2): {reason} (it needs root and a kernel with BSD process accounting)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def print_report(args: argparse.Namespace) -> int:
     try:
         starts = {s["name"]: s["start"] for s in json.loads(args.steps.read_text())["steps"]} if args.steps else None
         data = args.file.read_bytes()
-    except (OSError, ValueError, KeyError) as err:
+        spans = test_spans(args.tests) if args.tests else None
+    except (OSError, ValueError, KeyError, TypeError) as err:
         print(f"error: cannot read {err}", file=sys.stderr)
         return 1
-    result = report(parse(data), args.top, starts)
+    if spans == []:
+        print(f"error: no <tier>.tests.json in {args.tests} (a run's .dtr/timings)", file=sys.stderr)
+        return 1
+    processes = parse(data)
+    result = report(processes, args.top, starts)
+    if spans is not None:
+        result["pods by test"] = pods_by_test(processes, spans, args.top)
     if args.json:
         reports = json.loads(args.json.read_text()) if args.json.exists() else {}
         args.json.write_text(json.dumps({**reports, args.label: result}, indent=1) + "\n")
     print(f"{result['processes']} processes, {result['cpu seconds']} CPU s (the longest-lived: {result['root']})")
-    for title in ("by command", "by step", "by step and command"):
+    for title in ("by command", "by step", "by step and command", "pods by test"):
+        if title not in result:
+            continue
         print(f"-- {title}")
         for row in result[title][: args.top]:
             print("  ".join(f"{v:>8}" if isinstance(v, float | int) else str(v) for v in row[1:]), row[0])

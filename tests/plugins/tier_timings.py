@@ -16,6 +16,9 @@ directory. At the end of the session it writes DTR_TIMINGS/<DTR_TIER>.json:
   session's fixtures' teardown (a control plane reaped) apart. A node's pods are containerd's children, not
   the tier's: bench/cpu/accounting.py counts them.
 
+Beside it, DTR_TIMINGS/<DTR_TIER>.tests.json: every test as [node id, its start (epoch seconds), seconds, CPU
+seconds], for `bench/cpu/accounting.py report --tests`, which puts a node's pods' CPU under the test running then.
+
 Python 3.9 compatible: the trainer tier loads it too.
 """
 
@@ -53,6 +56,7 @@ class TierTimings:
         self.test_cpu: dict[str, float] = defaultdict(float)
         self.module_cpu: dict[str, float] = defaultdict(float)
         self.session_cpu = 0.0  # the session-scoped fixtures' teardown, after the last test
+        self.test_start: dict[str, float] = {}  # epoch seconds
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> Any:
@@ -87,6 +91,7 @@ class TierTimings:
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         self._module = module_of(nodeid)
         self._test = nodeid
+        self.test_start.setdefault(nodeid, time.time())
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         module = module_of(report.nodeid)
@@ -118,6 +123,9 @@ class TierTimings:
         }
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / f"{self.tier}.json").write_text(json.dumps(doc, indent=1) + "\n")
+        tests = [[t, round(at, 1), round(self.test_seconds.get(t, 0.0), 1), round(self.test_cpu.get(t, 0.0), 1)]
+                 for t, at in self.test_start.items()]  # fmt: skip
+        (self.out / f"{self.tier}.tests.json").write_text(json.dumps(tests) + "\n")
 
 
 def slowest(seconds: dict[str, float], shared: dict[str, float], count: int = SLOWEST) -> list[list[Any]]:

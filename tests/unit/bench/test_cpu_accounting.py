@@ -40,3 +40,30 @@ def test_a_step_is_named_by_the_runs_steps_that_started_that_second() -> None:
     assert step_names(starts, "step@61:python") == "node | node runs"
     assert step_names(starts, "step@534:make") == "s3"
     assert step_names(starts, "step@900:make") == "step@900:make" and step_names(starts, "pods") == "pods"
+
+
+def test_a_pods_cpu_goes_to_the_tests_running_when_it_started_shared_when_several_were(tmp_path) -> None:
+    import json
+
+    from bench.cpu.accounting import pods_by_test, test_spans
+
+    (tmp_path / "node.tests.json").write_text(json.dumps([["a.py::one", 1000.0, 30.0, 1.0],
+                                                          ["a.py::two", 1030.0, 40.0, 1.0]]))  # fmt: skip
+    (tmp_path / "node runs.tests.json").write_text(json.dumps([["b.py::three", 1040.0, 20.0, 0.5]]))
+    (tmp_path / "node.json").write_text("{}")  # a tier's own figures: not read
+    spans = test_spans(tmp_path)
+    assert len(spans) == 3 and ("node a.py::one", 1000.0, 1030.0) in spans
+    data = b"".join([
+        record(21, 20, 1010, 20, 700, "python"),  # during one only
+        record(22, 20, 1045, 20, 400, "python"),  # two and three at once: half each
+        record(23, 20, 1100, 5, 100, "python"),  # after every test
+        record(11, 10, 1012, 1, 900, "python"),  # not a pod's: the tier counts it
+        record(20, 1, 1009, 100, 3, "containerd-shim"),
+        record(10, 9, 1004, 90, 20, "python"),
+        record(13, 9, 1004, 50, 10, "make"),
+        record(14, 9, 1050, 30, 10, "make"),
+        record(9, 8, 1000, 200, 5, "python"),
+    ])  # fmt: skip
+    got = dict(pods_by_test(parse(data), spans))
+    assert got == {"node a.py::one": 7.0, "node a.py::two": 2.0, "node runs b.py::three": 2.0,
+                   "(no test running)": 1.0}, got  # fmt: skip
