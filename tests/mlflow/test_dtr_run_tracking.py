@@ -1,7 +1,8 @@
 """`dtr run` plays the operator's --mlflow-tracking-uri with DTR_MLFLOW_TRACKING_URI (docs/tracking.md): with
---host-network its 2 local workers' chief logs the run to a real MLflow server and registers the version by the
+--host-network its local worker, the chief, logs the run to a real MLflow server and registers the version by the
 claim the run's volume plays; a URI the operator would refuse, refused. (On a loopback of their own the workers get no
-URI: tests/unit/client/test_local_tracking.py.)"""
+URI: tests/unit/client/test_local_tracking.py.) One worker: only the chief tracks, and that a second one does not is
+the `tracked` fixture's (test_tracking_run.py, two workers)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from support.repo import REPO
 
 OP_PYTHON = REPO / ".venv" / "op" / "bin" / "python"
 RUN = {"apiVersion": "distml.dev/v1alpha1", "kind": "DistTrainingRun", "metadata": {"name": "local-tracked"},
-       "spec": {"workers": 2, "training": {"model": "cnn", "dataset": "digits", "epochs": 2, "stepsPerEpoch": 4,
+       "spec": {"workers": 1, "training": {"model": "cnn", "dataset": "digits", "epochs": 2, "stepsPerEpoch": 4,
                                            "batchSizePerWorker": 16},
                 "storage": {"size": "256Mi"}}}  # fmt: skip
 
