@@ -459,8 +459,8 @@ def test_a_replaced_configmap_never_runs_under_the_recorded_digest(
 # -- R5: another run's model name on a claim opened to runs
 
 
-def claimed_run(name: str, claim: str, model: str) -> dict[str, Any]:
-    doc = digits_run(name, epochs=1, steps=2)
+def claimed_run(name: str, claim: str, model: str, workers: int = 2) -> dict[str, Any]:
+    doc = digits_run(name, epochs=1, steps=2, workers=workers)
     doc["spec"]["storage"] = {"claimName": claim}
     doc["spec"]["export"] = {"modelName": model}
     return doc
@@ -478,7 +478,8 @@ def test_a_run_cannot_publish_under_a_model_name_another_run_owns(
                            "metadata": {"name": "team-models", "labels": {CLAIM_LABEL: CLAIM_LABEL_VALUE}},
                            "spec": {"accessModes": ["ReadWriteOnce"],
                                     "resources": {"requests": {"storage": "64Mi"}}}})  # fmt: skip
-    real_node.apply(team, claimed_run("r5-owner", "team-models", "served"))  # the teammate's run (an admin here)
+    # The teammate's run (an admin here), one worker: it only has to export; hers keeps two, each refused.
+    real_node.apply(team, claimed_run("r5-owner", "team-models", "served", workers=1))
     owner = real_node.wait_terminal(team, "r5-owner", timeout=420)
     assert owner.get("phase") == "Succeeded", owner
     assert create_as_author(real_node, team, claimed_run("r5-other", "team-models", "served")).returncode == 0
