@@ -190,7 +190,8 @@ def switch(file: Path | None) -> int:
 
 def print_report(args: argparse.Namespace) -> int:
     try:
-        starts = {s["name"]: s["start"] for s in json.loads(args.steps.read_text())["steps"]} if args.steps else None
+        steps = json.loads(args.steps.read_text())["steps"] if args.steps else None
+        starts = {s["name"]: s["start"] for s in steps if s.get("start") is not None} if steps is not None else None
         data = args.file.read_bytes()
         spans = test_spans(args.tests) if args.tests else None
     except (OSError, ValueError, KeyError, TypeError) as err:

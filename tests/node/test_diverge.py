@@ -23,6 +23,7 @@ from dtr_contract import exits
 from support.node import RealNode, dtr
 from support.repo import REPO
 from support.runs import saved_models
+from support.wait import wait_for
 
 MODEL = REPO / "tests" / "support" / "diverging_model.py"
 ARGS = ("--workers", "2", "--epochs", "3", "--batch-size-per-worker", "16", "--learning-rate", "10")
@@ -46,8 +47,14 @@ def submit(real_node: RealNode, namespace: str, name: str, restart_policy: str |
 
 
 def warning_events(real_node: RealNode, namespace: str, name: str) -> list[dict[str, Any]]:
-    return real_node.cluster.kubectl_json("get", "events", "-n", namespace, "--field-selector",
-                                          f"involvedObject.name={name},reason=Diverged")["items"]  # fmt: skip
+    """The run's Diverged events, once there is one: the operator posts it just after the status that says Failed,
+    which the test reads in-process (b6da742's CI run: read 50 ms after that status, there was none yet)."""
+
+    def posted() -> list[dict[str, Any]]:
+        return real_node.cluster.kubectl_json("get", "events", "-n", namespace, "--field-selector",
+                                              f"involvedObject.name={name},reason=Diverged")["items"]  # fmt: skip
+
+    return wait_for(posted, f"{name}: its Diverged event", timeout=20, interval=1)
 
 
 def test_a_run_whose_loss_diverges_fails_diverged_naming_the_epoch(real_node: RealNode, namespace: str) -> None:

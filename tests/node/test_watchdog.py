@@ -59,6 +59,14 @@ def run_events(real_node: RealNode, namespace: str, name: str) -> list[tuple[str
     return [(e["type"], e["reason"], e.get("message", "")) for e in got]
 
 
+def events_once(real_node: RealNode, namespace: str, name: str, kind: str, reason: str) -> list[tuple[str, str, str]]:
+    """The run's events once one of `kind` and `reason` is there: the operator posts it just after the status that
+    says the same, which the test reads in-process (test_diverge.py lost that race once, b6da742's CI run)."""
+    return wait_for(lambda: (got := run_events(real_node, namespace, name)) and
+                    any(e[:2] == (kind, reason) for e in got) and got,
+                    f"{name}: its {kind} event {reason}", timeout=20, interval=1)  # fmt: skip
+
+
 def chief_uid(real_node: RealNode, namespace: str, name: str) -> str:
     """The chief pod's uid, "" while there is none."""
     proc = real_node.cluster.kubectl("get", "pod", f"{name}-worker-0", "-n", namespace, "-o",
@@ -107,7 +115,7 @@ def test_a_frozen_worker_is_named_stalled_and_clears_when_thawed(real_node: Real
         real_node.thaw_container(namespace, worker)
     st = wait_stalled(real_node, namespace, name, "False", timeout=120)
     assert stalled(st)["reason"] == "EpochFinished"
-    assert ("Normal", "StallEnded") in [e[:2] for e in run_events(real_node, namespace, name)]
+    events_once(real_node, namespace, name, "Normal", "StallEnded")
     st = real_node.wait_terminal(namespace, name)
     assert st["phase"] == "Succeeded", st
     assert stalled(st)["status"] == "False"
@@ -126,7 +134,8 @@ def check_named(real_node: RealNode, namespace: str, name: str, st: dict[str, An
     assert st["message"] == f"Stalled: {cond['message']}"
     table = real_node.cluster.kubectl("get", "distrainingruns", "-n", namespace).stdout.splitlines()
     assert table[1].split()[:2] == [name, "Running"]
-    warned = [e for e in run_events(real_node, namespace, name) if e[:2] == ("Warning", "Stalled")]
+    said = events_once(real_node, namespace, name, "Warning", "Stalled")
+    warned = [e for e in said if e[:2] == ("Warning", "Stalled")]
     assert [worker in e[2] for e in warned] == [True], warned
 
 
