@@ -44,10 +44,6 @@ DEFAULT_DIR = REPO / ".dtr" / "cluster"
 PROJECT_CRDS = REPO / "crds"
 # kubectl for everything that talks to a cluster from here: node.py, the tests, bench/.
 KUBECTL = os.environ.get("DTR_KUBECTL") or shutil.which("kubectl") or "kubectl"
-# The Go collector's target of every component started here (etcd, the API server, kubelet, containerd, ...): they run
-# for the whole of a test run, and the API server spent ~20% of its CPU in the collector (a 170 s profile,
-# 2026-12-06). DTR_CLUSTER_GOGC sets it; empty leaves Go's default (100).
-COMPONENT_GOGC = os.environ.get("DTR_CLUSTER_GOGC", "")
 
 # Start order; teardown runs in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "training-operator")
@@ -408,13 +404,6 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def with_gogc(env: dict[str, str] | None, gogc: str = COMPONENT_GOGC) -> dict[str, str] | None:
-    """A component's environment with GOGC (COMPONENT_GOGC) unless it names its own; as given when unset."""
-    if not gogc:
-        return env
-    return {"GOGC": gogc, **(os.environ if env is None else env)}
-
-
 def stop_child(proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
     """SIGTERM a process this one started, SIGKILL it after `timeout`, and reap it."""
     proc.terminate()
@@ -668,7 +657,7 @@ class Supervisor:
         with open(self.log_file(component), "ab") as logf:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                env=with_gogc(env), cwd=self.root, start_new_session=True,  # a Ctrl-C in the shell does not kill it
+                env=env, cwd=self.root, start_new_session=True,  # a Ctrl-C in the shell does not kill it
                 preexec_fn=self._preexec(),  # safe here: started from one thread
             )  # fmt: skip
         self.children[component] = proc

@@ -9,6 +9,7 @@ Under tests/tiers.py (DTR_TIMINGS and DTR_TIER set) each shard records its timin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -43,6 +44,7 @@ def merge_timings(tier: str, parts: list[dict[str, Any]], seconds: float) -> dic
     fixtures: dict[str, float] = {}
     slowest: list[list[Any]] = []
     hungriest: list[list[Any]] = []
+    teardown = 0.0
     for part in parts:
         for outcome, n in part.get("outcomes", {}).items():
             outcomes[outcome] = outcomes.get(outcome, 0) + n
@@ -56,6 +58,7 @@ def merge_timings(tier: str, parts: list[dict[str, Any]], seconds: float) -> dic
             fixtures[fixture] = round(fixtures.get(fixture, 0.0) + took, 1)
         slowest.extend(part.get("slowest", []))
         hungriest.extend(part.get("hungriest", []))
+        teardown += part.get("session teardown cpu seconds", 0.0)
     failed = [part["exitstatus"] for part in parts if part.get("exitstatus")]
     return {
         "tier": tier,
@@ -66,6 +69,7 @@ def merge_timings(tier: str, parts: list[dict[str, Any]], seconds: float) -> dic
         "fixtures": dict(sorted(fixtures.items())),
         "slowest": sorted(slowest, key=lambda row: -row[1])[:SLOWEST],
         "hungriest": sorted(hungriest, key=lambda row: -row[1])[:SLOWEST],
+        "session teardown cpu seconds": round(teardown, 1),
     }
 
 
@@ -106,6 +110,13 @@ def merge_files(timings: Path, tier: str, names: list[str], seconds: float) -> N
             continue  # a shard that never got to its end: its tests are not counted, and its exit code says so
         path.unlink()
     (timings / f"{tier}.json").write_text(json.dumps(merge_timings(tier, parts, seconds), indent=1) + "\n")
+    tests: list[Any] = []  # each test's start, seconds and CPU (tests/plugins/tier_timings.py): one list
+    for name in names:
+        path = timings / f"{name}.tests.json"
+        with contextlib.suppress(OSError, ValueError):
+            tests += json.loads(path.read_text())
+            path.unlink()
+    (timings / f"{tier}.tests.json").write_text(json.dumps(tests) + "\n")
 
 
 if __name__ == "__main__":

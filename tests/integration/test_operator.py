@@ -366,8 +366,14 @@ def test_a_run_re_created_at_once_waits_for_the_old_children_to_go(
         )
 
     wait_for(owned_by_new_run, "the new run's own TFJob and PVC", timeout=90)
-    st = wait_status(control_plane, namespace, "redo", "children created", tfJob="redo")
-    assert st["phase"] == "Pending" and condition(st, "Created")["status"] == "True"
+
+    def created() -> dict | None:  # the waiting status names the TFJob too: its Created condition says they are made
+        st = status(control_plane, namespace, "redo")
+        return st if any(c["type"] == "Created" and c["status"] == "True" for c in st.get("conditions", [])) else None
+
+    # read in-process, a few ms after the TFJob appears: the status saying so comes just after (a local run of f6058aa)
+    st = wait_for(created, "run redo: its Created condition True", timeout=60)
+    assert st["phase"] == "Pending" and st["tfJob"] == "redo", st
     assert not [r for k, r, _ in events(control_plane, namespace, "redo") if r == "NameConflict"]
 
 

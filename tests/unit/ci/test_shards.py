@@ -91,7 +91,8 @@ def test_two_sessions_run_at_once_and_leave_one_timings_file_and_the_failures_ex
     assert proc.returncode == 1, proc.stdout
     assert "---- shard 1/2" in proc.stdout and "---- shard 2/2" in proc.stdout, proc.stdout
     assert "1 failed, 1 passed" in proc.stdout and proc.stdout.count(" passed") == 2, proc.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["demo.json"], "the shards' own files merged and removed"
+    assert sorted(p.name for p in out.iterdir()) == ["demo.json", "demo.tests.json"], "the shards' files merged"
+    assert len(json.loads((out / "demo.tests.json").read_text())) == 3, "every test of both shards, each once"
     doc = json.loads((out / "demo.json").read_text())
     assert doc["outcomes"] == {"passed": 2, "failed": 1} and doc["exitstatus"] == 1
     assert set(doc["modules"]) == {"test_a.py", "test_b.py"}

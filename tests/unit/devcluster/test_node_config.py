@@ -239,12 +239,3 @@ def test_the_seeded_webhook_secret_is_the_pair_the_rotator_reads_where_it_reads_
     decoded = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
     assert decoded == {name: f"-- {name} --\n" for name in ("ca.crt", "ca.key", "tls.crt", "tls.key")}
 
-
-def test_a_components_gogc_is_set_unless_its_environment_names_one(monkeypatch) -> None:
-    with_gogc = cp.with_gogc
-    monkeypatch.setenv("DTR_TEST_MARK", "1")
-    assert with_gogc(None, "") is None and with_gogc({"A": "1"}, "") == {"A": "1"}  # unset: as given
-    inherited = with_gogc(None, "200")
-    assert inherited is not None and inherited["GOGC"] == "200" and inherited["DTR_TEST_MARK"] == "1"
-    assert with_gogc({"A": "1"}, "200") == {"GOGC": "200", "A": "1"}
-    assert with_gogc({"GOGC": "off"}, "200") == {"GOGC": "off"}  # the component's own wins
