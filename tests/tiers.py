@@ -239,11 +239,14 @@ STEPS: tuple[Step, ...] = (
     Step("s3 build", make("s3-build"), "SeaweedFS's weed and its image from source", after=("node build",)),
     # Most of it is trainer processes: exporting to the bucket (tests/s3/test_export_s3.py: 7, about 150 s warm
     # on a loaded 2-CPU machine), backups there and the server stopped under them (test_backup_s3.py,
-    # test_s3_faults.py: 50 s and 100-250 s), dtr run (test_dtr_run_s3.py: 40 s).
+    # test_s3_faults.py: 50 s and 100-250 s), dtr run (test_dtr_run_s3.py: 40 s). After the trainer tier, as it ran
+    # in every run until 0fcf131 recorded s3 the longer: the scheduler then took it first (the longest side step), and
+    # beside the node steps it held them back: node and node runs 606/656 s and 698/703 s (two runs, 2026-12-07)
+    # against 569-608/620-651 s with the trainer tier beside them (four runs); the run 1522 s against 1421 s.
     Step("s3", make("test-s3-local"),
          "a real S3 server (SeaweedFS) as a local process, through a client and TensorFlow's s3://; the trainer "
          "publishing model versions to it, training on data read from it, its backups there, the server stopped "
-         "under it; dtr run", budget=900, tier=True, after=("setup", "s3 build"), side=True),
+         "under it; dtr run", budget=900, tier=True, after=("setup", "s3 build", "trainer"), side=True),
     # After the S3 server's build too: a run with no volume trains from, backs up into and exports to the server as
     # a pod on the three nodes (tests/multinode/test_object_store.py), which fails rather than skips without it.
     # Beside the single node's faults, not after them (until 2026-12-06, 396 s on the run's longest chain): the

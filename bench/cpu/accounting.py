@@ -12,8 +12,8 @@ The report: CPU seconds by command; by the run's step (the child of the longest-
 others: tests/tiers.py in a CI run, each step's process below it, by its start second), pods' processes apart (a
 containerd-shim above them), and the processes the kernel records under a thread's name (TensorFlow's ends under
 `grpc_global_tim` and the like). With --tests (the tiers' <tier>.tests.json: each test's start and seconds,
-tests/plugins/tier_timings.py), the pods' CPU by the tests running when each pod process started, shared out among
-them when several ran at once (the single node's two steps do): what a node test costs, which its tier's own
+tests/plugins/tier_timings.py), the pods' CPU by the node tiers' tests running when each pod process started, shared
+out among them when several ran at once (the single node's two steps do): what a node test costs, which its tier's own
 figures cannot see. Stdlib only: it runs in any Python 3.
 """
 
@@ -142,8 +142,13 @@ def test_spans(timings: Path) -> list[Span]:
     return spans
 
 
-def pods_by_test(processes: list[Process], spans: list[Span], top: int = 40) -> list[tuple[str, float]]:
-    """The pods' CPU seconds by the tests running when each pod process started (shared among them)."""
+NODE_TIERS = ("node", "node runs", "node faults", "multinode")  # tests/tiers.py's steps whose tests start pods
+
+
+def pods_by_test(processes: list[Process], spans: list[Span], top: int = 40,
+                 tiers: tuple[str, ...] = NODE_TIERS) -> list[tuple[str, float]]:  # fmt: skip
+    """The pods' CPU seconds by the tests of `tiers` running when each pod process started (shared among them)."""
+    spans = [span for span in spans if span[0].split(" tests/", 1)[0] in tiers]
     tree = Tree(processes)
     steps = Counter(q for p in processes if p.lived >= 5 and (q := tree.parent(p)) is not None)
     root = max((p for p, n in steps.items() if n >= 3), key=lambda p: p.lived, default=None)

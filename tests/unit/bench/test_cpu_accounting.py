@@ -47,12 +47,12 @@ def test_a_pods_cpu_goes_to_the_tests_running_when_it_started_shared_when_severa
 
     from bench.cpu.accounting import pods_by_test, test_spans
 
-    (tmp_path / "node.tests.json").write_text(json.dumps([["a.py::one", 1000.0, 30.0, 1.0],
-                                                          ["a.py::two", 1030.0, 40.0, 1.0]]))  # fmt: skip
-    (tmp_path / "node runs.tests.json").write_text(json.dumps([["b.py::three", 1040.0, 20.0, 0.5]]))
+    (tmp_path / "node.tests.json").write_text(json.dumps([["tests/a.py::one", 1000.0, 30.0, 1.0],
+                                                          ["tests/a.py::two", 1030.0, 40.0, 1.0]]))  # fmt: skip
+    (tmp_path / "node runs.tests.json").write_text(json.dumps([["tests/b.py::three", 1040.0, 20.0, 0.5]]))
     (tmp_path / "node.json").write_text("{}")  # a tier's own figures: not read
     spans = test_spans(tmp_path)
-    assert len(spans) == 3 and ("node a.py::one", 1000.0, 1030.0) in spans
+    assert len(spans) == 3 and ("node tests/a.py::one", 1000.0, 1030.0) in spans
     data = b"".join([
         record(21, 20, 1010, 20, 700, "python"),  # during one only
         record(22, 20, 1045, 20, 400, "python"),  # two and three at once: half each
@@ -64,6 +64,8 @@ def test_a_pods_cpu_goes_to_the_tests_running_when_it_started_shared_when_severa
         record(14, 9, 1050, 30, 10, "make"),
         record(9, 8, 1000, 200, 5, "python"),
     ])  # fmt: skip
+    (tmp_path / "trainer.tests.json").write_text(json.dumps([["c.py::host", 1000.0, 200.0, 9.0]]))  # starts no pod
+    spans = test_spans(tmp_path)
     got = dict(pods_by_test(parse(data), spans))
-    assert got == {"node a.py::one": 7.0, "node a.py::two": 2.0, "node runs b.py::three": 2.0,
+    assert got == {"node tests/a.py::one": 7.0, "node tests/a.py::two": 2.0, "node runs tests/b.py::three": 2.0,
                    "(no test running)": 1.0}, got  # fmt: skip
