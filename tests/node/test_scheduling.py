@@ -9,10 +9,13 @@ import re
 from typing import Any
 
 from support.node import RealNode
-from support.runs import digits_run, saved_models
+from support.runs import SLOW_EPOCHS_MODEL, digits_run, saved_models, slow_epochs_run
 from support.wait import wait_for
 
 EPOCHS = 12
+# The suspended run's epochs sleep (support/slow_epochs_model.py): what a suspend keeps is the run's place in its
+# epochs, not its training. The digits CNN's 60 steps an epoch took about 45 CPU s of the node's pods (2026-12-07).
+EPOCH_SECONDS = 4
 
 
 def patch_spec(real_node: RealNode, namespace: str, name: str, spec: dict) -> None:
@@ -23,7 +26,9 @@ def test_suspend_mid_training_then_resume_continues_from_the_backup_with_one_mod
     real_node: RealNode, namespace: str
 ) -> None:
     name = "pause"
-    real_node.apply(namespace, digits_run(name, epochs=EPOCHS, steps=60))
+    real_node.cluster.kubectl("create", "configmap", f"{name}-code", "-n", namespace,
+                              "--from-file", f"model.py={SLOW_EPOCHS_MODEL}")  # fmt: skip
+    real_node.apply(namespace, slow_epochs_run(name, EPOCHS, EPOCH_SECONDS))
     real_node.wait_log(namespace, f"{name}-worker-0", f"epoch 3/{EPOCHS} end")
 
     patch_spec(real_node, namespace, name, {"suspend": True})

@@ -20,19 +20,26 @@ from dtr_contract.progress import SILENT_SECONDS, parse_epoch_end_line
 
 from devcluster.node import NodeError
 from support.node import RealNode, restricted_namespace
-from support.runs import digits_run, saved_models
+from support.runs import SLOW_EPOCHS_MODEL, saved_models, slow_epochs_run
 from support.wait import wait_for
 
 REPORT, RESTART = "frozen", "revive"
-FLOOR = SILENT_SECONDS + 25  # seconds: the digits epochs take a few, so the floor sets the limit
+FLOOR = SILENT_SECONDS + 25  # seconds: the epochs take a few, so the floor sets the limit
 # Both runs must still be training when their worker-1 is frozen after epoch 3, one after the other (each was
 # frozen right after its epoch 3 here, the machine's load 5 to 10 on 2 cores; the fixture prints it), and no
 # longer: what is left after the thaw and after the restart is trained while the tests wait (30 before).
 EPOCHS = 12
+# The epochs of support/slow_epochs_model.py: a few seconds asleep, as the digits CNN's took training (30 steps of
+# it, until 2026-12-07: about 70 CPU s of the node's pods for the two runs, the most of any node test). What the
+# watchdog watches is the same: each epoch's end in the log, and a frozen worker holding its peer's collective.
+EPOCH_SECONDS = 3
 
 
-def watched_run(name: str, **watch: Any) -> dict[str, Any]:
-    doc = digits_run(name, epochs=EPOCHS, steps=30, backoff=8)
+def watched_run(real_node: RealNode, namespace: str, name: str, **watch: Any) -> dict[str, Any]:
+    """The run, its code sent as a ConfigMap, as `dtr submit` does."""
+    real_node.cluster.kubectl("create", "configmap", f"{name}-code", "-n", namespace,
+                              "--from-file", f"model.py={SLOW_EPOCHS_MODEL}")  # fmt: skip
+    doc = slow_epochs_run(name, EPOCHS, EPOCH_SECONDS, backoff=8)
     doc["spec"]["watchdog"] = {"minStallSeconds": FLOOR, "stallFactor": 3, **watch}
     return doc
 
@@ -86,8 +93,8 @@ def frozen(real_node: RealNode) -> Iterator[Frozen]:
     """Both runs at once (one the Report test's, one the Restart test's), each with worker-1 frozen after its
     epoch 3: the two stalls are waited for together, not one after the other."""
     with restricted_namespace(real_node, "watchdog") as namespace:
-        real_node.apply(namespace, watched_run(REPORT))
-        real_node.apply(namespace, watched_run(RESTART, onStall="Restart", maxRestarts=2))
+        real_node.apply(namespace, watched_run(real_node, namespace, REPORT))
+        real_node.apply(namespace, watched_run(real_node, namespace, RESTART, onStall="Restart", maxRestarts=2))
         got = Frozen(namespace, {}, {})
         for name in (REPORT, RESTART):
             real_node.wait_log(namespace, f"{name}-worker-1", f"epoch 3/{EPOCHS} end")

@@ -34,6 +34,7 @@ from dtr_operator.api import CONTAINER_NAME
 from ledger import Ledger, Record
 
 from support import node as node_support
+from support import runs
 from support.cluster import namespace_name
 from support.node import RealNode
 from support.runs import SLOW_EPOCHS_MODEL, digits_run
@@ -204,10 +205,7 @@ def slow_epochs_run(real_node: RealNode, namespace: str, name: str) -> dict[str,
     pods). The author sends the code as a ConfigMap, as `dtr submit` does."""
     real_node.cluster.kubectl("create", "configmap", f"{name}-code", "-n", namespace, f"--as={MALLORY}",
                               "--from-file", f"model.py={SLOW_EPOCHS_MODEL}")  # fmt: skip
-    doc = digits_run(name)
-    doc["spec"]["training"] = {"code": {"configMap": f"{name}-code", "key": "model.py"}, "epochs": SLOW_EPOCHS,
-                               "batchSizePerWorker": 16, "params": {"epoch_seconds": 600}}  # fmt: skip
-    return doc
+    return runs.slow_epochs_run(name, SLOW_EPOCHS, 600)
 
 
 def pod_output(real_node: RealNode, namespace: str, pod: str, timeout: float = 180) -> str:

@@ -68,6 +68,16 @@ def digits_run(
     })  # fmt: skip
 
 
+def slow_epochs_run(name: str, epochs: int, epoch_seconds: float, **digits: Any) -> dict[str, Any]:
+    """digits_run's run (its workers, policies, storage) training SLOW_EPOCHS_MODEL instead: its epochs after the
+    first sleep `epoch_seconds`, for tests of a run's life on a node, not of its training. Its code is the ConfigMap
+    <name>-code, key model.py, which the caller creates (as `dtr submit` would, as whom the test says)."""
+    doc = digits_run(name, **digits)
+    doc["spec"]["training"] = {"code": {"configMap": f"{name}-code", "key": "model.py"}, "epochs": epochs,
+                               "batchSizePerWorker": 16, "params": {"epoch_seconds": epoch_seconds}}  # fmt: skip
+    return doc
+
+
 def saved_models(root: Path) -> list[Path]:
     """Every SavedModel directory under root (a directory holding saved_model.pb)."""
     return sorted(p.parent for p in root.rglob("saved_model.pb"))
