@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -275,6 +276,17 @@ def test_record_refuses_a_run_of_the_other_kind(tmp_path: Path, monkeypatch: pyt
     assert kept[0] == ["t1", "t1.py::test_7", 17.0]
 
 
+def with_timings(tmp_path: Path, module: str, tier: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """pytest on tmp_path/module with the timings plugin (tests/plugins/tier_timings.py): its run and its file."""
+    out = tmp_path / "timings"
+    env = {**os.environ, "DTR_TIMINGS": str(out), "DTR_TIER": tier, "PYTHONPATH": str(REPO / "tests" / "plugins")}
+    env.pop("PYTEST_ADDOPTS", None)
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "tier_timings", "-p", "no:cacheprovider",
+            str(tmp_path / module)]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return proc, json.loads((out / f"{tier}.json").read_text())
+
+
 def test_the_timings_plugin_counts_a_shared_start_once_and_outside_its_module(tmp_path: Path) -> None:
     (tmp_path / "test_a.py").write_text(
         "import time, pytest\n"
@@ -284,15 +296,8 @@ def test_the_timings_plugin_counts_a_shared_start_once_and_outside_its_module(tm
         "def test_two(slow): time.sleep(0.3)\n"
         "def test_three(): assert False\n"
     )
-    out = tmp_path / "timings"
-    env = {**os.environ, "DTR_TIMINGS": str(out), "DTR_TIER": "demo",
-           "PYTHONPATH": str(REPO / "tests" / "plugins")}  # fmt: skip
-    env.pop("PYTEST_ADDOPTS", None)
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "tier_timings", "-p", "no:cacheprovider",
-            str(tmp_path / "test_a.py")]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    proc, doc = with_timings(tmp_path, "test_a.py", "demo")
     assert proc.returncode == 1, proc.stdout
-    doc = json.loads((out / "demo.json").read_text())
     assert doc["tier"] == "demo" and doc["exitstatus"] == 1
     assert doc["outcomes"] == {"passed": 2, "failed": 1}
     assert list(doc["fixtures"]) == ["slow (module)"] and doc["fixtures"]["slow (module)"] >= 1.2
@@ -313,14 +318,8 @@ def test_the_timings_plugin_counts_a_tests_cpu_and_that_of_the_processes_it_wait
         f"def test_child(): subprocess.run([sys.executable, '-c', {burn!r}], check=True)\n"
         "def test_asleep(reaped_last): time.sleep(0.6)\n"
     )
-    out = tmp_path / "timings"
-    env = {**os.environ, "DTR_TIMINGS": str(out), "DTR_TIER": "cpu", "PYTHONPATH": str(REPO / "tests" / "plugins")}
-    env.pop("PYTEST_ADDOPTS", None)
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "tier_timings", "-p", "no:cacheprovider",
-            str(tmp_path / "test_b.py")]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    proc, doc = with_timings(tmp_path, "test_b.py", "cpu")
     assert proc.returncode == 0, proc.stdout
-    doc = json.loads((out / "cpu.json").read_text())
     (first, cpu), (second, idle) = doc["hungriest"]
     assert first.endswith("test_b.py::test_child") and cpu >= 0.6, doc["hungriest"]  # the child's, once waited for
     assert second.endswith("test_b.py::test_asleep") and idle < 0.3, doc["hungriest"]  # a wait costs none
