@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +57,9 @@ class Cluster:
             code, out, err = kubectl_subset.answer(request, status, body, tuple(warnings))
             if code == 0 or not request.retry:
                 proc = subprocess.CompletedProcess([KUBECTL, *args], code, out, err)
+            # kubectl's pace, not its CPU: tests written against its ~50 ms, and the training-operator under them,
+            # lost races when two writes or a write and a read came ms apart (four CI runs, 2026-12-07).
+            time.sleep(KUBECTL_PACE_SECONDS)
         if proc is None:
             proc = subprocess.run(
                 [KUBECTL, f"--kubeconfig={self.kubeconfig}", *args],
@@ -126,6 +130,9 @@ def _client_or_none(kubeconfig: Path) -> Any:
 def _get(kubeconfig: Path, path: str, query: dict[str, str]) -> tuple[int, str]:
     """(HTTP status, body) of a GET as the kubeconfig's identity, through the connections its client keeps."""
     return _call(_client(kubeconfig), "GET", path, query)
+
+
+KUBECTL_PACE_SECONDS = 0.05  # what a kubectl process takes before its request: slept, not spent
 
 
 def _call(client: Any, method: str, path: str, query: dict[str, str], doc: Any = None, timeout: float = 60,
