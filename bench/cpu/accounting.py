@@ -103,12 +103,16 @@ def step_names(starts: dict[str, float], place: str, slack: float = 3.0) -> str:
     return " | ".join(names) if names else place
 
 
+def runner(tree: Tree, processes: list[Process]) -> Process | None:
+    """The process that started the steps: the longest-lived of those with three children or more that lived 5 s or
+    more (not the `make` above it, with one)."""
+    steps = Counter(q for p in processes if p.lived >= 5 and (q := tree.parent(p)) is not None)
+    return max((p for p, n in steps.items() if n >= 3), key=lambda p: p.lived, default=None)
+
+
 def report(processes: list[Process], top: int = 40, starts: dict[str, float] | None = None) -> dict[str, object]:
     tree = Tree(processes)
-    # the process that started the steps: the longest-lived of those with three children or more that lived 5 s or
-    # more (not the `make` above it, with one)
-    steps = Counter(q for p in processes if p.lived >= 5 and (q := tree.parent(p)) is not None)
-    root = max((p for p, n in steps.items() if n >= 3), key=lambda p: p.lived, default=None)
+    root = runner(tree, processes)
     by_command: Counter[str] = Counter()
     by_where: Counter[str] = Counter()
     by_both: Counter[str] = Counter()
@@ -150,8 +154,7 @@ def pods_by_test(processes: list[Process], spans: list[Span], top: int = 40,
     """The pods' CPU seconds by the tests of `tiers` running when each pod process started (shared among them)."""
     spans = [span for span in spans if span[0].split(" tests/", 1)[0] in tiers]
     tree = Tree(processes)
-    steps = Counter(q for p in processes if p.lived >= 5 and (q := tree.parent(p)) is not None)
-    root = max((p for p, n in steps.items() if n >= 3), key=lambda p: p.lived, default=None)
+    root = runner(tree, processes)
     by_test: Counter[str] = Counter()
     for p in processes:
         if p.cpu <= 0 or where(tree, p, root) != "pods":
