@@ -165,6 +165,10 @@ build_kueue() {
 
 want=${*:-etcd k8s training-operator}
 for w in $want; do
+  # One build of a piece at a time: build_node.sh asks for the training-operator and Kueue, and CI runs it beside
+  # `make cluster-build` (tests/tiers.py); the second to come waits, then finds it cached.
+  exec 9>"$work/.$w.lock"
+  flock 9
   case $w in
     etcd) build_etcd ;;
     k8s) build_k8s ;;
@@ -172,5 +176,6 @@ for w in $want; do
     kueue) build_kueue ;;
     *) echo "unknown component: $w" >&2; exit 2 ;;
   esac
+  exec 9>&-
 done
 echo "$bin"

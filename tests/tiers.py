@@ -20,8 +20,10 @@ tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
 - the node lane first: a `side` step (one no node step waits for) runs at nice SIDE_NICE, so the nodes'
   pods (kubepods, one cgroup) and the steps they need take the CPU they ask for and the side steps the rest;
   a side step starts while fewer than N + SIDE_ROOM steps run, a node step while fewer than N node steps
-  do: no side step holds one back (in a run of da2b85f, with one set of slots, the node faults waited for
-  e2e's);
+  do, a build or a start while fewer than N of them do: no side step holds one back (in a run of da2b85f,
+  with one set of slots, the node faults waited for e2e's), and builds and node steps hold each other back in
+  no slot (a cold run of f6c6aba: node runs waited 4 min for the S3 server's build, the three nodes' build
+  12 min for the node step);
 - one real node (control plane, containerd, kubelet, both images imported, the operator installed)
   serves every tier that needs one: DTR_NODE_DIR reaches their fixtures (tests/support/node.py).
 
@@ -103,6 +105,11 @@ class Step:
     side: bool = False  # no node step waits for it: runs at nice SIDE_NICE
     env: tuple[tuple[str, str], ...] = ()  # more of the step's environment
 
+    @property
+    def on_nodes(self) -> bool:
+        """A tier on the single node or on the several: it takes one of the nodes' slots, whatever builds run."""
+        return self.node or self.multinode
+
 
 def make(target: str) -> tuple[str, ...]:
     # ARGS= : `make test ARGS="--skip ..."` hands its ARGS to every make below it (MAKEFLAGS), where `make images`
@@ -139,9 +146,11 @@ CLUSTER_DOWN = (*CLUSTER, "down", "--purge", "--dir", str(CLUSTER_DIR))
 # In an order where every step comes after the steps it needs. A make target's own prerequisites (setup, images,
 # the builds) are among its step's `after`: two makes never build one thing at once.
 STEPS: tuple[Step, ...] = (
-    Step("setup", make("setup"), "both Python environments (pinned)"),
-    # From the first second, beside setup: downloads and disk.
-    Step("images", make("images"), "Docker engine, base images, both images"),
+    # Early: every tier waits for it, and the builds beside it would hold it back for minutes (a cold run of
+    # f6c6aba started it at 6:32, once the images' 392 s had freed a slot).
+    Step("setup", make("setup"), "both Python environments (pinned)", early=True),
+    # From the first second, beside setup and the builds: downloads and disk, light (117 CPU s in 392 s cold).
+    Step("images", make("images"), "Docker engine, base images, both images", light=True),
     Step("lint", make("lint"), "ruff, complexity (xenon), the import layers, the images' locks, shellcheck, hadolint",
          after=("setup",), early=True, side=True),
     # 55-59 s in the warm runs of da2b85f and 66a31e1, 108-111 s in three others (CI's of 298de13, a3501bf, 7ee4b73):
@@ -171,11 +180,13 @@ STEPS: tuple[Step, ...] = (
          budget=180, tier=True, after=("setup", "mlflow setup"), side=True),
     Step("images tier", make("test-images"), "both images run as uid 1000, read-only; a push", budget=110, tier=True,
          after=("setup", "images"), side=True),
-    Step("node build", make("node-build"), "containerd, runc, CoreDNS, local-path, node images",
-         after=("control-plane build",)),
+    # Beside the control plane's build from the first second (make node-parts: node-build less cluster-build): one
+    # after the other, a cold run's longest chain began with 638 s + 691 s of builds (f6c6aba); devcluster/build.sh
+    # builds the training-operator both need once (a lock).
+    Step("node build", make("node-parts"), "containerd, runc, CoreDNS, local-path, node images"),
     Step("node start", (*NODE, "up", "--install", "--dir", str(NODE_DIR)),
          "the shared node: control plane, node, images imported, operator installed",
-         after=("setup", "images", "node build")),
+         after=("setup", "images", "control-plane build", "node build")),
     # Two steps on the one node, which may run at once: "node runs" holds the modules that only start runs of their
     # own in namespaces of their own and look at them (NODE_RUNS), most of its time the stall watchdog's waits; "node"
     # the rest, among them what changes the node for every test (Kueue installed, the operator's Deployment changed
@@ -225,7 +236,8 @@ STEPS: tuple[Step, ...] = (
     # The single node's work is done: its CPU and memory go to the several nodes' tier.
     Step("node stop", NODE_DOWN, "the shared node stopped, its images and volumes removed",
          after=("node", "node runs", "node faults")),
-    Step("multinode build", make("multinode-build"), "flanneld and its CNI plugin", after=("node build",)),
+    Step("multinode build", make("multinode-build"), "flanneld and its CNI plugin",
+         after=("control-plane build", "node build")),
     # After the node step: started sooner, the three nodes' idle kubelets and containerds would take CPU from every
     # tier until theirs. Beside the node faults (a node's faults are its own: devcluster/node.py), and so is the
     # multinode tier. Not after "node runs" too (until 2026-12-06): the node step ended 80 s before it at c5ce259, and
@@ -329,14 +341,16 @@ def blocked_steps(pending: list[Step], results: dict[str, Result]) -> list[Step]
 def next_step(ready: list[Step], running: list[Step], rank: dict[str, float], slots: int = SLOTS) -> Step | None:
     """What starts now: of the ready steps that may run beside the running ones, an early one, else the one with the
     longest critical path (the first of equals in STEPS' order); None: none, the run waits for a step to end. A light
-    step may always start; a side step while fewer than `slots` + SIDE_ROOM steps that are not light run; any other
-    while fewer than `slots` steps that are neither light nor side steps run: no side step holds a node step back."""
+    step may always start; a side step while fewer than `slots` + SIDE_ROOM steps that are not light run; a tier on
+    the nodes while fewer than `slots` such tiers run; any other (a build, a start) while fewer than `slots` others
+    run: no side step and no build holds a tier on the nodes back, and no such tier a build on the longest chain."""
     taken = [s for s in running if not s.light]
-    side_free, lane_free = len(taken) < slots + SIDE_ROOM, sum(not s.side for s in taken) < slots
+    side_free, nodes_free = len(taken) < slots + SIDE_ROOM, sum(s.on_nodes for s in taken) < slots
+    lane_free = sum(not s.side and not s.on_nodes for s in taken) < slots
 
     def may_start(step: Step) -> bool:
         apart = any(other.name in step.apart or step.name in other.apart for other in running)
-        return not apart and (step.light or (side_free if step.side else lane_free))
+        return not apart and (step.light or (side_free if step.side else nodes_free if step.on_nodes else lane_free))
 
     return max((s for s in ready if may_start(s)), key=lambda s: (s.early, rank.get(s.name, 0.0)), default=None)
 

@@ -80,9 +80,15 @@ def test_every_make_target_a_step_runs_has_its_prerequisites_built_by_steps_it_w
     come from steps it waits for, not from a second build beside theirs."""
     builds = {s.argv[-1]: s.name for s in tiers.STEPS if s.argv[0] == "make" and not s.tier}
     builds.update({"setup-op": "setup", "setup-trainer": "setup"})
-    prerequisites = dict(re.findall(r"^([a-zA-Z0-9_-]+):([^#\n]*)", (REPO / "Makefile").read_text(), re.MULTILINE))
+    prerequisites = {target: deps.split() for target, deps in
+                     re.findall(r"^([a-zA-Z0-9_-]+):([^#\n]*)", (REPO / "Makefile").read_text(), re.MULTILINE)}
+
+    def built_by(target: str) -> set[str]:  # every target make runs for it, theirs too
+        return {target}.union(*(built_by(t) for t in prerequisites.get(target, [])))
+
+    assert "cluster-build" in built_by("multinode-build"), "the check follows prerequisites' prerequisites"
     for step in (s for s in tiers.STEPS if s.argv[0] == "make"):
-        for target in prerequisites[step.argv[-1]].split():
+        for target in built_by(step.argv[-1]) - {step.argv[-1]}:
             if target in builds and builds[target] != step.name:
                 assert needs(step, builds[target]), f"{step.name}: make {step.argv[-1]} builds {target} itself"
 
@@ -169,6 +175,18 @@ def test_a_side_step_takes_a_slot_or_the_room_beside_them_and_never_holds_back_a
     assert tiers.next_step([third_side], [side, other_side], rank, slots=2) is third_side
     assert tiers.next_step([faults], [lane, step("two")], rank, slots=2) is None, "two node steps fill the slots"
     assert tiers.next_step([faults, other_side], [lane], rank, slots=2) is other_side, "both free: the longest chain"
+
+
+def test_builds_and_tiers_on_the_nodes_hold_each_other_back_in_no_slot() -> None:
+    build, start = step("build"), step("start")
+    node, runs, multinode = (tiers.Step(n, ("true",), n, node=n != "multi", multinode=n == "multi")
+                             for n in ("node", "runs", "multi"))  # fmt: skip
+    rank = {"build": 9, "start": 9, "node": 1, "runs": 1, "multi": 1}
+    assert tiers.next_step([runs], [build, node], rank, slots=2) is runs, "the build beside holds no node slot"
+    assert tiers.next_step([start], [build, node, runs], rank, slots=2) is start, "nor the node tiers a build"
+    assert tiers.next_step([start], [build, step("other build")], rank, slots=2) is None, "two builds fill theirs"
+    assert tiers.next_step([multinode], [node, runs], rank, slots=2) is None, "two tiers on the nodes fill theirs"
+    assert tiers.next_step([multinode], [build, start, runs], rank, slots=2) is multinode
 
 
 def test_a_light_step_mostly_waited_in_the_recorded_warm_run() -> None:
