@@ -14,11 +14,16 @@ import sys
 from pathlib import Path
 
 from support.node import JOB_LABEL, RealNode, tensorflow_status
-from support.runs import digits_run, saved_models
+from support.runs import saved_models, slow_epochs_run
 from support.wait import wait_for
 
 TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 DTR = Path(sys.executable).parent / "dtr"
+# Runs of support/slow_epochs_model.py, whose epochs sleep: what these tests prove is a run's life on the node (a
+# killed container, a deleted run), not training; the digits CNN's 20 epochs of 30 steps cost about 80 CPU s of the
+# node's pods for the four runs here (a cold CI run of f6c6aba). The kill must land mid-training: a finished run
+# deletes its backup, and a worker restarted then trains from the start.
+EPOCHS, EPOCH_SECONDS = 12, 3
 
 
 def test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_no_token(
@@ -26,10 +31,8 @@ def test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_
 ) -> None:
     name = "heal"
     worker = f"{name}-worker-1"
-    # 20 short epochs: the checks below take seconds under load, and the kill must land mid-training
-    # (a finished run deletes its backup, and a worker restarted then trains from the start).
-    real_node.apply(namespace, digits_run(name, epochs=20, steps=30, backoff=8))
-    real_node.wait_log(namespace, worker, "epoch 1/20 end")
+    real_node.apply_slow_epochs(namespace, slow_epochs_run(name, EPOCHS, EPOCH_SECONDS, backoff=8))
+    real_node.wait_log(namespace, worker, f"epoch 1/{EPOCHS} end")
 
     # While it runs: no credential in the container, and nothing writable but the volume and /tmp.
     assert real_node.exec(namespace, worker, "test", "-e", TOKEN).returncode == 1, "a token is mounted"
@@ -40,14 +43,14 @@ def test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_
         assert wrote.returncode == 0, (ok, wrote.stderr)
     real_node.exec(namespace, worker, "rm", "-f", "/mnt/dtr/x")
 
-    real_node.wait_log(namespace, worker, "epoch 3/20 end")  # a backup exists
+    real_node.wait_log(namespace, worker, f"epoch 3/{EPOCHS} end")  # a backup exists
     real_node.kill_container(namespace, worker)
     real_node.wait_log(namespace, worker, "resumed from backup at epoch")
     # While the pod runs (once it has finished, the kubelet removes its earlier containers and their logs):
     # the killed container's own log, and only worker 1's.
     before = dtr_logs(real_node, namespace, name, "--worker", "1", "--previous")
     assert before.returncode == 0, before.stderr
-    assert "[worker-1] dtr_trainer[worker-1]: epoch 1/20 begin" in before.stdout, before.stdout[-2000:]
+    assert f"[worker-1] dtr_trainer[worker-1]: epoch 1/{EPOCHS} begin" in before.stdout, before.stdout[-2000:]
     assert "[worker-0]" not in before.stdout and "resumed from backup" not in before.stdout
     st = real_node.wait_terminal(namespace, name)
     assert st["phase"] == "Succeeded", st
@@ -59,7 +62,7 @@ def test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_
         f"the restarted worker started over instead of resuming; before the kill:\n"
         f"{real_node.logs(namespace, worker, previous=True)[-3000:]}\nafter:\n{later[-3000:]}"
     )
-    assert "epoch 1/20 begin" not in later
+    assert f"epoch 1/{EPOCHS} begin" not in later
     volume = real_node.volume(namespace, f"{name}-data")
     assert saved_models(volume) == [volume / "models" / name / "1"]
     assert st["workerRestarts"] >= 1, st
@@ -67,7 +70,7 @@ def test_worker_container_killed_resumes_from_backup_and_succeeds_and_pods_hold_
     # dtr logs after the run: both workers merged and prefixed.
     both = dtr_logs(real_node, namespace, name)
     assert both.returncode == 0, both.stderr
-    assert "[worker-0] dtr_trainer[worker-0]: epoch 20/20 end" in both.stdout, both.stdout[-2000:]
+    assert f"[worker-0] dtr_trainer[worker-0]: epoch {EPOCHS}/{EPOCHS} end" in both.stdout, both.stdout[-2000:]
     assert "[worker-1] dtr_trainer[worker-1]: resumed from backup at epoch" in both.stdout, both.stdout[-2000:]
     # Worker 0 restarted too (its peer was lost): a finished pod's earlier container is the kubelet's to
     # remove, and then dtr logs says so and where the lines are kept, instead of printing nothing.
@@ -89,10 +92,11 @@ def test_a_killed_worker_under_never_fails_its_run_and_runs_deleted_mid_training
     their deletion (reclaimPolicy Retain and Delete)."""
     never, worker = "never", "never-worker-1"
     deleted = {"keep": ("Retain", 2), "drop": ("Delete", 1)}
-    real_node.apply(namespace, digits_run(never, epochs=20, steps=30, restart="Never"))
+    real_node.apply_slow_epochs(namespace, slow_epochs_run(never, EPOCHS, EPOCH_SECONDS, restart="Never"))
     for name, (reclaim, workers) in deleted.items():
-        real_node.apply(namespace, digits_run(name, workers=workers, epochs=100, steps=20, reclaim=reclaim))
-    real_node.wait_log(namespace, worker, "epoch 1/20 end")
+        real_node.apply_slow_epochs(namespace, slow_epochs_run(name, 100, EPOCH_SECONDS, workers=workers,
+                                                               reclaim=reclaim))  # fmt: skip
+    real_node.wait_log(namespace, worker, f"epoch 1/{EPOCHS} end")
     real_node.kill_container(namespace, worker)
     for name in deleted:
         real_node.wait_log(namespace, f"{name}-worker-0", "epoch 1/100 end")

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from support.node import RealNode
-from support.runs import SLOW_EPOCHS_MODEL, digits_run, saved_models, slow_epochs_run
+from support.runs import digits_run, saved_models, slow_epochs_run
 from support.wait import wait_for
 
 EPOCHS = 12
@@ -26,9 +26,7 @@ def test_suspend_mid_training_then_resume_continues_from_the_backup_with_one_mod
     real_node: RealNode, namespace: str
 ) -> None:
     name = "pause"
-    real_node.cluster.kubectl("create", "configmap", f"{name}-code", "-n", namespace,
-                              "--from-file", f"model.py={SLOW_EPOCHS_MODEL}")  # fmt: skip
-    real_node.apply(namespace, slow_epochs_run(name, EPOCHS, EPOCH_SECONDS))
+    real_node.apply_slow_epochs(namespace, slow_epochs_run(name, EPOCHS, EPOCH_SECONDS))
     real_node.wait_log(namespace, f"{name}-worker-0", f"epoch 3/{EPOCHS} end")
 
     patch_spec(real_node, namespace, name, {"suspend": True})

@@ -20,7 +20,7 @@ from dtr_contract.progress import SILENT_SECONDS, parse_epoch_end_line
 
 from devcluster.node import NodeError
 from support.node import RealNode, restricted_namespace
-from support.runs import SLOW_EPOCHS_MODEL, saved_models, slow_epochs_run
+from support.runs import saved_models, slow_epochs_run
 from support.wait import wait_for
 
 REPORT, RESTART = "frozen", "revive"
@@ -35,10 +35,7 @@ EPOCHS = 12
 EPOCH_SECONDS = 3
 
 
-def watched_run(real_node: RealNode, namespace: str, name: str, **watch: Any) -> dict[str, Any]:
-    """The run, its code sent as a ConfigMap, as `dtr submit` does."""
-    real_node.cluster.kubectl("create", "configmap", f"{name}-code", "-n", namespace,
-                              "--from-file", f"model.py={SLOW_EPOCHS_MODEL}")  # fmt: skip
+def watched_run(name: str, **watch: Any) -> dict[str, Any]:
     doc = slow_epochs_run(name, EPOCHS, EPOCH_SECONDS, backoff=8)
     doc["spec"]["watchdog"] = {"minStallSeconds": FLOOR, "stallFactor": 3, **watch}
     return doc
@@ -93,8 +90,8 @@ def frozen(real_node: RealNode) -> Iterator[Frozen]:
     """Both runs at once (one the Report test's, one the Restart test's), each with worker-1 frozen after its
     epoch 3: the two stalls are waited for together, not one after the other."""
     with restricted_namespace(real_node, "watchdog") as namespace:
-        real_node.apply(namespace, watched_run(real_node, namespace, REPORT))
-        real_node.apply(namespace, watched_run(real_node, namespace, RESTART, onStall="Restart", maxRestarts=2))
+        real_node.apply_slow_epochs(namespace, watched_run(REPORT))
+        real_node.apply_slow_epochs(namespace, watched_run(RESTART, onStall="Restart", maxRestarts=2))
         got = Frozen(namespace, {}, {})
         for name in (REPORT, RESTART):
             real_node.wait_log(namespace, f"{name}-worker-1", f"epoch 3/{EPOCHS} end")

@@ -26,6 +26,7 @@ from devcluster import node as realnode
 from . import kubectl_subset
 from .cluster import Cluster, kubeconfig_set, namespace_name
 from .repo import REPO
+from .runs import SLOW_EPOCHS_MODEL
 from .wait import wait_for
 
 TRAINER_PYTHON = os.environ.get("DTR_TRAINER_PYTHON") or str(REPO / ".venv" / "trainer" / "bin" / "python")
@@ -48,6 +49,14 @@ class RealNode:
 
     def apply(self, namespace: str, doc: dict[str, Any]) -> None:
         self.cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+
+    def apply_slow_epochs(self, namespace: str, doc: dict[str, Any]) -> None:
+        """A run of support.runs.slow_epochs_run: its code first, as the ConfigMap <name>-code (as `dtr submit`
+        sends a model file), then the run."""
+        name = doc["metadata"]["name"]
+        self.cluster.kubectl("create", "configmap", f"{name}-code", "-n", namespace,
+                             "--from-file", f"model.py={SLOW_EPOCHS_MODEL}")  # fmt: skip
+        self.apply(namespace, doc)
 
     def run_status(self, namespace: str, name: str) -> dict[str, Any]:
         return self._object("dtr", namespace, name).get("status") or {}
