@@ -120,10 +120,8 @@ test-e2e: setup ## `dtr run` end to end: real TF worker processes, no cluster
 
 # The real node (docs/cluster.md): containerd, runc, CNI, kubelet, kube-scheduler, kube-proxy, CoreDNS,
 # local-path, as k3s bundles them; built and cached like the control plane. Needs root.
-.PHONY: node-build node-parts test-node multinode-build test-multinode
-node-build: cluster-build node-parts ## build the control plane and the node's parts (containerd, runc, CoreDNS, local-path, their images; cached)
-
-node-parts: ## the node's parts alone, not the control plane (CI builds the two at once; cached)
+.PHONY: node-build test-node multinode-build test-multinode
+node-build: cluster-build ## build the node's parts (containerd, runc, CoreDNS, local-path, their images; cached)
 	bash devcluster/build_node.sh
 
 test-node: setup images node-build ## both images as pods on a real node: kubectl apply -> Succeeded, faults, security

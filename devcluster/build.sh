@@ -153,7 +153,7 @@ build_kueue() {
   src=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
   # In the module's own directory (read-only in Go's cache: -mod=readonly writes nothing), as its Makefile's
   # `build` does; its go.mod has no replace directives.
-  (cd "$src" && GOFLAGS=-mod=readonly go build -trimpath \
+  (cd "$src" && GOFLAGS="-mod=readonly -gcflags=all=-dwarf=false" go build -trimpath \
      -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" -o "$bin/kueue" ./cmd/kueue)
   # Its kustomize manifests, which devcluster/kueue.py renders and adjusts for the node.
   rm -rf "$cache/kueue"; mkdir -p "$cache/kueue"
@@ -165,10 +165,6 @@ build_kueue() {
 
 want=${*:-etcd k8s training-operator}
 for w in $want; do
-  # One build of a piece at a time: build_node.sh asks for the training-operator and Kueue, and CI runs it beside
-  # `make cluster-build` (tests/tiers.py); the second to come waits, then finds it cached.
-  exec 9>"$work/.$w.lock"
-  flock 9
   case $w in
     etcd) build_etcd ;;
     k8s) build_k8s ;;
@@ -176,6 +172,5 @@ for w in $want; do
     kueue) build_kueue ;;
     *) echo "unknown component: $w" >&2; exit 2 ;;
   esac
-  exec 9>&-
 done
 echo "$bin"
