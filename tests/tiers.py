@@ -187,7 +187,7 @@ STEPS: tuple[Step, ...] = (
          after=("control-plane build",)),
     Step("node start", (*NODE, "up", "--install", "--dir", str(NODE_DIR)),
          "the shared node: control plane, node, images imported, operator installed",
-         after=("setup", "images", "control-plane build", "node build")),
+         after=("setup", "images", "node build")),
     # Two steps on the one node, which may run at once: "node runs" holds the modules that only start runs of their
     # own in namespaces of their own and look at them (NODE_RUNS), most of its time the stall watchdog's waits; "node"
     # the rest, among them what changes the node for every test (Kueue installed, the operator's Deployment changed
@@ -237,8 +237,7 @@ STEPS: tuple[Step, ...] = (
     # The single node's work is done: its CPU and memory go to the several nodes' tier.
     Step("node stop", NODE_DOWN, "the shared node stopped, its images and volumes removed",
          after=("node", "node runs", "node faults")),
-    Step("multinode build", make("multinode-build"), "flanneld and its CNI plugin",
-         after=("control-plane build", "node build")),
+    Step("multinode build", make("multinode-build"), "flanneld and its CNI plugin", after=("node build",)),
     # After the node step: started sooner, the three nodes' idle kubelets and containerds would take CPU from every
     # tier until theirs. Beside the node faults (a node's faults are its own: devcluster/node.py), and so is the
     # multinode tier. Not after "node runs" too (until 2026-12-06): the node step ended 80 s before it at c5ce259, and
