@@ -276,7 +276,7 @@ bench-operator: setup-op cluster-build $(VENV_OP)/.bench-operator ## operator la
 	$(OP)/python -m bench.operator.run $(ARGS)
 
 .PHONY: bench-gobuild
-bench-gobuild: setup-op cluster-build ## a cold Go build (etcd) with devcluster/goenv.sh's GOGC=off against Go's default -> bench/gobuild/results.*
+bench-gobuild: setup-op cluster-build ## a cold Go build (etcd) with devcluster/goenv.sh against GOGC=100 and against DWARF -> bench/gobuild/results.*
 	$(OP)/python -m bench.gobuild.run $(ARGS)
 
 .PHONY: bench-nodestart
