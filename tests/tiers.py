@@ -19,11 +19,11 @@ tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
   pure function (next_step); the slots are threads that each wait on one process;
 - the node lane first: a `side` step (one no node step waits for) runs at nice SIDE_NICE, so the nodes'
   pods (kubepods, one cgroup) and the steps they need take the CPU they ask for and the side steps the rest;
-  a side step starts while fewer than N + SIDE_ROOM steps run, a node step while fewer than N node steps
-  do, a build or a start while fewer than N of them do: no side step holds one back (in a run of da2b85f,
-  with one set of slots, the node faults waited for e2e's), and builds and node steps hold each other back in
-  no slot (a cold run of f6c6aba: node runs waited 4 min for the S3 server's build, the three nodes' build
-  12 min for the node step);
+  a side step starts while fewer than N + SIDE_ROOM steps run, any other step (a build, a start, a tier on the
+  nodes) while fewer than N of those do: no side step holds one back (in a run of da2b85f, with one set of
+  slots, the node faults waited for e2e's). Builds and node tiers share their N slots: in CI's run of 3681934,
+  which gave each N of their own, two node tiers ran beside two builds on 2 cores and a watchdog test timed out
+  (a warm run of d5660fd so, 1744 s, against 1522 s of ec528c4 with one set);
 - one real node (control plane, containerd, kubelet, both images imported, the operator installed)
   serves every tier that needs one: DTR_NODE_DIR reaches their fixtures (tests/support/node.py).
 
@@ -104,11 +104,6 @@ class Step:
     sessions: int = 1  # pytest sessions at once (tests/shards.py): LIGHT_LOAD is of a core each
     side: bool = False  # no node step waits for it: runs at nice SIDE_NICE
     env: tuple[tuple[str, str], ...] = ()  # more of the step's environment
-
-    @property
-    def on_nodes(self) -> bool:
-        """A tier on the single node or on the several: it takes one of the nodes' slots, whatever builds run."""
-        return self.node or self.multinode
 
 
 def make(target: str) -> tuple[str, ...]:
@@ -341,16 +336,14 @@ def blocked_steps(pending: list[Step], results: dict[str, Result]) -> list[Step]
 def next_step(ready: list[Step], running: list[Step], rank: dict[str, float], slots: int = SLOTS) -> Step | None:
     """What starts now: of the ready steps that may run beside the running ones, an early one, else the one with the
     longest critical path (the first of equals in STEPS' order); None: none, the run waits for a step to end. A light
-    step may always start; a side step while fewer than `slots` + SIDE_ROOM steps that are not light run; a tier on
-    the nodes while fewer than `slots` such tiers run; any other (a build, a start) while fewer than `slots` others
-    run: no side step and no build holds a tier on the nodes back, and no such tier a build on the longest chain."""
+    step may always start; a side step while fewer than `slots` + SIDE_ROOM steps that are not light run; any other
+    while fewer than `slots` steps that are neither light nor side steps run: no side step holds a node step back."""
     taken = [s for s in running if not s.light]
-    side_free, nodes_free = len(taken) < slots + SIDE_ROOM, sum(s.on_nodes for s in taken) < slots
-    lane_free = sum(not s.side and not s.on_nodes for s in taken) < slots
+    side_free, lane_free = len(taken) < slots + SIDE_ROOM, sum(not s.side for s in taken) < slots
 
     def may_start(step: Step) -> bool:
         apart = any(other.name in step.apart or step.name in other.apart for other in running)
-        return not apart and (step.light or (side_free if step.side else nodes_free if step.on_nodes else lane_free))
+        return not apart and (step.light or (side_free if step.side else lane_free))
 
     return max((s for s in ready if may_start(s)), key=lambda s: (s.early, rank.get(s.name, 0.0)), default=None)
 

@@ -177,16 +177,15 @@ def test_a_side_step_takes_a_slot_or_the_room_beside_them_and_never_holds_back_a
     assert tiers.next_step([faults, other_side], [lane], rank, slots=2) is other_side, "both free: the longest chain"
 
 
-def test_builds_and_tiers_on_the_nodes_hold_each_other_back_in_no_slot() -> None:
+def test_builds_and_tiers_on_the_nodes_share_the_slots() -> None:
+    """CI's run of 3681934 gave each their own: two node tiers beside two builds on 2 cores, a watchdog test late."""
     build, start = step("build"), step("start")
     node, runs, multinode = (tiers.Step(n, ("true",), n, node=n != "multi", multinode=n == "multi")
                              for n in ("node", "runs", "multi"))  # fmt: skip
     rank = {"build": 9, "start": 9, "node": 1, "runs": 1, "multi": 1}
-    assert tiers.next_step([runs], [build, node], rank, slots=2) is runs, "the build beside holds no node slot"
-    assert tiers.next_step([start], [build, node, runs], rank, slots=2) is start, "nor the node tiers a build"
-    assert tiers.next_step([start], [build, step("other build")], rank, slots=2) is None, "two builds fill theirs"
-    assert tiers.next_step([multinode], [node, runs], rank, slots=2) is None, "two tiers on the nodes fill theirs"
-    assert tiers.next_step([multinode], [build, start, runs], rank, slots=2) is multinode
+    assert tiers.next_step([runs], [build, node], rank, slots=2) is None, "a build and a node tier fill both"
+    assert tiers.next_step([start], [node, runs], rank, slots=2) is None, "so do two node tiers"
+    assert tiers.next_step([multinode], [build], rank, slots=2) is multinode
 
 
 def test_a_light_step_mostly_waited_in_the_recorded_warm_run() -> None:
