@@ -93,18 +93,31 @@ def frozen(real_node: RealNode) -> Iterator[Frozen]:
         real_node.apply_slow_epochs(namespace, watched_run(REPORT))
         real_node.apply_slow_epochs(namespace, watched_run(RESTART, onStall="Restart", maxRestarts=2))
         got = Frozen(namespace, {}, {})
-        for name in (REPORT, RESTART):
-            real_node.wait_log(namespace, f"{name}-worker-1", f"epoch 3/{EPOCHS} end")
-            got.old_chief[name] = real_node.pod(namespace, f"{name}-worker-0")["metadata"]["uid"]
-            real_node.freeze_container(namespace, f"{name}-worker-1")
-            got.frozen_at[name] = time.monotonic()
-            ended = re.findall(rf"epoch (\d+)/{EPOCHS} end", real_node.logs(namespace, f"{name}-worker-1"))
-            print(f"{name}: worker-1 frozen after epoch {ended[-1] if ended else '?'}/{EPOCHS}")
+        wait_for(lambda: freeze_after_epoch_3(real_node, got), f"epoch 3/{EPOCHS} end in both runs' worker-1 log",
+                 timeout=600, interval=1)  # fmt: skip
         try:
             yield got
         finally:
             with contextlib.suppress(NodeError):  # the Report test thaws it; gone by now unless that test broke off
                 real_node.thaw_container(namespace, f"{REPORT}-worker-1")
+
+
+def freeze_after_epoch_3(real_node: RealNode, got: Frozen) -> bool:
+    """Freeze each run's worker-1 whose log says its epoch 3 ended, whichever run gets there first; True once both
+    are. Not one run waited for after the other: with 27 s of epochs left after epoch 3, a second run whose pods
+    started that much sooner (its claim bound first, under load) trains to its end meanwhile and never stalls, as
+    the Restart run never did in CI's run of 3681934 (its event waited for 195 s, after the Report test's 156 s)."""
+    for name in (n for n in (REPORT, RESTART) if n not in got.frozen_at):
+        worker = f"{name}-worker-1"
+        if f"epoch 3/{EPOCHS} end" not in real_node.logs(got.namespace, worker):
+            continue
+        got.old_chief[name] = real_node.pod(got.namespace, f"{name}-worker-0")["metadata"]["uid"]
+        real_node.freeze_container(got.namespace, worker)
+        got.frozen_at[name] = time.monotonic()
+        ended = [int(n) for n in re.findall(rf"epoch (\d+)/{EPOCHS} end", real_node.logs(got.namespace, worker))]
+        print(f"{name}: worker-1 frozen after epoch {ended[-1]}/{EPOCHS}")
+        assert ended[-1] < EPOCHS, f"{name}: worker-1 frozen only after its last epoch: no stall to find"
+    return len(got.frozen_at) == 2
 
 
 def test_a_frozen_worker_is_named_stalled_and_clears_when_thawed(real_node: RealNode, frozen: Frozen) -> None:
