@@ -232,6 +232,12 @@ case "$*" in
   "auth can-i"*) echo yes ;;
   "config current-context") echo k3d-dtr ;;
   "get crd"*) [ -n "$CRD_EXISTS" ] || exit 1 ;;
+  "wait --for=condition=Established"*)
+    echo x >>"$CALLS.waits"
+    if [ -n "$CRD_WAIT_FAILS" ]; then echo "error: timed out waiting for the condition" >&2; exit 1; fi
+    if [ "$(wc -l <"$CALLS.waits")" -le "${CRD_CONDITIONS_LATE:-0}" ]; then
+      echo 'error: .status.conditions accessor error: <nil> is of the type <nil>, expected []interface{}' >&2; exit 1
+    fi ;;
   *"version -o json") [ -z "$KUBE_MINOR" ] ||
     printf '{\n  "serverVersion": {\n    "major": "1",\n    "minor": "%s"\n  }\n}\n' "$KUBE_MINOR" ;;
   *endpointslices*addresses*) echo 172.18.0.2 ;;
@@ -427,6 +433,22 @@ def test_k3d_up_refuses_a_kubernetes_older_than_the_admission_policies_need(mac)
     assert "the cluster runs Kubernetes 1.29; the install needs 1.30 or newer" in proc.stdout + proc.stderr
     assert not mac.calls("kubectl apply"), "nothing applied"
     assert mac.run("deploy/k3d/up.sh", DTR_SKIP_BUILD="1", DTR_TIMEOUT="30", KUBE_MINOR="30").returncode == 0
+
+
+def test_install_waits_again_for_a_crd_whose_conditions_are_not_there_yet_and_for_nothing_else(mac):
+    """kubectl wait fails at once on a CRD with no status.conditions yet (kubernetes/kubernetes#66439): tried again;
+    any other failure of the wait ends the install there."""
+    settings = {"DTR_IMPORT": "none", "DTR_SKIP_BUILD": "1", "DTR_OPERATOR_EGRESS": "open"}
+    proc = mac.run("deploy/install.sh", CRD_CONDITIONS_LATE="2", **settings)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    waits = mac.calls("kubectl wait --for=condition=Established")
+    assert len(waits) == 4 and "accessor error" not in proc.stderr, (waits, proc.stderr)
+    assert mac.calls("kubectl -n dtr-system rollout status deployment/dtr-operator")
+    mac.calls_file.write_text("")
+    Path(f"{mac.calls_file}.waits").unlink()
+    proc = mac.run("deploy/install.sh", CRD_WAIT_FAILS="1", **settings)
+    assert proc.returncode != 0 and "timed out waiting for the condition" in proc.stderr, (proc.stdout, proc.stderr)
+    assert len(mac.calls("kubectl wait")) == 1 and not mac.calls("kubectl -n kubeflow rollout status")
 
 
 def test_install_of_a_team_operator_acts_in_its_namespace_and_needs_the_crd_there(mac):
