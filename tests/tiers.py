@@ -286,6 +286,7 @@ class Result:
     # CPU seconds of the step's own processes and of every descendant they waited for (wait4's rusage); not a node's
     # pods, which are containerd's children, nor a daemon that left its parent (dockerd)
     cpu: float | None = None
+    stopped: bool = False  # it failed once the run was stopping (stop_everything): the failure's effect, not its cause
 
     def row(self) -> dict[str, Any]:
         row: dict[str, Any] = {"name": self.step.name, "seconds": round(self.seconds, 1), "rc": self.rc}
@@ -376,7 +377,10 @@ class Run:
             return self.streaming == step.name
 
     def first_failure(self) -> Result | None:
+        """The failure to name: the first in the steps' order of those that failed by themselves, not because the run
+        stopped them (CI's run of fe15fde named unit, stopped, for the node start that failed)."""
         failed = [r for r in self.results.values() if r.rc not in (0, None)]
+        failed = [r for r in failed if not r.stopped] or failed
         return min(failed, key=lambda r: self.chosen.index(r.step)) if failed else None
 
 
@@ -456,6 +460,7 @@ def run_slots(run: Run, rank: dict[str, float]) -> None:
             except OSError as err:  # it could not start (no such program): a failure, not a step left waiting
                 say(f"{step.name}: FAILED to start: {err}")
                 result = Result(step, 0.0, 127)
+            result.stopped = bool(result.rc) and run.stop.is_set()
             run.results[step.name] = result
             if result.rc:
                 stop_everything(run)

@@ -249,10 +249,22 @@ def test_the_first_failure_stops_the_running_steps_and_starts_no_other(tmp_path:
     assert time.monotonic() - t0 < 10, "the long step was not stopped"
     assert done["fails"].rc == 3 and done["long"].rc not in (0, None)
     assert done["after it"].rc is None and done["later"].rc is None
+    assert not done["fails"].stopped and done["long"].stopped
+
     # a step whose program is not there fails the run as any failure does
     done = slots_ran(tmp_path, monkeypatch, [step("gone", argv=("/nonexistent/program",)), step("next", ("gone",))],
                      {})  # fmt: skip
     assert (done["gone"].rc, done["next"].rc) == (127, None)
+
+
+def test_the_failure_named_is_the_one_that_stopped_the_run_not_a_step_it_stopped() -> None:
+    run = tiers.Run([step("unit"), step("node start"), step("later")])
+    run.results = {"unit": tiers.Result(run.chosen[0], 5.0, -15, stopped=True),
+                   "node start": tiers.Result(run.chosen[1], 40.0, 1),
+                   "later": tiers.Result(run.chosen[2], 0.0, None)}  # fmt: skip
+    assert run.first_failure() is run.results["node start"]
+    run.results["node start"] = tiers.Result(run.chosen[1], 40.0, 0)
+    assert run.first_failure() is run.results["unit"], "none failed by itself (Ctrl-C): the first in order"
 
 
 def test_a_warm_tier_over_one_and_a_half_times_its_budget_fails_the_run_naming_it() -> None:
