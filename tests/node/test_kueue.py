@@ -20,14 +20,16 @@ import pytest
 
 from devcluster import kueue
 from support.node import RealNode
-from support.runs import digits_run, saved_models
+from support.runs import digits_run, saved_models, slow_epochs_run
 from support.wait import wait_for
 
 FLAVOR, CLUSTER_QUEUE, LOCAL_QUEUE = "dtr-default", "dtr-test", "team"
 QUOTA_CPU = "1"
 RUNS = ("first", "second", "third")
 LOW, HIGH = "dtr-low", "dtr-high"  # WorkloadPriorityClasses
-LOW_EPOCHS = 20  # long enough that the preemption lands mid-training
+# Long enough that the preemption lands mid-training: the sleeping model's epochs of LOW_EPOCH_SECONDS (digits' 30
+# steps each until 2026-12-07, about 45 CPU s of the node's pods; what Kueue and the resume do is the same).
+LOW_EPOCHS, LOW_EPOCH_SECONDS = 20, 2
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +76,12 @@ def priorities_allowed(real_node: RealNode) -> Iterator[None]:
     operator_env("DTR_ALLOWED_PRIORITY_CLASSES-")
 
 
-def queued_run(name: str, epochs: int = 2, steps: int = 10, priority: str | None = None, workers: int = 1
-               ) -> dict[str, Any]:  # fmt: skip
-    """Its workers ask the whole quota between them (1 CPU): one run is admitted at a time."""
-    doc = digits_run(name, workers=workers, epochs=epochs, steps=steps)
+def queued_run(name: str, epochs: int = 2, steps: int = 10, priority: str | None = None, workers: int = 1,
+               epoch_seconds: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """Its workers ask the whole quota between them (1 CPU): one run is admitted at a time. With epoch_seconds, the
+    sleeping model's run (support.runs.slow_epochs_run: apply it with RealNode.apply_slow_epochs), else digits'."""
+    doc = digits_run(name, workers=workers, epochs=epochs, steps=steps) if epoch_seconds is None else \
+        slow_epochs_run(name, epochs, epoch_seconds, workers=workers)  # fmt: skip
     doc["spec"]["queueName"] = LOCAL_QUEUE
     doc["spec"]["resources"] = {"requests": {"cpu": f"{1000 // workers}m"}, "limits": {"cpu": "1"}}
     if priority is not None:
@@ -147,11 +151,11 @@ def test_queued_runs_are_admitted_one_at_a_time_in_order_and_the_operator_never_
 def test_a_run_of_a_higher_workload_priority_class_preempts_a_running_one_which_resumes_from_its_epochs(
     real_node: RealNode, namespace: str, local_queue: str, priorities_allowed: None
 ) -> None:
-    low_run = queued_run("low", epochs=LOW_EPOCHS, steps=30, priority=LOW, workers=2)
+    low_run = queued_run("low", epochs=LOW_EPOCHS, priority=LOW, workers=2, epoch_seconds=LOW_EPOCH_SECONDS)
     # kueue#2923 / kubeflow/trainer#2239: preempting a TFJob with a non-default runPolicy.ttlSecondsAfterFinished
     # left its pods running. The preempted run here has one.
     low_run["spec"]["ttlSecondsAfterFinished"] = 600
-    real_node.apply(namespace, low_run)
+    real_node.apply_slow_epochs(namespace, low_run)
     # Preempted once its status shows an epoch done (status.progress, polled every few seconds): the message
     # must name it.
     wait_for(lambda: epochs_done(real_node.run_status(namespace, "low")) >= 2, "the low run's status to show epoch 2",
