@@ -28,7 +28,7 @@ QUOTA_CPU = "1"
 RUNS = ("first", "second", "third")
 LOW, HIGH = "dtr-low", "dtr-high"  # WorkloadPriorityClasses
 # Long enough that the preemption lands mid-training: the sleeping model's epochs of LOW_EPOCH_SECONDS (digits' 30
-# steps each until 2026-12-07, about 45 CPU s of the node's pods; what Kueue and the resume do is the same).
+# steps each until 2026-12-07, 36 CPU s of the node's pods at b62b1d0; what Kueue and the resume do is the same).
 LOW_EPOCHS, LOW_EPOCH_SECONDS = 20, 2
 
 
