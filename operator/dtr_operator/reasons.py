@@ -170,7 +170,8 @@ USER_CODE_ERROR = _status("UserCodeError", FAILED, True,
     "model does not fit its data, or it raised. The message is that worker's one line, naming the file, line "
     "and error, then the worker: `my_model.py:12 in load_data: ValueError: ... (worker wine-worker-0, exit "
     f"code {exits.USER_CODE})`. Permanent: change the code and create a new run. Under `restartPolicy: "
-    "OnFailure` the operator, seeing the error in the chief's log, sets the TFJob's backoffLimit to 0, so it "
+    "OnFailure` the operator, seeing the error in the chief's log or its exit code in the chief's pod (the last "
+    "container's, once the kubelet has restarted it), sets the TFJob's backoffLimit to 0, so it "
     "fails at the next restart rather than after `backoffLimit` restarts (an error in the first two epochs is "
     "seen within `--progress-interval`, a later one at the next read of the chief's log, within a minute: "
     "[operator.md](operator.md#how-it-reconciles), step 4)")  # fmt: skip
