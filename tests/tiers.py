@@ -146,6 +146,9 @@ INTEGRATION_SECOND = tuple(f"tests/integration/{m}.py" for m in (
 INTEGRATION = (OP_PYTHON, "tests/shards.py", "tests/integration", *(f"--ignore={m}" for m in INTEGRATION_SECOND),
                "--", *INTEGRATION_SECOND)  # fmt: skip
 ATTACKS = "tests/reliability/test_attacks.py"
+# The one node test that leaves every other namespace's runs unserved while it runs: in the node faults step, after
+# the node steps (its docstring).
+NAMESPACED_DEPLOY = "tests/node/test_namespaced_deploy.py"
 NODE = (OP_PYTHON, "-m", "devcluster.node")  # run from the repository root, as every step is
 NODE_DOWN = (*NODE, "down", "--purge", "--dir", str(NODE_DIR))
 CLUSTER = (OP_PYTHON, "-m", "devcluster.cluster")
@@ -210,7 +213,7 @@ STEPS: tuple[Step, ...] = (
     # 513-572 s: test_real_node's three runs (about 125 s of CI's 178) moved beside too, its two tests that change the
     # operator kept here (test_operator_pod.py), and test_progress's epochs made long by sleeping: 697 s and 698 s
     # (ef3bb44), the machine 94% busy.
-    Step("node", pytest("tests/node", *(f"--ignore={m}" for m in NODE_RUNS)),
+    Step("node", pytest("tests/node", *(f"--ignore={m}" for m in (*NODE_RUNS, NAMESPACED_DEPLOY))),
          "Kueue, placement, the operator's restarts and its namespaced install, isolation, your own model, install "
          "and kubectl apply -> model",
          budget=700, tier=True, node=True, after=("node start",)),
@@ -233,8 +236,8 @@ STEPS: tuple[Step, ...] = (
     # at ef3bb44, 308 CPU seconds (the machine 100% busy beside the node faults, the three nodes and the trainer tier).
     Step("integration", INTEGRATION, "the operator on a real control plane (two sessions at once)", budget=550,
          tier=True, after=("setup", "control-plane build", "node", "node runs"), light=True, sessions=2),
-    Step("node faults", pytest(NODE_FAULTS, ATTACKS),
-         "kubelet, containerd, a reboot, OOM, volumes; the attack suite; on the shared node",
+    Step("node faults", pytest(NODE_FAULTS, ATTACKS, NAMESPACED_DEPLOY),
+         "kubelet, containerd, a reboot, OOM, volumes; the attack suite; the namespaced install; on the shared node",
          # 472-549 s, then 688 s at db0e530 beside integration's two sessions, the three nodes, s3 and e2e: 600. Then
          # 632 s (d5660fd) and 794 s (b62b1d0, the same crowd): 650. Then 954 s at e9798a8 (21 s under): 700.
          budget=700, tier=True, node=True, after=("node", "node runs")),

@@ -3,7 +3,7 @@
 What the process node could not show: the images, the restricted pod settings under Pod Security
 `restricted`, volume permissions for uid 1000 on local-path, cluster DNS between workers, a
 container killed by the runtime, the operator's ServiceAccount and RBAC from deploy/. The operator's own pod
-deleted, and deploy/namespaced/ in its place: test_operator_pod.py.
+deleted: test_operator_pod.py; deploy/namespaced/ in its place: test_namespaced_deploy.py.
 """
 
 from __future__ import annotations
