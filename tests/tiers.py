@@ -17,8 +17,7 @@ tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
   its processes' CPU seconds, recorded per step, under LIGHT_LOAD of its seconds per pytest session it
   runs at once, tests/shards.py) runs beside the slots' steps without taking a slot. The choice is a
   pure function (next_step); the slots are threads that each wait on one process;
-- the node lane first: a `side` step (one no node step waits for) runs in the side steps' cpu cgroup
-  (SIDE_CGROUP, SIDE_SHARES: the weight of one session), at nice SIDE_NICE among them, so the nodes'
+- the node lane first: a `side` step (one no node step waits for) runs at nice SIDE_NICE, so the nodes'
   pods (kubepods, one cgroup) and the steps they need take the CPU they ask for and the side steps the rest;
   a side step starts while fewer than N + SIDE_ROOM steps run, any other step (a build, a start, a tier on the
   nodes) while fewer than N of those do: no side step holds one back (in a run of da2b85f, with one set of
@@ -48,7 +47,6 @@ import json
 import os
 import queue
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -72,18 +70,11 @@ SLOTS = 2  # steps at once: the 2 cores of CI's machine, as most steps mostly wa
 # integration: 362 CPU seconds in 716 s (0.51) at 76a4734, the first run with it light (2151 s against 2924 s); as
 # two sessions at once (Step.sessions), alone here: 292 CPU seconds in 325 s, 0.45 of a core each.
 LIGHT_LOAD = 0.55
-# The nice of a side step's processes, among the side steps' own.
+# The nice of a side step's processes. The pods of a node are one cgroup (kubepods: cpu.shares 2048 on 2 cores)
+# beside every process of the host's root cgroup, each at its nice's weight (1024 at 0): by the weights, four
+# TensorFlow processes of the trainer and s3 tiers at nice 0 would leave the node's pods a third of the machine, at
+# 10 (weight 110) four fifths. Measured, it did not shorten the one node step of da2b85f (1038 s against 1030 s).
 SIDE_NICE = 10
-# Nice alone did nothing across steps (da2b85f's node step: 1038 s against 1030 s at nice 0): with the kernel's
-# autogroup on (/proc/sys/kernel/sched_autogroup_enabled, 1 here and on CI's machines), the root cgroup schedules
-# each session as one entity at nice 0's weight, and a process's nice counts only inside its session. Every step is a
-# session of its own (run_step), and so is each process it starts in a new one: dtr run's workers, a control plane,
-# weed, MLflow. Measured: three spinning processes at nice 10 in a session took 4.6 CPU s in 15 s, as many as three at
-# nice 0 in another; with that session's autogroup at nice 10, 0.9 against 6.6. So the side steps' processes go into
-# one cpu cgroup (SIDE_CGROUP, where no autogroup applies and their descendants stay whatever sessions they start),
-# which weighs SIDE_SHARES against the node's pods (kubepods: cpu.shares 2048 on 2 cores) and each other session.
-SIDE_CGROUP = "dtr-side"
-SIDE_SHARES = 1024  # cgroup v1's cpu.shares: all side steps together weigh one session at nice 0
 # Side steps may run while fewer than SLOTS + SIDE_ROOM steps that are not light run. Nice alone does not keep them
 # off the node lane: two side steps beside the node tier's two steps (3be5bbf: two slots for each kind) made the node
 # step 1069 s against 697 s with one side step beside it (3b24152); and held back while two node steps ran, the side
@@ -115,7 +106,7 @@ class Step:
     early: bool = False  # a quick check that fails most runs that fail: before any other ready step
     light: bool = False  # mostly waits (LIGHT_LOAD): runs beside the slots' steps, taking no slot
     sessions: int = 1  # pytest sessions at once (tests/shards.py): LIGHT_LOAD is of a core each
-    side: bool = False  # no node step waits for it: runs in SIDE_CGROUP at nice SIDE_NICE
+    side: bool = False  # no node step waits for it: runs at nice SIDE_NICE
     env: tuple[tuple[str, str], ...] = ()  # more of the step's environment
 
 
@@ -389,7 +380,6 @@ class Run:
     streaming: str | None = None  # the step whose output goes to the terminal as it comes
     free_at_start: float = 0.0  # GB on the repository's file system
     least_free: float = 0.0
-    side_group: Path | None = None  # the side steps' cpu cgroup (side_cgroup)
 
     def passed(self, name: str) -> bool:
         result = self.results.get(name)
@@ -423,39 +413,8 @@ def step_env(step: Step, shared_node: bool, shared_cluster: bool = False) -> dic
     return env
 
 
-def step_argv(step: Step, group: Path | None = None) -> tuple[str, ...]:
-    """A side step joins the side steps' cgroup (else, when it cannot, lowers its session's autogroup nice), then
-    runs at nice SIDE_NICE; any other as it is."""
-    if not step.side:
-        return step.argv
-    join = f"(echo $$ > {shlex.quote(str(group / 'cgroup.procs'))}) 2>/dev/null || " if group else ""
-    return ("sh", "-c", f'{join}(echo {SIDE_NICE} > /proc/$$/autogroup) 2>/dev/null; exec "$@"', "sh",
-            "nice", "-n", str(SIDE_NICE), *step.argv)  # fmt: skip
-
-
-def side_cgroup(root: Path = Path("/sys/fs/cgroup")) -> Path | None:
-    """The side steps' cpu cgroup, made with SIDE_SHARES (cgroup v1's cpu controller, or v2's cpu.weight), or None
-    where it cannot be (not root, no cpu controller): side steps then lower their sessions' autogroup nice."""
-    for controller, knob, value in ((root / "cpu", "cpu.shares", SIDE_SHARES),
-                                    (root, "cpu.weight", max(1, round(SIDE_SHARES * 100 / 1024)))):  # fmt: skip
-        if not (controller / knob).exists() and not (controller / "cgroup.subtree_control").exists():
-            continue
-        group = controller / SIDE_CGROUP
-        try:
-            group.mkdir(exist_ok=True)
-            (group / knob).write_text(f"{value}\n")
-        except OSError:
-            remove_side_cgroup(group)
-            continue
-        return group
-    return None
-
-
-def remove_side_cgroup(group: Path | None) -> None:
-    """The cgroup gone once its processes are (rmdir fails while any is left: it stays, harmless)."""
-    if group is not None:
-        with contextlib.suppress(OSError):
-            group.rmdir()
+def step_argv(step: Step) -> tuple[str, ...]:
+    return ("nice", "-n", str(SIDE_NICE), *step.argv) if step.side else step.argv
 
 
 def say(text: str) -> None:
@@ -469,8 +428,8 @@ def run_step(run: Run, step: Step) -> Result:
     t0, cpu0, start = time.monotonic(), cpu_times(), time.time() - run.started
     env = step_env(step, shared_node=run.passed("node start"), shared_cluster=run.passed("multinode start"))
     with open(log, "wb") as out:
-        proc = subprocess.Popen(step_argv(step, run.side_group), cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(step_argv(step), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
         with run.lock:
             run.running[step.name] = proc
         assert proc.stdout is not None
@@ -772,13 +731,11 @@ def run_all(only: set[str], skip: set[str], slots: int = SLOTS) -> int:
     docker_was_installed = shutil.which("dockerd") is not None
     finished = threading.Event()
     threading.Thread(target=watch_disk, args=(run, finished), daemon=True).start()
-    run.side_group = side_cgroup()
     try:
         run_steps(run, warm_expected)
     finally:
         finished.set()
         stop_clusters()
-        remove_side_cgroup(run.side_group)
     warm = docker_was_installed and build_state() == before
     doc = summary(run, warm)
     (TIMINGS / "run.json").write_text(json.dumps(doc, indent=1) + "\n")
