@@ -17,9 +17,9 @@ tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
   its processes' CPU seconds, recorded per step, under LIGHT_LOAD of its seconds per pytest session it
   runs at once, tests/shards.py) runs beside the slots' steps without taking a slot. The choice is a
   pure function (next_step); the slots are threads that each wait on one process;
-- the node lane first: a `side` step (one no node step waits for) runs at nice SIDE_NICE, so the nodes'
-  pods (kubepods, one cgroup) and the steps they need take the CPU they ask for and the side steps the rest;
-  a side step starts while fewer than N + SIDE_ROOM steps run, any other step (a build, a start, a tier on the
+- the node lane first: a `side` step (one no node step waits for) runs at nice SIDE_NICE (which orders its
+  processes only among its own: SIDE_NICE says why and what was measured); a side step starts while
+  fewer than N + SIDE_ROOM steps run, any other step (a build, a start, a tier on the
   nodes) while fewer than N of those do: no side step holds one back (in a run of da2b85f, with one set of
   slots, the node faults waited for e2e's). Builds and node tiers share their N slots: in CI's run of 3681934,
   which gave each N of their own, two node tiers ran beside two builds on 2 cores and a watchdog test timed out
@@ -70,10 +70,16 @@ SLOTS = 2  # steps at once: the 2 cores of CI's machine, as most steps mostly wa
 # integration: 362 CPU seconds in 716 s (0.51) at 76a4734, the first run with it light (2151 s against 2924 s); as
 # two sessions at once (Step.sessions), alone here: 292 CPU seconds in 325 s, 0.45 of a core each.
 LIGHT_LOAD = 0.55
-# The nice of a side step's processes. The pods of a node are one cgroup (kubepods: cpu.shares 2048 on 2 cores)
-# beside every process of the host's root cgroup, each at its nice's weight (1024 at 0): by the weights, four
-# TensorFlow processes of the trainer and s3 tiers at nice 0 would leave the node's pods a third of the machine, at
-# 10 (weight 110) four fifths. Measured, it did not shorten the one node step of da2b85f (1038 s against 1030 s).
+# The nice of a side step's processes: it orders them only among the processes of their own session. With the
+# kernel's autogroup on (/proc/sys/kernel/sched_autogroup_enabled: 1 here), the root cgroup weighs each session as one
+# nice-0 process whatever its processes' nice, and every step is a session of its own (run_step), as is each process
+# a step starts in a new one (dtr run's workers, a control plane, weed, MLflow). Measured (2026-12-07): three spinning
+# processes at nice 10 in a session took 4.6 CPU s in 15 s, as many as three at nice 0 in another; with the
+# session's autogroup at nice 10, 0.9 against 6.6. So it did not shorten the one node step of da2b85f (1038 s against
+# 1030 s). Tried (b5f8d0c): every side step in one cpu cgroup of one session's weight; the side tiers took 30% longer
+# (trainer 948 s against 744, reliability 484 against 331, unit 197 against 140) and the node steps no less (982 s):
+# they mostly wait (their pods kept 0.58 of a core busy on average), so it was reverted. The scheduler's slots
+# (SIDE_ROOM), not the weights, keep the side steps off the node lane.
 SIDE_NICE = 10
 # Side steps may run while fewer than SLOTS + SIDE_ROOM steps that are not light run. Nice alone does not keep them
 # off the node lane: two side steps beside the node tier's two steps (3be5bbf: two slots for each kind) made the node
