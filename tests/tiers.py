@@ -100,8 +100,8 @@ class Step:
     argv: tuple[str, ...]
     what: str
     budget: float | None = None  # warm seconds, for tiers
-    # Warm CPU seconds of its own processes (Result.cpu), for a side tier: its guard instead of `budget`. At nice
-    # SIDE_NICE its wall is mostly the wait for what runs beside it (unit: 40-53 CPU s in 102-212 s, e2e 223-347 CPU s
+    # Warm CPU seconds of its own processes (Result.cpu), for a side tier: its guard instead of `budget`. Its wall is
+    # mostly its wait for the CPU that what runs beside it takes (unit: 40-53 CPU s in 102-212 s, e2e 223-347 CPU s
     # in 236-877 s, 2026-12-07), which failed green runs four times; its own CPU moves with its tests.
     cpu_budget: float | None = None
     tier: bool = False  # runs tests: DTR_TIER names its timings file
