@@ -283,6 +283,31 @@ def restarting(status: Mapping[str, Any]) -> bool:
     return record_of(status).get("restarting") is True
 
 
+def suspend_missing(status: Mapping[str, Any], tfjob: Mapping[str, Any]) -> bool:
+    """A restart recorded (restarting) whose TFJob was never suspended: the suspend that follows the record failed (an
+    API error, as the training-operator's webhook timing out under load, or the operator stopped in between), and
+    nothing would ever resume the run. True when the TFJob neither asks to be suspended nor has said Suspended (or
+    resumed) since the stall was flagged."""
+    if not restarting(status) or _suspend_asked(tfjob):
+        return False
+    flagged = parse_time((condition(status, STALLED_CONDITION) or {}).get("lastTransitionTime"))
+    return flagged is not None and not any(_moved_since(c, flagged) for c in _conditions(tfjob, "Suspended"))
+
+
+def _suspend_asked(tfjob: Mapping[str, Any]) -> bool:
+    return ((tfjob.get("spec") or {}).get("runPolicy") or {}).get("suspend") is True
+
+
+def _conditions(obj: Mapping[str, Any], cond_type: str) -> list[Mapping[str, Any]]:
+    return [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == cond_type]
+
+
+def _moved_since(cond: Mapping[str, Any], at: datetime) -> bool:
+    """Whether a condition moved at or after `at` (one with no time counts: it is not known not to have)."""
+    moved = parse_time(cond.get("lastTransitionTime"))
+    return moved is None or moved >= at
+
+
 def restarted_status(status: Mapping[str, Any]) -> dict[str, Any]:
     """The status once the TFJob is resumed after a restart for a stall (False, not the key left out: the status
     write is a merge patch, which keeps a key it does not name)."""

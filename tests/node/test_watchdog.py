@@ -158,8 +158,14 @@ def check_named(real_node: RealNode, namespace: str, name: str, st: dict[str, An
 
 def wait_restarted(real_node: RealNode, namespace: str, name: str, old_chief: str) -> None:
     """Until the StallRestart event is out and a new chief pod exists (the TFJob suspended, then resumed)."""
-    wait_for(lambda: any(e[1] == "StallRestart" for e in run_events(real_node, namespace, name)),
-             "the StallRestart event", timeout=FLOOR + 120, interval=1)  # fmt: skip
+    try:
+        wait_for(lambda: any(e[1] == "StallRestart" for e in run_events(real_node, namespace, name)),
+                 "the StallRestart event", timeout=FLOOR + 120, interval=1)  # fmt: skip
+    except pytest.fail.Exception:  # what the status says then: three CI-like runs failed here without it
+        st = real_node.run_status(namespace, name)
+        pytest.fail(f"{name}: no StallRestart event in {FLOOR + 120} s; its events "
+                    f"{run_events(real_node, namespace, name)}, status.watchdog {st.get('watchdog')}, conditions "
+                    f"{st.get('conditions')}", pytrace=False)  # fmt: skip
     wait_for(lambda: chief_uid(real_node, namespace, name) not in ("", old_chief), "a new chief pod", timeout=180,
              interval=2)  # fmt: skip
 

@@ -79,24 +79,31 @@ class Stall:
             return  # said already (a concurrent poll), or the run finished meanwhile
         self.ctx.emit(run.body, "Warning", STALLED_EVENT, message)
         if flag.then == watchdog.RESTART:
-            self._suspend_for_restart(run, flag)
+            self._suspend_for_restart(run, flag.restart)
 
-    def _suspend_for_restart(self, run: ObservedRun, flag: watchdog.Flag) -> None:
+    def _suspend_for_restart(self, run: ObservedRun, restart: int) -> None:
         """Suspend the TFJob (as spec.suspend does: its pods go); its next event that says so resumes it, and the
-        new workers resume from their backup."""
+        new workers resume from their backup. Recorded first (restarting): an API error here is tried again by the
+        next poll (resume_polled)."""
         spec = run.spec
         writes.suspend_tfjob(self.ctx.kube, spec, True)
         self.ctx.emit(run.body, "Warning", STALL_RESTART,
                   f"suspended TFJob {spec.tfjob_name} to restart its workers; it is resumed once its pods are gone, "
-                  f"and they resume from their backup (restart {flag.restart} of {spec.watchdog.max_restarts})")
+                  f"and they resume from their backup (restart {restart} of {spec.watchdog.max_restarts})")
 
     def resume_polled(self, run: ObservedRun) -> None:
         """The progress poll of a run being restarted: resume its TFJob once it says it is suspended."""
         spec = run.spec
         try:
             tfjob = self.ctx.kube.get_tfjob(spec.namespace, spec.tfjob_name)
-            if tfjob is not None and not spec.suspend and tfjob_state(tfjob).reason == TFJOB_SUSPENDED:
+            if tfjob is None or spec.suspend:
+                return
+            if tfjob_state(tfjob).reason == TFJOB_SUSPENDED:
                 self.resume_after_stall(run, tfjob)
+            elif watchdog.suspend_missing(run.status, tfjob):
+                log.warning("run %s/%s: its restart for a stall was recorded but TFJob %s not suspended: suspending it "
+                            "now", spec.namespace, spec.name, spec.tfjob_name)  # fmt: skip
+                self._suspend_for_restart(run, int(watchdog.record_of(run.status).get("restarts") or 1))
         except ApiError as err:
             log.warning("run %s/%s: its restart not resumed yet: %s", spec.namespace, spec.name, err)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from dtr_operator import watchdog
 from dtr_operator.api import KIND
+from dtr_operator.kube import ApiError
 from dtr_operator.reconcile.reconciler import Reconciler
 from dtr_operator.spec import WatchdogSpec
 from dtr_operator.watchdog import Clear, Flag, Healthy, Remind, Stalled
@@ -329,6 +330,43 @@ def test_restart_suspends_the_tfjob_and_its_suspended_event_resumes_it():
     rec.tfjob_event("MODIFIED", tfjob, cached_run=lambda namespace, name: run)
     assert policy_patches(kube)[-1] == {"annotations": {"distml.dev/suspended-by": None}, "suspend": False}
     assert status_writes(kube)[1]["watchdog"]["restarting"] is False  # named: the status write is a merge patch
+
+
+def test_a_restart_whose_suspend_failed_is_suspended_by_the_next_poll_not_left_pending_forever():
+    """The restart is recorded (restarting), then the suspend fails (the training-operator's webhook timing out
+    under load): nothing would ever resume the run, its poll only waiting for a suspended TFJob. The next poll
+    suspends it (CI-like runs of 3ed32af: no StallRestart in 195 s, the workers never restarted)."""
+    stalled = body(seen(running(), [(1, 300), (2, 362), (3, 424)]), onStall="Restart")
+    kube = api(STALLED_LOGS, stalled)
+    kube.fail("patch_tfjob_run_policy", ApiError(500, "InternalError", "failed calling webhook: context deadline"))
+    rec, events = poller(kube, at(424 + 400))
+    rec.poll_progress(stalled)
+    assert policy_patches(kube) == [] and [e[:2] for e in events] == [("Warning", "Stalled")]
+    [write] = status_writes(kube)
+    assert write["watchdog"]["restarting"] is True
+    run = kube.stored(KIND, "mnist-cnn")
+    assert run is not None
+    rec.poll_progress(run)
+    assert policy_patches(kube) == [{"annotations": {"distml.dev/suspended-by": "dtr-operator"}, "suspend": True}]
+    assert [e[:2] for e in events] == [("Warning", "Stalled"), ("Warning", "StallRestart")]
+    assert "restart 1 of 3" in events[1][2]
+    rec.poll_progress(run)  # the TFJob asks to be suspended: the training-operator's turn, nothing again
+    assert len(policy_patches(kube)) == 1
+
+
+def test_a_suspend_is_missing_only_while_the_tfjob_has_not_been_suspended_since_the_flag():
+    flagged = {"phase": "Running", "watchdog": {"restarting": True, "restarts": 2},
+               "conditions": [{"type": "Stalled", "status": "True", "lastTransitionTime": at(600)}]}  # fmt: skip
+
+    def tfjob(suspend: bool = False, moved: float | None = None) -> dict[str, Any]:
+        conds = [] if moved is None else [{"type": "Suspended", "status": "False", "lastTransitionTime": at(moved)}]
+        return {"spec": {"runPolicy": {"suspend": suspend}}, "status": {"conditions": conds}}
+
+    assert watchdog.suspend_missing(flagged, tfjob())
+    assert watchdog.suspend_missing(flagged, tfjob(moved=300)), "resumed after the first restart, not since"
+    assert not watchdog.suspend_missing(flagged, tfjob(moved=600)), "suspended (and resumed) since"
+    assert not watchdog.suspend_missing(flagged, tfjob(suspend=True)), "asked: the training-operator's turn"
+    assert not watchdog.suspend_missing({**flagged, "watchdog": {"restarting": False}}, tfjob()), "none pending"
 
 
 def test_a_tfjob_kueue_manages_without_the_runs_queue_name_is_reported_not_restarted():
