@@ -70,15 +70,15 @@ SLOTS = 2  # steps at once: the 2 cores of CI's machine, as most steps mostly wa
 # integration: 362 CPU seconds in 716 s (0.51) at 76a4734, the first run with it light (2151 s against 2924 s); as
 # two sessions at once (Step.sessions), alone here: 292 CPU seconds in 325 s, 0.45 of a core each.
 LIGHT_LOAD = 0.55
-# The nice of a side step's processes: it orders them only among the processes of their own session. With the
-# kernel's autogroup on (/proc/sys/kernel/sched_autogroup_enabled: 1 here), the root cgroup weighs each session as one
-# nice-0 process whatever its processes' nice, and every step is a session of its own (run_step), as is each process
-# a step starts in a new one (dtr run's workers, a control plane, weed, MLflow). Measured (2026-12-07): three spinning
-# processes at nice 10 in a session took 4.6 CPU s in 15 s, as many as three at nice 0 in another; with the
-# session's autogroup at nice 10, 0.9 against 6.6. So it did not shorten the one node step of da2b85f (1038 s against
-# 1030 s). Tried (b5f8d0c): every side step in one cpu cgroup of one session's weight; the side tiers took 30% longer
-# (trainer 948 s against 744, reliability 484 against 331, unit 197 against 140) and the node steps no less (982 s):
-# they mostly wait (their pods kept 0.58 of a core busy on average), so it was reverted. The scheduler's slots
+# The nice of a side step's processes: it orders them only among the processes of their own session. With the kernel's
+# autogroup on (/proc/sys/kernel/sched_autogroup_enabled: 1 here), the root cgroup weighs each session as one nice-0
+# process whatever its processes' nice, and every step is a session of its own (run_step), as is each process a step
+# starts in a new one (dtr run's workers, a control plane, weed, MLflow). Measured (bench/cpu/autogroup.py, 2026-12-07):
+# three spinning processes at nice 10 in a session took 4.6 CPU s in 15 s, as many as three at nice 0 in another; with
+# the session's autogroup at nice 10, 0.9 against 6.6. So it did not shorten the one node step of da2b85f (1038 s
+# against 1030 s). Tried (b5f8d0c): every side step in one cpu cgroup of one session's weight; the side tiers took 30%
+# longer (trainer 948 s against 744, reliability 484 against 331, unit 197 against 140) and the node steps no less
+# (982 s): they mostly wait (their pods kept 0.58 of a core busy on average), so it was reverted. The scheduler's slots
 # (SIDE_ROOM), not the weights, keep the side steps off the node lane.
 SIDE_NICE = 10
 # Side steps may run while fewer than SLOTS + SIDE_ROOM steps that are not light run. Nice alone does not keep them
