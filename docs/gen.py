@@ -307,14 +307,15 @@ def _minutes(seconds: float | None) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{int(seconds // 60)} min {round(seconds % 60):02d} s"
 
 
-def _run_line(kind: str, run: dict[str, Any] | None) -> str:
+def _run_line(kind: str, run: dict[str, Any] | None, tiers: ModuleType) -> str:
     if not run:
         return f"- **{kind}**: not measured yet (`python tests/tiers.py record {kind}` after such a run)"
     failed = [s["name"] for s in run["steps"] if s["rc"]]
     verdict = f"failed at {', '.join(failed)}" if failed else "all green"
     disk = f", at most {run['disk']['used at most GB']} GB of disk used" if "disk" in run else ""
+    machine = tiers.machine_line(run.get("machine") or {})
     return (f"- **{kind}**: {run['date']}, `{run['commit']}`, {run['cores']} cores: **{_minutes(run['seconds'])}** "
-            f"({run['seconds']:.0f} s), {verdict}{disk}")
+            f"({run['seconds']:.0f} s), {verdict}{disk}" + (f"; machine: {machine}" if machine else ""))
 
 
 def _ci_line(ci: dict[str, Any] | None) -> list[str]:
@@ -334,7 +335,7 @@ def render_ci_costs(repo: Path = REPO) -> str:
     tiers = _tiers(repo)
     costs = json.loads((repo / tiers.COSTS.relative_to(tiers.REPO)).read_text())
     runs = (costs.get("cold"), costs.get("warm"))
-    lines = [_run_line("cold", runs[0]), _run_line("warm", runs[1]), *_ci_line(costs.get("ci")), "",
+    lines = [_run_line("cold", runs[0], tiers), _run_line("warm", runs[1], tiers), *_ci_line(costs.get("ci")), "",
              f"| step | what | cold | warm | warm CPU | warm budget (guard: x{tiers.BUDGET_SLACK}) | tests |",
              "|---|---|---:|---:|---:|---:|---:|",
              *(_step_row(step, runs, tiers.SIDE_NICE) for step in tiers.STEPS)]

@@ -92,6 +92,13 @@ QUIET_TAIL = 15  # lines printed of a step's log that was not streamed, when it 
 # "disk"), with room to spare: a run that finds less stops at once instead of an hour in, on ENOSPC.
 DISK_NEEDED_GB = {"cold": 45.0, "warm": 28.0}
 DISK_SAMPLE_SECONDS = 5.0
+# How much work a CPU second of this machine does, sampled through the run: the probe, a fixed piece of pure-Python
+# work timed in its own thread's CPU seconds, so the run's load does not count (0.097-0.100 s idle and beside two
+# spinning processes here, 2026-12-07), only the CPU's speed; and the share of the CPU's time the hypervisor stole.
+# Two warm runs of almost the same tests took 2482 CPU s (0fcf131, 1421 s) and 4306 (e4da228, 2316 s) on two machines
+# of this kind: what a run's figures mean depends on which machine it had, which nothing recorded before.
+PROBE_LOOPS = 2_000_000
+PROBE_SAMPLE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -387,6 +394,8 @@ class Run:
     streaming: str | None = None  # the step whose output goes to the terminal as it comes
     free_at_start: float = 0.0  # GB on the repository's file system
     least_free: float = 0.0
+    probes: list[float] = field(default_factory=list)  # CPU seconds of each probe (probe_seconds), in order
+    stolen_at_start: tuple[int, int] = (0, 0)  # stolen_jiffies()
 
     def passed(self, name: str) -> bool:
         result = self.results.get(name)
@@ -455,7 +464,7 @@ def run_step(run: Run, step: Step) -> Result:
         lines = log.read_text(errors="replace").splitlines()
         print("\n".join(lines[-QUIET_TAIL:]) if rc == 0 else "\n".join(lines)[-30000:], flush=True)
     say(f"{step.name}: {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {took:.0f} s")
-    return Result(step, took, rc, busy=busy_between(cpu0, cpu_times()), start=start, cpu=cpu)
+    return Result(step, took, rc, busy=share_between(cpu0, cpu_times()), start=start, cpu=cpu)
 
 
 def wait_with_cpu(proc: subprocess.Popen[bytes]) -> tuple[int, float | None]:
@@ -525,6 +534,43 @@ def stop_everything(run: Run) -> None:
                     os.killpg(proc.pid, signal.SIGTERM)
 
 
+def probe_seconds(loops: int = PROBE_LOOPS) -> float:
+    """The CPU seconds this thread takes for a fixed piece of pure-Python work: the machine's speed, not its load."""
+    began, total, names = time.thread_time(), 0, {}
+    for i in range(loops):
+        total += i & 7
+        if i & 1023 == 0:
+            names[i] = str(i)
+    return time.thread_time() - began
+
+
+def speed_summary(probes: list[float], stolen: float | None) -> dict[str, Any]:
+    """The run's probes (their median the figure to compare across runs) and the share of its CPU time stolen."""
+    ordered = sorted(probes)
+    doc: dict[str, Any] = {}
+    if ordered:
+        doc = {"probe median s": round(ordered[len(ordered) // 2], 3), "probe min s": round(ordered[0], 3),
+               "probe max s": round(ordered[-1], 3), "probes": len(ordered)}  # fmt: skip
+    return doc if stolen is None else {**doc, "stolen": round(stolen, 3)}
+
+
+def watch_speed(run: Run, finished: threading.Event) -> None:
+    """A probe at the run's start, then one every PROBE_SAMPLE_SECONDS until it ends."""
+    while True:
+        run.probes.append(probe_seconds())
+        if finished.wait(PROBE_SAMPLE_SECONDS):
+            return
+
+
+def stolen_jiffies() -> tuple[int, int]:
+    """(stolen, total) jiffies of all CPUs since boot, from /proc/stat; (0, 0) where there is none."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (fields[7] if len(fields) > 7 else 0), sum(fields)
+
+
 def cpu_times() -> tuple[int, int]:
     """(busy, total) jiffies of all CPUs since boot, from /proc/stat; (0, 0) where there is none."""
     try:
@@ -535,7 +581,8 @@ def cpu_times() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def busy_between(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+def share_between(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """Of the jiffies between two (part, total) readings of /proc/stat, the part's share (busy, stolen)."""
     total = after[1] - before[1]
     return (after[0] - before[0]) / total if total > 0 else None
 
@@ -613,6 +660,7 @@ def summary(run: Run, warm: bool) -> dict[str, Any]:
         "seconds": round(time.time() - run.started, 1),
         "disk": {"free at start GB": round(run.free_at_start, 1), "used at most GB":
                  round(run.free_at_start - run.least_free, 1)},
+        "machine": speed_summary(run.probes, share_between(run.stolen_at_start, stolen_jiffies())),
         "steps": [with_parts(r.row()) for r in ran],
         "tiers": {r.step.name: tier_doc(r.step) for r in ran if r.step.tier and r.rc is not None},
     }
@@ -687,6 +735,8 @@ def print_table(doc: dict[str, Any]) -> None:
     print(f"{'total':22} {'':>6} {doc['seconds']:8.0f}")
     if disk := doc.get("disk"):
         print(f"disk: {disk['free at start GB']} GB free at the start, at most {disk['used at most GB']} GB used")
+    if line := machine_line(doc.get("machine") or {}):
+        print(f"machine: {line}")
     if slow := doc.get("slowest") or slowest_tests(doc):
         print("\nslowest tests (set-up, call, teardown; shared fixtures aside):")
         for tier, test, seconds in slow:
@@ -699,6 +749,17 @@ def print_table(doc: dict[str, Any]) -> None:
     # The plain closing line CI reads: every tier's tests in one count.
     print(f"\ntests: {counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
           f"{counts.get('skipped', 0)} skipped")
+
+
+def machine_line(machine: dict[str, Any]) -> str:
+    """The run's machine in words: its probe (lower is faster) and what the hypervisor stole ('' when unmeasured)."""
+    said = []
+    if "probe median s" in machine:
+        said.append(f"probe {machine['probe median s']:.3f} CPU s (median of {machine['probes']}, "
+                    f"{machine['probe min s']:.3f} to {machine['probe max s']:.3f}; lower is faster)")
+    if "stolen" in machine:
+        said.append(f"{machine['stolen']:.1%} of the CPU time stolen")
+    return ", ".join(said)
 
 
 def stop_clusters() -> None:
@@ -737,7 +798,9 @@ def run_all(only: set[str], skip: set[str], slots: int = SLOTS) -> int:
     before = build_state()
     docker_was_installed = shutil.which("dockerd") is not None
     finished = threading.Event()
+    run.stolen_at_start = stolen_jiffies()
     threading.Thread(target=watch_disk, args=(run, finished), daemon=True).start()
+    threading.Thread(target=watch_speed, args=(run, finished), daemon=True).start()
     try:
         run_steps(run, warm_expected)
     finally:

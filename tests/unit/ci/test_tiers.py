@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import ModuleType
@@ -392,6 +393,31 @@ def test_the_table_lists_the_slowest_ten_tests_across_tiers(capsys: pytest.Captu
     tiers.print_table({"warm": True, "seconds": 1.0, "steps": [], "tiers": tiers_of})
     out = capsys.readouterr().out
     assert "slowest tests" in out and "t2.py::test_9" in out and "t1.py::test_9" not in out
+
+
+def test_the_run_records_its_machines_speed_as_the_median_probe_and_the_time_stolen(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    machine = tiers.speed_summary([0.30, 0.10, 0.12, 0.11, 0.50], stolen=0.0123)
+    assert machine == {"probe median s": 0.12, "probe min s": 0.1, "probe max s": 0.5, "probes": 5, "stolen": 0.012}
+    assert tiers.speed_summary([], None) == {}
+    tiers.print_table({"warm": True, "seconds": 1.0, "steps": [], "tiers": {}, "machine": machine})
+    out = capsys.readouterr().out
+    assert "machine: probe 0.120 CPU s (median of 5, 0.100 to 0.500; lower is faster), 1.2% of the CPU time" in out
+    # The probe is work, not time: more of it takes more CPU seconds, and a sleeping thread spends none.
+    small, large = tiers.probe_seconds(20_000), tiers.probe_seconds(2_000_000)
+    assert 0 < small < large
+
+
+def test_the_speed_watch_probes_at_the_start_and_until_the_run_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tiers, "PROBE_SAMPLE_SECONDS", 0.05)
+    monkeypatch.setattr(tiers, "probe_seconds", lambda: 0.1)
+    run, finished = tiers.Run([]), threading.Event()
+    watcher = threading.Thread(target=tiers.watch_speed, args=(run, finished))
+    watcher.start()
+    time.sleep(0.3)
+    finished.set()
+    watcher.join(timeout=5)
+    assert not watcher.is_alive() and 2 <= len(run.probes) <= 8, run.probes
 
 
 def test_a_steps_parts_are_read_from_what_its_scripts_say_of_themselves() -> None:
