@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kopf.testing import KopfRunner
 
-from devcluster.controlplane import free_port
+from devcluster.controlplane import die_with_parent, free_port
 
 from .wait import poll
 
@@ -102,8 +102,11 @@ class OperatorProcess:
                 "--liveness-port", str(port), "--metrics-port", str(self.metrics_port)]  # fmt: skip
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         with open(self.log, "ab") as out:
+            # Its own group, which kill() signals; and it dies with the test process: a run stopped mid-way (CI's
+            # first failure stops the steps running) left one serving its namespace for hours.
             self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         self.starts += 1
         if wait_healthy and not poll(lambda: healthy(port) or not self.alive(), timeout, 0.1):
