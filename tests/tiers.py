@@ -244,7 +244,8 @@ STEPS: tuple[Step, ...] = (
          "kubelet, containerd, a reboot, OOM, volumes; the attack suite; the namespaced install; on the shared node",
          # 472-549 s, then 688 s at db0e530 beside integration's two sessions, the three nodes, s3 and e2e: 600. Then
          # 632 s (d5660fd) and 794 s (b62b1d0, the same crowd): 650. Then 954 s at e9798a8 (21 s under): 700. Then
-         # 1027 s at e4da228 with the namespaced install's test (moved here from "node": 31 s of it): 780.
+         # 1027 s at e4da228 with the namespaced install's test (moved here from "node": 31 s of it): 780. Then 919 s
+         # at ef45771, the kubelet and containerd kills one run (228 s against 186 + 170 s as two).
          budget=780, tier=True, node=True, after=("node", "node runs")),
     # Apart from node faults: both parts merge their records into one ledger file as they end (tests/reliability/
     # ledger.py). After them until 2026-12-06, and apart from integration too (the two start training-operators of
