@@ -564,20 +564,25 @@ def watch_speed(run: Run, finished: threading.Event) -> None:
             return
 
 
-def stolen_jiffies() -> tuple[int, int]:
-    """(stolen, total) jiffies of all CPUs since boot, from /proc/stat; (0, 0) where there is none."""
+def cpu_jiffies() -> list[int]:
+    """The jiffies of all CPUs since boot by kind (user, nice, system, idle, iowait, irq, softirq, steal, ...), from
+    /proc/stat's first line; [] where there is none."""
     try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     except (OSError, ValueError):
-        return 0, 0
+        return []
+
+
+def stolen_jiffies() -> tuple[int, int]:
+    """(stolen, total) jiffies of all CPUs since boot; (0, 0) where they are not counted."""
+    fields = cpu_jiffies()
     return (fields[7] if len(fields) > 7 else 0), sum(fields)
 
 
 def cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs since boot, from /proc/stat; (0, 0) where there is none."""
-    try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
+    """(busy, total) jiffies of all CPUs since boot; (0, 0) where they are not counted."""
+    fields = cpu_jiffies()
+    if len(fields) < 4:
         return 0, 0
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     return sum(fields) - idle, sum(fields)
