@@ -294,6 +294,18 @@ def suspend_missing(status: Mapping[str, Any], tfjob: Mapping[str, Any]) -> bool
     return flagged is not None and not any(_moved_since(c, flagged) for c in _conditions(tfjob, "Suspended"))
 
 
+def resume_unrecorded(status: Mapping[str, Any], tfjob: Mapping[str, Any]) -> bool:
+    """A restart recorded (restarting) whose TFJob was suspended and has been resumed since the stall was flagged: the
+    resume went through but its record (restarted_status) did not (an API error, or the operator stopped in between),
+    and the run would stay `restarting`, its progress never read again. True when the TFJob does not ask to be
+    suspended and its Suspended condition turned False since the flag."""
+    if not restarting(status) or _suspend_asked(tfjob):
+        return False
+    flagged = parse_time((condition(status, STALLED_CONDITION) or {}).get("lastTransitionTime"))
+    return flagged is not None and any(c.get("status") == "False" and _moved_since(c, flagged)
+                                       for c in _conditions(tfjob, "Suspended"))  # fmt: skip
+
+
 def _suspend_asked(tfjob: Mapping[str, Any]) -> bool:
     return ((tfjob.get("spec") or {}).get("runPolicy") or {}).get("suspend") is True
 

@@ -104,6 +104,10 @@ class Stall:
                 log.warning("run %s/%s: its restart for a stall was recorded but TFJob %s not suspended: suspending it "
                             "now", spec.namespace, spec.name, spec.tfjob_name)  # fmt: skip
                 self._suspend_for_restart(run, int(watchdog.record_of(run.status).get("restarts") or 1))
+            elif watchdog.resume_unrecorded(run.status, tfjob):
+                log.warning("run %s/%s: TFJob %s resumed after its restart for a stall, which was not recorded: "
+                            "recording it now", spec.namespace, spec.name, spec.tfjob_name)  # fmt: skip
+                self._record_resumed(run, tfjob)
         except ApiError as err:
             log.warning("run %s/%s: its restart not resumed yet: %s", spec.namespace, spec.name, err)
 
@@ -117,7 +121,11 @@ class Stall:
             return
         if not self._policy_held(run, tfjob):
             return  # stays suspended; the next poll tries again
-        tfjob = writes.suspend_tfjob(self.ctx.kube, spec, False)
+        self._record_resumed(run, writes.suspend_tfjob(self.ctx.kube, spec, False))
+
+    def _record_resumed(self, run: ObservedRun, tfjob: Mapping[str, Any]) -> None:
+        """The restart done (restarting: false), and the run's status mirrored from its resumed TFJob."""
+        spec = run.spec
         self.ctx.record(run.body, watchdog.restarted_status, quiet=True)
         fresh = self.ctx.kube.get_run(spec.namespace, spec.name)
         if is_live(fresh, spec.uid) and (parsed := self.ctx.parsed(fresh)) is not None:

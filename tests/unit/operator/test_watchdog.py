@@ -369,6 +369,46 @@ def test_a_suspend_is_missing_only_while_the_tfjob_has_not_been_suspended_since_
     assert not watchdog.suspend_missing({**flagged, "watchdog": {"restarting": False}}, tfjob()), "none pending"
 
 
+def test_a_resume_whose_record_failed_is_recorded_by_the_next_poll_not_left_restarting():
+    """The TFJob suspended for the restart is resumed, then the record of it (restarting: false) fails: the
+    training-operator resumes the workers, and the run would stay `restarting`, its progress never read again. The
+    next poll sees the TFJob resumed since the flag and records it."""
+    stalled = body(seen(running(), [(1, 300), (2, 362), (3, 424)]), onStall="Restart")
+    kube = api(STALLED_LOGS, stalled)
+    rec, _ = poller(kube, at(424 + 400))
+    rec.poll_progress(stalled)
+    run = suspended(kube)
+    kube.fail("patch_run_status", ApiError(500, "InternalError", "etcdserver: request timed out"))
+    rec.poll_progress(run)
+    assert policy_patches(kube)[-1] == {"annotations": {"distml.dev/suspended-by": None}, "suspend": False}
+    run = kube.stored(KIND, "mnist-cnn")
+    assert run is not None and run["status"]["watchdog"]["restarting"] is True, "the record failed"
+    tfjob = kube.stored("TFJob", "mnist-cnn")
+    assert tfjob is not None and tfjob["spec"]["runPolicy"]["suspend"] is False
+    resumed = [{"type": "Suspended", "status": "False", "lastTransitionTime": at(424 + 460)}]
+    kube.put({**tfjob, "status": {"conditions": resumed}})  # the training-operator's part
+    rec.poll_progress(run)
+    run = kube.stored(KIND, "mnist-cnn")
+    assert run is not None and run["status"]["watchdog"]["restarting"] is False
+    assert len(policy_patches(kube)) == 2, "nothing suspended or resumed again"
+
+
+def test_a_resume_is_unrecorded_only_while_the_tfjob_has_been_resumed_since_the_flag():
+    flagged = {"phase": "Running", "watchdog": {"restarting": True, "restarts": 1},
+               "conditions": [{"type": "Stalled", "status": "True", "lastTransitionTime": at(600)}]}  # fmt: skip
+
+    def tfjob(suspend: bool = False, status: str = "False", moved: float | None = 660) -> dict[str, Any]:
+        conds = [] if moved is None else [{"type": "Suspended", "status": status, "lastTransitionTime": at(moved)}]
+        return {"spec": {"runPolicy": {"suspend": suspend}}, "status": {"conditions": conds}}
+
+    assert watchdog.resume_unrecorded(flagged, tfjob())
+    assert not watchdog.resume_unrecorded(flagged, tfjob(moved=300)), "resumed after an earlier restart, not since"
+    assert not watchdog.resume_unrecorded(flagged, tfjob(moved=None)), "never suspended: suspend_missing's case"
+    assert not watchdog.resume_unrecorded(flagged, tfjob(status="True")), "still suspended: the resume's turn"
+    assert not watchdog.resume_unrecorded(flagged, tfjob(suspend=True)), "asked to suspend"
+    assert not watchdog.resume_unrecorded({**flagged, "watchdog": {"restarting": False}}, tfjob()), "recorded"
+
+
 def test_a_tfjob_kueue_manages_without_the_runs_queue_name_is_reported_not_restarted():
     """Security review R10: Kueue's LocalQueue defaulting labels the TFJob of a run that names no queue; suspending
     and resuming it would fight Kueue over an admitted workload, so its stall is reported only."""
