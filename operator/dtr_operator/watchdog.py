@@ -288,9 +288,7 @@ def suspend_missing(status: Mapping[str, Any], tfjob: Mapping[str, Any]) -> bool
     API error, as the training-operator's webhook timing out under load, or the operator stopped in between), and
     nothing would ever resume the run. True when the TFJob neither asks to be suspended nor has said Suspended (or
     resumed) since the stall was flagged."""
-    if not restarting(status) or _suspend_asked(tfjob):
-        return False
-    flagged = parse_time((condition(status, STALLED_CONDITION) or {}).get("lastTransitionTime"))
+    flagged = _restart_pending_since(status, tfjob)
     return flagged is not None and not any(_moved_since(c, flagged) for c in _conditions(tfjob, "Suspended"))
 
 
@@ -299,11 +297,17 @@ def resume_unrecorded(status: Mapping[str, Any], tfjob: Mapping[str, Any]) -> bo
     resume went through but its record (restarted_status) did not (an API error, or the operator stopped in between),
     and the run would stay `restarting`, its progress never read again. True when the TFJob does not ask to be
     suspended and its Suspended condition turned False since the flag."""
-    if not restarting(status) or _suspend_asked(tfjob):
-        return False
-    flagged = parse_time((condition(status, STALLED_CONDITION) or {}).get("lastTransitionTime"))
+    flagged = _restart_pending_since(status, tfjob)
     return flagged is not None and any(c.get("status") == "False" and _moved_since(c, flagged)
                                        for c in _conditions(tfjob, "Suspended"))  # fmt: skip
+
+
+def _restart_pending_since(status: Mapping[str, Any], tfjob: Mapping[str, Any]) -> datetime | None:
+    """When the stall was flagged, for a restart recorded (restarting) whose TFJob does not ask to be suspended (the
+    training-operator's turn then); None otherwise."""
+    if not restarting(status) or _suspend_asked(tfjob):
+        return None
+    return parse_time((condition(status, STALLED_CONDITION) or {}).get("lastTransitionTime"))
 
 
 def _suspend_asked(tfjob: Mapping[str, Any]) -> bool:
