@@ -93,10 +93,11 @@ QUIET_TAIL = 15  # lines printed of a step's log that was not streamed, when it 
 DISK_NEEDED_GB = {"cold": 45.0, "warm": 28.0}
 DISK_SAMPLE_SECONDS = 5.0
 # How much work a CPU second of this machine does, sampled through the run: the probe, a fixed piece of pure-Python
-# work timed in its own thread's CPU seconds, so the run's load does not count (0.097-0.100 s idle and beside two
-# spinning processes here, 2026-12-07), only the CPU's speed; and the share of the CPU's time the hypervisor stole.
-# Two warm runs of almost the same tests took 2482 CPU s (0fcf131, 1421 s) and 4306 (e4da228, 2316 s) on two machines
-# of this kind: what a run's figures mean depends on which machine it had, which nothing recorded before.
+# work timed in its own thread's CPU seconds, so the run's load does not count (bench/cpu/probe.json: medians 0.097 s
+# alone and beside two spinning processes here, ratio 1.00, 2026-12-07), only the CPU's speed; and the share of the
+# CPU's time the hypervisor stole. Two warm runs of almost the same tests took 2482 CPU s (0fcf131, 1421 s) and 4306
+# (e4da228, 2316 s) on two machines of this kind: what a run's figures mean depends on which machine it had, which
+# nothing recorded before.
 PROBE_LOOPS = 2_000_000
 PROBE_SAMPLE_SECONDS = 30.0
 
