@@ -32,7 +32,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -362,26 +362,61 @@ def tail(path: Path, lines: int = 15) -> str:
 # the bind, by the source port of some outgoing connection (a fresh-clone run lost a TF worker that way,
 # "Address already in use", while the integration lane ran beside it). dtr run does the same (local/ports.py).
 LOW_PORT, HIGH_PORT = 20000, 32000
+# "I/N": the I-th of N equal blocks of those (0-based). tests/tiers.py gives each step a block of its own, so a port
+# one step picked and has not bound yet cannot be another step's pick (a run of 9e7541d lost an mlflow test's worker
+# to a port taken before it bound it, "Could not start gRPC server", while the s3 step's workers, which pick theirs
+# here too, ran beside it).
+PORT_BLOCK_ENV = "DTR_PORT_BLOCK"
+
+
+def port_range(environ: Mapping[str, str] = os.environ) -> range:
+    spec = environ.get(PORT_BLOCK_ENV, "")
+    if not spec:
+        return range(LOW_PORT, HIGH_PORT)
+    index, _, count = spec.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count) <= (HIGH_PORT - LOW_PORT) // 16):
+        raise ControlPlaneError(f"{PORT_BLOCK_ENV}={spec!r}: want I/N, block I of N (0 <= I < N) of the ports "
+                                f"{LOW_PORT}-{HIGH_PORT}")  # fmt: skip
+    size = (HIGH_PORT - LOW_PORT) // int(count)
+    return range(LOW_PORT + int(index) * size, LOW_PORT + (int(index) + 1) * size)
+
+
+class _PortCursor:
+    """A range's ports in turn from a random start: this process hands a port out again only after going round the
+    whole range, so a port it gave one run is not another's while the first may not have bound it yet."""
+
+    def __init__(self) -> None:
+        self.next: dict[range, int] = {}
+
+    def take(self, ports: range) -> int:
+        at = self.next.get(ports, random.randrange(len(ports)))
+        self.next[ports] = (at + 1) % len(ports)
+        return ports[at]
+
+
+_cursor = _PortCursor()
 
 
 def free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports below the ephemeral range (all held open at once so they differ)."""
-    rng = random.Random()
+    """Distinct free loopback ports of `port_range()` (all held open at once so they differ)."""
+    ports = port_range()
     with contextlib.ExitStack() as stack:
-        ports: list[int] = []
-        for _ in range(10000):
-            if len(ports) == count:
-                return ports
-            port = rng.randrange(LOW_PORT, HIGH_PORT)
-            sock = stack.enter_context(socket.socket())
+        picked: list[int] = []
+        for _ in range(len(ports)):
+            if len(picked) == count:
+                return picked
+            port = _cursor.take(ports)
+            sock = socket.socket()
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
+                sock.close()
                 continue
-            ports.append(port)
-        if len(ports) == count:
-            return ports
-    raise ControlPlaneError(f"no {count} free loopback ports in {LOW_PORT}..{HIGH_PORT}")
+            stack.enter_context(sock)
+            picked.append(port)
+        if len(picked) == count:
+            return picked
+    raise ControlPlaneError(f"no {count} free loopback ports in {ports.start}..{ports.stop}")
 
 
 def run_build(script: Path, cache: Path, *components: str) -> None:

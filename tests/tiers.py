@@ -419,8 +419,10 @@ class Run:
         return min(failed, key=lambda r: self.chosen.index(r.step)) if failed else None
 
 
-def step_env(step: Step, shared_node: bool, shared_cluster: bool = False) -> dict[str, str]:
+def step_env(step: Step, shared_node: bool, shared_cluster: bool = False, port_block: str = "") -> dict[str, str]:
     env = dict(os.environ, DTR_TIMINGS=str(TIMINGS), DTR_TIER=step.name)
+    if port_block:  # "I/N": the loopback ports its tests pick (devcluster.controlplane.port_range)
+        env["DTR_PORT_BLOCK"] = port_block
     plugins = str(REPO / "tests" / "plugins")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (plugins, os.environ.get("PYTHONPATH", "")) if p)
     env["PYTEST_ADDOPTS"] = " ".join(p for p in ("-p tier_timings", os.environ.get("PYTEST_ADDOPTS", "")) if p)
@@ -445,7 +447,8 @@ def run_step(run: Run, step: Step) -> Result:
     live = run.stream(step)
     say(f"{step.name}: {step.what}{'' if live else ' (its output when it ends)'}")
     t0, cpu0, start = time.monotonic(), cpu_times(), time.time() - run.started
-    env = step_env(step, shared_node=run.passed("node start"), shared_cluster=run.passed("multinode start"))
+    env = step_env(step, shared_node=run.passed("node start"), shared_cluster=run.passed("multinode start"),
+                   port_block=f"{run.chosen.index(step)}/{len(run.chosen)}")  # a block of its own: steps run at once
     with open(log, "wb") as out:
         proc = subprocess.Popen(step_argv(step), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip

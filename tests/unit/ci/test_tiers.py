@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -239,6 +240,20 @@ def test_a_ready_step_starts_when_a_slot_frees_not_when_a_lane_reaches_it(tmp_pa
     done = slots_ran(tmp_path, monkeypatch, steps, {"build": 100, "one": 10, "two": 10, "tier": 10}, slots=1)
     assert sorted(done, key=lambda name: done[name].start) == ["build", "one", "two", "tier"]
     assert done["one"].start >= 2.0 and done["tier"].start >= done["two"].start + 0.3, done
+
+
+def test_each_step_of_a_run_picks_its_ports_from_a_block_of_its_own(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from devcluster.controlplane import port_range
+
+    said = tmp_path / "blocks"
+    steps = [step(name, argv=("sh", "-c", f'echo "$DTR_PORT_BLOCK" > {said}-{name}')) for name in ("a", "b", "c")]
+    done = slots_ran(tmp_path, monkeypatch, steps, {})
+    assert all(r.rc == 0 for r in done.values())
+    blocks = {name: Path(f"{said}-{name}").read_text().strip() for name in ("a", "b", "c")}
+    assert blocks == {"a": "0/3", "b": "1/3", "c": "2/3"}
+    ranges = sorted((port_range({"DTR_PORT_BLOCK": b}) for b in blocks.values()), key=lambda r: r.start)
+    assert all(x.stop <= y.start for x, y in itertools.pairwise(ranges))
 
 
 def test_the_first_failure_stops_the_running_steps_and_starts_no_other(tmp_path: Path,

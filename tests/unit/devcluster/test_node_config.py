@@ -6,6 +6,7 @@ The node tier proves these on a machine; here a typo in a manifest or a pin fail
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import tomllib
 from pathlib import Path
@@ -124,6 +125,29 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> Non
     for p in ports:
         with socket.socket() as s:
             s.bind(("0.0.0.0", p))  # as TF's gRPC server binds: every interface
+
+
+def test_a_port_block_is_its_share_of_the_range_and_a_bad_one_is_named() -> None:
+    from devcluster.controlplane import HIGH_PORT, LOW_PORT, PORT_BLOCK_ENV, ControlPlaneError, port_range
+
+    assert port_range({}) == range(LOW_PORT, HIGH_PORT)
+    blocks = [port_range({PORT_BLOCK_ENV: f"{i}/24"}) for i in range(24)]
+    assert [len(b) for b in blocks] == [500] * 24 and blocks[0].start == LOW_PORT and blocks[-1].stop <= HIGH_PORT
+    assert all(a.stop <= b.start for a, b in itertools.pairwise(blocks)), "the blocks do not overlap"
+    for bad in ("24/24", "1", "-1/4", "a/b", "0/0", "0/100000"):
+        with pytest.raises(ControlPlaneError, match=PORT_BLOCK_ENV):
+            port_range({PORT_BLOCK_ENV: bad})
+
+
+def test_free_ports_stay_in_the_block_and_go_round_it_before_handing_a_port_out_again(monkeypatch) -> None:
+    from devcluster import controlplane
+
+    monkeypatch.setenv(controlplane.PORT_BLOCK_ENV, "7/24")
+    block = controlplane.port_range()
+    handed = [p for _ in range(len(block) // 4) for p in controlplane.free_ports(2)]
+    assert set(handed) <= set(block)
+    # Free ports taken in turn: none twice until most of the block has gone by (a few may be busy here).
+    assert len(set(handed)) == len(handed), "a port handed out twice in one pass of the block"
 
 
 # ---- several nodes (devcluster/cluster.py): each node's own names, the shared parts
