@@ -4,9 +4,9 @@ on its own data:
 
 - in the middle of training: the workers fail with retryable exits (the chief's next backup cannot go up: 144; its
   peers lose it: 138), nothing is published; started again once the store is back (new pods, new empty
-  directories), they resume after the last epoch in the bucket and publish one version;
-- in the middle of the export: the chief fails retryably (144), no version is published (no manifest, no reader
-  takes it); started again once it is back, the chief publishes its claimed version, once.
+  directories), they resume after the last epoch in the bucket;
+- then, in the same run, in the middle of the export: the chief fails retryably (144), no version is published (no
+  manifest, no reader takes it); started again once it is back, the chief publishes its claimed version, once.
 
 Runs in the trainer's environment (make test-s3-local). Skipped, saying why, when `weed` was not built;
 DTR_S3_REQUIRED=1 fails instead.
@@ -68,8 +68,11 @@ def exits_of(workers: list[Worker], timeout: float = 600) -> list[int]:
         kill_all(workers)
 
 
-def test_the_store_going_away_mid_training_fails_retryably_and_the_run_resumes_when_it_is_back(
+def test_the_store_going_away_mid_training_then_mid_export_fails_retryably_each_time_and_publishes_once(
         server: s3.S3Server, tmp_path: Path):  # fmt: skip
+    """One run, the store stopped twice: after epoch 2 (a), then once the restart (b) has ended the last epoch, while
+    its chief exports; the third start (c) publishes the claimed version. Two runs of their own until 2026-12-07
+    (47.6 and 42.8 CPU s in CI's warm run of ef45771)."""
     first = pods(server.state(), tmp_path, "a")
     try:
         wait_for_line(first[0], f"epoch 2/{EPOCHS} end", timeout=600)  # a loaded machine: minutes
@@ -82,40 +85,33 @@ def test_the_store_going_away_mid_training_fails_retryably_and_the_run_resumes_w
     assert codes[0] == exits.OBJECT_STORE_UNREACHABLE and "does not answer" in logs[0], logs[0][-2000:]
     ended = max(int(m) for m in re.findall(rf"epoch (\d+)/{EPOCHS} end ", logs[0]))  # the chief's last logged
     state = server.start()  # the same data; new keys and ports: what a new Secret and endpoint would give the pods
-    assert published.published_versions(store(state), Location(BUCKET, "models/faulty")) == []
+    base = Location(BUCKET, "models/faulty")
+    assert published.published_versions(store(state), base) == []
 
     again = pods(state, tmp_path, "b")
-    codes = exits_of(again)
-    logs = [w.log() for w in again]
-    assert codes == [0, 0], [log[-3000:] for log in logs]
-    resumed = int(logs[0].split("resumed from backup at epoch ")[1].split("/")[0])
-    assert 2 < resumed <= ended + 1, (resumed, ended, logs[0][-3000:])  # no finished epoch lost, none trained twice
-    assert json.loads(again[0].stdout_lines()[-1])["modelVersion"] == 1
-    assert published.published_versions(store(state), Location(BUCKET, "models/faulty")) == [1]
-
-
-def test_the_store_going_away_mid_export_publishes_nothing_until_it_is_back(server: s3.S3Server, tmp_path: Path):
-    first = pods(server.state(), tmp_path, "a")
     try:
-        wait_for_line(first[0], f"epoch {EPOCHS}/{EPOCHS} end", timeout=600)
+        wait_for_line(again[0], f"epoch {EPOCHS}/{EPOCHS} end", timeout=600)
         server.stop()  # the chief now evaluates and exports: its upload finds no store
-        codes = exits_of(first)
+        codes = exits_of(again)
     finally:
-        kill_all(first)
-    log = first[0].log()
+        kill_all(again)
+    log = again[0].log()
+    resumed = int(log.split("resumed from backup at epoch ")[1].split("/")[0])
+    assert 2 < resumed <= ended + 1, (resumed, ended, log[-3000:])  # no finished epoch lost, none trained twice
     assert codes[0] == exits.OBJECT_STORE_UNREACHABLE, log[-3000:]
     assert "does not answer" in log and "the run tries again" in log, log[-3000:]
     assert "model exported" not in log
     state = server.start()
-    c, base = store(state), Location(BUCKET, "models/faulty")
+    c = store(state)
     assert published.published_versions(c, base) == []
     with pytest.raises(published.UnpublishedVersion):
         published.download_version(c, f"s3://{BUCKET}/models/faulty/1", tmp_path / "got")
 
-    again = pods(state, tmp_path, "b")
-    codes = exits_of(again)
-    assert codes == [0, 0], [w.log()[-3000:] for w in again]
-    assert "epoch 1/" not in again[0].log(), again[0].log()[-3000:]  # every epoch was in the bucket: none again
-    summary = json.loads(again[0].stdout_lines()[-1])
+    last = pods(state, tmp_path, "c")
+    codes = exits_of(last)
+    assert codes == [0, 0], [w.log()[-3000:] for w in last]
+    assert f"/{EPOCHS} begin" not in last[0].log(), last[0].log()[-3000:]  # every epoch was in the bucket: none again
+    summary = json.loads(last[0].stdout_lines()[-1])
     assert summary["modelPath"] == f"s3://{BUCKET}/models/faulty/1", summary  # the claimed version, once
+    assert summary["modelVersion"] == 1
     assert published.published_versions(c, base) == [1]
