@@ -290,6 +290,19 @@ def test_a_warm_tier_over_one_and_a_half_times_its_budget_fails_the_run_naming_i
     assert "tier 'node' took" in late and f"budget of {budget:.0f} s" in late
 
 
+def test_a_slower_machine_grows_the_guards_by_its_probe_and_a_faster_one_does_not_shrink_them() -> None:
+    budget = {s.name: s.budget for s in tiers.STEPS}["node"]
+    slow = {"probe median s": tiers.BUDGET_PROBE_S * 1.4, "probes": 70}
+    doc = {**run_doc(node=budget * 1.5 * 1.4 - 1), "machine": slow}
+    assert tiers.budget_scale(slow) == pytest.approx(1.4) and tiers.over_budget(doc) == []
+    doc = {**run_doc(node=budget * 1.5 * 1.4 + 1), "machine": slow}
+    (late,) = tiers.over_budget(doc)
+    assert "x1.40 on this slower machine" in late
+    fast = {"probe median s": tiers.BUDGET_PROBE_S / 2, "probes": 70}
+    assert tiers.budget_scale(fast) == 1.0 and tiers.over_budget({**run_doc(node=budget * 1.5), "machine": fast}) == []
+    assert tiers.budget_scale({}) == 1.0  # no probe (a run before c53db36): the budgets as they are
+
+
 def test_a_side_tier_is_held_to_its_cpu_seconds_not_to_the_wait_for_what_ran_beside_it() -> None:
     step = {s.name: s for s in tiers.STEPS}["unit"]
     assert step.side and step.cpu_budget and step.budget
