@@ -240,6 +240,7 @@ STREAM_READ = """
                       "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}))
 """
 
+
 # Small shards, as the spike's (8 MB): with 150 MB shards the same reads peaked at 1.85 GB for 1.2 GB of data (0.57 GB
 # from local disk), whatever S3_DISABLE_MULTI_PART_DOWNLOAD, the chunk size, a tf.data RAM budget or glibc's arenas
 # said: tensorflow-io's reads hold memory per open file in proportion to its size (docs/object-storage.md#memory).
