@@ -248,8 +248,9 @@ def test_a_dataset_larger_than_the_workers_peak_memory_is_streamed(server: s3.St
     """The honest bound without a memory limit: reading the data whole, twice (the counting pass and an epoch), adds
     less to the reading process's peak RSS than the data's size, so it never held them; a cache() in memory would
     have. Measured from the RSS once the pipeline gave its first record (TensorFlow, tf.data, the S3 client: about
-    370 MB here); what reading adds is the pipeline's buffers, about 250 MB whether the data are 243 MB or 973 MB,
-    so the data are twice that, and no more (the test's cost is the data's: 1.0 GB took 110 CPU s)."""
+    370 MB here); what reading adds is the pipeline's buffers, about 255 MiB whether the data are 243 MiB or 974
+    (bench/s3/results-stream-rss.md), so the data are twice that, and no more (the test's cost is the data's: 1.0 GB
+    took 110 CPU s)."""
     shards, per_shard = 64, 2_500  # 160,000 records of the built-in schema in 8 MB shards: about 490 MB
     env = s3_env(server, TF_CPP_MIN_LOG_LEVEL="2")
     fmt = {"bucket": BUCKET, "shards": shards, "per_shard": per_shard}
