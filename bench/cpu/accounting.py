@@ -165,6 +165,12 @@ def pods_by_test(processes: list[Process], spans: list[Span], top: int = 40,
     return [(name, round(cpu, 1)) for name, cpu in by_test.most_common(top)]
 
 
+def add_result(path: Path, label: str, result: dict) -> None:
+    """Keep `result` under `label` in the JSON file of labelled results at path (bench/cpu's results files)."""
+    results = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**results, label: result}, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `report ... | head` ends quietly
     parser = argparse.ArgumentParser(prog="python3 -m bench.cpu.accounting", description=__doc__.split("\n\n")[0])
@@ -213,8 +219,7 @@ def print_report(args: argparse.Namespace) -> int:
     if spans is not None:
         result["pods by test"] = pods_by_test(processes, spans, args.top)
     if args.json:
-        reports = json.loads(args.json.read_text()) if args.json.exists() else {}
-        args.json.write_text(json.dumps({**reports, args.label: result}, indent=1) + "\n")
+        add_result(args.json, args.label, result)
     print(f"{result['processes']} processes, {result['cpu seconds']} CPU s (the longest-lived: {result['root']})")
     for title in ("by command", "by step", "by step and command", "pods by test"):
         if title not in result:

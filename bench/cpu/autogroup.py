@@ -11,12 +11,13 @@ Ratios in one run (this machine is noisy); tests/tiers.py's SIDE_NICE cites them
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench.cpu.accounting import add_result
 
 SPIN = """
 import os, sys, time
@@ -74,9 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                         "ratio": round(second / first, 2) if first else None}  # fmt: skip
         print(f"{name}: {second:.1f} CPU s against {first:.1f} at nice 0 (ratio {result[name]['ratio']})")
     if args.json:
-        doc = json.loads(args.json.read_text()) if args.json.exists() else {}
-        doc[args.label] = result
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        add_result(args.json, args.label, result)
     return 0
 
 

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.cpu.accounting import add_result
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -60,9 +62,7 @@ def main() -> int:
               "ratio of medians (beside / alone)": round(statistics.median(loaded) / statistics.median(alone), 3)}
     print(json.dumps(result, indent=1))
     if args.json:
-        doc = json.loads(args.json.read_text()) if args.json.exists() else {}
-        doc[args.label] = result
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        add_result(args.json, args.label, result)
     return 0
 
 
