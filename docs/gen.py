@@ -387,6 +387,7 @@ def _test_count(run: dict[str, Any] | None, name: str) -> str:
 def _step_row(step: Any, runs: Runs, nice: int) -> str:
     after = f" (after *{'*, *'.join(step.after)}*)" if step.after else ""
     after += "; light: takes no slot" if step.light else ""
+    after += f", starts ahead of *{'*, *'.join(step.ahead)}* to end with them" if step.ahead else ""
     after += f"; side: nice {nice}" if step.side else ""
     cold, warm = (_minutes(_step_record(run, step.name).get("seconds")) for run in runs)
     tests = _test_count(runs[1], step.name) or _test_count(runs[0], step.name)

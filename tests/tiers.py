@@ -15,8 +15,11 @@ tests. What a run pays once, and where (docs/cluster.md#what-ci-costs):
   the gaps. Quick checks (`early`: lint, unit) go before any of them: a run that fails mostly fails
   there. A step never runs beside the steps it is `apart` from. A `light` step (one that mostly waits:
   its processes' CPU seconds, recorded per step, under LIGHT_LOAD of its seconds per pytest session it
-  runs at once, tests/shards.py) runs beside the slots' steps without taking a slot. The choice is a
-  pure function (next_step); the slots are threads that each wait on one process;
+  runs at once, tests/shards.py) runs beside the slots' steps without taking a slot. A light step may
+  start `ahead` of some of the steps it needs, just in time: once each of them has run so long that,
+  by its recorded seconds, it ends within the step's own (the three nodes' start, ready as the single
+  node's tiers end). The choice is a pure function (ready_steps, next_step); the slots are threads
+  that each wait on one process;
 - the node lane first: a `side` step (one no node step waits for) runs at nice SIDE_NICE (which orders its
   processes only among its own: SIDE_NICE says why and what was measured); a side step starts while
   fewer than N + SIDE_ROOM steps run, any other step (a build, a start, a tier on the
@@ -54,6 +57,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +91,7 @@ SIDE_NICE = 10
 # step 1069 s against 697 s with one side step beside it (3b24152); and held back while two node steps ran, the side
 # steps came last, on the run's longest chain (3b24152: the trainer tier waited for the node tier's end).
 SIDE_ROOM = 1
+AHEAD_LOOK_SECONDS = 5.0  # how often the scheduler looks whether a step that starts ahead is due
 BUDGET_SLACK = 1.5  # a warm tier may take half as long again as its budget before the run fails
 # The probe's median (below) on the machine that measured the budgets: ef45771's warm run, 0.102 CPU s (0.097-0.103 in
 # the runs of 2026-12-07). A run whose probe is larger, a slower CPU, has its guards grown in proportion; a faster
@@ -126,6 +131,9 @@ class Step:
     light: bool = False  # mostly waits (LIGHT_LOAD): runs beside the slots' steps, taking no slot
     sessions: int = 1  # pytest sessions at once (tests/shards.py): LIGHT_LOAD is of a core each
     side: bool = False  # no node step waits for it: runs at nice SIDE_NICE
+    # Steps of `after` a light step need not see end: it starts once each has run its recorded seconds less the
+    # step's own (ready_steps), so that it is done about when they are.
+    ahead: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # more of the step's environment
 
 
@@ -270,10 +278,14 @@ STEPS: tuple[Step, ...] = (
     # tier until theirs. Beside the node faults (a node's faults are its own: devcluster/node.py), and so is the
     # multinode tier. Not after "node runs" too (until 2026-12-06): the node step ended 80 s before it at c5ce259, and
     # the three nodes' start (120 s) then waited with a slot free, on the run's longest chain; their tier still waits
-    # for both, the TensorFlow of its runs kept from the single node's.
+    # for both, the TensorFlow of its runs kept from the single node's. Then (2026-12-08) light and ahead of both:
+    # it began as they ended (902 s into 334cfc9's warm run, the multinode tier last until 1720 s), with the
+    # machine 68-87% busy over the two minutes before (the node steps' last tests mostly wait); started so as to
+    # end with them, its 121 s are off the longest chain, the idle nodes kept for seconds only. Light: its own
+    # processes 13 CPU s in 121 s; the nodes' daemons and the pods it installs take about as many more.
     Step("multinode start", (*CLUSTER, "up", "--install", "--nodes", "3", "--dir", str(CLUSTER_DIR)),
          "three nodes: control plane, nodes, images imported into each, operator installed",
-         after=("setup", "images", "multinode build", "node")),
+         after=("setup", "images", "multinode build", "node", "node runs"), light=True, ahead=("node", "node runs")),
     # The S3 server's Go build (cold ~10 min, warm seconds) and its tests against it as a local process (the
     # pod's: docs/cluster.md). After the node's build: the two Go builds one after the other.
     Step("s3 build", make("s3-build"), "SeaweedFS's weed and its image from source", after=("node build",)),
@@ -359,12 +371,27 @@ def critical_paths(steps: list[Step], expected: dict[str, float]) -> dict[str, f
     return rank
 
 
-def ready_steps(pending: list[Step], results: dict[str, Result], chosen: set[str]) -> list[Step]:
-    """The pending steps whose inputs have all passed (a step left out by --only/--skip counts as passed)."""
+def ready_steps(
+    pending: list[Step],
+    results: dict[str, Result],
+    chosen: set[str],
+    running_for: Mapping[str, float] | None = None,
+    expected: Mapping[str, float] | None = None,
+) -> list[Step]:
+    """The pending steps whose inputs have all passed (a step left out by --only/--skip counts as passed), or, for
+    an input a step starts `ahead` of, runs and is due to end within the step's expected seconds: it has run
+    (running_for: seconds so far of each running step) its expected seconds less the step's. Without a record of
+    both, it waits for the input's end."""
+    running_for, expected = running_for or {}, expected or {}
+
     def passed(name: str) -> bool:
         return name not in chosen or (name in results and results[name].rc == 0)
 
-    return [s for s in pending if all(passed(name) for name in s.after)]
+    def due(step: Step, name: str) -> bool:
+        return (name in step.ahead and name in running_for and name in expected and step.name in expected
+                and running_for[name] >= expected[name] - expected[step.name])  # fmt: skip
+
+    return [s for s in pending if all(passed(name) or due(s, name) for name in s.after)]
 
 
 def blocked_steps(pending: list[Step], results: dict[str, Result]) -> list[Step]:
@@ -489,50 +516,60 @@ def wait_with_cpu(proc: subprocess.Popen[bytes]) -> tuple[int, float | None]:
     return proc.returncode, usage.ru_utime + usage.ru_stime
 
 
-def run_slots(run: Run, rank: dict[str, float]) -> None:
-    """Every chosen step, each in a slot of its own once the steps it needs have passed, up to run.slots at once
-    (light steps aside), chosen by next_step; a step that can no longer start is recorded as not run."""
+def run_slots(run: Run, rank: dict[str, float], expected: Mapping[str, float] | None = None) -> None:
+    """Every chosen step, each in a slot of its own once the steps it needs have passed (or, for a step that starts
+    ahead, are due to end: ready_steps, by the expected seconds), up to run.slots at once (light steps aside),
+    chosen by next_step; a step that can no longer start is recorded as not run."""
     pending, running = list(run.chosen), {}  # name -> step
+    began: dict[str, float] = {}  # name -> time.monotonic() at its start
     ended: queue.Queue[str] = queue.Queue()
     chosen = {s.name for s in run.chosen}
-
-    def slot(step: Step) -> None:
-        try:
-            try:
-                result = run_step(run, step)
-            except OSError as err:  # it could not start (no such program): a failure, not a step left waiting
-                say(f"{step.name}: FAILED to start: {err}")
-                result = Result(step, 0.0, 127)
-            result.stopped = bool(result.rc) and run.stop.is_set()
-            run.results[step.name] = result
-            if result.rc:
-                stop_everything(run)
-        finally:
-            ended.put(step.name)
-
     while pending or running:
         for step in blocked_steps(pending, run.results) if not run.stop.is_set() else list(pending):
             pending.remove(step)
             run.results[step.name] = Result(step, 0.0, None)
         while pending:
-            step = next_step(ready_steps(pending, run.results, chosen), list(running.values()), rank, run.slots)
+            now = time.monotonic()
+            ready = ready_steps(pending, run.results, chosen, {n: now - began[n] for n in running}, expected)
+            step = next_step(ready, list(running.values()), rank, run.slots)
             if step is None:
                 break
             pending.remove(step)
-            running[step.name] = step
-            threading.Thread(target=slot, args=(step,), daemon=True).start()
+            running[step.name], began[step.name] = step, now
+            threading.Thread(target=run_in_slot, args=(run, step, ended), daemon=True).start()
         if not running:  # nothing runs and nothing can start: what is left waits for a step that will not run
             for step in pending:
                 run.results[step.name] = Result(step, 0.0, None)
             return
-        running.pop(wait_for_end(ended))
+        # A step that may start ahead becomes ready as time passes, not only as steps end: look again meanwhile.
+        if (name := wait_for_end(ended, AHEAD_LOOK_SECONDS if any(s.ahead for s in pending) else None)) is not None:
+            running.pop(name)
 
 
-def wait_for_end(ended: queue.Queue[str]) -> str:
-    """The name of the next step to end (in short waits: Ctrl-C reaches the main thread)."""
-    while True:
+def run_in_slot(run: Run, step: Step, ended: queue.Queue[str]) -> None:
+    """The step's process, its result recorded (a failure stops the run), its name then put in `ended`."""
+    try:
+        try:
+            result = run_step(run, step)
+        except OSError as err:  # it could not start (no such program): a failure, not a step left waiting
+            say(f"{step.name}: FAILED to start: {err}")
+            result = Result(step, 0.0, 127)
+        result.stopped = bool(result.rc) and run.stop.is_set()
+        run.results[step.name] = result
+        if result.rc:
+            stop_everything(run)
+    finally:
+        ended.put(step.name)
+
+
+def wait_for_end(ended: queue.Queue[str], within: float | None = None) -> str | None:
+    """The name of the next step to end, or None once `within` seconds passed first (in short waits: Ctrl-C reaches
+    the main thread)."""
+    deadline = None if within is None else time.monotonic() + within
+    while deadline is None or (left := deadline - time.monotonic()) > 0:
         with contextlib.suppress(queue.Empty):
-            return ended.get(timeout=1)
+            return ended.get(timeout=1 if deadline is None else min(1.0, left))
+    return None
 
 
 def stop_everything(run: Run) -> None:
@@ -802,7 +839,8 @@ def run_steps(run: Run, warm: bool) -> None:
     """The run's steps in its slots, in the order the recorded runs' seconds suggest (docs/ci-costs.json)."""
     costs = json.loads(COSTS.read_text()) if COSTS.exists() else {}
     try:
-        run_slots(run, critical_paths(run.chosen, expected_seconds(costs, warm)))
+        expected = expected_seconds(costs, warm)
+        run_slots(run, critical_paths(run.chosen, expected), expected)
     except KeyboardInterrupt:
         stop_everything(run)
         raise

@@ -215,7 +215,7 @@ def slots_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steps: list[tiers
     """A small run of real commands in `slots` slots; each step's result."""
     monkeypatch.setattr(tiers, "TIMINGS", tmp_path)
     run = tiers.Run(steps, slots)
-    tiers.run_slots(run, tiers.critical_paths(steps, expected))
+    tiers.run_slots(run, tiers.critical_paths(steps, expected), expected)
     assert set(run.results) == {s.name for s in steps}
     return run.results
 
@@ -323,6 +323,52 @@ def test_every_side_tier_whose_work_is_its_own_processes_has_a_cpu_budget() -> N
     assert all(s.side and s.budget for s in tiers.STEPS if s.cpu_budget)
 
 
+def test_a_step_ahead_of_its_inputs_is_ready_once_they_are_due_to_end_within_its_own_seconds() -> None:
+    """The three nodes' start as the single node's two steps end: each input it starts ahead of must run, and have
+    run its recorded seconds less the step's own; one that passed counts; without the records it waits for them."""
+    node, runs = step("node"), step("runs")
+    start = tiers.Step("start", ("true",), "start", after=("setup", "node", "runs"), light=True, ahead=("node", "runs"))
+    chosen = {"setup", "node", "runs", "start"}
+    setup = {"setup": tiers.Result(step("setup"), 1.0, 0)}
+    expected = {"node": 700.0, "runs": 680.0, "start": 120.0}
+
+    def ready(running_for: dict[str, float], results: dict[str, tiers.Result] = setup,
+              seconds: dict[str, float] = expected) -> list[tiers.Step]:  # fmt: skip
+        return tiers.ready_steps([start], results, chosen, running_for, seconds)
+
+    assert ready({"node": 100, "runs": 100}) == []
+    assert ready({"node": 580, "runs": 559}) == [], "runs is due in 121 s: more than the start's 120"
+    assert ready({"node": 580, "runs": 560}) == [start]
+    assert ready({"node": 580}) == [], "runs has not started"
+    assert ready({"node": 580, "runs": 560}, seconds={"node": 700, "runs": 680}) == [], "no record of its own"
+    assert ready({"runs": 560}, results={**setup, "node": tiers.Result(node, 700.0, 0)}) == [start]
+    assert ready({"runs": 560}, results={"node": tiers.Result(node, 700.0, 0)}) == [], "setup is not ahead"
+    assert tiers.ready_steps([start], setup, chosen) == [], "no clocks: it waits for the ends"
+    plain = step("plain", after=("node",))
+    assert tiers.ready_steps([plain], {}, {"node", "plain"}, {"node": 9999.0}, {"node": 1.0, "plain": 1.0}) == []
+    assert runs.ahead == ()
+
+
+def test_a_light_step_starts_ahead_in_a_run_and_what_needs_it_waits_for_both(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tiers, "AHEAD_LOOK_SECONDS", 0.2)
+    steps = [step("node", argv=sleep(3)),
+             tiers.Step("start", sleep(0.5), "start", after=("node",), light=True, ahead=("node",)),
+             step("tier", after=("node", "start"), argv=sleep(0.1))]  # fmt: skip
+    done = slots_ran(tmp_path, monkeypatch, steps, {"node": 3.0, "start": 1.0, "tier": 1.0})
+    assert all(r.rc == 0 for r in done.values())
+    assert 1.9 < done["start"].start < 2.8, done["start"]  # 3 s less its own 1 s, looked at every 0.2 s
+    assert done["tier"].start >= done["node"].start + 3.0, done
+
+
+def test_a_step_starts_ahead_only_of_steps_it_needs_and_only_when_light() -> None:
+    for s in tiers.STEPS:
+        assert set(s.ahead) <= set(s.after), s.name
+        assert not s.ahead or s.light, f"{s.name}: it would take a slot beside the steps it is ahead of"
+    start = next(s for s in tiers.STEPS if s.name == "multinode start")
+    assert set(start.ahead) == {"node", "node runs"}
+
+
 def test_a_run_short_of_disk_does_not_start_and_says_how_much_it_needs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     assert tiers.disk_shortfall(tiers.DISK_NEEDED_GB["warm"], warm=True) is None
@@ -331,7 +377,7 @@ def test_a_run_short_of_disk_does_not_start_and_says_how_much_it_needs(
     monkeypatch.setattr(tiers, "TIMINGS", tmp_path)
     monkeypatch.setattr(tiers, "free_gb", lambda: 2.2)  # what the CI machine had when setup died of ENOSPC
     started = []
-    monkeypatch.setattr(tiers, "run_slots", lambda run, rank: started.append(rank))
+    monkeypatch.setattr(tiers, "run_slots", lambda run, rank, expected=None: started.append(rank))
     assert tiers.run_all(set(), set()) == 1
     assert not started and "NOT STARTED: a " in capsys.readouterr().err
 
