@@ -8,6 +8,7 @@ wins, so the JSON always holds the last result of every scenario.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -44,15 +45,19 @@ class Ledger:
         return record
 
     def save(self, path: Path) -> None:
+        """Merged into the file under an exclusive lock: CI's steps save at once (the three nodes' tier beside the
+        single node's faults), and a read-merge-write of each, unlocked, could keep only the other's records."""
         if not self.records:
             return
-        merged = {(r["area"], r["case"]): r for r in load(path)}
-        for record in self.records:
-            merged[(record.area, record.case)] = asdict(record)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(sorted(merged.values(), key=lambda r: (r["area"], r["case"])), indent=1) + "\n")
-        tmp.replace(path)
+        with open(path.with_name(path.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            merged = {(r["area"], r["case"]): r for r in load(path)}
+            for record in self.records:
+                merged[(record.area, record.case)] = asdict(record)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(sorted(merged.values(), key=lambda r: (r["area"], r["case"])), indent=1) + "\n")
+            tmp.replace(path)
 
 
 def load(path: Path) -> list[dict[str, Any]]:
