@@ -92,6 +92,7 @@ SIDE_NICE = 10
 # steps came last, on the run's longest chain (3b24152: the trainer tier waited for the node tier's end).
 SIDE_ROOM = 1
 AHEAD_LOOK_SECONDS = 5.0  # how often the scheduler looks whether a step that starts ahead is due
+PACE_FLOOR_S = 60.0  # the shortest recorded step that counts in a run's pace (a warm build's second says nothing)
 BUDGET_SLACK = 1.5  # a warm tier may take half as long again as its budget before the run fails
 # The probe's median (below) on the machine that measured the budgets: ef45771's warm run, 0.102 CPU s (0.097-0.103 in
 # the runs of 2026-12-07). A run whose probe is larger, a slower CPU, has its guards grown in proportion; a faster
@@ -394,6 +395,15 @@ def ready_steps(
     return [s for s in pending if all(passed(name) or due(s, name) for name in s.after)]
 
 
+def pace(results: Mapping[str, Result], expected: Mapping[str, float]) -> float:
+    """How much longer than recorded this run's steps take: the seconds of those that passed, of PACE_FLOOR_S or more
+    recorded, over their recorded seconds; 1 before any. The machine's cost per unit of work moved by a fifth within
+    hours at an unchanged probe (docs/cluster.md): a step started ahead is timed by this run's pace."""
+    done = [(r.seconds, expected[name]) for name, r in results.items()
+            if r.rc == 0 and expected.get(name, 0.0) >= PACE_FLOOR_S]  # fmt: skip
+    return sum(took for took, _ in done) / sum(then for _, then in done) if done else 1.0
+
+
 def blocked_steps(pending: list[Step], results: dict[str, Result]) -> list[Step]:
     """The pending steps that can never start: a step they need failed or was not run."""
     return [s for s in pending if any(name in results and results[name].rc != 0 for name in s.after)]
@@ -529,8 +539,9 @@ def run_slots(run: Run, rank: dict[str, float], expected: Mapping[str, float] | 
             pending.remove(step)
             run.results[step.name] = Result(step, 0.0, None)
         while pending:
-            now = time.monotonic()
-            ready = ready_steps(pending, run.results, chosen, {n: now - began[n] for n in running}, expected)
+            now, slower = time.monotonic(), pace(run.results, expected or {})
+            timed = {name: seconds * slower for name, seconds in (expected or {}).items()}
+            ready = ready_steps(pending, run.results, chosen, {n: now - began[n] for n in running}, timed)
             step = next_step(ready, list(running.values()), rank, run.slots)
             if step is None:
                 break

@@ -349,6 +349,16 @@ def test_a_step_ahead_of_its_inputs_is_ready_once_they_are_due_to_end_within_its
     assert runs.ahead == ()
 
 
+def test_the_runs_pace_is_its_passed_steps_seconds_over_their_records() -> None:
+    expected = {"unit": 120.0, "reliability": 300.0, "build": 1.0, "node": 700.0}
+    ok = {name: tiers.Result(step(name), seconds, 0) for name, seconds in
+          (("unit", 150.0), ("reliability", 360.0), ("build", 30.0))}  # fmt: skip
+    assert tiers.pace({}, expected) == 1.0
+    assert tiers.pace(ok, expected) == (150 + 360) / (120 + 300), "a build's second counts for nothing"
+    assert tiers.pace({**ok, "node": tiers.Result(step("node"), 10.0, 2)}, expected) == (150 + 360) / (120 + 300)
+    assert tiers.pace({"new": tiers.Result(step("new"), 500.0, 0)}, expected) == 1.0, "no record: no pace"
+
+
 def test_a_light_step_starts_ahead_in_a_run_and_what_needs_it_waits_for_both(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tiers, "AHEAD_LOOK_SECONDS", 0.2)
@@ -359,6 +369,12 @@ def test_a_light_step_starts_ahead_in_a_run_and_what_needs_it_waits_for_both(tmp
     assert all(r.rc == 0 for r in done.values())
     assert 1.9 < done["start"].start < 2.8, done["start"]  # 3 s less its own 1 s, looked at every 0.2 s
     assert done["tier"].start >= done["node"].start + 3.0, done
+    # A run twice as slow as recorded so far (a first step of 2 s recorded as 1): the start is due twice as late.
+    monkeypatch.setattr(tiers, "PACE_FLOOR_S", 0.5)
+    steps = [step("first", argv=sleep(2)), step("node", after=("first",), argv=sleep(5)),
+             tiers.Step("start", sleep(0.2), "start", after=("node",), light=True, ahead=("node",))]  # fmt: skip
+    done = slots_ran(tmp_path, monkeypatch, steps, {"first": 1.0, "node": 3.0, "start": 1.0})
+    assert 3.8 < done["start"].start - done["node"].start < 4.9, done
 
 
 def test_a_step_starts_ahead_only_of_steps_it_needs_and_only_when_light() -> None:
