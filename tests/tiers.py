@@ -133,7 +133,7 @@ class Step:
     sessions: int = 1  # pytest sessions at once (tests/shards.py): LIGHT_LOAD is of a core each
     side: bool = False  # no node step waits for it: runs at nice SIDE_NICE
     # Steps of `after` a light step need not see end: it starts once each has run its recorded seconds less the
-    # step's own (ready_steps), so that it is done about when they are.
+    # step's own, both times the run's pace (ready_steps, pace), so that it is done about when they are.
     ahead: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # more of the step's environment
 
@@ -282,8 +282,10 @@ STEPS: tuple[Step, ...] = (
     # for both, the TensorFlow of its runs kept from the single node's. Then (2026-12-08) light and ahead of both:
     # it began as they ended (902 s into 334cfc9's warm run, the multinode tier last until 1720 s), with the
     # machine 68-87% busy over the two minutes before (the node steps' last tests mostly wait); started so as to
-    # end with them, its 121 s are off the longest chain, the idle nodes kept for seconds only. Light: its own
-    # processes 13 CPU s in 121 s; the nodes' daemons and the pods it installs take about as many more.
+    # end with them, its 121 s are off the longest chain: the three nodes' tier began the second the node steps
+    # ended in both runs since (435f8b9, c62ef8c), against 137 s after them at 9a64f90. Timed by the records alone,
+    # the nodes then idled 134-252 s (the node steps 1.2-1.35x their records; 10.6 CPU s a minute): timed by the
+    # run's pace since. Light: its own processes 13-15 CPU s in 88-121 s.
     Step("multinode start", (*CLUSTER, "up", "--install", "--nodes", "3", "--dir", str(CLUSTER_DIR)),
          "three nodes: control plane, nodes, images imported into each, operator installed",
          after=("setup", "images", "multinode build", "node", "node runs"), light=True, ahead=("node", "node runs")),
